@@ -1,0 +1,169 @@
+"""The index flow: discover -> plan -> (process -> embed -> load) per batch -> removals -> commit.
+
+The flow only wires tasks. Everything it writes goes to a new catalog generation and new
+LanceDB versions, which become visible at the commit task's pointer rename.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime, timezone
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
+
+from quarry import progress
+from quarry.embedders import describe, get_embedder
+from quarry.embedding import EmbedStats
+from quarry.settings import Settings, parse_workers, store_path
+from quarry.store.writer import StoreWriter
+from tasks.discover import discover_files, plan_changes
+from tasks.embed import embed_batch
+from tasks.load import apply_removals_and_moves, commit_run, load_batch
+from tasks.process import process_batch
+
+FILES_PER_BATCH = 64
+BYTES_PER_BATCH = 32 << 20
+
+
+def _batches(items, files_per_batch: int = FILES_PER_BATCH, bytes_per_batch: int = BYTES_PER_BATCH):
+    batch, size = [], 0
+    for item in items:
+        if batch and (len(batch) >= files_per_batch or size + item[0].size > bytes_per_batch):
+            yield batch
+            batch, size = [], 0
+        batch.append(item)
+        size += item[0].size
+    if batch:
+        yield batch
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+@flow(name="quarry-index", log_prints=False, validate_parameters=False)
+def index_flow(
+    roots: list[str],
+    db: str | None = None,
+    full: bool = False,
+    dry_run: bool = False,
+    overrides: dict | None = None,
+) -> dict:
+    """Index ``roots`` into the store at ``db``; returns the run report (see ``runs`` table).
+
+    ``overrides`` are :class:`~quarry.settings.Settings` fields; secrets come only from the
+    environment so that they never appear in flow-run parameters.
+    """
+    logger = get_run_logger()
+    settings = Settings.from_env(**(overrides or {}))
+    store = store_path(db)
+    roots = [str(store_path(r)) for r in roots]
+    run_id = f"{_now():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+    started = _now()
+    durations: dict[str, float] = {}
+    model, dim = describe(settings)
+    embedder = get_embedder(settings)
+    if not dim:
+        embedder.embed(["dimension probe"])  # hosted model of unknown size: ask once
+        model, dim = embedder.model, embedder.dim
+
+    writer = None if dry_run else StoreWriter(store, model, dim).open()
+    try:
+        t = time.perf_counter()
+        files, unsupported = discover_files(roots, settings.include, settings.exclude)
+        plan, rebuild_reason = plan_changes(store, files, roots, full, settings.content_fingerprint(), model, dim)
+        durations["discover_plan"] = time.perf_counter() - t
+        report = {"run_id": run_id, "dry_run": dry_run, "plan": plan.counts(), "rebuild": rebuild_reason,
+                  "unsupported": len(unsupported)}
+        if dry_run:
+            report["files"] = {
+                "add": [f.path for f, _ in plan.new],
+                "update": [f.path for f, _ in plan.changed],
+                "move": [(old, f.path) for f, _, old in plan.moved],
+                "delete": [d.path for d in plan.removed],
+            }
+            return report
+
+        errors, empty_existing, empty_paths, chunks = [], [], set(), 0
+        stats = EmbedStats()
+        t_process = t_embed = t_load = 0.0
+        todo = plan.to_process
+        existing = {doc_id for _, doc_id in plan.changed}
+        bar = progress.start("indexing", total=len(todo))
+        workers = parse_workers(settings)
+        for batch in _batches(todo):
+            t = time.perf_counter()
+            records, batch_errors, empty = process_batch(batch, settings, embedder, workers)
+            t_process += time.perf_counter() - t
+            errors += batch_errors
+            empty_paths.update(f.path for f in empty)
+            empty_existing += [doc_id for f, doc_id in batch if f.path in empty_paths and doc_id in existing]
+            t = time.perf_counter()
+            vectors, batch_stats = embed_batch(records, writer, embedder, settings.embed_budget)
+            t_embed += time.perf_counter() - t
+            for field in ("embedded", "reused", "calls", "truncated"):
+                setattr(stats, field, getattr(stats, field) + getattr(batch_stats, field))
+            t = time.perf_counter()
+            chunks += load_batch(writer, records, vectors, run_id)
+            t_load += time.perf_counter() - t
+            bar.advance(len(batch), chunks=chunks)
+        bar.stop()
+        durations.update(process=t_process, embed=t_embed, load=t_load)
+
+        t = time.perf_counter()
+        apply_removals_and_moves(writer, plan, empty_existing, run_id)
+        not_loaded = {e.path for e in errors} | empty_paths
+        counts = {
+            "added": sum(1 for f, _ in plan.new if f.path not in not_loaded),
+            "updated": sum(1 for f, _ in plan.changed if f.path not in not_loaded),
+            "moved": len(plan.moved),
+            "deleted": len(plan.removed) + len(empty_existing),
+            "skipped": len(plan.unchanged) + len(empty_paths),
+            "unsupported": len(unsupported),
+            "failed": len(errors),
+        }
+        run_row = {
+            "run_id": run_id,
+            "started": started,
+            "finished": _now(),
+            "status": "partial" if errors else "completed",
+            "roots": roots,
+            **counts,
+            "chunks": chunks,
+            "embedded_chunks": stats.embedded,
+            "reused_vectors": stats.reused,
+            "model_calls": stats.calls,
+            "truncated": stats.truncated,
+            "errors": [{"path": e.path, "error": e.error} for e in errors],
+            "durations": durations,
+            "settings": settings.public_dict(),
+        }
+        meta = {"content_fingerprint": settings.content_fingerprint(), "sectioner": settings.sectioner,
+                "context": settings.context, "embed_backend": settings.embed_backend}
+        commit_run(writer, run_row, meta)
+        durations["commit"] = time.perf_counter() - t
+        report.update(run_row, started=started.isoformat() + "Z", finished=run_row["finished"].isoformat() + "Z")
+        _artifact(report)
+        logger.info("run %s: %s", run_id, {k: report[k] for k in counts})
+        return report
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _artifact(report: dict) -> None:
+    rows = "\n".join(
+        f"| {k} | {report[k]} |"
+        for k in ("added", "updated", "moved", "deleted", "skipped", "unsupported", "failed", "chunks",
+                  "embedded_chunks", "reused_vectors", "model_calls", "truncated")
+    )
+    errors = "\n".join(f"- `{e['path']}`: {e['error']}" for e in report["errors"][:200]) or "none"
+    timing = ", ".join(f"{k} {v:.1f} s" for k, v in report["durations"].items())
+    create_markdown_artifact(
+        key="quarry-index-run",
+        markdown=f"# quarry index run {report['run_id']}\n\n| count | value |\n|---|---|\n{rows}\n\n"
+        f"**Stages:** {timing}\n\n## Failed files\n{errors}\n",
+        description=f"quarry index run {report['run_id']}",
+    )

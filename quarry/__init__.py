@@ -1,0 +1,16 @@
+"""quarry: a batch indexer for document collections with hybrid search.
+
+``quarry.open(db).search("query")`` is the Python API; indexing runs as the Prefect flow in
+``flows/index.py`` (``quarry index`` on the command line).
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+
+def open(db=None, settings=None):  # noqa: A001 - mirrors the builtin on purpose: quarry.open(db)
+    """Open the index at ``db`` for searching; see :class:`quarry.query.Index`."""
+    from quarry.query import open as _open
+
+    return _open(db, settings)

@@ -1,0 +1,40 @@
+"""``python -m quarry._prefect_server PORT PARENT_PID``: Prefect's API server, for one parent.
+
+A watchdog thread ends the server as soon as the parent process is gone, so a killed
+``quarry index`` never leaves a server behind.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+
+def _watch(parent: int) -> None:
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+def main() -> None:
+    port, parent = int(sys.argv[1]), int(sys.argv[2])
+    threading.Thread(target=_watch, args=(parent,), daemon=True).start()
+    os.environ["PREFECT_UI_ENABLED"] = "0"
+    os.environ["PREFECT__SERVER_EPHEMERAL"] = "1"
+    import uvicorn
+
+    uvicorn.run(
+        "prefect.server.api.server:create_app",
+        factory=True,
+        host="127.0.0.1",
+        port=port,
+        log_level="error",
+        lifespan="on",
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""The ``quarry`` command: a thin Click layer over quarry's library.
+
+Exit codes: 0 ok; 2 usage error; 3 the run finished but some files failed; 1 anything else.
+Errors print as one line; set ``QUARRY_DEBUG=1`` for the traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from quarry.errors import QuarryError
+from quarry.settings import default_db
+
+EXIT_PARTIAL = 3
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def handle_errors(fn):
+    """Turn exceptions into one clear line and the documented exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except QuarryError as exc:
+            if os.environ.get("QUARRY_DEBUG"):
+                raise
+            _fail(str(exc), exc.exit_code)
+        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if os.environ.get("QUARRY_DEBUG"):
+                raise
+            _fail(f"{type(exc).__name__}: {exc}", 1)
+
+    return wrapper
+
+
+db_option = click.option(
+    "--db",
+    type=click.Path(file_okay=False),
+    default=None,
+    help=f"Store directory. Default: $QUARRY_DB or {default_db()}.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="quarry")
+def cli():
+    """quarry: index document trees into LanceDB + DuckDB and search them (hybrid BM25 + vectors)."""
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@db_option
+@click.option("--full", is_flag=True, help="Re-process every file (vectors are still reused where text is equal).")
+@click.option("--dry-run", is_flag=True, help="Print what would be added, updated, moved and deleted; change nothing.")
+@click.option("--include", multiple=True, help="Only files matching this glob (repeatable).")
+@click.option("--exclude", multiple=True, help="Skip files matching this glob (repeatable).")
+@click.option("--chunk-size", type=int, default=None, help="Chunk size in characters (default 800).")
+@click.option("--chunk-overlap", type=int, default=None, help="Characters of overlap between chunks (default 0).")
+@click.option("--embed-backend", default=None, help="torch, onnx, onnx-int8 or openai ($QUARRY_EMBED_BACKEND).")
+@click.option("--embed-model", default=None, help="Embedding model name ($QUARRY_EMBED_MODEL).")
+@json_option
+@handle_errors
+def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap, embed_backend, embed_model, as_json):
+    """Index files under PATHS into the store (incremental: only what changed is redone)."""
+    from quarry.settings import Settings, store_path
+    from quarry.store.layout import WriterLock
+
+    overrides = {
+        "include": tuple(include) or None,
+        "exclude": tuple(exclude) or None,
+        "chunk_size": chunk_size,
+        "chunk_overlap": chunk_overlap,
+        "embed_backend": embed_backend,
+        "embed_model": embed_model,
+    }
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    Settings.from_env(**overrides)  # usage errors before any work starts
+    store = store_path(db)
+    lock = None if dry_run else WriterLock(store).acquire()  # fail fast, before Prefect starts
+    try:
+        report = run_index_flow([str(p) for p in paths], store, full=full, dry_run=dry_run, overrides=overrides)
+    finally:
+        if lock:
+            lock.release()
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=str))
+    else:
+        _print_report(report)
+    if report.get("failed"):
+        sys.exit(EXIT_PARTIAL)
+
+
+def run_index_flow(paths: list[str], store: Path, **kwargs) -> dict:
+    """Run the Prefect index flow with a private API server unless one is configured."""
+    from quarry import progress
+    from quarry.orchestration import prefect_api, prefect_environment
+
+    prefect_environment()
+    with prefect_api(store / "logs"):
+        from flows.index import index_flow
+
+        progress.enable(True)
+        return index_flow(paths, db=str(store), **kwargs)
+
+
+def _print_report(report: dict) -> None:
+    if report.get("dry_run"):
+        plan = report["plan"]
+        click.echo(
+            f"dry run: would add {plan['new']}, update {plan['changed']}, move {plan['moved']}, "
+            f"delete {plan['removed']}; {plan['unchanged']} unchanged, {report['unsupported']} unsupported"
+        )
+        for verb, items in report["files"].items():
+            for item in items:
+                click.echo(f"  {verb}: {' -> '.join(item) if isinstance(item, (list, tuple)) else item}")
+        return
+    click.echo(
+        f"indexed: {report['added']} added, {report['updated']} updated, {report['moved']} moved, "
+        f"{report['deleted']} deleted, {report['skipped']} unchanged or empty, "
+        f"{report['unsupported']} unsupported, {report['failed']} failed"
+    )
+    click.echo(
+        f"chunks: {report['chunks']} written, {report['embedded_chunks']} embedded in {report['model_calls']} "
+        f"model calls, {report['reused_vectors']} vectors reused"
+        + (f", {report['truncated']} truncated" if report.get("truncated") else "")
+    )
+    if report.get("rebuild"):
+        click.echo(f"rebuilt: {report['rebuild']}")
+    for err in report["errors"]:
+        click.echo(f"failed: {err['path']}: {err['error']}", err=True)
+
+
+@cli.command()
+@click.argument("query")
+@db_option
+@click.option("-k", "k", type=click.IntRange(1, 1000), default=10, show_default=True, help="Results to return.")
+@click.option("--mode", type=click.Choice(["hybrid", "vector", "bm25"]), default="hybrid", show_default=True)
+@click.option("--candidates", type=click.IntRange(1, 10000), default=None,
+              help="Candidates per retriever before fusion (default max(50, 5k)).")
+@click.option("--rrf-k", type=click.IntRange(0, 10000), default=60, show_default=True, help="RRF constant k.")
+@json_option
+@handle_errors
+def search(query, db, k, mode, candidates, rrf_k, as_json):
+    """Search the index for QUERY."""
+    import quarry
+
+    with quarry.open(db) as idx:
+        response = idx.search(query, k=k, mode=mode, candidates=candidates, rrf_k=rrf_k)
+    if as_json:
+        click.echo(json.dumps(response.to_dict(), indent=2, ensure_ascii=False))
+        return
+    if not response.results:
+        click.echo("no results")
+    for r in response.results:
+        pages = f" p.{r.page_start}" + (f"-{r.page_end}" if r.page_end != r.page_start else "") if r.page_start else ""
+        where = f"{r.path}{pages}" + (f" § {r.section}" if r.section else "")
+        click.echo(click.style(f"{r.rank:>2}. {r.score:.4f}  {where}", bold=True))
+        snippet = " ".join(r.text.split())
+        click.echo(f"    {snippet[:300]}{'…' if len(snippet) > 300 else ''}")
+
+
+@cli.command()
+@db_option
+@json_option
+@handle_errors
+def status(db, as_json):
+    """Documents, sections, chunks, embedding model and the last run."""
+    import quarry
+
+    with quarry.open(db) as idx:
+        info = idx.status()
+    if as_json:
+        click.echo(json.dumps(info, indent=2, default=str))
+        return
+    click.echo(f"store:     {info['store']} (generation {info['generation']})")
+    click.echo(f"documents: {info['documents']}  sections: {info['sections']}  chunks: {info['chunks']}")
+    click.echo(f"model:     {info['model']} ({info['dim']}-d)")
+    last = info["last_run"]
+    if last:
+        click.echo(
+            f"last run:  {last['run_id']} {last['status']} at {last['finished']}: {last['added']} added, "
+            f"{last['updated']} updated, {last['deleted']} deleted, {last['failed']} failed"
+        )
+
+
+RUN_KEYS = ("run_id", "started", "finished", "status", "added", "updated", "moved", "deleted", "skipped",
+            "unsupported", "failed", "chunks", "embedded_chunks", "reused_vectors", "model_calls", "truncated",
+            "errors", "durations")
+
+
+@cli.command()
+@db_option
+@click.option("-n", "--limit", type=click.IntRange(1, 100000), default=20, show_default=True)
+@json_option
+@handle_errors
+def runs(db, limit, as_json):
+    """Index runs, newest first."""
+    import quarry
+
+    with quarry.open(db) as idx:
+        items = [{k: r.get(k) for k in RUN_KEYS} for r in idx.runs(limit)]
+    if as_json:
+        click.echo(json.dumps(items, indent=2, default=str))
+        return
+    for r in items:
+        click.echo(
+            f"{r['run_id']}  {r['status']:<9} +{r['added']} ~{r['updated']} >{r['moved']} -{r['deleted']} "
+            f"={r['skipped']} !{r['failed']}  embedded {r['embedded_chunks']}, reused {r['reused_vectors']}"
+        )
+
+
+@cli.command(name="eval")
+@click.argument("beir_dir", type=click.Path(exists=True, file_okay=False))
+@db_option
+@click.option("--mode", "modes", type=click.Choice(["hybrid", "vector", "bm25"]), multiple=True,
+              help="Modes to score (repeatable; default all three).")
+@click.option("--split", default="test", show_default=True, help="Judgments file qrels/<split>.tsv.")
+@click.option("--limit", type=int, default=None, help="Score only the first N queries (quick checks).")
+@json_option
+@handle_errors
+def eval_cmd(beir_dir, db, modes, split, limit, as_json):
+    """Index a BEIR-layout folder and report nDCG@10, recall@10/100 and MRR@10 per mode."""
+    from quarry.beir_eval import run_beir_eval
+
+    result = run_beir_eval(beir_dir, db=db, modes=modes or ("bm25", "vector", "hybrid"), split=split,
+                           limit=limit, index=lambda paths, store: run_index_flow(paths, store))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    click.echo(f"{result['dataset']} ({result['split']}, {result['queries']} queries)")
+    click.echo(f"{'mode':<8} {'nDCG@10':>8} {'R@10':>8} {'R@100':>8} {'MRR@10':>8}")
+    for mode, m in result["modes"].items():
+        click.echo(f"{mode:<8} {m['ndcg@10']:>8.4f} {m['recall@10']:>8.4f} {m['recall@100']:>8.4f} {m['mrr@10']:>8.4f}")
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

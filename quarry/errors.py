@@ -1,0 +1,43 @@
+"""The exceptions quarry raises. Each docstring is the message's meaning."""
+
+from __future__ import annotations
+
+
+class QuarryError(Exception):
+    """Base class: an error quarry reports as one line, without a traceback."""
+
+    exit_code = 1
+
+
+class UsageError(QuarryError):
+    """The command line or settings ask for something impossible."""
+
+    exit_code = 2
+
+
+class StoreNotFound(QuarryError):
+    """No index exists at the given store directory: run `quarry index` first."""
+
+
+class StoreLocked(QuarryError):
+    """Another index run holds the store's writer lock."""
+
+
+class ModelMismatch(QuarryError):
+    """The index was built with a different embedding model than the one asked for."""
+
+
+class ParseError(QuarryError):
+    """A file of a supported type could not be read (encrypted, corrupt, binary under a text name)."""
+
+
+class UnsupportedFile(QuarryError):
+    """A file of a type quarry does not read; skipped and counted, not a failure."""
+
+
+class EmbeddingError(QuarryError):
+    """The embedding backend failed or returned vectors of the wrong shape."""
+
+
+class ConfigError(UsageError):
+    """A setting has an invalid value."""

@@ -1,0 +1,246 @@
+"""The DuckDB catalog: documents, sections, chunks, runs, meta, and the BM25 index."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+from datetime import datetime, timezone
+from functools import cache
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from quarry.errors import QuarryError
+from quarry.models import DocumentRecord
+from quarry.sqlfiles import load_sql, statements
+from quarry.textnorm import bm25_text
+
+SCHEMA_VERSION = "1"
+
+
+@cache
+def fts_extension_path() -> str:
+    """Path of the FTS extension shipped by the ``duckdb-ext-fts`` wheel.
+
+    DuckDB cannot download extensions here, so quarry loads the file directly.
+    """
+    spec = importlib.util.find_spec("duckdb_ext")
+    if spec is None or not spec.submodule_search_locations:
+        raise QuarryError("DuckDB's FTS extension is missing: pip install duckdb-ext-fts==1.4.4.*")
+    version = duckdb.__version__
+    for location in spec.submodule_search_locations:
+        found = glob.glob(f"{location}/extensions/v{version}/*/fts.duckdb_extension")
+        if found:
+            return found[0]
+    raise QuarryError(f"duckdb-ext-fts holds no FTS extension for DuckDB {version}: install the matching version")
+
+
+def connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """Open a catalog file with the FTS extension loaded."""
+    con = duckdb.connect(str(path), read_only=read_only)
+    con.execute(f"LOAD '{fts_extension_path()}'")
+    return con
+
+
+def create(path: Path) -> duckdb.DuckDBPyConnection:
+    """Create an empty catalog at ``path``."""
+    con = connect(path, read_only=False)
+    for stmt in statements("schema"):
+        con.execute(stmt)
+    set_meta(con, "schema_version", SCHEMA_VERSION)
+    return con
+
+
+def get_meta(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    return dict(con.execute(load_sql("get_meta")).fetchall())
+
+
+def set_meta(con: duckdb.DuckDBPyConnection, key: str, value: str) -> None:
+    con.execute(load_sql("set_meta"), [key, value])
+
+
+def utc_timestamp(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).replace(tzinfo=None)
+
+
+def documents_table(records: list[DocumentRecord], run_id: str) -> pa.Table:
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    rows = [
+        {
+            "doc_id": r.doc_id,
+            "path": r.file.path,
+            "root": r.file.root,
+            "rel_path": r.file.rel_path,
+            "file_type": r.file.file_type,
+            "size": r.file.size,
+            "mtime": utc_timestamp(r.file.mtime),
+            "sha256": r.file.sha256,
+            "title": r.title,
+            "summary": r.summary,
+            "n_pages": r.n_pages,
+            "n_sections": len(r.sections),
+            "n_chunks": len(r.chunks),
+            "metadata": json.dumps(r.metadata, ensure_ascii=False),
+            "indexed_at": now,
+            "run_id": run_id,
+        }
+        for r in records
+    ]
+    return pa.Table.from_pylist(rows, schema=_DOC_SCHEMA)
+
+
+def sections_table(records: list[DocumentRecord], page_of) -> pa.Table:
+    rows = []
+    for r in records:
+        for s in r.sections:
+            pages = page_of(r, s.start, s.end)
+            rows.append(
+                {
+                    "doc_id": r.doc_id,
+                    "section_index": s.index,
+                    "title": s.title,
+                    "level": s.level,
+                    "start_char": s.start,
+                    "end_char": s.end,
+                    "page_start": pages[0],
+                    "page_end": pages[1],
+                    "summary": s.summary,
+                }
+            )
+    return pa.Table.from_pylist(rows, schema=_SECTION_SCHEMA)
+
+
+def chunks_table(records: list[DocumentRecord]) -> pa.Table:
+    rows = [
+        {
+            "chunk_id": c.chunk_id,
+            "doc_id": c.doc_id,
+            "section_index": c.section_index,
+            "chunk_index": c.chunk_index,
+            "start_char": c.start,
+            "end_char": c.end,
+            "page_start": c.page_start,
+            "page_end": c.page_end,
+            "header": c.header,
+            "text": c.text,
+            "text_hash": c.text_hash,
+            "n_tokens": c.n_tokens,
+            "search_text": bm25_text(f"{c.header}\n{c.text}"),
+        }
+        for r in records
+        for c in r.chunks
+    ]
+    return pa.Table.from_pylist(rows, schema=_CHUNK_SCHEMA)
+
+
+def _section_pages(record: DocumentRecord, start: int, end: int) -> tuple[int | None, int | None]:
+    pages = [c.page_start for c in record.chunks if c.start < end and c.end > start and c.page_start]
+    pages += [c.page_end for c in record.chunks if c.start < end and c.end > start and c.page_end]
+    return (min(pages), max(pages)) if pages else (None, None)
+
+
+def replace_documents(con: duckdb.DuckDBPyConnection, records: list[DocumentRecord], run_id: str) -> None:
+    """Insert ``records``, replacing any earlier rows of the same documents, in one transaction."""
+    if not records:
+        return
+    con.begin()
+    try:
+        delete_documents(con, [r.doc_id for r in records], in_transaction=True)
+        con.register("new_documents", documents_table(records, run_id))
+        con.register("new_sections", sections_table(records, _section_pages))
+        con.register("new_chunks", chunks_table(records))
+        for stmt in statements("insert_documents"):
+            con.execute(stmt)
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    finally:
+        for name in ("new_documents", "new_sections", "new_chunks"):
+            try:
+                con.unregister(name)
+            except duckdb.Error:
+                pass
+
+
+def delete_documents(con: duckdb.DuckDBPyConnection, doc_ids: list[str], in_transaction: bool = False) -> None:
+    """Delete documents with their sections and chunks."""
+    if not doc_ids:
+        return
+    if not in_transaction:
+        con.begin()
+    try:
+        for stmt in statements("delete_documents"):
+            con.execute(stmt, [doc_ids])
+        if not in_transaction:
+            con.commit()
+    except BaseException:
+        if not in_transaction:
+            con.rollback()
+        raise
+
+
+def rebuild_fts(con: duckdb.DuckDBPyConnection) -> None:
+    """Rebuild the BM25 index; DuckDB's FTS index does not follow inserts or deletes."""
+    con.execute(load_sql("fts_rebuild"))
+
+
+def has_fts(con: duckdb.DuckDBPyConnection) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_schemas() WHERE schema_name = 'fts_main_chunks'"
+    ).fetchone()
+    return bool(row and row[0])
+
+
+_DOC_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("path", pa.string()),
+        ("root", pa.string()),
+        ("rel_path", pa.string()),
+        ("file_type", pa.string()),
+        ("size", pa.int64()),
+        ("mtime", pa.timestamp("us")),
+        ("sha256", pa.string()),
+        ("title", pa.string()),
+        ("summary", pa.string()),
+        ("n_pages", pa.int32()),
+        ("n_sections", pa.int32()),
+        ("n_chunks", pa.int32()),
+        ("metadata", pa.string()),
+        ("indexed_at", pa.timestamp("us")),
+        ("run_id", pa.string()),
+    ]
+)
+_SECTION_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("section_index", pa.int32()),
+        ("title", pa.string()),
+        ("level", pa.int32()),
+        ("start_char", pa.int32()),
+        ("end_char", pa.int32()),
+        ("page_start", pa.int32()),
+        ("page_end", pa.int32()),
+        ("summary", pa.string()),
+    ]
+)
+_CHUNK_SCHEMA = pa.schema(
+    [
+        ("chunk_id", pa.string()),
+        ("doc_id", pa.string()),
+        ("section_index", pa.int32()),
+        ("chunk_index", pa.int32()),
+        ("start_char", pa.int32()),
+        ("end_char", pa.int32()),
+        ("page_start", pa.int32()),
+        ("page_end", pa.int32()),
+        ("header", pa.string()),
+        ("text", pa.string()),
+        ("text_hash", pa.string()),
+        ("n_tokens", pa.int32()),
+        ("search_text", pa.string()),
+    ]
+)

@@ -1,0 +1,171 @@
+"""The store directory: the commit pointer, catalog generations and the writer lock.
+
+::
+
+    <store>/
+      CURRENT                 JSON pointer to the committed state; replaced by atomic rename
+      catalog-<gen>.duckdb    one DuckDB catalog per generation; only the one CURRENT names is live
+      lance/                  LanceDB database; CURRENT names the table and its committed version
+      lock                    flock()-ed by the index run that holds the store (JSON: pid, host, start)
+      logs/                   the Prefect server's log for runs that start their own
+
+Writing CURRENT is the commit point: everything a run writes before that rename is invisible
+to readers, and a run that dies leaves files no pointer names, which the next run removes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from quarry.errors import StoreLocked, StoreNotFound
+
+POINTER = "CURRENT"
+LOCK = "lock"
+
+
+@dataclass(frozen=True)
+class Pointer:
+    """The committed state of a store."""
+
+    generation: int
+    catalog: str  # file name of the catalog, relative to the store
+    vector_table: str  # LanceDB table name ("" before the first commit with vectors)
+    vector_version: int  # committed LanceDB table version (0 = empty table)
+    model: str
+    dim: int
+    committed_at: float
+
+    @staticmethod
+    def catalog_name(generation: int) -> str:
+        return f"catalog-{generation:06d}.duckdb"
+
+
+def read_pointer(store: Path) -> Pointer | None:
+    """The committed pointer, or None when the store has never been committed."""
+    try:
+        raw = (store / POINTER).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    return Pointer(**json.loads(raw))
+
+
+def require_pointer(store: Path) -> Pointer:
+    """The committed pointer; :class:`StoreNotFound` when there is none."""
+    pointer = read_pointer(store)
+    if pointer is None:
+        raise StoreNotFound(f"no index at {store}: run `quarry index PATH --db {store}` first")
+    return pointer
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_pointer(store: Path, pointer: Pointer) -> None:
+    """Atomically replace CURRENT (write, fsync, rename, fsync the directory): the commit."""
+    tmp = store / f".{POINTER}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(asdict(pointer), fh, indent=2)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, store / POINTER)
+    _fsync_dir(store)
+
+
+def remove_stale_generations(store: Path, keep: str | None) -> list[str]:
+    """Delete catalog files (and their WALs) other than ``keep``, plus temp files of dead runs.
+
+    A reader that still has an old catalog open keeps reading it: on POSIX an unlinked file
+    lives until its last descriptor closes.
+    """
+    removed = []
+    for path in store.glob("catalog-*.duckdb*"):
+        if keep and path.name in (keep, keep + ".wal"):
+            continue
+        path.unlink(missing_ok=True)
+        removed.append(path.name)
+    for path in store.glob(f".{POINTER}.*.tmp"):
+        path.unlink(missing_ok=True)
+    return removed
+
+
+# flock is per open file description, so one process taking the lock twice would deadlock
+# itself; a process-wide registry makes the lock re-entrant (the CLI and the flow both take it).
+_held: dict[str, tuple[int, int]] = {}
+_held_guard = threading.Lock()
+
+
+class WriterLock:
+    """Exclusive writer lock on a store, held with ``flock``.
+
+    The kernel drops an flock when its process dies, so a lock left by a killed run is never
+    stale: the next run simply gets it. The file's JSON names the holder for error messages.
+    """
+
+    def __init__(self, store: Path):
+        self.store = store
+        self.path = store / LOCK
+
+    def acquire(self) -> WriterLock:
+        key = str(self.path)
+        with _held_guard:
+            if key in _held:
+                fd, depth = _held[key]
+                _held[key] = (fd, depth + 1)
+                return self
+            self.store.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = self._describe_holder(fd)
+                os.close(fd)
+                raise StoreLocked(
+                    f"store {self.store} is locked by another index run ({holder}); wait for it to finish"
+                ) from None
+            info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, info.encode(), 0)
+            os.fsync(fd)
+            _held[key] = (fd, 1)
+            return self
+
+    @staticmethod
+    def _describe_holder(fd: int) -> str:
+        try:
+            info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+            started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info["started"]))
+            return f"pid {info['pid']} on {info['host']}, started {started}"
+        except (ValueError, KeyError, TypeError):
+            return "holder unknown"
+
+    def release(self) -> None:
+        key = str(self.path)
+        with _held_guard:
+            if key not in _held:
+                return
+            fd, depth = _held[key]
+            if depth > 1:
+                _held[key] = (fd, depth - 1)
+                return
+            del _held[key]
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def __enter__(self) -> WriterLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

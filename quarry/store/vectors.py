@@ -1,0 +1,160 @@
+"""The LanceDB side of the store: one table of chunk vectors per (model, dimension).
+
+The table carries the filterable metadata next to each vector. Its version number is part of
+the commit pointer: readers check out exactly that version, so rows a run writes stay
+invisible until the pointer moves, and a run that dies is rolled back by restoring it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+os.environ.setdefault("LANCEDB_LOG", "error")  # LanceDB warns once per query otherwise
+
+_HEX = re.compile(r"^[0-9a-f]+$")
+_ID = re.compile(r"^[0-9a-f]+(:[0-9]+)?$")
+LOOKUP_BATCH = 500
+
+
+def table_name(model: str, dim: int) -> str:
+    """The table holding vectors of ``model`` at ``dim`` dimensions."""
+    slug = re.sub(r"[^a-z0-9]+", "_", model.lower()).strip("_") or "model"
+    return f"chunks_{slug}_{dim}"
+
+
+def schema(model: str, dim: int) -> pa.Schema:
+    fields = [
+        pa.field("chunk_id", pa.string()),
+        pa.field("doc_id", pa.string()),
+        pa.field("text_hash", pa.string()),
+        pa.field("vector", pa.list_(pa.float32(), dim)),
+        pa.field("path", pa.string()),
+        pa.field("file_type", pa.string()),
+        pa.field("section", pa.string()),
+        pa.field("chunk_index", pa.int32()),
+        pa.field("page_start", pa.int32()),
+        pa.field("page_end", pa.int32()),
+    ]
+    return pa.schema(fields, metadata={"quarry.model": model, "quarry.dim": str(dim)})
+
+
+def connect(store: Path):
+    import lancedb
+
+    return lancedb.connect(str(store / "lance"))
+
+
+def _quoted(values: list[str], pattern: re.Pattern = _HEX) -> str:
+    # LanceDB predicates are SQL strings; only values that match a strict pattern are inlined.
+    for v in values:
+        if not pattern.match(v):
+            raise ValueError(f"refusing to put {v!r} into a LanceDB predicate")
+    return ", ".join(f"'{v}'" for v in values)
+
+
+def open_for_write(store: Path, model: str, dim: int, committed_version: int):
+    """Open (or create) the table for writing, rolled back to ``committed_version``.
+
+    Versions written by a run that never committed are undone here, so a killed run leaves
+    no trace in what the next run builds on.
+    """
+    db = connect(store)
+    name = table_name(model, dim)
+    if name in db.table_names():
+        table = db.open_table(name)
+        if committed_version <= 0:
+            db.drop_table(name)  # created by a run that never committed
+        elif table.version != committed_version:
+            table.restore(committed_version)
+            return table
+        else:
+            return table
+    return db.create_table(name, schema=schema(model, dim))
+
+
+def open_for_read(store: Path, name: str, version: int):
+    """The table checked out at the committed ``version``."""
+    table = connect(store).open_table(name)
+    table.checkout(version)
+    return table
+
+
+def lookup_vectors(table, hashes: list[str]) -> dict[str, np.ndarray]:
+    """Stored vectors for the given text hashes (the embedding cache)."""
+    found: dict[str, np.ndarray] = {}
+    unique = sorted(set(hashes))
+    for i in range(0, len(unique), LOOKUP_BATCH):
+        batch = unique[i : i + LOOKUP_BATCH]
+        rows = (
+            table.search()
+            .where(f"text_hash IN ({_quoted(batch)})")
+            .select(["text_hash", "vector"])
+            .limit(len(batch) * 64)
+            .to_arrow()
+        )
+        if rows.num_rows:
+            vecs = rows.column("vector").combine_chunks().flatten().to_numpy().reshape(rows.num_rows, -1)
+            for h, v in zip(rows.column("text_hash").to_pylist(), vecs):
+                found.setdefault(h, v.astype(np.float32))
+    return found
+
+
+def delete_documents(table, doc_ids: list[str]) -> None:
+    for i in range(0, len(doc_ids), LOOKUP_BATCH):
+        table.delete(f"doc_id IN ({_quoted(doc_ids[i : i + LOOKUP_BATCH])})")
+
+
+def move_document(table, doc_id: str, path: str) -> None:
+    table.update(where=f"doc_id = {_quoted([doc_id])}", values={"path": path})
+
+
+def add_rows(table, rows: pa.Table) -> None:
+    if rows.num_rows:
+        table.add(rows)
+
+
+def rows_table(model: str, dim: int, records, vectors: dict[str, np.ndarray]) -> pa.Table:
+    """Arrow rows for the chunks of ``records``; ``vectors`` maps text hash to vector."""
+    chunks = [(r, c) for r in records for c in r.chunks]
+    if not chunks:
+        return schema(model, dim).empty_table()
+    matrix = np.stack([vectors[c.text_hash] for _, c in chunks]).astype(np.float32)
+    section_titles = {(r.doc_id, s.index): s.title for r in records for s in r.sections}
+    columns = {
+        "chunk_id": [c.chunk_id for _, c in chunks],
+        "doc_id": [c.doc_id for _, c in chunks],
+        "text_hash": [c.text_hash for _, c in chunks],
+        "vector": pa.FixedSizeListArray.from_arrays(pa.array(matrix.ravel()), dim),
+        "path": [r.file.path for r, _ in chunks],
+        "file_type": [r.file.file_type for r, _ in chunks],
+        "section": [section_titles.get((c.doc_id, c.section_index), "") for _, c in chunks],
+        "chunk_index": [c.chunk_index for _, c in chunks],
+        "page_start": [c.page_start for _, c in chunks],
+        "page_end": [c.page_end for _, c in chunks],
+    }
+    return pa.Table.from_pydict(columns, schema=schema(model, dim))
+
+
+def compact(table, max_fragments: int = 32) -> None:
+    """Merge small fragments once there are many (each run's add makes one).
+
+    Runs before the commit, so the committed version is the compacted one. Never prunes:
+    pruning before the pointer moves could delete the version the pointer still names.
+    """
+    if table.stats()["fragment_stats"]["num_fragments"] > max_fragments:
+        table.compact_files()
+
+
+def prune(table, keep_for: timedelta = timedelta(hours=1)) -> None:
+    """Drop versions older than ``keep_for``; call only after a commit.
+
+    Then the committed version is the latest, which is never removed; older versions stay a
+    while because a reader may still have one checked out.
+    """
+    table.cleanup_old_versions(older_than=keep_for)

@@ -1,0 +1,173 @@
+"""A write session: everything an index run changes, made visible in one step.
+
+Order of work, and why it is crash-safe:
+
+1. take the writer lock (flock; released by the kernel if the process dies);
+2. remove what dead runs left: catalog generations CURRENT does not name, and LanceDB
+   versions after the committed one (restored back);
+3. copy the committed catalog to a new generation file and apply the run's changes there,
+   while LanceDB gets the new rows as new table versions — readers keep using the committed
+   catalog file and check out the committed table version, so they see none of it;
+4. commit: rebuild FTS, write the run row, checkpoint and close the new catalog, then
+   atomically replace CURRENT to name it and the new table version.
+
+A kill before step 4's rename leaves the old pointer, hence the old state, intact.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from quarry.models import DocumentRecord
+from quarry.store import catalog, vectors
+from quarry.store.layout import Pointer, WriterLock, read_pointer, remove_stale_generations, write_pointer
+
+
+@dataclass
+class CommitInfo:
+    generation: int
+    vector_version: int
+    seconds: float
+
+
+class StoreWriter:
+    """Holds the lock, the new catalog generation and the vector table of one run."""
+
+    def __init__(self, store: Path, model: str, dim: int):
+        self.store = store
+        self.model = model
+        self.dim = dim
+        self.lock = WriterLock(store)
+        self.base: Pointer | None = None
+        self.con = None
+        self.table = None
+        self.generation = 0
+        self.model_changed = False
+
+    def open(self) -> StoreWriter:
+        self.lock.acquire()
+        try:
+            self._open()
+        except BaseException:
+            self.lock.release()
+            raise
+        return self
+
+    def _open(self) -> None:
+        self.store.mkdir(parents=True, exist_ok=True)
+        self.base = read_pointer(self.store)
+        remove_stale_generations(self.store, keep=self.base.catalog if self.base else None)
+        self.generation = (self.base.generation if self.base else 0) + 1
+        path = self.catalog_path
+        if self.base:
+            shutil.copyfile(self.store / self.base.catalog, path)
+            self.con = catalog.connect(path, read_only=False)
+        else:
+            self.con = catalog.create(path)
+        name = vectors.table_name(self.model, self.dim)
+        same_table = self.base is not None and self.base.vector_table == name
+        self.model_changed = self.base is not None and bool(self.base.vector_table) and not same_table
+        self.table = vectors.open_for_write(self.store, self.model, self.dim, self.base.vector_version if same_table else 0)
+
+    @property
+    def catalog_path(self) -> Path:
+        return self.store / Pointer.catalog_name(self.generation)
+
+    # --- changes -----------------------------------------------------------------------------
+
+    def lookup_vectors(self, hashes: list[str]) -> dict[str, np.ndarray]:
+        """Stored vectors of this model for the given text hashes (none after a model change)."""
+        return vectors.lookup_vectors(self.table, hashes)
+
+    def write_documents(self, records: list[DocumentRecord], vecs: dict[str, np.ndarray], run_id: str) -> None:
+        """Replace these documents' rows in both stores. Safe to repeat after a failure."""
+        if not records:
+            return
+        vectors.delete_documents(self.table, [r.doc_id for r in records])
+        vectors.add_rows(self.table, vectors.rows_table(self.model, self.dim, records, vecs))
+        catalog.replace_documents(self.con, records, run_id)
+
+    def delete_documents(self, doc_ids: list[str]) -> None:
+        if doc_ids:
+            vectors.delete_documents(self.table, doc_ids)
+            catalog.delete_documents(self.con, doc_ids)
+
+    def move_document(self, doc_id: str, path: str, root: str, rel_path: str, mtime, run_id: str) -> None:
+        vectors.move_document(self.table, doc_id, path)
+        self.con.execute(catalog.load_sql("move_document"), [doc_id, path, root, rel_path, mtime, run_id])
+
+    def touch_documents(self, items: list[tuple[str, object]]) -> None:
+        """Record new mtimes of unchanged files (bookkeeping only)."""
+        if items:
+            self.con.executemany(catalog.load_sql("touch_document"), [[doc_id, mtime] for doc_id, mtime in items])
+
+    # --- commit ------------------------------------------------------------------------------
+
+    def commit(self, run_row: dict, settings_meta: dict[str, str]) -> CommitInfo:
+        """Make the run visible: FTS, run row, checkpoint, then the pointer rename."""
+        t0 = time.perf_counter()
+        for key, value in {**settings_meta, "model": self.model, "dim": str(self.dim)}.items():
+            catalog.set_meta(self.con, key, value)
+        catalog.rebuild_fts(self.con)
+        insert_run(self.con, run_row)
+        self.con.execute("CHECKPOINT")
+        self.con.close()
+        self.con = None
+        vectors.compact(self.table)
+        pointer = Pointer(
+            generation=self.generation,
+            catalog=self.catalog_path.name,
+            vector_table=self.table.name,
+            vector_version=self.table.version,
+            model=self.model,
+            dim=self.dim,
+            committed_at=time.time(),
+        )
+        write_pointer(self.store, pointer)  # <- the commit point
+        self._after_commit(pointer)
+        return CommitInfo(self.generation, pointer.vector_version, time.perf_counter() - t0)
+
+    def _after_commit(self, pointer: Pointer) -> None:
+        remove_stale_generations(self.store, keep=pointer.catalog)
+        try:
+            vectors.prune(self.table)
+            if self.model_changed and self.base:
+                vectors.connect(self.store).drop_table(self.base.vector_table)
+        except Exception:  # tidying is best-effort; the next run tries again
+            pass
+
+    def close(self) -> None:
+        """Abandon uncommitted work (if any) and release the lock."""
+        try:
+            if self.con is not None:
+                self.con.close()
+                self.con = None
+                self.catalog_path.unlink(missing_ok=True)
+                Path(str(self.catalog_path) + ".wal").unlink(missing_ok=True)
+        finally:
+            self.lock.release()
+
+    def __enter__(self) -> StoreWriter:
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def insert_run(con, run_row: dict) -> None:
+    import pyarrow as pa
+
+    row = dict(run_row)
+    for key in ("roots", "errors", "durations", "settings"):
+        row[key] = json.dumps(row.get(key) or ([] if key in ("roots", "errors") else {}), ensure_ascii=False)
+    con.register("new_run", pa.Table.from_pylist([row]))
+    try:
+        con.execute(catalog.load_sql("insert_run"))
+    finally:
+        con.unregister("new_run")

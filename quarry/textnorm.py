@@ -1,0 +1,50 @@
+"""BM25 tokenisation shared by indexing and querying.
+
+DuckDB's FTS tokenizer drops every non-letter by default, so years, versions, error codes and
+amounts would vanish. quarry tokenises in Python instead and hands DuckDB space-separated
+tokens. A compound token keeps its whole form and adds its parts, so ``v1.4.4`` is found by
+``v1.4.4`` and ``FY2018`` by ``2018``:
+
+    "FY2018"  -> fy2018 fy 2018
+    "v1.4.4"  -> v144 v1 v 1 4 4
+    "E11000"  -> e11000 e 11000
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# A word: letters/digits, optionally joined by . - _ / : (e.g. v1.4.4, utf-8, a/b, 10:30).
+_WORD = re.compile(r"\w+(?:[.,\-_/:']\w+)*")
+_CONNECTOR = re.compile(r"[.,\-_/:']")
+_RUNS = re.compile(r"\d+|[^\W\d_]+")
+
+
+def _fold(text: str) -> str:
+    # Accents are stripped so "naïve" and "naive" meet; DuckDB's strip_accents does the same
+    # to what we hand it, this just keeps the two sides identical.
+    decomposed = unicodedata.normalize("NFKD", text.lower())
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+
+
+def tokens(text: str) -> list[str]:
+    """The BM25 tokens of ``text``, in order."""
+    out: list[str] = []
+    for match in _WORD.finditer(_fold(text)):
+        word = match.group()
+        parts = [p for p in _CONNECTOR.split(word) if p]
+        whole = "".join(parts)
+        out.append(whole)
+        if len(parts) > 1:
+            out.extend(parts)
+        for part in parts:
+            runs = _RUNS.findall(part)
+            if len(runs) > 1:
+                out.extend(runs)
+    return out
+
+
+def bm25_text(text: str) -> str:
+    """``text`` as one space-separated string of BM25 tokens."""
+    return " ".join(tokens(text))

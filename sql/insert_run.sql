@@ -1,0 +1,1 @@
+INSERT INTO runs BY NAME SELECT * FROM new_run;

@@ -1,0 +1,76 @@
+-- The catalog schema. Applied to every new catalog; statements are idempotent.
+CREATE TABLE IF NOT EXISTS meta (
+    key   VARCHAR PRIMARY KEY,
+    value VARCHAR NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS documents (
+    doc_id     VARCHAR PRIMARY KEY,
+    path       VARCHAR NOT NULL,   -- absolute path of the file
+    root       VARCHAR NOT NULL,   -- the indexed root the file was found under
+    rel_path   VARCHAR NOT NULL,   -- path relative to root
+    file_type  VARCHAR NOT NULL,   -- md, txt, rst, html, pdf, docx
+    size       BIGINT NOT NULL,
+    mtime      TIMESTAMP NOT NULL,
+    sha256     VARCHAR NOT NULL,
+    title      VARCHAR NOT NULL,
+    summary    VARCHAR NOT NULL,
+    n_pages    INTEGER,
+    n_sections INTEGER NOT NULL,
+    n_chunks   INTEGER NOT NULL,
+    metadata   JSON,
+    indexed_at TIMESTAMP NOT NULL,
+    run_id     VARCHAR NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS sections (
+    doc_id        VARCHAR NOT NULL,
+    section_index INTEGER NOT NULL,
+    title         VARCHAR NOT NULL,
+    level         INTEGER NOT NULL,
+    start_char    INTEGER NOT NULL,
+    end_char      INTEGER NOT NULL,
+    page_start    INTEGER,
+    page_end      INTEGER,
+    summary       VARCHAR,
+    PRIMARY KEY (doc_id, section_index)
+);
+
+CREATE TABLE IF NOT EXISTS chunks (
+    chunk_id      VARCHAR PRIMARY KEY,
+    doc_id        VARCHAR NOT NULL,
+    section_index INTEGER NOT NULL,
+    chunk_index   INTEGER NOT NULL,    -- position within the document, from 0
+    start_char    INTEGER NOT NULL,    -- [start_char, end_char) in the parsed document text
+    end_char      INTEGER NOT NULL,
+    page_start    INTEGER,             -- 1-based, PDF only
+    page_end      INTEGER,
+    header        VARCHAR NOT NULL,    -- contextual header, embedded and BM25-indexed with the text
+    text          VARCHAR NOT NULL,
+    text_hash     VARCHAR NOT NULL,    -- sha256 of header + "\n\n" + text: the vector cache key
+    n_tokens      INTEGER NOT NULL,
+    search_text   VARCHAR NOT NULL     -- header + text as BM25 tokens (see quarry/textnorm.py)
+);
+
+CREATE TABLE IF NOT EXISTS runs (
+    run_id          VARCHAR PRIMARY KEY,
+    started         TIMESTAMP NOT NULL,
+    finished        TIMESTAMP,
+    status          VARCHAR NOT NULL,  -- completed, partial (some files failed), failed
+    roots           JSON NOT NULL,
+    added           INTEGER NOT NULL DEFAULT 0,
+    updated         INTEGER NOT NULL DEFAULT 0,
+    moved           INTEGER NOT NULL DEFAULT 0,
+    deleted         INTEGER NOT NULL DEFAULT 0,
+    skipped         INTEGER NOT NULL DEFAULT 0,
+    unsupported     INTEGER NOT NULL DEFAULT 0,
+    failed          INTEGER NOT NULL DEFAULT 0,
+    chunks          INTEGER NOT NULL DEFAULT 0,
+    embedded_chunks INTEGER NOT NULL DEFAULT 0,
+    reused_vectors  INTEGER NOT NULL DEFAULT 0,
+    model_calls     INTEGER NOT NULL DEFAULT 0,
+    truncated       INTEGER NOT NULL DEFAULT 0,
+    errors          JSON NOT NULL,     -- [{"path", "error"}]
+    durations       JSON NOT NULL,     -- seconds per stage
+    settings        JSON NOT NULL      -- the run's settings, secrets masked
+);

@@ -1,0 +1,1 @@
+"""Prefect tasks: thin wrappers over quarry's plain functions, one batch per task run."""

@@ -1,0 +1,72 @@
+"""Shared fixtures: one real Prefect API server for the session, real stores in tmp dirs.
+
+Tests use the dependency-free ``hash`` embedder unless marked ``slow`` (real model).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+SAMPLE = ROOT / "data" / "sample"
+
+# Before anything imports Prefect: an isolated Prefect home and quiet, offline settings.
+_home = tempfile.mkdtemp(prefix="quarry-test-prefect-")
+os.environ["PREFECT_HOME"] = _home
+os.environ.setdefault("QUARRY_EMBED_BACKEND", "hash")
+from quarry.orchestration import prefect_environment  # noqa: E402
+
+prefect_environment()
+
+
+def shared(*parts: str) -> Path:
+    """A path under ../shared/data, skipping the test when the folder is absent."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"shared data not found: {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    """A real Prefect API server for the whole session (subprocess CLIs reuse it)."""
+    from quarry.orchestration import prefect_api as api
+
+    with api(Path(_home) / "logs") as url:
+        yield url
+
+
+@pytest.fixture
+def run_flow(prefect_api):
+    """Run the real index flow in-process: run_flow(roots, db, **kwargs) -> report."""
+    from flows.index import index_flow
+
+    def run(roots, db, **kwargs):
+        return index_flow([str(r) for r in roots], db=str(db), **kwargs)
+
+    return run
+
+
+@pytest.fixture
+def cli(prefect_api):
+    """Run the real ``quarry`` CLI in a subprocess: cli(*args, env=None) -> CompletedProcess."""
+
+    def run(*args, env=None, timeout=300):
+        full_env = {**os.environ, **(env or {})}
+        return subprocess.run(
+            [sys.executable, "-m", "quarry.cli", *map(str, args)],
+            capture_output=True,
+            text=True,
+            env=full_env,
+            timeout=timeout,
+            cwd=ROOT,
+        )
+
+    return run

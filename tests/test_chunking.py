@@ -1,0 +1,80 @@
+import pytest
+
+from quarry.chunking import chunk_document, split_spans
+from quarry.models import ParsedDocument, Section
+
+PARA = "The quick brown fox jumps over the lazy dog. " * 4
+
+
+def _doc(text):
+    return ParsedDocument(text=text)
+
+
+@pytest.mark.parametrize("size", [100, 200, 400])
+def test_spans_respect_size_and_cover_text(size):
+    text = "\n\n".join(PARA.strip() for _ in range(8))
+    spans = split_spans(text, 0, len(text), size)
+    assert all(b - a <= size for a, b in spans)
+    # Every non-space character is in exactly one span, in order.
+    covered = "".join(text[a:b] for a, b in spans)
+    assert covered.replace(" ", "").replace("\n", "") == text.replace(" ", "").replace("\n", "")
+    assert spans == sorted(spans)
+
+
+def test_prefers_paragraph_breaks():
+    text = "First paragraph here.\n\nSecond paragraph is a little longer than the first."
+    spans = split_spans(text, 0, len(text), 60)
+    assert [text[a:b] for a, b in spans] == ["First paragraph here.", "Second paragraph is a little longer than the first."]
+
+
+def test_hard_cut_inside_a_giant_word():
+    text = "x" * 250
+    assert split_spans(text, 0, 250, 100) == [(0, 100), (100, 200), (200, 250)]
+
+
+def test_short_tail_merges_into_neighbour():
+    text = "A" * 95 + "\n\n" + "tail text."  # 107 characters: over the size of 100
+    assert split_spans(text, 0, len(text), 100, min_chunk=20) == [(0, len(text))]
+    assert len(split_spans(text, 0, len(text), 100, min_chunk=0)) == 2
+
+
+def test_chunks_keep_offsets_pages_and_headers():
+    text = "Page one text. " * 20 + "\n\n" + "Page two text. " * 20
+    doc = ParsedDocument(text=text, page_offsets=[0, text.index("Page two")])
+    sections = [Section(index=0, title="S", level=1, start=0, end=len(text))]
+    chunks = chunk_document("d1", doc, sections, ["Document: T"], size=200, min_chunk=0)
+    for i, c in enumerate(chunks):
+        assert c.text == text[c.start : c.end]
+        assert c.chunk_index == i and c.chunk_id == f"d1:{i}"
+        assert c.header == "Document: T"
+        assert c.embed_text.startswith("Document: T\n\n")
+    assert chunks[0].page_start == 1 and chunks[-1].page_end == 2
+
+
+def test_overlap_starts_early_on_a_word_boundary():
+    text = " ".join(f"word{i}" for i in range(200))
+    sections = [Section(index=0, title="", level=0, start=0, end=len(text))]
+    chunks = chunk_document("d", _doc(text), sections, [""], size=200, overlap=50, min_chunk=0)
+    for prev, cur in zip(chunks, chunks[1:]):
+        assert cur.start < prev.end  # overlaps
+        assert text[cur.start - 1] == " "  # starts at a word
+
+
+def test_token_budget_resplits_chunks():
+    text = " ".join(["tok"] * 300)
+    sections = [Section(index=0, title="", level=0, start=0, end=len(text))]
+
+    def count(texts):  # one token per word, plus the two special tokens
+        return [len(t.split()) + 2 for t in texts]
+
+    chunks = chunk_document("d", _doc(text), sections, ["Header words here"], size=2000, count_tokens=count,
+                            max_tokens=64)
+    assert len(chunks) > 1
+    assert all(c.n_tokens <= 64 and not c.truncated for c in chunks)
+
+
+def test_header_too_long_is_flagged_truncated():
+    sections = [Section(index=0, title="", level=0, start=0, end=10)]
+    chunks = chunk_document("d", _doc("short text"), sections, ["h " * 100], count_tokens=lambda ts: [999] * len(ts),
+                            max_tokens=64)
+    assert chunks and all(c.truncated for c in chunks)

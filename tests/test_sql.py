@@ -1,0 +1,97 @@
+"""Every .sql file runs against a real DuckDB, and the FTS setup keeps numbers and codes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pyarrow as pa
+import pytest
+
+from quarry.sqlfiles import SQL_DIR, load_sql, statements
+from quarry.store import catalog
+from quarry.store.writer import insert_run
+
+ALL_SQL = sorted(p.stem for p in SQL_DIR.glob("*.sql"))
+
+
+@pytest.fixture
+def con(tmp_path):
+    c = catalog.create(tmp_path / "c.duckdb")
+    now = dt.datetime(2024, 1, 2, 3, 4, 5)
+    c.execute(
+        "INSERT INTO documents VALUES ('d1', '/r/a.md', '/r', 'a.md', 'md', 10, ?, 'sha', 'Title', 'Sum', NULL, 1, 1,"
+        " '{}', ?, 'run0')",
+        [now, now],
+    )
+    c.execute("INSERT INTO sections VALUES ('d1', 0, 'Intro', 1, 0, 10, NULL, NULL, NULL)")
+    c.execute(
+        "INSERT INTO chunks VALUES ('d1:0', 'd1', 0, 0, 0, 10, NULL, NULL, 'Document: Title', "
+        "'error E11000 in FY2018', 'h', 5, 'document title error e11000 e 11000 in fy2018 fy 2018')"
+    )
+    yield c
+    c.close()
+
+
+def test_every_sql_file_is_known():
+    # A new .sql file must be added to the parametrized run below.
+    assert set(ALL_SQL) == set(PARAMS)
+
+
+PARAMS = {
+    "schema": None,
+    "fts_rebuild": None,
+    "bm25_search": ["2018", 5],
+    "hydrate_chunks": [["d1:0"]],
+    "plan_documents": None,
+    "delete_documents": [["nope"]],
+    "move_document": ["d1", "/r/b.md", "/r", "b.md", dt.datetime(2024, 1, 1), "run1"],
+    "touch_document": ["d1", dt.datetime(2024, 1, 1)],
+    "insert_documents": "arrow",
+    "insert_run": "run",
+    "status": None,
+    "list_runs": [10],
+    "get_meta": None,
+    "set_meta": ["k", "v"],
+}
+
+
+@pytest.mark.parametrize("name", ALL_SQL)
+def test_sql_file_runs(con, name):
+    catalog.rebuild_fts(con)
+    params = PARAMS[name]
+    if params == "run":
+        insert_run(con, {"run_id": "r", "started": dt.datetime.now(), "status": "completed", "roots": ["/r"],
+                         "errors": [], "durations": {}, "settings": {}})
+        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+        return
+    if params == "arrow":
+        for table in ("new_documents", "new_sections", "new_chunks"):
+            src = table.removeprefix("new_")
+            con.register(table, con.execute(f"SELECT * FROM {src} LIMIT 0").arrow())
+        for stmt in statements(name):
+            con.execute(stmt)
+        return
+    for stmt in statements(name):
+        con.execute(stmt, params) if params is not None else con.execute(stmt)
+
+
+@pytest.mark.parametrize("query, hit", [("2018", True), ("FY2018", True), ("e11000", True), ("gardening", False)])
+def test_bm25_finds_numbers_and_codes(con, query, hit):
+    from quarry.textnorm import bm25_text
+
+    catalog.rebuild_fts(con)
+    rows = con.execute(load_sql("bm25_search"), [bm25_text(query), 5]).fetchall()
+    assert bool(rows) is hit
+
+
+def test_hostile_strings_are_bound_not_executed(con):
+    catalog.rebuild_fts(con)
+    con.execute(load_sql("bm25_search"), ["x'; DROP TABLE chunks; --", 5]).fetchall()
+    con.execute(load_sql("hydrate_chunks"), [["') OR 1=1 --"]]).fetchall()
+    assert con.execute("SELECT count(*) FROM chunks").fetchone()[0] == 1
+
+
+def test_metadata_column_holds_json(con):
+    row = con.execute("SELECT metadata FROM documents").fetchone()[0]
+    assert json.loads(row) == {}

@@ -1,0 +1,158 @@
+"""The store's commit point, reader isolation, crash recovery and the writer lock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from quarry.errors import StoreLocked, StoreNotFound
+from quarry.models import Chunk, DocumentRecord, FileInfo, Section
+from quarry.store.layout import WriterLock, read_pointer, require_pointer
+from quarry.store.reader import open_snapshot
+from quarry.store.writer import StoreWriter
+
+DIM = 8
+
+
+def record(doc_id: str, text: str, path: str | None = None) -> DocumentRecord:
+    file = FileInfo(path=path or f"/r/{doc_id}.md", root="/r", rel_path=f"{doc_id}.md", file_type="md", size=len(text),
+                    mtime=1.0, sha256=doc_id * 2)
+    chunk = Chunk(chunk_id=f"{doc_id}:0", doc_id=doc_id, section_index=0, chunk_index=0, start=0, end=len(text),
+                  page_start=None, page_end=None, header="Document: T", text=text, text_hash=(doc_id * 8)[:64],
+                  n_tokens=3)
+    return DocumentRecord(doc_id=doc_id, file=file, title="T", summary="", sections=[Section(0, "S", 1, 0, len(text))],
+                          chunks=[chunk])
+
+
+def vec(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def run_row(run_id="r1"):
+    import datetime as dt
+
+    return {"run_id": run_id, "started": dt.datetime.now(), "status": "completed", "roots": ["/r"], "errors": [],
+            "durations": {}, "settings": {}}
+
+
+def write(store, docs, run_id="r1", commit=True):
+    w = StoreWriter(store, "test-model", DIM).open()
+    try:
+        w.write_documents(docs, {d.chunks[0].text_hash: vec(i) for i, d in enumerate(docs)}, run_id)
+        if commit:
+            w.commit(run_row(run_id), {})
+    finally:
+        w.close()
+
+
+def chunk_count(store):
+    snap = open_snapshot(store)
+    try:
+        return snap.con.execute("SELECT count(*) FROM chunks").fetchone()[0], snap.table.count_rows()
+    finally:
+        snap.close()
+
+
+def test_no_store_is_a_clear_error(tmp_path):
+    with pytest.raises(StoreNotFound, match="quarry index"):
+        require_pointer(tmp_path / "nothing")
+
+
+def test_commit_makes_a_run_visible_whole(tmp_path):
+    store = tmp_path / "s"
+    write(store, [record("aa", "alpha"), record("bb", "beta")])
+    assert chunk_count(store) == (2, 2)
+    p = read_pointer(store)
+    assert p.generation == 1 and p.model == "test-model" and p.dim == DIM
+    assert sorted(x.name for x in store.glob("catalog-*")) == [p.catalog]
+
+
+def test_uncommitted_work_is_invisible_and_rolled_back(tmp_path):
+    store = tmp_path / "s"
+    write(store, [record("aa", "alpha")])
+    committed = read_pointer(store)
+    reader = open_snapshot(store)
+    # A run that writes and dies without committing (no commit, no cleanup of its files).
+    w = StoreWriter(store, "test-model", DIM).open()
+    w.write_documents([record("bb", "beta"), record("cc", "gamma")], {("bb" * 8)[:64]: vec(1), ("cc" * 8)[:64]: vec(2)},
+                      "r2")
+    assert reader.con.execute("SELECT count(*) FROM chunks").fetchone()[0] == 1
+    assert reader.table.count_rows() == 1
+    w.lock.release()  # simulate the process dying: the catalog file stays behind
+    w.con.close()
+    assert read_pointer(store) == committed
+    reader.close()
+    # The next run starts from the committed state: the dead run's rows are gone.
+    write(store, [record("dd", "delta")], run_id="r3")
+    snap = open_snapshot(store)
+    ids = sorted(r[0] for r in snap.con.execute("SELECT doc_id FROM documents").fetchall())
+    lance_ids = sorted(snap.table.to_arrow().column("doc_id").to_pylist())
+    snap.close()
+    assert ids == lance_ids == ["aa", "dd"]
+    assert len(list(store.glob("catalog-*.duckdb"))) == 1
+
+
+def test_vector_cache_lookup_and_replace(tmp_path):
+    store = tmp_path / "s"
+    write(store, [record("aa", "alpha")])
+    w = StoreWriter(store, "test-model", DIM).open()
+    try:
+        found = w.lookup_vectors([("aa" * 8)[:64], "f" * 64])
+        assert list(found) == [("aa" * 8)[:64]]
+        np.testing.assert_allclose(found[("aa" * 8)[:64]], vec(0), rtol=1e-6)
+        w.write_documents([record("aa", "alpha v2")], {("aa" * 8)[:64]: vec(5)}, "r2")  # same doc: replaced
+        w.commit(run_row("r2"), {})
+    finally:
+        w.close()
+    assert chunk_count(store) == (1, 1)
+
+
+def test_model_change_uses_a_new_table_and_drops_the_old(tmp_path):
+    store = tmp_path / "s"
+    write(store, [record("aa", "alpha")])
+    w = StoreWriter(store, "other-model", DIM).open()
+    try:
+        assert w.model_changed and w.lookup_vectors([("aa" * 8)[:64]]) == {}
+        w.write_documents([record("aa", "alpha")], {("aa" * 8)[:64]: vec(0)}, "r2")
+        w.commit(run_row("r2"), {})
+    finally:
+        w.close()
+    p = read_pointer(store)
+    assert p.model == "other-model" and "other_model" in p.vector_table
+
+
+def test_second_writer_fails_fast_naming_the_holder(tmp_path):
+    store = tmp_path / "s"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            from pathlib import Path
+            from quarry.store.layout import WriterLock
+            WriterLock(Path({str(store)!r})).acquire()
+            print("locked", flush=True)
+            time.sleep(60)
+        """)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(StoreLocked, match=f"pid {holder.pid}"):
+            WriterLock(store).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    # The kernel released the dead holder's lock: no stale lock to clean up by hand.
+    WriterLock(store).acquire().release()
+
+
+def test_lock_is_reentrant_within_a_process(tmp_path):
+    a, b = WriterLock(tmp_path), WriterLock(tmp_path)
+    a.acquire()
+    b.acquire()
+    b.release()
+    a.release()
