@@ -223,6 +223,33 @@ def runs(db, limit, as_json):
         )
 
 
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@db_option
+@click.option("--cron", required=True, help='Schedule, e.g. "*/15 * * * *" (every 15 minutes).')
+@click.option("--name", default="quarry-index", show_default=True, help="Deployment name.")
+@handle_errors
+def serve(paths, db, cron, name):
+    """Re-index PATHS on a cron schedule (Prefect flow.serve; runs until interrupted)."""
+    from quarry.croncheck import validate_cron
+    from quarry.orchestration import prefect_api, prefect_environment
+    from quarry.settings import store_path
+
+    validate_cron(cron)
+    store = store_path(db)
+    prefect_environment()
+    with prefect_api(store / "logs"):
+        from flows.index import index_flow
+
+        click.echo(f"serving {name}: indexing {', '.join(paths)} into {store} on '{cron}' (Ctrl-C stops)")
+        index_flow.serve(
+            name=name,
+            cron=cron,
+            parameters={"roots": [str(store_path(p)) for p in paths], "db": str(store)},
+            print_starting_message=False,
+        )
+
+
 @cli.command(name="eval")
 @click.argument("beir_dir", type=click.Path(exists=True, file_okay=False))
 @db_option
@@ -248,6 +275,10 @@ def eval_cmd(beir_dir, db, modes, split, limit, as_json):
 
 
 def main() -> None:
+    # Offline and quiet by default: no hub look-ups, no download progress bars.
+    for key, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+                       ("TRANSFORMERS_VERBOSITY", "error"), ("TOKENIZERS_PARALLELISM", "false")):
+        os.environ.setdefault(key, value)
     cli()
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from quarry.embedders.base import Embedder, batches_by_budget
+from quarry import faults
 from quarry.errors import EmbeddingError
 from quarry.models import DocumentRecord
 
@@ -44,6 +45,7 @@ def embed_records(
         lengths = [c.n_tokens or len(c.embed_text) // 4 + 1 for c in todo]
         for batch in batches_by_budget(lengths, budget_tokens):
             texts = [todo[i].embed_text for i in batch]
+            faults.point("embed")
             out = embedder.embed(texts)
             if out.shape != (len(texts), embedder.dim):
                 raise EmbeddingError(f"embedder returned shape {out.shape} for {len(texts)} texts of dim {embedder.dim}")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from quarry import faults
 from quarry.models import DocumentRecord
 from quarry.store import catalog, vectors
 from quarry.store.layout import Pointer, WriterLock, read_pointer, remove_stale_generations, write_pointer
@@ -91,7 +92,9 @@ class StoreWriter:
             return
         vectors.delete_documents(self.table, [r.doc_id for r in records])
         vectors.add_rows(self.table, vectors.rows_table(self.model, self.dim, records, vecs))
+        faults.point("after-vectors")
         catalog.replace_documents(self.con, records, run_id)
+        faults.point("after-catalog")
 
     def delete_documents(self, doc_ids: list[str]) -> None:
         if doc_ids:
@@ -114,6 +117,7 @@ class StoreWriter:
         t0 = time.perf_counter()
         for key, value in {**settings_meta, "model": self.model, "dim": str(self.dim)}.items():
             catalog.set_meta(self.con, key, value)
+        faults.point("fts")
         catalog.rebuild_fts(self.con)
         insert_run(self.con, run_row)
         self.con.execute("CHECKPOINT")
@@ -129,7 +133,9 @@ class StoreWriter:
             dim=self.dim,
             committed_at=time.time(),
         )
+        faults.point("before-commit")
         write_pointer(self.store, pointer)  # <- the commit point
+        faults.point("after-commit")
         self._after_commit(pointer)
         return CommitInfo(self.generation, pointer.vector_version, time.perf_counter() - t0)
 

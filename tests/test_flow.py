@@ -1,0 +1,117 @@
+"""The real Prefect index flow on real files: counts, incremental runs, failures."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import quarry
+from conftest import SAMPLE, shared
+from quarry.store.layout import read_pointer
+
+
+@pytest.fixture
+def tree(tmp_path):
+    dest = tmp_path / "tree"
+    shutil.copytree(SAMPLE, dest)
+    return dest
+
+
+def test_index_then_search(tree, tmp_path, run_flow):
+    db = tmp_path / "db"
+    report = run_flow([tree], db)
+    assert report["added"] == 5 and report["failed"] == 0 and report["chunks"] > 5
+    assert report["embedded_chunks"] == report["chunks"] and report["model_calls"] >= 1
+    with quarry.open(db) as idx:
+        hits = idx.search("deployctl rollback", k=3).results
+        assert hits[0].path.endswith("deploys.md")
+        assert hits[0].section == "Rolling back a bad deploy"
+        assert hits[0].header.startswith("Document: Deploying and rolling back services")
+        assert hits[0].ranks["bm25"] == 1
+        status = idx.status()
+    assert status["documents"] == 5 and status["chunks"] == report["chunks"]
+
+
+def test_unchanged_rerun_does_no_work(tree, tmp_path, run_flow):
+    db = tmp_path / "db"
+    first = run_flow([tree], db)
+    for path in tree.rglob("*.md"):
+        path.touch()  # mtime changes, bytes do not
+    second = run_flow([tree], db)
+    assert second["skipped"] == 5 and second["embedded_chunks"] == 0 and second["model_calls"] == 0
+    assert second["added"] == second["updated"] == second["deleted"] == 0
+    assert second["chunks"] == 0
+    with quarry.open(db) as idx:
+        assert idx.status()["chunks"] == first["chunks"]
+
+
+def test_edit_delete_rename(tree, tmp_path, run_flow):
+    db = tmp_path / "db"
+    run_flow([tree], db)
+    deploys = tree / "runbooks" / "deploys.md"
+    deploys.write_text(deploys.read_text() + "\nZanzibar marmalade protocol for quokka station.\n")
+    (tree / "handbook" / "expenses.txt").unlink()
+    (tree / "handbook" / "code-review.rst").rename(tree / "handbook" / "reviews.rst")
+    report = run_flow([tree], db)
+    assert (report["updated"], report["deleted"], report["moved"], report["added"]) == (1, 1, 1, 0)
+    assert report["embedded_chunks"] == 1  # only the last chunk of deploys.md changed
+    assert report["reused_vectors"] == report["chunks"] - 1
+    with quarry.open(db) as idx:
+        assert "quokka" in idx.search("quokka marmalade", k=1, mode="bm25").results[0].text
+        paths = {r.path for r in idx.search("code review approval", k=20).results}
+        assert any(p.endswith("reviews.rst") for p in paths)
+        assert not any(p.endswith(("code-review.rst", "expenses.txt")) for p in paths)
+        assert idx.status()["documents"] == 4
+
+
+def test_deletes_are_scoped_to_the_roots(tree, tmp_path, run_flow):
+    db = tmp_path / "db"
+    run_flow([tree / "runbooks"], db)
+    run_flow([tree / "handbook"], db)
+    with quarry.open(db) as idx:
+        assert idx.status()["documents"] == 5
+
+
+def test_dry_run_changes_nothing(tree, tmp_path, run_flow):
+    db = tmp_path / "db"
+    run_flow([tree], db)
+    pointer = read_pointer(db)
+    (tree / "handbook" / "expenses.txt").unlink()
+    report = run_flow([tree], db, dry_run=True)
+    assert report["plan"]["removed"] == 1 and report["files"]["delete"][0].endswith("expenses.txt")
+    assert read_pointer(db) == pointer
+
+
+def test_chunk_settings_change_rebuilds(tree, tmp_path, run_flow):
+    db = tmp_path / "db"
+    run_flow([tree], db)
+    report = run_flow([tree], db, overrides={"chunk_size": 300})
+    assert report["rebuild"] == "chunking settings changed" and report["updated"] == 5
+
+
+def test_formats_tree_indexes_readable_files_and_reports_the_rest(tmp_path, run_flow):
+    formats = shared("formats")
+    report = run_flow([formats], tmp_path / "db")
+    errors = {e["path"].rsplit("/", 1)[-1]: e["error"] for e in report["errors"]}
+    assert list(errors) == ["password.pdf"] and "encrypted" in errors["password.pdf"]
+    assert report["status"] == "partial"
+    with quarry.open(tmp_path / "db") as idx:
+        types = {r.path.rsplit(".", 1)[-1] for r in idx.search("table", k=200, mode="bm25").results}
+        pdf = idx.search("LayoutParser unified toolkit", k=5).results
+    assert {"pdf", "docx", "html"} <= types
+    assert pdf[0].path.endswith(".pdf") and pdf[0].page_start >= 1
+
+
+def test_failed_file_keeps_what_was_indexed_before(tree, tmp_path, run_flow):
+    db = tmp_path / "db"
+    good = tree / "extra.pdf"
+    shutil.copy(shared("pdf", "levels_of_agi.pdf"), good)
+    first = run_flow([tree], db)
+    assert first["failed"] == 0
+    good.write_bytes(good.read_bytes()[:2000])  # now corrupt
+    second = run_flow([tree], db)
+    assert second["failed"] == 1 and "extra.pdf" in second["errors"][0]["path"]
+    with quarry.open(db) as idx:
+        hits = idx.search("Levels of AGI", k=3, mode="bm25").results
+    assert hits and hits[0].path.endswith("extra.pdf")  # the earlier version is still searchable
