@@ -66,9 +66,11 @@ def _walk(root: Path) -> Iterator[tuple[Path, str]]:
                     target = path.resolve(strict=True)
                 except (OSError, RuntimeError):
                     continue  # dangling link or a loop the OS refuses to resolve
-                if target != real_root and real_root not in target.parents:
-                    continue  # never follow a link out of the root
-                path = target
+                if target == real_root or real_root not in target.parents:
+                    continue  # never follow a link out of the root (or back to it)
+                # A link inside the root names its target by the target's own path, so the
+                # same file is one document however many links reach it.
+                path, rel = target, target.relative_to(real_root).as_posix()
             if path.is_dir():
                 real = path.resolve()
                 if real in seen_dirs:

@@ -26,7 +26,9 @@ def prefect_environment() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # quarry prints its own one-line errors and summaries; Prefect's console output would
+    # repeat them with tracebacks. Task retries still reach the Prefect API's run logs.
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
     os.environ.setdefault("PREFECT_UI_ENABLED", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -37,6 +39,18 @@ def _free_port() -> int:
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _flush_prefect_logs() -> None:
+    """Send buffered run logs while the server still listens (else Prefect prints errors at exit)."""
+    if "prefect.logging.handlers" not in sys.modules:
+        return
+    try:
+        from prefect.logging.handlers import APILogHandler
+
+        APILogHandler.flush()
+    except Exception:  # logs are a convenience; never fail a run over them
+        pass
 
 
 @contextlib.contextmanager
@@ -78,6 +92,7 @@ def prefect_api(log_dir: Path):
         os.environ["PREFECT_API_URL"] = url
         yield url
     finally:
+        _flush_prefect_logs()
         os.environ.pop("PREFECT_API_URL", None)
         proc.terminate()
         try:

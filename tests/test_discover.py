@@ -1,0 +1,64 @@
+import os
+
+import pytest
+
+from conftest import shared
+from quarry.discover import discover, sha256_file
+from quarry.errors import UsageError
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "root"
+    (root / "docs" / "sub").mkdir(parents=True)
+    (root / "docs" / "a.md").write_text("# A\n\nalpha")
+    (root / "docs" / "sub" / "b.txt").write_text("beta")
+    (root / "docs" / "image.png").write_bytes(b"\x89PNG....")
+    (root / ".hidden").mkdir()
+    (root / ".hidden" / "secret.md").write_text("no")
+    (root / ".dotfile.md").write_text("no")
+    (root / "drafts").mkdir()
+    (root / "drafts" / "wip.md").write_text("draft")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "leak.md").write_text("outside the root")
+    os.symlink(outside, root / "link-out")  # never followed
+    os.symlink(root / "docs", root / "docs" / "sub" / "loop")  # a loop: entered once
+    os.symlink(root / "docs" / "a.md", root / "alias.md")  # in-root alias of a file: one entry
+    return root
+
+
+def rels(files):
+    return sorted(f.rel_path for f in files)
+
+
+def test_walk_skips_hidden_links_out_and_loops(tree):
+    readable, unsupported = discover([tree])
+    assert rels(readable) == ["docs/a.md", "docs/sub/b.txt", "drafts/wip.md"]
+    assert rels(unsupported) == ["docs/image.png"]
+    a = next(f for f in readable if f.rel_path == "docs/a.md")
+    assert a.sha256 == sha256_file(a.path) and a.size == 10 and a.file_type == "md"
+
+
+def test_include_exclude_and_quarryignore(tree):
+    (tree / ".quarryignore").write_text("drafts/\n")
+    readable, _ = discover([tree])
+    assert rels(readable) == ["docs/a.md", "docs/sub/b.txt"]
+    readable, _ = discover([tree], include=["*.md"])
+    assert rels(readable) == ["docs/a.md"]
+    readable, _ = discover([tree], exclude=["docs/sub/*"])
+    assert rels(readable) == ["docs/a.md"]
+
+
+def test_single_file_root_and_missing_root(tree, tmp_path):
+    readable, _ = discover([tree / "docs" / "a.md"])
+    assert rels(readable) == ["a.md"]
+    with pytest.raises(UsageError, match="path not found"):
+        discover([tmp_path / "nope"])
+
+
+def test_real_handbook_tree():
+    root = shared("trees", "sourcegraph-handbook")
+    readable, unsupported = discover([root])
+    assert sum(f.file_type == "md" for f in readable) == 883
+    assert unsupported  # images, SVG, JSON sit beside the Markdown
