@@ -7,6 +7,7 @@ than it saves.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -23,6 +24,8 @@ HEAVY_TYPES = {"pdf", "docx"}
 
 def _parse_one(path: str, file_type: str) -> ParsedDocument | str:
     """Parse in a worker; errors come back as a string so they cross the process boundary."""
+    # pypdf logs every repair it makes to a damaged file; the run reports real failures itself
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
         return parse_file(path, file_type)
     except (ParseError, UnsupportedFile) as exc:

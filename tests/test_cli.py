@@ -98,3 +98,21 @@ def test_every_command_has_help_and_is_documented():
         assert command.help, f"{name} has no help text"
         assert runner.invoke(cli_group, [name, "--help"]).exit_code == 0
         assert f"quarry {name}" in readme, f"README does not document `quarry {name}`"
+
+
+def test_query_side_never_imports_prefect(sample_db):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from quarry.cli import cli\n"
+        "for args in (['search', 'deploy', '--db', sys.argv[1]], ['status', '--db', sys.argv[1]],"
+        " ['runs', '--db', sys.argv[1]]):\n"
+        "    assert CliRunner().invoke(cli, args).exit_code == 0, args\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('prefect', 'torch')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(sample_db)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

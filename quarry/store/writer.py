@@ -50,6 +50,7 @@ class StoreWriter:
         self.table = None
         self.generation = 0
         self.model_changed = False
+        self.dirty = False  # whether chunks changed, so that the BM25 index must be rebuilt
 
     def open(self) -> StoreWriter:
         self.lock.acquire()
@@ -90,6 +91,7 @@ class StoreWriter:
         """Replace these documents' rows in both stores. Safe to repeat after a failure."""
         if not records:
             return
+        self.dirty = True
         vectors.delete_documents(self.table, [r.doc_id for r in records])
         vectors.add_rows(self.table, vectors.rows_table(self.model, self.dim, records, vecs))
         faults.point("after-vectors")
@@ -98,6 +100,7 @@ class StoreWriter:
 
     def delete_documents(self, doc_ids: list[str]) -> None:
         if doc_ids:
+            self.dirty = True
             vectors.delete_documents(self.table, doc_ids)
             catalog.delete_documents(self.con, doc_ids)
 
@@ -118,7 +121,8 @@ class StoreWriter:
         for key, value in {**settings_meta, "model": self.model, "dim": str(self.dim)}.items():
             catalog.set_meta(self.con, key, value)
         faults.point("fts")
-        catalog.rebuild_fts(self.con)
+        if self.dirty or not catalog.has_fts(self.con):
+            catalog.rebuild_fts(self.con)  # moves and touches leave chunk text as it was
         insert_run(self.con, run_row)
         self.con.execute("CHECKPOINT")
         self.con.close()

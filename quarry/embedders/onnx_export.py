@@ -1,0 +1,319 @@
+"""Build the ONNX files the ``onnx`` and ``onnx-int8`` backends run. Runs once per cache key.
+
+Three steps, each a plain function:
+
+1. :func:`export_fp32` traces the bundled sentence-transformers model with torch's TorchScript
+   exporter (``dynamo=False``: the default dynamo exporter needs ``onnxscript``, which quarry
+   does not depend on). The output is the token embeddings; pooling happens in numpy.
+2. :func:`fuse` runs onnxruntime's transformer optimizer, which folds each layer into fused
+   ``Attention``, ``SkipLayerNormalization`` and ``BiasGelu`` kernels.
+3. :func:`quantize_int8` quantises weights to int8 per channel and activations to uint8 per
+   tensor at run time (dynamic quantisation). Done naively this costs too much accuracy
+   (cosine to fp32 as low as 0.985): a few channels of each feed-forward block spike to 5-10x
+   the range of the rest and squeeze every other value of the tensor into a handful of
+   quantisation levels. :func:`tame_ffn_outliers` fixes that before quantising.
+
+Only this module imports torch and transformers, and only :func:`export_fp32` needs them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+import numpy as np
+
+from quarry.errors import EmbeddingError
+
+# Varied short texts (prose, code, markdown, logs, numbers) to find which channels spike.
+# The spiking channels are a property of the model, not of the corpus, so a small fixed set
+# finds the same ones as real chunks do.
+CALIBRATION_TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    'How do I reset my password? Go to Settings, then Security, and choose "Forgot password".',
+    "# Getting started\n\nInstall the CLI with `pip install quarry` and run `quarry index ./docs`.",
+    "- Step 1: open the file\n- Step 2: edit the config\n- Step 3: restart the service",
+    "def embed(texts: list[str]) -> np.ndarray:\n    return model.encode(texts, normalize_embeddings=True)",
+    "SELECT id, title FROM documents WHERE created_at > '2023-01-01' ORDER BY id LIMIT 10;",
+    "See https://example.com/docs/v2/api-reference#authentication for details (RFC 6749, section 4.1).",
+    "Revenue grew 12.5% year over year to $4.2 billion, while operating margin fell to 18%.",
+    "Our engineering handbook describes how teams plan work, review code, and run incidents.",
+    "The meeting is moved to Tuesday at 3 pm; please bring the quarterly report and the budget draft.",
+    "Abstract. We propose a framework for classifying the capabilities and behavior of AI models.",
+    "Table 2: Results on the benchmark. Accuracy (%) for each model size: 71.2, 74.8, 79.1.",
+    "Prince Andrew looked at her in silence. The old count came in, smiling, and kissed his daughter.",
+    "ERROR 2024-05-01T12:00:03Z worker[17]: connection refused (retry 3/5) at db.internal:5432",
+    "Q: What is the capital of France? A: Paris is the capital and largest city of France.",
+    "Die Größe der Datei überschreitet das Limit. Bitte verkleinern Sie das Dokument.",
+    "Layout detection in documents: deep-learning models identify text blocks, figures and tables.",
+    "Note that the on-call engineer is responsible for triage; escalate P0 incidents immediately!",
+    '{"name": "quarry", "version": "0.1.0", "dependencies": ["numpy", "onnxruntime"]}',
+    "1. Introduction\n\nLarge language models have made rapid progress, raising questions about how to measure it.",
+    "a",
+    "Thanks!",
+    "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer.",
+    "Customer support hours are Monday through Friday, 9 am to 5 pm Pacific Time, excluding holidays.",
+]
+
+OPSET = 17
+OUTLIER_CHANNELS = 4  # per tensor; 2 already reach cosine >= 0.994, 4 buys a little margin
+
+
+def _need_onnx():
+    try:
+        import onnx
+    except ImportError as exc:
+        raise EmbeddingError("building the ONNX model needs the onnx package: pip install onnx") from exc
+    return onnx
+
+
+def export_fp32(model_path: str, dest: str) -> None:
+    """Trace the model at ``model_path`` to ``dest``: (input_ids, attention_mask) -> last_hidden_state."""
+    try:
+        import torch
+        from transformers import AutoModel
+    except ImportError as exc:
+        raise EmbeddingError(
+            "exporting the ONNX model needs torch and transformers once: pip install torch transformers"
+        ) from exc
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    attn = _register_fusable_attention()
+    model = AutoModel.from_pretrained(model_path, attn_implementation=attn, local_files_only=True).eval()
+
+    class TokenEmbeddings(torch.nn.Module):
+        # Calls the embeddings and encoder directly: transformers' own mask helpers branch on
+        # Python values, which tracing would freeze to the example's shape.
+        def __init__(self, bert):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids, attention_mask):
+            positions = torch.cumsum(torch.ones_like(input_ids), dim=1) - 1
+            hidden = self.bert.embeddings(
+                input_ids=input_ids, position_ids=positions, token_type_ids=torch.zeros_like(input_ids)
+            )
+            # (1 - mask) * -10000 is the pattern onnxruntime's attention fusion recognises
+            additive = (1.0 - attention_mask.unsqueeze(1).unsqueeze(2).to(hidden.dtype)) * -10000.0
+            return self.bert.encoder(hidden, attention_mask=additive).last_hidden_state
+
+    ids = torch.randint(1000, 2000, (2, 16))
+    mask = torch.ones_like(ids)
+    mask[1, 10:] = 0
+    axes = {0: "batch", 1: "tokens"}
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            TokenEmbeddings(model),
+            (ids, mask),
+            dest,
+            dynamo=False,
+            input_names=["input_ids", "attention_mask"],
+            output_names=["last_hidden_state"],
+            dynamic_axes={"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes},
+            opset_version=OPSET,
+        )
+
+
+def _register_fusable_attention() -> str:
+    """Register an attention function onnxruntime's fusion matches; returns its name.
+
+    transformers 5 scales scores with a ``Mul``, which the fusion mistakes for the mask path;
+    a ``Div`` by sqrt(head size) and mask added last is the classic BERT graph it expects.
+    """
+    import math
+
+    import torch
+
+    try:
+        from transformers import AttentionInterface
+    except ImportError:  # older transformers: eager attention is already the classic graph
+        return "eager"
+
+    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(query.size(-1))
+        if attention_mask is not None:
+            scores = scores + attention_mask
+        probs = torch.softmax(scores, dim=-1)
+        return torch.matmul(probs, value).transpose(1, 2).contiguous(), None
+
+    AttentionInterface.register("quarry_onnx_export", attention)
+    return "quarry_onnx_export"
+
+
+def fuse(src: str, dest: str, num_heads: int = 12, hidden_size: int = 384) -> dict[str, int]:
+    """Fuse attention, layer norms and GELU with onnxruntime's BERT optimizer; returns op counts."""
+    _need_onnx()
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    with _quiet():
+        optimized = optimize_model(
+            src, model_type="bert", num_heads=num_heads, hidden_size=hidden_size, opt_level=0, use_gpu=False
+        )
+        optimized.save_model_to_file(dest)
+    return {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}
+
+
+def channel_max(model_path: str, tensor_names: list[str], tokenizer, texts: list[str]) -> dict[str, np.ndarray]:
+    """Largest absolute value per channel of each named tensor over ``texts``, padding excluded."""
+    onnx = _need_onnx()
+    import onnxruntime as ort
+
+    model = onnx.load(model_path)
+    for name in tensor_names:
+        model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    found: dict[str, np.ndarray] = {}
+    encodings = tokenizer.encode_batch(texts)
+    for start in range(0, len(encodings), 8):
+        ids, mask = pad_batch(encodings[start : start + 8])
+        keep = mask.astype(bool)
+        for name, value in zip(tensor_names, session.run(tensor_names, {"input_ids": ids, "attention_mask": mask})):
+            peak = np.abs(value[keep]).max(axis=0)
+            found[name] = np.maximum(found[name], peak) if name in found else peak
+    return found
+
+
+def pad_batch(encodings) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad tokenizer encodings to the longest one: (input_ids, attention_mask), int64."""
+    lengths = [len(e.ids) for e in encodings]
+    ids = np.zeros((len(encodings), max(lengths)), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for row, (enc, n) in enumerate(zip(encodings, lengths)):
+        ids[row, :n] = enc.ids
+        mask[row, :n] = 1
+    return ids, mask
+
+
+def tame_ffn_outliers(src: str, dest: str, tokenizer, k: int = OUTLIER_CHANNELS) -> list[str]:
+    """Rewrite each feed-forward block of a fused model so dynamic int8 quantisation stays accurate.
+
+    Per block ``y = SkipLN(GELU(x @ W1 + b1) @ W2 + b2, skip)``:
+
+    - the ``k`` input channels of ``x`` that spike highest are scaled down to the range of the
+      rest (a ``Mul`` before the matmul, the inverse folded into the rows of ``W1``);
+    - the ``k`` hidden channels that spike highest are cut out of the int8 path (their columns
+      of ``W1``/``b1`` and rows of ``W2`` zeroed; GELU(0) = 0) and computed in a small fp32 side
+      path whose result joins the skip input of the layer norm.
+
+    Returns the names of the side-path matmuls, which must stay fp32.
+    """
+    onnx = _need_onnx()
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(src)
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    blocks = []
+    for gelu in (n for n in graph.node if n.op_type == "BiasGelu"):
+        up = producer.get(gelu.input[0])
+        down = consumers.get(gelu.output[0], [None])[0]
+        norm = consumers.get(down.output[0], [None])[0] if down is not None else None
+        if not (up and up.op_type == "MatMul" and down.op_type == "MatMul" and norm.op_type == "SkipLayerNormalization"):
+            raise EmbeddingError(f"unexpected feed-forward block around {gelu.name} in {src}; cannot quantise")
+        blocks.append((up, gelu, down, norm))
+    if not blocks:
+        raise EmbeddingError(f"{src} has no fused feed-forward blocks; was it fused?")
+
+    names = [b[0].input[0] for b in blocks] + [b[1].output[0] for b in blocks]
+    peaks = channel_max(src, names, tokenizer, CALIBRATION_TEXTS)
+
+    def weight(name):
+        return numpy_helper.to_array(inits[name]).astype(np.float32)
+
+    def add_init(name, array):
+        graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(array, dtype=np.float32), name))
+
+    before: dict[str, list] = {}
+    side_matmuls: list[str] = []
+    for i, (up, gelu, down, norm) in enumerate(blocks):
+        w1, b1, w2 = weight(up.input[1]), weight(gelu.input[1]), weight(down.input[1])
+
+        x_peak = peaks[up.input[0]]
+        spikes = np.argsort(-x_peak)[:k]
+        scale = np.ones_like(x_peak)
+        scale[spikes] = np.maximum(x_peak[spikes] / np.delete(x_peak, spikes).max(), 1.0)
+        scaled = f"ffn{i}_input_scaled"
+        add_init(f"ffn{i}_input_inv_scale", 1.0 / scale)
+        before.setdefault(up.name, []).append(
+            helper.make_node("Mul", [up.input[0], f"ffn{i}_input_inv_scale"], [scaled], name=f"ffn{i}_InputScale")
+        )
+        up.input[0] = scaled
+        w1 = w1 * scale[:, None]
+
+        hidden = np.sort(np.argsort(-peaks[gelu.output[0]])[:k])
+        add_init(f"ffn{i}_side_w1", w1[:, hidden])
+        add_init(f"ffn{i}_side_b1", b1[hidden])
+        add_init(f"ffn{i}_side_w2", w2[hidden])
+        w1[:, hidden] = 0.0
+        b1[hidden] = 0.0
+        w2[hidden] = 0.0
+        for name, array in ((up.input[1], w1), (gelu.input[1], b1), (down.input[1], w2)):
+            inits[name].CopyFrom(numpy_helper.from_array(array, name))
+        side = [
+            helper.make_node("MatMul", [scaled, f"ffn{i}_side_w1"], [f"ffn{i}_side_h"], name=f"ffn{i}_SideMatMul1"),
+            helper.make_node(
+                "BiasGelu", [f"ffn{i}_side_h", f"ffn{i}_side_b1"], [f"ffn{i}_side_act"],
+                name=f"ffn{i}_SideGelu", domain="com.microsoft",
+            ),
+            helper.make_node("MatMul", [f"ffn{i}_side_act", f"ffn{i}_side_w2"], [f"ffn{i}_side_out"], name=f"ffn{i}_SideMatMul2"),
+            helper.make_node("Add", [norm.input[1], f"ffn{i}_side_out"], [f"ffn{i}_skip"], name=f"ffn{i}_SideAdd"),
+        ]
+        norm.input[1] = f"ffn{i}_skip"
+        before.setdefault(norm.name, []).extend(side)
+        side_matmuls += [f"ffn{i}_SideMatMul1", f"ffn{i}_SideMatMul2"]
+
+    ordered = []
+    for node in graph.node:
+        ordered.extend(before.get(node.name, []))
+        ordered.append(node)
+    del graph.node[:]
+    graph.node.extend(ordered)
+    onnx.save(model, dest)
+    return side_matmuls
+
+
+def quantize_int8(src: str, dest: str, tokenizer) -> None:
+    """Dynamic int8 quantisation of a fused fp32 model, outliers tamed first (see module doc)."""
+    onnx = _need_onnx()
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    tamed = dest + ".tamed.onnx"
+    try:
+        keep_fp32 = tame_ffn_outliers(src, tamed, tokenizer)
+        with _quiet():
+            quantize_dynamic(
+                tamed,
+                dest,
+                weight_type=QuantType.QInt8,
+                per_channel=True,
+                # embeddings stay fp32: a lookup costs nothing, and int8 tables cost accuracy
+                op_types_to_quantize=["MatMul", "Attention"],
+                nodes_to_exclude=keep_fp32,
+                extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+            )
+    finally:
+        if os.path.exists(tamed):
+            os.remove(tamed)
+
+
+class _quiet:
+    """Silence the optimizer's and quantizer's advisory log lines and warnings."""
+
+    def __enter__(self):
+        self._level = logging.root.manager.disable
+        logging.disable(logging.WARNING)
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *exc):
+        self._warnings.__exit__(*exc)
+        logging.disable(self._level)
+        return False
