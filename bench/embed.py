@@ -84,3 +84,123 @@ def load_chunks(n: int, seed: int = 0) -> list[str]:
         raise SystemExit(f"no chunks found under {DATA}")
     random.Random(seed).shuffle(pool)
     return pool[:n]
+
+
+def make_backends(names: list[str], cache_dir: str | None) -> list[tuple[str, object]]:
+    """(row label, embedder) pairs; the first is always the naive torch baseline."""
+    from quarry.embedders.local import TorchEmbedder, get_local_embedder
+
+    rows: list[tuple[str, object]] = [("torch", TorchEmbedder(batch_size=32, length_sorted=False))]
+    for name in names:
+        if name == "torch":
+            continue
+        if name == "torch-sorted":
+            rows.append((name, TorchEmbedder(batch_size=32, length_sorted=True)))
+        else:
+            rows.append((name, get_local_embedder(name, cache_dir=cache_dir)))
+    return rows
+
+
+def run(chunks: list[str], names: list[str], repeat: int, cache_dir: str | None) -> list[dict]:
+    """Load, warm up and time every backend; ``repeat`` rounds interleaved across backends."""
+    rows = make_backends(names, cache_dir)
+    results: list[dict] = []
+    for label, embedder in rows:
+        embedder.load()
+        embedder.embed(chunks[:8])  # warm-up: first-call allocations and thread pools
+        results.append(
+            {
+                "backend": label,
+                "load_s": round(embedder.load_seconds, 3),
+                "export_s": round(getattr(embedder, "export_seconds", 0.0), 3),
+            }
+        )
+        print(f"loaded {label} in {embedder.load_seconds:.2f}s", file=sys.stderr)
+    vectors: dict[str, np.ndarray] = {}
+    timings: dict[str, list[float]] = {label: [] for label, _ in rows}
+    for round_no in range(repeat):
+        # interleaved rounds: on a shared machine, load from other work hits every backend alike
+        for label, embedder in rows:
+            started = time.perf_counter()
+            vectors[label] = embedder.embed(chunks)
+            timings[label].append(time.perf_counter() - started)
+        print(f"round {round_no + 1}/{repeat} done", file=sys.stderr)
+    reference = vectors["torch"]
+    baseline = len(chunks) / min(timings["torch"])
+    for row, (label, _) in zip(results, rows):
+        cosine = np.sum(vectors[label] * reference, axis=1)
+        best = len(chunks) / min(timings[label])
+        row.update(
+            {
+                "chunks_per_s": round(best, 2),
+                "chunks_per_s_median": round(len(chunks) / float(np.median(timings[label])), 2),
+                "speedup": round(best / baseline, 2),
+                "cosine_mean": round(float(cosine.mean()), 6),
+                "cosine_min": round(float(cosine.min()), 6),
+                "seconds": [round(t, 3) for t in timings[label]],
+            }
+        )
+    return results
+
+
+def table(n: int, results: list[dict], tokens: list[int]) -> str:
+    """Markdown table of the results."""
+    lines = [
+        f"{n} chunks, {int(np.mean(tokens))} tokens on average (max {max(tokens)}); "
+        f"best of {len(results[0]['seconds'])} interleaved rounds, {os.cpu_count()} CPUs",
+        "",
+        "| backend | chunks/s | median | speedup | load s | export s | cosine mean | cosine min |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['backend']} | {r['chunks_per_s']:.1f} | {r['chunks_per_s_median']:.1f} | {r['speedup']:.2f}x "
+            f"| {r['load_s']:.2f} | {r['export_s']:.1f} | {r['cosine_mean']:.5f} | {r['cosine_min']:.5f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chunks", type=int, default=600, help="how many chunks to embed (default 600)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed rounds per backend; the best counts (default 3)")
+    parser.add_argument(
+        "--backends",
+        default="torch,torch-sorted,onnx,onnx-int8",
+        help="comma-separated rows after the naive torch baseline (default: torch-sorted,onnx,onnx-int8)",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        default=None,
+        help="ONNX cache directory (default $QUARRY_CACHE_DIR or ~/.cache/quarry/onnx); an empty one measures export",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON on stdout and the table on stderr")
+    args = parser.parse_args(argv)
+
+    chunks = load_chunks(args.chunks)
+    names = [n.strip() for n in args.backends.split(",") if n.strip()]
+    results = run(chunks, names, max(1, args.repeat), args.cache_dir)
+
+    from quarry.embedders.local import TorchEmbedder
+
+    tokens = TorchEmbedder().count_tokens(chunks)
+    report = {
+        "chunks": len(chunks),
+        "tokens_mean": round(float(np.mean(tokens)), 1),
+        "cpus": os.cpu_count(),
+        "repeat": max(1, args.repeat),
+        "results": results,
+    }
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    with open(RESULTS, "w") as f:
+        json.dump(report, f, indent=2)
+    text = table(len(chunks), results, tokens)
+    if args.json:
+        print(text, file=sys.stderr)
+        print(json.dumps(report))
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

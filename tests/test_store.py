@@ -156,3 +156,21 @@ def test_lock_is_reentrant_within_a_process(tmp_path):
     b.acquire()
     b.release()
     a.release()
+
+
+def test_compaction_and_pruning_keep_the_committed_rows(tmp_path):
+    from quarry.store import vectors
+
+    store = tmp_path / "s"
+    for i in range(4):  # four runs: four fragments
+        write(store, [record(f"{i}a", f"text {i}")], run_id=f"r{i}")
+    w = StoreWriter(store, "test-model", DIM).open()
+    try:
+        before = w.table.count_rows()
+        vectors.compact(w.table, max_fragments=1)
+        assert w.table.stats()["fragment_stats"]["num_fragments"] == 1
+        w.commit(run_row("r9"), {})
+        vectors.prune(w.table)
+    finally:
+        w.close()
+    assert chunk_count(store) == (before, before) == (4, 4)

@@ -8,6 +8,7 @@ and token counting reads ``tokenizer.json`` with the ``tokenizers`` library alon
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -95,11 +96,15 @@ class TorchEmbedder(TokenCounter):
         self.length_sorted = length_sorted
         self.load_seconds = 0.0
         self._st = None
+        self._lock = threading.Lock()
 
     def load(self) -> None:
         """Load the model now rather than on the first ``embed``; records ``load_seconds``."""
-        if self._st is not None:
-            return
+        with self._lock:
+            if self._st is None:
+                self._load()
+
+    def _load(self) -> None:
         started = time.perf_counter()
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
@@ -108,6 +113,9 @@ class TorchEmbedder(TokenCounter):
             raise EmbeddingError(
                 "the torch backend needs sentence-transformers: pip install sentence-transformers"
             ) from exc
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # the "Loading weights" bar on every load
         st = SentenceTransformer(self.model_path, device=self.device, local_files_only=True)
         st.max_seq_length = MAX_TOKENS
         st.eval()

@@ -159,6 +159,8 @@ def channel_max(model_path: str, tensor_names: list[str], tokenizer, texts: list
     onnx = _need_onnx()
     import onnxruntime as ort
 
+    from quarry.embedders.onnx_backend import pad_batch
+
     model = onnx.load(model_path)
     for name in tensor_names:
         model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
@@ -172,17 +174,6 @@ def channel_max(model_path: str, tensor_names: list[str], tokenizer, texts: list
             peak = np.abs(value[keep]).max(axis=0)
             found[name] = np.maximum(found[name], peak) if name in found else peak
     return found
-
-
-def pad_batch(encodings) -> tuple[np.ndarray, np.ndarray]:
-    """Right-pad tokenizer encodings to the longest one: (input_ids, attention_mask), int64."""
-    lengths = [len(e.ids) for e in encodings]
-    ids = np.zeros((len(encodings), max(lengths)), dtype=np.int64)
-    mask = np.zeros_like(ids)
-    for row, (enc, n) in enumerate(zip(encodings, lengths)):
-        ids[row, :n] = enc.ids
-        mask[row, :n] = 1
-    return ids, mask
 
 
 def tame_ffn_outliers(src: str, dest: str, tokenizer, k: int = OUTLIER_CHANNELS) -> list[str]:

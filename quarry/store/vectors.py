@@ -141,6 +141,11 @@ def rows_table(model: str, dim: int, records, vectors: dict[str, np.ndarray]) ->
     return pa.Table.from_pydict(columns, schema=schema(model, dim))
 
 
+# lancedb's compact_files() and cleanup_old_versions() need the separate pylance package;
+# optimize() is native. It compacts, then prunes versions older than cleanup_older_than.
+_NEVER = timedelta(days=36500)
+
+
 def compact(table, max_fragments: int = 32) -> None:
     """Merge small fragments once there are many (each run's add makes one).
 
@@ -148,7 +153,7 @@ def compact(table, max_fragments: int = 32) -> None:
     pruning before the pointer moves could delete the version the pointer still names.
     """
     if table.stats()["fragment_stats"]["num_fragments"] > max_fragments:
-        table.compact_files()
+        table.optimize(cleanup_older_than=_NEVER)
 
 
 def prune(table, keep_for: timedelta = timedelta(hours=1)) -> None:
@@ -157,4 +162,4 @@ def prune(table, keep_for: timedelta = timedelta(hours=1)) -> None:
     Then the committed version is the latest, which is never removed; older versions stay a
     while because a reader may still have one checked out.
     """
-    table.cleanup_old_versions(older_than=keep_for)
+    table.optimize(cleanup_older_than=keep_for)

@@ -17,6 +17,7 @@ A kill before step 4's rename leaves the old pointer, hence the old state, intac
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from dataclasses import dataclass
@@ -127,7 +128,10 @@ class StoreWriter:
         self.con.execute("CHECKPOINT")
         self.con.close()
         self.con = None
-        vectors.compact(self.table)
+        try:
+            vectors.compact(self.table)
+        except Exception as exc:  # a slower table is better than a lost run
+            logging.getLogger("quarry").warning("LanceDB compaction failed, will retry next run: %s", exc)
         pointer = Pointer(
             generation=self.generation,
             catalog=self.catalog_path.name,

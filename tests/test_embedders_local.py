@@ -1,0 +1,197 @@
+"""The local all-MiniLM-L6-v2 backends: torch (reference), onnx (fp32) and onnx-int8.
+
+Tests marked ``slow`` load the real model; the ONNX ones export it once per session into a
+temporary cache directory.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from quarry.embedders.base import Embedder
+from quarry.embedders.local import MAX_TOKENS, TorchEmbedder, bundled_model_path, get_local_embedder
+from quarry.errors import ConfigError
+
+SENTENCES = [
+    "How do I roll back a failed deployment to the previous release?",
+    "The on-call engineer triages incoming incidents and escalates outages.",
+    "Quarterly revenue grew by twelve percent, driven by enterprise customers.",
+    "Install the command-line tool with pip and run the index command on a folder.",
+    "She walked along the river at dawn, listening to the birds.",
+    "Our hiring process has four stages: screen, technical interview, team chat, offer.",
+]
+LONG_TEXT = " ".join(
+    f"Section {i} explains how the indexer splits documents into chunks and embeds them." for i in range(60)
+)
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.sum(a * b, axis=1)
+
+
+@pytest.fixture(scope="session")
+def onnx_cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("onnx-cache"))
+
+
+@pytest.fixture(scope="session")
+def embedders(onnx_cache):
+    """One loaded embedder per backend, shared by the session (the export runs once)."""
+    built = {}
+    for backend in ("torch", "onnx", "onnx-int8"):
+        kw = {} if backend == "torch" else {"cache_dir": onnx_cache}
+        built[backend] = get_local_embedder(backend, **kw)
+    return built
+
+
+@pytest.fixture(scope="session")
+def reference(embedders):
+    return embedders["torch"].embed(SENTENCES + [LONG_TEXT])
+
+
+def test_bundled_model_path_is_a_sentence_transformers_directory():
+    path = bundled_model_path()
+    assert isinstance(path, str)
+    for name in ("tokenizer.json", "config.json", "modules.json"):
+        assert os.path.exists(os.path.join(path, name))
+
+
+def test_construction_and_counting_load_no_model():
+    embedder = TorchEmbedder()
+    assert embedder.count_tokens(["hello world"]) == [4]  # [CLS] hello world [SEP]
+    assert embedder._st is None
+    assert (embedder.model, embedder.dim, embedder.max_tokens, embedder.backend) == (
+        "all-MiniLM-L6-v2",
+        384,
+        256,
+        "torch",
+    )
+    assert isinstance(embedder, Embedder)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("", 2), ("hello world", 4), ("Hello, world!", 6)],
+)
+def test_count_tokens_includes_cls_and_sep(text, expected):
+    assert TorchEmbedder().count_tokens([text]) == [expected]
+
+
+def test_count_tokens_reports_what_truncation_would_drop():
+    (count,) = TorchEmbedder().count_tokens([LONG_TEXT])
+    assert count > MAX_TOKENS
+    assert TorchEmbedder().count_tokens([]) == []
+
+
+@pytest.mark.slow
+def test_count_tokens_matches_the_sentence_transformers_tokenizer(embedders):
+    torch_embedder = embedders["torch"]
+    torch_embedder.load()
+    tokenizer = torch_embedder._st.tokenizer
+    texts = SENTENCES + ["unbelievably", "Größe über 3.5 MB!", LONG_TEXT]
+    expected = [len(tokenizer(t)["input_ids"]) for t in texts]
+    assert torch_embedder.count_tokens(texts) == expected
+
+
+def test_unknown_backend_names_the_choices():
+    with pytest.raises(ConfigError, match="onnx-int8"):
+        get_local_embedder("tensorflow")
+
+
+def test_onnx_backend_names():
+    from quarry.embedders.onnx_backend import OnnxEmbedder
+
+    fp32, int8 = OnnxEmbedder(), OnnxEmbedder(quantize=True)
+    assert (fp32.backend, int8.backend) == ("onnx", "onnx-int8")
+    assert fp32.model == int8.model == "all-MiniLM-L6-v2"
+    assert fp32.dim == int8.dim == 384
+    assert fp32._session is None  # constructing loads nothing
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["torch", "onnx", "onnx-int8"])
+def test_vectors_are_unit_float32_of_dim_384(embedders, backend):
+    vectors = embedders[backend].embed(SENTENCES)
+    assert vectors.shape == (len(SENTENCES), 384)
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert embedders[backend].embed([]).shape == (0, 384)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("backend", "floor"), [("onnx", 0.999), ("onnx-int8", 0.98)])
+def test_onnx_vectors_match_torch(embedders, reference, backend, floor):
+    vectors = embedders[backend].embed(SENTENCES + [LONG_TEXT])
+    assert cosines(vectors, reference).min() >= floor
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["torch", "onnx", "onnx-int8"])
+def test_paraphrase_is_closer_than_an_unrelated_sentence(embedders, backend):
+    query, paraphrase, unrelated = embedders[backend].embed(
+        [
+            "How can I undo a broken release?",
+            "Steps to roll back a deployment that failed",
+            "The recipe needs two cups of flour and an egg.",
+        ]
+    )
+    assert query @ paraphrase > query @ unrelated + 0.2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["torch", "onnx", "onnx-int8"])
+def test_long_text_is_truncated_not_rejected(embedders, backend):
+    embedder = embedders[backend]
+    long_vec, prefix_vec = embedder.embed([LONG_TEXT, LONG_TEXT + " and much more text at the end"])
+    # both are cut at 256 tokens, so the tail that differs is never seen
+    assert long_vec @ prefix_vec > 0.9999
+
+
+@pytest.mark.slow
+def test_batching_does_not_change_fp32_vectors(embedders):
+    onnx = embedders["onnx"]
+    together = onnx.embed(SENTENCES)
+    alone = np.vstack([onnx.embed([s]) for s in SENTENCES])
+    assert cosines(together, alone).min() > 0.99999
+
+
+@pytest.mark.slow
+def test_onnx_cache_is_reused_not_rebuilt(embedders, onnx_cache):
+    from quarry.embedders.onnx_backend import OnnxEmbedder
+
+    for quantize in (False, True):
+        first = embedders["onnx-int8" if quantize else "onnx"]
+        first.load()
+        stamp = os.stat(first.onnx_path).st_mtime_ns
+        again = OnnxEmbedder(quantize=quantize, cache_dir=onnx_cache)
+        again.load()
+        assert again.onnx_path == first.onnx_path
+        assert again.export_seconds == 0.0
+        assert os.stat(again.onnx_path).st_mtime_ns == stamp
+    leftovers = [name for name in os.listdir(onnx_cache) if not name.endswith(".onnx")]
+    assert leftovers == []  # no half-written files or build folders
+
+
+@pytest.mark.slow
+def test_cached_onnx_embeds_without_torch(embedders, onnx_cache):
+    embedders["onnx-int8"].load()  # make sure both files exist
+    embedders["onnx"].load()
+    script = (
+        "import sys\n"
+        "from quarry.embedders.local import get_local_embedder\n"
+        "for backend in ('onnx', 'onnx-int8'):\n"
+        "    e = get_local_embedder(backend)\n"
+        "    v = e.embed(['a sentence to embed'])\n"
+        "    assert v.shape == (1, 384) and e.export_seconds == 0.0, backend\n"
+        "loaded = [m for m in ('torch', 'transformers', 'sentence_transformers', 'onnx') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    env = dict(os.environ, QUARRY_CACHE_DIR=onnx_cache)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
