@@ -113,6 +113,23 @@ def test_onnx_backend_names():
     assert fp32._session is None  # constructing loads nothing
 
 
+@pytest.mark.parametrize(
+    ("lengths", "budget", "max_items", "expected"),
+    [
+        ([3, 5, 3, 3, 5], 100, 64, [[0, 2, 3], [1, 4]]),  # grouped by exact length
+        ([3, 3, 3, 3], 6, 64, [[0, 1], [2, 3]]),  # the token budget cuts a group
+        ([3, 3, 3], 100, 2, [[0, 1], [2]]),  # so does max_items
+        ([300, 300], 256, 64, [[0], [1]]),  # a text over budget gets its own batch
+        ([], 100, 64, []),
+    ],
+)
+def test_same_length_batches(lengths, budget, max_items, expected):
+    from quarry.embedders.onnx_backend import same_length_batches
+
+    batches = same_length_batches(np.array(lengths, dtype=np.int64), budget, max_items)
+    assert [b.tolist() for b in batches] == expected
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["torch", "onnx", "onnx-int8"])
 def test_vectors_are_unit_float32_of_dim_384(embedders, backend):

