@@ -31,6 +31,14 @@ PLACEHOLDER_KEY = "unused"  # local servers (vLLM, Ollama, llama.cpp) accept any
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
 
 
+class BadResponse(Exception):
+    """A 200 answer that cannot be used (not JSON, missing fields): retried like a 5xx.
+
+    Raise it from inside the function given to :func:`call_with_retries` when the response of an
+    otherwise successful call does not parse; proxies that cut a body short cause these.
+    """
+
+
 def make_client(base_url: str, api_key: str, timeout: float = 60.0):
     """An ``openai.OpenAI`` client with the client's own retries off (we retry ourselves).
 
@@ -100,7 +108,7 @@ def is_retryable(exc: BaseException) -> bool:
             return status in _RETRYABLE_STATUS or status >= 500
         if isinstance(exc, openai.OpenAIError):
             return False
-    if isinstance(exc, (TimeoutError, ConnectionError)):
+    if isinstance(exc, (TimeoutError, ConnectionError, BadResponse)):
         return True
     status = status_of(exc)
     return status is not None and (status in _RETRYABLE_STATUS or status >= 500)
@@ -183,6 +191,8 @@ def describe_error(exc: BaseException, *secrets: str, limit: int = 200) -> str:
             return redact("request timed out", *secrets)
         if "Connection" in name or isinstance(exc, ConnectionError):
             return redact("could not connect", *secrets)
+        if isinstance(exc, BadResponse):
+            return redact(f"unusable response: {str(exc)[:limit]}", *secrets)
         return redact(f"{name}: {str(exc)[:limit]}", *secrets)
     body = _short_body(exc, limit)
     return redact(f"HTTP {status}" + (f": {body}" if body else ""), *secrets)
