@@ -1,33 +1,51 @@
 """The query module: hybrid search over a committed index. Never imports Prefect.
 
-``Index`` keeps its connections and model; before each call it checks the commit pointer
-and moves to a newer committed state when one exists, so a long-lived reader follows
-re-indexing without ever seeing a half-written run.
+``Index`` keeps its catalog connection, the memory-mapped search index of the committed
+generation (:mod:`quarry.retrieval`), the embedding model, query embeddings, stems and filter
+masks. Before each call it checks the commit pointer and moves to a newer committed state when
+one exists, so a long-lived reader follows re-indexing without ever seeing a half-written run.
+
+A search: the query is embedded (cached) and tokenised; a filter, if any, becomes a boolean
+mask over rows (one DuckDB query, cached per generation); each retriever takes its top
+``candidates`` among the rows the mask keeps; reciprocal rank fusion merges them; the top ``k``
+are read back from the catalog.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import time
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from quarry.embedders import describe, get_embedder
 from quarry.errors import ModelMismatch, UsageError
+from quarry.filters import Filter
 from quarry.fusion import DEFAULT_K, rrf
 from quarry.settings import Settings, store_path
 from quarry.sqlfiles import load_sql
 from quarry.store.layout import POINTER
 from quarry.store.reader import Snapshot, open_snapshot
-from quarry.textnorm import bm25_text
 
 MODES = ("hybrid", "vector", "bm25")
+RETRIEVERS = ("vector", "bm25")
+VECTOR_SEARCH = ("auto", "exact", "ivf", "binary")
+_HYDRATE_COLUMNS = ("chunk_id", "doc_id", "path", "title", "section", "header", "text", "page_start", "page_end",
+                    "chunk_index", "section_index", "file_type", "start_char", "end_char")
 
 
 @dataclass
 class SearchResult:
-    """One hit. ``scores``/``ranks`` hold each retriever's raw score and 1-based rank (None if
-    that retriever did not return the chunk)."""
+    """One hit.
+
+    ``score`` is what the results are ranked by: the fused score in ``hybrid`` mode, the
+    retriever's own score otherwise. ``fused`` is the fused score (None outside ``hybrid``).
+    ``scores``/``ranks`` hold each retriever's raw score and 1-based rank among its candidates
+    (None where that retriever did not return the chunk), for ``--explain``.
+    """
 
     rank: int
     score: float
@@ -40,6 +58,12 @@ class SearchResult:
     text: str
     page_start: int | None
     page_end: int | None
+    chunk_index: int = 0
+    section_index: int = 0
+    file_type: str = ""
+    start_char: int = 0
+    end_char: int = 0
+    fused: float | None = None
     scores: dict[str, float | None] = field(default_factory=dict)
     ranks: dict[str, int | None] = field(default_factory=dict)
 
@@ -49,23 +73,67 @@ class SearchResult:
 
 @dataclass
 class SearchResponse:
+    """The results and the settings that produced them (``filter`` is the filter in words,
+    ``timings`` milliseconds per stage, ``counts`` candidates per retriever and rows the filter
+    kept)."""
+
     query: str
     mode: str
     results: list[SearchResult]
+    k: int = 10
+    candidates: int = 0
+    rrf_k: int = DEFAULT_K
+    weights: dict[str, float] = field(default_factory=dict)
+    min_scores: dict[str, float] = field(default_factory=dict)
+    filter: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"query": self.query, "mode": self.mode, "results": [r.to_dict() for r in self.results]}
+        out = asdict(self)
+        out["results"] = [r.to_dict() for r in self.results]
+        return out
+
+
+class _LRU(OrderedDict):
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def get(self, key, default=None):
+        if key in self:
+            self.move_to_end(key)
+            return self[key]
+        return default
+
+    def put(self, key, value) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > self.size:
+            self.popitem(last=False)
 
 
 class Index:
-    """A read-only handle on a store. Use :func:`open`."""
+    """A read-only handle on a store. Use :func:`open`.
 
-    def __init__(self, store: Path, settings: Settings | None = None):
+    ``vector_search`` picks how vectors are searched: ``auto`` (IVF when the store has an IVF
+    index and a filter keeps more than a tenth of the rows, exact otherwise), ``exact``, ``ivf``
+    or ``binary`` (sign-bit Hamming candidates re-scored exactly; see :mod:`quarry.binaryvec`).
+    """
+
+    def __init__(self, store: Path, settings: Settings | None = None, *, vector_search: str = "auto",
+                 cache_size: int = 10_000):
+        if vector_search not in VECTOR_SEARCH:
+            raise UsageError(f"unknown vector search {vector_search!r}; choose one of {', '.join(VECTOR_SEARCH)}")
         self.store = store
         self.settings = settings or Settings.from_env()
+        self.vector_search_method = vector_search
         self._snap: Snapshot | None = None
         self._pointer_stat: tuple[int, int] | None = None
-        self._query_cache: dict[str, object] = {}
+        self._query_cache = _LRU(cache_size)  # query text -> embedding
+        self._stems = _LRU(cache_size)  # token -> Porter stem
+        self._masks = _LRU(64)  # (generation, Filter) -> (mask, rows kept)
+        self._model_checked: tuple | None = None
 
     # --- snapshot management ---------------------------------------------------------------
 
@@ -83,6 +151,7 @@ class Index:
             old = self._snap
             self._snap = open_snapshot(self.store)
             self._pointer_stat = stat
+            self._masks.clear()
             if old is not None:
                 old.close()
         return self._snap
@@ -98,21 +167,27 @@ class Index:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # --- retrieval ---------------------------------------------------------------------------
+    # --- query preparation -------------------------------------------------------------------
 
-    def _embed_query(self, query: str):
-        snap = self.snapshot
+    def _check_model(self, snap: Snapshot) -> None:
+        key = (snap.pointer.model, snap.pointer.dim)
+        if self._model_checked == key:
+            return
         model, dim = describe(self.settings)
-        if (model, dim) != (snap.pointer.model, snap.pointer.dim) and dim:
+        if (model, dim) != key and dim:
             raise ModelMismatch(
                 f"the index at {self.store} was built with {snap.pointer.model} ({snap.pointer.dim}-d); "
                 f"these settings embed with {model} ({dim}-d): use the same model or re-index"
             )
-        if query not in self._query_cache:
-            if len(self._query_cache) > 100_000:
-                self._query_cache.clear()
-            self._query_cache[query] = get_embedder(self.settings).embed([query])[0]
-        return self._query_cache[query]
+        self._model_checked = key
+
+    def _embed_query(self, query: str):
+        self._check_model(self.snapshot)
+        vec = self._query_cache.get(query)
+        if vec is None:
+            vec = get_embedder(self.settings).embed([query])[0]
+            self._query_cache.put(query, vec)
+        return vec
 
     def prime_queries(self, queries: list[str], batch: int = 64) -> None:
         """Embed many queries in batches ahead of searching them (evaluation, bulk search)."""
@@ -124,82 +199,182 @@ class Index:
         for i in range(0, len(todo), batch):
             part = todo[i : i + batch]
             for q, vec in zip(part, embedder.embed(part)):
-                self._query_cache[q] = vec
+                self._query_cache.put(q, vec)
 
-    def vector_search(self, query: str, n: int) -> list[tuple[str, float]]:
-        """Top-``n`` chunk ids by cosine similarity, with the similarity."""
-        table = self.snapshot.table
-        if table is None:
-            return []
+    def _terms(self, query: str) -> list[str]:
+        """The query's BM25 terms: textnorm tokens, stop words dropped, Porter-stemmed by DuckDB."""
+        from quarry.retrieval.bm25 import query_tokens
+
+        toks = query_tokens(query)
+        missing = [t for t in toks if t not in self._stems]
+        if missing:
+            stems = self.snapshot.con.execute(
+                "SELECT list_transform($1::VARCHAR[], t -> stem(t, 'porter'))", [missing]
+            ).fetchone()[0]
+            for tok, stem in zip(missing, stems):
+                self._stems.put(tok, stem)
+        return list(dict.fromkeys(self._stems.get(t) for t in toks))
+
+    def filter_mask(self, filters: Filter | None):
+        """``(mask, rows kept)`` for a filter: a bool per row of the current generation, or
+        ``(None, rows)`` without a filter. Cached per generation and filter."""
+        snap = self.snapshot
+        n_rows = snap.index.n_rows
+        if not filters:
+            return None, n_rows
+        key = (snap.pointer.generation, filters)
+        hit = self._masks.get(key)
+        if hit is not None:
+            return hit
+        import numpy as np
+
+        where, params = filters.sql()
+        sql = load_sql("filter_rows").replace("TRUE /* filter */", where)
+        try:
+            rows = snap.con.execute(sql, params).fetchnumpy()["row_id"]
+        except Exception as exc:  # a value DuckDB cannot compare with the column, say
+            import duckdb
+
+            if isinstance(exc, duckdb.Error):
+                raise UsageError(f"filter {filters}: {exc}") from exc
+            raise
+        mask = np.zeros(n_rows, dtype=bool)
+        mask[np.asarray(rows, dtype=np.int64)] = True
+        result = (mask, int(len(rows)))
+        self._masks.put(key, result)
+        return result
+
+    # --- retrieval ---------------------------------------------------------------------------
+
+    def _vector_rows(self, query: str, n: int, mask, kept: int):
         vec = self._embed_query(query)
-        rows = (
-            table.search(vec, vector_column_name="vector")
-            .distance_type("cosine")
-            .select(["chunk_id"])
-            .limit(n)
-            .to_arrow()
-        )
-        ids = rows.column("chunk_id").to_pylist()
-        dists = rows.column("_distance").to_pylist()
-        hits = [(i, 1.0 - d) for i, d in zip(ids, dists)]
-        return sorted(hits, key=lambda h: (-h[1], h[0]))
+        return self.snapshot.index.dense.search(vec, n, mask, method=self.vector_search_method, kept=kept)
 
-    def bm25_search(self, query: str, n: int) -> list[tuple[str, float]]:
-        """Top-``n`` chunk ids by BM25 over header + text."""
-        terms = bm25_text(query)
+    def _bm25_rows(self, query: str, n: int, mask):
+        import numpy as np
+
+        terms = self._terms(query)
         if not terms:
-            return []
-        con = self.snapshot.con
-        return [(cid, float(s)) for cid, s in con.execute(load_sql("bm25_search"), [terms, n]).fetchall()]
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        return self.snapshot.index.bm25.search(terms, n, mask)
+
+    def vector_search(self, query: str, n: int, filters: Filter | None = None) -> list[tuple[str, float]]:
+        """Top-``n`` chunk ids by cosine similarity, with the similarity."""
+        mask, kept = self.filter_mask(filters)
+        rows, scores = self._vector_rows(query, n, mask, kept)
+        return list(zip(self.snapshot.index.chunk_ids(rows), map(float, scores)))
+
+    def bm25_search(self, query: str, n: int, filters: Filter | None = None) -> list[tuple[str, float]]:
+        """Top-``n`` chunk ids by BM25 over header + text (see :mod:`quarry.retrieval.bm25`)."""
+        mask, _ = self.filter_mask(filters)
+        rows, scores = self._bm25_rows(query, n, mask)
+        return list(zip(self.snapshot.index.chunk_ids(rows), map(float, scores)))
 
     def search(
         self,
         query: str,
         k: int = 10,
         mode: str = "hybrid",
+        *,
         candidates: int | None = None,
         rrf_k: int = DEFAULT_K,
+        weights: dict[str, float] | None = None,
+        min_scores: dict[str, float] | None = None,
+        filters: Filter | str | None = None,
     ) -> SearchResponse:
         """Search the committed index.
 
         ``hybrid`` takes each retriever's top ``candidates`` (default ``max(50, 5k)``) and fuses
-        them by reciprocal rank fusion (see :mod:`quarry.fusion`); ``vector`` and ``bm25``
-        return one retriever's ranking in the same result shape.
+        them by reciprocal rank fusion, ``Σ weight_r / (rrf_k + rank_r)`` (see
+        :mod:`quarry.fusion`); ``vector`` and ``bm25`` return one retriever's top ``k`` in the
+        same result shape.
+
+        ``weights``: per retriever (``vector``, ``bm25``; default 1.0 each); a weight of 0 skips
+        that retriever. ``min_scores``: drop a retriever's candidates scoring below its value
+        (cosine for ``vector``, BM25 for ``bm25``) before fusion, and fused results below
+        ``fused``. ``filters``: a :class:`~quarry.filters.Filter` (or a ``--where`` string),
+        applied inside both retrievers before they pick candidates. Ties are broken by the best
+        single rank, then by chunk id.
         """
+        timings: dict[str, float] = {}
+        t_start = time.perf_counter()
         if mode not in MODES:
             raise UsageError(f"unknown search mode {mode!r}; choose one of {', '.join(MODES)}")
         if k < 1:
             raise UsageError("k must be at least 1")
+        if candidates is not None and candidates < 1:
+            raise UsageError("candidates must be at least 1")
+        if rrf_k < 0:
+            raise UsageError("rrf_k must be 0 or more")
+        weights = {**{r: 1.0 for r in RETRIEVERS}, **_checked("weights", weights, RETRIEVERS)}
+        if any(w < 0 for w in weights.values()):
+            raise UsageError(f"weights must be 0 or more, got {weights}")
+        min_scores = _checked("min_scores", min_scores, (*RETRIEVERS, "fused"))
+        if isinstance(filters, str):
+            filters = Filter.build(where=[filters])
         query = query.strip()
         if not query:
             raise UsageError("the query is empty")
         pool = candidates or max(50, 5 * k)
-        hits: dict[str, list[tuple[str, float]]] = {}
-        if mode in ("hybrid", "vector"):
-            hits["vector"] = self.vector_search(query, pool if mode == "hybrid" else k)
-        if mode in ("hybrid", "bm25"):
-            hits["bm25"] = self.bm25_search(query, pool if mode == "hybrid" else k)
+        active = [r for r in RETRIEVERS if weights[r] > 0] if mode == "hybrid" else [mode]
+        n = pool if mode == "hybrid" else k
+
+        snap = self.snapshot
+        t = time.perf_counter()
+        mask, kept = self.filter_mask(filters)
+        timings["filter"] = _ms(t)
+        counts = {"rows": snap.index.n_rows, "kept": kept}
+        hits = {}
+        for name in active:
+            t = time.perf_counter()
+            if name == "vector":
+                rows, scores = self._vector_rows(query, n, mask, kept)
+            else:
+                rows, scores = self._bm25_rows(query, n, mask)
+            if name in min_scores:
+                keep = scores >= min_scores[name]
+                rows, scores = rows[keep], scores[keep]
+            hits[name] = list(zip(rows.tolist(), scores.tolist()))
+            counts[name] = len(rows)
+            timings[name] = _ms(t)
+
+        t = time.perf_counter()
         if mode == "hybrid":
-            fused = rrf({name: [cid for cid, _ in h] for name, h in hits.items()}, k=rrf_k)[:k]
+            fused = rrf({name: [row for row, _ in h] for name, h in hits.items()}, k=rrf_k, weights=weights)
+            if "fused" in min_scores:
+                fused = [(row, s) for row, s in fused if s >= min_scores["fused"]]
+            fused = fused[:k]
         else:
             fused = hits[mode][:k]
-        return SearchResponse(query, mode, self._hydrate(fused, hits))
+        timings["fuse"] = _ms(t)
+        t = time.perf_counter()
+        results = self._hydrate(fused, hits, fused_scores=mode == "hybrid")
+        timings["hydrate"] = _ms(t)
+        timings["total"] = _ms(t_start)
+        return SearchResponse(
+            query=query, mode=mode, results=results, k=k, candidates=n if mode == "hybrid" else k, rrf_k=rrf_k,
+            weights={r: weights[r] for r in active} if mode == "hybrid" else {}, min_scores=min_scores,
+            filter=str(filters) if filters else "", counts=counts, timings=timings,
+        )
 
-    def _hydrate(self, fused, hits) -> list[SearchResult]:
-        ids = [cid for cid, _ in fused]
-        if not ids:
+    def _hydrate(self, fused, hits, fused_scores: bool) -> list[SearchResult]:
+        if not fused:
             return []
-        cols = ["chunk_id", "doc_id", "path", "title", "section", "header", "text", "page_start", "page_end"]
-        rows = {r[0]: dict(zip(cols, r)) for r in self.snapshot.con.execute(load_sql("hydrate_chunks"), [ids]).fetchall()}
-        info = {name: {cid: (rank, score) for rank, (cid, score) in enumerate(h, start=1)} for name, h in hits.items()}
+        index = self.snapshot.index
+        ids = index.chunk_ids([row for row, _ in fused])
+        rows = {r[0]: dict(zip(_HYDRATE_COLUMNS, r))
+                for r in self.snapshot.con.execute(load_sql("hydrate_chunks"), [ids]).fetchall()}
+        info = {name: {row: (rank, score) for rank, (row, score) in enumerate(h, start=1)} for name, h in hits.items()}
         results = []
-        for cid, score in fused:
-            row = rows.get(cid)
-            if row is None:
-                continue  # the vector table and catalog disagree; never show a half row
-            scores = {name: info.get(name, {}).get(cid, (None, None))[1] for name in ("vector", "bm25")}
-            ranks = {name: info.get(name, {}).get(cid, (None, None))[0] for name in ("vector", "bm25")}
-            results.append(SearchResult(rank=len(results) + 1, score=float(score), scores=scores, ranks=ranks, **row))
+        for cid, (row, score) in zip(ids, fused):
+            data = rows.get(cid)
+            if data is None:
+                continue  # the index and catalog disagree; never show a half row
+            scores = {name: info.get(name, {}).get(row, (None, None))[1] for name in RETRIEVERS}
+            ranks = {name: info.get(name, {}).get(row, (None, None))[0] for name in RETRIEVERS}
+            results.append(SearchResult(rank=len(results) + 1, score=float(score),
+                                        fused=float(score) if fused_scores else None,
+                                        scores=scores, ranks=ranks, **data))
         return results
 
     # --- catalog views -------------------------------------------------------------------------
@@ -238,8 +413,32 @@ class Index:
         return out
 
 
-def open(db: str | os.PathLike | None = None, settings: Settings | None = None) -> Index:  # noqa: A001
-    """Open the index at ``db`` (default ``$QUARRY_DB`` or ``./.quarry``) for searching."""
-    index = Index(store_path(db), settings)
+def open(db: str | os.PathLike | None = None, settings: Settings | None = None, **kwargs) -> Index:  # noqa: A001
+    """Open the index at ``db`` (default ``$QUARRY_DB`` or ``./.quarry``) for searching.
+
+    ``kwargs`` go to :class:`Index` (``vector_search``, ``cache_size``).
+    """
+    index = Index(store_path(db), settings, **kwargs)
     index.snapshot  # noqa: B018 - fail now, with a clear message, if there is no index
     return index
+
+
+def _checked(name: str, value: dict | None, allowed: tuple[str, ...]) -> dict[str, float]:
+    if not value:
+        return {}
+    unknown = set(value) - set(allowed)
+    if unknown:
+        raise UsageError(f"{name}: unknown key {', '.join(sorted(unknown))}; use {', '.join(allowed)}")
+    out = {}
+    for key, v in value.items():
+        try:
+            out[key] = float(v)
+        except (TypeError, ValueError):
+            raise UsageError(f"{name}: {key} must be a number, got {v!r}") from None
+        if not math.isfinite(out[key]):
+            raise UsageError(f"{name}: {key} must be finite, got {v!r}")
+    return out
+
+
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 3)

@@ -187,6 +187,11 @@ def rebuild_fts(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(load_sql("fts_rebuild"))
 
 
+def drop_fts(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop DuckDB's FTS index: search now uses the files in ``index-<gen>/`` (quarry/retrieval)."""
+    con.execute("PRAGMA drop_fts_index('chunks')")
+
+
 def has_fts(con: duckdb.DuckDBPyConnection) -> bool:
     row = con.execute(
         "SELECT count(*) FROM duckdb_schemas() WHERE schema_name = 'fts_main_chunks'"

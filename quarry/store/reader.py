@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,17 +11,19 @@ import duckdb
 
 from quarry.errors import QuarryError
 from quarry.store import catalog, vectors
-from quarry.store.layout import Pointer, require_pointer
+from quarry.store.layout import Pointer, read_pointer, require_pointer
 
 
 @dataclass
 class Snapshot:
-    """One committed state: its pointer, a read-only catalog connection and the vector table."""
+    """One committed state: its pointer, a read-only catalog connection, the vector table and
+    the search index files of the same generation."""
 
     store: Path
     pointer: Pointer
     con: duckdb.DuckDBPyConnection
     _table: object = None
+    _index: object = None
 
     @property
     def table(self):
@@ -31,15 +34,42 @@ class Snapshot:
             self._table = vectors.open_for_read(self.store, self.pointer.vector_table, self.pointer.vector_version)
         return self._table
 
+    @property
+    def index(self):
+        """The :class:`~quarry.retrieval.SearchIndex` of this generation.
+
+        Mapped when the snapshot opened; a store committed before index files existed is
+        indexed in memory here, once (slow: it reads every vector from LanceDB).
+        """
+        if self._index is None:
+            from quarry import retrieval
+
+            logging.getLogger("quarry").warning(
+                "%s has no search index files (committed by an older quarry); indexing in memory. "
+                "The next `quarry index` run writes them.", self.store)
+            arrays, manifest = retrieval.build(self.con, self.table, self.pointer.model, self.pointer.dim,
+                                               ivf_rows=1 << 62)
+            self._index = retrieval.SearchIndex(arrays, manifest)
+        return self._index
+
     def close(self) -> None:
         self.con.close()
+
+
+def _load_index(store: Path, pointer: Pointer):
+    from quarry import retrieval
+
+    folder = store / retrieval.folder_name(pointer.generation)
+    if not retrieval.is_complete(folder):
+        return None
+    return retrieval.SearchIndex.load(folder)
 
 
 def open_snapshot(store: Path, attempts: int = 5) -> Snapshot:
     """Open the committed state read-only.
 
-    A writer may commit (and remove the old catalog) between reading CURRENT and opening the
-    file it names; then the pointer is read again.
+    A writer may commit (and remove the old catalog and index files) between reading CURRENT
+    and opening the files it names; then the pointer is read again.
     """
     last: Exception | None = None
     for attempt in range(attempts):
@@ -49,8 +79,18 @@ def open_snapshot(store: Path, attempts: int = 5) -> Snapshot:
             time.sleep(0.05 * (attempt + 1))
             continue
         try:
-            return Snapshot(store, pointer, catalog.connect(path, read_only=True))
+            con = catalog.connect(path, read_only=True)
         except duckdb.IOException as exc:
             last = exc
             time.sleep(0.05 * (attempt + 1))
+            continue
+        try:
+            index = _load_index(store, pointer)
+        except (OSError, ValueError) as exc:  # removed while being mapped: a newer commit
+            index, last = None, exc
+        if index is None and read_pointer(store) != pointer:
+            con.close()
+            time.sleep(0.05 * (attempt + 1))
+            continue
+        return Snapshot(store, pointer, con, _index=index)
     raise QuarryError(f"could not open the committed catalog in {store}: {last or 'it keeps changing'}")

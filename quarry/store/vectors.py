@@ -105,6 +105,16 @@ def lookup_vectors(table, hashes: list[str]) -> dict[str, np.ndarray]:
     return found
 
 
+def read_all(table) -> tuple[pa.Array, np.ndarray]:
+    """Every row's chunk id and vector (float32, rows × dim) at the table's checked-out version."""
+    rows = table.search().select(["chunk_id", "vector"]).limit(None).to_arrow()
+    ids = rows.column("chunk_id").combine_chunks()
+    if rows.num_rows == 0:
+        return ids, np.zeros((0, 0), dtype=np.float32)
+    flat = rows.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    return ids, flat.astype(np.float32, copy=False).reshape(rows.num_rows, -1)
+
+
 def delete_documents(table, doc_ids: list[str]) -> None:
     for i in range(0, len(doc_ids), LOOKUP_BATCH):
         table.delete(f"doc_id IN ({_quoted(doc_ids[i : i + LOOKUP_BATCH])})")

@@ -8,7 +8,7 @@ Order of work, and why it is crash-safe:
 3. copy the committed catalog to a new generation file and apply the run's changes there,
    while LanceDB gets the new rows as new table versions — readers keep using the committed
    catalog file and check out the committed table version, so they see none of it;
-4. commit: rebuild FTS, write the run row, checkpoint and close the new catalog, then
+4. commit: build the search index files, write the run row, checkpoint and close the new catalog, then
    atomically replace CURRENT to name it and the new table version.
 
 A kill before step 4's rename leaves the old pointer, hence the old state, intact.
@@ -66,6 +66,9 @@ class StoreWriter:
         self.store.mkdir(parents=True, exist_ok=True)
         self.base = read_pointer(self.store)
         remove_stale_generations(self.store, keep=self.base.catalog if self.base else None)
+        from quarry import retrieval
+
+        retrieval.remove_stale(self.store, keep=retrieval.folder_name(self.base.generation) if self.base else None)
         self.generation = (self.base.generation if self.base else 0) + 1
         path = self.catalog_path
         if self.base:
@@ -117,13 +120,12 @@ class StoreWriter:
     # --- commit ------------------------------------------------------------------------------
 
     def commit(self, run_row: dict, settings_meta: dict[str, str]) -> CommitInfo:
-        """Make the run visible: FTS, run row, checkpoint, then the pointer rename."""
+        """Make the run visible: search index, run row, checkpoint, then the pointer rename."""
         t0 = time.perf_counter()
         for key, value in {**settings_meta, "model": self.model, "dim": str(self.dim)}.items():
             catalog.set_meta(self.con, key, value)
         faults.point("fts")
-        if self.dirty or not catalog.has_fts(self.con):
-            catalog.rebuild_fts(self.con)  # moves and touches leave chunk text as it was
+        self._write_search_index()
         insert_run(self.con, run_row)
         self.con.execute("CHECKPOINT")
         self.con.close()
@@ -147,8 +149,29 @@ class StoreWriter:
         self._after_commit(pointer)
         return CommitInfo(self.generation, pointer.vector_version, time.perf_counter() - t0)
 
+    def _write_search_index(self) -> None:
+        """Build ``index-<gen>/`` (BM25 + vectors, see quarry/retrieval), or link the previous
+        generation's files when no chunk changed (moves and touches leave chunks as they were)."""
+        from quarry import retrieval
+
+        if catalog.has_fts(self.con):
+            catalog.drop_fts(self.con)  # DuckDB's FTS index, used before index-<gen>/ existed
+        folder = self.store / retrieval.folder_name(self.generation)
+        base = self.store / retrieval.folder_name(self.base.generation) if self.base else None
+        if not self.dirty and not self.model_changed and base is not None and retrieval.is_complete(base):
+            retrieval.link(base, folder)
+            return
+        arrays, manifest = retrieval.build(self.con, self.table, self.model, self.dim)
+        retrieval.write(folder, arrays, manifest)
+        logging.getLogger("quarry").info(
+            "search index: %d chunks, %d terms, IVF %s, built in %.1f s", manifest["rows"],
+            manifest["bm25"]["terms"], manifest["dense"]["ivf"] or "off", manifest["build_seconds"])
+
     def _after_commit(self, pointer: Pointer) -> None:
+        from quarry import retrieval
+
         remove_stale_generations(self.store, keep=pointer.catalog)
+        retrieval.remove_stale(self.store, keep=retrieval.folder_name(pointer.generation))
         try:
             vectors.prune(self.table)
             if self.model_changed and self.base:
