@@ -38,27 +38,50 @@ def pack(vectors: np.ndarray, thresholds: np.ndarray | None = None) -> np.ndarra
     return out[0] if single else out
 
 
-def _words(packed: np.ndarray) -> np.ndarray:
-    """``packed`` viewed as uint64 words when rows are a multiple of 8 bytes (8× fewer ops)."""
+def _units(packed: np.ndarray) -> np.ndarray:
+    """``packed`` rows as uint64 words when a row is a multiple of 8 bytes (8× fewer ops), else bytes."""
     packed = np.ascontiguousarray(packed)
     if _HAS_BITWISE_COUNT and packed.shape[-1] % 8 == 0:
         return packed.view(np.uint64)
     return packed
 
 
-def _popcount_rows(x: np.ndarray) -> np.ndarray:
-    if _HAS_BITWISE_COUNT:
-        return np.bitwise_count(x).sum(axis=1, dtype=np.int32)
-    return _POPCOUNT[x].sum(axis=1, dtype=np.int32)
+def _to_columns(packed: np.ndarray) -> np.ndarray:
+    """Unit-major layout (units, n): each unit's values for all rows are contiguous.
+
+    A scan then runs one long XOR + popcount per unit over contiguous memory, 3-4× faster
+    than reducing across the few units of each row.
+    """
+    return np.ascontiguousarray(_units(packed).T)
+
+
+def _distances_columns(columns: np.ndarray, qunits: np.ndarray) -> np.ndarray:
+    """Hamming distances (int32, one per row) of unit-major bits to the query's units."""
+    n = columns.shape[1]
+    out = np.empty(n, dtype=np.int32)
+    block = min(_BLOCK, max(n, 1))
+    xor = np.empty(block, dtype=columns.dtype)
+    count = np.empty(block, dtype=np.uint8)
+    acc = np.empty(block, dtype=np.uint16)  # narrow adds; cast once per block
+    for start in range(0, n, block):
+        stop = min(n, start + block)
+        m = stop - start
+        acc[:m] = 0
+        for unit, qvalue in zip(columns, qunits):
+            np.bitwise_xor(unit[start:stop], qvalue, out=xor[:m])
+            if _HAS_BITWISE_COUNT:
+                np.bitwise_count(xor[:m], out=count[:m])
+            else:
+                np.take(_POPCOUNT, xor[:m], out=count[:m])
+            acc[:m] += count[:m]
+        out[start:stop] = acc[:m]
+    return out
 
 
 def hamming_distances(packed: np.ndarray, qpacked: np.ndarray) -> np.ndarray:
     """Hamming distance from the packed query to every packed row: int32 (n,)."""
-    rows, q = _words(packed), _words(np.asarray(qpacked).reshape(1, -1))
-    out = np.empty(rows.shape[0], dtype=np.int32)
-    for start in range(0, rows.shape[0], _BLOCK):
-        out[start:start + _BLOCK] = _popcount_rows(np.bitwise_xor(rows[start:start + _BLOCK], q))
-    return out
+    qunits = _units(np.asarray(qpacked).reshape(1, -1))[0]
+    return _distances_columns(_to_columns(packed), qunits)
 
 
 def _smallest(values: np.ndarray, n: int) -> np.ndarray:
@@ -77,19 +100,29 @@ def hamming_topk(packed: np.ndarray, qpacked: np.ndarray, n: int,
     """The ``n`` rows nearest to the query by Hamming distance: (row indices int64, distances int32).
 
     Sorted by distance, ties by row index. ``mask`` (bool, one per row) keeps only the rows
-    where it is True; fewer than ``n`` rows come back when fewer are allowed.
+    where it is True; fewer than ``n`` rows come back when fewer are allowed. For repeated
+    queries over the same rows, :class:`BinaryIndex` keeps the faster unit-major layout.
     """
+    qunits = _units(np.asarray(qpacked).reshape(1, -1))[0]
+    return _topk_columns(_to_columns(packed), qunits, n, mask)
+
+
+def _topk_columns(columns: np.ndarray, qunits: np.ndarray, n: int,
+                  mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     if mask is None:
-        dist = hamming_distances(packed, qpacked)
+        dist = _distances_columns(columns, qunits)
         top = _smallest(dist, n)
         return top.astype(np.int64), dist[top]
-    allowed = np.flatnonzero(np.asarray(mask, dtype=bool))
-    if len(allowed) * 2 < packed.shape[0]:  # selective filter: scan only the allowed rows
-        dist = hamming_distances(packed[allowed], qpacked)
+    mask = np.asarray(mask, dtype=bool)
+    if mask.shape != (columns.shape[1],):
+        raise ValueError(f"mask has shape {mask.shape}, expected ({columns.shape[1]},)")
+    allowed = np.flatnonzero(mask)
+    if len(allowed) * 4 < columns.shape[1]:  # selective filter: scan only the allowed rows
+        dist = _distances_columns(np.ascontiguousarray(columns[:, allowed]), qunits)
         top = _smallest(dist, n)
         return allowed[top].astype(np.int64), dist[top]
-    dist = hamming_distances(packed, qpacked)
-    dist[~np.asarray(mask, dtype=bool)] = np.iinfo(np.int32).max
+    dist = _distances_columns(columns, qunits)
+    dist[~mask] = np.iinfo(np.int32).max
     top = _smallest(dist, min(n, len(allowed)))
     return top.astype(np.int64), dist[top]
 
@@ -139,15 +172,20 @@ class BinaryIndex:
         self.vectors = vectors
         self.dim = vectors.shape[1]
         self.thresholds = _column_means(vectors) if center else None
-        self.packed = pack(vectors, self.thresholds)
+        self._columns = _to_columns(pack(vectors, self.thresholds))  # the only copy of the bits
 
     def __len__(self) -> int:
-        return self.packed.shape[0]
+        return self._columns.shape[1]
+
+    @property
+    def packed(self) -> np.ndarray:
+        """The bits as :func:`pack` returns them, uint8 (n, ⌈dim/8⌉); a copy, for saving."""
+        return np.ascontiguousarray(self._columns.T).view(np.uint8)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the bit vectors (what must stay in memory)."""
-        return int(self.packed.nbytes)
+        return int(self._columns.nbytes)
 
     def search(self, query: np.ndarray, k: int = 10, rescore_multiplier: int = 4,
                mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -161,11 +199,11 @@ class BinaryIndex:
         q = np.asarray(query, dtype=np.float32).reshape(-1)
         if q.shape[0] != self.dim:
             raise ValueError(f"query has {q.shape[0]} dimensions, the index {self.dim}")
-        qbits = pack(q, self.thresholds)
+        qunits = _units(pack(q, self.thresholds)[None, :])[0]
         if rescore_multiplier <= 1:
-            idx, dist = hamming_topk(self.packed, qbits, k, mask)
+            idx, dist = _topk_columns(self._columns, qunits, k, mask)
             return idx, (1.0 - 2.0 * dist / self.dim).astype(np.float32)
-        cand, _ = hamming_topk(self.packed, qbits, k * rescore_multiplier, mask)
+        cand, _ = _topk_columns(self._columns, qunits, k * rescore_multiplier, mask)
         cand = np.sort(cand)  # ascending rows: sequential reads from a memmap
         scores = _cosines(np.asarray(self.vectors[cand], dtype=np.float32), _unit(q))
         top = _smallest(-scores, min(k, len(cand)))

@@ -218,10 +218,12 @@ def _short_body(exc: BaseException, limit: int) -> str:
 
 
 class RateLimiter:
-    """At most ``per_minute`` acquisitions per minute, evenly spaced; blocks the caller.
+    """At most ``per_minute`` units per minute, evenly spaced; blocks the caller.
 
-    Thread-safe and first-come first-served: each caller reserves the next free slot under the
-    lock and sleeps outside it. ``None`` or 0 means unlimited.
+    A unit is a request by default; ``acquire(cost)`` spends ``cost`` units, so the same class
+    paces tokens per minute (``acquire(n_tokens)``). Thread-safe and first-come first-served:
+    each caller reserves the next free slot under the lock and sleeps outside it. ``None`` or 0
+    means unlimited.
     """
 
     def __init__(self, per_minute: float | None, *, clock: Callable[[], float] = time.monotonic,
@@ -232,14 +234,14 @@ class RateLimiter:
         self._next = 0.0
         self._lock = threading.Lock()
 
-    def acquire(self) -> float:
-        """Wait for the next slot; returns the seconds waited."""
+    def acquire(self, cost: float = 1.0) -> float:
+        """Wait for the next slot and spend ``cost`` units; returns the seconds waited."""
         if not self.interval:
             return 0.0
         with self._lock:
             now = self._clock()
             slot = max(now, self._next)
-            self._next = slot + self.interval
+            self._next = slot + self.interval * cost
         wait = slot - now
         if wait > 0:
             self._sleep(wait)

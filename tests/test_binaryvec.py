@@ -52,11 +52,13 @@ def test_hamming_distances_match_bit_by_bit_reference(monkeypatch, dim, bitwise_
 def test_hamming_distances_across_blocks(monkeypatch):
     monkeypatch.setattr(binaryvec, "_BLOCK", 7)  # several blocks and a ragged last one
     rng = np.random.default_rng(1)
-    bits = pack(rng.standard_normal((50, 64)).astype(np.float32))
-    q = bits[3]
-    d = hamming_distances(bits, q)
-    np.testing.assert_array_equal(d, reference_hamming(bits, q))
+    vectors = rng.standard_normal((50, 64)).astype(np.float32)
+    bits = pack(vectors)
+    d = hamming_distances(bits, bits[3])
+    np.testing.assert_array_equal(d, reference_hamming(bits, bits[3]))
     assert d[3] == 0
+    idx, _ = BinaryIndex(vectors).search(vectors[3], 5, rescore_multiplier=0)
+    assert idx.tolist() == sorted(range(50), key=lambda i: (d[i], i))[:5]
 
 
 def test_hamming_topk_is_sorted_with_ties_by_row():
@@ -67,15 +69,19 @@ def test_hamming_topk_is_sorted_with_ties_by_row():
     assert idx.tolist() == [1, 5, 2, 4, 3, 0] and dist.tolist() == [0, 0, 1, 1, 2, 4]
 
 
-@pytest.mark.parametrize("allowed", [[0, 3], [0, 2, 3, 4, 5]])  # selective (subset scan) and broad (masking)
-def test_hamming_topk_mask(allowed):
-    bits = np.array([[0b1111], [0b0000], [0b0001], [0b0011], [0b1000], [0b0000]], dtype=np.uint8)
-    mask = np.zeros(6, dtype=bool)
+@pytest.mark.parametrize("allowed", [[0, 3], [0, 2, 3, 4, 5, 7, 9, 11, 12, 13, 14, 15, 18]])
+def test_hamming_topk_mask(allowed):  # selective (scans a subset) and broad (masks the full scan)
+    rng = np.random.default_rng(7)
+    bits = pack(rng.standard_normal((20, 16)).astype(np.float32))
+    q = pack(rng.standard_normal(16).astype(np.float32))
+    mask = np.zeros(20, dtype=bool)
     mask[allowed] = True
-    idx, dist = hamming_topk(bits, np.array([0], dtype=np.uint8), 3, mask=mask)
-    expected = sorted(allowed, key=lambda i: (bin(int(bits[i, 0])).count("1"), i))[:3]
-    assert idx.tolist() == expected
-    assert set(idx.tolist()) <= set(allowed)
+    idx, dist = hamming_topk(bits, q, 5, mask=mask)
+    ref = reference_hamming(bits, q)
+    expected = sorted(allowed, key=lambda i: (ref[i], i))[:5]
+    assert idx.tolist() == expected and dist.tolist() == ref[expected].tolist()
+    with pytest.raises(ValueError, match="mask has shape"):
+        hamming_topk(bits, q, 5, mask=mask[:10])
 
 
 def test_exact_topk_is_brute_force_cosine():
@@ -138,6 +144,7 @@ def test_search_reads_float_vectors_from_a_memmap(tmp_path):
     on_disk = np.load(tmp_path / "v.npy", mmap_mode="r")
     in_memory, mapped = BinaryIndex(vectors), BinaryIndex(on_disk)
     assert mapped.nbytes == 2000 * 6 and in_memory.nbytes * 32 == vectors.nbytes
+    np.testing.assert_array_equal(mapped.packed, pack(vectors))
     for q in clustered(5, 48, seed=4):
         a, sa = in_memory.search(q, 10)
         b, sb = mapped.search(q, 10)

@@ -163,6 +163,20 @@ def test_rate_limiter_spaces_calls_evenly():
     assert waits == [1.0, 1.0, 1.0]
 
 
+def test_rate_limiter_spends_costs():
+    now = [0.0]
+    waits = []
+
+    def sleep(s):
+        waits.append(s)
+        now[0] += s
+
+    limiter = RateLimiter(6000, clock=lambda: now[0], sleep=sleep)  # tokens per minute: 100 a second
+    for cost in (500, 100, 100):
+        limiter.acquire(cost)
+    assert waits == pytest.approx([5.0, 1.0])
+
+
 def test_rate_limiter_unlimited_and_thread_safe():
     assert RateLimiter(None).acquire() == 0.0 and RateLimiter(0).acquire() == 0.0
     limiter = RateLimiter(1200)  # 50 ms apart
@@ -254,6 +268,14 @@ def test_batches_respect_the_tokens_limit(server):
     assert len(batches) > 3
     assert all(sum(fake_tokens(t) for t in b) <= 200 for b in batches)
     assert sum(batches, []) == texts and embedder.splits == 0
+
+
+def test_large_inputs_are_spread_over_the_concurrent_requests(server):
+    texts = [f"{i} " + "lorem ipsum " * 170 for i in range(40)]  # ~700 estimated tokens each
+    embedder = make(server, concurrency=4)
+    np.testing.assert_allclose(embedder.embed(texts), expected(texts, 32), atol=1e-6)
+    assert sorted(len(b) for b in server.embedding_inputs) == [10, 10, 10, 10]
+    assert embedder.batch_tokens == 4 * 300_000
 
 
 def test_an_input_over_the_per_input_limit_is_truncated_and_counted(server):
@@ -412,6 +434,13 @@ def test_rate_limit_paces_requests(server):
     start = time.monotonic()
     embedder.embed(["a", "b", "c", "d"])
     assert time.monotonic() - start >= 0.3
+
+
+def test_token_rate_limit_paces_by_tokens(server):
+    embedder = make(server, max_inputs=1, token_rate_limit=60 * 400)  # 400 estimated tokens a second
+    start = time.monotonic()
+    embedder.embed(["x" * 297] * 4)  # 100 estimated tokens each: 0.25 s apart
+    assert time.monotonic() - start >= 0.7
 
 
 def test_token_estimate_over_counts_the_servers_tokens():

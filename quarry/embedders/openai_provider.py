@@ -48,6 +48,7 @@ _KNOWN_DIMS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "
 MAX_INPUTS = 2048  # inputs per request (OpenAI)
 MAX_INPUT_TOKENS = 8191  # tokens per input (OpenAI text-embedding-3-*)
 MAX_REQUEST_TOKENS = 300_000  # tokens per request (OpenAI)
+MIN_SPLIT_TOKENS = 4096  # smaller requests are not worth their overhead for parallelism
 BYTES_PER_TOKEN = 3  # conservative: English BPE averages about four characters a token
 
 # What servers say when a request is over their size limits (OpenAI, vLLM, llama.cpp, TEI, Ollama).
@@ -80,7 +81,8 @@ class OpenAIEmbedder:
 
     def __init__(self, model: str | None = None, dimensions: int | None = None, base_url: str | None = None,
                  api_key: str | None = None, timeout: float = 60.0, *, concurrency: int = 4,
-                 rate_limit: float | None = None, max_inputs: int = MAX_INPUTS,
+                 rate_limit: float | None = None, token_rate_limit: float | None = None,
+                 max_inputs: int = MAX_INPUTS,
                  max_tokens: int = MAX_INPUT_TOKENS, max_request_tokens: int = MAX_REQUEST_TOKENS,
                  retry: RetryPolicy = RetryPolicy(), sleep: Callable[[float], object] = time.sleep):
         self.model = model or DEFAULT_MODEL
@@ -99,7 +101,8 @@ class OpenAIEmbedder:
         self.splits = 0  # requests split because the server's limits were lower than assumed
         self._api_key = api_key or ""
         self._sleep = sleep
-        self._limiter = RateLimiter(rate_limit)
+        self._limiter = RateLimiter(rate_limit)  # requests per minute
+        self._token_limiter = RateLimiter(token_rate_limit)  # estimated tokens per minute
         self._client = None
         self._lock = threading.Lock()
         self._encoding = _tiktoken_encoding(self.model)
@@ -119,6 +122,7 @@ class OpenAIEmbedder:
             timeout=float(get("openai_timeout", 60.0)),
             concurrency=int(get("embed_concurrency", 4)),
             rate_limit=float(get("embed_rate_limit", 0.0)) or None,
+            token_rate_limit=float(get("embed_token_rate_limit", 0.0)) or None,
             max_inputs=int(get("embed_max_inputs", MAX_INPUTS)),
             max_request_tokens=int(get("embed_request_tokens", MAX_REQUEST_TOKENS)),
             retry=RetryPolicy(attempts=int(get("openai_attempts", RetryPolicy.attempts))),
@@ -181,14 +185,25 @@ class OpenAIEmbedder:
                     raise
         return np.concatenate(parts, axis=0)
 
+    @property
+    def batch_tokens(self) -> int:
+        """Tokens worth handing to one :meth:`embed` call: enough to fill every concurrent request."""
+        return self.max_request_tokens * self.concurrency
+
     def plan(self, counts: list[int]) -> list[list[int]]:
-        """Indices of consecutive inputs per request, within the inputs and tokens limits."""
+        """Indices of consecutive inputs per request, within the inputs and tokens limits.
+
+        Large inputs are spread over about ``concurrency`` requests (of no fewer than
+        ``MIN_SPLIT_TOKENS`` tokens each), so that they run in parallel rather than in one
+        request that fills the provider's limit.
+        """
         out: list[list[int]] = []
         cur: list[int] = []
         used = 0
         max_inputs, max_request_tokens = self.max_inputs, self.max_request_tokens
+        share = max(MIN_SPLIT_TOKENS, sum(counts) / self.concurrency)  # a soft target below the limit
         for i, n in enumerate(counts):
-            if cur and (len(cur) >= max_inputs or used + n > max_request_tokens):
+            if cur and (len(cur) >= max_inputs or used + n > max_request_tokens or used + n / 2 > share):
                 out.append(cur)
                 cur, used = [], 0
             cur.append(i)
@@ -199,7 +214,7 @@ class OpenAIEmbedder:
 
     def _embed_batch(self, texts: list[str], counts: list[int]) -> np.ndarray:
         try:
-            return self._request(texts)
+            return self._request(texts, sum(counts))
         except _OverLimit as over:
             if len(texts) > 1:
                 self._learn_limits(len(texts), sum(counts), over.message)
@@ -228,7 +243,7 @@ class OpenAIEmbedder:
                 self._client = make_client(self.base_url, self._api_key, timeout=self.timeout)
             return self._client
 
-    def _request(self, texts: list[str]) -> np.ndarray:
+    def _request(self, texts: list[str], tokens: int) -> np.ndarray:
         """One API request, retried; returns unit vectors in input order."""
         kwargs = {"model": self.model, "input": texts}
         if self.requested_dim:
@@ -237,6 +252,7 @@ class OpenAIEmbedder:
 
         def call():
             self._limiter.acquire()
+            self._token_limiter.acquire(tokens)
             try:
                 response = client.embeddings.create(**kwargs)
             except ValueError as exc:  # the body of a 200 was not JSON
