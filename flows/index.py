@@ -70,6 +70,7 @@ def index_flow(
         model, dim = embedder.model, embedder.dim
 
     writer = None if dry_run else StoreWriter(store, model, dim).open()
+    llm = None
     try:
         t = time.perf_counter()
         files, unsupported = discover_files(roots, settings.include, settings.exclude)
@@ -91,11 +92,15 @@ def index_flow(
         t_process = t_embed = t_load = 0.0
         todo = plan.to_process
         existing = {doc_id for _, doc_id in plan.changed}
+        if settings.uses_llm and todo:
+            from quarry.llm import LLMRuntime
+
+            llm = LLMRuntime(settings, store)  # its answer cache lives in the store: re-runs are free
         bar = progress.start("indexing", total=len(todo))
         workers = parse_workers(settings)
         for batch in _batches(todo):
             t = time.perf_counter()
-            records, batch_errors, empty = process_batch(batch, settings, embedder, workers)
+            records, batch_errors, empty = process_batch(batch, settings, embedder, workers, llm)
             t_process += time.perf_counter() - t
             errors += batch_errors
             empty_paths.update(f.path for f in empty)
@@ -136,6 +141,7 @@ def index_flow(
             "reused_vectors": stats.reused,
             "model_calls": stats.calls,
             "truncated": stats.truncated,
+            **_llm_counts(llm),
             "errors": [{"path": e.path, "error": e.error} for e in errors],
             "durations": durations,
             "settings": settings.public_dict(),
@@ -147,23 +153,43 @@ def index_flow(
         report.update(run_row, started=started.isoformat() + "Z", finished=run_row["finished"].isoformat() + "Z")
         _artifact(report)
         logger.info("run %s: %s", run_id, {k: report[k] for k in counts})
+        if llm is not None:
+            logger.info("LLM: %d calls, %d cached answers, %d prompt + %d completion tokens, %d fallbacks",
+                        report["llm_calls"], report["llm_cached"], report["llm_prompt_tokens"],
+                        report["llm_completion_tokens"], len(report["llm_fallback_windows"]))
         return report
     finally:
+        if llm is not None:
+            llm.close()
         if writer is not None:
             writer.close()
+
+
+def _llm_counts(llm) -> dict:
+    """The run row's LLM columns (zeros when no LLM was used)."""
+    if llm is None:
+        return {"llm_calls": 0, "llm_prompt_tokens": 0, "llm_completion_tokens": 0, "llm_cached": 0,
+                "llm_fallback_windows": []}
+    report = llm.report()
+    return {k: report[k] for k in ("llm_calls", "llm_prompt_tokens", "llm_completion_tokens", "llm_cached",
+                                   "llm_fallback_windows")}
 
 
 def _artifact(report: dict) -> None:
     rows = "\n".join(
         f"| {k} | {report[k]} |"
         for k in ("added", "updated", "moved", "deleted", "skipped", "unsupported", "failed", "chunks",
-                  "embedded_chunks", "reused_vectors", "model_calls", "truncated")
+                  "embedded_chunks", "reused_vectors", "model_calls", "truncated", "llm_calls", "llm_cached",
+                  "llm_prompt_tokens", "llm_completion_tokens")
     )
     errors = "\n".join(f"- `{e['path']}`: {e['error']}" for e in report["errors"][:200]) or "none"
+    fallbacks = "\n".join(
+        f"- `{f['path']}` {f['kind']}" + (f" window {f['window']}" if f["window"] is not None else "")
+        + f": {f['error']}" for f in report.get("llm_fallback_windows", [])[:200]) or "none"
     timing = ", ".join(f"{k} {v:.1f} s" for k, v in report["durations"].items())
     create_markdown_artifact(
         key="quarry-index-run",
         markdown=f"# quarry index run {report['run_id']}\n\n| count | value |\n|---|---|\n{rows}\n\n"
-        f"**Stages:** {timing}\n\n## Failed files\n{errors}\n",
+        f"**Stages:** {timing}\n\n## Failed files\n{errors}\n\n## LLM fallbacks to local rules\n{fallbacks}\n",
         description=f"quarry index run {report['run_id']}",
     )

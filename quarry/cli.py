@@ -72,9 +72,31 @@ def cli():
 @click.option("--chunk-overlap", type=int, default=None, help="Characters of overlap between chunks (default 0).")
 @click.option("--embed-backend", default=None, help="torch, onnx, onnx-int8 or openai ($QUARRY_EMBED_BACKEND).")
 @click.option("--embed-model", default=None, help="Embedding model name ($QUARRY_EMBED_MODEL).")
+@click.option("--sectioner", type=click.Choice(["structure", "semantic", "llm"]), default=None,
+              help="structure (headings; default), semantic (embedding topic shifts in long spans) or llm "
+                   "($QUARRY_SECTIONER).")
+@click.option("--context", "context_writer", type=click.Choice(["rules", "llm"]), default=None,
+              help="Chunk headers from rules (default) or an LLM's title and summary ($QUARRY_CONTEXT).")
+@click.option("--header-fields", default=None,
+              help="Header lines, comma-separated: title, summary, section, section_summary, chunk_context, or "
+                   "none ($QUARRY_HEADER_FIELDS).")
+@click.option("--llm-base-url", default=None, help="OpenAI-compatible endpoint for llm modes ($QUARRY_LLM_BASE_URL).")
+@click.option("--llm-model", default=None, help="Chat model for llm modes ($QUARRY_LLM_MODEL).")
+@click.option("--llm-api-key", default=None,
+              help="API key for llm modes ($QUARRY_LLM_API_KEY, else $OPENAI_API_KEY); never stored or printed.")
+@click.option("--llm-concurrency", type=click.IntRange(1, 256), default=None,
+              help="LLM requests in flight at once (default 8; $QUARRY_LLM_CONCURRENCY).")
+@click.option("--llm-rate-limit", type=click.IntRange(0, 1_000_000), default=None,
+              help="LLM requests per minute, 0 = unlimited ($QUARRY_LLM_RATE_LIMIT).")
+@click.option("--llm-section-summaries/--no-llm-section-summaries", default=None,
+              help="With --context llm: one summary per section in the header (a call per section).")
+@click.option("--llm-chunk-context/--no-llm-chunk-context", default=None,
+              help="Contextual retrieval: an LLM-written context line per chunk (a call per chunk; off by default).")
 @json_option
 @handle_errors
-def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap, embed_backend, embed_model, as_json):
+def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap, embed_backend, embed_model,
+          sectioner, context_writer, header_fields, llm_base_url, llm_model, llm_api_key, llm_concurrency,
+          llm_rate_limit, llm_section_summaries, llm_chunk_context, as_json):
     """Index files under PATHS into the store (incremental: only what changed is redone)."""
     from quarry.settings import Settings, store_path
     from quarry.store.layout import WriterLock
@@ -86,8 +108,20 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
         "chunk_overlap": chunk_overlap,
         "embed_backend": embed_backend,
         "embed_model": embed_model,
+        "sectioner": sectioner,
+        "context": context_writer,
+        "header_fields": tuple(f.strip() for f in header_fields.split(",") if f.strip()) if header_fields else None,
+        "llm_base_url": llm_base_url,
+        "llm_model": llm_model,
+        "llm_concurrency": llm_concurrency,
+        "llm_rate_limit": llm_rate_limit,
+        "llm_section_summaries": llm_section_summaries,
+        "llm_chunk_context": llm_chunk_context,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    if llm_api_key:
+        # Through the environment, never the flow's parameters, which Prefect records.
+        os.environ["QUARRY_LLM_API_KEY"] = llm_api_key
     Settings.from_env(**overrides)  # usage errors before any work starts
     store = store_path(db)
     lock = None if dry_run else WriterLock(store).acquire()  # fail fast, before Prefect starts
@@ -138,6 +172,14 @@ def _print_report(report: dict) -> None:
         f"model calls, {report['reused_vectors']} vectors reused"
         + (f", {report['truncated']} truncated" if report.get("truncated") else "")
     )
+    if report.get("llm_calls") or report.get("llm_cached") or report.get("llm_fallback_windows"):
+        click.echo(
+            f"llm: {report['llm_calls']} calls, {report['llm_cached']} answers from cache, "
+            f"{report['llm_prompt_tokens']} prompt + {report['llm_completion_tokens']} completion tokens"
+        )
+    for fb in report.get("llm_fallback_windows") or []:
+        where = f" window {fb['window']}" if fb.get("window") is not None else ""
+        click.echo(f"llm fallback: {fb['path']} {fb['kind']}{where}: {fb['error']}", err=True)
     if report.get("rebuild"):
         click.echo(f"rebuilt: {report['rebuild']}")
     for err in report["errors"]:
@@ -199,7 +241,21 @@ def status(db, as_json):
 
 RUN_KEYS = ("run_id", "started", "finished", "status", "added", "updated", "moved", "deleted", "skipped",
             "unsupported", "failed", "chunks", "embedded_chunks", "reused_vectors", "model_calls", "truncated",
-            "errors", "durations")
+            "errors", "durations", "llm_calls", "llm_prompt_tokens", "llm_completion_tokens", "llm_cached",
+            "llm_fallback_windows")
+LLM_RUN_DEFAULTS = {"llm_calls": 0, "llm_prompt_tokens": 0, "llm_completion_tokens": 0, "llm_cached": 0,
+                    "llm_fallback_windows": []}
+
+
+def _run_item(run: dict) -> dict:
+    """A runs-table row for output; rows from before the LLM columns read as zero LLM work."""
+    item = {k: run.get(k) for k in RUN_KEYS}
+    for key, default in LLM_RUN_DEFAULTS.items():
+        if item[key] is None:
+            item[key] = default
+    if isinstance(item["llm_fallback_windows"], str):
+        item["llm_fallback_windows"] = json.loads(item["llm_fallback_windows"])
+    return item
 
 
 @cli.command()
@@ -212,7 +268,7 @@ def runs(db, limit, as_json):
     import quarry
 
     with quarry.open(db) as idx:
-        items = [{k: r.get(k) for k in RUN_KEYS} for r in idx.runs(limit)]
+        items = [_run_item(r) for r in idx.runs(limit)]
     if as_json:
         click.echo(json.dumps(items, indent=2, default=str))
         return
@@ -220,6 +276,8 @@ def runs(db, limit, as_json):
         click.echo(
             f"{r['run_id']}  {r['status']:<9} +{r['added']} ~{r['updated']} >{r['moved']} -{r['deleted']} "
             f"={r['skipped']} !{r['failed']}  embedded {r['embedded_chunks']}, reused {r['reused_vectors']}"
+            + (f"; llm {r['llm_calls']} calls, {r['llm_cached']} cached, {len(r['llm_fallback_windows'])} fallbacks"
+               if r["llm_calls"] or r["llm_cached"] or r["llm_fallback_windows"] else "")
         )
 
 

@@ -2,7 +2,9 @@
 
 PDF parsing is CPU-bound (pypdf, 0.05-0.3 s a page), so PDFs and DOCX files go to a process
 pool; light text formats are parsed in the calling thread, where a pool would cost more
-than it saves.
+than it saves. LLM work (sectioning windows, titles and summaries) is I/O-bound and runs here,
+in the main process, one stage at a time over the whole batch so that the requests of every
+file share one bounded thread pool (see :mod:`quarry.llm.client`).
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ import logging
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
 
-from quarry.chunking import chunk_document
-from quarry.context import get_context_writer
+from quarry.chunking import chunk_document, text_hash
+from quarry.context import compose_header, get_context_writer, header_fields
 from quarry.errors import ParseError, QuarryError, UnsupportedFile
-from quarry.models import DocumentRecord, FileError, FileInfo, ParsedDocument
+from quarry.models import Chunk, DocumentRecord, FileError, FileInfo, ParsedDocument, join_header
 from quarry.parsers import parse_file
 from quarry.sectioning import get_sectioner
 
@@ -61,59 +64,139 @@ def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120) -
     return results  # type: ignore[return-value]
 
 
+def local_sectioner(settings, name: str | None = None):
+    """The sectioner that needs no LLM: ``settings.sectioner`` (``structure`` under ``llm``)."""
+    name = name or ("structure" if settings.sectioner == "llm" else settings.sectioner)
+    embed = None
+    if name == "semantic":
+        from quarry.embedders import get_embedder
+
+        embed = get_embedder(settings).embed  # the run's own embedder, cached per process
+    return get_sectioner(name, settings.max_section, embed=embed, min_section=settings.min_section,
+                         percentile=settings.semantic_percentile)
+
+
 def build_record(file: FileInfo, doc_id: str, parsed: ParsedDocument, settings, tokenizer=None) -> DocumentRecord:
-    """Section, write headers and chunk one parsed document."""
-    sections = get_sectioner(settings.sectioner, settings.max_section).sections(parsed)
-    writer = get_context_writer(settings.context)
-    title, summary = writer.document_context(parsed, file, sections)
-    headers = [writer.header(title, summary, s) for s in sections]
-    chunks = chunk_document(
-        doc_id,
-        parsed,
-        sections,
-        headers,
-        size=settings.chunk_size,
-        overlap=settings.chunk_overlap,
-        min_chunk=settings.min_chunk,
-        count_tokens=tokenizer.count_tokens if tokenizer else None,
-        max_tokens=tokenizer.max_tokens if tokenizer else 0,
-    )
-    return DocumentRecord(
-        doc_id=doc_id,
-        file=file,
-        title=title,
-        summary=summary,
-        sections=sections,
-        chunks=chunks,
-        metadata=dict(parsed.metadata),
-        n_pages=len(parsed.page_offsets) or None,
-    )
+    """Section, write headers and chunk one parsed document with local rules (no LLM)."""
+    records, errors = build_records([(file, doc_id, parsed)], settings, tokenizer)
+    if errors:
+        raise QuarryError(errors[0].error)
+    return records[0]
+
+
+def _guard(errors: dict[int, str], i: int, fn, *args):
+    """``fn(*args)``, or None with the error kept for document ``i``: one bad document never stops a batch."""
+    try:
+        return fn(*args)
+    except QuarryError as exc:
+        errors[i] = str(exc)
+    except Exception as exc:
+        errors[i] = f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, tokenizer=None, llm=None
+                  ) -> tuple[list[DocumentRecord], list[FileError]]:
+    """Section, contextualise and chunk a batch of parsed documents.
+
+    Stage by stage over the whole batch, so that the LLM requests of every document (when
+    ``llm``, an :class:`~quarry.llm.LLMRuntime`, is given) are answered concurrently.
+    """
+    failed: dict[int, str] = {}
+    local = local_sectioner(settings)
+    sections = [_guard(failed, i, local.sections, doc) for i, (_, _, doc) in enumerate(docs)]
+    alive = [i for i in range(len(docs)) if i not in failed]
+    if settings.sectioner == "llm" and llm is not None and alive:
+        from quarry.llm.sections import section_batch
+
+        found = section_batch([(docs[i][0].path, docs[i][2]) for i in alive], [sections[i] for i in alive], llm,
+                              settings.llm_window_chars)
+        for i, secs in zip(alive, found):
+            sections[i] = secs
+
+    fields = header_fields(settings)
+    writer = get_context_writer(settings.context, fields)
+    contexts = {i: _guard(failed, i, writer.document_context, docs[i][2], docs[i][0], sections[i]) for i in alive}
+    alive = [i for i in alive if i not in failed]
+    if settings.context == "llm" and llm is not None and alive:
+        from quarry.llm.context import document_contexts
+
+        found = document_contexts([(docs[i][0], docs[i][2], *contexts[i]) for i in alive], llm,
+                                  settings.llm_input_tokens)
+        contexts.update(zip(alive, found))
+    if "section_summary" in fields and alive:
+        if settings.context == "llm" and settings.llm_section_summaries and llm is not None:
+            from quarry.llm.context import section_summaries
+
+            found = section_summaries([(docs[i][0], docs[i][2], contexts[i][0], sections[i]) for i in alive], llm,
+                                      settings.llm_input_tokens)
+            for i, secs in zip(alive, found):
+                sections[i] = secs
+        else:
+            for i in alive:
+                sections[i] = [replace(s, summary=s.summary or writer.section_summary(docs[i][2], s) or None)
+                               for s in sections[i]]
+
+    chunks = {}
+    for i in alive:
+        (title, summary), doc = contexts[i], docs[i][2]
+        headers = [writer.header(title, summary, s) for s in sections[i]]
+        chunks[i] = _guard(failed, i, lambda: chunk_document(
+            docs[i][1], doc, sections[i], headers, size=settings.chunk_size, overlap=settings.chunk_overlap,
+            min_chunk=settings.min_chunk, count_tokens=tokenizer.count_tokens if tokenizer else None,
+            max_tokens=tokenizer.max_tokens if tokenizer else 0))
+    alive = [i for i in alive if i not in failed]
+    if "chunk_context" in fields and llm is not None and alive:
+        from quarry.llm.context import chunk_contexts
+
+        found = chunk_contexts([(docs[i][0], docs[i][2], chunks[i]) for i in alive], llm, settings.llm_input_tokens)
+        for i, lines in zip(alive, found):
+            title, summary = contexts[i]
+            by_index = {s.index: s for s in sections[i]}
+            for chunk, line in zip(chunks[i], lines):
+                if line:
+                    chunk.header = compose_header(fields, title, summary, by_index[chunk.section_index], line)
+            _recount(chunks[i], tokenizer)
+
+    records = [
+        DocumentRecord(doc_id=docs[i][1], file=docs[i][0], title=contexts[i][0], summary=contexts[i][1],
+                       sections=sections[i], chunks=chunks[i], metadata=dict(docs[i][2].metadata),
+                       n_pages=len(docs[i][2].page_offsets) or None)
+        for i in alive
+    ]
+    return records, [FileError(docs[i][0].path, error) for i, error in sorted(failed.items())]
+
+
+def _recount(chunks: list[Chunk], tokenizer) -> None:
+    """Refresh hashes and token counts after headers changed (a header can push a chunk over the limit)."""
+    for chunk in chunks:
+        chunk.text_hash = text_hash(join_header(chunk.header, chunk.text))
+    if tokenizer is not None and tokenizer.max_tokens:
+        counts = tokenizer.count_tokens([c.embed_text for c in chunks])
+        for chunk, n in zip(chunks, counts):
+            chunk.n_tokens, chunk.truncated = n, n > tokenizer.max_tokens
 
 
 def process_files(
-    items: list[tuple[FileInfo, str]], settings, tokenizer=None, workers: int = 1
+    items: list[tuple[FileInfo, str]], settings, tokenizer=None, workers: int = 1, llm=None
 ) -> tuple[list[DocumentRecord], list[FileError], list[FileInfo]]:
     """Turn ``(file, doc_id)`` pairs into records.
 
     Returns ``(records, errors, empty)``: files with no text at all are neither records nor
-    errors; the caller counts them as skipped.
+    errors; the caller counts them as skipped. ``llm`` is the run's
+    :class:`~quarry.llm.LLMRuntime` when the settings ask for LLM sectioning or context.
     """
     files = [f for f, _ in items]
     parsed = parse_files(files, workers=workers, timeout=settings.parse_timeout)
-    records: list[DocumentRecord] = []
     errors: list[FileError] = []
     empty: list[FileInfo] = []
+    docs: list[tuple[FileInfo, str, ParsedDocument]] = []
     for (file, doc_id), result in zip(items, parsed):
         if isinstance(result, str):
             errors.append(FileError(file.path, result))
-            continue
-        if not result.text.strip():
+        elif not result.text.strip():
             empty.append(file)
-            continue
-        try:
-            records.append(build_record(file, doc_id, result, settings, tokenizer))
-        except QuarryError as exc:
-            errors.append(FileError(file.path, str(exc)))
-        except Exception as exc:  # one bad document never stops the run
-            errors.append(FileError(file.path, f"{type(exc).__name__}: {exc}"))
-    return records, errors, empty
+        else:
+            docs.append((file, doc_id, result))
+    records, failed = build_records(docs, settings, tokenizer, llm)
+    return records, errors + failed, empty

@@ -16,8 +16,10 @@ from quarry.errors import ConfigError
 
 DEFAULT_DB = ".quarry"
 EMBED_BACKENDS = ("torch", "onnx", "onnx-int8", "openai", "hash")
-SECTIONERS = ("structure",)
-CONTEXT_WRITERS = ("rules",)
+SECTIONERS = ("structure", "semantic", "llm")
+CONTEXT_WRITERS = ("rules", "llm")
+HEADER_FIELDS = ("title", "summary", "section", "section_summary", "chunk_context", "none")
+DEFAULT_LLM_MODEL = "gpt-4o-mini"  # used only when no model is named and no base URL points elsewhere
 
 
 def default_db() -> str:
@@ -55,6 +57,22 @@ class Settings:
     chunk_overlap: int = 0  # characters
     min_chunk: int = 200  # a tail shorter than this merges into its neighbour
     max_section: int = 4000  # unstructured text becomes sections of about this size
+    min_section: int = 400  # the semantic sectioner never cuts a section shorter than this
+    semantic_percentile: int = 90  # cut where neighbour distance exceeds this percentile
+    # header lines, in order; () = the context writer's default (rules: title, section;
+    # llm: title, summary, section, plus section_summary/chunk_context when those are on)
+    header_fields: tuple[str, ...] = ()
+    # LLM (any OpenAI-compatible chat endpoint) for --sectioner llm / --context llm
+    llm_base_url: str = ""
+    llm_model: str = ""
+    llm_api_key: str = field(default="", repr=False)
+    llm_concurrency: int = 8  # requests in flight at once, over all files of a batch
+    llm_rate_limit: int = 0  # requests per minute; 0 = unlimited
+    llm_timeout: int = 120  # seconds per request
+    llm_window_chars: int = 20000  # sectioning window: characters of numbered lines per request
+    llm_input_tokens: int = 4000  # context writer input budget (about 4 characters a token)
+    llm_section_summaries: bool = False  # one call per section for a one-sentence summary
+    llm_chunk_context: bool = False  # one call per chunk (contextual retrieval); costly
     # embedding
     embed_backend: str = "torch"
     embed_model: str = ""  # "" = the backend's default model
@@ -79,6 +97,8 @@ class Settings:
             values["openai_api_key"] = os.environ.get("OPENAI_API_KEY", "")
         if not values["openai_base_url"]:
             values["openai_base_url"] = os.environ.get("OPENAI_BASE_URL", "")
+        if not values["llm_api_key"]:
+            values["llm_api_key"] = os.environ.get("OPENAI_API_KEY", "")
         settings = cls(**values)
         settings.validate()
         return settings
@@ -101,17 +121,64 @@ class Settings:
             raise ConfigError(
                 "the openai backend needs QUARRY_OPENAI_API_KEY (or OPENAI_API_KEY) or QUARRY_OPENAI_BASE_URL"
             )
+        unknown = [f for f in self.header_fields if f not in HEADER_FIELDS]
+        if unknown:
+            raise ConfigError(f"unknown header field {unknown[0]!r}; choose from {', '.join(HEADER_FIELDS)}")
+        if not 0 < self.semantic_percentile < 100:
+            raise ConfigError(f"semantic_percentile must be between 1 and 99, got {self.semantic_percentile}")
+        if self.min_section < 0 or self.min_section * 2 > self.max_section:
+            raise ConfigError(f"min_section must be between 0 and half of max_section, got {self.min_section}")
+        if self.uses_llm:
+            asked = " and ".join(f"--{k} llm" for k, v in (("sectioner", self.sectioner), ("context", self.context))
+                                 if v == "llm") or "llm_chunk_context"
+            if not self.llm_base_url and not self.llm_api_key:
+                raise ConfigError(
+                    f"{asked} needs an OpenAI-compatible endpoint: set QUARRY_LLM_API_KEY (or OPENAI_API_KEY, "
+                    "or --llm-api-key) for the hosted API, or QUARRY_LLM_BASE_URL (--llm-base-url) for a local server"
+                )
+            if self.llm_concurrency < 1:
+                raise ConfigError(f"llm_concurrency must be at least 1, got {self.llm_concurrency}")
+            if self.llm_window_chars < 1000:
+                raise ConfigError(f"llm_window_chars must be at least 1000, got {self.llm_window_chars}")
+            if self.llm_input_tokens < 100:
+                raise ConfigError(f"llm_input_tokens must be at least 100, got {self.llm_input_tokens}")
+
+    @property
+    def uses_llm(self) -> bool:
+        """Whether indexing with these settings calls the LLM endpoint."""
+        return self.sectioner == "llm" or self.context == "llm" or self.llm_chunk_context
+
+    @property
+    def llm_model_name(self) -> str:
+        """The chat model asked for, or the hosted default."""
+        return self.llm_model or DEFAULT_LLM_MODEL
 
     def content_fingerprint(self) -> str:
         """Hash of the settings that shape sections and chunks (not the vectors)."""
         keys = ("sectioner", "context", "chunk_size", "chunk_overlap", "min_chunk", "max_section")
-        blob = json.dumps({k: getattr(self, k) for k in keys}, sort_keys=True)
+        shape = {k: getattr(self, k) for k in keys}
+        # Later settings join only when they differ from what older stores were built with, so
+        # that upgrading quarry does not re-process an index whose contents cannot have changed.
+        if self.header_fields:
+            shape["header_fields"] = list(self.header_fields)
+        if self.sectioner == "semantic":
+            shape.update(min_section=self.min_section, semantic_percentile=self.semantic_percentile,
+                         embed=[self.embed_backend, self.embed_model, self.embed_dim])
+        if self.uses_llm:
+            from quarry.llm.prompts import PROMPT_VERSION
+
+            shape.update(llm_model=self.llm_model_name, llm_prompt_version=PROMPT_VERSION,
+                         llm_window_chars=self.llm_window_chars, llm_input_tokens=self.llm_input_tokens,
+                         llm_section_summaries=self.llm_section_summaries,
+                         llm_chunk_context=self.llm_chunk_context)
+        blob = json.dumps(shape, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def public_dict(self) -> dict:
         """The settings without secrets, for logs and the runs table."""
         d = asdict(self)
         d["openai_api_key"] = "***" if self.openai_api_key else ""
+        d["llm_api_key"] = "***" if self.llm_api_key else ""
         return d
 
 

@@ -72,5 +72,17 @@ CREATE TABLE IF NOT EXISTS runs (
     truncated       INTEGER NOT NULL DEFAULT 0,
     errors          JSON NOT NULL,     -- [{"path", "error"}]
     durations       JSON NOT NULL,     -- seconds per stage
-    settings        JSON NOT NULL      -- the run's settings, secrets masked
+    settings        JSON NOT NULL,     -- the run's settings, secrets masked
+    llm_calls             INTEGER DEFAULT 0,  -- chat requests sent (retries included)
+    llm_prompt_tokens     INTEGER DEFAULT 0,
+    llm_completion_tokens INTEGER DEFAULT 0,
+    llm_cached            INTEGER DEFAULT 0,  -- answers replayed from <store>/llm-cache.sqlite
+    llm_fallback_windows  JSON DEFAULT '[]'   -- [{"path", "kind", "window", "error"}] done by local rules
 );
+
+-- Catalogs made before the LLM columns existed gain them here (run again before each run row).
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_calls INTEGER DEFAULT 0;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_prompt_tokens INTEGER DEFAULT 0;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_completion_tokens INTEGER DEFAULT 0;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_cached INTEGER DEFAULT 0;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_fallback_windows JSON DEFAULT '[]';

@@ -27,6 +27,7 @@ import numpy as np
 
 from quarry import faults
 from quarry.models import DocumentRecord
+from quarry.sqlfiles import statements
 from quarry.store import catalog, vectors
 from quarry.store.layout import Pointer, WriterLock, read_pointer, remove_stale_generations, write_pointer
 
@@ -159,7 +160,7 @@ class StoreWriter:
         folder = self.store / retrieval.folder_name(self.generation)
         base = self.store / retrieval.folder_name(self.base.generation) if self.base else None
         if not self.dirty and not self.model_changed and base is not None and retrieval.is_complete(base):
-            retrieval.link(base, folder)
+            retrieval.link(base, folder, self.con)
             return
         arrays, manifest = retrieval.build(self.con, self.table, self.model, self.dim)
         retrieval.write(folder, arrays, manifest)
@@ -201,8 +202,14 @@ def insert_run(con, run_row: dict) -> None:
     import pyarrow as pa
 
     row = dict(run_row)
-    for key in ("roots", "errors", "durations", "settings"):
-        row[key] = json.dumps(row.get(key) or ([] if key in ("roots", "errors") else {}), ensure_ascii=False)
+    for key in ("roots", "errors", "durations", "settings", "llm_fallback_windows"):
+        if key in row or key != "llm_fallback_windows":
+            row[key] = json.dumps(row.get(key) or ([] if key in ("roots", "errors", "llm_fallback_windows") else {}),
+                                  ensure_ascii=False)
+    for stmt in statements("schema"):
+        code = "\n".join(line for line in stmt.splitlines() if not line.startswith("--"))
+        if code.startswith("ALTER TABLE runs"):
+            con.execute(code)  # a catalog from before the LLM columns gains them
     con.register("new_run", pa.Table.from_pylist([row]))
     try:
         con.execute(catalog.load_sql("insert_run"))

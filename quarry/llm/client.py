@@ -1,0 +1,214 @@
+"""Running batches of chat requests against any OpenAI-compatible endpoint.
+
+:class:`LLMRuntime` is created once per index run, in the main process. It answers a batch of
+:class:`Job` s with a bounded thread pool (``llm_concurrency`` requests in flight over every file
+of the batch), a rate limiter, retries on 429/5xx/timeouts only (``quarry.openai_common``), and
+the persistent answer cache: a job whose answer is cached makes no call at all.
+
+A job that still fails comes back as an :class:`LLMFailure`; callers fall back to local rules for
+that piece of work and the run report names it. After an error no request can fix (a rejected
+key, an unknown model) the runtime stops calling and fails the rest of the run's jobs at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from quarry.llm.cache import CACHE_FILE, LLMCache, cache_key
+from quarry.llm.prompts import VERSIONS, response_format
+from quarry.openai_common import (
+    BadResponse,
+    RateLimiter,
+    RetryPolicy,
+    Usage,
+    call_with_retries,
+    describe_error,
+    host_of,
+    make_client,
+    redact,
+    status_of,
+)
+
+log = logging.getLogger("quarry.llm")
+
+RETRY = RetryPolicy(attempts=4, base=1.0, cap=20.0)
+_FATAL_STATUS = frozenset({401, 403, 404})  # wrong key, no access, no such model: every call would fail
+_FENCED = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+
+
+@dataclass
+class Job:
+    """One chat request: ``kind`` names the prompt (and its version); ``schema`` asks for JSON."""
+
+    kind: str
+    messages: list[dict]
+    schema: dict | None = None
+    schema_name: str = ""
+    max_tokens: int | None = None
+
+    def key(self, model: str) -> str:
+        request = {"messages": self.messages, "schema": self.schema, "max_tokens": self.max_tokens}
+        return cache_key(self.kind, model, VERSIONS[self.kind], request)
+
+
+@dataclass(frozen=True)
+class LLMFailure:
+    """A job that produced no usable answer; ``error`` is safe to log (no key, no request body)."""
+
+    error: str
+
+
+def parse_json(content: str) -> object:
+    """The JSON in a model's answer, tolerating code fences and chatter around one object.
+
+    Raises ``ValueError`` when there is none.
+    """
+    text = content.strip()
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    fenced = _FENCED.search(text)
+    if fenced:
+        try:
+            return json.loads(fenced.group(1))
+        except ValueError:
+            pass
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        return json.loads(text[start : end + 1])  # raises ValueError when it is not JSON either
+    raise ValueError("no JSON object in the answer")
+
+
+class LLMRuntime:
+    """Client, cache, limits and counters of one index run's LLM work."""
+
+    def __init__(self, settings, store: Path | None = None, *, client=None, policy: RetryPolicy | None = None,
+                 sleep=None):
+        self.model = settings.llm_model_name
+        self.endpoint = host_of(settings.llm_base_url)
+        self._secrets = tuple(s for s in (settings.llm_api_key,) if s)
+        self.client = client or make_client(settings.llm_base_url, settings.llm_api_key,
+                                            timeout=float(settings.llm_timeout))
+        self.cache = LLMCache(Path(store) / CACHE_FILE) if store is not None else None
+        self.concurrency = settings.llm_concurrency
+        self.limiter = RateLimiter(settings.llm_rate_limit or None)
+        self.policy = policy or RETRY
+        self._sleep = sleep
+        self.usage = Usage()
+        self.cached = 0
+        self.failed = 0
+        self.fallbacks: list[dict] = []  # {"path", "kind", "window", "error"}
+        self._fatal: str | None = None
+        self._lock = threading.Lock()
+
+    # --- public ------------------------------------------------------------------------------
+
+    def run(self, jobs: list[Job]) -> list[str | object | LLMFailure]:
+        """Answer every job: parsed JSON for jobs with a schema, text otherwise, or a failure.
+
+        Cached answers are used first; identical jobs are asked once.
+        """
+        results: list[object] = [None] * len(jobs)
+        todo: dict[str, list[int]] = {}
+        for i, job in enumerate(jobs):
+            key = job.key(self.model)
+            hit = self.cache.get(key) if self.cache else None
+            if hit is not None:
+                parsed = self._parse(job, hit)
+                if not isinstance(parsed, LLMFailure):
+                    results[i] = parsed
+                    self.cached += 1
+                    continue
+            todo.setdefault(key, []).append(i)
+        if todo:
+            keys = list(todo)
+            workers = max(1, min(self.concurrency, len(keys)))
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quarry-llm") as pool:
+                answers = list(pool.map(lambda k: self._answer(jobs[todo[k][0]], k), keys))
+            for key, answer in zip(keys, answers):
+                for i in todo[key]:
+                    results[i] = answer
+        return results
+
+    def note_fallback(self, path: str, kind: str, window: int | None, error: str) -> None:
+        """Record that a piece of a file fell back to local rules (for the run report)."""
+        with self._lock:
+            self.fallbacks.append({"path": path, "kind": kind, "window": window, "error": self.redact(error)})
+
+    def report(self) -> dict:
+        """Counters for the run report."""
+        u = self.usage.as_dict()
+        return {
+            "llm_calls": u["calls"] + u["retries"] + self.failed,
+            "llm_prompt_tokens": u["prompt_tokens"],
+            "llm_completion_tokens": u["completion_tokens"],
+            "llm_cached": self.cached,
+            "llm_retries": u["retries"],
+            "llm_fallback_windows": list(self.fallbacks),
+        }
+
+    def redact(self, text: str) -> str:
+        return redact(text, *self._secrets)
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+        close = getattr(self.client, "close", None)
+        if close:
+            close()
+
+    # --- one job -----------------------------------------------------------------------------
+
+    def _answer(self, job: Job, key: str):
+        if self._fatal:
+            return LLMFailure(self._fatal)
+        try:
+            content = call_with_retries(lambda: self._call(job), self.policy,
+                                        on_retry=lambda exc, attempt, delay: self.usage.add_retry(),
+                                        **({"sleep": self._sleep} if self._sleep else {}))
+        except Exception as exc:
+            with self._lock:
+                self.failed += 1
+            message = describe_error(exc, *self._secrets)
+            if status_of(exc) in _FATAL_STATUS:
+                message = f"{self.endpoint} refused the request ({message}); no further LLM calls this run"
+                if not self._fatal:
+                    log.warning("LLM endpoint %s: %s", self.endpoint, message)
+                self._fatal = message
+            return LLMFailure(message)
+        parsed = self._parse(job, content)
+        if not isinstance(parsed, LLMFailure) and self.cache is not None:
+            self.cache.put(key, job.kind, self.model, content)  # at once: a crash keeps what was paid for
+        return parsed
+
+    def _call(self, job: Job) -> str:
+        self.limiter.acquire()
+        kwargs = {"model": self.model, "messages": job.messages, "temperature": 0}
+        if job.schema is not None:
+            kwargs["response_format"] = response_format(job.schema_name or job.kind, job.schema)
+        if job.max_tokens:
+            kwargs["max_tokens"] = job.max_tokens
+        response = self.client.chat.completions.create(**kwargs)
+        choices = getattr(response, "choices", None)
+        content = choices[0].message.content if choices else None
+        if not isinstance(content, str):
+            raise BadResponse("the answer has no message content")
+        self.usage.add(getattr(response, "usage", None))
+        return content
+
+    @staticmethod
+    def _parse(job: Job, content: str):
+        if job.schema is None:
+            text = " ".join(content.split())
+            return text if text else LLMFailure("empty answer")
+        try:
+            return parse_json(content)
+        except ValueError:
+            return LLMFailure("the answer is not JSON")
