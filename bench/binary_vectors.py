@@ -12,8 +12,11 @@ Embeddings are cached in bench/results/binary_vectors/ as .npy, keyed by the tex
 so reruns take seconds.
 
 For every method: bytes held in memory, p50/p95 latency of one query (single-threaded
-numpy, one query at a time, as a search request would run), and recall@10 against exact
-float cosine search. Writes bench/results/binary_vectors.json.
+numpy, one query at a time, as a search request would run), recall@10 against exact float
+cosine search, and "cosine kept": the mean cosine of a method's top 10 over that of the exact
+top 10 (recall counts a near-tie swapped in as a miss; this says how near it was).
+Methods take turns on each query, so load from other work falls on all of them alike.
+Writes bench/results/binary_vectors.json.
 """
 
 from __future__ import annotations
@@ -98,8 +101,12 @@ def flat_search(vectors: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
     return top[np.argsort(-scores[top], kind="stable")]
 
 
-def measure(rows, queries: np.ndarray, truth: list[set[int]] | None, k: int, label: str) -> list[dict]:
+def measure(rows, queries: np.ndarray, truth: list[set[int]] | None, k: int, label: str,
+            vectors: np.ndarray | None = None) -> list[dict]:
     """Latency percentiles per query and recall@k against ``truth`` for every (name, bytes, fn).
+
+    With ``vectors``, also the cosine kept: the mean true cosine of a method's top k over that
+    of the exact top k (1.0 = as similar as the exact answer, even when other rows tie).
 
     Methods take turns on each query, so load from other work on a shared machine falls on
     all of them alike.
@@ -109,6 +116,7 @@ def measure(rows, queries: np.ndarray, truth: list[set[int]] | None, k: int, lab
             fn(q)
     times = [[] for _ in rows]
     hits = [[] for _ in rows]
+    kept = [[] for _ in rows]
     for i, q in enumerate(queries):
         for j, (_, _, fn) in enumerate(rows):
             started = time.perf_counter()
@@ -116,13 +124,17 @@ def measure(rows, queries: np.ndarray, truth: list[set[int]] | None, k: int, lab
             times[j].append(time.perf_counter() - started)
             if truth is not None:
                 hits[j].append(len(truth[i] & set(np.asarray(idx[:k]).tolist())) / k)
+            if vectors is not None and truth is not None:
+                best = float(np.mean(vectors[sorted(truth[i])] @ q))
+                kept[j].append(float(np.mean(vectors[np.asarray(idx[:k])] @ q)) / best)
     out = []
-    for (name, nbytes, _), t, h in zip(rows, times, hits):
+    for (name, nbytes, _), t, h, c in zip(rows, times, hits, kept):
         ms = np.array(t) * 1000
         out.append({"queries": label, "n_queries": len(queries), "method": name, "bytes": int(nbytes),
                     "p50_ms": round(float(np.percentile(ms, 50)), 3),
                     "p95_ms": round(float(np.percentile(ms, 95)), 3),
-                    "recall": round(float(np.mean(h)), 4) if h else None})
+                    "recall": round(float(np.mean(h)), 4) if h else None,
+                    "cosine_kept": round(float(np.mean(c)), 4) if c else None})
         print(f"{label}: {name}: p50 {out[-1]['p50_ms']} ms, recall {out[-1]['recall']}", file=sys.stderr)
     return out
 
@@ -146,7 +158,7 @@ def methods(vectors: np.ndarray, mapped: np.ndarray | None, k: int, center: bool
 
 def run_set(label: str, vectors, mapped, queries, k: int, center: bool) -> list[dict]:
     truth = [set(flat_search(vectors, q, k).tolist()) for q in queries]
-    return measure(methods(vectors, mapped, k, center), queries, truth, k, label)
+    return measure(methods(vectors, mapped, k, center), queries, truth, k, label, vectors)
 
 
 def synthetic(vectors: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
@@ -164,11 +176,13 @@ def synthetic(vectors: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
 def table(report: dict) -> str:
     lines = [f"corpus: {report['corpus']} handbook chunks, {report['dim']}-d {report['model']} ({report['backend']}); "
              f"k={report['k']}; one query at a time, 1 thread; {os.cpu_count()} CPUs", "",
-             "| queries | method | memory | p50 ms | p95 ms | recall@10 |", "|---|---|---:|---:|---:|---:|"]
+             "| queries | method | memory | p50 ms | p95 ms | recall@10 | cosine kept |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for r in report["results"]:
         recall = "" if r["recall"] is None else f"{r['recall']:.3f}"
+        kept = "" if r.get("cosine_kept") is None else f"{r['cosine_kept']:.4f}"
         lines.append(f"| {r['queries']} ({r['n_queries']}) | {r['method']} | {r['bytes'] / 2**20:.2f} MiB "
-                     f"| {r['p50_ms']:.3f} | {r['p95_ms']:.3f} | {recall} |")
+                     f"| {r['p50_ms']:.3f} | {r['p95_ms']:.3f} | {recall} | {kept} |")
     return "\n".join(lines)
 
 
