@@ -186,6 +186,51 @@ def _print_report(report: dict) -> None:
         click.echo(f"failed: {err['path']}: {err['error']}", err=True)
 
 
+def filter_options(fn):
+    """--where/--path/--since/--until/--type/--doc, shared by search and export."""
+    for option in reversed([
+        click.option("--where", multiple=True, help="Filter, e.g. \"file_type = 'pdf'\" or \"mtime >= 2024-01-01\" "
+                     "(repeatable; all must hold; see docs/query.md)."),
+        click.option("--path", "path_globs", multiple=True, help="Only files whose path matches this glob (repeatable)."),
+        click.option("--since", default=None, help="Only files modified on or after this date (YYYY-MM-DD)."),
+        click.option("--until", default=None, help="Only files modified on or before this date (YYYY-MM-DD)."),
+        click.option("--type", "file_types", multiple=True, help="Only this file type, e.g. pdf (repeatable)."),
+        click.option("--doc", "doc_ids", multiple=True, help="Only this document id (repeatable)."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def build_filter(where, path_globs, since, until, file_types, doc_ids):
+    """The search/export filter from the flags, or None when no flag was given."""
+    if not (where or path_globs or since or until or file_types or doc_ids):
+        return None
+    from quarry.filters import Filter
+
+    return Filter.build(where=list(where), path=list(path_globs), since=since, until=until,
+                        file_type=list(file_types), doc_id=list(doc_ids))
+
+
+def parse_pairs(values, flag: str, names=("vector", "bm25")) -> dict[str, float] | None:
+    """``name=value`` pairs from a repeatable, comma-separable flag."""
+    from quarry.errors import UsageError
+
+    out: dict[str, float] = {}
+    for item in (p.strip() for v in values for p in v.split(",")):
+        if not item:
+            continue
+        name, sep, raw = item.partition("=")
+        name = name.strip()
+        try:
+            value = float(raw)
+        except ValueError:
+            value = None
+        if not sep or name not in names or value is None or value != value:
+            raise UsageError(f"{flag} takes NAME=NUMBER with NAME one of {', '.join(names)}, got {item!r}")
+        out[name] = value
+    return out or None
+
+
 @cli.command()
 @click.argument("query")
 @db_option
@@ -194,25 +239,116 @@ def _print_report(report: dict) -> None:
 @click.option("--candidates", type=click.IntRange(1, 10000), default=None,
               help="Candidates per retriever before fusion (default max(50, 5k)).")
 @click.option("--rrf-k", type=click.IntRange(0, 10000), default=60, show_default=True, help="RRF constant k.")
+@filter_options
+@click.option("--weights", multiple=True, help="RRF weight per retriever, e.g. vector=1,bm25=0.5.")
+@click.option("--min-score", "min_scores", multiple=True,
+              help="Drop a retriever's candidates scoring below this, e.g. vector=0.3 (repeatable).")
+@click.option("--explain", is_flag=True, help="Show each retriever's rank and score and the fused score.")
+@click.option("--window", default=None, metavar="B,A",
+              help="Return each hit with B chunks before and A after from its document, merged where they meet.")
+@click.option("--segments", type=click.Choice(["balanced", "precision", "find_all"]), is_flag=False,
+              flag_value="balanced", default=None,
+              help="Return relevant segments (dsRAG RSE) instead of single chunks; preset default balanced.")
+@click.option("--rerank", "rerank_spec", default=None, metavar="SPEC",
+              help="Rerank fused candidates: cross-encoder:/path/to/model, llm or llm:MODEL.")
+@click.option("--rerank-candidates", type=click.IntRange(1, 1000), default=30, show_default=True,
+              help="Fused candidates handed to the reranker.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl"]), default=None,
+              help="Output format (default table; --json is --format json).")
 @json_option
 @handle_errors
-def search(query, db, k, mode, candidates, rrf_k, as_json):
+def search(query, db, k, mode, candidates, rrf_k, where, path_globs, since, until, file_types, doc_ids, weights,
+           min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt, as_json):
     """Search the index for QUERY."""
     import quarry
+    from quarry import output
+    from quarry.errors import UsageError
 
+    if as_json and fmt not in (None, "json"):
+        raise UsageError(f"--json and --format {fmt} disagree; give one of them")
+    fmt = "json" if as_json else (fmt or "table")
+    if window is not None and segments is not None:
+        raise UsageError("--window and --segments are alternatives; give one of them")
+    before_after = None
+    if window is not None:
+        from quarry.windows import parse_window
+
+        before_after = parse_window(window)
+    filters = build_filter(where, path_globs, since, until, file_types, doc_ids)
+    search_kwargs = {"mode": mode, "candidates": candidates, "rrf_k": rrf_k}
+    for key, value in (("weights", parse_pairs(weights, "--weights")),
+                       ("min_scores", parse_pairs(min_scores, "--min-score")), ("filters", filters)):
+        if value is not None:
+            search_kwargs[key] = value
+    reranker = None
+    if rerank_spec:
+        from quarry.rerank import get_reranker
+
+        reranker = get_reranker(rerank_spec)
+
+    wins = segs = None
     with quarry.open(db) as idx:
-        response = idx.search(query, k=k, mode=mode, candidates=candidates, rrf_k=rrf_k)
+        if segments is not None:
+            from quarry.segments import get_params, segments_from_results
+
+            params = get_params(segments)
+            pool = rerank_candidates if reranker else max(k, params.results)
+            response = idx.search(query, k=pool, **{**search_kwargs, "candidates": candidates or max(pool, 50)})
+            if reranker:
+                response.results = reranker.rerank(query, response.results)
+            segs = segments_from_results(idx, response.results, params)
+            response.results = response.results[:k]
+        else:
+            if reranker:
+                from quarry.rerank import rerank_search
+
+                response = rerank_search(idx, query, reranker, k=k, rerank_candidates=rerank_candidates,
+                                         **search_kwargs)
+            else:
+                response = idx.search(query, k=k, **search_kwargs)
+            if before_after is not None:
+                from quarry.windows import expand
+
+                wins = expand(idx, response.results, *before_after)
+    if fmt == "json":
+        click.echo(json.dumps(output.payload(response, windows=wins, segments=segs, explained=explain), indent=2,
+                              ensure_ascii=False, default=str))
+    elif fmt == "jsonl":
+        for line in output.lines(response, windows=wins, segments=segs, explained=explain):
+            click.echo(line)
+    elif wins is not None:
+        output.print_blocks(wins, "window")
+    elif segs is not None:
+        output.print_blocks(segs, "segment")
+    else:
+        output.print_results(response, explained=explain)
+
+
+@cli.command(name="export")
+@click.argument("out", type=click.Path(file_okay=False))
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["parquet", "jsonl"]), default="parquet", show_default=True,
+              help="File format of OUT/documents, OUT/sections and OUT/chunks.")
+@click.option("--vectors", is_flag=True, help="Add each chunk's embedding (column vector) from LanceDB.")
+@filter_options
+@click.option("--batch-rows", type=click.IntRange(1, 10_000_000), default=8192, show_default=True,
+              help="Rows per streamed batch (memory stays bounded by one batch).")
+@json_option
+@handle_errors
+def export_cmd(out, db, fmt, vectors, where, path_globs, since, until, file_types, doc_ids, batch_rows, as_json):
+    """Write documents, sections and chunks of the committed index to OUT as Parquet or JSONL."""
+    import quarry
+    from quarry.export import export
+
+    filters = build_filter(where, path_globs, since, until, file_types, doc_ids)
+    with quarry.open(db) as idx:
+        report = export(idx, out, fmt, vectors=vectors, filters=filters, batch_rows=batch_rows)
     if as_json:
-        click.echo(json.dumps(response.to_dict(), indent=2, ensure_ascii=False))
+        click.echo(json.dumps(report.to_dict(), indent=2))
         return
-    if not response.results:
-        click.echo("no results")
-    for r in response.results:
-        pages = f" p.{r.page_start}" + (f"-{r.page_end}" if r.page_end != r.page_start else "") if r.page_start else ""
-        where = f"{r.path}{pages}" + (f" § {r.section}" if r.section else "")
-        click.echo(click.style(f"{r.rank:>2}. {r.score:.4f}  {where}", bold=True))
-        snippet = " ".join(r.text.split())
-        click.echo(f"    {snippet[:300]}{'…' if len(snippet) > 300 else ''}")
+    click.echo(f"exported generation {report.generation} to {report.out}: "
+               + ", ".join(f"{n} {name}" for name, n in report.rows.items())
+               + (" (with vectors)" if vectors else "") + (f"; filter: {report.filter}" if report.filter else ""))
 
 
 @cli.command()

@@ -53,6 +53,13 @@ PARAMS = {
     "list_runs": [10],
     "get_meta": None,
     "set_meta": ["k", "v"],
+    "chunk_positions": ["d1:0\nnope:1"],
+    "document_sizes": ["d1"],
+    "window_chunks": ["d1 0 0\nd1 1 3"],
+    "export_documents": [True],
+    "export_sections": [False],
+    "export_chunks": ["d1:0", "d1:0"],
+    "export_count": None,
 }
 
 
