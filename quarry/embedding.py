@@ -43,7 +43,9 @@ def embed_records(
     todo = [c for h, c in wanted.items() if h not in vectors]
     if todo:
         lengths = [c.n_tokens or len(c.embed_text) // 4 + 1 for c in todo]
-        for batch in batches_by_budget(lengths, budget_tokens):
+        # A hosted embedder fills several concurrent requests from one call; local ones use the budget.
+        budget = getattr(embedder, "batch_tokens", budget_tokens)
+        for batch in batches_by_budget(lengths, budget):
             texts = [todo[i].embed_text for i in batch]
             faults.point("embed")
             out = embedder.embed(texts)

@@ -74,10 +74,17 @@ class Settings:
     llm_section_summaries: bool = False  # one call per section for a one-sentence summary
     llm_chunk_context: bool = False  # one call per chunk (contextual retrieval); costly
     # embedding
-    embed_backend: str = "torch"
+    embed_backend: str = "onnx-int8"  # the fastest local backend that passes the SciFact quality guard
     embed_model: str = ""  # "" = the backend's default model
     embed_dim: int = 0  # 0 = the model's native dimension
-    embed_budget: int = 8192  # tokens per embedding batch
+    embed_budget: int = 8192  # tokens per embedding batch (local backends)
+    embed_concurrency: int = 4  # openai backend: requests in flight at once
+    embed_rate_limit: int = 0  # openai backend: requests per minute; 0 = unlimited
+    embed_token_rate_limit: int = 0  # openai backend: estimated tokens per minute; 0 = unlimited
+    embed_max_inputs: int = 2048  # openai backend: inputs per request (the provider's limit)
+    embed_request_tokens: int = 300_000  # openai backend: tokens per request (the provider's limit)
+    openai_timeout: int = 60  # seconds per embedding request
+    openai_attempts: int = 6  # attempts per request, retries included (429, 5xx, timeouts only)
     openai_base_url: str = ""
     openai_api_key: str = field(default="", repr=False)
     # run
@@ -121,6 +128,10 @@ class Settings:
             raise ConfigError(
                 "the openai backend needs QUARRY_OPENAI_API_KEY (or OPENAI_API_KEY) or QUARRY_OPENAI_BASE_URL"
             )
+        for name in ("embed_concurrency", "embed_max_inputs", "embed_request_tokens", "openai_timeout",
+                     "openai_attempts"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         unknown = [f for f in self.header_fields if f not in HEADER_FIELDS]
         if unknown:
             raise ConfigError(f"unknown header field {unknown[0]!r}; choose from {', '.join(HEADER_FIELDS)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 
 from quarry.embedders.base import Embedder, batches_by_budget, normalise
@@ -12,9 +13,16 @@ _cache: dict[tuple, Embedder] = {}
 _lock = threading.Lock()
 
 
+_OPENAI_FIELDS = ("openai_base_url", "embed_concurrency", "embed_rate_limit", "embed_token_rate_limit",
+                  "embed_max_inputs", "embed_request_tokens", "openai_timeout", "openai_attempts")
+
 
 def _key(settings) -> tuple:
-    return (settings.embed_backend, settings.embed_model, settings.embed_dim, settings.openai_base_url)
+    key = (settings.embed_backend, settings.embed_model, settings.embed_dim)
+    if settings.embed_backend == "openai":
+        key += tuple(getattr(settings, name, None) for name in _OPENAI_FIELDS)
+        key += (hashlib.sha256(settings.openai_api_key.encode()).hexdigest(),)  # a new key, a new client
+    return key
 
 
 def describe(settings) -> tuple[str, int]:
@@ -34,12 +42,7 @@ def get_embedder(settings) -> Embedder:
             if settings.embed_backend == "openai":
                 from quarry.embedders.openai_provider import OpenAIEmbedder
 
-                _cache[key] = OpenAIEmbedder(
-                    model=settings.embed_model or None,
-                    dimensions=settings.embed_dim or None,
-                    base_url=settings.openai_base_url or None,
-                    api_key=settings.openai_api_key or None,
-                )
+                _cache[key] = OpenAIEmbedder.from_settings(settings)
             elif settings.embed_backend == "hash":
                 from quarry.embedders.hashing import HashEmbedder
 
