@@ -171,3 +171,19 @@ def test_environment_selects_llm_modes(cli, tmp_path):
     assert done.returncode == 2 and "--sectioner llm needs" in done.stderr
     done = cli("index", SAMPLE, "--db", tmp_path / "db", "--dry-run", env={**env, "OPENAI_API_KEY": "sk-x"})
     assert done.returncode == 0, done.stderr
+
+
+def test_answers_survive_a_killed_run(cli, server, notes, tmp_path):
+    """SIGKILL after the LLM stage: the next run replays every answer and calls nothing."""
+    db = tmp_path / "db"
+    env = {**NO_LLM_ENV, "QUARRY_LLM_BASE_URL": server.base_url}
+    done = cli("index", notes, "--db", db, "--sectioner", "llm", "--context", "llm",
+               env={**env, "QUARRY_FAULT": "after-vectors"})
+    assert done.returncode != 0  # killed before the commit
+    paid = server.calls
+    assert paid >= 2
+    done = cli("index", notes, "--db", db, "--sectioner", "llm", "--context", "llm", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["added"] == 1 and report["llm_calls"] == 0 and report["llm_cached"] == paid
+    assert server.calls == paid

@@ -194,7 +194,7 @@ def _collapse(sections: list[Proposed], window: Window, lines: list[Line], repai
         return sections
     repairs.append("collapsed tiny sections")
     out: list[Proposed] = []
-    for i, p in enumerate(sections):
+    for p in sections:
         if out and size(len(out) - 1, [*out, p]) < TINY_SECTION:
             continue  # the previous section is still tiny: this one joins it
         out.append(p)
