@@ -13,8 +13,8 @@
   ``(n - position) / n``.
 
 Every reranker returns the results re-ordered, ``rank`` renumbered from 1, ``score`` set to the
-rerank score and ``scores["rerank"]`` / ``ranks["rerank"]`` recorded; the fused score stays in
-``fused`` when the result has that field.
+rerank score and ``scores["rerank"]`` / ``ranks["rerank"]`` recorded; ``fused`` (the RRF score
+in hybrid mode) is left as it was.
 """
 
 from __future__ import annotations
@@ -46,11 +46,8 @@ def apply_order(results: Sequence, order: Sequence[int], scores: Sequence[float]
     out = []
     for new_rank, (i, s) in enumerate(zip(order, scores), start=1):
         r = results[i]
-        extra = {}
-        if hasattr(r, "fused") and getattr(r, "fused", None) is None:
-            extra["fused"] = r.score
         out.append(replace(r, rank=new_rank, score=float(s), scores={**r.scores, "rerank": float(s)},
-                           ranks={**r.ranks, "rerank": new_rank}, **extra))
+                           ranks={**r.ranks, "rerank": new_rank}))
     return out
 
 

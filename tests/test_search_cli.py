@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from conftest import shared
 from fakeopenai import FakeOpenAI
 from quarry.cli import cli as cli_group
+from test_rerank import tiny_cross_encoder  # noqa: F401 - the fixture, built once for this module
 
 RETRIEVER_KEYS = {"vector", "bm25"}
 
@@ -115,6 +116,31 @@ def test_llm_rerank_through_the_cli(db):
     assert [r["scores"]["rerank"] for r in out["results"]] == pytest.approx([1.0, 2 / 3, 1 / 3])
 
 
+def test_cross_encoder_rerank_with_explain(db, tiny_cross_encoder):  # noqa: F811
+    out = as_json(run("table", "--db", db, "--json", "-k", "4", "--explain", "--rerank",
+                      f"cross-encoder:{tiny_cross_encoder}", "--rerank-candidates", "8"))
+    results = out["results"]
+    assert len(results) == 4 and [r["rank"] for r in results] == [1, 2, 3, 4]
+    scores = [r["scores"]["rerank"] for r in results]
+    assert scores == sorted(scores, reverse=True) and all(0 <= x <= 1 for x in scores)
+    assert all(r["explain"]["rerank"] == {"rank": r["rank"], "score": r["score"]} for r in results)
+    assert all(r["fused"] is not None for r in results)  # the RRF score survives the rerank
+    table = run("table", "--db", db, "-k", "2", "--explain", "--rerank", f"cross-encoder:{tiny_cross_encoder}")
+    assert table.exit_code == 0 and "rerank" in table.stdout
+
+
+def test_segments_over_llm_reranked_candidates(db):
+    with FakeOpenAI() as server:
+        server.chat_handler = lambda request: {"ranking": [1, 2, 3, 4, 5, 6]}
+        env = {"QUARRY_LLM_BASE_URL": server.base_url, "QUARRY_LLM_API_KEY": "k"}
+        out = as_json(run("LayoutParser", "--db", db, "--json", "--segments", "--rerank", "llm",
+                          "--rerank-candidates", "6", env=env))
+        assert server.calls == 1
+    # rank-derived relevance after an LLM rerank: the top chunk is worth 1.0 - 0.18, a segment
+    assert out["segments"] and out["segments"][0]["hits"][0] == 1
+    assert all(set(s["hits"]) <= {1, 2, 3, 4, 5, 6} for s in out["segments"])
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -147,3 +173,14 @@ def test_acceptance_commands_in_a_subprocess(cli, db):
     assert done.returncode == 0 and json.loads(done.stdout)["windows"]
     done = cli("search", "table", "--db", db, "--where", "bogus ~ 1")
     assert done.returncode == 2 and done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1
+
+
+def test_docs_describe_every_search_and_export_flag():
+    from conftest import ROOT
+
+    docs = {"search": (ROOT / "docs" / "query.md").read_text(), "export": (ROOT / "docs" / "export.md").read_text()}
+    for name, text in docs.items():
+        for param in cli_group.commands[name].params:
+            for opt in param.opts:
+                if opt.startswith("--") and opt not in ("--help", "--db", "--json"):
+                    assert opt in text, f"docs for quarry {name} do not mention {opt}"
