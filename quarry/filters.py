@@ -162,6 +162,8 @@ def _file_type(value: str) -> str:
 def _in(column: str, values: list) -> Filter:
     expr, kind = COLUMNS[column]
     bound = tuple(_convert(column, kind, v) for v in values)
+    if len(bound) == 1:  # the same clause as `column = value`, so both share a cache entry
+        return Filter(((f"{expr} = ?", bound),), (f"{column} = {values[0]!r}",))
     marks = ", ".join("?" for _ in bound)
     return Filter(((f"{expr} IN ({marks})", bound),), (f"{column} IN ({', '.join(map(str, values))})",))
 

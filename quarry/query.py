@@ -33,8 +33,6 @@ from quarry.store.reader import Snapshot, open_snapshot
 MODES = ("hybrid", "vector", "bm25")
 RETRIEVERS = ("vector", "bm25")
 VECTOR_SEARCH = ("auto", "exact", "ivf", "binary")
-_HYDRATE_COLUMNS = ("chunk_id", "doc_id", "path", "title", "section", "header", "text", "page_start", "page_end",
-                    "chunk_index", "section_index", "file_type", "start_char", "end_char")
 
 
 @dataclass
@@ -131,7 +129,6 @@ class Index:
         self._snap: Snapshot | None = None
         self._pointer_stat: tuple[int, int] | None = None
         self._query_cache = _LRU(cache_size)  # query text -> embedding
-        self._stems = _LRU(cache_size)  # token -> Porter stem
         self._masks = _LRU(64)  # (generation, Filter) -> (mask, rows kept)
         self._model_checked: tuple | None = None
 
@@ -201,19 +198,12 @@ class Index:
             for q, vec in zip(part, embedder.embed(part)):
                 self._query_cache.put(q, vec)
 
-    def _terms(self, query: str) -> list[str]:
-        """The query's BM25 terms: textnorm tokens, stop words dropped, Porter-stemmed by DuckDB."""
+    def _term_ids(self, query: str) -> list[int]:
+        """The BM25 columns of a query: textnorm tokens, stop words dropped, Porter-stemmed
+        (tokens the corpus contains map straight to their term; others are stemmed)."""
         from quarry.retrieval.bm25 import query_tokens
 
-        toks = query_tokens(query)
-        missing = [t for t in toks if t not in self._stems]
-        if missing:
-            stems = self.snapshot.con.execute(
-                "SELECT list_transform($1::VARCHAR[], t -> stem(t, 'porter'))", [missing]
-            ).fetchone()[0]
-            for tok, stem in zip(missing, stems):
-                self._stems.put(tok, stem)
-        return list(dict.fromkeys(self._stems.get(t) for t in toks))
+        return self.snapshot.index.bm25.columns(query_tokens(query))
 
     def filter_mask(self, filters: Filter | None):
         """``(mask, rows kept)`` for a filter: a bool per row of the current generation, or
@@ -251,12 +241,7 @@ class Index:
         return self.snapshot.index.dense.search(vec, n, mask, method=self.vector_search_method, kept=kept)
 
     def _bm25_rows(self, query: str, n: int, mask):
-        import numpy as np
-
-        terms = self._terms(query)
-        if not terms:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        return self.snapshot.index.bm25.search(terms, n, mask)
+        return self.snapshot.index.bm25.search(self._term_ids(query), n, mask)
 
     def vector_search(self, query: str, n: int, filters: Filter | None = None) -> list[tuple[str, float]]:
         """Top-``n`` chunk ids by cosine similarity, with the similarity."""
@@ -358,18 +343,10 @@ class Index:
         )
 
     def _hydrate(self, fused, hits, fused_scores: bool) -> list[SearchResult]:
-        if not fused:
-            return []
-        index = self.snapshot.index
-        ids = index.chunk_ids([row for row, _ in fused])
-        rows = {r[0]: dict(zip(_HYDRATE_COLUMNS, r))
-                for r in self.snapshot.con.execute(load_sql("hydrate_chunks"), [ids]).fetchall()}
+        fields = self.snapshot.index.results.fields([row for row, _ in fused])
         info = {name: {row: (rank, score) for rank, (row, score) in enumerate(h, start=1)} for name, h in hits.items()}
         results = []
-        for cid, (row, score) in zip(ids, fused):
-            data = rows.get(cid)
-            if data is None:
-                continue  # the index and catalog disagree; never show a half row
+        for data, (row, score) in zip(fields, fused):
             scores = {name: info.get(name, {}).get(row, (None, None))[1] for name in RETRIEVERS}
             ranks = {name: info.get(name, {}).get(row, (None, None))[0] for name in RETRIEVERS}
             results.append(SearchResult(rank=len(results) + 1, score=float(score),

@@ -60,6 +60,10 @@ PARAMS = {
     "export_sections": [False],
     "export_chunks": ["d1:0", "d1:0"],
     "export_count": None,
+    "filter_rows": None,
+    "bm25_texts": None,
+    "index_rows": None,
+    "index_documents": None,
 }
 
 

@@ -5,15 +5,16 @@ before the pointer rename, so a reader sees both or neither::
 
     index-000007/
       index.json              manifest: version, rows, model, dim, build info
-      rows.chunk_ids.npy      chunk id of each row (bytes); rows are in chunk_id order
-      bm25.*                  BM25 term weights, a CSC sparse matrix (quarry/retrieval/bm25.py)
+      rows.arrow, docs.arrow  what results show, by row and by document (rows.py)
+      bm25.*                  BM25 term weights, a CSC sparse matrix (bm25.py)
       dense.*, ivf.*          unit vectors, cluster by cluster when IVF is built (dense.py)
 
 A row id is a chunk's position in chunk_id order, the same order ``sql/filter_rows.sql`` numbers
 rows in, so a filter is one DuckDB query returning row ids, turned into a boolean mask that both
 retrievers apply before they take their top candidates.
 
-A run that changes no chunk hard-links the previous generation's files instead of rebuilding.
+A run that changes no chunk hard-links the previous generation's files instead of rebuilding
+(all but ``docs.arrow``, rewritten because a move changes a path).
 Readers ``np.load(..., mmap_mode="r")`` every file when they open a snapshot, so a later commit
 that deletes the folder cannot pull it from under them (an unlinked file lives while mapped).
 A store committed before these files existed is indexed in memory on first use.
@@ -29,11 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from quarry.retrieval import bm25, dense
+import pyarrow as pa
+
+from quarry.retrieval import bm25, dense, rows
 
 INDEX_VERSION = 1
 MANIFEST = "index.json"
-CHUNK_IDS = "rows.chunk_ids.npy"
 
 
 def folder_name(generation: int) -> str:
@@ -52,13 +54,14 @@ def build(con, table, model: str = "", dim: int = 0, ivf_rows: int | None = None
 
     Returns ``(arrays, manifest)``; :func:`write` saves them.
     """
-    from quarry.sqlfiles import load_sql
     from quarry.store import vectors
 
     t0 = time.perf_counter()
-    ids = con.execute(load_sql("chunk_order")).fetch_arrow_table().column("chunk_id").combine_chunks()
+    row_table = rows.build_rows(con)
+    ids = row_table.column("chunk_id").combine_chunks()
     n = len(ids)
-    arrays: dict = {CHUNK_IDS: np.array(ids.to_pylist(), dtype="S") if n else np.zeros(0, dtype="S1")}
+    arrays: dict = {rows.ROWS: row_table, rows.DOCS: rows.build_docs(con)}
+    rows_seconds = time.perf_counter() - t0
     bm25_arrays, bm25_info = bm25.build(con, n)
     arrays.update(bm25_arrays)
     t1 = time.perf_counter()
@@ -74,6 +77,7 @@ def build(con, table, model: str = "", dim: int = 0, ivf_rows: int | None = None
         "dim": int(matrix.shape[1]) if matrix.ndim == 2 else dim,
         "bm25": bm25_info,
         "dense": {**dense_info, "read_seconds": round(read_seconds, 3)},
+        "rows_seconds": round(rows_seconds, 3),
         "build_seconds": round(time.perf_counter() - t0, 3),
     }
     return arrays, manifest
@@ -100,6 +104,8 @@ def write(folder: Path, arrays: dict, manifest: dict) -> None:
         with open(tmp / name, "wb") as fh:
             if isinstance(value, bytes):
                 fh.write(value)
+            elif isinstance(value, pa.Table):
+                rows.save(value, fh)
             else:
                 np.save(fh, value, allow_pickle=False)
             fh.flush()
@@ -113,12 +119,19 @@ def write(folder: Path, arrays: dict, manifest: dict) -> None:
     _fsync_dir(folder.parent)
 
 
-def link(source: Path, folder: Path) -> None:
-    """Give ``folder`` the files of ``source`` (hard links: no copy) for a run that changed no chunk."""
+def link(source: Path, folder: Path, con) -> None:
+    """Give ``folder`` the files of ``source`` (hard links: no copy) for a run that changed no
+    chunk; ``docs.arrow`` is rewritten from the catalog ``con``, since paths may have moved."""
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    with open(tmp / rows.DOCS, "wb") as fh:
+        rows.save(rows.build_docs(con), fh)
+        fh.flush()
+        os.fsync(fh.fileno())
     for path in source.iterdir():
+        if path.name == rows.DOCS:
+            continue
         try:
             os.link(path, tmp / path.name)
         except OSError:
@@ -155,12 +168,12 @@ def _fsync_dir(path: Path) -> None:
 
 
 class SearchIndex:
-    """The loaded index of one generation: row ids ↔ chunk ids, BM25 and vectors."""
+    """The loaded index of one generation: result rows, BM25 and vectors."""
 
     def __init__(self, arrays: dict, manifest: dict):
         self.manifest = manifest
         self.n_rows = int(manifest["rows"])
-        self.chunk_id_array = arrays[CHUNK_IDS]
+        self.results = rows.ResultRows(arrays[rows.ROWS], arrays[rows.DOCS])
         self.bm25 = bm25.BM25Index(arrays, self.n_rows)
         self.dense = dense.DenseIndex(arrays)
 
@@ -170,10 +183,12 @@ class SearchIndex:
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
         if manifest.get("version") != INDEX_VERSION:
             raise ValueError(f"{folder} holds index version {manifest.get('version')}, not {INDEX_VERSION}")
-        arrays = {p.name: np.load(p, mmap_mode="r") for p in folder.glob("*.npy")}
-        arrays["bm25.terms.bin"] = np.memmap(folder / "bm25.terms.bin", dtype=np.uint8, mode="r") \
-            if (folder / "bm25.terms.bin").stat().st_size else b""
+        arrays: dict = {p.name: np.load(p, mmap_mode="r") for p in folder.glob("*.npy")}
+        for path in folder.glob("*.bin"):
+            arrays[path.name] = np.memmap(path, dtype=np.uint8, mode="r") if path.stat().st_size else b""
+        for name in (rows.ROWS, rows.DOCS):
+            arrays[name] = rows.load(folder / name)
         return cls(arrays, manifest)
 
-    def chunk_ids(self, rows) -> list[str]:
-        return [b.decode("ascii") if isinstance(b, bytes) else str(b) for b in self.chunk_id_array[np.asarray(rows)]]
+    def chunk_ids(self, row_ids) -> list[str]:
+        return self.results.chunk_ids(row_ids)

@@ -79,7 +79,7 @@ def open_snapshot(store: Path, attempts: int = 5) -> Snapshot:
             time.sleep(0.05 * (attempt + 1))
             continue
         try:
-            con = catalog.connect(path, read_only=True)
+            con = catalog.connect(path, read_only=True, fts=False)
         except duckdb.IOException as exc:
             last = exc
             time.sleep(0.05 * (attempt + 1))
