@@ -114,13 +114,16 @@ class _LRU(OrderedDict):
 class Index:
     """A read-only handle on a store. Use :func:`open`.
 
-    ``vector_search`` picks how vectors are searched: ``auto`` (IVF when the store has an IVF
-    index and a filter keeps more than a tenth of the rows, exact otherwise), ``exact``, ``ivf``
-    or ``binary`` (sign-bit Hamming candidates re-scored exactly; see :mod:`quarry.binaryvec`).
+    ``vector_search`` (default ``$QUARRY_VECTOR_SEARCH`` or ``auto``) picks how vectors are
+    searched: ``auto`` (IVF when the store has an IVF index, built from 20,000 chunks, unless a
+    filter keeps so few rows that exact search over them is cheaper), ``exact``, ``ivf`` or
+    ``binary`` (sign-bit Hamming candidates re-scored exactly; see :mod:`quarry.binaryvec`).
+    See :mod:`quarry.retrieval.dense`.
     """
 
-    def __init__(self, store: Path, settings: Settings | None = None, *, vector_search: str = "auto",
+    def __init__(self, store: Path, settings: Settings | None = None, *, vector_search: str | None = None,
                  cache_size: int = 10_000):
+        vector_search = vector_search or os.environ.get("QUARRY_VECTOR_SEARCH") or "auto"
         if vector_search not in VECTOR_SEARCH:
             raise UsageError(f"unknown vector search {vector_search!r}; choose one of {', '.join(VECTOR_SEARCH)}")
         self.store = store

@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from quarry.retrieval import bm25, dense, rows
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 MANIFEST = "index.json"
 
 
