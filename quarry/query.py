@@ -375,6 +375,7 @@ class Index:
             "generation": snap.pointer.generation,
             "vector_table": snap.pointer.vector_table,
             "vector_version": snap.pointer.vector_version,
+            "search_index": _index_summary(snap._index.manifest) if snap._index is not None else None,
             "last_run": last[0] if last else None,
         }
 
@@ -418,6 +419,12 @@ def _checked(name: str, value: dict | None, allowed: tuple[str, ...]) -> dict[st
         if not math.isfinite(out[key]):
             raise UsageError(f"{name}: {key} must be finite, got {v!r}")
     return out
+
+
+def _index_summary(manifest: dict) -> dict:
+    dense = manifest.get("dense") or {}
+    return {"rows": manifest.get("rows"), "terms": (manifest.get("bm25") or {}).get("terms"),
+            "ivf_lists": (dense.get("ivf") or {}).get("nlist"), "build_seconds": manifest.get("build_seconds")}
 
 
 def _ms(since: float) -> float:
