@@ -135,7 +135,8 @@ def build_store(size: int, folder: Path, sents: list[str]) -> dict:
     finally:
         writer.close()
     manifest = json.loads(next(store.glob("index-*/index.json")).read_text())
-    info = {"format": STORE_FORMAT, "size": size, "load_seconds": round(load_s, 1), "commit_seconds": round(commit_s, 2),
+    info = {"format": STORE_FORMAT, "size": size, "load_seconds": round(load_s, 1),
+            "commit_seconds": round(commit_s, 2),
             "index": manifest}
     log(f"  built {size} chunks: load {load_s:.1f} s, commit {commit_s:.1f} s "
         f"(search index {manifest['build_seconds']} s: BM25 {manifest['bm25']['seconds']} s, "

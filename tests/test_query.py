@@ -120,7 +120,8 @@ def test_where_spellings_agree(store, where):
         (Filter.build(since=dt.date(2024, 7, 1)), {"paper"}),
         (Filter.build(where=["page = 2"]), {"paper"}),
         (Filter.build(where=["chunk_index = 1", "mtime < 2024-01-03"]), {"md00", "md01"}),
-        (Filter.build(where=["section = Intro", "title LIKE 'md0%'", "size >= 100"]), {f"md{i:02d}" for i in range(10)}),
+        (Filter.build(where=["section = Intro", "title LIKE 'md0%'", "size >= 100"]),
+         {f"md{i:02d}" for i in range(10)}),
         (Filter.build(file_type=["pdf", "txt"]), {"note", "paper"}),
         (Filter.build(doc_id=hashlib.sha256(b"md07").hexdigest()[:20]), {"md07"}),
     ],
@@ -307,3 +308,35 @@ def test_pdf_pages_match_the_parsed_page_of_each_chunk(pdf_store):
         assert 1 <= hit.page_start <= hit.page_end <= len(parsed.page_offsets)
         assert parsed.page_at(hit.start_char) == hit.page_start
         assert parsed.page_at(max(hit.start_char, hit.end_char - 1)) == hit.page_end
+
+
+def test_deleted_and_changed_documents_leave_both_retrievers(fresh_store):
+    store = fresh_store
+    w = StoreWriter(store, EMB.model, DIM).open()
+    try:
+        w.delete_documents([hashlib.sha256(b"note").hexdigest()[:20]])
+        w.commit({"run_id": "del", "started": dt.datetime.now(), "status": "completed", "roots": ["/r"],
+                  "errors": [], "durations": {}, "settings": {}}, {})
+    finally:
+        w.close()
+    commit(store, [doc("paper", ["Quokka marmalade recipes."], "pdf")], run_id="edit")
+    with open_index(store) as idx:
+        for mode in ("bm25", "vector", "hybrid"):
+            assert "note" not in titles(idx.search("E11000 FY2018 aside", k=100, mode=mode))
+        assert titles(idx.search("levels of AGI", k=3, mode="bm25")) == []
+        assert titles(idx.search("quokka marmalade", k=1)) == ["paper"]
+        assert idx.status()["search_index"]["rows"] == 121
+
+
+def test_search_process_imports_no_heavy_module(store):
+    import subprocess
+    import sys
+
+    code = ("import sys, quarry; idx = quarry.open(sys.argv[1]); idx.search('alpha', k=3); "
+            "idx.search('alpha', k=3, filters='file_type = pdf'); "
+            "heavy = ('prefect', 'torch', 'lancedb', 'pyarrow.compute', 'pandas'); "
+            "print(sorted(m for m in heavy if m in sys.modules))")
+    env = {**os.environ, "QUARRY_EMBED_BACKEND": "hash", "QUARRY_EMBED_DIM": str(DIM)}
+    done = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -49,7 +49,6 @@ def build(con, n_rows: int) -> tuple[dict[str, np.ndarray | bytes], dict]:
     and numpy: split every chunk's tokens, find the distinct tokens, stem those (a few tens of
     thousands, not the millions of occurrences), then count (term, row) pairs with one sort.
     """
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     from quarry.retrieval.porter import stem
