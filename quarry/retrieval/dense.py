@@ -48,12 +48,28 @@ PROBE_SHARE = 1 / 8  # clusters probed, as a share of nlist: recall@10 0.966 on 
 FILTER_WORK = 1.5  # a filtered IVF search reads 1.5x the rows: its top k lie further out (recall, bench)
 METHODS = ("auto", "exact", "ivf", "binary")
 _BLOCK = 1 << 15
+_MATVEC_ROWS = 1024
 
 
 def normalise(matrix: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return (matrix / norms).astype(np.float32, copy=False)
+
+
+def matvec(matrix: np.ndarray, q: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """``matrix @ q`` (or ``matrix[rows] @ q``) in blocks of :data:`_MATVEC_ROWS` rows.
+
+    Small blocks keep OpenBLAS on one thread: a matrix-vector product is bound by memory, not
+    arithmetic, and on a busy machine its threads wait on each other. Measured on 2 loaded
+    cores, 10,000 × 384: 0.9 ms in blocks of 1,024 rows, 2–40 ms in one call or larger blocks.
+    """
+    total = matrix.shape[0] if rows is None else len(rows)
+    out = np.empty(total, dtype=np.float32)
+    for start in range(0, total, _MATVEC_ROWS):
+        part = matrix[start:start + _MATVEC_ROWS] if rows is None else matrix[rows[start:start + _MATVEC_ROWS]]
+        np.matmul(part, q, out=out[start:start + _MATVEC_ROWS])
+    return out
 
 
 def default_nlist(n_rows: int) -> int:
@@ -188,11 +204,9 @@ class DenseIndex:
     def _exact(self, q, n, smask, kept=None):
         if smask is not None and kept is not None and kept * 4 < self.n_rows:
             slots = np.flatnonzero(smask)  # few rows: gather them
-            scores = self.vectors[slots] @ q
+            scores = matvec(self.vectors, q, slots)
         else:  # all rows, contiguously; a filter then drops what it excludes
-            scores = np.empty(self.n_rows, dtype=np.float32)
-            for start in range(0, self.n_rows, 1 << 17):  # bounded temporaries on a memory map
-                np.matmul(self.vectors[start:start + (1 << 17)], q, out=scores[start:start + (1 << 17)])
+            scores = matvec(self.vectors, q)
             slots = None
             if smask is not None:
                 slots = np.flatnonzero(smask)
@@ -224,7 +238,7 @@ class DenseIndex:
             a, b = int(self.offsets[c]), int(self.offsets[c + 1])
             if a == b:
                 continue
-            scores = self.vectors[a:b] @ q  # a contiguous slice: no gather, whatever the filter
+            scores = matvec(self.vectors[a:b], q)  # a contiguous slice: no gather, whatever the filter
             if smask is None:
                 slots = np.arange(a, b)
             else:

@@ -49,6 +49,8 @@ class ResultRows:
         self.rows = rows
         self.docs = docs
         self._doc_pos = None
+        self._columns = None
+        self._doc_columns = None
 
     def chunk_ids(self, rows) -> list[str]:
         column = self.rows.column("chunk_id")
@@ -58,14 +60,20 @@ class ResultRows:
         """One dict of :data:`COLUMNS` per row id, in the order given."""
         if self._doc_pos is None:  # doc_id -> position in docs.arrow, once per snapshot
             self._doc_pos = {d: i for i, d in enumerate(self.docs.column("doc_id").to_pylist())}
-        names = [n for n in self.rows.column_names]
-        columns = [self.rows.column(n) for n in names]
-        doc_columns = {n: self.docs.column(n) for n in ("path", "title", "file_type")}
+        if self._columns is None:  # once per snapshot
+            self._columns = {n: _single(self.rows.column(n)) for n in self.rows.column_names}
+            self._doc_columns = {n: _single(self.docs.column(n)) for n in ("path", "title", "file_type")}
         out = []
         for r in rows:
-            item = {n: c[int(r)].as_py() for n, c in zip(names, columns)}
+            item = {n: c[int(r)].as_py() for n, c in self._columns.items()}
             pos = self._doc_pos.get(item["doc_id"])
-            for n, c in doc_columns.items():
+            for n, c in self._doc_columns.items():
                 item[n] = c[pos].as_py() if pos is not None else ""
             out.append(item)
         return out
+
+
+def _single(column: pa.ChunkedArray):
+    """The column's one array (indexing it skips the chunk search), or the chunked column as it
+    is: combining several chunks would copy a mapped file into memory."""
+    return column.chunk(0) if column.num_chunks == 1 else column
