@@ -181,8 +181,8 @@ class Index:
             )
         self._model_checked = key
 
-    def _embed_query(self, query: str):
-        self._check_model(self.snapshot)
+    def _embed_query(self, query: str, snap: Snapshot | None = None):
+        self._check_model(snap or self.snapshot)
         vec = self._query_cache.get(query)
         if vec is None:
             vec = get_embedder(self.settings).embed([query])[0]
@@ -201,17 +201,10 @@ class Index:
             for q, vec in zip(part, embedder.embed(part)):
                 self._query_cache.put(q, vec)
 
-    def _term_ids(self, query: str) -> list[int]:
-        """The BM25 columns of a query: textnorm tokens, stop words dropped, Porter-stemmed
-        (tokens the corpus contains map straight to their term; others are stemmed)."""
-        from quarry.retrieval.bm25 import query_tokens
-
-        return self.snapshot.index.bm25.columns(query_tokens(query))
-
-    def filter_mask(self, filters: Filter | None):
+    def filter_mask(self, filters: Filter | None, snap: Snapshot | None = None):
         """``(mask, rows kept)`` for a filter: a bool per row of the current generation, or
         ``(None, rows)`` without a filter. Cached per generation and filter."""
-        snap = self.snapshot
+        snap = snap or self.snapshot
         n_rows = snap.index.n_rows
         if not filters:
             return None, n_rows
@@ -239,24 +232,34 @@ class Index:
 
     # --- retrieval ---------------------------------------------------------------------------
 
-    def _vector_rows(self, query: str, n: int, mask, kept: int):
-        vec = self._embed_query(query)
-        return self.snapshot.index.dense.search(vec, n, mask, method=self.vector_search_method, kept=kept)
+    # Each search takes the snapshot once and passes it down: a commit during the search must
+    # not mix rows of two generations.
 
-    def _bm25_rows(self, query: str, n: int, mask):
-        return self.snapshot.index.bm25.search(self._term_ids(query), n, mask)
+    def _vector_rows(self, snap: Snapshot, query: str, n: int, mask, kept: int):
+        vec = self._embed_query(query, snap)
+        return snap.index.dense.search(vec, n, mask, method=self.vector_search_method, kept=kept)
+
+    def _bm25_rows(self, snap: Snapshot, query: str, n: int, mask):
+        """BM25 over the query's terms: textnorm tokens, stop words dropped, Porter-stemmed
+        (tokens the corpus contains map straight to their term; others are stemmed)."""
+        from quarry.retrieval.bm25 import query_tokens
+
+        bm25 = snap.index.bm25
+        return bm25.search(bm25.columns(query_tokens(query)), n, mask)
 
     def vector_search(self, query: str, n: int, filters: Filter | None = None) -> list[tuple[str, float]]:
         """Top-``n`` chunk ids by cosine similarity, with the similarity."""
-        mask, kept = self.filter_mask(filters)
-        rows, scores = self._vector_rows(query, n, mask, kept)
-        return list(zip(self.snapshot.index.chunk_ids(rows), map(float, scores)))
+        snap = self.snapshot
+        mask, kept = self.filter_mask(filters, snap)
+        rows, scores = self._vector_rows(snap, query, n, mask, kept)
+        return list(zip(snap.index.chunk_ids(rows), map(float, scores)))
 
     def bm25_search(self, query: str, n: int, filters: Filter | None = None) -> list[tuple[str, float]]:
         """Top-``n`` chunk ids by BM25 over header + text (see :mod:`quarry.retrieval.bm25`)."""
-        mask, _ = self.filter_mask(filters)
-        rows, scores = self._bm25_rows(query, n, mask)
-        return list(zip(self.snapshot.index.chunk_ids(rows), map(float, scores)))
+        snap = self.snapshot
+        mask, _ = self.filter_mask(filters, snap)
+        rows, scores = self._bm25_rows(snap, query, n, mask)
+        return list(zip(snap.index.chunk_ids(rows), map(float, scores)))
 
     def search(
         self,
@@ -309,16 +312,16 @@ class Index:
 
         snap = self.snapshot
         t = time.perf_counter()
-        mask, kept = self.filter_mask(filters)
+        mask, kept = self.filter_mask(filters, snap)
         timings["filter"] = _ms(t)
         counts = {"rows": snap.index.n_rows, "kept": kept}
         hits = {}
         for name in active:
             t = time.perf_counter()
             if name == "vector":
-                rows, scores = self._vector_rows(query, n, mask, kept)
+                rows, scores = self._vector_rows(snap, query, n, mask, kept)
             else:
-                rows, scores = self._bm25_rows(query, n, mask)
+                rows, scores = self._bm25_rows(snap, query, n, mask)
             if name in min_scores:
                 keep = scores >= min_scores[name]
                 rows, scores = rows[keep], scores[keep]
@@ -336,7 +339,7 @@ class Index:
             fused = hits[mode][:k]
         timings["fuse"] = _ms(t)
         t = time.perf_counter()
-        results = self._hydrate(fused, hits, fused_scores=mode == "hybrid")
+        results = self._hydrate(snap, fused, hits, fused_scores=mode == "hybrid")
         timings["hydrate"] = _ms(t)
         timings["total"] = _ms(t_start)
         return SearchResponse(
@@ -345,8 +348,8 @@ class Index:
             filter=str(filters) if filters else "", counts=counts, timings=timings,
         )
 
-    def _hydrate(self, fused, hits, fused_scores: bool) -> list[SearchResult]:
-        fields = self.snapshot.index.results.fields([row for row, _ in fused])
+    def _hydrate(self, snap: Snapshot, fused, hits, fused_scores: bool) -> list[SearchResult]:
+        fields = snap.index.results.fields([row for row, _ in fused])
         info = {name: {row: (rank, score) for rank, (row, score) in enumerate(h, start=1)} for name, h in hits.items()}
         results = []
         for data, (row, score) in zip(fields, fused):
