@@ -9,8 +9,11 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 
-def open(db=None, settings=None):  # noqa: A001 - mirrors the builtin on purpose: quarry.open(db)
-    """Open the index at ``db`` for searching; see :class:`quarry.query.Index`."""
+def open(db=None, settings=None, **kwargs):  # noqa: A001 - mirrors the builtin on purpose: quarry.open(db)
+    """Open the index at ``db`` for searching; see :class:`quarry.query.Index`.
+
+    ``kwargs`` go to the index (``vector_search="auto"|"exact"|"ivf"|"binary"``, ``cache_size``).
+    """
     from quarry.query import open as _open
 
-    return _open(db, settings)
+    return _open(db, settings, **kwargs)

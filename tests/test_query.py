@@ -281,6 +281,15 @@ def test_unknown_vector_search_is_a_usage_error(store):
         open_index(store, vector_search="hnsw")
 
 
+def test_the_package_level_open_passes_index_options_through(store):
+    import quarry
+
+    with quarry.open(store, vector_search="exact") as idx:
+        assert idx.vector_search_method == "exact"
+    with pytest.raises(UsageError, match="vector search"):
+        quarry.open(store, vector_search="hnsw")
+
+
 @pytest.fixture(scope="module")
 def pdf_store(tmp_path_factory):
     """The real 'Levels of AGI' PDF through quarry's parser and chunker."""
