@@ -69,6 +69,7 @@ class Settings:
     llm_concurrency: int = 8  # requests in flight at once, over all files of a batch
     llm_rate_limit: int = 0  # requests per minute; 0 = unlimited
     llm_timeout: int = 120  # seconds per request
+    llm_response_format: str = "auto"  # auto | json_schema | json_object_schema | json_object | none
     llm_window_chars: int = 20000  # sectioning window: characters of numbered lines per request
     llm_input_tokens: int = 4000  # context writer input budget (about 4 characters a token)
     llm_section_summaries: bool = False  # one call per section for a one-sentence summary
@@ -153,6 +154,11 @@ class Settings:
                 raise ConfigError(f"llm_window_chars must be at least 1000, got {self.llm_window_chars}")
             if self.llm_input_tokens < 100:
                 raise ConfigError(f"llm_input_tokens must be at least 100, got {self.llm_input_tokens}")
+            from quarry.llm.prompts import RESPONSE_FORMATS
+
+            if self.llm_response_format not in ("auto", *RESPONSE_FORMATS):
+                raise ConfigError(f"unknown llm_response_format {self.llm_response_format!r}; choose one of "
+                                  f"auto, {', '.join(RESPONSE_FORMATS)}")
 
     @property
     def uses_llm(self) -> bool:

@@ -97,6 +97,10 @@ class FakeOpenAI:
         self.renormalise = True
         self.shuffle = False
         self.chat_handler: Callable[[dict], str | dict | list] = lambda request: "fake reply"
+        # response_format styles the chat endpoint accepts ("json_schema", "json_object_schema",
+        # "json_object"); None accepts all. Others get HTTP 422 naming response_format, as
+        # llama-cpp-python's server answers OpenAI's json_schema.
+        self.response_formats: set[str] | None = None
         self.requests: list[Request] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -250,6 +254,13 @@ class FakeOpenAI:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return 400, _error("'messages' must be a non-empty list", "messages")
+        fmt = body.get("response_format")
+        if fmt is not None and self.response_formats is not None:
+            style = fmt.get("type", "") + ("_schema" if fmt.get("type") == "json_object" and "schema" in fmt else "")
+            if style not in self.response_formats:
+                return 422, {"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
+                                         "msg": "Input should be 'text' or 'json_object'",
+                                         "input": fmt.get("type")}]}
         content = self.chat_handler(body)
         if not isinstance(content, str):
             content = json.dumps(content)

@@ -108,6 +108,61 @@ def test_validation_errors_are_not_retried(server, status):
     assert isinstance(answer, LLMFailure) and server.calls == 1
 
 
+@pytest.mark.parametrize("accepted, expected", [
+    ({"json_object_schema"}, "json_object_schema"),  # llama-cpp-python's server
+    ({"json_object"}, "json_object"),
+    (set(), "none"),  # no response_format at all: the prompt asks for JSON
+])
+def test_steps_down_to_the_response_format_the_server_accepts(server, accepted, expected):
+    server.response_formats = accepted
+    server.chat_handler = lambda request: {"sections": [{"title": "Intro", "start_line": 0}]}
+    rt = LLMRuntime(settings(server, llm_concurrency=4), None, policy=FAST)
+    answers = rt.run([job(str(i)) for i in range(6)])
+    assert all(a == {"sections": [{"title": "Intro", "start_line": 0}]} for a in answers)
+    assert rt.response_format == expected and rt.report()["llm_response_format"] == expected
+    last = server.requests[-1].json.get("response_format")
+    if expected == "json_object_schema":
+        assert last == {"type": "json_object", "schema": SECTIONS_SCHEMA}
+    elif expected == "none":
+        assert last is None
+    # each refused form costs at most one request per job in flight, never a retry storm
+    styles = ["json_schema", "json_object_schema", "json_object", "none"]
+
+    def style(request):
+        fmt = request.json.get("response_format")
+        if fmt is None:
+            return "none"
+        return fmt["type"] + ("_schema" if fmt["type"] == "json_object" and "schema" in fmt else "")
+
+    refused = [r for r in server.requests if style(r) not in accepted | {"none"}]
+    assert len(refused) <= 4 * styles.index(expected)
+    assert rt.report()["llm_calls"] == server.calls
+
+
+def test_a_pinned_response_format_is_used_and_never_stepped_down(server):
+    server.response_formats = {"json_object_schema"}
+    rt = LLMRuntime(settings(server, llm_response_format="json_schema"), None, policy=FAST)
+    [answer] = rt.run([job()])
+    assert isinstance(answer, LLMFailure) and "HTTP 422" in answer.error and server.calls == 1
+    rt = LLMRuntime(settings(server, llm_response_format="json_object_schema"), None, policy=FAST)
+    [answer] = rt.run([job()])
+    assert not isinstance(answer, LLMFailure)
+
+
+def test_a_422_about_something_else_does_not_change_the_format(server):
+    server.fail_next(1, status=422)
+    rt = LLMRuntime(settings(server), None, policy=FAST)
+    [answer] = rt.run([job()])
+    assert isinstance(answer, LLMFailure) and rt.response_format == "json_schema"
+
+
+def test_unknown_response_format_setting_is_a_config_error(server):
+    from quarry.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="llm_response_format"):
+        settings(server, llm_response_format="yaml")
+
+
 def test_rejected_key_stops_all_further_calls(server):
     server.api_key = "the-right-key"
     rt = LLMRuntime(settings(server, llm_concurrency=1), None, policy=FAST)

@@ -5,6 +5,12 @@
 of the batch), a rate limiter, retries on 429/5xx/timeouts only (``quarry.openai_common``), and
 the persistent answer cache: a job whose answer is cached makes no call at all.
 
+Structured output is asked for in the most precise form the endpoint accepts: OpenAI's
+``json_schema`` first; when the server rejects the request because of ``response_format`` (HTTP
+400/422 naming it, as llama-cpp-python's server does) the runtime steps down to a schema inside
+``json_object``, then plain ``json_object``, then the prompt alone, and keeps the form that
+worked for the rest of the run (``llm_response_format`` pins one).
+
 A job that still fails comes back as an :class:`LLMFailure`; callers fall back to local rules for
 that piece of work and the run report names it. After an error no request can fix (a rejected
 key, an unknown model) the runtime stops calling and fails the rest of the run's jobs at once.
@@ -21,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quarry.llm.cache import CACHE_FILE, LLMCache, cache_key
-from quarry.llm.prompts import VERSIONS, response_format
+from quarry.llm.prompts import RESPONSE_FORMATS, VERSIONS, response_format
 from quarry.openai_common import (
     BadResponse,
     RateLimiter,
@@ -40,6 +46,12 @@ log = logging.getLogger("quarry.llm")
 RETRY = RetryPolicy(attempts=4, base=1.0, cap=20.0)
 _FATAL_STATUS = frozenset({401, 403, 404})  # wrong key, no access, no such model: every call would fail
 _FENCED = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+_FORMAT_REJECTED = re.compile(r"response_format|json_schema|json_object|\bschema\b", re.IGNORECASE)
+
+
+def rejects_response_format(exc: BaseException) -> bool:
+    """True when the server refused a request because of its ``response_format``."""
+    return status_of(exc) in (400, 422) and bool(_FORMAT_REJECTED.search(describe_error(exc, limit=2000)))
 
 
 @dataclass
@@ -107,6 +119,9 @@ class LLMRuntime:
         self.fallbacks: list[dict] = []  # {"path", "kind", "window", "error"}
         self._fatal: str | None = None
         self._lock = threading.Lock()
+        pinned = getattr(settings, "llm_response_format", "auto") or "auto"
+        self._formats = list(RESPONSE_FORMATS) if pinned == "auto" else [pinned]
+        self.response_format = self._formats[0]  # the form in use; steps down when the server refuses it
 
     # --- public ------------------------------------------------------------------------------
 
@@ -152,6 +167,7 @@ class LLMRuntime:
             "llm_cached": self.cached,
             "llm_retries": u["retries"],
             "llm_fallback_windows": list(self.fallbacks),
+            "llm_response_format": self.response_format,
         }
 
     def redact(self, text: str) -> str:
@@ -189,19 +205,45 @@ class LLMRuntime:
         return parsed
 
     def _call(self, job: Job) -> str:
-        self.limiter.acquire()
-        kwargs = {"model": self.model, "messages": job.messages, "temperature": 0}
-        if job.schema is not None:
-            kwargs["response_format"] = response_format(job.schema_name or job.kind, job.schema)
-        if job.max_tokens:
-            kwargs["max_tokens"] = job.max_tokens
-        response = self.client.chat.completions.create(**kwargs)
+        while True:
+            self.limiter.acquire()
+            style = self.response_format
+            kwargs = {"model": self.model, "messages": job.messages, "temperature": 0}
+            if job.schema is not None:
+                fmt = response_format(job.schema_name or job.kind, job.schema, style)
+                if fmt is not None:
+                    kwargs["response_format"] = fmt
+            if job.max_tokens:
+                kwargs["max_tokens"] = job.max_tokens
+            try:
+                response = self.client.chat.completions.create(**kwargs)
+                break
+            except Exception as exc:
+                if job.schema is None or not rejects_response_format(exc) or not self._step_down(style, exc):
+                    raise
+                self.usage.add_retry()  # the refused request was a call too
         choices = getattr(response, "choices", None)
         content = choices[0].message.content if choices else None
         if not isinstance(content, str):
             raise BadResponse("the answer has no message content")
         self.usage.add(getattr(response, "usage", None))
         return content
+
+    def _step_down(self, refused: str, exc: BaseException) -> bool:
+        """Move to the next, less precise response format after ``refused`` was rejected.
+
+        False when there is none left. Threads that raced on the same refusal step down once.
+        """
+        with self._lock:
+            if self.response_format != refused:
+                return True  # another request already stepped down; retry with the current form
+            at = self._formats.index(refused)
+            if at + 1 >= len(self._formats):
+                return False
+            self.response_format = self._formats[at + 1]
+        log.info("LLM endpoint %s refused response_format %s (%s); using %s", self.endpoint, refused,
+                 describe_error(exc, *self._secrets), self.response_format)
+        return True
 
     @staticmethod
     def _parse(job: Job, content: str):

@@ -99,9 +99,25 @@ Please give a short succinct context to situate this chunk within the overall do
 of improving search retrieval of the chunk. Answer only with the succinct context and nothing else."""
 
 
-def response_format(name: str, schema: dict) -> dict:
-    """The ``response_format`` asking for JSON that follows ``schema`` (OpenAI structured outputs)."""
-    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+# How a request asks for JSON, most precise first. Servers differ: OpenAI, vLLM, Ollama and the
+# llama.cpp server take OpenAI's ``json_schema``; llama-cpp-python's server rejects it (HTTP 422)
+# but constrains output to a schema given as ``{"type": "json_object", "schema": ...}``; some
+# servers know only ``json_object``; ``none`` relies on the prompt (every prompt spells out the
+# JSON it wants, and answers are parsed leniently).
+RESPONSE_FORMATS = ("json_schema", "json_object_schema", "json_object", "none")
+
+
+def response_format(name: str, schema: dict, style: str = "json_schema") -> dict | None:
+    """The ``response_format`` asking for JSON that follows ``schema`` in the given ``style``."""
+    if style == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+    if style == "json_object_schema":
+        return {"type": "json_object", "schema": schema}
+    if style == "json_object":
+        return {"type": "json_object"}
+    if style == "none":
+        return None
+    raise ValueError(f"unknown response format style {style!r}; choose one of {', '.join(RESPONSE_FORMATS)}")
 
 
 def clip(text: str, tokens: int) -> str:
