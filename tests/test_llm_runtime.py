@@ -190,6 +190,23 @@ def test_parse_json_tolerates_fences_and_chatter(content, expected):
     assert parse_json(content) == expected
 
 
+@pytest.mark.parametrize("content, expected", [
+    ('{"sections": [{"title": "A", "start_line": 0}, {"title": "B", "sta',
+     {"sections": [{"title": "A", "start_line": 0}]}),
+    ('{"sections": [{"title": "A } ] \\" {", "start_line": 0}, {"title": "B", "start_line": 4}, {',
+     {"sections": [{"title": 'A } ] " {', "start_line": 0}, {"title": "B", "start_line": 4}]}),
+    ('{"sections": [[1, 2], [3', {"sections": [[1, 2]]}),
+])
+def test_parse_json_keeps_the_complete_part_of_a_truncated_answer(content, expected):
+    assert parse_json(content) == expected
+
+
+@pytest.mark.parametrize("content", ['{"sections": [{"title": "A", "sta', '{"title": "unfinished', "no json", "{]"])
+def test_parse_json_refuses_what_cannot_be_salvaged(content):
+    with pytest.raises(ValueError):
+        parse_json(content)
+
+
 def test_calls_run_concurrently_up_to_the_limit(server):
     server.delay = 0.2
     rt = LLMRuntime(settings(server, llm_concurrency=4), None, policy=FAST)

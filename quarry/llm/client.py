@@ -94,8 +94,56 @@ def parse_json(content: str) -> object:
             pass
     start, end = text.find("{"), text.rfind("}")
     if 0 <= start < end:
-        return json.loads(text[start : end + 1])  # raises ValueError when it is not JSON either
+        try:
+            return json.loads(text[start : end + 1])
+        except ValueError:
+            pass
+    if start >= 0:
+        closed = close_truncated(text[start:])
+        if closed is not None:
+            return json.loads(closed)
     raise ValueError("no JSON object in the answer")
+
+
+def close_truncated(text: str) -> str | None:
+    """A JSON answer cut off mid-way (``max_tokens`` reached), closed after its last complete value.
+
+    ``{"sections": [{"title": "A", "start_line": 0}, {"title": "B", "sta`` becomes
+    ``{"sections": [{"title": "A", "start_line": 0}]}``. None when no complete value was written,
+    or when the text is not a cut-off JSON object.
+    """
+    stack: list[str] = []
+    best: tuple[int, tuple[str, ...]] | None = None
+    in_string = escaped = False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]":
+            if not stack or stack.pop() != ch:
+                return None
+            if not stack:
+                return text[: i + 1]  # complete after all: chatter followed it
+            if stack[-1] == "]":
+                best = (i + 1, tuple(stack))  # a complete element of an array
+    if best is None:
+        return None
+    cut, open_ = best
+    candidate = text[:cut] + "".join(reversed(open_))
+    try:
+        json.loads(candidate)
+    except ValueError:
+        return None
+    return candidate
 
 
 class LLMRuntime:

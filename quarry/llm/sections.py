@@ -21,6 +21,7 @@ from quarry.models import ParsedDocument, Section
 from quarry.sectioning import extractive_title
 
 MAX_LINE = 250  # characters per numbered line; longer lines are split at a space
+ANSWER_TOKENS_PER_LINE = 8  # output budget: room for a section every ~3 lines, far beyond a sane answer
 MAX_TITLE = 120
 TINY_SECTION = 300  # characters; a window of mostly tinier sections is collapsed
 _SPACES = re.compile(r"\s+")
@@ -102,8 +103,11 @@ def window_job(text: str, lines: list[Line], window: Window) -> Job:
     """The request for one window."""
     numbered = "\n".join(f"[{n}] {text[lines[n].start:lines[n].end]}" for n in range(window.lo, window.hi))
     user = SECTIONS_USER.format(first=window.lo, last=window.hi - 1, lines=numbered)
+    # A bounded answer: a model that loops (small models do) stops at the budget, and the
+    # complete sections before the cut are kept (``parse_json`` closes a truncated answer).
+    budget = min(4096, 100 + ANSWER_TOKENS_PER_LINE * (window.hi - window.lo))
     return Job("sections", [{"role": "system", "content": SECTIONS_SYSTEM}, {"role": "user", "content": user}],
-               schema=SECTIONS_SCHEMA, schema_name="sections")
+               schema=SECTIONS_SCHEMA, schema_name="sections", max_tokens=budget)
 
 
 def _as_int(value) -> int | None:
