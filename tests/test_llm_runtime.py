@@ -139,6 +139,21 @@ def test_steps_down_to_the_response_format_the_server_accepts(server, accepted, 
     assert rt.report()["llm_calls"] == server.calls
 
 
+def test_the_accepted_response_format_is_remembered_in_the_store(server, tmp_path):
+    server.response_formats = {"json_object_schema"}
+    server.chat_handler = lambda request: {"sections": [{"title": request["messages"][-1]["content"], "start_line": 0}]}
+    first = LLMRuntime(settings(server), tmp_path, policy=FAST)
+    first.run([job("a")])
+    assert first.response_format == "json_object_schema" and server.calls == 2
+    first.close()
+    second = LLMRuntime(settings(server), tmp_path, policy=FAST)
+    assert second.response_format == "json_object_schema"
+    second.run([job("b")])
+    assert server.calls == 3  # no second refusal
+    second.close()
+    assert server.base_url.encode() not in (tmp_path / CACHE_FILE).read_bytes()
+
+
 def test_a_pinned_response_format_is_used_and_never_stepped_down(server):
     server.response_formats = {"json_object_schema"}
     rt = LLMRuntime(settings(server, llm_response_format="json_schema"), None, policy=FAST)

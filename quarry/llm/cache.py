@@ -26,6 +26,10 @@ CREATE TABLE IF NOT EXISTS answers (
     model   TEXT NOT NULL,
     answer  TEXT NOT NULL,      -- the model's message content, as returned
     created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS learned (
+    key     TEXT PRIMARY KEY,   -- sha256 of what was learned about which endpoint and model
+    value   TEXT NOT NULL       -- e.g. the response_format style the endpoint accepts
 )
 """
 
@@ -34,6 +38,10 @@ def cache_key(kind: str, model: str, version: str, request: object) -> str:
     """The cache key of one request: a hash of everything that shapes the answer."""
     blob = json.dumps([kind, model, version, request], sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _fact_key(what: tuple[str, ...]) -> str:
+    return hashlib.sha256(json.dumps(list(what)).encode("utf-8")).hexdigest()
 
 
 class LLMCache:
@@ -46,7 +54,7 @@ class LLMCache:
         self._con = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30, isolation_level=None)
         self._con.execute("PRAGMA journal_mode=WAL")
         self._con.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a crash loses nothing committed
-        self._con.execute(_SCHEMA)
+        self._con.executescript(_SCHEMA)
 
     def get(self, key: str) -> str | None:
         with self._lock:
@@ -59,6 +67,16 @@ class LLMCache:
                 "INSERT OR REPLACE INTO answers (key, kind, model, answer, created) VALUES (?, ?, ?, ?, ?)",
                 (key, kind, model, answer, time.time()),
             )
+
+    def learned(self, *what: str) -> str | None:
+        """A fact learned about an endpoint in an earlier run (``what`` is hashed, never stored)."""
+        with self._lock:
+            row = self._con.execute("SELECT value FROM learned WHERE key = ?", (_fact_key(what),)).fetchone()
+        return row[0] if row else None
+
+    def learn(self, value: str, *what: str) -> None:
+        with self._lock:
+            self._con.execute("INSERT OR REPLACE INTO learned (key, value) VALUES (?, ?)", (_fact_key(what), value))
 
     def __len__(self) -> int:
         with self._lock:

@@ -170,6 +170,11 @@ class LLMRuntime:
         pinned = getattr(settings, "llm_response_format", "auto") or "auto"
         self._formats = list(RESPONSE_FORMATS) if pinned == "auto" else [pinned]
         self.response_format = self._formats[0]  # the form in use; steps down when the server refuses it
+        self._format_fact = ("response_format", settings.llm_base_url or "", self.model)
+        if pinned == "auto" and self.cache is not None:
+            known = self.cache.learned(*self._format_fact)  # what this endpoint accepted last run
+            if known in self._formats:
+                self.response_format = known
 
     # --- public ------------------------------------------------------------------------------
 
@@ -289,6 +294,8 @@ class LLMRuntime:
             if at + 1 >= len(self._formats):
                 return False
             self.response_format = self._formats[at + 1]
+            if self.cache is not None:
+                self.cache.learn(self.response_format, *self._format_fact)
         log.info("LLM endpoint %s refused response_format %s (%s); using %s", self.endpoint, refused,
                  describe_error(exc, *self._secrets), self.response_format)
         return True
