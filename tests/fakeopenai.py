@@ -101,6 +101,7 @@ class FakeOpenAI:
         # "json_object"); None accepts all. Others get HTTP 422 naming response_format, as
         # llama-cpp-python's server answers OpenAI's json_schema.
         self.response_formats: set[str] | None = None
+        self.format_refusal_status = 422  # llama-cpp-python's server itself answers 500 with the same error
         self.requests: list[Request] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -258,6 +259,10 @@ class FakeOpenAI:
         if fmt is not None and self.response_formats is not None:
             style = fmt.get("type", "") + ("_schema" if fmt.get("type") == "json_object" and "schema" in fmt else "")
             if style not in self.response_formats:
+                if self.format_refusal_status >= 500:
+                    return self.format_refusal_status, _error(
+                        "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+                        "'msg': \"Input should be 'text' or 'json_object'\"}", kind="internal_server_error")
                 return 422, {"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
                                          "msg": "Input should be 'text' or 'json_object'",
                                          "input": fmt.get("type")}]}

@@ -139,6 +139,24 @@ def test_steps_down_to_the_response_format_the_server_accepts(server, accepted, 
     assert rt.report()["llm_calls"] == server.calls
 
 
+def test_a_500_wrapping_a_response_format_validation_error_steps_down_without_retries(server):
+    """What llama-cpp-python's server really answers to OpenAI's json_schema."""
+    server.response_formats = {"json_object_schema"}
+    server.format_refusal_status = 500
+    server.chat_handler = lambda request: {"sections": [{"title": "Intro", "start_line": 0}]}
+    rt = LLMRuntime(settings(server, llm_concurrency=1), None, policy=FAST)
+    [answer] = rt.run([job()])
+    assert not isinstance(answer, LLMFailure) and rt.response_format == "json_object_schema"
+    assert server.calls == 2 and rt.report()["llm_retries"] == 1  # the refusal, then the answer
+
+
+def test_a_plain_500_is_retried_not_taken_for_a_format_refusal(server):
+    server.fail_next(1, status=500)
+    rt = LLMRuntime(settings(server), None, policy=FAST)
+    [answer] = rt.run([job()])
+    assert not isinstance(answer, LLMFailure) and rt.response_format == "json_schema"
+
+
 def test_the_accepted_response_format_is_remembered_in_the_store(server, tmp_path):
     server.response_formats = {"json_object_schema"}
     server.chat_handler = lambda request: {"sections": [{"title": request["messages"][-1]["content"], "start_line": 0}]}

@@ -164,6 +164,19 @@ def test_empty_titles_get_the_opening_words():
     assert sections[0].title == "Line 0: the convoy crossed river 0 with …"
 
 
+@pytest.mark.parametrize("raw, expected", [
+    ("...", ""),
+    (" - ", ""),
+    ("## **Scope**", "Scope"),
+    ("word " * 40, ("word " * 40)[:119].rstrip()),  # cut at a word, under MAX_TITLE
+])
+def test_placeholder_titles_are_dropped_and_long_ones_cut_at_a_word(raw, expected):
+    window = Window(0, 0, 40)
+    repaired = repair_window({"sections": [{"title": raw, "start_line": 0}]}, window, lines_of())
+    title = repaired.sections[0].title
+    assert title == expected and len(title) <= 120 and not title.endswith(" ")
+
+
 def test_pages_still_resolve_for_llm_sections():
     from quarry.chunking import chunk_document
 

@@ -47,11 +47,23 @@ RETRY = RetryPolicy(attempts=4, base=1.0, cap=20.0)
 _FATAL_STATUS = frozenset({401, 403, 404})  # wrong key, no access, no such model: every call would fail
 _FENCED = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 _FORMAT_REJECTED = re.compile(r"response_format|json_schema|json_object|\bschema\b", re.IGNORECASE)
+_VALIDATION = re.compile(r"validation error|literal_error|input should be", re.IGNORECASE)
 
 
 def rejects_response_format(exc: BaseException) -> bool:
-    """True when the server refused a request because of its ``response_format``."""
-    return status_of(exc) in (400, 422) and bool(_FORMAT_REJECTED.search(describe_error(exc, limit=2000)))
+    """True when the server refused a request because of its ``response_format``.
+
+    A 400/422 naming it, or a 5xx whose body is a request-validation error about it:
+    llama-cpp-python's server wraps its pydantic error ("Input should be 'text' or
+    'json_object'") in an HTTP 500, which would otherwise be retried in vain.
+    """
+    status = status_of(exc)
+    if status is None:
+        return False
+    body = describe_error(exc, limit=2000)
+    if status in (400, 422):
+        return bool(_FORMAT_REJECTED.search(body))
+    return status >= 500 and "response_format" in body and bool(_VALIDATION.search(body))
 
 
 @dataclass

@@ -123,8 +123,14 @@ def _as_int(value) -> int | None:
 
 
 def _clean_title(value) -> str:
+    """The model's title, tidied; "" (an extractive title is used instead) when it says nothing."""
     title = _SPACES.sub(" ", value if isinstance(value, str) else "").strip().strip("#*_`\"' ").strip()
-    return title[:MAX_TITLE]
+    if not any(ch.isalnum() for ch in title):
+        return ""  # "...", "-", "": small models answer with placeholders
+    if len(title) > MAX_TITLE:
+        cut = title.rfind(" ", MAX_TITLE // 2, MAX_TITLE)
+        title = title[: cut if cut > 0 else MAX_TITLE].rstrip(" ,;:-")
+    return title
 
 
 def _norm(title: str) -> str:
