@@ -19,8 +19,14 @@ Two kinds of corpus:
 
 Each set is indexed through the real flow into ``bench/results/stores/ablation-<set>-<backend>``;
 configurations run one after another on that store, so texts that do not change between them
-reuse their vectors. LLM sectioning and context are not measured here: no local chat model can
-run in this environment (an OpenAI-compatible endpoint is needed; see README).
+reuse their vectors.
+
+The ``llm`` long configuration sections with an LLM: ``--llm-server`` starts llama-cpp-python's
+OpenAI-compatible server with SmolLM2-135M-Instruct from ``.venv-llm`` (``make test-llm`` builds
+it), or ``--llm-base-url``/``--llm-model`` name any endpoint. Its rows carry the LLM calls and
+tokens spent, also per 1,000 chunks. ``--judged test`` builds the long corpora from the test
+judgments only (plus random others up to ``--long-limit``), which keeps an LLM run on 2 cores
+to tens of minutes.
 
 ``--llm-cost TREE`` instead indexes TREE with ``--sectioner llm --context llm`` (and the
 optional section summaries / per-chunk context) against the scripted OpenAI-compatible server of
@@ -60,17 +66,19 @@ LONG_CONFIGS = {
     "structure+summary": {"header_fields": ("title", "section", "summary")},
     "semantic-p80": {"sectioner": "semantic", "semantic_percentile": 80},
     "semantic-p95": {"sectioner": "semantic", "semantic_percentile": 95},
+    "llm": {"sectioner": "llm"},  # the endpoint is filled in by main()
 }
 
 
-def write_long_corpus(beir_dir: Path, dest: Path, per_file: int, limit: int, seed: int = 13) -> dict:
+def write_long_corpus(beir_dir: Path, dest: Path, per_file: int, limit: int, seed: int = 13,
+                      judged_splits: str = "*") -> dict:
     """Write the long-document variant of a BEIR set; return ``{file name: [abstract ids]}``."""
     from quarry.evaluation import _read_jsonl, _read_qrels
 
     corpus = {str(r["_id"]): (str(r.get("title") or ""), str(r.get("text") or ""))
               for _, r in _read_jsonl(beir_dir / "corpus.jsonl")}
     judged = set()
-    for qrels in (beir_dir / "qrels").glob("*.tsv"):
+    for qrels in (beir_dir / "qrels").glob(f"{judged_splits}.tsv"):
         judged |= {d for rels in _read_qrels(qrels).values() for d in rels}
     rng = random.Random(seed)
     others = sorted(set(corpus) - judged)
@@ -142,10 +150,12 @@ def run_set(name: str, configs: dict, split: str, backend: str, index_flow, long
 
     beir = load_beir(str(BEIR / name), split)
     label = f"{name}-long" if long else name
+    if long and long["judged"] != "*":
+        label += f"-{long['judged']}{long['limit']}"
     store = STORES / f"ablation-{label}-{backend}"
     tree = STORES / f"ablation-{label}-corpus"
     if long:
-        layout = write_long_corpus(BEIR / name, tree, long["per_file"], long["limit"])
+        layout = write_long_corpus(BEIR / name, tree, long["per_file"], long["limit"], judged_splits=long["judged"])
         spans = abstract_spans(tree, layout)
         to_doc = lambda r: owner(spans.get(r.path, []), r.start_char, r.end_char)  # noqa: E731
         info = {"files": len(layout["files"]), "abstracts": layout["abstracts"], "judged": layout["judged"]}
@@ -162,9 +172,18 @@ def run_set(name: str, configs: dict, split: str, backend: str, index_flow, long
         report = index_flow([str(tree)], db=str(store), overrides={**overrides, "embed_backend": backend})
         seconds = time.perf_counter() - t
         metrics = score(store, beir.queries, qrels, to_doc)
-        row = {"set": label, "split": split, "queries": len(qids), "config": config, "overrides": overrides,
+        shown = {k: v for k, v in overrides.items() if k not in ("llm_base_url", "llm_api_key")}
+        row = {"set": label, "split": split, "queries": len(qids), "config": config, "overrides": shown,
                "backend": backend, "chunks": metrics.pop("chunks"), "embedded": report.get("embedded_chunks"),
                "index_seconds": round(seconds, 1), "modes": metrics, **info}
+        if overrides.get("sectioner") == "llm":
+            per = 1000 / max(1, report["chunks"])
+            row.update({k: report[k] for k in ("llm_calls", "llm_prompt_tokens", "llm_completion_tokens",
+                                                 "llm_cached")},
+                       llm_fallback_windows=len(report["llm_fallback_windows"]),
+                       llm_calls_per_1k_chunks=round(report["llm_calls"] * per, 1),
+                       llm_tokens_per_1k_chunks=round((report["llm_prompt_tokens"]
+                                                       + report["llm_completion_tokens"]) * per))
         results.append(row)
         print(_line(row), flush=True)
     return results
@@ -172,7 +191,10 @@ def run_set(name: str, configs: dict, split: str, backend: str, index_flow, long
 
 def _line(row: dict) -> str:
     cells = " ".join(f"{row['modes'][m]['ndcg@10']:>7.4f} {row['modes'][m]['recall@10']:>7.4f}" for m in MODES)
-    return f"{row['set']:<15} {row['split']:<5} {row['config']:<22} {cells} {row['chunks'] or 0:>6}"
+    llm = (f"  llm {row['llm_calls']} calls ({row['llm_calls_per_1k_chunks']}/1k chunks), "
+           f"{row['llm_tokens_per_1k_chunks']} tokens/1k chunks, {row['llm_fallback_windows']} fallback windows"
+           if "llm_calls" in row else "")
+    return f"{row['set']:<15} {row['split']:<5} {row['config']:<22} {cells} {row['chunks'] or 0:>6}{llm}"
 
 
 LLM_VARIANTS = {
@@ -243,6 +265,11 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="score only the first N queries (quick checks)")
     ap.add_argument("--llm-cost", default=None, metavar="TREE",
                     help="measure LLM calls/tokens per 1,000 chunks on TREE against the fake server, then stop")
+    ap.add_argument("--judged", default="*", help="qrels splits whose documents the long corpora keep ('test')")
+    ap.add_argument("--llm-server", action="store_true",
+                    help="start llama-cpp-python's server with SmolLM2-135M (.venv-llm) for the llm config")
+    ap.add_argument("--llm-base-url", default="", help="an OpenAI-compatible endpoint for the llm config")
+    ap.add_argument("--llm-model", default="")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -266,6 +293,41 @@ def main() -> None:
     table = sys.stderr if args.json else sys.stdout
     print(f"{'set':<15} {'split':<5} {'config':<22} {header} {'chunks':>6}", file=table)
     results = []
+    server = None
+    if "llm" in args.long_configs.split(","):
+        if args.llm_server:
+            sys.path.insert(0, str(ROOT / "tests"))
+            import tempfile
+
+            from llamaserver import MODEL_ALIAS, LlamaServer, find_model, server_python
+
+            python = server_python()
+            log = Path(tempfile.mkdtemp(prefix="quarry-llama-")) / "server.log"
+            server = LlamaServer(python, find_model(python), log).start()
+            args.llm_base_url, args.llm_model = server.base_url, MODEL_ALIAS
+        if not args.llm_base_url and not os.environ.get("QUARRY_LLM_BASE_URL"):
+            ap.error("the llm config needs --llm-server, --llm-base-url or QUARRY_LLM_BASE_URL")
+        LONG_CONFIGS["llm"] = {"sectioner": "llm", "llm_concurrency": 2,
+                               **({"llm_base_url": args.llm_base_url} if args.llm_base_url else {}),
+                               **({"llm_model": args.llm_model} if args.llm_model else {})}
+    try:
+        results = _run(args, results)
+    finally:
+        if server is not None:
+            server.stop()
+    dest = ROOT / "bench" / "results" / "ablation.json"
+    previous = json.loads(dest.read_text()) if dest.exists() else {"results": []}
+    fresh = {(r["set"], r["split"], r["config"], r["backend"]) for r in results}
+    kept = [r for r in previous.get("results", []) if (r["set"], r["split"], r["config"], r["backend"]) not in fresh]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps({"results": kept + results}, indent=2))
+    if args.json:
+        print(json.dumps({"results": results}, indent=2))
+
+
+def _run(args, results: list[dict]) -> list[dict]:
+    from quarry.orchestration import prefect_api
+
     with prefect_api(STORES / "logs"):
         from flows.index import index_flow
 
@@ -275,15 +337,9 @@ def main() -> None:
         for name in filter(None, args.long.split(",")):
             configs = {c: LONG_CONFIGS[c] for c in args.long_configs.split(",")}
             results += run_set(name, configs, args.split, args.backend, index_flow,
-                               {"per_file": args.per_file, "limit": args.long_limit}, args.limit)
-    dest = ROOT / "bench" / "results" / "ablation.json"
-    previous = json.loads(dest.read_text()) if dest.exists() else {"results": []}
-    fresh = {(r["set"], r["split"], r["config"], r["backend"]) for r in results}
-    kept = [r for r in previous.get("results", []) if (r["set"], r["split"], r["config"], r["backend"]) not in fresh]
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps({"results": kept + results}, indent=2))
-    if args.json:
-        print(json.dumps({"results": results}, indent=2))
+                               {"per_file": args.per_file, "limit": args.long_limit, "judged": args.judged},
+                               args.limit)
+    return results
 
 
 if __name__ == "__main__":
