@@ -257,8 +257,7 @@ class FakeOpenAI:
             return 400, _error("'messages' must be a non-empty list", "messages")
         fmt = body.get("response_format")
         if fmt is not None and self.response_formats is not None:
-            style = fmt.get("type", "") + ("_schema" if fmt.get("type") == "json_object" and "schema" in fmt else "")
-            if style not in self.response_formats:
+            if format_style(fmt) not in self.response_formats:
                 if self.format_refusal_status >= 500:
                     return self.format_refusal_status, _error(
                         "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
@@ -279,6 +278,14 @@ class FakeOpenAI:
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                       "total_tokens": prompt + completion},
         }
+
+
+def format_style(fmt: dict | None) -> str:
+    """The style of a ``response_format`` as quarry names them: json_schema, json_object_schema, json_object, none."""
+    if fmt is None:
+        return "none"
+    kind = fmt.get("type", "")
+    return kind + ("_schema" if kind == "json_object" and "schema" in fmt else "")
 
 
 def _error(message: str, param: str | None = None, kind: str = "invalid_request_error") -> dict:

@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from fakeopenai import FakeOpenAI
+from fakeopenai import FakeOpenAI, format_style
 from quarry.llm import Job, LLMFailure, LLMRuntime
 from quarry.llm.cache import CACHE_FILE
 from quarry.llm.client import parse_json
-from quarry.llm.prompts import SECTIONS_SCHEMA
+from quarry.llm.prompts import RESPONSE_FORMATS, SECTIONS_SCHEMA
 from quarry.models import FileInfo, ParsedDocument
 from quarry.openai_common import RetryPolicy
 from quarry.settings import Settings
@@ -126,16 +126,8 @@ def test_steps_down_to_the_response_format_the_server_accepts(server, accepted, 
     elif expected == "none":
         assert last is None
     # each refused form costs at most one request per job in flight, never a retry storm
-    styles = ["json_schema", "json_object_schema", "json_object", "none"]
-
-    def style(request):
-        fmt = request.json.get("response_format")
-        if fmt is None:
-            return "none"
-        return fmt["type"] + ("_schema" if fmt["type"] == "json_object" and "schema" in fmt else "")
-
-    refused = [r for r in server.requests if style(r) not in accepted | {"none"}]
-    assert len(refused) <= 4 * styles.index(expected)
+    refused = [r for r in server.requests if format_style(r.json.get("response_format")) not in accepted | {"none"}]
+    assert len(refused) <= 4 * RESPONSE_FORMATS.index(expected)
     assert rt.report()["llm_calls"] == server.calls
 
 
