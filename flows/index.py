@@ -7,16 +7,19 @@ LanceDB versions, which become visible at the commit task's pointer rename.
 from __future__ import annotations
 
 import time
-import uuid
 from datetime import datetime, timezone
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
+from prefect.states import Completed
 
 from quarry import progress
 from quarry.embedders import describe, get_embedder
 from quarry.embedding import EmbedStats
+from quarry.errors import StoreLocked, UsageError
 from quarry.settings import Settings, parse_workers, store_path
+from quarry.store import skipped
+from quarry.store.layout import WriterLock, new_run_id
 from quarry.store.writer import StoreWriter
 from tasks.discover import discover_files, plan_changes
 from tasks.embed import embed_batch
@@ -50,19 +53,43 @@ def index_flow(
     full: bool = False,
     dry_run: bool = False,
     overrides: dict | None = None,
-) -> dict:
+    if_busy: str = "fail",
+):
     """Index ``roots`` into the store at ``db``; returns the run report (see ``runs`` table).
 
     ``overrides`` are :class:`~quarry.settings.Settings` fields; secrets come only from the
-    environment so that they never appear in flow-run parameters.
+    environment so that they never appear in flow-run parameters. ``if_busy``: what to do when
+    another run holds the store — ``fail`` (raise :class:`StoreLocked`) or ``skip`` (record a
+    ``skipped`` run and finish; what scheduled runs do, so that a run longer than the interval
+    never meets a second writer).
     """
     logger = get_run_logger()
+    if if_busy not in ("fail", "skip"):
+        raise UsageError(f"if_busy must be 'fail' or 'skip', got {if_busy!r}")
     settings = Settings.from_env(**(overrides or {}))
     store = store_path(db)
     roots = [str(store_path(r)) for r in roots]
-    run_id = f"{_now():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+    run_id = new_run_id()
     started = _now()
     durations: dict[str, float] = {}
+    lock = None
+    if not dry_run:
+        try:
+            lock = WriterLock(store).acquire()  # before any model loads: a busy store costs nothing
+        except StoreLocked as exc:
+            if if_busy == "fail":
+                raise
+            row = skipped.record_skip(store, run_id, started, roots, str(exc), settings.public_dict())
+            logger.info("run %s skipped: %s", run_id, exc)
+            return Completed(message=f"skipped: {exc}", name="Skipped", data=row)
+    try:
+        return _index(logger, settings, store, roots, run_id, started, durations, full, dry_run)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _index(logger, settings, store, roots, run_id, started, durations, full, dry_run) -> dict:
     model, dim = describe(settings)
     embedder = get_embedder(settings)
     if not dim:

@@ -92,12 +92,16 @@ def cli():
               help="With --context llm: one summary per section in the header (a call per section).")
 @click.option("--llm-chunk-context/--no-llm-chunk-context", default=None,
               help="Contextual retrieval: an LLM-written context line per chunk (a call per chunk; off by default).")
+@click.option("--if-busy", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
+              help="When another run holds the store: fail (exit 1), or skip — exit 0 and record a skipped run "
+                   "(for cron jobs; what `quarry serve` does).")
 @json_option
 @handle_errors
 def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap, embed_backend, embed_model,
           sectioner, context_writer, header_fields, llm_base_url, llm_model, llm_api_key, llm_concurrency,
-          llm_rate_limit, llm_section_summaries, llm_chunk_context, as_json):
+          llm_rate_limit, llm_section_summaries, llm_chunk_context, if_busy, as_json):
     """Index files under PATHS into the store (incremental: only what changed is redone)."""
+    from quarry.errors import StoreLocked
     from quarry.settings import Settings, store_path
     from quarry.store.layout import WriterLock
 
@@ -122,9 +126,23 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
     if llm_api_key:
         # Through the environment, never the flow's parameters, which Prefect records.
         os.environ["QUARRY_LLM_API_KEY"] = llm_api_key
-    Settings.from_env(**overrides)  # usage errors before any work starts
+    settings = Settings.from_env(**overrides)  # usage errors before any work starts
     store = store_path(db)
-    lock = None if dry_run else WriterLock(store).acquire()  # fail fast, before Prefect starts
+    try:
+        lock = None if dry_run else WriterLock(store).acquire()  # fail fast, before Prefect starts
+    except StoreLocked as exc:
+        if if_busy == "fail":
+            raise
+        from datetime import datetime, timezone
+
+        from quarry.store.layout import new_run_id
+        from quarry.store.skipped import record_skip
+
+        started = datetime.now(timezone.utc).replace(tzinfo=None)
+        row = record_skip(store, new_run_id(), started, [str(store_path(p)) for p in paths], str(exc),
+                          settings.public_dict())
+        click.echo(json.dumps(row, indent=2, default=str) if as_json else f"skipped: {exc}")
+        return
     try:
         report = run_index_flow([str(p) for p in paths], store, full=full, dry_run=dry_run, overrides=overrides)
     finally:
@@ -409,6 +427,10 @@ def runs(db, limit, as_json):
         click.echo(json.dumps(items, indent=2, default=str))
         return
     for r in items:
+        if r["status"] == "skipped":
+            reason = (r["errors"] or [{}])[0].get("error", "")
+            click.echo(f"{r['run_id']}  skipped   {reason}")
+            continue
         click.echo(
             f"{r['run_id']}  {r['status']:<9} +{r['added']} ~{r['updated']} >{r['moved']} -{r['deleted']} "
             f"={r['skipped']} !{r['failed']}  embedded {r['embedded_chunks']}, reused {r['reused_vectors']}"
@@ -420,28 +442,33 @@ def runs(db, limit, as_json):
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @db_option
-@click.option("--cron", required=True, help='Schedule, e.g. "*/15 * * * *" (every 15 minutes).')
-@click.option("--name", default="quarry-index", show_default=True, help="Deployment name.")
+@click.option("--cron", required=True, help='Schedule, e.g. "*/15 * * * *" (every 15 minutes) or "@hourly".')
+@click.option("--name", default=None,
+              help="Deployment name (default quarry-index-<8 hex digits of the store path>, one per store).")
 @handle_errors
 def serve(paths, db, cron, name):
-    """Re-index PATHS on a cron schedule (Prefect flow.serve; runs until interrupted)."""
+    """Re-index PATHS on a cron schedule until SIGTERM or Ctrl-C.
+
+    Without $PREFECT_API_URL, quarry runs a private Prefect server (with its scheduler) tied to
+    this process, its database in the store. A run that finds the store busy is skipped and
+    recorded as such in `quarry runs`.
+    """
     from quarry.croncheck import validate_cron
-    from quarry.orchestration import prefect_api, prefect_environment
+    from quarry.orchestration import prefect_api, prefect_environment, serve_index
     from quarry.settings import store_path
 
-    validate_cron(cron)
     store = store_path(db)
+    roots = [str(store_path(p)) for p in paths]
     prefect_environment()
-    with prefect_api(store / "logs"):
-        from flows.index import index_flow
 
-        click.echo(f"serving {name}: indexing {', '.join(paths)} into {store} on '{cron}' (Ctrl-C stops)")
-        index_flow.serve(
-            name=name,
-            cron=cron,
-            parameters={"roots": [str(store_path(p)) for p in paths], "db": str(store)},
-            print_starting_message=False,
-        )
+    def started(deployment: str) -> None:
+        click.echo(f"serving quarry-index/{deployment}: indexing {', '.join(roots)} into {store} on '{cron}' "
+                   "(Ctrl-C or SIGTERM stops)")
+
+    with prefect_api(store / "logs", services=True, database=store / "prefect" / "prefect.db",
+                     check=lambda: validate_cron(cron)):
+        serve_index(roots, store, cron, name=name, on_start=started)
+    click.echo("stopped")
 
 
 @cli.command(name="eval")

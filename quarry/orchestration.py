@@ -54,13 +54,20 @@ def _flush_prefect_logs() -> None:
 
 
 @contextlib.contextmanager
-def prefect_api(log_dir: Path):
+def prefect_api(log_dir: Path, services: bool = False, database: Path | None = None, check=None):
     """Yield with ``PREFECT_API_URL`` pointing at a reachable Prefect API.
 
     Uses the user's server when ``PREFECT_API_URL`` is set; otherwise starts a private one.
+    ``services`` runs Prefect's background services in it (the scheduler that turns schedules
+    into flow runs: ``quarry serve`` needs it; a one-shot run does not). ``database`` is the
+    private server's SQLite file (default: Prefect's own, under ``PREFECT_HOME``). ``check`` is
+    called once ``PREFECT_API_URL`` is set and before waiting for the server: Prefect reads its
+    settings once, at import, so work that imports Prefect must not come earlier.
     """
     prefect_environment()
     if os.environ.get("PREFECT_API_URL"):
+        if check is not None:
+            check()
         yield os.environ["PREFECT_API_URL"]
         return
     import httpx
@@ -68,16 +75,25 @@ def prefect_api(log_dir: Path):
     log_dir.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     log = open(log_dir / "prefect-server.log", "ab")
+    env = dict(os.environ)
+    if database is not None:
+        database.parent.mkdir(parents=True, exist_ok=True)
+        env["PREFECT_API_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{database}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "quarry._prefect_server", str(port), str(os.getpid())],
+        [sys.executable, "-m", "quarry._prefect_server", str(port), str(os.getpid()),
+         *(["--services"] if services else [])],
         stdout=log,
         stderr=log,
         stdin=subprocess.DEVNULL,
+        env=env,
         start_new_session=True,  # Ctrl-C goes to quarry, which then stops the server cleanly
     )
     url = f"http://127.0.0.1:{port}/api"
     deadline = time.monotonic() + STARTUP_TIMEOUT
     try:
+        os.environ["PREFECT_API_URL"] = url
+        if check is not None:
+            check()
         while True:
             if proc.poll() is not None:
                 raise QuarryError(f"the Prefect server failed to start; see {log_dir / 'prefect-server.log'}")
@@ -89,7 +105,6 @@ def prefect_api(log_dir: Path):
             if time.monotonic() > deadline:
                 raise QuarryError(f"the Prefect server did not start within {STARTUP_TIMEOUT:.0f} s")
             time.sleep(0.2)
-        os.environ["PREFECT_API_URL"] = url
         yield url
     finally:
         _flush_prefect_logs()
@@ -100,3 +115,57 @@ def prefect_api(log_dir: Path):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def deployment_name(store: Path) -> str:
+    """A deployment name per store, so that two stores served by one Prefect server never share one."""
+    import hashlib
+
+    return f"quarry-index-{hashlib.sha256(str(store).encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
+
+
+def serve_index(roots: list[str], store: Path, cron: str, name: str | None = None,
+                overrides: dict | None = None, on_start=None) -> None:
+    """Run the index flow on ``cron`` until SIGTERM or SIGINT (Ctrl-C); needs :func:`prefect_api`.
+
+    Each scheduled run skips, recorded as a ``skipped`` run, when the store is still busy (a run
+    longer than the interval, or a manual ``quarry index``). SIGTERM takes the same path as
+    Ctrl-C: polling stops, an in-flight run is stopped (the store keeps its last commit: a run is
+    crash-safe at every point) and the function returns, so the caller stops its private server.
+    """
+    import asyncio
+    import signal
+
+    from prefect.runner import Runner
+
+    from flows.index import index_flow
+
+    class _Runner(Runner):
+        loop: asyncio.AbstractEventLoop | None = None
+
+        def stop_soon(self) -> None:
+            """Stop from a signal handler: cancel in-flight runs, end polling, return from start()."""
+            if self.loop is not None and not getattr(self, "stopping", False):
+                self.stopping = True
+                self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self.astop()))
+
+        def handle_sigterm(self, *args, **kwargs):
+            # Prefect's own handler calls a coroutine without awaiting it and exits from inside
+            # the signal handler, leaving asyncio tracebacks; stop the way Ctrl-C does instead.
+            self.stop_soon()
+
+    name = name or deployment_name(store)
+    parameters = {"roots": roots, "db": str(store), "if_busy": "skip"}
+    if overrides:
+        parameters["overrides"] = overrides
+    runner = _Runner(name=name, pause_on_shutdown=False)
+    runner.add_flow(index_flow, name=name, cron=cron, parameters=parameters)
+    if on_start is not None:
+        on_start(name)
+
+    async def main() -> None:
+        runner.loop = asyncio.get_running_loop()
+        runner.loop.add_signal_handler(signal.SIGINT, runner.stop_soon)
+        await runner.start()  # installs handle_sigterm for SIGTERM itself
+
+    asyncio.run(main())

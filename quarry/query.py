@@ -383,7 +383,9 @@ class Index:
         }
 
     def runs(self, limit: int = 50) -> list[dict]:
-        """Index runs, newest first."""
+        """Index runs, newest first, with skipped runs the next commit has yet to record."""
+        from quarry.store import skipped
+
         cur = self.snapshot.con.execute(load_sql("list_runs"), [limit])
         cols = [d[0] for d in cur.description]
         out = []
@@ -394,7 +396,10 @@ class Index:
             for key in ("started", "finished"):
                 item[key] = item[key].isoformat() + "Z" if item.get(key) else None
             out.append(item)
-        return out
+        known = {item["run_id"] for item in out}
+        out += [row for row in skipped.pending(self.store) if row.get("run_id") not in known]
+        out.sort(key=lambda item: (item.get("started") or "", item.get("run_id") or ""), reverse=True)
+        return out[:limit]
 
 
 def open(db: str | os.PathLike | None = None, settings: Settings | None = None, **kwargs) -> Index:  # noqa: A001

@@ -56,7 +56,7 @@ CREATE TABLE IF NOT EXISTS runs (
     run_id          VARCHAR PRIMARY KEY,
     started         TIMESTAMP NOT NULL,
     finished        TIMESTAMP,
-    status          VARCHAR NOT NULL,  -- completed, partial (some files failed), failed
+    status          VARCHAR NOT NULL,  -- completed, partial (some files failed), skipped (the store was busy)
     roots           JSON NOT NULL,
     added           INTEGER NOT NULL DEFAULT 0,
     updated         INTEGER NOT NULL DEFAULT 0,

@@ -169,3 +169,11 @@ class WriterLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def new_run_id() -> str:
+    """A run id: sortable by start time (UTC), unique across processes."""
+    import datetime as _dt
+    import uuid
+
+    return f"{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"

@@ -28,7 +28,7 @@ import numpy as np
 from quarry import faults
 from quarry.models import DocumentRecord
 from quarry.sqlfiles import statements
-from quarry.store import catalog, vectors
+from quarry.store import catalog, skipped, vectors
 from quarry.store.layout import Pointer, WriterLock, read_pointer, remove_stale_generations, write_pointer
 
 
@@ -128,6 +128,8 @@ class StoreWriter:
         faults.point("fts")
         self._write_search_index()
         insert_run(self.con, run_row)
+        skipped_rows, claimed = skipped.claim(self.store, self.generation)
+        skipped.merge(self.con, skipped_rows, insert_run)
         self.con.execute("CHECKPOINT")
         self.con.close()
         self.con = None
@@ -147,6 +149,7 @@ class StoreWriter:
         faults.point("before-commit")
         write_pointer(self.store, pointer)  # <- the commit point
         faults.point("after-commit")
+        skipped.forget(claimed)
         self._after_commit(pointer)
         return CommitInfo(self.generation, pointer.vector_version, time.perf_counter() - t0)
 

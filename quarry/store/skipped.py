@@ -1,0 +1,132 @@
+"""Runs that found the store busy and stood down (``--if-busy skip``, every scheduled run).
+
+A scheduled run that starts while another run holds the writer lock (a run longer than the
+schedule's interval, or a manual ``quarry index``) must not become a second writer, and must
+not fail every minute either. It cannot write the catalog — the other run holds it — so it
+appends one JSON line to ``<store>/skipped-runs.jsonl``. The next commit claims the journal
+(renames it, so later skips start a new file), inserts its lines into the ``runs`` table with
+status ``skipped``, and deletes the claimed file after the pointer rename. Until then
+:func:`pending` lets readers list them beside the committed runs.
+
+Crash safety: a run killed after claiming leaves ``skipped-runs.claimed-*.jsonl``; the next
+commit claims those too. A run killed after the rename but before the delete re-inserts rows
+already in the table: :func:`merge` skips run ids the catalog has.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+from quarry.sqlfiles import load_sql
+
+JOURNAL = "skipped-runs.jsonl"
+CLAIMED_GLOB = "skipped-runs.claimed-*.jsonl"
+
+
+def record(store: Path, row: dict) -> None:
+    """Append one skipped run to the store's journal (safe against a concurrent claim)."""
+    store.mkdir(parents=True, exist_ok=True)
+    path = store / JOURNAL
+    line = (json.dumps(row, default=str, ensure_ascii=False) + "\n").encode()
+    while True:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            # A commit may have claimed (renamed) the file between our open and our lock: then
+            # this descriptor is the claimed file, which the commit may already have read.
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                os.write(fd, line)
+                os.fsync(fd)
+                return
+        finally:
+            os.close(fd)
+
+
+def _read(path: Path) -> list[dict]:
+    rows = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return rows
+    for line in text.splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:  # a line torn by a crash mid-append: nothing to recover
+            continue
+    return rows
+
+
+def pending(store: Path) -> list[dict]:
+    """Skipped runs not yet moved into the catalog's ``runs`` table."""
+    rows = []
+    for path in sorted(store.glob(CLAIMED_GLOB)) + [store / JOURNAL]:
+        rows += _read(path)
+    return rows
+
+
+def claim(store: Path, generation: int) -> tuple[list[dict], list[Path]]:
+    """Take the journal for the commit of ``generation``: (rows, files to delete after commit)."""
+    journal = store / JOURNAL
+    if journal.exists():
+        target = store / f"skipped-runs.claimed-{generation:06d}.jsonl"
+        os.replace(journal, target)
+        # Wait for an append that locked the file before the rename to finish writing.
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        finally:
+            os.close(fd)
+    files = sorted(store.glob(CLAIMED_GLOB))
+    rows = [row for path in files for row in _read(path)]
+    return rows, files
+
+
+def merge(con, rows: list[dict], insert) -> int:
+    """Insert ``rows`` into the runs table through ``insert(con, row)``, skipping known run ids."""
+    if not rows:
+        return 0
+    known = {r[0] for r in con.execute(load_sql("run_ids")).fetchall()}
+    n = 0
+    for row in rows:
+        if row.get("run_id") and row["run_id"] not in known:
+            row = dict(row)
+            for key in ("started", "finished"):
+                if isinstance(row.get(key), str):
+                    row[key] = datetime.fromisoformat(row[key].rstrip("Z"))
+            insert(con, row)
+            known.add(row["run_id"])
+            n += 1
+    return n
+
+
+def forget(files: list[Path]) -> None:
+    """Delete claimed journals once the commit that holds their rows is visible."""
+    for path in files:
+        path.unlink(missing_ok=True)
+
+
+def record_skip(store: Path, run_id: str, started: datetime, roots: list[str], reason: str, settings: dict) -> dict:
+    """Record a run that stood down because ``reason`` (the store was busy); returns its row."""
+    row = skipped_row(run_id, started, datetime.now(timezone.utc).replace(tzinfo=None), roots, reason, settings)
+    record(store, row)
+    return row
+
+
+def skipped_row(run_id: str, started: datetime, finished: datetime, roots: list[str], reason: str,
+                settings: dict) -> dict:
+    """The ``runs`` row of a run that stood down: every count zero, the reason in ``errors``."""
+    counts = ("added", "updated", "moved", "deleted", "skipped", "unsupported", "failed", "chunks",
+              "embedded_chunks", "reused_vectors", "model_calls", "truncated", "llm_calls", "llm_prompt_tokens",
+              "llm_completion_tokens", "llm_cached")
+    return {"run_id": run_id, "started": started.isoformat() + "Z", "finished": finished.isoformat() + "Z",
+            "status": "skipped", "roots": list(roots), **dict.fromkeys(counts, 0),
+            "errors": [{"path": None, "error": reason}], "durations": {}, "settings": settings,
+            "llm_fallback_windows": []}

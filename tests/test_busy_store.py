@@ -1,0 +1,159 @@
+"""A run that meets a busy store: skipped and recorded (scheduled runs, `--if-busy skip`), never a second
+writer; the skipped-runs journal survives races and crashes and ends up in the runs table."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import shutil
+from datetime import datetime
+
+import duckdb
+import pytest
+
+from conftest import SAMPLE
+from quarry.croncheck import validate_cron
+from quarry.errors import StoreLocked, UsageError
+from quarry.orchestration import deployment_name
+from quarry.store import skipped
+from quarry.store.layout import WriterLock, new_run_id
+from quarry.store.writer import insert_run
+
+
+def _row(run_id: str, started: str = "2026-01-01T00:00:00") -> dict:
+    return skipped.skipped_row(run_id, datetime.fromisoformat(started), datetime.fromisoformat(started), ["/r"],
+                               "store busy", {"embed_backend": "hash"})
+
+
+def test_journal_claim_and_merge_into_a_real_runs_table(tmp_path):
+    skipped.record(tmp_path, _row("a"))
+    skipped.record(tmp_path, _row("b"))
+    assert [r["run_id"] for r in skipped.pending(tmp_path)] == ["a", "b"]
+    rows, files = skipped.claim(tmp_path, 7)
+    assert [r["run_id"] for r in rows] == ["a", "b"] and [f.name for f in files] == ["skipped-runs.claimed-000007.jsonl"]
+    skipped.record(tmp_path, _row("c"))  # a skip after the claim starts a new journal
+    assert [r["run_id"] for r in skipped.pending(tmp_path)] == ["a", "b", "c"]
+
+    con = duckdb.connect(str(tmp_path / "catalog.duckdb"))
+    from quarry.sqlfiles import statements
+
+    for stmt in statements("schema"):
+        con.execute(stmt)
+    assert skipped.merge(con, rows, insert_run) == 2
+    assert skipped.merge(con, rows, insert_run) == 0  # a crash between rename and delete: no duplicates
+    got = con.execute("SELECT run_id, status, errors FROM runs ORDER BY run_id").fetchall()
+    assert [(r[0], r[1]) for r in got] == [("a", "skipped"), ("b", "skipped")]
+    assert json.loads(got[0][2]) == [{"path": None, "error": "store busy"}]
+    skipped.forget(files)
+    assert [r["run_id"] for r in skipped.pending(tmp_path)] == ["c"]
+
+
+def test_a_torn_last_line_is_ignored(tmp_path):
+    skipped.record(tmp_path, _row("a"))
+    with open(tmp_path / skipped.JOURNAL, "a") as fh:
+        fh.write('{"run_id": "half')
+    assert [r["run_id"] for r in skipped.pending(tmp_path)] == ["a"]
+
+
+def _append_many(store, start, n):
+    for i in range(start, start + n):
+        skipped.record(store, _row(f"r{i:04d}"))
+
+
+def test_no_skip_is_lost_while_commits_claim_the_journal(tmp_path):
+    procs = [multiprocessing.get_context("spawn").Process(target=_append_many, args=(tmp_path, k * 100, 100))
+             for k in range(2)]
+    for p in procs:
+        p.start()
+    seen, gen = [], 0
+    while any(p.is_alive() for p in procs):
+        gen += 1
+        rows, files = skipped.claim(tmp_path, gen)
+        seen += [r["run_id"] for r in rows]
+        skipped.forget(files)
+    for p in procs:
+        p.join()
+    rows, files = skipped.claim(tmp_path, gen + 1)
+    seen += [r["run_id"] for r in rows]
+    assert sorted(seen) == [f"r{i:04d}" for i in range(200)]
+
+
+def test_index_flow_skips_a_busy_store_and_the_next_commit_records_it(run_flow, tmp_path):
+    tree, db = tmp_path / "tree", tmp_path / "db"
+    shutil.copytree(SAMPLE, tree)
+    assert run_flow([tree], db)["status"] == "completed"
+    # The lock is re-entrant within a process, so the other writer is another process, as in real life.
+    holder = multiprocessing.get_context("spawn").Process(target=_hold_lock, args=(str(db), 20))
+    ready = tmp_path / "db" / "lock"
+    holder.start()
+    try:
+        _wait_for_holder(ready)
+        with pytest.raises(StoreLocked):
+            run_flow([tree], db)
+        report = run_flow([tree], db, if_busy="skip")
+        assert report["status"] == "skipped" and "locked by another index run" in report["errors"][0]["error"]
+    finally:
+        holder.terminate()
+        holder.join()
+    import quarry
+
+    with quarry.open(db) as idx:
+        runs = idx.runs()
+    assert [r["status"] for r in runs] == ["skipped", "completed"]  # listed before the next commit
+    assert run_flow([tree], db)["status"] == "completed"
+    con = duckdb.connect(str(db / json.loads((db / "CURRENT").read_text())["catalog"]), read_only=True)
+    statuses = [r[0] for r in con.execute("SELECT status FROM runs ORDER BY started").fetchall()]
+    con.close()
+    assert statuses == ["completed", "skipped", "completed"]
+    assert not list(db.glob("skipped-runs*"))
+
+
+def _hold_lock(db: str, seconds: float) -> None:
+    import time
+    from pathlib import Path
+
+    with WriterLock(Path(db)):
+        time.sleep(seconds)
+
+
+def _wait_for_holder(lock_file) -> None:
+    import time
+
+    for _ in range(200):
+        if lock_file.exists() and lock_file.read_text().strip():
+            return
+        time.sleep(0.05)
+    raise AssertionError("the lock holder did not start")
+
+
+def test_cli_if_busy(cli, tmp_path):
+    db = tmp_path / "db"
+    holder = multiprocessing.get_context("spawn").Process(target=_hold_lock, args=(str(db), 30))
+    holder.start()
+    try:
+        _wait_for_holder(db / "lock")
+        done = cli("index", SAMPLE, "--db", db)
+        assert done.returncode == 1 and "locked by another index run (pid" in done.stderr
+        done = cli("index", SAMPLE, "--db", db, "--if-busy", "skip")
+        assert done.returncode == 0 and done.stdout.startswith("skipped: store"), done.stderr
+    finally:
+        holder.terminate()
+        holder.join()
+    assert [r["status"] for r in skipped.pending(db)] == ["skipped"]
+
+
+@pytest.mark.parametrize("expr", ["* * * * *", "*/15 * * * *", "0 3 * * 1-5", "@daily", "@hourly"])
+def test_cron_accepts_what_prefect_schedules(expr):
+    validate_cron(expr)
+
+
+@pytest.mark.parametrize("expr", ["61 * * * *", "* * * *", "every minute", "H * * * *", ""])
+def test_cron_rejects_with_a_usage_error(expr):
+    with pytest.raises(UsageError, match="not a valid cron schedule"):
+        validate_cron(expr)
+
+
+def test_deployment_name_is_one_per_store(tmp_path):
+    a, b = deployment_name(tmp_path / "a"), deployment_name(tmp_path / "b")
+    assert a != b and a == deployment_name(tmp_path / "a") and a.startswith("quarry-index-")
+    assert new_run_id() != new_run_id()
