@@ -208,4 +208,11 @@ def test_prefect_yaml_deployment_runs_on_schedule_with_a_process_worker(tmp_path
         except subprocess.TimeoutExpired:
             worker.kill()
     assert runs[-1]["added"] == 5
-    assert "Traceback" not in server_log.read_text()
+    assert not _tracebacks(server_log.read_text())
+
+
+def _tracebacks(log: str) -> list[str]:
+    """The server log's tracebacks, less SQLite's "database is locked" on a worker heartbeat, which
+    Prefect's server logs and retries when the machine is loaded (seen with other test jobs on 2 cores)."""
+    errors = [block for block in log.split("| ERROR")[1:] if "Traceback" in block]
+    return [b for b in errors if not ("heartbeat" in b.split("\n", 1)[0] and "database is locked" in b)]
