@@ -17,7 +17,7 @@ from quarry.models import DocumentRecord
 class EmbedStats:
     embedded: int = 0  # chunks whose vector came from the model
     reused: int = 0  # chunks whose vector came from the store
-    calls: int = 0  # model calls (batches)
+    calls: int = 0  # model calls: sub-batches run by a local model, requests sent to an API
     truncated: int = 0  # chunks whose embedded text exceeds the model's input
 
 
@@ -42,16 +42,22 @@ def embed_records(
     stats.reused = sum(1 for c in chunks if c.text_hash in vectors)
     todo = [c for h, c in wanted.items() if h not in vectors]
     if todo:
-        lengths = [c.n_tokens or len(c.embed_text) // 4 + 1 for c in todo]
-        # A hosted embedder fills several concurrent requests from one call; local ones use the budget.
-        budget = getattr(embedder, "batch_tokens", budget_tokens)
-        for batch in batches_by_budget(lengths, budget):
+        if getattr(embedder, "plans_batches", False):
+            # The embedder sorts by length, cuts its own sub-batches and runs them on its threads
+            # or concurrent requests; slicing here would starve it (one 256-token chunk per call).
+            groups = [list(range(len(todo)))]
+        else:
+            lengths = [c.n_tokens or len(c.embed_text) // 4 + 1 for c in todo]
+            groups = batches_by_budget(lengths, budget_tokens)
+        for batch in groups:
             texts = [todo[i].embed_text for i in batch]
             faults.point("embed")
+            before = getattr(embedder, "calls", None)
             out = embedder.embed(texts)
             if out.shape != (len(texts), embedder.dim):
                 raise EmbeddingError(f"embedder returned shape {out.shape} for {len(texts)} texts of dim {embedder.dim}")
-            stats.calls += 1
+            # model calls as the embedder counts them (sub-batches, HTTP requests), else one per call
+            stats.calls += getattr(embedder, "calls") - before if before is not None else 1
             for i, vec in zip(batch, out):
                 vectors[todo[i].text_hash] = vec
     stats.embedded = len(chunks) - stats.reused

@@ -178,6 +178,19 @@ def test_batching_does_not_change_fp32_vectors(embedders):
 
 
 @pytest.mark.slow
+def test_onnx_counts_its_sub_batches_as_model_calls(embedders):
+    from quarry.embedders.onnx_backend import same_length_batches
+
+    onnx = embedders["onnx-int8"]
+    texts = [" ".join(["word"] * n) for n in range(1, 120)]
+    onnx.load()
+    lengths = np.array([len(e.ids) for e in onnx._tokenizer.encode_batch(texts)])
+    before = onnx.calls
+    onnx.embed(texts)
+    assert onnx.calls - before == len(same_length_batches(lengths, onnx.batch_tokens, onnx.max_batch)) > 1
+
+
+@pytest.mark.slow
 def test_onnx_cache_is_reused_not_rebuilt(embedders, onnx_cache):
     from quarry.embedders.onnx_backend import OnnxEmbedder
 

@@ -115,3 +115,39 @@ def test_failed_file_keeps_what_was_indexed_before(tree, tmp_path, run_flow):
     with quarry.open(db) as idx:
         hits = idx.search("Levels of AGI", k=3, mode="bm25").results
     assert hits and hits[0].path.endswith("extra.pdf")  # the earlier version is still searchable
+
+
+class _CountingEmbedder:
+    """Plans its own sub-batches, like the local ONNX and torch backends and the OpenAI provider."""
+
+    model, dim, max_tokens, backend = "counting-16", 16, 256, "counting"
+    plans_batches = True
+
+    def __init__(self):
+        from quarry.embedders.hashing import HashEmbedder
+
+        self.inner = HashEmbedder(dim=16)
+        self.model = "counting-16"
+        self.sizes: list[int] = []
+        self.calls = 0
+
+    def embed(self, texts):
+        self.sizes.append(len(texts))
+        self.calls += 3  # three sub-batches, as the embedder itself counts them
+        return self.inner.embed(texts)
+
+    def count_tokens(self, texts):
+        return self.inner.count_tokens(texts)
+
+
+def test_the_flow_hands_the_embedder_whole_batches(tree, tmp_path, run_flow, monkeypatch):
+    """One embed() call per flow batch with every chunk to embed: never one chunk per call (issue 14)."""
+    import flows.index
+
+    fake = _CountingEmbedder()
+    monkeypatch.setattr(flows.index, "get_embedder", lambda settings: fake)
+    monkeypatch.setattr(flows.index, "describe", lambda settings: (fake.model, fake.dim))
+    report = run_flow([tree], tmp_path / "db")
+    assert report["embedded_chunks"] == report["chunks"] > 5
+    assert fake.sizes == [report["chunks"]]  # 5 files are one flow batch
+    assert report["model_calls"] == 3  # the embedder's own count of model calls, not embed() calls

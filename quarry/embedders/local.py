@@ -82,6 +82,7 @@ class TorchEmbedder(TokenCounter):
     model = MODEL_NAME
     dim = DIM
     max_tokens = MAX_TOKENS
+    plans_batches = True  # sentence-transformers sorts and batches a call's texts itself
 
     def __init__(
         self,
@@ -97,6 +98,7 @@ class TorchEmbedder(TokenCounter):
         self.load_seconds = 0.0
         self._st = None
         self._lock = threading.Lock()
+        self.calls = 0  # forward passes (batches of batch_size) so far
 
     def load(self) -> None:
         """Load the model now rather than on the first ``embed``; records ``load_seconds``."""
@@ -132,6 +134,7 @@ class TorchEmbedder(TokenCounter):
             parts = [self._encode(texts)]
         else:
             parts = [self._encode(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
+        self.calls += -(-len(texts) // self.batch_size)
         vectors = normalise(np.concatenate(parts))
         if vectors.shape != (len(texts), DIM):
             raise EmbeddingError(f"torch backend returned shape {vectors.shape} for {len(texts)} texts")

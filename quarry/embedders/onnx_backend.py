@@ -123,6 +123,7 @@ class OnnxEmbedder(TokenCounter):
     model = MODEL_NAME
     dim = DIM
     max_tokens = MAX_TOKENS
+    plans_batches = True  # hand it whole batches: it sorts, cuts and threads them itself
 
     def __init__(
         self,
@@ -148,6 +149,7 @@ class OnnxEmbedder(TokenCounter):
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = 0
         self._lock = threading.Lock()
+        self.calls = 0  # session runs (sub-batches) so far
 
     def load(self) -> None:
         """Build or find the ONNX file and open the session; records the timings."""
@@ -197,6 +199,8 @@ class OnnxEmbedder(TokenCounter):
             ids = np.array([encodings[i].ids for i in batch], dtype=np.int64)
             (hidden,) = self._session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})
             out[batch] = hidden.mean(axis=1)
+            with self._lock:
+                self.calls += 1
 
         if self.threads > 1 and len(batches) > 1:
             # largest first, so no worker is left with a long batch at the end

@@ -128,6 +128,8 @@ class OpenAIEmbedder:
             retry=RetryPolicy(attempts=int(get("openai_attempts", RetryPolicy.attempts))),
         )
 
+    plans_batches = True  # it packs requests by the provider's limits and sends them concurrently
+
     @property
     def calls(self) -> int:
         """Successful API requests so far."""
