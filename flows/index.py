@@ -18,9 +18,9 @@ from quarry.embedders import describe, get_embedder
 from quarry.embedding import EmbedStats
 from quarry.errors import StoreLocked, UsageError
 from quarry.settings import Settings, parse_workers, store_path
-from quarry.store import skipped
-from quarry.store.layout import WriterLock, new_run_id
-from quarry.store.writer import StoreWriter
+from quarry.store import journal
+from quarry.store.layout import WriterLock, new_run_id, read_pointer
+from quarry.store.writer import StoreWriter, remove_debris
 from tasks.discover import discover_files, plan_changes
 from tasks.embed import embed_batch
 from tasks.load import apply_removals_and_moves, commit_run, load_batch
@@ -79,7 +79,7 @@ def index_flow(
         except StoreLocked as exc:
             if if_busy == "fail":
                 raise
-            row = skipped.record_skip(store, run_id, started, roots, str(exc), settings.public_dict())
+            row = journal.record_skip(store, run_id, started, roots, str(exc), settings.public_dict())
             logger.info("run %s skipped: %s", run_id, exc)
             return Completed(message=f"skipped: {exc}", name="Skipped", data=row)
     try:
@@ -96,7 +96,17 @@ def _index(logger, settings, store, roots, run_id, started, durations, full, dry
         embedder.embed(["dimension probe"])  # hosted model of unknown size: ask once
         model, dim = embedder.model, embedder.dim
 
-    writer = None if dry_run else StoreWriter(store, model, dim).open()
+    # The writer (a copy of the whole catalog) is opened only once there is something to write:
+    # a run with nothing to do records its row in the run journal and copies nothing.
+    writer = None
+    committed = read_pointer(store) is not None
+
+    def open_writer() -> StoreWriter:
+        nonlocal writer
+        if writer is None:
+            writer = StoreWriter(store, model, dim).open()
+        return writer
+
     llm = None
     try:
         t = time.perf_counter()
@@ -132,20 +142,24 @@ def _index(logger, settings, store, roots, run_id, started, durations, full, dry
             errors += batch_errors
             empty_paths.update(f.path for f in empty)
             empty_existing += [doc_id for f, doc_id in batch if f.path in empty_paths and doc_id in existing]
-            t = time.perf_counter()
-            vectors, batch_stats = embed_batch(records, writer, embedder, settings.embed_budget)
-            t_embed += time.perf_counter() - t
-            for field in ("embedded", "reused", "calls", "truncated"):
-                setattr(stats, field, getattr(stats, field) + getattr(batch_stats, field))
-            t = time.perf_counter()
-            chunks += load_batch(writer, records, vectors, run_id)
-            t_load += time.perf_counter() - t
+            if records:
+                t = time.perf_counter()
+                vectors, batch_stats = embed_batch(records, open_writer(), embedder, settings.embed_budget)
+                t_embed += time.perf_counter() - t
+                for field in ("embedded", "reused", "calls", "truncated"):
+                    setattr(stats, field, getattr(stats, field) + getattr(batch_stats, field))
+                t = time.perf_counter()
+                chunks += load_batch(writer, records, vectors, run_id)
+                t_load += time.perf_counter() - t
             bar.advance(len(batch), chunks=chunks)
         bar.stop()
         durations.update(process=t_process, embed=t_embed, load=t_load)
 
         t = time.perf_counter()
-        apply_removals_and_moves(writer, plan, empty_existing, run_id)
+        if writer is None and (not committed or rebuild_reason or plan.removed or plan.moved or empty_existing):
+            open_writer()
+        if writer is not None:
+            apply_removals_and_moves(writer, plan, empty_existing, run_id)
         not_loaded = {e.path for e in errors} | empty_paths
         counts = {
             "added": sum(1 for f, _ in plan.new if f.path not in not_loaded),
@@ -175,7 +189,13 @@ def _index(logger, settings, store, roots, run_id, started, durations, full, dry
         }
         meta = {"content_fingerprint": settings.content_fingerprint(), "sectioner": settings.sectioner,
                 "context": settings.context, "embed_backend": settings.embed_backend}
-        commit_run(writer, run_row, meta)
+        if writer is not None:
+            commit_run(writer, run_row, meta)
+        else:
+            # Nothing to write (unchanged files, touched ones included: their new mtimes are
+            # recorded by the next run that commits; failures are listed in the row).
+            remove_debris(store)  # what a killed run left, as a writer would on opening
+            journal.record_run(store, run_row)
         durations["commit"] = time.perf_counter() - t
         report.update(run_row, started=started.isoformat() + "Z", finished=run_row["finished"].isoformat() + "Z")
         _artifact(report)

@@ -136,7 +136,7 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
         from datetime import datetime, timezone
 
         from quarry.store.layout import new_run_id
-        from quarry.store.skipped import record_skip
+        from quarry.store.journal import record_skip
 
         started = datetime.now(timezone.utc).replace(tzinfo=None)
         row = record_skip(store, new_run_id(), started, [str(store_path(p)) for p in paths], str(exc),

@@ -384,7 +384,7 @@ class Index:
 
     def runs(self, limit: int = 50) -> list[dict]:
         """Index runs, newest first, with skipped runs the next commit has yet to record."""
-        from quarry.store import skipped
+        from quarry.store import journal
 
         cur = self.snapshot.con.execute(load_sql("list_runs"), [limit])
         cols = [d[0] for d in cur.description]
@@ -397,7 +397,7 @@ class Index:
                 item[key] = item[key].isoformat() + "Z" if item.get(key) else None
             out.append(item)
         known = {item["run_id"] for item in out}
-        out += [row for row in skipped.pending(self.store) if row.get("run_id") not in known]
+        out += [row for row in journal.pending(self.store) if row.get("run_id") not in known]
         out.sort(key=lambda item: (item.get("started") or "", item.get("run_id") or ""), reverse=True)
         return out[:limit]
 

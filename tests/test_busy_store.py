@@ -1,5 +1,5 @@
 """A run that meets a busy store: skipped and recorded (scheduled runs, `--if-busy skip`), never a second
-writer; the skipped-runs journal survives races and crashes and ends up in the runs table."""
+writer; the run journal survives races and crashes and ends up in the runs table."""
 
 from __future__ import annotations
 
@@ -15,49 +15,49 @@ from conftest import SAMPLE
 from quarry.croncheck import validate_cron
 from quarry.errors import StoreLocked, UsageError
 from quarry.orchestration import deployment_name
-from quarry.store import skipped
+from quarry.store import journal
 from quarry.store.layout import WriterLock, new_run_id
 from quarry.store.writer import insert_run
 
 
 def _row(run_id: str, started: str = "2026-01-01T00:00:00") -> dict:
-    return skipped.skipped_row(run_id, datetime.fromisoformat(started), datetime.fromisoformat(started), ["/r"],
+    return journal.skipped_row(run_id, datetime.fromisoformat(started), datetime.fromisoformat(started), ["/r"],
                                "store busy", {"embed_backend": "hash"})
 
 
 def test_journal_claim_and_merge_into_a_real_runs_table(tmp_path):
-    skipped.record(tmp_path, _row("a"))
-    skipped.record(tmp_path, _row("b"))
-    assert [r["run_id"] for r in skipped.pending(tmp_path)] == ["a", "b"]
-    rows, files = skipped.claim(tmp_path, 7)
-    assert [r["run_id"] for r in rows] == ["a", "b"] and [f.name for f in files] == ["skipped-runs.claimed-000007.jsonl"]
-    skipped.record(tmp_path, _row("c"))  # a skip after the claim starts a new journal
-    assert [r["run_id"] for r in skipped.pending(tmp_path)] == ["a", "b", "c"]
+    journal.record(tmp_path, _row("a"))
+    journal.record(tmp_path, _row("b"))
+    assert [r["run_id"] for r in journal.pending(tmp_path)] == ["a", "b"]
+    rows, files = journal.claim(tmp_path, 7)
+    assert [r["run_id"] for r in rows] == ["a", "b"] and [f.name for f in files] == ["run-journal.claimed-000007.jsonl"]
+    journal.record(tmp_path, _row("c"))  # a skip after the claim starts a new journal
+    assert [r["run_id"] for r in journal.pending(tmp_path)] == ["a", "b", "c"]
 
     con = duckdb.connect(str(tmp_path / "catalog.duckdb"))
     from quarry.sqlfiles import statements
 
     for stmt in statements("schema"):
         con.execute(stmt)
-    assert skipped.merge(con, rows, insert_run) == 2
-    assert skipped.merge(con, rows, insert_run) == 0  # a crash between rename and delete: no duplicates
+    assert journal.merge(con, rows, insert_run) == 2
+    assert journal.merge(con, rows, insert_run) == 0  # a crash between rename and delete: no duplicates
     got = con.execute("SELECT run_id, status, errors FROM runs ORDER BY run_id").fetchall()
     assert [(r[0], r[1]) for r in got] == [("a", "skipped"), ("b", "skipped")]
     assert json.loads(got[0][2]) == [{"path": None, "error": "store busy"}]
-    skipped.forget(files)
-    assert [r["run_id"] for r in skipped.pending(tmp_path)] == ["c"]
+    journal.forget(files)
+    assert [r["run_id"] for r in journal.pending(tmp_path)] == ["c"]
 
 
 def test_a_torn_last_line_is_ignored(tmp_path):
-    skipped.record(tmp_path, _row("a"))
-    with open(tmp_path / skipped.JOURNAL, "a") as fh:
+    journal.record(tmp_path, _row("a"))
+    with open(tmp_path / journal.JOURNAL, "a") as fh:
         fh.write('{"run_id": "half')
-    assert [r["run_id"] for r in skipped.pending(tmp_path)] == ["a"]
+    assert [r["run_id"] for r in journal.pending(tmp_path)] == ["a"]
 
 
 def _append_many(store, start, n):
     for i in range(start, start + n):
-        skipped.record(store, _row(f"r{i:04d}"))
+        journal.record(store, _row(f"r{i:04d}"))
 
 
 def test_no_skip_is_lost_while_commits_claim_the_journal(tmp_path):
@@ -68,12 +68,12 @@ def test_no_skip_is_lost_while_commits_claim_the_journal(tmp_path):
     seen, gen = [], 0
     while any(p.is_alive() for p in procs):
         gen += 1
-        rows, files = skipped.claim(tmp_path, gen)
+        rows, files = journal.claim(tmp_path, gen)
         seen += [r["run_id"] for r in rows]
-        skipped.forget(files)
+        journal.forget(files)
     for p in procs:
         p.join()
-    rows, files = skipped.claim(tmp_path, gen + 1)
+    rows, files = journal.claim(tmp_path, gen + 1)
     seen += [r["run_id"] for r in rows]
     assert sorted(seen) == [f"r{i:04d}" for i in range(200)]
 
@@ -100,12 +100,15 @@ def test_index_flow_skips_a_busy_store_and_the_next_commit_records_it(run_flow, 
     with quarry.open(db) as idx:
         runs = idx.runs()
     assert [r["status"] for r in runs] == ["skipped", "completed"]  # listed before the next commit
-    assert run_flow([tree], db)["status"] == "completed"
+    assert run_flow([tree], db)["status"] == "completed"  # nothing to do: journalled too
+    with open(tree / "runbooks" / "deploys.md", "a") as fh:
+        fh.write("\nOne more line.\n")
+    assert run_flow([tree], db)["updated"] == 1  # a commit: it moves the journal into the runs table
     con = duckdb.connect(str(db / json.loads((db / "CURRENT").read_text())["catalog"]), read_only=True)
     statuses = [r[0] for r in con.execute("SELECT status FROM runs ORDER BY started").fetchall()]
     con.close()
-    assert statuses == ["completed", "skipped", "completed"]
-    assert not list(db.glob("skipped-runs*"))
+    assert statuses == ["completed", "skipped", "completed", "completed"]
+    assert not list(db.glob("run-journal*"))
 
 
 def _hold_lock(db: str, seconds: float) -> None:
@@ -139,7 +142,7 @@ def test_cli_if_busy(cli, tmp_path):
     finally:
         holder.terminate()
         holder.join()
-    assert [r["status"] for r in skipped.pending(db)] == ["skipped"]
+    assert [r["status"] for r in journal.pending(db)] == ["skipped"]
 
 
 @pytest.mark.parametrize("expr", ["* * * * *", "*/15 * * * *", "0 3 * * 1-5", "@daily", "@hourly"])

@@ -38,7 +38,13 @@ def test_unchanged_rerun_does_no_work(tree, tmp_path, run_flow):
     first = run_flow([tree], db)
     for path in tree.rglob("*.md"):
         path.touch()  # mtime changes, bytes do not
+    generation = read_pointer(db).generation
+    catalogs = sorted(p.name for p in db.glob("catalog-*"))
     second = run_flow([tree], db)
+    # nothing to write: no new generation, no catalog copy; the run is journalled, then listed
+    assert read_pointer(db).generation == generation and sorted(p.name for p in db.glob("catalog-*")) == catalogs
+    with quarry.open(db) as idx:
+        assert [r["run_id"] for r in idx.runs()] == [second["run_id"], first["run_id"]]
     assert second["skipped"] == 5 and second["embedded_chunks"] == 0 and second["model_calls"] == 0
     assert second["added"] == second["updated"] == second["deleted"] == 0
     assert second["chunks"] == 0

@@ -28,7 +28,7 @@ import numpy as np
 from quarry import faults
 from quarry.models import DocumentRecord
 from quarry.sqlfiles import statements
-from quarry.store import catalog, skipped, vectors
+from quarry.store import catalog, journal, vectors
 from quarry.store.layout import Pointer, WriterLock, read_pointer, remove_stale_generations, write_pointer
 
 
@@ -65,11 +65,7 @@ class StoreWriter:
 
     def _open(self) -> None:
         self.store.mkdir(parents=True, exist_ok=True)
-        self.base = read_pointer(self.store)
-        remove_stale_generations(self.store, keep=self.base.catalog if self.base else None)
-        from quarry import retrieval
-
-        retrieval.remove_stale(self.store, keep=retrieval.folder_name(self.base.generation) if self.base else None)
+        self.base = remove_debris(self.store)
         self.generation = (self.base.generation if self.base else 0) + 1
         path = self.catalog_path
         if self.base:
@@ -128,8 +124,8 @@ class StoreWriter:
         faults.point("fts")
         self._write_search_index()
         insert_run(self.con, run_row)
-        skipped_rows, claimed = skipped.claim(self.store, self.generation)
-        skipped.merge(self.con, skipped_rows, insert_run)
+        journal_rows, claimed = journal.claim(self.store, self.generation)
+        journal.merge(self.con, journal_rows, insert_run)
         self.con.execute("CHECKPOINT")
         self.con.close()
         self.con = None
@@ -149,7 +145,7 @@ class StoreWriter:
         faults.point("before-commit")
         write_pointer(self.store, pointer)  # <- the commit point
         faults.point("after-commit")
-        skipped.forget(claimed)
+        journal.forget(claimed)
         self._after_commit(pointer)
         return CommitInfo(self.generation, pointer.vector_version, time.perf_counter() - t0)
 
@@ -199,6 +195,17 @@ class StoreWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def remove_debris(store: Path) -> Pointer | None:
+    """Delete catalog generations and index folders that CURRENT does not name (left by a killed
+    run); returns the pointer. The caller holds the writer lock."""
+    from quarry import retrieval
+
+    base = read_pointer(store)
+    remove_stale_generations(store, keep=base.catalog if base else None)
+    retrieval.remove_stale(store, keep=retrieval.folder_name(base.generation) if base else None)
+    return base
 
 
 def insert_run(con, run_row: dict) -> None:

@@ -1,16 +1,22 @@
-"""Runs that found the store busy and stood down (``--if-busy skip``, every scheduled run).
+"""Runs recorded outside a commit: runs that found the store busy, and runs with nothing to write.
 
-A scheduled run that starts while another run holds the writer lock (a run longer than the
-schedule's interval, or a manual ``quarry index``) must not become a second writer, and must
-not fail every minute either. It cannot write the catalog — the other run holds it — so it
-appends one JSON line to ``<store>/skipped-runs.jsonl``. The next commit claims the journal
-(renames it, so later skips start a new file), inserts its lines into the ``runs`` table with
-status ``skipped``, and deletes the claimed file after the pointer rename. Until then
-:func:`pending` lets readers list them beside the committed runs.
+Two kinds of run change nothing in the catalog, and neither should pay for a new catalog
+generation (a copy of the whole catalog) just to add its ``runs`` row:
 
-Crash safety: a run killed after claiming leaves ``skipped-runs.claimed-*.jsonl``; the next
-commit claims those too. A run killed after the rename but before the delete re-inserts rows
-already in the table: :func:`merge` skips run ids the catalog has.
+- a scheduled run that starts while another run holds the writer lock (a run longer than the
+  schedule's interval, or a manual ``quarry index``) must not become a second writer, and must not
+  fail every minute either: it stands down (``--if-busy skip``) and is recorded as ``skipped``;
+- a run whose plan holds nothing to write (no file added, changed, moved or removed) is recorded
+  as it is, so that a scheduled re-index of an unchanged tree costs discovery and nothing else.
+
+Either appends one JSON line to ``<store>/run-journal.jsonl``. The next commit claims the journal
+(renames it, so that later runs start a new file), inserts its lines into the ``runs`` table and
+deletes the claimed file after the pointer rename. Until then :func:`pending` lets readers list
+them beside the committed runs.
+
+Crash safety: a run killed after claiming leaves ``run-journal.claimed-*.jsonl``; the next commit
+claims those too. A run killed after the rename but before the delete re-inserts rows already in
+the table: :func:`merge` skips run ids the catalog has.
 """
 
 from __future__ import annotations
@@ -23,12 +29,12 @@ from pathlib import Path
 
 from quarry.sqlfiles import load_sql
 
-JOURNAL = "skipped-runs.jsonl"
-CLAIMED_GLOB = "skipped-runs.claimed-*.jsonl"
+JOURNAL = "run-journal.jsonl"
+CLAIMED_GLOB = "run-journal.claimed-*.jsonl"
 
 
 def record(store: Path, row: dict) -> None:
-    """Append one skipped run to the store's journal (safe against a concurrent claim)."""
+    """Append one run row to the store's journal (safe against a concurrent claim)."""
     store.mkdir(parents=True, exist_ok=True)
     path = store / JOURNAL
     line = (json.dumps(row, default=str, ensure_ascii=False) + "\n").encode()
@@ -65,7 +71,7 @@ def _read(path: Path) -> list[dict]:
 
 
 def pending(store: Path) -> list[dict]:
-    """Skipped runs not yet moved into the catalog's ``runs`` table."""
+    """Journalled runs not yet moved into the catalog's ``runs`` table, oldest first."""
     rows = []
     for path in sorted(store.glob(CLAIMED_GLOB)) + [store / JOURNAL]:
         rows += _read(path)
@@ -76,7 +82,7 @@ def claim(store: Path, generation: int) -> tuple[list[dict], list[Path]]:
     """Take the journal for the commit of ``generation``: (rows, files to delete after commit)."""
     journal = store / JOURNAL
     if journal.exists():
-        target = store / f"skipped-runs.claimed-{generation:06d}.jsonl"
+        target = store / f"run-journal.claimed-{generation:06d}.jsonl"
         os.replace(journal, target)
         # Wait for an append that locked the file before the rename to finish writing.
         fd = os.open(target, os.O_RDONLY)
@@ -111,6 +117,13 @@ def forget(files: list[Path]) -> None:
     """Delete claimed journals once the commit that holds their rows is visible."""
     for path in files:
         path.unlink(missing_ok=True)
+
+
+def record_run(store: Path, run_row: dict) -> dict:
+    """Journal a finished run's ``runs`` row (timestamps as the catalog reports them); returns it."""
+    row = {k: (v.isoformat() + "Z" if isinstance(v, datetime) else v) for k, v in run_row.items()}
+    record(store, row)
+    return row
 
 
 def record_skip(store: Path, run_id: str, started: datetime, roots: list[str], reason: str, settings: dict) -> dict:
