@@ -16,6 +16,7 @@ from prefect.artifacts import create_markdown_artifact
 from quarry import progress
 from quarry.embedders import describe, get_embedder
 from quarry.embedding import EmbedStats
+from quarry.paths import display
 from quarry.settings import Settings, parse_workers, store_path
 from quarry.store.writer import StoreWriter
 from tasks.discover import discover_files, plan_changes
@@ -73,21 +74,22 @@ def index_flow(
     llm = None
     try:
         t = time.perf_counter()
-        files, unsupported = discover_files(roots, settings.include, settings.exclude)
-        plan, rebuild_reason = plan_changes(store, files, roots, full, settings.content_fingerprint(), model, dim)
+        files, unsupported, unreadable = discover_files(roots, settings.include, settings.exclude)
+        plan, rebuild_reason = plan_changes(store, files, roots, full, settings.content_fingerprint(), model, dim,
+                                            frozenset(e.path for e in unreadable))
         durations["discover_plan"] = time.perf_counter() - t
         report = {"run_id": run_id, "dry_run": dry_run, "plan": plan.counts(), "rebuild": rebuild_reason,
                   "unsupported": len(unsupported)}
         if dry_run:
             report["files"] = {
-                "add": [f.path for f, _ in plan.new],
-                "update": [f.path for f, _ in plan.changed],
-                "move": [(old, f.path) for f, _, old in plan.moved],
-                "delete": [d.path for d in plan.removed],
+                "add": [display(f.path) for f, _ in plan.new],
+                "update": [display(f.path) for f, _ in plan.changed],
+                "move": [(display(old), display(f.path)) for f, _, old in plan.moved],
+                "delete": [display(d.path) for d in plan.removed],
             }
             return report
 
-        errors, empty_existing, empty_paths, chunks = [], [], set(), 0
+        errors, empty_existing, empty_paths, chunks = list(unreadable), [], set(), 0
         stats = EmbedStats()
         t_process = t_embed = t_load = 0.0
         todo = plan.to_process
@@ -134,7 +136,7 @@ def index_flow(
             "started": started,
             "finished": _now(),
             "status": "partial" if errors else "completed",
-            "roots": roots,
+            "roots": [display(r) for r in roots],
             **counts,
             "chunks": chunks,
             "embedded_chunks": stats.embedded,
@@ -142,7 +144,8 @@ def index_flow(
             "model_calls": stats.calls,
             "truncated": stats.truncated,
             **_llm_counts(llm),
-            "errors": [{"path": e.path, "error": e.error} for e in errors],
+            # Display form: a name that is not UTF-8 shows as \xNN (quarry/paths.py).
+            "errors": [{"path": display(e.path), "error": e.error} for e in errors],
             "durations": durations,
             "settings": settings.public_dict(),
         }

@@ -182,8 +182,10 @@ def _print_report(report: dict) -> None:
         click.echo(f"llm fallback: {fb['path']} {fb['kind']}{where}: {fb['error']}", err=True)
     if report.get("rebuild"):
         click.echo(f"rebuilt: {report['rebuild']}")
+    from quarry.paths import printable
+
     for err in report["errors"]:
-        click.echo(f"failed: {err['path']}: {err['error']}", err=True)
+        click.echo(f"failed: {printable(err['path'])}: {err['error']}", err=True)
 
 
 def filter_options(fn):

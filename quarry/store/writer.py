@@ -25,9 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from quarry import faults
+from quarry import faults, paths
 from quarry.models import DocumentRecord
-from quarry.sqlfiles import statements
 from quarry.store import catalog, vectors
 from quarry.store.layout import Pointer, WriterLock, read_pointer, remove_stale_generations, write_pointer
 
@@ -75,6 +74,7 @@ class StoreWriter:
         if self.base:
             shutil.copyfile(self.store / self.base.catalog, path)
             self.con = catalog.connect(path, read_only=False)
+            catalog.migrate(self.con)
         else:
             self.con = catalog.create(path)
         name = vectors.table_name(self.model, self.dim)
@@ -110,8 +110,10 @@ class StoreWriter:
             catalog.delete_documents(self.con, doc_ids)
 
     def move_document(self, doc_id: str, path: str, root: str, rel_path: str, mtime, run_id: str) -> None:
-        vectors.move_document(self.table, doc_id, path)
-        self.con.execute(catalog.load_sql("move_document"), [doc_id, path, root, rel_path, mtime, run_id])
+        vectors.move_document(self.table, doc_id, paths.display(path))
+        self.con.execute(catalog.load_sql("move_document"), [doc_id, paths.display(path), paths.display(root),
+                                                             paths.display(rel_path), mtime, run_id,
+                                                             paths.raw_bytes(path)])
 
     def touch_documents(self, items: list[tuple[str, object]]) -> None:
         """Record new mtimes of unchanged files (bookkeeping only)."""
@@ -206,10 +208,7 @@ def insert_run(con, run_row: dict) -> None:
         if key in row or key != "llm_fallback_windows":
             row[key] = json.dumps(row.get(key) or ([] if key in ("roots", "errors", "llm_fallback_windows") else {}),
                                   ensure_ascii=False)
-    for stmt in statements("schema"):
-        code = "\n".join(line for line in stmt.splitlines() if not line.startswith("--"))
-        if code.startswith("ALTER TABLE runs"):
-            con.execute(code)  # a catalog from before the LLM columns gains them
+    catalog.migrate(con)  # a catalog from before the LLM columns gains them
     con.register("new_run", pa.Table.from_pylist([row]))
     try:
         con.execute(catalog.load_sql("insert_run"))
