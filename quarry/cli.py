@@ -446,6 +446,30 @@ def serve(paths, db, cron, name):
         )
 
 
+@cli.command()
+@db_option
+@click.option("--repair", is_flag=True, help="Fix what is safely repairable (takes the writer lock).")
+@json_option
+@handle_errors
+def doctor(db, repair, as_json):
+    """Check that CURRENT, the catalog, the vectors and the index files agree; exit 1 if not."""
+    from quarry.doctor import diagnose
+    from quarry.settings import store_path
+
+    report = diagnose(store_path(db), repair=repair)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        for f in report.findings:
+            mark = "ok" if f.ok else ("repaired" if f.repaired else "PROBLEM")
+            click.echo(f"{mark:<9} {f.check}: {f.detail}" + (f" -> {f.repair}" if not f.ok else ""))
+        if not report.healthy:
+            click.echo("run `quarry doctor --repair` to fix what is repairable" if not repair
+                       else "not repaired: see above for how to recover", err=True)
+    if not report.healthy:
+        sys.exit(1)
+
+
 @cli.command(name="eval")
 @click.argument("beir_dir", type=click.Path(exists=True, file_okay=False))
 @db_option

@@ -23,12 +23,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import numpy as np
 
 from quarry import faults, paths
+from quarry.errors import StoreCorrupt
 from quarry.models import DocumentRecord
 from quarry.store import catalog, vectors
-from quarry.store.layout import Pointer, WriterLock, read_pointer, remove_stale_generations, write_pointer
+from quarry.store.layout import DOCTOR_HINT, Pointer, WriterLock, read_pointer, remove_stale_generations, write_pointer
 
 
 @dataclass
@@ -72,9 +74,15 @@ class StoreWriter:
         self.generation = (self.base.generation if self.base else 0) + 1
         path = self.catalog_path
         if self.base:
-            shutil.copyfile(self.store / self.base.catalog, path)
-            self.con = catalog.connect(path, read_only=False)
-            catalog.migrate(self.con)
+            source = self.store / self.base.catalog
+            try:
+                shutil.copyfile(source, path)
+                self.con = catalog.connect(path, read_only=False)
+                catalog.migrate(self.con)
+            except (OSError, duckdb.Error) as exc:
+                path.unlink(missing_ok=True)
+                raise StoreCorrupt(f"{source}, the committed catalog, cannot be read ({type(exc).__name__}): "
+                                   f"{DOCTOR_HINT.format(store=self.store)}") from exc
         else:
             self.con = catalog.create(path)
         name = vectors.table_name(self.model, self.dim)
@@ -125,7 +133,10 @@ class StoreWriter:
     def commit(self, run_row: dict, settings_meta: dict[str, str]) -> CommitInfo:
         """Make the run visible: search index, run row, checkpoint, then the pointer rename."""
         t0 = time.perf_counter()
-        for key, value in {**settings_meta, "model": self.model, "dim": str(self.dim)}.items():
+        # committed_generation marks a catalog whose commit finished writing it: `quarry doctor`
+        # adopts only such a generation when it has to rebuild a lost CURRENT.
+        for key, value in {**settings_meta, "model": self.model, "dim": str(self.dim),
+                           "committed_generation": str(self.generation)}.items():
             catalog.set_meta(self.con, key, value)
         faults.point("fts")
         self._write_search_index()
