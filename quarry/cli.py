@@ -335,16 +335,18 @@ def search(query, db, k, mode, candidates, rrf_k, where, path_globs, since, unti
 @filter_options
 @click.option("--batch-rows", type=click.IntRange(1, 10_000_000), default=8192, show_default=True,
               help="Rows per streamed batch (memory stays bounded by one batch).")
+@click.option("--overwrite", is_flag=True, help="Write into OUT even if it is not empty (replaces the export files).")
 @json_option
 @handle_errors
-def export_cmd(out, db, fmt, vectors, where, path_globs, since, until, file_types, doc_ids, batch_rows, as_json):
+def export_cmd(out, db, fmt, vectors, where, path_globs, since, until, file_types, doc_ids, batch_rows, overwrite,
+               as_json):
     """Write documents, sections and chunks of the committed index to OUT as Parquet or JSONL."""
     import quarry
     from quarry.export import export
 
     filters = build_filter(where, path_globs, since, until, file_types, doc_ids)
     with quarry.open(db) as idx:
-        report = export(idx, out, fmt, vectors=vectors, filters=filters, batch_rows=batch_rows)
+        report = export(idx, out, fmt, vectors=vectors, filters=filters, batch_rows=batch_rows, overwrite=overwrite)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
         return
