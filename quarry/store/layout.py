@@ -170,7 +170,10 @@ class WriterLock:
                 _held[key] = (fd, depth - 1)
                 return
             del _held[key]
-            os.ftruncate(fd, 0)
+            try:
+                os.ftruncate(fd, 0)  # holder info; a store gone read-only keeps the stale text
+            except OSError:
+                pass
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 

@@ -27,7 +27,7 @@ import duckdb
 import numpy as np
 
 from quarry import faults, paths
-from quarry.errors import StoreCorrupt
+from quarry.errors import QuarryError, StoreCorrupt
 from quarry.models import DocumentRecord
 from quarry.store import catalog, vectors
 from quarry.store.layout import DOCTOR_HINT, Pointer, WriterLock, read_pointer, remove_stale_generations, write_pointer
@@ -75,14 +75,22 @@ class StoreWriter:
         path = self.catalog_path
         if self.base:
             source = self.store / self.base.catalog
+            hint = DOCTOR_HINT.format(store=self.store)
+            if not source.is_file():
+                raise StoreCorrupt(f"{source}, the catalog CURRENT names, is missing: {hint}")
             try:
                 shutil.copyfile(source, path)
+            except OSError as exc:  # a full disk, a read-only store: the committed state is untouched
+                path.unlink(missing_ok=True)
+                raise QuarryError(f"cannot write {path}: {exc.strerror or exc}; the committed index is "
+                                  "unchanged: free space or fix the store's permissions, then run again") from exc
+            try:
                 self.con = catalog.connect(path, read_only=False)
                 catalog.migrate(self.con)
-            except (OSError, duckdb.Error) as exc:
+            except duckdb.Error as exc:
                 path.unlink(missing_ok=True)
-                raise StoreCorrupt(f"{source}, the committed catalog, cannot be read ({type(exc).__name__}): "
-                                   f"{DOCTOR_HINT.format(store=self.store)}") from exc
+                raise StoreCorrupt(f"{source}, the committed catalog, cannot be opened "
+                                   f"({str(exc).strip().splitlines()[0][:200]}): {hint}") from exc
         else:
             self.con = catalog.create(path)
         name = vectors.table_name(self.model, self.dim)
@@ -197,10 +205,16 @@ class StoreWriter:
         """Abandon uncommitted work (if any) and release the lock."""
         try:
             if self.con is not None:
-                self.con.close()
+                try:
+                    self.con.close()
+                except Exception:  # a full or read-only disk: the run's own error says so
+                    pass
                 self.con = None
-                self.catalog_path.unlink(missing_ok=True)
-                Path(str(self.catalog_path) + ".wal").unlink(missing_ok=True)
+                try:
+                    self.catalog_path.unlink(missing_ok=True)
+                    Path(str(self.catalog_path) + ".wal").unlink(missing_ok=True)
+                except OSError:  # left for the next run's stale-generation sweep
+                    pass
         finally:
             self.lock.release()
 
