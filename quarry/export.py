@@ -59,8 +59,10 @@ def with_filter(sql: str, filters) -> tuple[str, list]:
         raise AssertionError("export SQL has no filter marker")
     if not filters:
         return sql, []
+    from quarry.query import _bindable
+
     condition, params = filters.sql()
-    return sql.replace(FILTER_MARKER, f"({condition})"), list(params)
+    return sql.replace(FILTER_MARKER, f"({condition})"), [_bindable(p) for p in params]
 
 
 def _batches(con, sql: str, params: list, batch_rows: int) -> Iterator[pa.RecordBatch]:

@@ -26,7 +26,10 @@ def contents(db) -> tuple:
         by_id = dict(con.execute("SELECT chunk_id, d.rel_path || ':' || c.chunk_index FROM chunks c "
                                  "JOIN documents d USING (doc_id)").fetchall())
         vectors = sorted((by_id.get(cid, "?"), h) for cid, h in vectors)
-        hits = [(r.path.rsplit("/", 1)[-1], r.text) for r in idx.search("deploy rollback review", k=10).results]
+        # Every chunk with its rounded score: the order of tied scores depends on document ids,
+        # which differ between stores built from different roots.
+        hits = sorted((r.path.rsplit("/", 1)[-1], r.text, round(r.score, 5))
+                      for r in idx.search("deploy rollback review", k=1000).results)
     return docs, chunks, vectors, hits
 
 

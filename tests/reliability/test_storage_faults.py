@@ -41,6 +41,7 @@ def _paused_run(tree, db, point, release, env=None):
     return proc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["after-vectors", "before-commit"])
 def test_store_turns_read_only_mid_run(tmp_path, cli, point):
     """EROFS needs a remount, which the kernel refuses while the run holds files open for writing;
@@ -70,6 +71,7 @@ def test_store_turns_read_only_mid_run(tmp_path, cli, point):
     assert json.loads(again.stdout)["added"] == 30
 
 
+@pytest.mark.slow
 def test_disk_fills_mid_run(tmp_path, cli):
     """A tmpfs shrunk to just above what the store uses, then a run that needs more; where
     mounting is not allowed, a file-size limit (``prlimit --fsize``) makes writes fail instead."""
@@ -203,6 +205,7 @@ json.dump({"seen": sorted(seen), "errors": errors[:20], "reads": reads}, open(ou
 """
 
 
+@pytest.mark.slow
 def test_readers_during_ten_commits_see_whole_generations(tmp_path, run_flow, cli):
     tree, db = tmp_path / "tree", tmp_path / "db"
     tree.mkdir()
