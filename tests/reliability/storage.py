@@ -28,8 +28,10 @@ def contents(db) -> tuple:
         vectors = sorted((by_id.get(cid, "?"), h) for cid, h in vectors)
         # Every chunk with its rounded score: the order of tied scores depends on document ids,
         # which differ between stores built from different roots.
-        hits = sorted((r.path.rsplit("/", 1)[-1], r.text, round(r.score, 5))
-                      for r in idx.search("deploy rollback review", k=1000).results)
+        # (Hybrid scores are rank-based, so they too depend on the order of ties.)
+        hits = sorted((mode, r.path.rsplit("/", 1)[-1], r.text, round(r.score, 4))
+                      for mode in ("bm25", "vector")
+                      for r in idx.search("deploy rollback review", k=1000, mode=mode).results)
     return docs, chunks, vectors, hits
 
 
