@@ -174,8 +174,10 @@ def _llm_counts(llm) -> dict:
         return {"llm_calls": 0, "llm_prompt_tokens": 0, "llm_completion_tokens": 0, "llm_cached": 0,
                 "llm_fallback_windows": []}
     report = llm.report()
-    return {k: report[k] for k in ("llm_calls", "llm_prompt_tokens", "llm_completion_tokens", "llm_cached",
-                                   "llm_fallback_windows")}
+    out = {k: report[k] for k in ("llm_calls", "llm_prompt_tokens", "llm_completion_tokens", "llm_cached",
+                                  "llm_fallback_windows")}
+    out["llm_fallback_windows"] = [{**f, "path": display(f["path"])} for f in out["llm_fallback_windows"]]
+    return out
 
 
 def _artifact(report: dict) -> None:
