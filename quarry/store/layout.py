@@ -62,7 +62,8 @@ def read_pointer(store: Path) -> Pointer | None:
         if not isinstance(pointer.generation, int) or not isinstance(pointer.catalog, str) or "/" in pointer.catalog:
             raise ValueError("bad field types")
     except (ValueError, TypeError) as exc:  # truncated, edited by hand, or not JSON at all
-        raise StoreCorrupt(f"{path} is damaged (not a valid commit pointer): {DOCTOR_HINT.format(store=store)}") from exc
+        hint = DOCTOR_HINT.format(store=store)
+        raise StoreCorrupt(f"{path} is damaged (not a valid commit pointer): {hint}") from exc
     return pointer
 
 

@@ -42,7 +42,8 @@ def indexed(tmp_path_factory, prefect_api):
 def _count(db):
     with quarry.open(db) as idx:
         con = idx.snapshot.con
-        return tuple(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("documents", "sections", "chunks"))
+        return tuple(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                     for t in ("documents", "sections", "chunks"))
 
 
 @pytest.mark.parametrize("text", HOSTILE, ids=range(len(HOSTILE)))
