@@ -21,7 +21,7 @@ LLM_VENV := .venv-llm
 LLAMA_CPP_VERSION := 0.3.36
 LLAMA_WHEELS ?= $(HOME)/.cache/quarry/wheels
 
-.PHONY: setup demo test test-slow test-llm bench clean
+.PHONY: setup demo test test-slow test-reliability test-llm bench clean
 
 setup: $(VENV)/.installed
 
@@ -44,7 +44,11 @@ test: setup
 	$(BIN)/python -m pytest -m "not slow and not llm_server" -q
 
 test-slow: setup
-	$(BIN)/python -m pytest -m "slow and not llm_server" -q
+	$(BIN)/python -m pytest -m "slow and not llm_server" -q --ignore=tests/reliability
+
+# The slow reliability cases: read-only store, full disk, readers during commits, random kill -9s.
+test-reliability: setup
+	$(BIN)/python -m pytest tests/reliability -m "slow" -q
 
 $(LLM_VENV)/.installed:
 	$(PYTHON) -m venv $(LLM_VENV)

@@ -17,6 +17,7 @@ from quarry import progress
 from quarry.embedders import describe, get_embedder
 from quarry.embedding import EmbedStats
 from quarry.errors import StoreLocked, UsageError
+from quarry.paths import display
 from quarry.settings import Settings, parse_workers, store_path
 from quarry.store import journal
 from quarry.store.layout import WriterLock, new_run_id, read_pointer
@@ -79,7 +80,8 @@ def index_flow(
         except StoreLocked as exc:
             if if_busy == "fail":
                 raise
-            row = journal.record_skip(store, run_id, started, roots, str(exc), settings.public_dict())
+            row = journal.record_skip(store, run_id, started, [display(r) for r in roots], str(exc),
+                                      settings.public_dict())
             logger.info("run %s skipped: %s", run_id, exc)
             return Completed(message=f"skipped: {exc}", name="Skipped", data=row)
     try:
@@ -110,21 +112,22 @@ def _index(logger, settings, store, roots, run_id, started, durations, full, dry
     llm = None
     try:
         t = time.perf_counter()
-        files, unsupported = discover_files(roots, settings.include, settings.exclude)
-        plan, rebuild_reason = plan_changes(store, files, roots, full, settings.content_fingerprint(), model, dim)
+        files, unsupported, unreadable = discover_files(roots, settings.include, settings.exclude)
+        plan, rebuild_reason = plan_changes(store, files, roots, full, settings.content_fingerprint(), model, dim,
+                                            frozenset(e.path for e in unreadable))
         durations["discover_plan"] = time.perf_counter() - t
         report = {"run_id": run_id, "dry_run": dry_run, "plan": plan.counts(), "rebuild": rebuild_reason,
                   "unsupported": len(unsupported)}
         if dry_run:
             report["files"] = {
-                "add": [f.path for f, _ in plan.new],
-                "update": [f.path for f, _ in plan.changed],
-                "move": [(old, f.path) for f, _, old in plan.moved],
-                "delete": [d.path for d in plan.removed],
+                "add": [display(f.path) for f, _ in plan.new],
+                "update": [display(f.path) for f, _ in plan.changed],
+                "move": [(display(old), display(f.path)) for f, _, old in plan.moved],
+                "delete": [display(d.path) for d in plan.removed],
             }
             return report
 
-        errors, empty_existing, empty_paths, chunks = [], [], set(), 0
+        errors, empty_existing, empty_paths, chunks = list(unreadable), [], set(), 0
         stats = EmbedStats()
         t_process = t_embed = t_load = 0.0
         todo = plan.to_process
@@ -175,7 +178,7 @@ def _index(logger, settings, store, roots, run_id, started, durations, full, dry
             "started": started,
             "finished": _now(),
             "status": "partial" if errors else "completed",
-            "roots": roots,
+            "roots": [display(r) for r in roots],
             **counts,
             "chunks": chunks,
             "embedded_chunks": stats.embedded,
@@ -183,7 +186,8 @@ def _index(logger, settings, store, roots, run_id, started, durations, full, dry
             "model_calls": stats.calls,
             "truncated": stats.truncated,
             **_llm_counts(llm),
-            "errors": [{"path": e.path, "error": e.error} for e in errors],
+            # Display form: a name that is not UTF-8 shows as \xNN (quarry/paths.py).
+            "errors": [{"path": display(e.path), "error": e.error} for e in errors],
             "durations": durations,
             "settings": settings.public_dict(),
         }
@@ -218,8 +222,10 @@ def _llm_counts(llm) -> dict:
         return {"llm_calls": 0, "llm_prompt_tokens": 0, "llm_completion_tokens": 0, "llm_cached": 0,
                 "llm_fallback_windows": []}
     report = llm.report()
-    return {k: report[k] for k in ("llm_calls", "llm_prompt_tokens", "llm_completion_tokens", "llm_cached",
-                                   "llm_fallback_windows")}
+    out = {k: report[k] for k in ("llm_calls", "llm_prompt_tokens", "llm_completion_tokens", "llm_cached",
+                                  "llm_fallback_windows")}
+    out["llm_fallback_windows"] = [{**f, "path": display(f["path"])} for f in out["llm_fallback_windows"]]
+    return out
 
 
 def _artifact(report: dict) -> None:

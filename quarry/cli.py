@@ -200,8 +200,10 @@ def _print_report(report: dict) -> None:
         click.echo(f"llm fallback: {fb['path']} {fb['kind']}{where}: {fb['error']}", err=True)
     if report.get("rebuild"):
         click.echo(f"rebuilt: {report['rebuild']}")
+    from quarry.paths import printable
+
     for err in report["errors"]:
-        click.echo(f"failed: {err['path']}: {err['error']}", err=True)
+        click.echo(f"failed: {printable(err['path'])}: {err['error']}", err=True)
 
 
 def filter_options(fn):
@@ -351,16 +353,18 @@ def search(query, db, k, mode, candidates, rrf_k, where, path_globs, since, unti
 @filter_options
 @click.option("--batch-rows", type=click.IntRange(1, 10_000_000), default=8192, show_default=True,
               help="Rows per streamed batch (memory stays bounded by one batch).")
+@click.option("--overwrite", is_flag=True, help="Write into OUT even if it is not empty (replaces the export files).")
 @json_option
 @handle_errors
-def export_cmd(out, db, fmt, vectors, where, path_globs, since, until, file_types, doc_ids, batch_rows, as_json):
+def export_cmd(out, db, fmt, vectors, where, path_globs, since, until, file_types, doc_ids, batch_rows, overwrite,
+               as_json):
     """Write documents, sections and chunks of the committed index to OUT as Parquet or JSONL."""
     import quarry
     from quarry.export import export
 
     filters = build_filter(where, path_globs, since, until, file_types, doc_ids)
     with quarry.open(db) as idx:
-        report = export(idx, out, fmt, vectors=vectors, filters=filters, batch_rows=batch_rows)
+        report = export(idx, out, fmt, vectors=vectors, filters=filters, batch_rows=batch_rows, overwrite=overwrite)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
         return
@@ -469,6 +473,30 @@ def serve(paths, db, cron, name):
                      check=lambda: validate_cron(cron)):
         serve_index(roots, store, cron, name=name, on_start=started)
     click.echo("stopped")
+
+
+@cli.command()
+@db_option
+@click.option("--repair", is_flag=True, help="Fix what is safely repairable (takes the writer lock).")
+@json_option
+@handle_errors
+def doctor(db, repair, as_json):
+    """Check that CURRENT, the catalog, the vectors and the index files agree; exit 1 if not."""
+    from quarry.doctor import diagnose
+    from quarry.settings import store_path
+
+    report = diagnose(store_path(db), repair=repair)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        for f in report.findings:
+            mark = "ok" if f.ok else ("repaired" if f.repaired else "PROBLEM")
+            click.echo(f"{mark:<9} {f.check}: {f.detail}" + (f" -> {f.repair}" if not f.ok else ""))
+        if not report.healthy:
+            click.echo("run `quarry doctor --repair` to fix what is repairable" if not repair
+                       else "not repaired: see above for how to recover", err=True)
+    if not report.healthy:
+        sys.exit(1)
 
 
 @cli.command(name="eval")

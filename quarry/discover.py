@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterable, Iterator
 from fnmatch import fnmatch
 from pathlib import Path
 
-from quarry.errors import UsageError
-from quarry.models import FileInfo
+from quarry.errors import ParseError, UsageError
+from quarry.models import FileError, FileInfo
 from quarry.parsers import file_type_for
+from quarry.paths import display
+from quarry.safeio import describe_os_error, hash_regular
 
 IGNORE_FILE = ".quarryignore"
-_HASH_BLOCK = 1 << 20
 
 
 def sha256_file(path: str) -> str:
-    """The hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(_HASH_BLOCK):
-            h.update(block)
-    return h.hexdigest()
+    """The hex sha256 of a regular file's bytes (never blocks on a FIFO swapped in; see safeio)."""
+    return hash_regular(path)
 
 
 def _load_ignore(root: Path):
@@ -41,11 +37,13 @@ def _matches(rel: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch(rel, p) or fnmatch(name, p) for p in patterns)
 
 
-def _walk(root: Path) -> Iterator[tuple[Path, str]]:
+def _walk(root: Path, errors: list[FileError] | None = None) -> Iterator[tuple[Path, str]]:
     """Yield (absolute path, root-relative POSIX path) of regular files under ``root``.
 
     Hidden entries are skipped. Symlinks are followed only when they resolve inside the root,
     and every directory is entered at most once (by its resolved path), so link loops end.
+    FIFOs, sockets and device nodes are not regular files: never yielded, never opened.
+    A directory that cannot be listed is reported in ``errors`` (when given).
     """
     real_root = root.resolve()
     seen_dirs = {real_root}
@@ -53,8 +51,11 @@ def _walk(root: Path) -> Iterator[tuple[Path, str]]:
     while stack:
         directory, rel_dir = stack.pop()
         try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError:
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            if errors is not None and directory != real_root:
+                errors.append(FileError(str(directory), f"cannot list directory: {describe_os_error(exc)}"))
             continue
         for entry in entries:
             if entry.name.startswith("."):
@@ -71,13 +72,17 @@ def _walk(root: Path) -> Iterator[tuple[Path, str]]:
                 # A link inside the root names its target by the target's own path, so the
                 # same file is one document however many links reach it.
                 path, rel = target, target.relative_to(real_root).as_posix()
-            if path.is_dir():
+            try:
+                is_dir, is_file = path.is_dir(), path.is_file()
+            except OSError:  # a name too long for stat, a permission error on the way
+                is_dir = is_file = False
+            if is_dir:
                 real = path.resolve()
                 if real in seen_dirs:
                     continue
                 seen_dirs.add(real)
                 stack.append((real, rel + "/"))
-            elif path.is_file():
+            elif is_file:
                 yield path, rel
 
 
@@ -85,11 +90,17 @@ def discover(
     roots: Iterable[str | os.PathLike],
     include: Iterable[str] = (),
     exclude: Iterable[str] = (),
+    errors: list[FileError] | None = None,
 ) -> tuple[list[FileInfo], list[FileInfo]]:
     """Find files under ``roots``.
 
     Returns ``(readable, skipped)``: files of a supported type (hashed), and files quarry does
-    not read (not hashed). A root that is a single file is accepted as-is.
+    not read (not hashed). A root that is a single file is accepted as-is. Files that vanish or
+    cannot be read while being hashed, and directories that cannot be listed, are appended to
+    ``errors`` (when given; else they are left out silently) and never stop the walk.
+
+    ``FileInfo.path`` is the real name, which may hold surrogate-escaped bytes (quarry/paths.py);
+    ``root`` and ``rel_path`` are display forms, always valid UTF-8.
     """
     include, exclude = tuple(include), tuple(exclude)
     readable: dict[str, FileInfo] = {}
@@ -105,7 +116,7 @@ def discover(
             base = root.resolve()
             ignore = _load_ignore(base)
             candidates = (
-                (p, rel) for p, rel in _walk(base) if not (ignore is not None and ignore.match_file(rel))
+                (p, rel) for p, rel in _walk(base, errors) if not (ignore is not None and ignore.match_file(rel))
             )
         for path, rel in candidates:
             if include and not _matches(rel, include):
@@ -115,16 +126,23 @@ def discover(
             key = str(path)
             if key in readable:
                 continue  # reached twice (overlapping roots or an in-root symlink)
-            stat = path.stat()
             ftype = file_type_for(key)
+            try:
+                stat = path.stat()
+                digest = sha256_file(key) if ftype else ""
+            except (OSError, ParseError) as exc:
+                if ftype and errors is not None:
+                    cause = f"cannot read file: {describe_os_error(exc)}" if isinstance(exc, OSError) else str(exc)
+                    errors.append(FileError(key, cause))
+                continue
             info = FileInfo(
                 path=key,
-                root=str(base),
-                rel_path=rel,
+                root=display(str(base)),
+                rel_path=display(rel),
                 file_type=ftype,
                 size=stat.st_size,
                 mtime=stat.st_mtime,
-                sha256=sha256_file(key) if ftype else "",
+                sha256=digest,
             )
             if ftype:
                 readable[key] = info

@@ -23,6 +23,11 @@ class StoreLocked(QuarryError):
     """Another index run holds the store's writer lock."""
 
 
+class StoreCorrupt(QuarryError):
+    """A store file (CURRENT, a catalog, the vectors, the index files) is damaged or missing:
+    run `quarry doctor` to check and repair."""
+
+
 class ModelMismatch(QuarryError):
     """The index was built with a different embedding model than the one asked for."""
 

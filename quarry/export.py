@@ -59,8 +59,10 @@ def with_filter(sql: str, filters) -> tuple[str, list]:
         raise AssertionError("export SQL has no filter marker")
     if not filters:
         return sql, []
+    from quarry.query import _bindable
+
     condition, params = filters.sql()
-    return sql.replace(FILTER_MARKER, f"({condition})"), list(params)
+    return sql.replace(FILTER_MARKER, f"({condition})"), [_bindable(p) for p in params]
 
 
 def _batches(con, sql: str, params: list, batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -169,12 +171,14 @@ def _copy_chunks_with_vectors(snap, filters, path: Path, fmt: str, batch_rows: i
 
 
 def export(index, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool = False, filters=None,
-           batch_rows: int = BATCH_ROWS) -> ExportReport:
+           batch_rows: int = BATCH_ROWS, overwrite: bool = False) -> ExportReport:
     """Write the committed snapshot of ``index`` to the folder ``out`` as ``fmt`` files.
 
     ``filters`` (a :class:`quarry.filters.Filter`) keeps the chunks it matches, and the
     documents and sections that hold one of them; without it everything is written, documents
     without chunks included. ``vectors=True`` adds each chunk's embedding as ``vector``.
+    A folder that already holds files is refused unless ``overwrite`` (then quarry's own files
+    in it are replaced and nothing else is touched); a folder inside the store is always refused.
     """
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -183,6 +187,13 @@ def export(index, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool
     dest = Path(out).expanduser().absolute()
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"export target {dest} exists and is not a folder")
+    store = Path(index.store).resolve()
+    real = dest.resolve()
+    if real == store or store in real.parents:
+        raise UsageError(f"export target {dest} is inside the store {store}: choose a folder outside it")
+    if dest.is_dir() and not overwrite and any(dest.iterdir()):
+        raise UsageError(f"export target {dest} is not empty: choose an empty folder, or pass --overwrite to "
+                         "replace the export files in it")
     dest.mkdir(parents=True, exist_ok=True)
     snap = index.snapshot  # one snapshot for the whole export, whatever commits meanwhile
     con = snap.con

@@ -3,17 +3,31 @@
 The points sit where a real crash would hurt most (mid-embedding, between the LanceDB and the
 DuckDB writes, during the FTS rebuild, right before and after the commit rename). Unset, a
 check costs one dictionary lookup.
+
+``QUARRY_FAULT=pause:<point>`` with ``QUARRY_FAULT_FILE=<path>`` instead stops there until
+``<path>`` exists (``<path>.paused`` says it is waiting, at most 10 minutes): a test can then
+damage the store mid-run (make it read-only, fill the disk) at a known moment.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 POINTS = ("embed", "after-vectors", "after-catalog", "fts", "before-commit", "after-commit")
 
 
 def point(name: str) -> None:
     """Die here, as ``kill -9`` would, when ``QUARRY_FAULT`` names this point."""
-    if os.environ.get("QUARRY_FAULT") == name:
+    fault = os.environ.get("QUARRY_FAULT")
+    if fault is None:
+        return
+    if fault == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    elif fault == f"pause:{name}":
+        release = os.environ["QUARRY_FAULT_FILE"]
+        open(release + ".paused", "w").close()
+        deadline = time.monotonic() + 600
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.05)

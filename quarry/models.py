@@ -44,6 +44,9 @@ class ParsedDocument:
     headings: list[Heading] = field(default_factory=list)
     page_offsets: list[int] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
+    # sha256 of the bytes this text came from (set by parsers.parse_file): a file rewritten
+    # between discovery and parsing is stored with the hash of what was parsed.
+    sha256: str | None = None
 
     def page_at(self, offset: int) -> int | None:
         """The 1-based page number holding character ``offset``, or None for paged-less documents."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from quarry.paths import printable  # a newline or tab in a file name must not break a table row
+
 FORMATS = ("table", "json", "jsonl")
 RETRIEVERS = ("vector", "bm25")
 SNIPPET = 300  # characters of a result's text in the table
@@ -109,7 +111,7 @@ def print_results(response, explained: bool = False, console=None) -> None:
     table.add_column("where", overflow="fold", ratio=2)
     table.add_column("text", overflow="fold", ratio=3)
     for r in response.results:
-        where = f"{r.path}{_pages(r.page_start, r.page_end)}" + (f"\n§ {r.section}" if r.section else "")
+        where = f"{printable(r.path)}{_pages(r.page_start, r.page_end)}" + (f"\n§ {r.section}" if r.section else "")
         row = [str(r.rank), f"{r.score:.4f}"]
         if explained:
             for name in RETRIEVERS:
@@ -136,7 +138,7 @@ def print_blocks(items: Sequence, kind: str, console=None) -> None:
         chunks = f"chunks {it.first_chunk}-{it.last_chunk}" if it.last_chunk != it.first_chunk else \
             f"chunk {it.first_chunk}"
         hits = ", ".join(f"#{h}" for h in it.hits) or "none"
-        head = Text(f"{it.rank:>2}. {it.path}{_pages(it.page_start, it.page_end)}"
+        head = Text(f"{it.rank:>2}. {printable(it.path)}{_pages(it.page_start, it.page_end)}"
                     + (f" § {it.section}" if it.section else "")
                     + f"  [{chunks}; hits {hits}; score {it.score:.4f}]", style="bold")
         console.print(head)

@@ -8,6 +8,7 @@ an add. Deletions are scoped to the roots being indexed.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -48,8 +49,13 @@ class Plan:
 
 
 def new_doc_id(file: FileInfo) -> str:
-    """A document id for a file seen for the first time: stable for the same path and bytes."""
-    return hashlib.sha256(f"{file.path}\0{file.sha256}".encode()).hexdigest()[:20]
+    """A document id for a file seen for the first time: stable for the same path and bytes.
+
+    The path is hashed as the bytes of its name (``os.fsencode``), which for a valid UTF-8 name
+    are its UTF-8 bytes as before, and for a name that is not (a Latin-1 ``caf\\xe9.md``) do
+    not raise on the surrogates Python decodes such names to.
+    """
+    return hashlib.sha256(os.fsencode(file.path) + b"\0" + file.sha256.encode()).hexdigest()[:20]
 
 
 def in_scope(path: str, roots: list[str]) -> bool:
@@ -62,15 +68,18 @@ def make_plan(
     catalog: list[CatalogDoc],
     roots: list[str],
     rebuild: bool = False,
+    unreadable: frozenset[str] | set[str] = frozenset(),
 ) -> Plan:
     """Sort ``files`` into new / changed / moved / removed / unchanged.
 
     ``rebuild`` (``--full``, or settings that shape chunks changed) turns every existing
     document into a changed one; vectors are still reused where the embedded text is equal.
+    ``unreadable`` paths exist but could not be read this run (a permission error, a file being
+    rewritten): their documents are kept as they are, not removed.
     """
     plan = Plan()
     by_path = {d.path: d for d in catalog}
-    seen_paths = {f.path for f in files}
+    seen_paths = {f.path for f in files} | set(unreadable)
     # Documents whose path vanished within scope are candidates for a move target.
     vanished: dict[str, list[CatalogDoc]] = defaultdict(list)
     for d in catalog:

@@ -192,6 +192,10 @@ def process_files(
     empty: list[FileInfo] = []
     docs: list[tuple[FileInfo, str, ParsedDocument]] = []
     for (file, doc_id), result in zip(items, parsed):
+        if not isinstance(result, str) and result.sha256 and result.sha256 != file.sha256:
+            # Rewritten between discovery and parsing: store the hash of the bytes parsed, so the
+            # catalog never pairs this text with another version's hash.
+            file = replace(file, sha256=result.sha256)
         if isinstance(result, str):
             errors.append(FileError(file.path, result))
         elif not result.text.strip():

@@ -25,6 +25,7 @@ from quarry.embedders import describe, get_embedder
 from quarry.errors import ModelMismatch, UsageError
 from quarry.filters import Filter
 from quarry.fusion import DEFAULT_K, rrf
+from quarry.paths import display
 from quarry.settings import Settings, store_path
 from quarry.sqlfiles import load_sql
 from quarry.store.layout import POINTER
@@ -109,6 +110,16 @@ class _LRU(OrderedDict):
         self.move_to_end(key)
         while len(self) > self.size:
             self.popitem(last=False)
+
+
+def _bindable(value):
+    """A filter value DuckDB can bind: text holding surrogate-escaped bytes (a name that is not
+    UTF-8, typed or pasted) becomes its display form, the form ``documents.path`` stores."""
+    if isinstance(value, str):
+        return display(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_bindable(v) for v in value)
+    return value
 
 
 class Index:
@@ -215,6 +226,7 @@ class Index:
         import numpy as np
 
         where, params = filters.sql()
+        params = [_bindable(p) for p in params]
         sql = load_sql("filter_rows").replace("TRUE /* filter */", where)
         try:
             rows = snap.con.execute(sql, params).fetchnumpy()["row_id"]

@@ -6,7 +6,7 @@ CREATE TABLE IF NOT EXISTS meta (
 
 CREATE TABLE IF NOT EXISTS documents (
     doc_id     VARCHAR PRIMARY KEY,
-    path       VARCHAR NOT NULL,   -- absolute path of the file
+    path       VARCHAR NOT NULL,   -- absolute path of the file; bytes that are not UTF-8 as \xNN
     root       VARCHAR NOT NULL,   -- the indexed root the file was found under
     rel_path   VARCHAR NOT NULL,   -- path relative to root
     file_type  VARCHAR NOT NULL,   -- md, txt, rst, html, pdf, docx
@@ -20,7 +20,8 @@ CREATE TABLE IF NOT EXISTS documents (
     n_chunks   INTEGER NOT NULL,
     metadata   JSON,
     indexed_at TIMESTAMP NOT NULL,
-    run_id     VARCHAR NOT NULL
+    run_id     VARCHAR NOT NULL,
+    path_bytes BLOB                -- the exact bytes of path when it is not valid UTF-8, else NULL
 );
 
 CREATE TABLE IF NOT EXISTS sections (
@@ -86,3 +87,5 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_prompt_tokens INTEGER DEFAULT 0;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_completion_tokens INTEGER DEFAULT 0;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_cached INTEGER DEFAULT 0;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_fallback_windows JSON DEFAULT '[]';
+-- Catalogs made before non-UTF-8 file names were stored losslessly (quarry/paths.py).
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS path_bytes BLOB;

@@ -19,7 +19,11 @@ Endpoints: ``POST /v1/embeddings`` (deterministic unit vectors from a hash of ea
 - ``max_inputs`` / ``max_input_tokens`` / ``max_request_tokens``: limits answered with a 400;
 - ``api_key``: when set, any other bearer token gets a 401;
 - ``renormalise``: whether vectors cut to ``dimensions`` are re-normalised (OpenAI does);
-- ``shuffle``: embeddings come back out of order (clients must sort by ``index``).
+- ``shuffle``: embeddings come back out of order (clients must sort by ``index``);
+- ``drop_next(n)``: the next ``n`` requests get the connection closed with no answer;
+- ``drip_next(n, seconds)``: the next ``n`` answers trickle out a byte at a time, ``seconds`` apart;
+- ``wrong_count``: embeddings answers hold this many vectors more (or, negative, fewer) than inputs;
+- ``echo_key``: a rejected key is quoted back in the 401 body, as some providers do (leak tests).
 
 It records every request (``requests``: ``Request(method, path, headers, json)``), the number of
 API calls (``calls``) and the most requests it served at once (``max_in_flight``).
@@ -78,6 +82,8 @@ class _Script:
     failures: list[_Failure] = field(default_factory=list)
     delays: list[float] = field(default_factory=list)
     malformed: int = 0
+    drops: int = 0
+    drips: list[float] = field(default_factory=list)
 
 
 class FakeOpenAI:
@@ -96,6 +102,8 @@ class FakeOpenAI:
         self.wrong_dim: int | None = None
         self.renormalise = True
         self.shuffle = False
+        self.wrong_count = 0
+        self.echo_key = False
         self.chat_handler: Callable[[dict], str | dict | list] = lambda request: "fake reply"
         # response_format styles the chat endpoint accepts ("json_schema", "json_object_schema",
         # "json_object"); None accepts all. Others get HTTP 422 naming response_format, as
@@ -157,6 +165,16 @@ class FakeOpenAI:
         """The next ``n`` requests get a 200 whose body is not JSON."""
         with self._lock:
             self._script.malformed += n
+
+    def drop_next(self, n: int = 1) -> None:
+        """The next ``n`` requests: the connection is closed without an answer."""
+        with self._lock:
+            self._script.drops += n
+
+    def drip_next(self, n: int, seconds: float) -> None:
+        """The next ``n`` answers are sent a byte at a time, ``seconds`` apart (a slow drip)."""
+        with self._lock:
+            self._script.drips.extend([seconds] * n)
 
     def reset(self) -> None:
         """Forget recorded requests and pending scripts."""
@@ -245,6 +263,10 @@ class FakeOpenAI:
             emb = (base64.b64encode(vec.astype("<f4").tobytes()).decode() if encoding == "base64"
                    else [float(x) for x in vec])
             data.append({"object": "embedding", "index": i, "embedding": emb})
+        if self.wrong_count > 0:
+            data += data[: self.wrong_count]
+        elif self.wrong_count < 0:
+            data = data[: self.wrong_count]
         if self.shuffle:
             random.shuffle(data)
         total = sum(counts)
@@ -304,6 +326,8 @@ def _handler_for(server: FakeOpenAI):
         def log_message(self, *args):  # quiet: tests read server.requests instead
             pass
 
+        drip = 0.0  # seconds between bytes of this answer (a slow drip), 0 for one write
+
         def _send(self, status: int, payload: object = None, raw: bytes | None = None,
                   headers: dict[str, str] | None = None) -> None:
             data = raw if raw is not None else json.dumps(payload).encode()
@@ -314,6 +338,14 @@ def _handler_for(server: FakeOpenAI):
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
                 self.end_headers()
+                if self.drip:
+                    for i in range(len(data)):
+                        if server._stopping.wait(self.drip):
+                            break
+                        self.wfile.write(data[i:i + 1])
+                        self.wfile.flush()
+                    self.close_connection = True
+                    return
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
                 self.close_connection = True
@@ -347,11 +379,21 @@ def _handler_for(server: FakeOpenAI):
 
         def _post(self, request: Request) -> None:
             failure, delay, malformed = server._take(request.path)
+            with server._lock:
+                drop = server._script.drops > 0
+                server._script.drops -= drop
+                self.drip = server._script.drips.pop(0) if server._script.drips and not drop else 0.0
+            if drop:
+                self.close_connection = True  # a dropped connection: no status line at all
+                return
             if delay and server._stopping.wait(delay):
                 self.close_connection = True  # shutting down: drop the request unanswered
                 return
             if server.api_key is not None and request.headers.get("authorization") != f"Bearer {server.api_key}":
-                self._send(401, _error("Incorrect API key provided", kind="invalid_api_key"))
+                given = request.headers.get("authorization", "")
+                message = f"Incorrect API key provided: {given.removeprefix('Bearer ')}" if server.echo_key \
+                    else "Incorrect API key provided"
+                self._send(401, _error(message, kind="invalid_api_key"))
                 return
             if failure is not None:
                 headers = {}

@@ -21,7 +21,7 @@ def con(tmp_path):
     now = dt.datetime(2024, 1, 2, 3, 4, 5)
     c.execute(
         "INSERT INTO documents VALUES ('d1', '/r/a.md', '/r', 'a.md', 'md', 10, ?, 'sha', 'Title', 'Sum', NULL, 1, 1,"
-        " '{}', ?, 'run0')",
+        " '{}', ?, 'run0', NULL)",
         [now, now],
     )
     c.execute("INSERT INTO sections VALUES ('d1', 0, 'Intro', 1, 0, 10, NULL, NULL, NULL)")
@@ -45,7 +45,7 @@ PARAMS = {
     "hydrate_chunks": [["d1:0"]],
     "plan_documents": None,
     "delete_documents": [["nope"]],
-    "move_document": ["d1", "/r/b.md", "/r", "b.md", dt.datetime(2024, 1, 1), "run1"],
+    "move_document": ["d1", "/r/b.md", "/r", "b.md", dt.datetime(2024, 1, 1), "run1", b"/r/b\xe9.md"],
     "touch_document": ["d1", dt.datetime(2024, 1, 1)],
     "insert_documents": "arrow",
     "insert_run": "run",

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 
 from quarry.errors import ParseError, QuarryError, UnsupportedFile
-from quarry.models import ParsedDocument
+from quarry.models import Heading, ParsedDocument
+from quarry.paths import display
+from quarry.safeio import read_regular
 
 SUPPORTED: dict[str, str] = {
     ".md": "md",
@@ -50,24 +53,57 @@ def parse_file(path: str, file_type: str | None = None) -> ParsedDocument:
     """
     kind = file_type if file_type is not None else file_type_for(path)
     if kind not in _PARSERS:
-        raise UnsupportedFile(f"unsupported file type: {os.path.basename(path)}")
+        raise UnsupportedFile(f"unsupported file type: {display(os.path.basename(path))}")
     module, name = _PARSERS[kind]
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise ParseError(f"cannot read file: {one_line(exc)}") from exc
+    # Never blocks on a FIFO, refuses what is not a regular file, hashes exactly what is parsed.
+    data, digest = read_regular(path, limit=max_file_bytes())
     if not data:  # empty, whatever the type: counted as an empty document, not a failure
-        return ParsedDocument(text="")
+        return ParsedDocument(text="", sha256=digest)
     try:
         parse = getattr(importlib.import_module(module), name)
-        return parse(data, kind) if name == "parse_text" else parse(data)
+        doc = parse(data, kind) if name == "parse_text" else parse(data)
+        del data
+        return sanitize(doc, digest)
     except QuarryError:
         raise
     except ImportError as exc:
         raise ParseError(f"cannot parse {kind}: {exc.name} is not installed (pip install -e .)") from exc
     except Exception as exc:  # anything a library raises on odd input is this file's problem
         raise ParseError(f"cannot parse {kind}: {one_line(exc)}") from exc
+
+
+def max_file_bytes() -> int:
+    """The largest file quarry reads (``QUARRY_MAX_FILE_MB``, default 256; 0 = no limit).
+
+    A parser holds a file's bytes and text at once, so this bounds a worker's memory."""
+    try:
+        return int(float(os.environ.get("QUARRY_MAX_FILE_MB", "256")) * (1 << 20))
+    except ValueError:
+        return 256 << 20
+
+
+# NUL (some exporters leave them; DuckDB strings and C libraries stop at them) becomes a space
+# and a lone surrogate (from a broken PDF font map) the replacement character: one character
+# for one, so offsets of headings and pages stay true.
+_BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
+_MAX_TITLE = 500
+_MAX_META = 2000
+
+
+def _clean(text: str) -> str:
+    return _BAD_CHARS.sub(lambda m: " " if m.group() == "\x00" else "\ufffd", text) if text else text
+
+
+def sanitize(doc: ParsedDocument, digest: str | None = None) -> ParsedDocument:
+    """``doc`` with text every store accepts (no NUL, no lone surrogates) and bounded titles and
+    metadata (a hostile file can put a megabyte in its title), stamped with ``digest``."""
+    doc.text = _clean(doc.text)
+    if doc.title:
+        doc.title = _clean(doc.title)[:_MAX_TITLE]
+    doc.headings = [Heading(h.level, _clean(h.title)[:_MAX_TITLE], h.offset) for h in doc.headings]
+    doc.metadata = {_clean(str(k))[:100]: _clean(str(v))[:_MAX_META] for k, v in doc.metadata.items()}
+    doc.sha256 = digest
+    return doc
 
 
 def one_line(exc: BaseException) -> str:

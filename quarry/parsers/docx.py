@@ -23,6 +23,7 @@ def parse_docx(data: bytes) -> ParsedDocument:
     import docx
     from docx.opc.exceptions import PackageNotFoundError
 
+    check_package_size(data)
     try:
         document = docx.Document(io.BytesIO(data))
     except PackageNotFoundError as exc:
@@ -51,6 +52,28 @@ def parse_docx(data: bytes) -> ParsedDocument:
     metadata = _metadata(document)
     title = metadata.pop("title", None) or styled_title or (headings[0].title if headings else None)
     return ParsedDocument(text="".join(parts), title=title, headings=headings, metadata=metadata)
+
+
+# A DOCX is a zip; python-docx inflates every part into memory. A "zip bomb" renamed .docx
+# (a few KB that inflate to gigabytes) is refused from the sizes its directory declares, which
+# zipfile also enforces while reading (it never returns more than a member's declared size).
+MAX_UNPACKED = 512 << 20
+MAX_MEMBERS = 20_000
+
+
+def check_package_size(data: bytes, limit: int = MAX_UNPACKED) -> None:
+    """ParseError when the zip in ``data`` would inflate past ``limit`` bytes or holds absurdly many parts."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            members = zf.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError) as exc:
+        raise ParseError(f"corrupt DOCX: not a zip package ({one_line(exc)})") from exc
+    total = sum(m.file_size for m in members)
+    if len(members) > MAX_MEMBERS or total > limit:
+        raise ParseError(f"refused: DOCX would unpack to {total >> 20} MB in {len(members)} parts "
+                         f"(limit {limit >> 20} MB, {MAX_MEMBERS} parts): a zip bomb or not a document")
 
 
 def _blocks(document) -> Iterator[tuple[str, str]]:

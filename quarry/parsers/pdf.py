@@ -62,8 +62,7 @@ def parse_pdf(data: bytes) -> ParsedDocument:
         length += len(text)
     text = "".join(parts)
     if not text.strip():
-        # A scanned PDF with no text layer: empty, not a string of page separators.
-        return ParsedDocument(text="", page_offsets=[0] * len(pages))
+        return no_text_layer(data, len(pages))
 
     headings = _outline_headings(reader, text, offsets)
     info = _metadata(reader)
@@ -74,6 +73,16 @@ def parse_pdf(data: bytes) -> ParsedDocument:
         page_offsets=offsets,
         metadata=info,
     )
+
+
+def no_text_layer(data: bytes, n_pages: int) -> ParsedDocument:
+    """What a PDF whose pages carry no text (scans, image-only pages) becomes.
+
+    The one place to hook OCR in: today it is a named failure, so that a run reports the file
+    instead of dropping it silently as empty.
+    """
+    raise ParseError(f"no text layer ({n_pages} page{'s' if n_pages != 1 else ''}): scanned or image-only PDF, "
+                     "nothing to index without OCR")
 
 
 def _decrypt(reader) -> None:

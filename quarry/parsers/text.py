@@ -23,14 +23,20 @@ _SNIFF = 8192
 # C0 controls that never occur in text; tab, line and form feeds, CR and ESC (ANSI colours) do.
 _CONTROL_BYTES = frozenset(range(0x20)) - {0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1B}
 _BINARY = "binary data under a text name"
+# Stray NULs in otherwise valid text (broken exports, padded files) are dropped; a file with more
+# than this share of NUL bytes (and more than a handful) is binary. Random bytes hold about 0.4%
+# NULs; they fail the control-character test that follows.
+_MAX_NUL_SHARE = 0.01
+_FEW_NULS = 64
 
 
 def decode_bytes(data: bytes, declared: str | None = None) -> str:
     """Decode file bytes to text with newlines normalised to ``\\n``.
 
     Order: byte-order mark, BOM-less UTF-16, strict UTF-8, the ``declared`` encoding (an HTML
-    meta charset), charset-normalizer, then cp1252 and latin-1. Raises ParseError for data
-    that looks binary (NUL bytes outside UTF-16/32, or many control characters).
+    meta charset), charset-normalizer, then cp1252 and latin-1. A few stray NUL bytes are
+    dropped; raises ParseError for data that looks binary (more than 1% NUL bytes outside
+    UTF-16/32, or many control characters).
     """
     text = _decode(data, declared)
     return text.replace("\r\n", "\n").replace("\r", "\n")
@@ -43,8 +49,13 @@ def _decode(data: bytes, declared: str | None) -> str:
     wide = _sniff_utf16(data[:_SNIFF])
     if wide:
         return data.decode(wide, errors="replace")
+    nuls = data.count(b"\x00")
+    if nuls:
+        if nuls > max(_FEW_NULS, _MAX_NUL_SHARE * len(data)):
+            raise ParseError(_BINARY)
+        data = data.replace(b"\x00", b"")
     head = data[:_SNIFF]
-    if b"\x00" in data or sum(b in _CONTROL_BYTES for b in head) > 0.05 * len(head):
+    if sum(b in _CONTROL_BYTES for b in head) > 0.05 * len(head):
         raise ParseError(_BINARY)
     try:
         return data.decode("utf-8")

@@ -12,6 +12,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from quarry import paths
 from quarry.errors import QuarryError
 from quarry.models import DocumentRecord
 from quarry.sqlfiles import load_sql, statements
@@ -58,6 +59,14 @@ def create(path: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def migrate(con: duckdb.DuckDBPyConnection) -> None:
+    """Bring a catalog copied from an older generation up to this schema (its ALTER statements)."""
+    for stmt in statements("schema"):
+        code = "\n".join(line for line in stmt.splitlines() if not line.startswith("--"))
+        if code.startswith("ALTER TABLE"):
+            con.execute(code)
+
+
 def get_meta(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     return dict(con.execute(load_sql("get_meta")).fetchall())
 
@@ -75,9 +84,9 @@ def documents_table(records: list[DocumentRecord], run_id: str) -> pa.Table:
     rows = [
         {
             "doc_id": r.doc_id,
-            "path": r.file.path,
-            "root": r.file.root,
-            "rel_path": r.file.rel_path,
+            "path": paths.display(r.file.path),
+            "root": paths.display(r.file.root),
+            "rel_path": paths.display(r.file.rel_path),
             "file_type": r.file.file_type,
             "size": r.file.size,
             "mtime": utc_timestamp(r.file.mtime),
@@ -90,6 +99,7 @@ def documents_table(records: list[DocumentRecord], run_id: str) -> pa.Table:
             "metadata": json.dumps(r.metadata, ensure_ascii=False),
             "indexed_at": now,
             "run_id": run_id,
+            "path_bytes": paths.raw_bytes(r.file.path),
         }
         for r in records
     ]
@@ -223,6 +233,7 @@ _DOC_SCHEMA = pa.schema(
         ("metadata", pa.string()),
         ("indexed_at", pa.timestamp("us")),
         ("run_id", pa.string()),
+        ("path_bytes", pa.binary()),
     ]
 )
 _SECTION_SCHEMA = pa.schema(

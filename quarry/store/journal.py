@@ -37,7 +37,8 @@ def record(store: Path, row: dict) -> None:
     """Append one run row to the store's journal (safe against a concurrent claim)."""
     store.mkdir(parents=True, exist_ok=True)
     path = store / JOURNAL
-    line = (json.dumps(row, default=str, ensure_ascii=False) + "\n").encode()
+    # ASCII escapes: a stray surrogate (a non-UTF-8 name) cannot make the append fail.
+    line = (json.dumps(row, default=str) + "\n").encode()
     while True:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

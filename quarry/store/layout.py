@@ -24,10 +24,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from quarry.errors import StoreLocked, StoreNotFound
+from quarry.errors import StoreCorrupt, StoreLocked, StoreNotFound
 
 POINTER = "CURRENT"
 LOCK = "lock"
+DOCTOR_HINT = "run `quarry doctor --db {store}` to check the store and `--repair` what is repairable"
 
 
 @dataclass(frozen=True)
@@ -49,11 +50,21 @@ class Pointer:
 
 def read_pointer(store: Path) -> Pointer | None:
     """The committed pointer, or None when the store has never been committed."""
+    path = store / POINTER
     try:
-        raw = (store / POINTER).read_text(encoding="utf-8")
+        raw = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
-    return Pointer(**json.loads(raw))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreCorrupt(f"{path} cannot be read ({type(exc).__name__}): {DOCTOR_HINT.format(store=store)}") from exc
+    try:
+        pointer = Pointer(**json.loads(raw))
+        if not isinstance(pointer.generation, int) or not isinstance(pointer.catalog, str) or "/" in pointer.catalog:
+            raise ValueError("bad field types")
+    except (ValueError, TypeError) as exc:  # truncated, edited by hand, or not JSON at all
+        hint = DOCTOR_HINT.format(store=store)
+        raise StoreCorrupt(f"{path} is damaged (not a valid commit pointer): {hint}") from exc
+    return pointer
 
 
 def require_pointer(store: Path) -> Pointer:
@@ -160,7 +171,10 @@ class WriterLock:
                 _held[key] = (fd, depth - 1)
                 return
             del _held[key]
-            os.ftruncate(fd, 0)
+            try:
+                os.ftruncate(fd, 0)  # holder info; a store gone read-only keeps the stale text
+            except OSError:
+                pass
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import duckdb
 
-from quarry.errors import QuarryError
+from quarry.errors import QuarryError, StoreCorrupt
 from quarry.store import catalog, vectors
-from quarry.store.layout import Pointer, read_pointer, require_pointer
+from quarry.store.layout import DOCTOR_HINT, Pointer, read_pointer, require_pointer
 
 
 @dataclass
@@ -72,15 +72,19 @@ def open_snapshot(store: Path, attempts: int = 5) -> Snapshot:
     and opening the files it names; then the pointer is read again.
     """
     last: Exception | None = None
+    missing = None
     for attempt in range(attempts):
         pointer = require_pointer(store)
         path = store / pointer.catalog
         if not path.exists():
+            missing = path
             time.sleep(0.05 * (attempt + 1))
             continue
+        missing = None
         try:
             con = catalog.connect(path, read_only=True, fts=False)
-        except duckdb.IOException as exc:
+        except (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException,
+                duckdb.InvalidInputException) as exc:
             last = exc
             time.sleep(0.05 * (attempt + 1))
             continue
@@ -93,4 +97,18 @@ def open_snapshot(store: Path, attempts: int = 5) -> Snapshot:
             time.sleep(0.05 * (attempt + 1))
             continue
         return Snapshot(store, pointer, con, _index=index)
+    hint = DOCTOR_HINT.format(store=store)
+    if missing is not None:
+        raise StoreCorrupt(f"{missing}, the catalog CURRENT names, is missing: {hint}")
+    if last is not None and not _is_lock_conflict(last):
+        raise StoreCorrupt(f"{store / pointer.catalog} cannot be opened ({_first_line(last)}): {hint}")
     raise QuarryError(f"could not open the committed catalog in {store}: {last or 'it keeps changing'}")
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def _is_lock_conflict(exc: BaseException) -> bool:
+    return "lock" in str(exc).lower()

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from quarry import paths
+
 os.environ.setdefault("LANCEDB_LOG", "error")  # LanceDB warns once per query otherwise
 
 _HEX = re.compile(r"^[0-9a-f]+$")
@@ -141,7 +143,7 @@ def rows_table(model: str, dim: int, records, vectors: dict[str, np.ndarray]) ->
         "doc_id": [c.doc_id for _, c in chunks],
         "text_hash": [c.text_hash for _, c in chunks],
         "vector": pa.FixedSizeListArray.from_arrays(pa.array(matrix.ravel()), dim),
-        "path": [r.file.path for r, _ in chunks],
+        "path": [paths.display(r.file.path) for r, _ in chunks],
         "file_type": [r.file.file_type for r, _ in chunks],
         "section": [section_titles.get((c.doc_id, c.section_index), "") for _, c in chunks],
         "chunk_index": [c.chunk_index for _, c in chunks],

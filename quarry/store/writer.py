@@ -23,13 +23,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import numpy as np
 
-from quarry import faults
+from quarry import faults, paths
+from quarry.errors import QuarryError, StoreCorrupt
 from quarry.models import DocumentRecord
-from quarry.sqlfiles import statements
 from quarry.store import catalog, journal, vectors
-from quarry.store.layout import Pointer, WriterLock, read_pointer, remove_stale_generations, write_pointer
+from quarry.store.layout import DOCTOR_HINT, Pointer, WriterLock, read_pointer, remove_stale_generations, write_pointer
 
 
 @dataclass
@@ -69,8 +70,23 @@ class StoreWriter:
         self.generation = (self.base.generation if self.base else 0) + 1
         path = self.catalog_path
         if self.base:
-            shutil.copyfile(self.store / self.base.catalog, path)
-            self.con = catalog.connect(path, read_only=False)
+            source = self.store / self.base.catalog
+            hint = DOCTOR_HINT.format(store=self.store)
+            if not source.is_file():
+                raise StoreCorrupt(f"{source}, the catalog CURRENT names, is missing: {hint}")
+            try:
+                shutil.copyfile(source, path)
+            except OSError as exc:  # a full disk, a read-only store: the committed state is untouched
+                path.unlink(missing_ok=True)
+                raise QuarryError(f"cannot write {path}: {exc.strerror or exc}; the committed index is "
+                                  "unchanged: free space or fix the store's permissions, then run again") from exc
+            try:
+                self.con = catalog.connect(path, read_only=False)
+                catalog.migrate(self.con)
+            except duckdb.Error as exc:
+                path.unlink(missing_ok=True)
+                raise StoreCorrupt(f"{source}, the committed catalog, cannot be opened "
+                                   f"({str(exc).strip().splitlines()[0][:200]}): {hint}") from exc
         else:
             self.con = catalog.create(path)
         name = vectors.table_name(self.model, self.dim)
@@ -106,8 +122,10 @@ class StoreWriter:
             catalog.delete_documents(self.con, doc_ids)
 
     def move_document(self, doc_id: str, path: str, root: str, rel_path: str, mtime, run_id: str) -> None:
-        vectors.move_document(self.table, doc_id, path)
-        self.con.execute(catalog.load_sql("move_document"), [doc_id, path, root, rel_path, mtime, run_id])
+        vectors.move_document(self.table, doc_id, paths.display(path))
+        self.con.execute(catalog.load_sql("move_document"), [doc_id, paths.display(path), paths.display(root),
+                                                             paths.display(rel_path), mtime, run_id,
+                                                             paths.raw_bytes(path)])
 
     def touch_documents(self, items: list[tuple[str, object]]) -> None:
         """Record new mtimes of unchanged files (bookkeeping only)."""
@@ -119,7 +137,10 @@ class StoreWriter:
     def commit(self, run_row: dict, settings_meta: dict[str, str]) -> CommitInfo:
         """Make the run visible: search index, run row, checkpoint, then the pointer rename."""
         t0 = time.perf_counter()
-        for key, value in {**settings_meta, "model": self.model, "dim": str(self.dim)}.items():
+        # committed_generation marks a catalog whose commit finished writing it: `quarry doctor`
+        # adopts only such a generation when it has to rebuild a lost CURRENT.
+        for key, value in {**settings_meta, "model": self.model, "dim": str(self.dim),
+                           "committed_generation": str(self.generation)}.items():
             catalog.set_meta(self.con, key, value)
         faults.point("fts")
         self._write_search_index()
@@ -183,10 +204,16 @@ class StoreWriter:
         """Abandon uncommitted work (if any) and release the lock."""
         try:
             if self.con is not None:
-                self.con.close()
+                try:
+                    self.con.close()
+                except Exception:  # a full or read-only disk: the run's own error says so
+                    pass
                 self.con = None
-                self.catalog_path.unlink(missing_ok=True)
-                Path(str(self.catalog_path) + ".wal").unlink(missing_ok=True)
+                try:
+                    self.catalog_path.unlink(missing_ok=True)
+                    Path(str(self.catalog_path) + ".wal").unlink(missing_ok=True)
+                except OSError:  # left for the next run's stale-generation sweep
+                    pass
         finally:
             self.lock.release()
 
@@ -216,10 +243,7 @@ def insert_run(con, run_row: dict) -> None:
         if key in row or key != "llm_fallback_windows":
             row[key] = json.dumps(row.get(key) or ([] if key in ("roots", "errors", "llm_fallback_windows") else {}),
                                   ensure_ascii=False)
-    for stmt in statements("schema"):
-        code = "\n".join(line for line in stmt.splitlines() if not line.startswith("--"))
-        if code.startswith("ALTER TABLE runs"):
-            con.execute(code)  # a catalog from before the LLM columns gains them
+    catalog.migrate(con)  # a catalog from before the LLM columns gains them
     con.register("new_run", pa.Table.from_pylist([row]))
     try:
         con.execute(catalog.load_sql("insert_run"))
