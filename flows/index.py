@@ -18,10 +18,10 @@ from quarry.embedders import describe, get_embedder
 from quarry.embedding import EmbedStats
 from quarry.settings import Settings, parse_workers, store_path
 from quarry.store.writer import StoreWriter
-from tasks.discover import discover_files, plan_changes
-from tasks.embed import embed_batch
-from tasks.load import apply_removals_and_moves, commit_run, load_batch
-from tasks.process import process_batch
+from quarry.tasks.discover import discover_files, plan_changes
+from quarry.tasks.embed import embed_batch
+from quarry.tasks.load import apply_removals_and_moves, commit_run, load_batch
+from quarry.tasks.process import process_batch
 
 FILES_PER_BATCH = 64
 BYTES_PER_BATCH = 32 << 20

@@ -145,7 +145,7 @@ def run_index_flow(paths: list[str], store: Path, **kwargs) -> dict:
 
     prefect_environment()
     with prefect_api(store / "logs"):
-        from flows.index import index_flow
+        from quarry.flows.index import index_flow
 
         progress.enable(True)
         return index_flow(paths, db=str(store), **kwargs)
@@ -433,7 +433,7 @@ def serve(paths, db, cron, name):
     store = store_path(db)
     prefect_environment()
     with prefect_api(store / "logs"):
-        from flows.index import index_flow
+        from quarry.flows.index import index_flow
 
         click.echo(f"serving {name}: indexing {', '.join(paths)} into {store} on '{cron}' (Ctrl-C stops)")
         index_flow.serve(

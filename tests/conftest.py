@@ -46,7 +46,7 @@ def prefect_api():
 @pytest.fixture
 def run_flow(prefect_api):
     """Run the real index flow in-process: run_flow(roots, db, **kwargs) -> report."""
-    from flows.index import index_flow
+    from quarry.flows.index import index_flow
 
     def run(roots, db, **kwargs):
         return index_flow([str(r) for r in roots], db=str(db), **kwargs)

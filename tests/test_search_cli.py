@@ -17,7 +17,7 @@ RETRIEVER_KEYS = {"vector", "bm25"}
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory, prefect_api):
-    from flows.index import index_flow
+    from quarry.flows.index import index_flow
 
     store = tmp_path_factory.mktemp("search") / "db"
     index_flow([str(shared("formats"))], db=str(store))
