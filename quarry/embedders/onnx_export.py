@@ -2,9 +2,9 @@
 
 Three steps, each a plain function:
 
-1. :func:`export_fp32` traces the bundled sentence-transformers model with torch's TorchScript
-   exporter (``dynamo=False``: the default dynamo exporter needs ``onnxscript``, which quarry
-   does not depend on). The output is the token embeddings; pooling happens in numpy.
+1. :func:`export_fp32` writes the BERT encoder from the bundled safetensors weights with
+   ``onnx.helper`` (:mod:`quarry.embedders.onnx_graph`; no torch). The output is the token
+   embeddings; pooling happens in numpy.
 2. :func:`fuse` runs onnxruntime's transformer optimizer, which folds each layer's attention
    into one ``Attention`` kernel and bias + GELU into ``BiasGelu``. It leaves residual adds and
    layer norms apart: onnxruntime's CPU ``SkipLayerNormalization`` kernel takes three times as
@@ -16,8 +16,7 @@ Three steps, each a plain function:
    quantisation levels. :func:`tame_ffn_outliers` fixes that before quantising (cosine to
    fp32 then >= 0.995 on 600 real chunks).
 
-On the ONNX path only this module imports torch and transformers, and only
-:func:`export_fp32` needs them; the quantisation steps need the ``onnx`` package.
+Nothing here imports torch: building needs ``onnx``, ``safetensors`` and onnxruntime's tools.
 """
 
 from __future__ import annotations
@@ -60,7 +59,10 @@ CALIBRATION_TEXTS = [
     "Customer support hours are Monday through Friday, 9 am to 5 pm Pacific Time, excluding holidays.",
 ]
 
-OPSET = 17
+# The int8 self-check (onnx_backend.build_int8): the calibration texts, short as queries are,
+# and chunk-sized texts made of them, long as indexed chunks are (~170 tokens).
+SELF_CHECK_TEXTS = CALIBRATION_TEXTS + [" ".join(CALIBRATION_TEXTS[i : i + 6]) for i in range(0, 24, 3)]
+
 OUTLIER_CHANNELS = 4  # per tensor; 2 already reach cosine >= 0.994 to fp32, 4 buys a little margin
 
 
@@ -73,76 +75,14 @@ def _need_onnx():
 
 
 def export_fp32(model_path: str, dest: str) -> None:
-    """Trace the model at ``model_path`` to ``dest``: (input_ids, attention_mask) -> last_hidden_state."""
-    try:
-        import torch
-        from transformers import AutoModel
-    except ImportError as exc:
-        raise EmbeddingError(
-            "exporting the ONNX model needs torch and transformers once: pip install torch transformers"
-        ) from exc
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    attn = _register_fusable_attention()
-    model = AutoModel.from_pretrained(model_path, attn_implementation=attn, local_files_only=True).eval()
+    """Write the model at ``model_path`` to ``dest``: (input_ids, attention_mask) -> last_hidden_state.
 
-    class TokenEmbeddings(torch.nn.Module):
-        # Calls the embeddings and encoder directly: transformers' own mask helpers branch on
-        # Python values, which tracing would freeze to the example's shape.
-        def __init__(self, bert):
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, input_ids, attention_mask):
-            positions = torch.cumsum(torch.ones_like(input_ids), dim=1) - 1
-            hidden = self.bert.embeddings(
-                input_ids=input_ids, position_ids=positions, token_type_ids=torch.zeros_like(input_ids)
-            )
-            # (1 - mask) * -10000 is the pattern onnxruntime's attention fusion recognises
-            additive = (1.0 - attention_mask.unsqueeze(1).unsqueeze(2).to(hidden.dtype)) * -10000.0
-            return self.bert.encoder(hidden, attention_mask=additive).last_hidden_state
-
-    ids = torch.randint(1000, 2000, (2, 16))
-    mask = torch.ones_like(ids)
-    mask[1, 10:] = 0
-    axes = {0: "batch", 1: "tokens"}
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            TokenEmbeddings(model),
-            (ids, mask),
-            dest,
-            dynamo=False,
-            input_names=["input_ids", "attention_mask"],
-            output_names=["last_hidden_state"],
-            dynamic_axes={"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes},
-            opset_version=OPSET,
-        )
-
-
-def _register_fusable_attention() -> str:
-    """Register an attention function onnxruntime's fusion matches; returns its name.
-
-    transformers 5 scales scores with a ``Mul``, which the fusion mistakes for the mask path;
-    a ``Div`` by sqrt(head size) and mask added last is the classic BERT graph it expects.
+    The graph is written from the safetensors weights by :mod:`quarry.embedders.onnx_graph`;
+    no torch is involved.
     """
-    import math
+    from quarry.embedders.onnx_graph import write_graph
 
-    import torch
-
-    try:
-        from transformers import AttentionInterface
-    except ImportError:  # older transformers: eager attention is already the classic graph
-        return "eager"
-
-    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-        scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(query.size(-1))
-        if attention_mask is not None:
-            scores = scores + attention_mask
-        probs = torch.softmax(scores, dim=-1)
-        return torch.matmul(probs, value).transpose(1, 2).contiguous(), None
-
-    AttentionInterface.register("quarry_onnx_export", attention)
-    return "quarry_onnx_export"
+    write_graph(model_path, dest)
 
 
 def fuse(src: str, dest: str, num_heads: int = 12, hidden_size: int = 384) -> dict[str, int]:
@@ -306,11 +246,25 @@ def tame_ffn_outliers(src: str, dest: str, tokenizer, k: int = OUTLIER_CHANNELS)
     return side_matmuls
 
 
-def quantize_int8(src: str, dest: str, tokenizer) -> None:
+# Dynamic int8 variants, safest last. Weights per channel, activations uint8 per tensor.
+# ``s8``: int8 weights, the fastest kernels (u8s8). On x86-64 CPUs without VNNI (AVX2 only) their
+#   multiply-add saturates at int16, which costs accuracy (cosine to fp32 0.986 measured on an
+#   AMD EPYC with AVX2 and no VNNI).
+# ``s8-reduce-range``: int8 weights on 7 bits, so the u8s8 products cannot saturate.
+# ``u8``: uint8 weights (u8u8 kernels, which widen to int16 first and never saturate).
+INT8_VARIANTS = {
+    "s8": {"weight_type": "QInt8", "reduce_range": False},
+    "s8-reduce-range": {"weight_type": "QInt8", "reduce_range": True},
+    "u8": {"weight_type": "QUInt8", "reduce_range": False},
+}
+
+
+def quantize_int8(src: str, dest: str, tokenizer, variant: str = "s8") -> None:
     """Dynamic int8 quantisation of a fused fp32 model, outliers tamed first (see module doc)."""
     onnx = _need_onnx()
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    options = INT8_VARIANTS[variant]
     tamed = dest + ".tamed.onnx"
     try:
         keep_fp32 = tame_ffn_outliers(src, tamed, tokenizer)
@@ -318,8 +272,9 @@ def quantize_int8(src: str, dest: str, tokenizer) -> None:
             quantize_dynamic(
                 tamed,
                 dest,
-                weight_type=QuantType.QInt8,
+                weight_type=getattr(QuantType, options["weight_type"]),
                 per_channel=True,
+                reduce_range=options["reduce_range"],
                 # embeddings stay fp32: a lookup costs nothing, and int8 tables cost accuracy
                 op_types_to_quantize=["MatMul", "Attention"],
                 nodes_to_exclude=keep_fp32,
