@@ -189,19 +189,20 @@ def build_int8(fp32_path: str, work: str, model_path: str) -> tuple[str, dict]:
 
 
 def _embed_once(onnx_path: str, tokenizer, texts: list[str]) -> np.ndarray:
-    """Mean-pooled, normalised vectors of ``texts`` from a fresh session (the self-check's probe)."""
-    import onnxruntime as ort
+    """Normalised mean-pooled vectors of ``texts`` from a fresh session (the self-check's probe).
 
-    from quarry.embedders.onnx_export import pad_batch
+    One text per run, as :class:`OnnxEmbedder` runs them (no padding): padded rows would widen
+    the per-tensor range that dynamic quantisation measures and misjudge the model.
+    """
+    import onnxruntime as ort
 
     session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"],
                                    disabled_optimizers=["SkipLayerNormFusion"])
     out = np.zeros((len(texts), DIM), dtype=np.float32)
-    encodings = tokenizer.encode_batch(texts)
-    for start in range(0, len(texts), 8):
-        ids, mask = pad_batch(encodings[start : start + 8])
-        (hidden,) = session.run(None, {"input_ids": ids, "attention_mask": mask})
-        out[start : start + 8] = (hidden * mask[..., None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
+    for row, encoding in enumerate(tokenizer.encode_batch(texts)):
+        ids = np.array([encoding.ids], dtype=np.int64)
+        (hidden,) = session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+        out[row] = hidden[0].mean(axis=0)
     return normalise(out)
 
 

