@@ -136,6 +136,7 @@ def ensure_model(cache_dir: str, quantize: bool, model_path: str) -> tuple[str, 
         # int8 is built from the fused fp32 model, which is cached on the way
         source, _ = ensure_model(cache_dir, False, model_path)
     from quarry.embedders import onnx_export
+    from quarry.embedders.onnx_graph import read_config
 
     os.makedirs(cache_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".build-", dir=cache_dir) as work:
@@ -145,7 +146,8 @@ def ensure_model(cache_dir: str, quantize: bool, model_path: str) -> tuple[str, 
             else:
                 out, raw = os.path.join(work, "model.onnx"), os.path.join(work, "raw.onnx")
                 onnx_export.export_fp32(model_path, raw)
-                info = {"variant": "fp32", "fused": onnx_export.fuse(raw, out)}
+                config = read_config(model_path)
+                info = {"variant": "fp32", "fused": onnx_export.fuse(raw, out, config.num_heads, config.hidden_size)}
         except EmbeddingError:
             raise
         except Exception as exc:

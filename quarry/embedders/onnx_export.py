@@ -90,24 +90,24 @@ def export_fp32(model_path: str, dest: str) -> None:
 
 
 def fuse(src: str, dest: str, num_heads: int = 12, hidden_size: int = 384) -> dict[str, int]:
-    """Fuse attention and bias + GELU with onnxruntime's BERT optimizer; returns fused op counts."""
-    _need_onnx()
+    """Fuse attention and bias + GELU with onnxruntime's BERT optimizer; returns fused op counts.
+
+    Calls the optimizer's BERT class directly rather than ``optimize_model`` so that symbolic
+    shape inference can be switched off: it needs sympy, which quarry does not depend on, and
+    the BERT fusions do without it (they read the head count from the graph's constant shapes).
+    """
+    onnx = _need_onnx()
     from onnxruntime.transformers.fusion_options import FusionOptions
-    from onnxruntime.transformers.optimizer import optimize_model
+    from onnxruntime.transformers.onnx_model_bert import BertOnnxModel
 
     options = FusionOptions("bert")
     options.enable_skip_layer_norm = False  # slower than Add + LayerNormalization on CPU
     options.enable_bias_skip_layer_norm = False
     with _quiet():
-        optimized = optimize_model(
-            src,
-            model_type="bert",
-            num_heads=num_heads,
-            hidden_size=hidden_size,
-            opt_level=0,
-            use_gpu=False,
-            optimization_options=options,
-        )
+        optimized = BertOnnxModel(onnx.load(src), num_heads, hidden_size)
+        optimized.disable_shape_inference()
+        optimized.optimize(options)
+        optimized.topological_sort()
         optimized.save_model_to_file(dest)
     return {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}
 
