@@ -99,6 +99,10 @@ def make_backends(names: list[str], cache_dir: str | None) -> list[tuple[str, ob
             continue
         if name == "torch-sorted":
             rows.append((name, TorchEmbedder(batch_size=32, length_sorted=True)))
+        elif name.startswith("onnx-int8:"):  # one int8 variant, forced: onnx-int8:s8, onnx-int8:u8, ...
+            from quarry.embedders.onnx_backend import OnnxEmbedder
+
+            rows.append((name, OnnxEmbedder(quantize=True, cache_dir=cache_dir, int8_variant=name.split(":", 1)[1])))
         else:
             rows.append((name, get_local_embedder(name, cache_dir=cache_dir)))
     return rows
@@ -197,7 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--backends",
         default="torch-sorted,onnx,onnx-int8",
-        help="comma-separated rows after the naive torch baseline (default: torch-sorted,onnx,onnx-int8)",
+        help="comma-separated rows after the naive torch baseline (default: torch-sorted,onnx,onnx-int8); "
+        "onnx-int8:VARIANT forces one int8 variant (s8, s8-attn-out-u8, u8)",
     )
     parser.add_argument(
         "--cache-dir",

