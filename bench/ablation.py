@@ -282,7 +282,7 @@ def main() -> None:
         print(f"{'variant':<20} {'files':>6} {'chunks':>7} {'calls':>7} {'calls/1k':>9} {'prompt/1k':>11} "
               f"{'compl/1k':>9} {'re-run':>7}")
         with prefect_api(STORES / "logs"):
-            from flows.index import index_flow
+            from quarry.flows.index import index_flow
 
             rows = llm_cost(Path(args.llm_cost), index_flow)
         dest = ROOT / "bench" / "results" / "llm_cost.json"
@@ -329,7 +329,7 @@ def _run(args, results: list[dict]) -> list[dict]:
     from quarry.orchestration import prefect_api
 
     with prefect_api(STORES / "logs"):
-        from flows.index import index_flow
+        from quarry.flows.index import index_flow
 
         for name in filter(None, args.sets.split(",")):
             configs = {c: CONFIGS[c] for c in args.configs.split(",")}

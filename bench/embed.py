@@ -3,6 +3,9 @@
     python bench/embed.py                 # 600 chunks, table on stdout
     python bench/embed.py --chunks 300 --json
 
+The torch baseline needs quarry[torch]: without torch here, the script re-runs itself under
+.venv-torch (``make torch-venv``) or ``$QUARRY_TORCH_PYTHON``.
+
 Chunks come from the Sourcegraph handbook markdown and the sample PDFs under ../shared/data,
 split into ~800-character pieces on paragraph boundaries. Every backend embeds the same
 chunks in the same order; the first row is the naive baseline (sentence-transformers fp32,
@@ -96,6 +99,10 @@ def make_backends(names: list[str], cache_dir: str | None) -> list[tuple[str, ob
             continue
         if name == "torch-sorted":
             rows.append((name, TorchEmbedder(batch_size=32, length_sorted=True)))
+        elif name.startswith("onnx-int8:"):  # one int8 variant, forced: onnx-int8:s8, onnx-int8:u8, ...
+            from quarry.embedders.onnx_backend import OnnxEmbedder
+
+            rows.append((name, OnnxEmbedder(quantize=True, cache_dir=cache_dir, int8_variant=name.split(":", 1)[1])))
         else:
             rows.append((name, get_local_embedder(name, cache_dir=cache_dir)))
     return rows
@@ -164,14 +171,38 @@ def table(n: int, results: list[dict], tokens: list[int]) -> str:
     return "\n".join(lines)
 
 
+def ensure_torch(argv: list[str]) -> None:
+    """Re-run this script under a Python that has torch when this one has none.
+
+    The baseline is sentence-transformers on torch, which the default install (.venv) leaves
+    out; ``make torch-venv`` builds .venv-torch, the same pinned packages plus quarry[torch].
+    ``$QUARRY_TORCH_PYTHON`` names another interpreter.
+    """
+    import importlib.util
+
+    if all(importlib.util.find_spec(m) is not None for m in ("torch", "sentence_transformers")):
+        return
+    python = os.environ.get("QUARRY_TORCH_PYTHON") or os.path.join(ROOT, ".venv-torch", "bin", "python")
+    if os.environ.get("QUARRY_BENCH_REEXEC") or not os.path.exists(python):
+        raise SystemExit(
+            f"bench/embed.py: the torch baseline needs torch and sentence-transformers, which {sys.executable} lacks; "
+            "run `make torch-venv` (builds .venv-torch) or set QUARRY_TORCH_PYTHON"
+        )
+    print(f"no torch in {sys.prefix}: running under {python}", file=sys.stderr)
+    os.environ["QUARRY_BENCH_REEXEC"] = "1"
+    os.execv(python, [python, os.path.abspath(__file__), *argv])
+
+
 def main(argv: list[str] | None = None) -> None:
+    ensure_torch(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chunks", type=int, default=600, help="how many chunks to embed (default 600)")
     parser.add_argument("--repeat", type=int, default=3, help="timed rounds per backend; the best counts (default 3)")
     parser.add_argument(
         "--backends",
         default="torch-sorted,onnx,onnx-int8",
-        help="comma-separated rows after the naive torch baseline (default: torch-sorted,onnx,onnx-int8)",
+        help="comma-separated rows after the naive torch baseline (default: torch-sorted,onnx,onnx-int8); "
+        "onnx-int8:VARIANT forces one int8 variant (s8, s8-attn-out-u8, u8)",
     )
     parser.add_argument(
         "--cache-dir",

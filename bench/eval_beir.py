@@ -43,7 +43,7 @@ def main() -> None:
     stores = ROOT / "bench" / "results" / "stores"
     results = []
     with prefect_api(stores / "logs"):
-        from flows.index import index_flow
+        from quarry.flows.index import index_flow
 
         for name in args.sets.split(","):
             folder = BEIR / name

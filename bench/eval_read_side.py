@@ -105,7 +105,7 @@ def ensure_store(name: str, backend: str) -> tuple[Path, dict[str, str]]:
 
         os.environ["QUARRY_EMBED_BACKEND"] = backend
         with prefect_api(STORES / "logs"):
-            from flows.index import index_flow
+            from quarry.flows.index import index_flow
 
             run_beir_eval(str(BEIR / name), db=str(store), modes=(), index=lambda p, s: index_flow(p, db=str(s)))
     with tempfile.TemporaryDirectory() as scratch:  # the names only; the store's tree is left alone

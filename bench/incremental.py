@@ -70,7 +70,7 @@ def main() -> None:
     shutil.copytree(args.tree, tree)
     rows = []
     with prefect_api(work / "logs"):
-        from flows.index import index_flow
+        from quarry.flows.index import index_flow
 
         def run(step: str, **extra):
             t = time.perf_counter()

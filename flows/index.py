@@ -22,10 +22,10 @@ from quarry.settings import Settings, parse_workers, store_path
 from quarry.store import journal
 from quarry.store.layout import WriterLock, new_run_id, read_pointer
 from quarry.store.writer import StoreWriter, remove_debris
-from tasks.discover import discover_files, plan_changes
-from tasks.embed import embed_batch
-from tasks.load import apply_removals_and_moves, commit_run, load_batch
-from tasks.process import process_batch
+from quarry.tasks.discover import discover_files, plan_changes
+from quarry.tasks.embed import embed_batch
+from quarry.tasks.load import apply_removals_and_moves, commit_run, load_batch
+from quarry.tasks.process import process_batch
 
 FILES_PER_BATCH = 64
 BYTES_PER_BATCH = 32 << 20

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from quarry.errors import QuarryError
-from quarry.settings import default_db
+from quarry.settings import EMBED_BACKENDS, default_db
 
 EXIT_PARTIAL = 3
 
@@ -55,10 +55,35 @@ db_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="quarry")
-def cli():
-    """quarry: index document trees into LanceDB + DuckDB and search them (hybrid BM25 + vectors)."""
+@click.option("--log-level", type=click.Choice(LOG_LEVELS), default=None,
+              help="Log level of quarry and Prefect (default warning; $QUARRY_LOG_LEVEL).")
+@click.option("-v", "--verbose", count=True, help="More log output: -v is --log-level info, -vv debug.")
+def cli(log_level, verbose):
+    """quarry: index document trees into LanceDB + DuckDB and search them (hybrid BM25 + vectors).
+
+    Shell completion: eval "$(_QUARRY_COMPLETE=bash_source quarry)" (zsh_source, fish_source).
+    """
+    level = log_level or {0: None, 1: "info"}.get(verbose, "debug") or os.environ.get("QUARRY_LOG_LEVEL")
+    if level:
+        configure_logging(level)
+
+
+def configure_logging(level: str) -> None:
+    """Send quarry's and Prefect's log records at ``level`` and above to stderr."""
+    import logging
+
+    name = level.upper()
+    if name.lower() not in LOG_LEVELS:
+        raise click.UsageError(f"unknown log level {level!r}; choose one of {', '.join(LOG_LEVELS)}")
+    # Prefect reads its level when first imported, which the commands do lazily, after this
+    os.environ["PREFECT_LOGGING_LEVEL"] = name
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("quarry").setLevel(name)
 
 
 @cli.command()
@@ -70,7 +95,9 @@ def cli():
 @click.option("--exclude", multiple=True, help="Skip files matching this glob (repeatable).")
 @click.option("--chunk-size", type=int, default=None, help="Chunk size in characters (default 800).")
 @click.option("--chunk-overlap", type=int, default=None, help="Characters of overlap between chunks (default 0).")
-@click.option("--embed-backend", default=None, help="torch, onnx, onnx-int8 or openai ($QUARRY_EMBED_BACKEND).")
+@click.option("--embed-backend", type=click.Choice(EMBED_BACKENDS), default=None,
+              help="onnx-int8 (default), onnx, torch (needs quarry[torch]), openai, or hash (tests only) "
+                   "($QUARRY_EMBED_BACKEND).")
 @click.option("--embed-model", default=None, help="Embedding model name ($QUARRY_EMBED_MODEL).")
 @click.option("--sectioner", type=click.Choice(["structure", "semantic", "llm"]), default=None,
               help="structure (headings; default), semantic (embedding topic shifts in long spans) or llm "
@@ -163,7 +190,7 @@ def run_index_flow(paths: list[str], store: Path, **kwargs) -> dict:
 
     prefect_environment()
     with prefect_api(store / "logs"):
-        from flows.index import index_flow
+        from quarry.flows.index import index_flow
 
         progress.enable(True)
         return index_flow(paths, db=str(store), **kwargs)
@@ -389,6 +416,14 @@ def status(db, as_json):
     click.echo(f"store:     {info['store']} (generation {info['generation']})")
     click.echo(f"documents: {info['documents']}  sections: {info['sections']}  chunks: {info['chunks']}")
     click.echo(f"model:     {info['model']} ({info['dim']}-d)")
+    embedder = info.get("embedder") or {}
+    if embedder.get("variant"):
+        check = embedder.get("self_check") or {}
+        detail = f", self-check cosine min {check['cosine_min']:.4f} vs fp32" if check else ""
+        click.echo(f"embedder:  {embedder['backend']}, {embedder['variant']} model{detail} ({embedder['path']})")
+    elif embedder:
+        built = "" if embedder.get("path") is None else " (model not built yet)"
+        click.echo(f"embedder:  {embedder['backend']}{built}")
     last = info["last_run"]
     if last:
         click.echo(

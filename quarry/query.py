@@ -21,7 +21,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from quarry.embedders import describe, get_embedder
+from quarry.embedders import describe, describe_backend, get_embedder
 from quarry.errors import ModelMismatch, UsageError
 from quarry.filters import Filter
 from quarry.fusion import DEFAULT_K, rrf
@@ -391,6 +391,7 @@ class Index:
             "vector_table": snap.pointer.vector_table,
             "vector_version": snap.pointer.vector_version,
             "search_index": _index_summary(snap._index.manifest) if snap._index is not None else None,
+            "embedder": describe_backend(self.settings),
             "last_run": last[0] if last else None,
         }
 

@@ -74,9 +74,9 @@ class CrossEncoderReranker:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             try:
                 from sentence_transformers import CrossEncoder
-            except ImportError as exc:  # pragma: no cover - a core dependency today
-                raise QuarryError("the cross-encoder reranker needs sentence-transformers: "
-                                  "pip install sentence-transformers") from exc
+            except ImportError as exc:
+                raise QuarryError("the cross-encoder reranker needs torch and sentence-transformers, which the "
+                                  "default install leaves out: pip install 'quarry[torch]'") from exc
             try:
                 self._model = CrossEncoder(self.path, local_files_only=True, device=self.device or "cpu")
             except Exception as exc:

@@ -46,7 +46,7 @@ def prefect_api():
 @pytest.fixture
 def run_flow(prefect_api):
     """Run the real index flow in-process: run_flow(roots, db, **kwargs) -> report."""
-    from flows.index import index_flow
+    from quarry.flows.index import index_flow
 
     def run(roots, db, **kwargs):
         return index_flow([str(r) for r in roots], db=str(db), **kwargs)
@@ -70,3 +70,27 @@ def cli(prefect_api):
         )
 
     return run
+
+
+def _torch_missing() -> str | None:
+    """Why the torch-marked tests cannot run here, or None when torch and sentence-transformers import."""
+    import importlib.util
+
+    missing = [m for m in ("torch", "sentence_transformers") if importlib.util.find_spec(m) is None]
+    return f"{' and '.join(missing)} not installed" if missing else None
+
+
+def pytest_collection_modifyitems(config, items):
+    """``torch`` tests need quarry[torch], which .venv (what a user gets) does not have.
+
+    They run from .venv-torch (``make test-torch``); elsewhere they skip, unless
+    ``QUARRY_REQUIRE_TORCH=1`` (set by ``make test-torch``) turns the skip into a failure.
+    """
+    why = _torch_missing()
+    if why is None:
+        return
+    marked = [item for item in items if item.get_closest_marker("torch") is not None]
+    if marked and os.environ.get("QUARRY_REQUIRE_TORCH") == "1":
+        pytest.exit(f"QUARRY_REQUIRE_TORCH=1 but {why} in {sys.prefix}", returncode=1)
+    for item in marked:
+        item.add_marker(pytest.mark.skip(reason=f"needs quarry[torch]: {why} (make test-torch runs it)"))

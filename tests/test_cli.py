@@ -58,6 +58,7 @@ def test_single_retriever_modes_have_the_same_shape(cli, sample_db, mode):
 def test_status_and_runs_json(cli, sample_db):
     status = json.loads(cli("status", "--db", sample_db, "--json").stdout)
     assert status["documents"] == 5 and status["model"] == "quarry-hash-64" and status["dim"] == 64
+    assert status["embedder"] == {"backend": "hash", "variant": None}
     runs = json.loads(cli("runs", "--db", sample_db, "--json").stdout)
     assert RUN_KEYS <= set(runs[0]) and runs[0]["added"] == 5
 
@@ -68,7 +69,7 @@ def test_status_and_runs_json(cli, sample_db):
         (["search", "x", "--db", "/nonexistent/store"], 1, "no index at /nonexistent/store"),
         (["search", "x", "--mode", "nope"], 2, "Invalid value for '--mode'"),
         (["index", "/no/such/path"], 2, "does not exist"),
-        (["index", str(SAMPLE), "--embed-backend", "bogus"], 2, "unknown embedding backend 'bogus'"),
+        (["index", str(SAMPLE), "--embed-backend", "bogus"], 2, "Invalid value for '--embed-backend'"),
     ],
 )
 def test_errors_are_one_line_with_exit_codes(cli, args, code, message):
@@ -117,3 +118,41 @@ def test_query_side_never_imports_prefect(sample_db):
     done = subprocess.run([sys.executable, "-c", code, str(sample_db)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("command", "param", "choices"), [
+    ("index", "embed_backend", ("torch", "onnx", "onnx-int8", "openai", "hash")),
+    ("index", "sectioner", ("structure", "semantic", "llm")),
+    ("index", "context_writer", ("rules", "llm")),
+    ("search", "mode", ("hybrid", "vector", "bm25")),
+    ("export", "fmt", ("parquet", "jsonl")),
+])
+def test_enum_flags_list_their_choices_in_help(command, param, choices):
+    import click
+
+    option = next(p for p in cli_group.commands[command].params if p.name == param)
+    assert isinstance(option.type, click.Choice) and tuple(option.type.choices) == choices
+    help_text = CliRunner().invoke(cli_group, [command, "--help"]).output
+    assert "[" + "|".join(choices) + "]" in help_text
+
+
+def test_shell_completion_offers_the_backends():
+    env = {"_QUARRY_COMPLETE": "bash_complete", "COMP_WORDS": "quarry index --embed-backend o", "COMP_CWORD": "3"}
+    result = CliRunner().invoke(cli_group, [], prog_name="quarry", env=env)
+    assert result.output.split() == ["plain,onnx", "plain,onnx-int8", "plain,openai"]
+
+
+@pytest.mark.parametrize("args", [["--log-level", "info"], ["-v"], ["-vv"]])
+def test_log_level_flags_are_accepted(args, monkeypatch):
+    monkeypatch.setenv("PREFECT_LOGGING_LEVEL", "WARNING")  # restored after the test
+    result = CliRunner().invoke(cli_group, [*args, "status", "--help"])
+    assert result.exit_code == 0, result.output
+    assert __import__("os").environ["PREFECT_LOGGING_LEVEL"] in ("INFO", "DEBUG")
+
+
+def test_python_dash_m_quarry_is_the_cli():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "quarry", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "Commands:" in done.stdout and "_QUARRY_COMPLETE" in done.stdout

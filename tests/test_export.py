@@ -22,7 +22,7 @@ TABLES = ("documents", "sections", "chunks")
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, prefect_api):
-    from flows.index import index_flow
+    from quarry.flows.index import index_flow
 
     db = tmp_path_factory.mktemp("export") / "db"
     index_flow([str(SAMPLE)], db=str(db))

@@ -97,6 +97,7 @@ def test_llm_settings_come_from_the_environment(monkeypatch):
 # --- cross-encoder ---------------------------------------------------------------------------
 
 
+@pytest.mark.torch
 def test_cross_encoder_orders_by_the_models_own_scores(tiny_cross_encoder, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from sentence_transformers import CrossEncoder
@@ -121,6 +122,15 @@ def test_cross_encoder_orders_by_the_models_own_scores(tiny_cross_encoder, monke
     assert [r.rank for r in results] == [1, 2, 3, 4, 5] and "rerank" not in results[0].scores
 
 
+def test_cross_encoder_without_torch_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "sentence_transformers", None)  # import fails
+    (tmp_path / "config.json").write_text("{}")
+    reranker = get_reranker(f"cross-encoder:{tmp_path}")
+    with pytest.raises(QuarryError, match=r"pip install 'quarry\[torch\]'"):
+        reranker.rerank("q", candidates())
+
+
+@pytest.mark.torch
 def test_cross_encoder_with_a_broken_folder_is_one_clear_error(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     reranker = get_reranker(f"cross-encoder:{tmp_path}")

@@ -17,7 +17,7 @@ RETRIEVER_KEYS = {"vector", "bm25"}
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory, prefect_api):
-    from flows.index import index_flow
+    from quarry.flows.index import index_flow
 
     store = tmp_path_factory.mktemp("search") / "db"
     index_flow([str(shared("formats"))], db=str(store))
@@ -116,6 +116,7 @@ def test_llm_rerank_through_the_cli(db):
     assert [r["scores"]["rerank"] for r in out["results"]] == pytest.approx([1.0, 2 / 3, 1 / 3])
 
 
+@pytest.mark.torch
 def test_cross_encoder_rerank_with_explain(db, tiny_cross_encoder):  # noqa: F811
     out = as_json(run("table", "--db", db, "--json", "-k", "4", "--explain", "--rerank",
                       f"cross-encoder:{tiny_cross_encoder}", "--rerank-candidates", "8"))

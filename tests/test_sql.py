@@ -8,11 +8,11 @@ import json
 import pyarrow as pa
 import pytest
 
-from quarry.sqlfiles import SQL_DIR, load_sql, statements
+from quarry.sqlfiles import load_sql, sql_names, statements
 from quarry.store import catalog
 from quarry.store.writer import insert_run
 
-ALL_SQL = sorted(p.stem for p in SQL_DIR.glob("*.sql"))
+ALL_SQL = sql_names()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import threading
 
 from quarry.embedders.base import Embedder, batches_by_budget, normalise
 
-__all__ = ["Embedder", "batches_by_budget", "get_embedder", "normalise", "describe"]
+__all__ = ["Embedder", "batches_by_budget", "get_embedder", "normalise", "describe", "describe_backend"]
 
 _cache: dict[tuple, Embedder] = {}
 _lock = threading.Lock()
@@ -32,6 +32,17 @@ def describe(settings) -> tuple[str, int]:
     """
     embedder = get_embedder(settings)
     return embedder.model, embedder.dim
+
+
+def describe_backend(settings) -> dict:
+    """The backend ``settings`` embed queries with and, for the ONNX ones, which cached model
+    variant it runs (``int8`` variant or ``fp32`` fallback, and its self-check against fp32).
+    Builds and loads nothing."""
+    if settings.embed_backend in ("onnx", "onnx-int8"):
+        from quarry.embedders.onnx_backend import describe_model
+
+        return describe_model(settings.embed_backend)
+    return {"backend": settings.embed_backend, "variant": None}
 
 
 def get_embedder(settings) -> Embedder:

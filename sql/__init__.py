@@ -1,0 +1,1 @@
+"""DuckDB SQL files, installed as ``quarry.sql`` package data; read with ``quarry.sqlfiles``."""
