@@ -138,7 +138,7 @@ def serve_index(roots: list[str], store: Path, cron: str, name: str | None = Non
 
     from prefect.runner import Runner
 
-    from flows.index import index_flow
+    from quarry.flows.index import index_flow
 
     class _Runner(Runner):
         loop: asyncio.AbstractEventLoop | None = None

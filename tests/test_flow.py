@@ -148,11 +148,11 @@ class _CountingEmbedder:
 
 def test_the_flow_hands_the_embedder_whole_batches(tree, tmp_path, run_flow, monkeypatch):
     """One embed() call per flow batch with every chunk to embed: never one chunk per call (issue 14)."""
-    import flows.index
+    import quarry.flows.index as flow_module
 
     fake = _CountingEmbedder()
-    monkeypatch.setattr(flows.index, "get_embedder", lambda settings: fake)
-    monkeypatch.setattr(flows.index, "describe", lambda settings: (fake.model, fake.dim))
+    monkeypatch.setattr(flow_module, "get_embedder", lambda settings: fake)
+    monkeypatch.setattr(flow_module, "describe", lambda settings: (fake.model, fake.dim))
     report = run_flow([tree], tmp_path / "db")
     assert report["embedded_chunks"] == report["chunks"] > 5
     assert fake.sizes == [report["chunks"]]  # 5 files are one flow batch

@@ -27,7 +27,7 @@ HOSTILE = [
 
 @pytest.fixture(scope="module")
 def indexed(tmp_path_factory, prefect_api):
-    from flows.index import index_flow
+    from quarry.flows.index import index_flow
 
     base = tmp_path_factory.mktemp("abuse")
     tree = base / "tree"
@@ -80,7 +80,7 @@ def test_hostile_metadata_and_names_are_stored_verbatim_and_bound(indexed, tmp_p
         found = idx.search("jackdaw", k=3, filters=Filter.build(where=["metadata.author = \"x' OR '1'='1\""]))
         assert [r.path for r in found.results] == [hit.path]
     # A move of a file whose name holds quotes goes through LanceDB's update predicate too.
-    from flows.index import index_flow
+    from quarry.flows.index import index_flow
 
     src = tree / "it's \"odd\" $(x) ; DROP.md"
     dst = tree / "moved 'again'.md"
