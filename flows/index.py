@@ -88,6 +88,7 @@ def index_flow(
             return report
 
         errors, empty_existing, empty_paths, chunks = [], [], set(), 0
+        ocr_pages, ocr_seconds = 0, 0.0
         stats = EmbedStats()
         t_process = t_embed = t_load = 0.0
         todo = plan.to_process
@@ -102,6 +103,8 @@ def index_flow(
             t = time.perf_counter()
             records, batch_errors, empty = process_batch(batch, settings, embedder, workers, llm)
             t_process += time.perf_counter() - t
+            ocr_pages += sum(r.ocr_pages for r in records)
+            ocr_seconds += sum(r.ocr_seconds for r in records)
             errors += batch_errors
             empty_paths.update(f.path for f in empty)
             empty_existing += [doc_id for f, doc_id in batch if f.path in empty_paths and doc_id in existing]
@@ -142,6 +145,8 @@ def index_flow(
             "model_calls": stats.calls,
             "truncated": stats.truncated,
             **_llm_counts(llm),
+            "ocr_pages": ocr_pages,
+            "ocr_seconds": round(ocr_seconds, 3),
             "errors": [{"path": e.path, "error": e.error} for e in errors],
             "durations": durations,
             "settings": settings.public_dict(),
@@ -180,7 +185,7 @@ def _artifact(report: dict) -> None:
         f"| {k} | {report[k]} |"
         for k in ("added", "updated", "moved", "deleted", "skipped", "unsupported", "failed", "chunks",
                   "embedded_chunks", "reused_vectors", "model_calls", "truncated", "llm_calls", "llm_cached",
-                  "llm_prompt_tokens", "llm_completion_tokens")
+                  "llm_prompt_tokens", "llm_completion_tokens", "ocr_pages", "ocr_seconds")
     )
     errors = "\n".join(f"- `{e['path']}`: {e['error']}" for e in report["errors"][:200]) or "none"
     fallbacks = "\n".join(

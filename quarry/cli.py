@@ -92,11 +92,13 @@ def cli():
               help="With --context llm: one summary per section in the header (a call per section).")
 @click.option("--llm-chunk-context/--no-llm-chunk-context", default=None,
               help="Contextual retrieval: an LLM-written context line per chunk (a call per chunk; off by default).")
+@click.option("--ocr/--no-ocr", default=None,
+              help="OCR images and PDF pages without a text layer (default on; $QUARRY_OCR=0 turns it off).")
 @json_option
 @handle_errors
 def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap, embed_backend, embed_model,
           sectioner, context_writer, header_fields, llm_base_url, llm_model, llm_api_key, llm_concurrency,
-          llm_rate_limit, llm_section_summaries, llm_chunk_context, as_json):
+          llm_rate_limit, llm_section_summaries, llm_chunk_context, ocr, as_json):
     """Index files under PATHS into the store (incremental: only what changed is redone)."""
     from quarry.settings import Settings, store_path
     from quarry.store.layout import WriterLock
@@ -117,6 +119,7 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
         "llm_rate_limit": llm_rate_limit,
         "llm_section_summaries": llm_section_summaries,
         "llm_chunk_context": llm_chunk_context,
+        "ocr": ocr,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if llm_api_key:
@@ -172,6 +175,8 @@ def _print_report(report: dict) -> None:
         f"model calls, {report['reused_vectors']} vectors reused"
         + (f", {report['truncated']} truncated" if report.get("truncated") else "")
     )
+    if report.get("ocr_pages"):
+        click.echo(f"ocr: {report['ocr_pages']} pages in {report['ocr_seconds']:.1f} s")
     if report.get("llm_calls") or report.get("llm_cached") or report.get("llm_fallback_windows"):
         click.echo(
             f"llm: {report['llm_calls']} calls, {report['llm_cached']} answers from cache, "
@@ -378,9 +383,9 @@ def status(db, as_json):
 RUN_KEYS = ("run_id", "started", "finished", "status", "added", "updated", "moved", "deleted", "skipped",
             "unsupported", "failed", "chunks", "embedded_chunks", "reused_vectors", "model_calls", "truncated",
             "errors", "durations", "llm_calls", "llm_prompt_tokens", "llm_completion_tokens", "llm_cached",
-            "llm_fallback_windows")
+            "llm_fallback_windows", "ocr_pages", "ocr_seconds")
 LLM_RUN_DEFAULTS = {"llm_calls": 0, "llm_prompt_tokens": 0, "llm_completion_tokens": 0, "llm_cached": 0,
-                    "llm_fallback_windows": []}
+                    "llm_fallback_windows": [], "ocr_pages": 0, "ocr_seconds": 0.0}
 
 
 def _run_item(run: dict) -> dict:

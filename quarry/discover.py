@@ -10,7 +10,7 @@ from pathlib import Path
 
 from quarry.errors import UsageError
 from quarry.models import FileInfo
-from quarry.parsers import file_type_for
+from quarry.parsers import detect_type
 
 IGNORE_FILE = ".quarryignore"
 _HASH_BLOCK = 1 << 20
@@ -116,7 +116,7 @@ def discover(
             if key in readable:
                 continue  # reached twice (overlapping roots or an in-root symlink)
             stat = path.stat()
-            ftype = file_type_for(key)
+            ftype = detect_type(key)
             info = FileInfo(
                 path=key,
                 root=str(base),
