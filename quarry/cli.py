@@ -423,6 +423,26 @@ def runs(db, limit, as_json):
 
 
 @cli.command()
+@json_option
+@handle_errors
+def formats(as_json):
+    """File formats quarry reads, by which library, and which optional readers are missing."""
+    from quarry.parsers import describe_formats
+    from quarry.parsers.ocr import engine_name
+
+    rows = describe_formats()
+    if as_json:
+        click.echo(json.dumps({"formats": rows, "ocr_engine": engine_name() or None}, indent=2))
+        return
+    for r in rows:
+        state = "ok" if r["readable"] else ("missing " + ", ".join(r["missing"]) if r["missing"] else "named failure")
+        click.echo(f"{r['type']:<7} {' '.join(r['extensions'])[:48]:<48}  {r['library']}  [{state}]")
+        click.echo(f"{'':<7} {r['structure']}")
+    click.echo(f"OCR engine: {engine_name() or 'none (pip install rapidocr-onnxruntime, or install tesseract)'}; "
+               "other extensions are sniffed by content")
+
+
+@cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @db_option
 @click.option("--cron", required=True, help='Schedule, e.g. "*/15 * * * *" (every 15 minutes).')

@@ -83,6 +83,23 @@ BY_TYPE: dict[str, Format] = {f.name: f for f in FORMATS}
 SUPPORTED: dict[str, str] = {ext: f.name for f in FORMATS for ext in f.extensions}
 
 
+def describe_formats() -> list[dict]:
+    """Each format with its extensions, library, kept structure and missing imports (for ``quarry formats``)."""
+    import importlib.util
+
+    from quarry.parsers.ocr import engine_name
+
+    rows = []
+    for f in FORMATS:
+        missing = [m for m in f.requires if importlib.util.find_spec(m) is None]
+        if f.ocr and not engine_name():
+            missing.append("rapidocr_onnxruntime or tesseract")
+        rows.append({"type": f.name, "extensions": list(f.extensions), "library": f.library,
+                     "structure": f.structure, "missing": missing,
+                     "readable": not missing and not f.parser.endswith("parse_unsupported")})
+    return rows
+
+
 def file_type_for(path: str) -> str:
     """The file type quarry reads ``path`` as ("md", "pdf", ...) by its suffix, or "" when unknown."""
     return SUPPORTED.get(os.path.splitext(path)[1].lower(), "")

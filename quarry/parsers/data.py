@@ -138,6 +138,8 @@ def parse_notebook(data: bytes, kind: str = "ipynb") -> ParsedDocument:
 
     try:
         nb = json.loads(decode_bytes(data))
+        if "cells" not in nb and "worksheets" not in nb:
+            raise KeyError("no cells")
         cells = nb["cells"] if "cells" in nb else [c for ws in nb.get("worksheets", []) for c in ws["cells"]]
     except (ValueError, KeyError, TypeError) as exc:
         raise ParseError(f"invalid notebook: {type(exc).__name__}: {exc}") from exc

@@ -61,7 +61,7 @@ def ocr_image(image) -> str:
     """The text of a PIL image, lines in reading order (top to bottom, left to right)."""
     name = engine_name()
     if not name:
-        raise ParseError("OCR needs rapidocr-onnxruntime (pip install 'quarry[ocr]') or tesseract")
+        raise ParseError("OCR needs rapidocr-onnxruntime (pip install -e .) or tesseract")
     image = image.convert("RGB")
     if name == "tesseract":
         buf = io.BytesIO()
