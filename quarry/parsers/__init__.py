@@ -119,7 +119,9 @@ def detect_type(path: str) -> str:
 _NEVER_SNIFF = frozenset(
     ".zip .gz .tgz .bz2 .xz .zst .7z .rar .tar .jar .whl .exe .dll .so .dylib .o .a .class .pyc .bin "
     ".mp3 .mp4 .m4a .wav .flac .ogg .mov .avi .mkv .webm .woff .woff2 .ttf .otf .eot .ico .svgz "
-    ".sqlite .db .duckdb .lance .parquet .arrow .npy .npz .pkl .pt .onnx".split()
+    ".sqlite .db .duckdb .lance .parquet .arrow .npy .npz .pkl .pt .onnx "
+    # text, but drawing or styling instructions rather than prose: noise in search results
+    ".svg .css .map".split()
 )
 
 
