@@ -8,6 +8,7 @@ on and the page carries an image; a PDF that still has no text is the failure
 from __future__ import annotations
 
 import io
+import logging
 import re
 
 from quarry.errors import ParseError
@@ -91,10 +92,16 @@ def _ocr_pages(data: bytes, pages: list[str]):
 
     stats = OcrStats()
     todo = [i for i, text in enumerate(pages) if is_garbage(text)]
-    if todo and engine_name():
-        for i, text in ocr_pdf_pages(data, todo, stats).items():
-            if text.strip():
-                pages[i] = _CONTROL.sub("", text).strip()
+    if not todo or not engine_name():
+        return stats
+    try:
+        found = ocr_pdf_pages(data, todo, stats)
+    except Exception as exc:  # pdfium refusing a file pypdf could read costs OCR only, not the text layer
+        logging.getLogger(__name__).warning("OCR skipped: %s", one_line(exc))
+        return stats
+    for i, text in found.items():
+        if text.strip():
+            pages[i] = _CONTROL.sub("", text).strip()
     return stats
 
 
