@@ -64,7 +64,8 @@ def test_shared_xlsx_and_csv():
 
 def test_csv_dialect_and_encoding_are_sniffed(tmp_path):
     path = tmp_path / "villes.csv"
-    rows = ["Ville;Région;Habitants", "Zürich;Zürich;415000", "Genève;Genève;203000", "Besançon;Franche-Comté;117000",
+    rows = ["Ville;Région;Habitants", "Zürich;Zürich;415000", "Genève;Genève;203000",
+            "Besançon;Franche-Comté;117000",
             "Pontevedra;Galicia;83000", "Málaga;Andalucía;578000", "Córdoba;Andalucía;320000"]
     path.write_bytes("\n".join(rows).encode("cp1252"))
     doc = parse_file(str(path))
@@ -288,6 +289,24 @@ def test_quarry_formats_lists_every_format(cli):
     assert {r["type"] for r in out["formats"]} == {f.name for f in FORMATS}
     assert all(r["readable"] for r in out["formats"] if r["type"] not in ("doc", "ppt"))
     assert out["ocr_engine"] == "rapidocr"
+
+
+def _box(x0, x1, y, text):
+    return [[x0, y], [x1, y], [x1, y + 20], [x0, y + 20]], text, 0.9
+
+
+def test_ocr_lines_read_two_columns_one_after_the_other():
+    from quarry.parsers.ocr import _lines
+
+    title = [_box(0, 1000, 0, "A Title Across Both Columns")]
+    left = [_box(0, 450, 40 + 30 * i, f"left{i}") for i in range(4)]
+    right = [_box(550, 1000, 40 + 30 * i, f"right{i}") for i in range(4)]
+    text = _lines(title + right + left)
+    assert text.split("\n") == ["A Title Across Both Columns", *(f"left{i}" for i in range(4)),
+                                 *(f"right{i}" for i in range(4))]
+    # One column of lines, two boxes on a line: joined left to right.
+    single = [_box(0, 400, 30 * i, f"a{i}") for i in range(6)] + [_box(420, 1000, 30 * i, f"b{i}") for i in range(6)]
+    assert _lines(single).split("\n")[0] == "a0 b0"
 
 
 # --- OCR (slow) --------------------------------------------------------------------------------

@@ -33,7 +33,8 @@ class Format:
 _T, _S, _O, _M, _D, _E = ("quarry.parsers.text", "quarry.parsers.sheets", "quarry.parsers.office",
                           "quarry.parsers.mail", "quarry.parsers.data", "quarry.parsers.unsupported")
 FORMATS: tuple[Format, ...] = (
-    Format("md", (".md", ".markdown", ".mdx"), f"{_T}:parse_text", "built in", (), "headings (ATX, setext), front matter"),
+    Format("md", (".md", ".markdown", ".mdx"), f"{_T}:parse_text", "built in", (),
+           "headings (ATX, setext), front matter"),
     Format("txt", (".txt", ".text", ".log"), f"{_T}:parse_text", "built in + charset-normalizer", (), "none"),
     Format("rst", (".rst",), f"{_T}:parse_text", "built in", (), "section titles"),
     Format("org", (".org",), f"{_D}:parse_markup", "built in", (), "outline headings (*, **)"),
@@ -54,7 +55,8 @@ FORMATS: tuple[Format, ...] = (
            "a section per sheet; header row repeated on every row group", heavy=True),
     Format("xls", (".xls",), f"{_S}:parse_sheets", "xlrd", ("xlrd",), "as xlsx", heavy=True),
     Format("ods", (".ods",), f"{_S}:parse_sheets", "odfpy", ("odf",), "as xlsx", heavy=True),
-    Format("csv", (".csv",), f"{_S}:parse_sheets", "csv + charset-normalizer", (), "header row repeated on every row group"),
+    Format("csv", (".csv",), f"{_S}:parse_sheets", "csv + charset-normalizer", (),
+           "header row repeated on every row group"),
     Format("tsv", (".tsv", ".tab"), f"{_S}:parse_sheets", "csv + charset-normalizer", (), "as csv"),
     Format("eml", (".eml",), f"{_M}:parse_mail", "email (stdlib)", (),
            "headers as metadata; text body; attachments as sections"),

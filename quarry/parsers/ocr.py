@@ -76,15 +76,68 @@ def ocr_image(image) -> str:
 
 
 def _lines(result) -> str:
-    """Join rapidocr's boxes into lines: boxes whose vertical centres are close share a line."""
+    """Join rapidocr's boxes into text in reading order, columns one after the other.
+
+    Boxes whose vertical centres are close share a line. A two-column page would read across
+    both columns that way, so a gutter is looked for first: a vertical strip near the middle
+    that no box crosses. Where there is one, the boxes between two full-width boxes (titles,
+    figures' captions) are read left column first, then right.
+    """
     boxes = []
     for box, text, _score in result:
-        ys = [p[1] for p in box]
-        xs = [p[0] for p in box]
-        boxes.append(((min(ys) + max(ys)) / 2, max(ys) - min(ys), min(xs), text))
-    boxes.sort()
+        xs, ys = [p[0] for p in box], [p[1] for p in box]
+        boxes.append((min(xs), max(xs), min(ys), max(ys), text))
+    if not boxes:
+        return ""
+    gutter = _gutter(boxes)
+    if gutter is None:
+        return _join_lines(boxes)
+    blocks, band, out = [], [], []
+    for box in sorted(boxes, key=lambda b: b[2]):
+        if box[0] < gutter < box[1]:  # crosses the gutter: full width, ends the band above it
+            blocks.append(band)
+            blocks.append([box])
+            band = []
+        else:
+            band.append(box)
+    blocks.append(band)
+    for block in blocks:
+        left = [b for b in block if b[1] <= gutter]
+        right = [b for b in block if b[0] >= gutter]
+        rest = [b for b in block if b[0] < gutter < b[1]]
+        for part in (rest, left, right):
+            if part:
+                out.append(_join_lines(part))
+    return "\n".join(out)
+
+
+def _gutter(boxes) -> float | None:
+    """The x of an empty vertical strip in the middle third that most boxes stay clear of, or None."""
+    x0, x1 = min(b[0] for b in boxes), max(b[1] for b in boxes)
+    width = x1 - x0
+    if width <= 0 or len(boxes) < 6:
+        return None
+    best, best_cross = None, len(boxes)
+    for step in range(1, 30):
+        x = x0 + width * (1 / 3 + step / 90)
+        cross = sum(1 for b in boxes if b[0] < x < b[1])
+        left = sum(1 for b in boxes if b[1] <= x)
+        right = sum(1 for b in boxes if b[0] >= x)
+        if cross < best_cross and min(left, right) >= 3:
+            best, best_cross = x, cross
+    # A real gutter is crossed by few boxes (titles, full-width figures), not by body lines, and
+    # is wider than the gap between two boxes of one line (a word space, a table cell's padding).
+    if best is None or best_cross > 0.15 * len(boxes):
+        return None
+    heights = sorted(b[3] - b[2] for b in boxes)
+    gap = min(b[0] for b in boxes if b[0] >= best) - max(b[1] for b in boxes if b[1] <= best)
+    return best if gap >= 1.5 * heights[len(heights) // 2] else None
+
+
+def _join_lines(boxes) -> str:
+    rows = sorted(((b[2] + b[3]) / 2, b[3] - b[2], b[0], b[4]) for b in boxes)
     lines: list[list[tuple]] = []
-    for box in boxes:
+    for box in rows:
         if lines and abs(box[0] - lines[-1][0][0]) < 0.5 * max(box[1], 1):
             lines[-1].append(box)
         else:
