@@ -305,7 +305,7 @@ def test_ocr_lines_read_two_columns_one_after_the_other():
     assert text.split("\n") == ["A Title Across Both Columns", *(f"left{i}" for i in range(4)),
                                  *(f"right{i}" for i in range(4))]
     # One column of lines, two boxes on a line: joined left to right.
-    single = [_box(0, 400, 30 * i, f"a{i}") for i in range(6)] + [_box(420, 1000, 30 * i, f"b{i}") for i in range(6)]
+    single = [_box(0, 400, 30 * i, f"a{i}") for i in range(6)] + [_box(410, 1000, 30 * i, f"b{i}") for i in range(6)]
     assert _lines(single).split("\n")[0] == "a0 b0"
 
 

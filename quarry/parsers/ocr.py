@@ -130,8 +130,11 @@ def _gutter(boxes) -> float | None:
     if best is None or best_cross > 0.15 * len(boxes):
         return None
     heights = sorted(b[3] - b[2] for b in boxes)
-    gap = min(b[0] for b in boxes if b[0] >= best) - max(b[1] for b in boxes if b[1] <= best)
-    return best if gap >= 1.5 * heights[len(heights) // 2] else None
+    # Robust edges: a centred short line (an e-mail address under a title) may sit near the gutter.
+    left_edges = sorted(b[1] for b in boxes if b[1] <= best)
+    right_edges = sorted(b[0] for b in boxes if b[0] >= best)
+    gap = right_edges[len(right_edges) // 10] - left_edges[-(len(left_edges) // 10) - 1]
+    return best if gap >= heights[len(heights) // 2] else None
 
 
 def _join_lines(boxes) -> str:
