@@ -419,6 +419,7 @@ def runs(db, limit, as_json):
             f"={r['skipped']} !{r['failed']}  embedded {r['embedded_chunks']}, reused {r['reused_vectors']}"
             + (f"; llm {r['llm_calls']} calls, {r['llm_cached']} cached, {len(r['llm_fallback_windows'])} fallbacks"
                if r["llm_calls"] or r["llm_cached"] or r["llm_fallback_windows"] else "")
+            + (f"; ocr {r['ocr_pages']} pages in {r['ocr_seconds']:.0f} s" if r["ocr_pages"] else "")
         )
 
 

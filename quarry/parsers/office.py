@@ -1,10 +1,10 @@
 """Office documents and e-books: PPTX (python-pptx), ODT (odfpy), RTF (striprtf), EPUB (ebooklib).
 
-PPTX: python-pptx over markitdown. markitdown's PPTX converter is itself python-pptx, wrapped
-in Markdown rendering, and it pulls in a much larger dependency tree (magika, its own
-onnx model, beautifulsoup, requests...); measured on ``fake-power-point-table.pptx`` here,
-python-pptx opens and walks the deck in ~25 ms, and gives us what markitdown's Markdown
-would make us re-parse: the slide boundary (our page), the title shape, tables and notes.
+PPTX: python-pptx over markitdown. markitdown's PPTX converter is itself python-pptx, rendering
+Markdown ("<!-- Slide number: 1 -->", "# title", Markdown tables) that quarry would have to parse
+back to find slide boundaries; ``markitdown[pptx]`` also adds magika (a file-type model) and
+markdownify. Measured here on ``fake-power-point-table.pptx`` (10 conversions, machine shared):
+markitdown 0.1.8 ``convert`` 146 ms a file, :func:`parse_pptx` 38 ms, with the same words.
 """
 
 from __future__ import annotations
