@@ -341,10 +341,12 @@ def test_multipage_tiff_frames_are_pages(tmp_path):
 
 def test_mixed_tree_through_the_flow(tmp_path, run_flow):
     tree = mixed_tree(tmp_path / "tree")
+    (tree / "scan.pdf").write_bytes(shared("scanned", "loremipsum-flat.pdf").read_bytes())
     db = tmp_path / "db"
     report = run_flow([tree], db, overrides={"ocr": False})
     errors = {e["path"].rsplit("/", 1)[-1]: e["error"] for e in report["errors"]}
     assert errors == {"old.doc": "unsupported: legacy Word, convert to DOCX",
+                      "scan.pdf": "no text layer (1 pages)",  # OCR off: still a named failure
                       "broken.xlsx": errors["broken.xlsx"]} and "corrupt XLSX" in errors["broken.xlsx"]
     assert report["unsupported"] == 0 and report["added"] == 12 and report["ocr_pages"] == 0
     expected = {"widget-7 Lyon": "stock.xlsx", "okapi shipment": "deck.pptx", "Jacquard loom": "note.eml",
@@ -362,3 +364,17 @@ def test_mixed_tree_through_the_flow(tmp_path, run_flow):
         assert mail and all(h.path.endswith("note.eml") for h in mail)
     again = run_flow([tree], db, overrides={"ocr": False})
     assert again["added"] == again["updated"] == 0 and again["embedded_chunks"] == 0
+
+
+@pytest.mark.slow
+def test_ocr_is_counted_in_the_run(tmp_path, run_flow, cli):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "scan.pdf").write_bytes(shared("scanned", "loremipsum-flat.pdf").read_bytes())
+    report = run_flow([tree], tmp_path / "db")
+    assert report["failed"] == 0 and report["ocr_pages"] == 1 and report["ocr_seconds"] > 0
+    runs = json.loads(cli("runs", "--db", tmp_path / "db", "--json").stdout)
+    assert runs[0]["ocr_pages"] == 1 and runs[0]["ocr_seconds"] > 0
+    with quarry.open(tmp_path / "db") as idx:
+        hit = idx.search("sollicitudin molestie consequat", k=1, mode="bm25").results[0]
+    assert hit.path.endswith("scan.pdf") and hit.page_start == 1
