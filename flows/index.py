@@ -128,6 +128,7 @@ def _index(logger, settings, store, roots, run_id, started, durations, full, dry
             return report
 
         errors, empty_existing, empty_paths, chunks = list(unreadable), [], set(), 0
+        ocr_pages, ocr_seconds = 0, 0.0
         stats = EmbedStats()
         t_process = t_embed = t_load = 0.0
         todo = plan.to_process
@@ -142,6 +143,8 @@ def _index(logger, settings, store, roots, run_id, started, durations, full, dry
             t = time.perf_counter()
             records, batch_errors, empty = process_batch(batch, settings, embedder, workers, llm)
             t_process += time.perf_counter() - t
+            ocr_pages += sum(r.ocr_pages for r in records)
+            ocr_seconds += sum(r.ocr_seconds for r in records)
             errors += batch_errors
             empty_paths.update(f.path for f in empty)
             empty_existing += [doc_id for f, doc_id in batch if f.path in empty_paths and doc_id in existing]
@@ -186,6 +189,8 @@ def _index(logger, settings, store, roots, run_id, started, durations, full, dry
             "model_calls": stats.calls,
             "truncated": stats.truncated,
             **_llm_counts(llm),
+            "ocr_pages": ocr_pages,
+            "ocr_seconds": round(ocr_seconds, 3),
             # Display form: a name that is not UTF-8 shows as \xNN (quarry/paths.py).
             "errors": [{"path": display(e.path), "error": e.error} for e in errors],
             "durations": durations,
@@ -233,7 +238,7 @@ def _artifact(report: dict) -> None:
         f"| {k} | {report[k]} |"
         for k in ("added", "updated", "moved", "deleted", "skipped", "unsupported", "failed", "chunks",
                   "embedded_chunks", "reused_vectors", "model_calls", "truncated", "llm_calls", "llm_cached",
-                  "llm_prompt_tokens", "llm_completion_tokens")
+                  "llm_prompt_tokens", "llm_completion_tokens", "ocr_pages", "ocr_seconds")
     )
     errors = "\n".join(f"- `{e['path']}`: {e['error']}" for e in report["errors"][:200]) or "none"
     fallbacks = "\n".join(

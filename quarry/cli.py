@@ -122,11 +122,13 @@ def configure_logging(level: str) -> None:
 @click.option("--if-busy", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
               help="When another run holds the store: fail (exit 1), or skip — exit 0 and record a skipped run "
                    "(for cron jobs; what `quarry serve` does).")
+@click.option("--ocr/--no-ocr", default=None,
+              help="OCR images and PDF pages without a text layer (default on; $QUARRY_OCR=0 turns it off).")
 @json_option
 @handle_errors
 def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap, embed_backend, embed_model,
           sectioner, context_writer, header_fields, llm_base_url, llm_model, llm_api_key, llm_concurrency,
-          llm_rate_limit, llm_section_summaries, llm_chunk_context, if_busy, as_json):
+          llm_rate_limit, llm_section_summaries, llm_chunk_context, if_busy, ocr, as_json):
     """Index files under PATHS into the store (incremental: only what changed is redone)."""
     from quarry.errors import StoreLocked
     from quarry.settings import Settings, store_path
@@ -148,6 +150,7 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
         "llm_rate_limit": llm_rate_limit,
         "llm_section_summaries": llm_section_summaries,
         "llm_chunk_context": llm_chunk_context,
+        "ocr": ocr,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if llm_api_key:
@@ -217,6 +220,8 @@ def _print_report(report: dict) -> None:
         f"model calls, {report['reused_vectors']} vectors reused"
         + (f", {report['truncated']} truncated" if report.get("truncated") else "")
     )
+    if report.get("ocr_pages"):
+        click.echo(f"ocr: {report['ocr_pages']} pages in {report['ocr_seconds']:.1f} s")
     if report.get("llm_calls") or report.get("llm_cached") or report.get("llm_fallback_windows"):
         click.echo(
             f"llm: {report['llm_calls']} calls, {report['llm_cached']} answers from cache, "
@@ -435,9 +440,9 @@ def status(db, as_json):
 RUN_KEYS = ("run_id", "started", "finished", "status", "added", "updated", "moved", "deleted", "skipped",
             "unsupported", "failed", "chunks", "embedded_chunks", "reused_vectors", "model_calls", "truncated",
             "errors", "durations", "llm_calls", "llm_prompt_tokens", "llm_completion_tokens", "llm_cached",
-            "llm_fallback_windows")
+            "llm_fallback_windows", "ocr_pages", "ocr_seconds")
 LLM_RUN_DEFAULTS = {"llm_calls": 0, "llm_prompt_tokens": 0, "llm_completion_tokens": 0, "llm_cached": 0,
-                    "llm_fallback_windows": []}
+                    "llm_fallback_windows": [], "ocr_pages": 0, "ocr_seconds": 0.0}
 
 
 def _run_item(run: dict) -> dict:
@@ -475,7 +480,28 @@ def runs(db, limit, as_json):
             f"={r['skipped']} !{r['failed']}  embedded {r['embedded_chunks']}, reused {r['reused_vectors']}"
             + (f"; llm {r['llm_calls']} calls, {r['llm_cached']} cached, {len(r['llm_fallback_windows'])} fallbacks"
                if r["llm_calls"] or r["llm_cached"] or r["llm_fallback_windows"] else "")
+            + (f"; ocr {r['ocr_pages']} pages in {r['ocr_seconds']:.0f} s" if r["ocr_pages"] else "")
         )
+
+
+@cli.command()
+@json_option
+@handle_errors
+def formats(as_json):
+    """File formats quarry reads, by which library, and which optional readers are missing."""
+    from quarry.parsers import describe_formats
+    from quarry.parsers.ocr import engine_name
+
+    rows = describe_formats()
+    if as_json:
+        click.echo(json.dumps({"formats": rows, "ocr_engine": engine_name() or None}, indent=2))
+        return
+    for r in rows:
+        state = "ok" if r["readable"] else ("missing " + ", ".join(r["missing"]) if r["missing"] else "named failure")
+        click.echo(f"{r['type']:<7} {' '.join(r['extensions'])[:48]:<48}  {r['library']}  [{state}]")
+        click.echo(f"{'':<7} {r['structure']}")
+    click.echo(f"OCR engine: {engine_name() or 'none (pip install rapidocr-onnxruntime, or install tesseract)'}; "
+               "other extensions are sniffed by content")
 
 
 @cli.command()

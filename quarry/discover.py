@@ -9,7 +9,7 @@ from pathlib import Path
 
 from quarry.errors import ParseError, UsageError
 from quarry.models import FileError, FileInfo
-from quarry.parsers import file_type_for
+from quarry.parsers import detect_type
 from quarry.paths import display
 from quarry.safeio import describe_os_error, hash_regular
 
@@ -126,8 +126,9 @@ def discover(
             key = str(path)
             if key in readable:
                 continue  # reached twice (overlapping roots or an in-root symlink)
-            ftype = file_type_for(key)
+            ftype = ""
             try:
+                ftype = detect_type(key)
                 stat = path.stat()
                 digest = sha256_file(key) if ftype else ""
             except (OSError, ParseError) as exc:

@@ -16,7 +16,7 @@ class FileInfo:
     path: str  # absolute, resolved path
     root: str  # the root it was found under (absolute)
     rel_path: str  # path relative to root, POSIX separators
-    file_type: str  # "md", "txt", "rst", "html", "pdf", "docx", or "" when unsupported
+    file_type: str  # a name from quarry.parsers.FORMATS ("md", "pdf", "pptx", ...), or "" when unsupported
     size: int
     mtime: float
     sha256: str
@@ -35,7 +35,8 @@ class Heading:
 class ParsedDocument:
     """A document's text with the structure a parser could recover.
 
-    ``page_offsets[i]`` is the character offset where page ``i + 1`` starts (PDF only);
+    ``page_offsets[i]`` is the character offset where page ``i + 1`` starts (PDF pages, PPTX
+    slides, TIFF frames);
     ``headings`` are sorted by offset.
     """
 
@@ -47,6 +48,8 @@ class ParsedDocument:
     # sha256 of the bytes this text came from (set by parsers.parse_file): a file rewritten
     # between discovery and parsing is stored with the hash of what was parsed.
     sha256: str | None = None
+    ocr_pages: int = 0  # pages (or images) read by OCR
+    ocr_seconds: float = 0.0
 
     def page_at(self, offset: int) -> int | None:
         """The 1-based page number holding character ``offset``, or None for paged-less documents."""
@@ -115,6 +118,8 @@ class DocumentRecord:
     chunks: list[Chunk]
     metadata: dict[str, str] = field(default_factory=dict)
     n_pages: int | None = None
+    ocr_pages: int = 0
+    ocr_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

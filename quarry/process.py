@@ -19,32 +19,39 @@ from quarry.chunking import chunk_document, text_hash
 from quarry.context import compose_header, get_context_writer, header_fields
 from quarry.errors import ParseError, QuarryError, UnsupportedFile
 from quarry.models import Chunk, DocumentRecord, FileError, FileInfo, ParsedDocument, join_header
-from quarry.parsers import parse_file
+from quarry.parsers import FORMATS, parse_file
 from quarry.sectioning import get_sectioner
 
-HEAVY_TYPES = {"pdf", "docx"}
+HEAVY_TYPES = {f.name for f in FORMATS if f.heavy}
+OCR_TYPES = {f.name for f in FORMATS if f.ocr}
 
 
-def _parse_one(path: str, file_type: str) -> ParsedDocument | str:
+def _parse_one(path: str, file_type: str, ocr: bool = True) -> ParsedDocument | str:
     """Parse in a worker; errors come back as a string so they cross the process boundary."""
     # pypdf logs every repair it makes to a damaged file; the run reports real failures itself
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
-        return parse_file(path, file_type)
+        return parse_file(path, file_type, ocr=ocr)
     except (ParseError, UnsupportedFile) as exc:
         return str(exc)
     except Exception as exc:  # a parser bug must not take the batch down
         return f"{type(exc).__name__}: {exc}"
 
 
-def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120) -> list[ParsedDocument | str]:
-    """Parse ``files``; each result is a document or the reason it could not be read."""
+def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, ocr: bool = True
+                ) -> list[ParsedDocument | str]:
+    """Parse ``files``; each result is a document or the reason it could not be read.
+
+    With ``ocr``, a batch holding a PDF or an image always uses the pool, even for one file,
+    so that OCR (tens of seconds a page on a small machine) stays under the per-file timeout.
+    """
     results: list[ParsedDocument | str | None] = [None] * len(files)
     heavy = [i for i, f in enumerate(files) if f.file_type in HEAVY_TYPES]
-    if workers > 1 and len(heavy) > 1:
+    may_ocr = ocr and any(files[i].file_type in OCR_TYPES for i in heavy)
+    if (workers > 1 and len(heavy) > 1) or may_ocr:
         ctx = multiprocessing.get_context("spawn")  # fork is unsafe under Prefect's threads
-        pool = ProcessPoolExecutor(max_workers=min(workers, len(heavy)), mp_context=ctx)
-        futures = {i: pool.submit(_parse_one, files[i].path, files[i].file_type) for i in heavy}
+        pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(heavy))), mp_context=ctx)
+        futures = {i: pool.submit(_parse_one, files[i].path, files[i].file_type, ocr) for i in heavy}
         hung = False
         for i, fut in futures.items():
             try:
@@ -60,7 +67,7 @@ def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120) -
         pool.shutdown(wait=not hung, cancel_futures=True)
     for i, f in enumerate(files):
         if results[i] is None:
-            results[i] = _parse_one(f.path, f.file_type)
+            results[i] = _parse_one(f.path, f.file_type, ocr)
     return results  # type: ignore[return-value]
 
 
@@ -161,7 +168,8 @@ def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, to
     records = [
         DocumentRecord(doc_id=docs[i][1], file=docs[i][0], title=contexts[i][0], summary=contexts[i][1],
                        sections=sections[i], chunks=chunks[i], metadata=dict(docs[i][2].metadata),
-                       n_pages=len(docs[i][2].page_offsets) or None)
+                       n_pages=len(docs[i][2].page_offsets) or None, ocr_pages=docs[i][2].ocr_pages,
+                       ocr_seconds=docs[i][2].ocr_seconds)
         for i in alive
     ]
     return records, [FileError(docs[i][0].path, error) for i, error in sorted(failed.items())]
@@ -187,7 +195,7 @@ def process_files(
     :class:`~quarry.llm.LLMRuntime` when the settings ask for LLM sectioning or context.
     """
     files = [f for f, _ in items]
-    parsed = parse_files(files, workers=workers, timeout=settings.parse_timeout)
+    parsed = parse_files(files, workers=workers, timeout=settings.parse_timeout, ocr=settings.ocr)
     errors: list[FileError] = []
     empty: list[FileInfo] = []
     docs: list[tuple[FileInfo, str, ParsedDocument]] = []

@@ -91,6 +91,7 @@ class Settings:
     # run
     parse_workers: int = 0  # 0 = one per CPU
     parse_timeout: int = 120  # seconds per file
+    ocr: bool = True  # OCR images and PDF pages without a text layer (QUARRY_OCR=0 turns it off)
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:

@@ -78,7 +78,9 @@ CREATE TABLE IF NOT EXISTS runs (
     llm_prompt_tokens     INTEGER DEFAULT 0,
     llm_completion_tokens INTEGER DEFAULT 0,
     llm_cached            INTEGER DEFAULT 0,  -- answers replayed from <store>/llm-cache.sqlite
-    llm_fallback_windows  JSON DEFAULT '[]'   -- [{"path", "kind", "window", "error"}] done by local rules
+    llm_fallback_windows  JSON DEFAULT '[]',  -- [{"path", "kind", "window", "error"}] done by local rules
+    ocr_pages             INTEGER DEFAULT 0,  -- PDF pages and images read by OCR
+    ocr_seconds           DOUBLE DEFAULT 0    -- time spent in OCR (render + recognise), summed over workers
 );
 
 -- Catalogs made before the LLM columns existed gain them here (run again before each run row).
@@ -89,3 +91,5 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_cached INTEGER DEFAULT 0;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_fallback_windows JSON DEFAULT '[]';
 -- Catalogs made before non-UTF-8 file names were stored losslessly (quarry/paths.py).
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS path_bytes BLOB;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS ocr_pages INTEGER DEFAULT 0;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS ocr_seconds DOUBLE DEFAULT 0;

@@ -13,7 +13,8 @@ def tree(tmp_path):
     (root / "docs" / "sub").mkdir(parents=True)
     (root / "docs" / "a.md").write_text("# A\n\nalpha")
     (root / "docs" / "sub" / "b.txt").write_text("beta")
-    (root / "docs" / "image.png").write_bytes(b"\x89PNG....")
+    (root / "docs" / "image.png").write_bytes(b"\x89PNG....")  # read by OCR (and fails there)
+    (root / "docs" / "blob.bin").write_bytes(b"\x00\x01")
     (root / ".hidden").mkdir()
     (root / ".hidden" / "secret.md").write_text("no")
     (root / ".dotfile.md").write_text("no")
@@ -34,8 +35,8 @@ def rels(files):
 
 def test_walk_skips_hidden_links_out_and_loops(tree):
     readable, unsupported = discover([tree])
-    assert rels(readable) == ["docs/a.md", "docs/sub/b.txt", "drafts/wip.md"]
-    assert rels(unsupported) == ["docs/image.png"]
+    assert rels(readable) == ["docs/a.md", "docs/image.png", "docs/sub/b.txt", "drafts/wip.md"]
+    assert rels(unsupported) == ["docs/blob.bin"]
     a = next(f for f in readable if f.rel_path == "docs/a.md")
     assert a.sha256 == sha256_file(a.path) and a.size == 10 and a.file_type == "md"
 
@@ -43,10 +44,10 @@ def test_walk_skips_hidden_links_out_and_loops(tree):
 def test_include_exclude_and_quarryignore(tree):
     (tree / ".quarryignore").write_text("drafts/\n")
     readable, _ = discover([tree])
-    assert rels(readable) == ["docs/a.md", "docs/sub/b.txt"]
+    assert rels(readable) == ["docs/a.md", "docs/image.png", "docs/sub/b.txt"]
     readable, _ = discover([tree], include=["*.md"])
     assert rels(readable) == ["docs/a.md"]
-    readable, _ = discover([tree], exclude=["docs/sub/*"])
+    readable, _ = discover([tree], exclude=["docs/sub/*", "*.png"])
     assert rels(readable) == ["docs/a.md"]
 
 
@@ -60,5 +61,8 @@ def test_single_file_root_and_missing_root(tree, tmp_path):
 def test_real_handbook_tree():
     root = shared("trees", "sourcegraph-handbook")
     readable, unsupported = discover([root])
-    assert sum(f.file_type == "md" for f in readable) == 883
-    assert unsupported  # images, SVG, JSON sit beside the Markdown
+    assert sum(f.rel_path.endswith(".md") for f in readable) == 883
+    # Three Markdown files without an extension are found by sniffing; images are read by OCR.
+    assert sum(f.file_type == "md" for f in readable) == 886
+    assert {f.file_type for f in readable} >= {"md", "image", "json", "txt"}
+    assert unsupported and all(f.rel_path.endswith(".svg") for f in unsupported)

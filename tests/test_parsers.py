@@ -51,7 +51,9 @@ def heading_tuples(doc) -> list[tuple[int, str]]:
         ("page.xhtml", "html"),
         ("paper.pdf", "pdf"),
         ("memo.docx", "docx"),
-        ("old.doc", ""),
+        ("old.doc", "doc"),  # recognised, to fail with "legacy Word, convert to DOCX"
+        ("deck.pptx", "pptx"),
+        ("data.csv", "csv"),
         ("Makefile", ""),
         ("archive.tar.gz", ""),
     ],
@@ -61,12 +63,12 @@ def test_file_type_for(path, expected):
 
 
 def test_supported_types_are_all_parseable():
-    assert set(SUPPORTED.values()) == {"md", "txt", "rst", "html", "pdf", "docx"}
+    assert {"md", "txt", "rst", "html", "pdf", "docx", "pptx", "xlsx", "eml", "epub"} <= set(SUPPORTED.values())
 
 
 def test_unsupported_file_raises(tmp_path):
-    path = write(tmp_path, "data.csv", "a,b\n1,2\n")
-    with pytest.raises(UnsupportedFile, match="data.csv"):
+    path = write(tmp_path, "data.qqq", "a,b\n1,2\n")
+    with pytest.raises(UnsupportedFile, match="data.qqq"):
         parse_file(path)
     # An explicit type overrides the suffix.
     assert parse_file(path, file_type="txt").text == "a,b\n1,2\n"

@@ -15,7 +15,7 @@ _P, _TBL, _SDT, _SDT_CONTENT, _TR, _TC = (_W + t for t in ("p", "tbl", "sdt", "s
 _HEADING_STYLE = re.compile(r"^heading\s*([1-9])$", re.I)
 
 
-def parse_docx(data: bytes) -> ParsedDocument:
+def parse_docx(data: bytes, kind: str = "docx") -> ParsedDocument:
     """Parse DOCX bytes: paragraphs and tables (rows as ``cell | cell`` lines) in body order.
 
     Title: the core-properties title, else a ``Title``-style paragraph, else the first heading.

@@ -32,7 +32,7 @@ def declared_charset(data: bytes) -> str | None:
     return match.group(1).decode("ascii") if match else None
 
 
-def parse_html(data: bytes) -> ParsedDocument:
+def parse_html(data: bytes, kind: str = "html") -> ParsedDocument:
     """Parse HTML bytes into visible text, headings and a title (``<title>``, else first h1)."""
     from selectolax.lexbor import LexborHTMLParser
 

@@ -1,8 +1,14 @@
-"""PDF via pypdf: text per page, page offsets, headings from the outline (bookmarks)."""
+"""PDF via pypdf: text per page, page offsets, headings from the outline (bookmarks).
+
+Pages whose text layer is empty or garbage are OCRed (:mod:`quarry.parsers.ocr`) when OCR is
+on and the page carries an image; a PDF that still has no text is the failure
+"no text layer (N pages)".
+"""
 
 from __future__ import annotations
 
 import io
+import logging
 import re
 
 from quarry.errors import ParseError
@@ -23,10 +29,11 @@ _JUNK_TITLE = re.compile(
 )
 
 
-def parse_pdf(data: bytes) -> ParsedDocument:
+def parse_pdf(data: bytes, kind: str = "pdf", ocr: bool = True) -> ParsedDocument:
     """Parse PDF bytes: pages joined by a blank line, ``page_offsets`` at each page's start.
 
-    Raises ParseError for encrypted PDFs that need a password and for unreadable files.
+    With ``ocr``, pages without a usable text layer are read by OCR. Raises ParseError for
+    encrypted PDFs that need a password, for unreadable files and for PDFs with no text.
     """
     from pypdf import PdfReader
 
@@ -51,6 +58,7 @@ def parse_pdf(data: bytes) -> ParsedDocument:
             errors.append(exc)
     if len(errors) == len(pages):
         raise ParseError(f"not valid PDF: {one_line(errors[0])}")
+    stats = _ocr_pages(data, pages) if ocr else None
 
     offsets, parts, length = [], [], 0
     for text in pages:
@@ -62,6 +70,7 @@ def parse_pdf(data: bytes) -> ParsedDocument:
         length += len(text)
     text = "".join(parts)
     if not text.strip():
+        # A scanned PDF that OCR could not read (or OCR is off): named, not silently empty.
         return no_text_layer(data, len(pages))
 
     headings = _outline_headings(reader, text, offsets)
@@ -72,17 +81,38 @@ def parse_pdf(data: bytes) -> ParsedDocument:
         headings=headings,
         page_offsets=offsets,
         metadata=info,
+        ocr_pages=stats.pages if stats else 0,
+        ocr_seconds=stats.seconds if stats else 0.0,
     )
 
 
 def no_text_layer(data: bytes, n_pages: int) -> ParsedDocument:
     """What a PDF whose pages carry no text (scans, image-only pages) becomes.
 
-    The one place to hook OCR in: today it is a named failure, so that a run reports the file
-    instead of dropping it silently as empty.
+    Reached when OCR is off, unavailable or read nothing: a named failure, so that a run reports
+    the file instead of dropping it silently as empty.
     """
     raise ParseError(f"no text layer ({n_pages} page{'s' if n_pages != 1 else ''}): scanned or image-only PDF, "
-                     "nothing to index without OCR")
+                     "and OCR read no text from it (or is off)")
+
+
+def _ocr_pages(data: bytes, pages: list[str]):
+    """Replace, in place, the text of pages whose layer is empty or garbage by their OCR text."""
+    from quarry.parsers.ocr import OcrStats, engine_name, is_garbage, ocr_pdf_pages
+
+    stats = OcrStats()
+    todo = [i for i, text in enumerate(pages) if is_garbage(text)]
+    if not todo or not engine_name():
+        return stats
+    try:
+        found = ocr_pdf_pages(data, todo, stats)
+    except Exception as exc:  # pdfium refusing a file pypdf could read costs OCR only, not the text layer
+        logging.getLogger(__name__).warning("OCR skipped: %s", one_line(exc))
+        return stats
+    for i, text in found.items():
+        if text.strip():
+            pages[i] = _CONTROL.sub("", text).strip()
+    return stats
 
 
 def _decrypt(reader) -> None:
