@@ -270,7 +270,7 @@ def test_corrupt_file_of_each_family_is_a_named_failure(tmp_path, name, data, me
 
 
 def test_scanned_pdf_without_ocr_is_a_named_failure():
-    with pytest.raises(ParseError, match=r"no text layer \(1 pages\)"):
+    with pytest.raises(ParseError, match=r"no text layer \(1 page\)"):
         parse_file(str(shared("scanned", "loremipsum-flat.pdf")), ocr=False)
 
 
