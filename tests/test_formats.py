@@ -346,7 +346,7 @@ def test_mixed_tree_through_the_flow(tmp_path, run_flow):
     report = run_flow([tree], db, overrides={"ocr": False})
     errors = {e["path"].rsplit("/", 1)[-1]: e["error"] for e in report["errors"]}
     assert errors == {"old.doc": "unsupported: legacy Word, convert to DOCX",
-                      "scan.pdf": "no text layer (1 page)",  # OCR off: still a named failure
+                      "scan.pdf": "no text layer (1 page): scanned or image-only PDF, and OCR read no text from it (or is off)",
                       "broken.xlsx": errors["broken.xlsx"]} and "corrupt XLSX" in errors["broken.xlsx"]
     assert report["unsupported"] == 0 and report["added"] == 12 and report["ocr_pages"] == 0
     expected = {"widget-7 Lyon": "stock.xlsx", "okapi shipment": "deck.pptx", "Jacquard loom": "note.eml",
