@@ -27,7 +27,7 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-from quarry.sqlfiles import load_sql
+from quarry.core.sqlfiles import load_sql
 
 JOURNAL = "run-journal.jsonl"
 CLAIMED_GLOB = "run-journal.claimed-*.jsonl"
