@@ -72,7 +72,7 @@ CREATE TABLE IF NOT EXISTS runs (
     model_calls     INTEGER NOT NULL DEFAULT 0,
     truncated       INTEGER NOT NULL DEFAULT 0,
     errors          JSON NOT NULL,     -- [{"path", "error"}]
-    durations       JSON NOT NULL,     -- seconds per stage
+    durations       JSON NOT NULL,     -- {stage: {seconds, rows, rows_per_s}} and total (quarry.core.models.StageClock)
     settings        JSON NOT NULL,     -- the run's settings, secrets masked
     llm_calls             INTEGER DEFAULT 0,  -- chat requests sent (retries included)
     llm_prompt_tokens     INTEGER DEFAULT 0,
@@ -80,7 +80,8 @@ CREATE TABLE IF NOT EXISTS runs (
     llm_cached            INTEGER DEFAULT 0,  -- answers replayed from <store>/llm-cache.sqlite
     llm_fallback_windows  JSON DEFAULT '[]',  -- [{"path", "kind", "window", "error"}] done by local rules
     ocr_pages             INTEGER DEFAULT 0,  -- PDF pages and images read by OCR
-    ocr_seconds           DOUBLE DEFAULT 0    -- time spent in OCR (render + recognise), summed over workers
+    ocr_seconds           DOUBLE DEFAULT 0,   -- time spent in OCR (render + recognise), summed over workers
+    runner                VARCHAR DEFAULT ''  -- task runner of the run's batches: threads, processes, dask, ray
 );
 
 -- Catalogs made before the LLM columns existed gain them here (run again before each run row).
@@ -93,3 +94,5 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_fallback_windows JSON DEFAULT '[]'
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS path_bytes BLOB;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS ocr_pages INTEGER DEFAULT 0;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS ocr_seconds DOUBLE DEFAULT 0;
+-- Catalogs made before the task runner was a setting (issue 17).
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS runner VARCHAR DEFAULT '';

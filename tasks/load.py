@@ -1,26 +1,56 @@
-"""Write to the store: document batches, deletions and moves, and the commit."""
+"""Write to the store: document batches, deletions and moves, and the commit.
+
+The writer holds the lock and the run's new catalog generation, so it never leaves the flow's
+process: these tasks take the run id, not the writer, and find the run's writer in this process
+(:func:`attach_writer`). The flow calls them directly, never through ``.submit``.
+"""
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from quarry.core.models import DocumentRecord
+from quarry.core.errors import QuarryError
+from quarry.core.models import DocumentRecord, RunReport
 from quarry.ingest.plan import Plan
 from quarry.store.catalog import utc_timestamp
+from quarry.store.writer import CommitInfo, StoreWriter
+
+_writers: dict[str, StoreWriter] = {}
+
+
+def attach_writer(run_id: str, writer: StoreWriter) -> None:
+    """Make ``writer`` the one the load and commit tasks of ``run_id`` use in this process."""
+    _writers[run_id] = writer
+
+
+def detach_writer(run_id: str) -> None:
+    _writers.pop(run_id, None)
+
+
+def _writer(run_id: str) -> StoreWriter:
+    try:
+        return _writers[run_id]
+    except KeyError:
+        raise QuarryError(f"run {run_id} has no open writer in process {os.getpid()}: load and commit tasks run "
+                          "in the flow's process, which owns the writer; call them, never submit them") from None
 
 
 @task(name="load", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])
-def load_batch(writer, records: list[DocumentRecord], vectors: dict, run_id: str) -> int:
+def load_batch(run_id: str, records: list[DocumentRecord], vectors: dict[str, np.ndarray]) -> int:
     """Replace these documents in LanceDB and the new catalog generation (repeatable)."""
-    writer.write_documents(records, vectors, run_id)
+    _writer(run_id).write_documents(records, vectors, run_id)
     n = sum(len(r.chunks) for r in records)
     get_run_logger().info("loaded %d documents, %d chunks", len(records), n)
     return n
 
 
 @task(name="apply-removals-and-moves", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])
-def apply_removals_and_moves(writer, plan: Plan, extra_deletes: list[str], run_id: str) -> None:
+def apply_removals_and_moves(run_id: str, plan: Plan, extra_deletes: list[str]) -> None:
+    writer = _writer(run_id)
     writer.delete_documents([d.doc_id for d in plan.removed] + extra_deletes)
     for file, doc_id, _old in plan.moved:
         writer.move_document(doc_id, file.path, file.root, file.rel_path, utc_timestamp(file.mtime), run_id)
@@ -29,9 +59,18 @@ def apply_removals_and_moves(writer, plan: Plan, extra_deletes: list[str], run_i
 
 
 @task(name="commit", cache_policy=NO_CACHE)
-def commit_run(writer, run_row: dict, meta: dict):
-    """Rebuild BM25, record the run and swing the pointer: the run becomes visible here."""
-    info = writer.commit(run_row, meta)
+def commit_run(run_id: str, report: RunReport, meta: dict) -> tuple[CommitInfo, RunReport]:
+    """Build the search index, record the run and swing the pointer: the run becomes visible here.
+
+    Returns the commit and the report as written (with the commit's time and the finish time).
+    """
+    written = []
+
+    def finish(seconds: float) -> RunReport:
+        written.append(report.finished_with(commit_seconds=seconds))
+        return written[0]
+
+    info = _writer(run_id).commit(report, meta, finish=finish)
     get_run_logger().info("committed generation %d (vector version %d) in %.2f s", info.generation,
                           info.vector_version, info.seconds)
-    return info
+    return info, written[0]

@@ -5,28 +5,28 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from quarry.core.models import DocumentRecord, FileError, FileInfo
-from quarry.ingest.process import process_files
+from quarry.core.models import FileInfo
+from quarry.core.settings import Settings
+from quarry.ingest import process
 
 
 @task(name="process-files", cache_policy=NO_CACHE)
-def process_batch(items: list[tuple[FileInfo, str]], settings, tokenizer, workers: int, llm=None
-                  ) -> tuple[list[DocumentRecord], list[FileError], list[FileInfo]]:
-    """Parsing is deterministic, so no retries: a file that fails here fails the same way again.
+def process_batch(items: list[tuple[FileInfo, str]], settings: Settings, workers: int = 1,
+                  store: str | None = None) -> process.ProcessedBatch:
+    """:func:`quarry.ingest.process.process_batch` as a task: plain data in and out, so it runs in
+    a thread of the flow's process or in a Dask or Ray worker alike.
 
-    LLM requests retry inside ``llm`` (429/5xx/timeouts only); what still fails falls back to
-    local rules, so a task retry would only repeat paid calls.
+    Parsing is deterministic, so no retries: a file that fails here fails the same way again.
+    LLM requests retry inside the batch's runtime (429/5xx/timeouts only); what still fails falls
+    back to local rules, so a task retry would only repeat paid calls.
     """
-    before = llm.report() if llm is not None else None
-    records, errors, empty = process_files(items, settings, tokenizer=tokenizer, workers=workers, llm=llm)
-    chunks = sum(len(r.chunks) for r in records)
+    batch = process.process_batch(items, settings, workers=workers, store=store)
+    chunks = sum(len(r.chunks) for r in batch.records)
     logger = get_run_logger()
     logger.info("processed %d files into %d chunks (%d failed, %d empty)", len(items), chunks,
-                len(errors), len(empty))
-    if llm is not None:
-        after = llm.report()
+                len(batch.errors), len(batch.empty))
+    if batch.llm:
         logger.info("LLM: %d calls, %d answers from cache, %d prompt + %d completion tokens, %d fallbacks",
-                    *(after[k] - before[k] for k in ("llm_calls", "llm_cached", "llm_prompt_tokens",
-                                                     "llm_completion_tokens")),
-                    len(after["llm_fallback_windows"]) - len(before["llm_fallback_windows"]))
-    return records, errors, empty
+                    *(batch.llm[k] for k in ("llm_calls", "llm_cached", "llm_prompt_tokens", "llm_completion_tokens")),
+                    len(batch.llm["llm_fallback_windows"]))
+    return batch

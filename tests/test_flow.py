@@ -151,7 +151,9 @@ def test_the_flow_hands_the_embedder_whole_batches(tree, tmp_path, run_flow, mon
     import quarry.flows.index as flow_module
 
     fake = _CountingEmbedder()
-    monkeypatch.setattr(flow_module, "get_embedder", lambda settings: fake)
+    # the tasks get the embedder of the process they run in (the default runner: the flow's own)
+    monkeypatch.setattr("quarry.tasks.embed.get_embedder", lambda settings: fake)
+    monkeypatch.setattr("quarry.ingest.embedders.get_embedder", lambda settings: fake)  # token counts
     monkeypatch.setattr(flow_module, "describe", lambda settings: (fake.model, fake.dim))
     report = run_flow([tree], tmp_path / "db")
     assert report["embedded_chunks"] == report["chunks"] > 5

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from quarry.core.errors import QuarryError
-from quarry.core.settings import EMBED_BACKENDS, default_db
+from quarry.core.settings import EMBED_BACKENDS, RUNNERS, default_db
 
 EXIT_PARTIAL = 3
 
@@ -124,11 +124,21 @@ def configure_logging(level: str) -> None:
                    "(for cron jobs; what `quarry serve` does).")
 @click.option("--ocr/--no-ocr", default=None,
               help="OCR images and PDF pages without a text layer (default on; $QUARRY_OCR=0 turns it off).")
+@click.option("--runner", type=click.Choice(RUNNERS), default=None,
+              help="Where batches parse and embed: threads of this process (default), processes, dask (a local "
+                   "cluster, or --dask-address) or ray (needs quarry[ray]; $QUARRY_RAY_ADDRESS) ($QUARRY_RUNNER).")
+@click.option("--workers", type=click.IntRange(0, 4096), default=None,
+              help="Worker processes of the processes/dask/ray runners (default one per CPU); batches per stage "
+                   "for threads (default 1) ($QUARRY_WORKERS).")
+@click.option("--dask-address", default=None, metavar="URL",
+              help="Scheduler of an existing Dask cluster, e.g. tcp://10.0.0.5:8786 (implies --runner dask; "
+                   "$QUARRY_DASK_ADDRESS).")
 @json_option
 @handle_errors
 def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap, embed_backend, embed_model,
           sectioner, context_writer, header_fields, llm_base_url, llm_model, llm_api_key, llm_concurrency,
-          llm_rate_limit, llm_section_summaries, llm_chunk_context, if_busy, ocr, as_json):
+          llm_rate_limit, llm_section_summaries, llm_chunk_context, if_busy, ocr, runner, workers, dask_address,
+          as_json):
     """Index files under PATHS into the store (incremental: only what changed is redone)."""
     from quarry.core.errors import StoreLocked
     from quarry.core.settings import Settings, store_path
@@ -151,6 +161,9 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
         "llm_section_summaries": llm_section_summaries,
         "llm_chunk_context": llm_chunk_context,
         "ocr": ocr,
+        "runner": runner or ("dask" if dask_address else None),
+        "workers": workers,
+        "dask_address": dask_address,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if llm_api_key:
@@ -437,23 +450,24 @@ def status(db, as_json):
         )
 
 
-RUN_KEYS = ("run_id", "started", "finished", "status", "added", "updated", "moved", "deleted", "skipped",
-            "unsupported", "failed", "chunks", "embedded_chunks", "reused_vectors", "model_calls", "truncated",
-            "errors", "durations", "llm_calls", "llm_prompt_tokens", "llm_completion_tokens", "llm_cached",
-            "llm_fallback_windows", "ocr_pages", "ocr_seconds")
-LLM_RUN_DEFAULTS = {"llm_calls": 0, "llm_prompt_tokens": 0, "llm_completion_tokens": 0, "llm_cached": 0,
-                    "llm_fallback_windows": [], "ocr_pages": 0, "ocr_seconds": 0.0}
-
-
 def _run_item(run: dict) -> dict:
-    """A runs-table row for output; rows from before the LLM columns read as zero LLM work."""
-    item = {k: run.get(k) for k in RUN_KEYS}
-    for key, default in LLM_RUN_DEFAULTS.items():
-        if item[key] is None:
-            item[key] = default
-    if isinstance(item["llm_fallback_windows"], str):
-        item["llm_fallback_windows"] = json.loads(item["llm_fallback_windows"])
-    return item
+    """A runs-table row or journal line for output: every :class:`RunReport` field, in its order;
+    rows from an older quarry read as zero for the counters they lack."""
+    from quarry.core.models import RunReport
+
+    return RunReport.from_row(run).to_dict()
+
+
+def _stages_line(durations: dict) -> str:
+    """``discover 0.05s · parse 1.20s 740/s · … · total 3.10s`` (older runs: seconds only)."""
+    parts = []
+    for stage, d in (durations or {}).items():
+        if isinstance(d, dict):
+            rate = f" {d['rows_per_s']:.0f}/s" if d.get("rows_per_s") else ""
+            parts.append(f"{stage} {d['seconds']:.2f}s{rate}")
+        elif isinstance(d, (int, float)):
+            parts.append(f"{stage} {d:.2f}s")
+    return " · ".join(parts)
 
 
 @cli.command()
@@ -462,7 +476,7 @@ def _run_item(run: dict) -> dict:
 @json_option
 @handle_errors
 def runs(db, limit, as_json):
-    """Index runs, newest first."""
+    """Index runs, newest first, with the time and rows/s of each stage."""
     import quarry
 
     with quarry.open(db) as idx:
@@ -481,7 +495,11 @@ def runs(db, limit, as_json):
             + (f"; llm {r['llm_calls']} calls, {r['llm_cached']} cached, {len(r['llm_fallback_windows'])} fallbacks"
                if r["llm_calls"] or r["llm_cached"] or r["llm_fallback_windows"] else "")
             + (f"; ocr {r['ocr_pages']} pages in {r['ocr_seconds']:.0f} s" if r["ocr_pages"] else "")
+            + (f"  [{r['runner']}]" if r["runner"] else "")
         )
+        stages = _stages_line(r["durations"])
+        if stages:
+            click.echo(f"    {stages}")
 
 
 @cli.command()

@@ -1,12 +1,19 @@
 """Plain data exchanged between the pipeline stages.
 
-Everything here is a small, picklable dataclass so that a batch can travel between
-Prefect tasks, threads or (later) Dask/Ray workers without a custom serialiser.
+Everything here is a small dataclass of plain values (strings, numbers, lists, dicts), so that a
+batch travels between Prefect tasks, threads, processes and Dask or Ray workers with pickle or
+cloudpickle and no custom serialiser (``tests/test_pipeline.py`` pickles every task's arguments
+and results on a real run). :class:`RunReport` is the one definition of a run's counters.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import datetime, timezone
 
 
 @dataclass(frozen=True)
@@ -128,3 +135,146 @@ class FileError:
 
     path: str
     error: str
+
+
+# --- the run report --------------------------------------------------------------------------
+
+# Pipeline stages in the order a batch meets them; ``durations`` holds one entry per stage that ran.
+STAGES = ("discover", "plan", "parse", "section", "context", "chunk", "embed", "load", "commit")
+_JSON = {"json": True}  # field metadata: stored as a JSON column, a list or dict in Python
+
+
+@dataclass
+class RunReport:
+    """What one index run did: the ``runs`` row, the journal line, ``quarry runs --json`` and the
+    flow's return value all come from these fields (``tests/test_run_report.py`` checks the
+    ``runs`` table of ``sql/schema.sql`` against them).
+
+    ``durations`` maps a stage of :data:`STAGES` to ``{"seconds", "rows", "rows_per_s"}``, plus
+    ``"total"`` (the run's wall time); see :class:`StageClock`.
+    """
+
+    run_id: str
+    started: datetime
+    finished: datetime | None = None
+    status: str = "completed"  # completed, partial (some files failed), skipped (the store was busy)
+    runner: str = ""  # the task runner that ran the batches: threads, processes, dask, ray
+    roots: list = field(default_factory=list, metadata=_JSON)
+    added: int = 0
+    updated: int = 0
+    moved: int = 0
+    deleted: int = 0
+    skipped: int = 0
+    unsupported: int = 0
+    failed: int = 0
+    chunks: int = 0
+    embedded_chunks: int = 0
+    reused_vectors: int = 0
+    model_calls: int = 0
+    truncated: int = 0
+    llm_calls: int = 0
+    llm_prompt_tokens: int = 0
+    llm_completion_tokens: int = 0
+    llm_cached: int = 0
+    llm_fallback_windows: list = field(default_factory=list, metadata=_JSON)  # [{"path", "kind", "window", "error"}]
+    ocr_pages: int = 0
+    ocr_seconds: float = 0.0
+    errors: list = field(default_factory=list, metadata=_JSON)  # [{"path", "error"}]
+    durations: dict = field(default_factory=dict, metadata=_JSON)
+    settings: dict = field(default_factory=dict, metadata=_JSON)  # secrets masked
+
+    @classmethod
+    def json_fields(cls) -> tuple[str, ...]:
+        """Fields stored as JSON columns."""
+        return tuple(f.name for f in fields(cls) if f.metadata.get("json"))
+
+    @classmethod
+    def counters(cls) -> tuple[str, ...]:
+        """The numeric fields: what a run counts."""
+        return tuple(f.name for f in fields(cls) if f.type in ("int", "float"))
+
+    @classmethod
+    def from_row(cls, row: dict) -> RunReport:
+        """A report from a ``runs`` row, a journal line or ``to_dict()`` output; fields a row from an
+        older quarry lacks (or holds as NULL) take their defaults, and unknown keys are ignored."""
+        values = {}
+        for f in fields(cls):
+            value = row.get(f.name)
+            if value is None:
+                continue
+            if f.metadata.get("json") and isinstance(value, str):
+                value = json.loads(value)
+            elif f.name in ("started", "finished") and isinstance(value, str):
+                value = datetime.fromisoformat(value.rstrip("Z"))
+            values[f.name] = value
+        values.setdefault("run_id", "")
+        values.setdefault("started", datetime.fromtimestamp(0))
+        return cls(**values)
+
+    def to_row(self) -> dict:
+        """The ``runs`` row: timestamps as datetimes, JSON columns as JSON text."""
+        row = asdict(self)
+        for name in self.json_fields():
+            row[name] = json.dumps(row[name], ensure_ascii=False)
+        return row
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able values: timestamps as ISO text with a ``Z`` (UTC), as ``quarry runs --json`` prints them."""
+        out = asdict(self)
+        for name in ("started", "finished"):
+            if isinstance(out[name], datetime):
+                out[name] = out[name].isoformat() + "Z"
+        return out
+
+    def finished_with(self, commit_seconds: float) -> RunReport:
+        """A copy finished now, whose durations add the ``commit`` stage and the run's ``total``."""
+        finished = datetime.now(timezone.utc).replace(tzinfo=None)
+        durations = {k: v for k, v in self.durations.items() if k != "total"}
+        durations["commit"] = {"seconds": round(commit_seconds, 6), "rows": 0, "rows_per_s": None}
+        durations["total"] = {"seconds": round((finished - self.started).total_seconds(), 6), "rows": None,
+                              "rows_per_s": None}
+        return replace(self, finished=finished, durations=durations)
+
+    @classmethod
+    def skipped_run(cls, run_id: str, started: datetime, finished: datetime, roots: list[str], reason: str,
+                    settings: dict) -> RunReport:
+        """The report of a run that stood down because ``reason`` (the store was busy): every count zero."""
+        return cls(run_id=run_id, started=started, finished=finished, status="skipped", roots=list(roots),
+                   runner=settings.get("runner", ""), errors=[{"path": None, "error": reason}], settings=settings)
+
+
+class StageClock:
+    """Seconds and rows per pipeline stage, summed over batches.
+
+    Stages overlap (batch N+1 parses while batch N embeds, and batches run side by side on a
+    distributed runner), so a stage's seconds are the time spent in it, summed over its batches
+    and workers, and the stages can add up to more than the run's wall time (``total``).
+    """
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.rows: dict[str, int] = defaultdict(int)
+
+    def add(self, stage: str, seconds: float, rows: int = 0) -> None:
+        self.seconds[stage] += seconds
+        self.rows[stage] += rows
+
+    @contextmanager
+    def timing(self, stage: str, rows: int = 0):
+        """Time the ``with`` block as part of ``stage``."""
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(stage, time.perf_counter() - t, rows)
+
+    def as_dict(self, total_seconds: float | None = None) -> dict:
+        """``{stage: {"seconds", "rows", "rows_per_s"}}`` in pipeline order, then ``total``."""
+        out = {}
+        for stage in [s for s in STAGES if s in self.seconds] + [s for s in self.seconds if s not in STAGES]:
+            seconds, rows = self.seconds[stage], self.rows[stage]
+            out[stage] = {"seconds": round(seconds, 6), "rows": rows,
+                          "rows_per_s": round(rows / seconds, 1) if seconds > 0 and rows else None}
+        if total_seconds is not None:
+            out["total"] = {"seconds": round(total_seconds, 6), "rows": None, "rows_per_s": None}
+        return out

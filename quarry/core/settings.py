@@ -22,6 +22,9 @@ HEADER_FIELDS = ("title", "summary", "section", "section_summary", "chunk_contex
 DEFAULT_LLM_MODEL = "gpt-4o-mini"  # used only when no model is named and no base URL points elsewhere
 # How the LLM is asked for JSON (quarry/ingest/llm/prompts.py builds each); "auto" tries them in order.
 RESPONSE_FORMATS = ("json_schema", "json_object_schema", "json_object", "none")
+# Where the batches of a run execute (quarry/flows/runners.py): threads of the flow's process (the
+# default), a local process pool, a Dask cluster (local, or $QUARRY_DASK_ADDRESS) or Ray.
+RUNNERS = ("threads", "processes", "dask", "ray")
 
 
 def default_db() -> str:
@@ -94,6 +97,12 @@ class Settings:
     parse_workers: int = 0  # 0 = one per CPU
     parse_timeout: int = 120  # seconds per file
     ocr: bool = True  # OCR images and PDF pages without a text layer (QUARRY_OCR=0 turns it off)
+    # task runner of the parse/section/chunk and embed batches (quarry/flows/runners.py)
+    runner: str = "threads"  # threads | processes | dask | ray
+    workers: int = 0  # processes/dask/ray: worker processes (0 = one per CPU); threads: batches per stage (0 = 1)
+    dask_address: str = ""  # an existing Dask scheduler (tcp://host:8786); "" = a LocalCluster for the run
+    ray_address: str = ""  # an existing Ray cluster (ray://host:10001, "auto"); "" = a local Ray for the run
+    embed_threads: int = 0  # threads of a local embedding model (onnx); 0 = one per CPU
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
@@ -116,6 +125,11 @@ class Settings:
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first invalid setting."""
+        if self.runner not in RUNNERS:
+            raise ConfigError(f"unknown task runner {self.runner!r}; choose one of {', '.join(RUNNERS)}")
+        if self.workers < 0 or self.embed_threads < 0:
+            raise ConfigError(f"workers and embed_threads must be 0 (automatic) or more, got {self.workers} and "
+                              f"{self.embed_threads}")
         if self.embed_backend not in EMBED_BACKENDS:
             raise ConfigError(
                 f"unknown embedding backend {self.embed_backend!r}; choose one of {', '.join(EMBED_BACKENDS)}"

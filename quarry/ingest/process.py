@@ -2,26 +2,30 @@
 
 PDF parsing is CPU-bound (pypdf, 0.05-0.3 s a page), so PDFs and DOCX files go to a process
 pool; light text formats are parsed in the calling thread, where a pool would cost more
-than it saves. LLM work (sectioning windows, titles and summaries) is I/O-bound and runs here,
-in the main process, one stage at a time over the whole batch so that the requests of every
-file share one bounded thread pool (see :mod:`quarry.ingest.llm.client`).
+than it saves. LLM work (sectioning windows, titles and summaries) is I/O-bound and runs in
+the process that runs the batch, one stage at a time over the whole batch so that the
+requests of every file share one bounded thread pool (see :mod:`quarry.ingest.llm.client`).
+
+:func:`process_batch` is the stage as a task runs it: plain data in (files, settings), plain
+data out (:class:`ProcessedBatch`), so that it runs in a thread of the flow's process or in a
+Dask or Ray worker alike.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-
 import logging
 import multiprocessing
+import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from quarry.ingest.chunking import chunk_document, text_hash
 from quarry.ingest.context import compose_header, get_context_writer, header_fields
 from quarry.core.errors import ParseError, QuarryError, UnsupportedFile
-from quarry.core.models import Chunk, DocumentRecord, FileError, FileInfo, ParsedDocument, join_header
+from quarry.core.models import Chunk, DocumentRecord, FileError, FileInfo, ParsedDocument, StageClock, join_header
 from quarry.ingest.parsers import FORMATS, parse_file
 from quarry.ingest.sectioning import get_sectioner
 
@@ -51,7 +55,7 @@ def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, o
     results: list[ParsedDocument | str | None] = [None] * len(files)
     heavy = [i for i, f in enumerate(files) if f.file_type in HEAVY_TYPES]
     may_ocr = ocr and any(files[i].file_type in OCR_TYPES for i in heavy)
-    if (workers > 1 and len(heavy) > 1) or may_ocr:
+    if ((workers > 1 and len(heavy) > 1) or may_ocr) and not _daemonic():
         ctx = multiprocessing.get_context("spawn")  # fork is unsafe under Prefect's threads
         pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(heavy))), mp_context=ctx)
         futures = {i: pool.submit(_parse_one, files[i].path, files[i].file_type, ocr) for i in heavy}
@@ -72,6 +76,18 @@ def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, o
         if results[i] is None:
             results[i] = _parse_one(f.path, f.file_type, ocr)
     return results  # type: ignore[return-value]
+
+
+def _daemonic() -> bool:
+    """Whether this process may not start children: a daemonic worker (Dask's default for the
+    workers of a cluster quarry did not start itself). Its files are parsed in the calling
+    thread, without the per-file timeout; the Dask cluster a run starts has non-daemonic workers."""
+    if multiprocessing.current_process().daemon:
+        logging.getLogger("quarry").warning(
+            "parsing in a daemonic worker process: no per-file timeout (start Dask workers with "
+            "distributed.worker.daemon: false to keep it)")
+        return True
+    return False
 
 
 def local_sectioner(settings, name: str | None = None):
@@ -105,13 +121,16 @@ def _guard(errors: dict[int, str], i: int, fn, *args):
     return None
 
 
-def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, tokenizer=None, llm=None
-                  ) -> tuple[list[DocumentRecord], list[FileError]]:
+def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, tokenizer=None, llm=None,
+                  clock: StageClock | None = None) -> tuple[list[DocumentRecord], list[FileError]]:
     """Section, contextualise and chunk a batch of parsed documents.
 
     Stage by stage over the whole batch, so that the LLM requests of every document (when
     ``llm``, an :class:`~quarry.ingest.llm.LLMRuntime`, is given) are answered concurrently.
+    ``clock`` receives the time of the ``section``, ``context`` and ``chunk`` stages.
     """
+    clock = clock if clock is not None else StageClock()
+    t = time.perf_counter()
     failed: dict[int, str] = {}
     local = local_sectioner(settings)
     sections = [_guard(failed, i, local.sections, doc) for i, (_, _, doc) in enumerate(docs)]
@@ -124,6 +143,7 @@ def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, to
         for i, secs in zip(alive, found):
             sections[i] = secs
 
+    t = _lap(clock, "section", t, sum(len(sections[i]) for i in alive))
     fields = header_fields(settings)
     writer = get_context_writer(settings.context, fields)
     contexts = {i: _guard(failed, i, writer.document_context, docs[i][2], docs[i][0], sections[i]) for i in alive}
@@ -147,6 +167,7 @@ def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, to
                 sections[i] = [replace(s, summary=s.summary or writer.section_summary(docs[i][2], s) or None)
                                for s in sections[i]]
 
+    t = _lap(clock, "context", t, len(alive))
     chunks = {}
     for i in alive:
         (title, summary), doc = contexts[i], docs[i][2]
@@ -168,6 +189,7 @@ def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, to
                     chunk.header = compose_header(fields, title, summary, by_index[chunk.section_index], line)
             _recount(chunks[i], tokenizer)
 
+    _lap(clock, "chunk", t, sum(len(chunks[i]) for i in alive))
     records = [
         DocumentRecord(doc_id=docs[i][1], file=docs[i][0], title=contexts[i][0], summary=contexts[i][1],
                        sections=sections[i], chunks=chunks[i], metadata=dict(docs[i][2].metadata),
@@ -176,6 +198,13 @@ def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, to
         for i in alive
     ]
     return records, [FileError(docs[i][0].path, error) for i, error in sorted(failed.items())]
+
+
+def _lap(clock: StageClock, stage: str, started: float, rows: int) -> float:
+    """Charge the time since ``started`` to ``stage``; returns now."""
+    now = time.perf_counter()
+    clock.add(stage, now - started, rows)
+    return now
 
 
 def _recount(chunks: list[Chunk], tokenizer) -> None:
@@ -189,16 +218,20 @@ def _recount(chunks: list[Chunk], tokenizer) -> None:
 
 
 def process_files(
-    items: list[tuple[FileInfo, str]], settings, tokenizer=None, workers: int = 1, llm=None
+    items: list[tuple[FileInfo, str]], settings, tokenizer=None, workers: int = 1, llm=None,
+    clock: StageClock | None = None,
 ) -> tuple[list[DocumentRecord], list[FileError], list[FileInfo]]:
     """Turn ``(file, doc_id)`` pairs into records.
 
     Returns ``(records, errors, empty)``: files with no text at all are neither records nor
-    errors; the caller counts them as skipped. ``llm`` is the run's
+    errors; the caller counts them as skipped. ``llm`` is an
     :class:`~quarry.ingest.llm.LLMRuntime` when the settings ask for LLM sectioning or context.
+    ``clock`` receives the time of the ``parse``, ``section``, ``context`` and ``chunk`` stages.
     """
+    clock = clock if clock is not None else StageClock()
     files = [f for f, _ in items]
-    parsed = parse_files(files, workers=workers, timeout=settings.parse_timeout, ocr=settings.ocr)
+    with clock.timing("parse", len(files)):
+        parsed = parse_files(files, workers=workers, timeout=settings.parse_timeout, ocr=settings.ocr)
     errors: list[FileError] = []
     empty: list[FileInfo] = []
     docs: list[tuple[FileInfo, str, ParsedDocument]] = []
@@ -213,8 +246,55 @@ def process_files(
             empty.append(file)
         else:
             docs.append((file, doc_id, result))
-    records, failed = build_records(docs, settings, tokenizer, llm)
+    records, failed = build_records(docs, settings, tokenizer, llm, clock)
     return records, errors + failed, empty
+
+
+@dataclass
+class ProcessedBatch:
+    """What the process stage returns for a batch of files: plain data, picklable.
+
+    ``seconds``/``rows``: per-stage time and output of this batch (parse, section, context,
+    chunk); ``llm``: the LLM counters of this batch (``LLMRuntime.report()``), empty without LLM.
+    """
+
+    records: list[DocumentRecord]
+    errors: list[FileError]
+    empty: list[FileInfo]
+    seconds: dict[str, float] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
+    llm: dict = field(default_factory=dict)
+
+
+def process_batch(items: list[tuple[FileInfo, str]], settings, workers: int = 1, store: str | None = None
+                  ) -> ProcessedBatch:
+    """Parse, section, contextualise and chunk ``items`` in this process, from plain data alone.
+
+    The token counter is this process's cached embedder (``get_embedder(settings)``), loaded once
+    per worker. With LLM sectioning or context, an :class:`~quarry.ingest.llm.LLMRuntime` is made
+    here for the batch: its answer cache is ``<store>/llm-cache.sqlite`` (SQLite in WAL mode, safe
+    for several processes), so a Dask or Ray worker needs no live object from the flow.
+    ``settings.llm_concurrency`` and ``llm_rate_limit`` apply to this batch (the flow gives each
+    batch in flight its share).
+    """
+    from quarry.ingest.embedders import get_embedder
+
+    clock = StageClock()
+    llm = None
+    if settings.uses_llm:
+        from pathlib import Path
+
+        from quarry.ingest.llm import LLMRuntime
+
+        llm = LLMRuntime(settings, Path(store) if store else None)
+    try:
+        records, errors, empty = process_files(items, settings, tokenizer=get_embedder(settings), workers=workers,
+                                               llm=llm, clock=clock)
+        report = llm.report() if llm is not None else {}
+    finally:
+        if llm is not None:
+            llm.close()
+    return ProcessedBatch(records, errors, empty, dict(clock.seconds), dict(clock.rows), report)
 
 
 def content_fingerprint(settings) -> str:

@@ -27,6 +27,7 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
+from quarry.core.models import RunReport
 from quarry.core.sqlfiles import load_sql
 
 JOURNAL = "run-journal.jsonl"
@@ -120,9 +121,9 @@ def forget(files: list[Path]) -> None:
         path.unlink(missing_ok=True)
 
 
-def record_run(store: Path, run_row: dict) -> dict:
+def record_run(store: Path, report: RunReport) -> dict:
     """Journal a finished run's ``runs`` row (timestamps as the catalog reports them); returns it."""
-    row = {k: (v.isoformat() + "Z" if isinstance(v, datetime) else v) for k, v in run_row.items()}
+    row = report.to_dict()
     record(store, row)
     return row
 
@@ -136,11 +137,5 @@ def record_skip(store: Path, run_id: str, started: datetime, roots: list[str], r
 
 def skipped_row(run_id: str, started: datetime, finished: datetime, roots: list[str], reason: str,
                 settings: dict) -> dict:
-    """The ``runs`` row of a run that stood down: every count zero, the reason in ``errors``."""
-    counts = ("added", "updated", "moved", "deleted", "skipped", "unsupported", "failed", "chunks",
-              "embedded_chunks", "reused_vectors", "model_calls", "truncated", "llm_calls", "llm_prompt_tokens",
-              "llm_completion_tokens", "llm_cached")
-    return {"run_id": run_id, "started": started.isoformat() + "Z", "finished": finished.isoformat() + "Z",
-            "status": "skipped", "roots": list(roots), **dict.fromkeys(counts, 0),
-            "errors": [{"path": None, "error": reason}], "durations": {}, "settings": settings,
-            "llm_fallback_windows": []}
+    """The journal line of a run that stood down: every count zero, the reason in ``errors``."""
+    return RunReport.skipped_run(run_id, started, finished, roots, reason, settings).to_dict()

@@ -16,7 +16,6 @@ A kill before step 4's rename leaves the old pointer, hence the old state, intac
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
@@ -30,7 +29,7 @@ from quarry.core import faults
 
 from quarry.core import paths
 from quarry.core.errors import QuarryError, StoreCorrupt
-from quarry.core.models import DocumentRecord
+from quarry.core.models import DocumentRecord, RunReport
 from quarry.store import catalog, journal, vectors
 from quarry.store.layout import DOCTOR_HINT, Pointer, WriterLock, read_pointer, remove_stale_generations, write_pointer
 
@@ -136,8 +135,13 @@ class StoreWriter:
 
     # --- commit ------------------------------------------------------------------------------
 
-    def commit(self, run_row: dict, settings_meta: dict[str, str]) -> CommitInfo:
-        """Make the run visible: search index, run row, checkpoint, then the pointer rename."""
+    def commit(self, run_row: RunReport | dict, settings_meta: dict[str, str], finish=None) -> CommitInfo:
+        """Make the run visible: search index, run row, checkpoint, then the pointer rename.
+
+        ``finish(seconds)``, when given, is called just before the run row is written with the
+        seconds this commit has taken so far and returns the row to write, so that the row can
+        hold the commit's own duration and finish time.
+        """
         t0 = time.perf_counter()
         # committed_generation marks a catalog whose commit finished writing it: `quarry doctor`
         # adopts only such a generation when it has to rebuild a lost CURRENT.
@@ -146,6 +150,8 @@ class StoreWriter:
             catalog.set_meta(self.con, key, value)
         faults.point("fts")
         self._write_search_index()
+        if finish is not None:
+            run_row = finish(time.perf_counter() - t0)
         insert_run(self.con, run_row)
         journal_rows, claimed = journal.claim(self.store, self.generation)
         journal.merge(self.con, journal_rows, insert_run)
@@ -235,16 +241,13 @@ def remove_debris(store: Path) -> Pointer | None:
     return base
 
 
-def insert_run(con, run_row: dict) -> None:
+def insert_run(con, run_row: RunReport | dict) -> None:
+    """Insert one ``runs`` row; a dict may leave fields out (they take :class:`RunReport`'s defaults)."""
     import pyarrow as pa
 
-    row = dict(run_row)
-    for key in ("roots", "errors", "durations", "settings", "llm_fallback_windows"):
-        if key in row or key != "llm_fallback_windows":
-            row[key] = json.dumps(row.get(key) or ([] if key in ("roots", "errors", "llm_fallback_windows") else {}),
-                                  ensure_ascii=False)
-    catalog.migrate(con)  # a catalog from before the LLM columns gains them
-    con.register("new_run", pa.Table.from_pylist([row]))
+    report = run_row if isinstance(run_row, RunReport) else RunReport.from_row(run_row)
+    catalog.migrate(con)  # a catalog from before the newer run columns gains them
+    con.register("new_run", pa.Table.from_pylist([report.to_row()]))
     try:
         con.execute(catalog.load_sql("insert_run"))
     finally:

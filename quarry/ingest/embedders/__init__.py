@@ -19,6 +19,8 @@ _OPENAI_FIELDS = ("openai_base_url", "embed_concurrency", "embed_rate_limit", "e
 
 def _key(settings) -> tuple:
     key = (settings.embed_backend, settings.embed_model, settings.embed_dim)
+    if settings.embed_backend in ("onnx", "onnx-int8"):
+        key += (getattr(settings, "embed_threads", 0),)
     if settings.embed_backend == "openai":
         key += tuple(getattr(settings, name, None) for name in _OPENAI_FIELDS)
         key += (hashlib.sha256(settings.openai_api_key.encode()).hexdigest(),)  # a new key, a new client
@@ -46,7 +48,11 @@ def describe_backend(settings) -> dict:
 
 
 def get_embedder(settings) -> Embedder:
-    """The embedder ``settings`` ask for; constructed once per process, loaded lazily."""
+    """The embedder ``settings`` ask for; constructed once per process, loaded lazily.
+
+    A task calls this inside the process that runs it, so that a Dask or Ray worker loads the
+    model once and reuses it for every batch it embeds.
+    """
     key = _key(settings)
     with _lock:
         if key not in _cache:
@@ -61,5 +67,8 @@ def get_embedder(settings) -> Embedder:
             else:
                 from quarry.ingest.embedders.local import get_local_embedder
 
-                _cache[key] = get_local_embedder(settings.embed_backend)
+                # A worker process of a distributed run gets its share of the CPUs (flows/runners.py).
+                threads = getattr(settings, "embed_threads", 0)
+                kw = {"threads": threads} if threads and settings.embed_backend != "torch" else {}
+                _cache[key] = get_local_embedder(settings.embed_backend, **kw)
         return _cache[key]
