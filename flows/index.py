@@ -6,11 +6,13 @@ LanceDB versions, which become visible at the commit task's pointer rename.
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import datetime, timezone
 
-from prefect import flow, get_run_logger
+from prefect import Flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.states import Completed
 
 from quarry.core import progress
@@ -48,7 +50,29 @@ def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-@flow(name="quarry-index", log_prints=False, validate_parameters=False)
+class _CalledFlow(Flow):
+    """A flow that, called directly (the CLI, a Python program, a notebook), runs without Prefect's
+    flow-run heartbeat unless ``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` asks for one.
+
+    The heartbeat feeds Prefect's crashed-run detection, which needs server-side automation that
+    a direct call's caller does not use (it sees the failure itself). Its thread sleeps in one
+    second steps and the run waits for it to stop: up to a second at the end of every run, more
+    than a run with nothing to do costs otherwise. Deployment runs (``quarry serve``) keep it.
+    """
+
+    def __call__(self, *args, **kwargs):
+        if any(os.environ.get(v) for v in ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY")):
+            return super().__call__(*args, **kwargs)
+        with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+            return super().__call__(*args, **kwargs)
+
+
+def _flow(**options):
+    """``@flow(...)``, making a :class:`_CalledFlow`."""
+    return lambda fn: _CalledFlow(fn=fn, **options)
+
+
+@_flow(name="quarry-index", log_prints=False, validate_parameters=False)
 def index_flow(
     roots: list[str],
     db: str | None = None,

@@ -81,10 +81,17 @@ def task_settings(settings: Settings, plan: RunnerPlan) -> Settings:
 
 
 def _local_dask_cluster(**kwargs):
-    """A ``LocalCluster`` whose workers may start processes (the parse pool keeps its per-file timeout)."""
+    """A ``LocalCluster`` whose workers may start processes (the parse pool keeps its per-file timeout).
+
+    The scheduler and nannies live in this process and log every worker's start and stop at INFO
+    through Prefect's console handler; quarry reports the run itself, so they log errors only
+    (unless quarry's own log level is debug).
+    """
     import dask
     from distributed import LocalCluster
 
+    if not logging.getLogger("quarry").isEnabledFor(logging.DEBUG):
+        logging.getLogger("distributed").setLevel(logging.ERROR)
     with dask.config.set({"distributed.worker.daemon": False}):
         return LocalCluster(**kwargs)
 

@@ -61,7 +61,7 @@ def _walk(root: Path, errors: list[FileError] | None = None) -> Iterator[tuple[P
             if entry.name.startswith("."):
                 continue
             rel = f"{rel_dir}{entry.name}"
-            path = Path(entry.path)
+            path = entry_path = Path(entry.path)
             if entry.is_symlink():
                 try:
                     target = path.resolve(strict=True)
@@ -73,7 +73,10 @@ def _walk(root: Path, errors: list[FileError] | None = None) -> Iterator[tuple[P
                 # same file is one document however many links reach it.
                 path, rel = target, target.relative_to(real_root).as_posix()
             try:
-                is_dir, is_file = path.is_dir(), path.is_file()
+                if path is entry_path:  # not a link: the directory listing already knows its type (no stat)
+                    is_dir, is_file = entry.is_dir(follow_symlinks=False), entry.is_file(follow_symlinks=False)
+                else:
+                    is_dir, is_file = path.is_dir(), path.is_file()
             except OSError:  # a name too long for stat, a permission error on the way
                 is_dir = is_file = False
             if is_dir:
