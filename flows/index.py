@@ -155,7 +155,7 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
         todo = plan.to_process
         totals = Totals()
         if todo:  # a run with nothing to process starts no runner: no pool, no cluster
-            runner_plan = plan_runner(settings, len(todo))
+            runner_plan = plan_runner(settings)
             logger.info("runner %s: %d workers, at most %d batches in flight, %d files per batch", runner_plan.name,
                         runner_plan.workers, runner_plan.in_flight, runner_plan.files_per_batch)
             bar = progress.start("indexing", total=len(todo))

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from dataclasses import dataclass, replace
 
 from quarry.core.errors import ConfigError
 from quarry.core.settings import Settings, parse_workers
 
 FILES_PER_BATCH = 64
-MIN_FILES_PER_BATCH = 8
 
 
 def cpus() -> int:
@@ -49,14 +49,17 @@ class RunnerPlan:
     files_per_batch: int
 
 
-def plan_runner(settings: Settings, n_files: int) -> RunnerPlan:
-    """The runner plan for ``n_files`` files to process under ``settings``.
+def plan_runner(settings: Settings) -> RunnerPlan:
+    """How a run with ``settings`` spreads its batches.
 
     threads: each stage already spreads over the CPUs (the parse pool, the model's threads), so
     one batch per stage at a time (``workers`` = 1) and two in flight: the next batch parses
     while this one embeds. Distributed runners: one worker process per CPU by default, each
-    parsing its batch in its own thread and embedding with its share of the CPUs; batches are cut
-    smaller when the files are few, so that every worker gets some.
+    parsing its batch in its own thread and embedding with its share of the CPUs.
+
+    Batches hold the same files whatever the runner, so that every runner embeds the same texts
+    in the same model calls: the int8 model quantises each call's activations with one scale,
+    so a vector can move (slightly) with the texts it was embedded beside.
     """
     if settings.runner == "threads":
         workers = settings.workers or 1
@@ -65,8 +68,7 @@ def plan_runner(settings: Settings, n_files: int) -> RunnerPlan:
     remote = (settings.runner == "dask" and settings.dask_address) or (settings.runner == "ray" and settings.ray_address)
     workers = settings.workers or cpus()
     threads = settings.embed_threads or (0 if remote else max(1, cpus() // workers))
-    per_batch = max(MIN_FILES_PER_BATCH, min(FILES_PER_BATCH, -(-n_files // (2 * workers)))) if n_files else FILES_PER_BATCH
-    return RunnerPlan(settings.runner, workers, 2 * workers, 1, threads, per_batch)
+    return RunnerPlan(settings.runner, workers, 2 * workers, 1, threads, FILES_PER_BATCH)
 
 
 def task_settings(settings: Settings, plan: RunnerPlan) -> Settings:
@@ -122,6 +124,8 @@ def task_runner(settings: Settings, plan: RunnerPlan):
             from prefect_ray import RayTaskRunner
         except ImportError as exc:
             raise ConfigError("--runner ray needs prefect-ray and ray: pip install 'quarry[ray]'") from exc
+        # ray.init forks and at once execs its daemons; LanceDB, loaded here, warns about any fork.
+        warnings.filterwarnings("ignore", message="lancedb fork support is experimental", category=RuntimeWarning)
         if settings.ray_address:
             return RayTaskRunner(address=settings.ray_address)
         return RayTaskRunner(init_kwargs={"num_cpus": plan.workers, "include_dashboard": False,

@@ -1,6 +1,7 @@
 """Running batches of chat requests against any OpenAI-compatible endpoint.
 
-:class:`LLMRuntime` is created once per index run, in the main process. It answers a batch of
+:class:`LLMRuntime` is created for each batch of files, in the process that processes it (the
+flow's, or a Dask or Ray worker's; ``quarry.ingest.process.process_batch``). It answers a batch of
 :class:`Job` s with a bounded thread pool (``llm_concurrency`` requests in flight over every file
 of the batch), a rate limiter, retries on 429/5xx/timeouts only (``quarry.core.openai_common``), and
 the persistent answer cache: a job whose answer is cached makes no call at all.
