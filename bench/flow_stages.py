@@ -12,7 +12,10 @@ server and one process throughout (the Python API, as `quarry serve` or a notebo
 4. one paragraph of one file edited: chunks embedded against chunks whose text changed.
 
     python bench/flow_stages.py [--tree DIR] [--backend B] [--runner R] [--repeat N] [--json]
-                                [--keep | --reuse DIR]
+                                [--keep | --reuse DIR] [--in-flight N] [--full-only]
+
+``--in-flight 1`` holds one batch at a time between submission and load: the stages alternate,
+as before batches overlapped (compare with the default, 2, for what the overlap buys).
 
 The table goes to stderr; with ``--json`` the JSON goes to stdout. Both are written to
 bench/results/flow_stages.json. Timings depend on the machine's load: the load average is
@@ -72,6 +75,21 @@ def chunk_hashes(db: Path, rel_path: str) -> set[str]:
     return {r[0] for r in rows}
 
 
+def idle_runs(run, tree: Path, db: Path, repeat: int) -> tuple[list[dict], list[dict], dict]:
+    """Runs with nothing changed, with every file touched, then with one paragraph edited."""
+    idle = [run(f"no change {i + 1}") for i in range(repeat)]
+    for path in tree.rglob("*"):
+        if path.is_file():
+            os.utime(path)
+    touched = [run(f"every file touched {i + 1}") for i in range(repeat)]
+    edited = edit_one_paragraph(tree)
+    rel = str(edited.relative_to(tree))
+    old = chunk_hashes(db, rel)
+    edit = run("one paragraph edited")
+    edit["chunks_changed"] = len(chunk_hashes(db, rel) - old)
+    return idle, touched, edit
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", type=Path, default=HANDBOOK)
@@ -81,6 +99,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="JSON on stdout (the table still goes to stderr)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (tree and store) for --reuse")
     ap.add_argument("--reuse", type=Path, default=None, help="a kept work folder: skip the full index")
+    ap.add_argument("--in-flight", type=int, default=None, help="batches between submission and load (default: the runner's)")
+    ap.add_argument("--full-only", action="store_true", help="the full index alone (no idle, touch or edit runs)")
     args = ap.parse_args()
     if args.backend:
         os.environ["QUARRY_EMBED_BACKEND"] = args.backend
@@ -104,8 +124,15 @@ def main() -> None:
         server_start = time.perf_counter() - t
         from prefect import flow
 
+        import dataclasses
+
+        import quarry.flows.index as index_module
         from quarry.flows.index import index_flow
         from quarry.store.layout import read_pointer
+
+        if args.in_flight:
+            planned = index_module.plan_runner
+            index_module.plan_runner = lambda settings: dataclasses.replace(planned(settings), in_flight=args.in_flight)
         from quarry.store.writer import StoreWriter
 
         opens = {"n": 0}
@@ -117,16 +144,21 @@ def main() -> None:
 
         StoreWriter.open = counting_open
 
-        @flow(name="empty")
         def empty():
             return None
 
-        empty()  # the first flow run of a process also pays for imports
-        floor = []
-        for _ in range(args.repeat):
-            t = time.perf_counter()
-            empty()
-            floor.append(time.perf_counter() - t)
+        def floor(flow_object) -> float:
+            """Median wall time of an empty flow run."""
+            flow_object()  # the first flow run of a process also pays for imports
+            times = []
+            for _ in range(args.repeat):
+                t = time.perf_counter()
+                flow_object()
+                times.append(time.perf_counter() - t)
+            return statistics.median(times)
+
+        floor_default = floor(flow(name="empty")(empty))  # Prefect's defaults: with the run heartbeat
+        floor_quarry = floor(index_module._flow(name="empty-called")(empty))  # as quarry's flow is called
 
         def run(step: str) -> dict:
             before_opens, pointer = opens["n"], read_pointer(db)
@@ -144,18 +176,15 @@ def main() -> None:
         full = None
         if not args.reuse:
             full = run("full index")
-        idle = [run(f"no change {i + 1}") for i in range(args.repeat)]
-        for path in tree.rglob("*"):
-            if path.is_file():
-                os.utime(path)
-        touched = [run(f"every file touched {i + 1}") for i in range(args.repeat)]
-        edited = edit_one_paragraph(tree)
-        rel = str(edited.relative_to(tree))
-        old = chunk_hashes(db, rel)
-        edit = run("one paragraph edited")
-        edit["chunks_changed"] = len(chunk_hashes(db, rel) - old)
+        if args.full_only:
+            idle = touched = []
+            edit = None
+        else:
+            idle, touched, edit = idle_runs(run, tree, db, args.repeat)
 
-    def summary(runs: list[dict]) -> dict:
+    def summary(runs: list[dict]) -> dict | None:
+        if not runs:
+            return None
         return {"runs": len(runs), "wall_median_s": round(statistics.median(r["wall_s"] for r in runs), 4),
                 "wall_max_s": max(r["wall_s"] for r in runs),
                 "cpu_median_s": round(statistics.median(r["cpu_s"] for r in runs), 4),
@@ -171,13 +200,16 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "load_average": [round(x, 2) for x in os.getloadavg()]},
         "prefect": {"import_s": round(prefect_import, 3), "server_start_s": round(server_start, 3),
-                    "empty_flow_median_s": round(statistics.median(floor), 4)},
+                    "empty_flow_median_s": round(floor_default, 4), "empty_flow_no_heartbeat_median_s":
+                    round(floor_quarry, 4)},
         "full": None if full is None else {k: v for k, v in full.items() if k != "report"}
         | {"durations": full["report"]["durations"], "chunks": full["report"]["chunks"],
            "files_added": full["report"]["added"]},
         "no_change": summary(idle),
         "touched": summary(touched),
-        "edit": {k: v for k, v in edit.items() if k != "report"} | {"exact": edit["embedded"] == edit["chunks_changed"]},
+        "in_flight": args.in_flight,
+        "edit": None if edit is None else
+        {k: v for k, v in edit.items() if k != "report"} | {"exact": edit["embedded"] == edit["chunks_changed"]},
     }
     out = ROOT / "bench" / "results" / "flow_stages.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -189,7 +221,8 @@ def main() -> None:
           f"{result['machine']['cpus']} CPUs, load average {load[0]} {load[1]} {load[2]}", file=err)
     p = result["prefect"]
     print(f"prefect: import {p['import_s']:.2f} s, private server start {p['server_start_s']:.2f} s, "
-          f"empty flow run {p['empty_flow_median_s']:.3f} s (median of {args.repeat})", file=err)
+          f"empty flow run {p['empty_flow_median_s']:.3f} s, without the run heartbeat (as quarry's flow is "
+          f"called) {p['empty_flow_no_heartbeat_median_s']:.3f} s (medians of {args.repeat})", file=err)
     if full is not None:
         print(f"\nfull index: {full['wall_s']:.1f} s wall, {result['full']['chunks']} chunks", file=err)
         print(f"  {'stage':<9} {'seconds':>9} {'rows':>8} {'rows/s':>10}", file=err)
@@ -197,17 +230,19 @@ def main() -> None:
             rows = "" if d["rows"] is None else d["rows"]
             rate = "" if not d["rows_per_s"] else f"{d['rows_per_s']:.0f}"
             print(f"  {stage:<9} {d['seconds']:>9.3f} {rows:>8} {rate:>10}", file=err)
-    print(f"\n{'case':<22} {'wall med':>9} {'wall max':>9} {'cpu med':>8} {'quarry':>8} {'calls':>6} {'copies':>7}",
-          file=err)
-    for name in ("no_change", "touched"):
-        s = result[name]
-        print(f"{name:<22} {s['wall_median_s']:>9.3f} {s['wall_max_s']:>9.3f} {s['cpu_median_s']:>8.3f} "
-              f"{s['quarry_median_s']:>8.3f} {s['model_calls']:>6} {s['catalog_copies']:>7}", file=err)
-    e = result["edit"]
-    print(f"{'one paragraph edited':<22} {e['wall_s']:>9.3f} {'':>9} {e['cpu_s']:>8.3f} {e['quarry_s']:>8.3f} "
-          f"{e['model_calls']:>6} {e['catalog_copies']:>7}   embedded {e['embedded']} chunks, "
-          f"{e['chunks_changed']} changed text (exact: {e['exact']})", file=err)
-    print("quarry = the run's own wall time (runs.durations.total); wall adds Prefect's flow-run overhead", file=err)
+    if edit is not None:
+        print(f"\n{'case':<22} {'wall med':>9} {'wall max':>9} {'cpu med':>8} {'quarry':>8} {'calls':>6} "
+              f"{'copies':>7}", file=err)
+        for name in ("no_change", "touched"):
+            s = result[name]
+            print(f"{name:<22} {s['wall_median_s']:>9.3f} {s['wall_max_s']:>9.3f} {s['cpu_median_s']:>8.3f} "
+                  f"{s['quarry_median_s']:>8.3f} {s['model_calls']:>6} {s['catalog_copies']:>7}", file=err)
+        e = result["edit"]
+        print(f"{'one paragraph edited':<22} {e['wall_s']:>9.3f} {'':>9} {e['cpu_s']:>8.3f} {e['quarry_s']:>8.3f} "
+              f"{e['model_calls']:>6} {e['catalog_copies']:>7}   embedded {e['embedded']} chunks, "
+              f"{e['chunks_changed']} changed text (exact: {e['exact']})", file=err)
+        print("quarry = the run's own wall time (runs.durations.total); wall adds Prefect's flow-run overhead; "
+              "cpu = this process only", file=err)
     if args.json:
         print(json.dumps(result, indent=2))
     if args.keep or args.reuse:

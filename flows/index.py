@@ -1,6 +1,8 @@
 """The index flow: discover -> plan -> (process -> embed -> load) per batch -> removals -> commit.
 
-The flow only wires tasks. Everything it writes goes to a new catalog generation and new
+The flow only wires tasks: the batches stream through the run's task runner (threads by
+default, or processes, Dask, Ray: ``flows/runners.py``, ``flows/pipeline.py``) and back to the
+one writer in this process. Everything it writes goes to a new catalog generation and new
 LanceDB versions, which become visible at the commit task's pointer rename.
 """
 
@@ -81,7 +83,8 @@ def index_flow(
     overrides: dict | None = None,
     if_busy: str = "fail",
 ):
-    """Index ``roots`` into the store at ``db``; returns the run report (see ``runs`` table).
+    """Index ``roots`` into the store at ``db``; returns the run report: the fields of
+    :class:`~quarry.core.models.RunReport` (the ``runs`` row) plus ``plan`` and ``rebuild``.
 
     ``overrides`` are :class:`~quarry.core.settings.Settings` fields; secrets come only from the
     environment so that they never appear in flow-run parameters. ``if_busy``: what to do when
