@@ -212,6 +212,7 @@ def rebuild_fts(con: duckdb.DuckDBPyConnection) -> None:
     ``QUARRY_DUCKDB_FTS=1``. Raises QuarryError when the extension is not installed.
     """
     con.execute(f"LOAD '{fts_extension_path()}'")
+    con.execute("SET enable_progress_bar = false")  # DuckDB would draw its own bar over the run's
     con.execute(load_sql("fts_rebuild"))
 
 
