@@ -2,15 +2,16 @@
 
 Retries run in a tenacity loop (:func:`call_with_retries`): exponential backoff with full
 jitter, the server's ``Retry-After``, never on an error a retry cannot fix (401, 403, 400, 404,
-422). The ``openai`` client's own retries are switched off (``max_retries=0``) because they do
-not fit what callers need: they ignore a ``Retry-After`` longer than 60 s (and retry early,
-spending attempts a rate limit will refuse), they cannot retry a 200 whose body is unusable
-(:class:`BadResponse`, what a proxy cutting an answer short gives), and they report nothing per
-retry, where the run report counts retries and the LLM runtime's circuit breaker and
-response-format step-down need each attempt's error. Kept by hand, therefore: the error
-classification (:func:`is_retryable`), the ``Retry-After`` / ``retry-after-ms`` reading, the
-backoff formula (:class:`RetryPolicy`), and the total per-request deadline transport (httpx's
-timeout bounds each read, not a whole answer).
+422). The ``openai`` client's own retries are switched off (``max_retries=0``). They do most of
+this (408/409/429/5xx, timeouts, ``Retry-After`` up to 120 s, 0.5 s doubling to 8 s with up to
+25 % jitter), but they cannot retry a 200 whose body is unusable (:class:`BadResponse`, what a
+proxy cutting an answer short gives); they report nothing per retry, where the run report counts
+retries and the LLM runtime's circuit breaker and response-format step-down act on each
+attempt's error; their backoff constants are fixed, where embeddings wait up to 30 s between 6
+attempts and chat up to 20 s between 4; and tests cannot give them a clock. Kept by hand,
+therefore: the error classification (:func:`is_retryable`), the ``Retry-After`` /
+``retry-after-ms`` reading, the backoff formula (:class:`RetryPolicy`), and the total
+per-request deadline transport (httpx's timeout bounds each read, not a whole answer).
 
 Messages surfaced to users are built from the status and a short, redacted body only, never
 from the exception's repr, so an API key can never leak into a log or a run report.
