@@ -30,6 +30,7 @@ from quarry.settings import Settings, store_path
 from quarry.sqlfiles import load_sql
 from quarry.store.layout import POINTER
 from quarry.store.reader import Snapshot, open_snapshot
+from quarry.store.remote import remote_of
 
 MODES = ("hybrid", "vector", "bm25")
 RETRIEVERS = ("vector", "bm25")
@@ -149,6 +150,9 @@ class Index:
     # --- snapshot management ---------------------------------------------------------------
 
     def _current_stat(self) -> tuple[int, int] | None:
+        remote = remote_of(self.store)
+        if remote is not None:  # one GET of the remote CURRENT; a new generation is downloaded once
+            remote.pull(self.store)
         try:
             st = os.stat(self.store / POINTER)
         except FileNotFoundError:

@@ -205,4 +205,14 @@ def parse_workers(settings: Settings) -> int:
 
 
 def store_path(db: str | os.PathLike | None) -> Path:
-    return Path(db or default_db()).expanduser().absolute()
+    """The store directory of ``db``; a store URL (``s3://bucket/prefix``) maps to its local folder
+    (:mod:`quarry.store.remote`)."""
+    db = db or default_db()
+    if isinstance(db, str) and "://" in db:
+        from quarry.store.objstore import is_url
+
+        if is_url(db):
+            from quarry.store.remote import local_dir
+
+            return local_dir(db)
+    return Path(db).expanduser().absolute()

@@ -38,6 +38,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from quarry import faults
 from quarry.errors import QuarryError, StoreCorrupt
 from quarry.store.objstore import ObjectStore, PreconditionFailed, StoreURL, open_store, parse_url
 
@@ -230,7 +231,21 @@ class Remote:
             lease.release()
 
     def commit(self, store: Path, pointer) -> None:
-        """Upload the generation's files, then move CURRENT with a conditional put: the commit point."""
+        """Upload the generation's files, then move CURRENT with a conditional put: the commit point.
+
+        When it fails, the generation's local files go too: they must never pass for the files of
+        a generation of the same number that another writer commits.
+        """
+        from quarry import retrieval
+
+        try:
+            self._commit(store, pointer)
+        except BaseException:
+            (store / pointer.catalog).unlink(missing_ok=True)
+            shutil.rmtree(store / retrieval.folder_name(pointer.generation), ignore_errors=True)
+            raise
+
+    def _commit(self, store: Path, pointer) -> None:
         from quarry import retrieval
 
         if self.lease is None:
@@ -246,6 +261,7 @@ class Remote:
         except PreconditionFailed:
             raise QuarryError(f"generation {pointer.generation} already exists on {self.url}: another writer "
                               "committed it; nothing was committed by this run: run again") from None
+        faults.point("after-upload")  # killed here: files no pointer names, removed by the next writer
         self.lease.check()
         body = json.dumps(asdict(pointer), indent=2).encode()
         try:
@@ -257,6 +273,13 @@ class Remote:
             self.objects.delete([k for k, _ in files])
             raise QuarryError(f"{self.url.join(POINTER)} changed while this run held the lease (another writer "
                               "committed); nothing was committed by this run: run again") from None
+
+    def after_commit(self, pointer) -> None:
+        """Best-effort tidying after the pointer moved: old generations beyond the retention."""
+        try:
+            self.remove_old_generations(pointer.generation)
+        except Exception:  # the next commit (or `quarry maintain`) tries again
+            pass
 
     def remove_old_generations(self, committed: int, keep: int | None = None) -> list[str]:
         """Delete remote generations older than the last ``keep`` and any newer than ``committed``."""
