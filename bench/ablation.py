@@ -73,7 +73,7 @@ LONG_CONFIGS = {
 def write_long_corpus(beir_dir: Path, dest: Path, per_file: int, limit: int, seed: int = 13,
                       judged_splits: str = "*") -> dict:
     """Write the long-document variant of a BEIR set; return ``{file name: [abstract ids]}``."""
-    from quarry.evaluation import _read_jsonl, _read_qrels
+    from quarry.eval.evaluation import _read_jsonl, _read_qrels
 
     corpus = {str(r["_id"]): (str(r.get("title") or ""), str(r.get("text") or ""))
               for _, r in _read_jsonl(beir_dir / "corpus.jsonl")}
@@ -101,7 +101,7 @@ def write_long_corpus(beir_dir: Path, dest: Path, per_file: int, limit: int, see
 
 def abstract_spans(tree: Path, layout: dict) -> dict[str, list[tuple[int, int, str]]]:
     """Character spans of each abstract in the *parsed* text of each long file."""
-    from quarry.parsers import parse_file
+    from quarry.ingest.parsers import parse_file
 
     out = {}
     for name, _ids in layout["files"].items():
@@ -129,7 +129,7 @@ def owner(spans: list[tuple[int, int, str]], start: int, end: int) -> str | None
 def score(store: Path, queries: dict, qrels: dict, to_doc) -> dict:
     """Metrics per mode; ``to_doc(result)`` maps a hit to a judged document id."""
     import quarry
-    from quarry.evaluation import chunk_ranking_to_docs, evaluate
+    from quarry.eval.evaluation import chunk_ranking_to_docs, evaluate
 
     out = {}
     with quarry.open(store) as idx:
@@ -146,7 +146,7 @@ def score(store: Path, queries: dict, qrels: dict, to_doc) -> dict:
 
 def run_set(name: str, configs: dict, split: str, backend: str, index_flow, long: dict | None, limit: int | None,
             ) -> list[dict]:
-    from quarry.evaluation import load_beir, write_corpus_tree
+    from quarry.eval.evaluation import load_beir, write_corpus_tree
 
     beir = load_beir(str(BEIR / name), split)
     label = f"{name}-long" if long else name
@@ -275,7 +275,7 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["QUARRY_EMBED_BACKEND"] = args.backend  # the query side embeds with the same model
 
-    from quarry.orchestration import prefect_api, prefect_environment
+    from quarry.cli.orchestration import prefect_api, prefect_environment
 
     prefect_environment()
     if args.llm_cost:
@@ -326,7 +326,7 @@ def main() -> None:
 
 
 def _run(args, results: list[dict]) -> list[dict]:
-    from quarry.orchestration import prefect_api
+    from quarry.cli.orchestration import prefect_api
 
     with prefect_api(STORES / "logs"):
         from quarry.flows.index import index_flow

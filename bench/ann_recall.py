@@ -40,7 +40,7 @@ def log(*parts) -> None:
 
 
 def settings():
-    from quarry.settings import Settings
+    from quarry.core.settings import Settings
 
     return Settings.from_env(embed_backend="onnx-int8")
 
@@ -51,11 +51,11 @@ def handbook_vectors():
     path = CACHE / "handbook.npy"
     if path.exists():
         return np.load(path)
-    from quarry.discover import discover
-    from quarry.embedders import get_embedder
-    from quarry.embedding import embed_records
-    from quarry.plan import new_doc_id
-    from quarry.process import process_files
+    from quarry.ingest.discover import discover
+    from quarry.ingest.embedders import get_embedder
+    from quarry.ingest.embedding import embed_records
+    from quarry.ingest.plan import new_doc_id
+    from quarry.ingest.process import process_files
 
     log("embedding the handbook with onnx-int8 (once; cached) ...")
     t0 = time.perf_counter()
@@ -95,7 +95,7 @@ def query_vectors():
     path = CACHE / "scifact-queries.npy"
     if path.exists():
         return np.load(path)
-    from quarry.embedders import get_embedder
+    from quarry.ingest.embedders import get_embedder
 
     lines = (SHARED / "beir" / "scifact" / "queries.jsonl").read_text(encoding="utf-8").splitlines()
     texts = [json.loads(line)["text"] for line in lines]
@@ -127,7 +127,7 @@ def main() -> None:
     args = ap.parse_args()
     import numpy as np
 
-    from quarry.retrieval import dense
+    from quarry.index import dense
 
     corpus = np.concatenate([handbook_vectors(), scifact_store_vectors()])
     corpus = dense.normalise(corpus)

@@ -42,7 +42,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 from embed import DATA, split_paragraphs  # noqa: E402
-from quarry.binaryvec import BinaryIndex  # noqa: E402
+from quarry.index.binaryvec import BinaryIndex  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "binary_vectors.json")
 CACHE = os.path.join(HERE, "results", "binary_vectors")
@@ -197,8 +197,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="also time a synthetic corpus of this many rows (perturbed copies; latency only)")
     args = parser.parse_args(argv)
 
-    from quarry.embedders import get_embedder
-    from quarry.settings import Settings
+    from quarry.ingest.embedders import get_embedder
+    from quarry.core.settings import Settings
 
     embedder = get_embedder(Settings.from_env(embed_backend="onnx-int8"))
     pieces = handbook_pieces()

@@ -91,7 +91,7 @@ def load_chunks(n: int, seed: int = 0) -> list[str]:
 
 def make_backends(names: list[str], cache_dir: str | None) -> list[tuple[str, object]]:
     """(row label, embedder) pairs; the first is always the naive torch baseline."""
-    from quarry.embedders.local import TorchEmbedder, get_local_embedder
+    from quarry.ingest.embedders.local import TorchEmbedder, get_local_embedder
 
     rows: list[tuple[str, object]] = [("torch", TorchEmbedder(batch_size=32, length_sorted=False))]
     for name in names:
@@ -100,7 +100,7 @@ def make_backends(names: list[str], cache_dir: str | None) -> list[tuple[str, ob
         if name == "torch-sorted":
             rows.append((name, TorchEmbedder(batch_size=32, length_sorted=True)))
         elif name.startswith("onnx-int8:"):  # one int8 variant, forced: onnx-int8:s8, onnx-int8:u8, ...
-            from quarry.embedders.onnx_backend import OnnxEmbedder
+            from quarry.ingest.embedders.onnx_backend import OnnxEmbedder
 
             rows.append((name, OnnxEmbedder(quantize=True, cache_dir=cache_dir, int8_variant=name.split(":", 1)[1])))
         else:
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     names = [n.strip() for n in args.backends.split(",") if n.strip()]
     results = run(chunks, names, max(1, args.repeat), args.cache_dir)
 
-    from quarry.embedders.local import TorchEmbedder
+    from quarry.ingest.embedders.local import TorchEmbedder
 
     tokens = TorchEmbedder().count_tokens(chunks)
     report = {

@@ -37,8 +37,8 @@ def main() -> None:
         os.environ["QUARRY_EMBED_BACKEND"] = args.backend
     backend = os.environ.get("QUARRY_EMBED_BACKEND", "default")
 
-    from quarry.beir_eval import run_beir_eval
-    from quarry.orchestration import prefect_api
+    from quarry.eval.beir import run_beir_eval
+    from quarry.cli.orchestration import prefect_api
 
     stores = ROOT / "bench" / "results" / "stores"
     results = []

@@ -68,7 +68,7 @@ def ctx_docs(units, by_path, budget: int = BUDGET) -> set[str]:
 
 
 def score(rows: dict[str, dict], qrels) -> dict:
-    from quarry.evaluation import evaluate
+    from quarry.eval.evaluation import evaluate
 
     rankings = {q: r["ranking"] for q, r in rows.items()}
     base = evaluate(rankings, qrels)
@@ -94,14 +94,14 @@ def score(rows: dict[str, dict], qrels) -> dict:
 
 def ensure_store(name: str, backend: str) -> tuple[Path, dict[str, str]]:
     """The store for ``name`` (indexed here only if missing) and its path -> BEIR doc id map."""
-    from quarry.evaluation import load_beir, write_corpus_tree
+    from quarry.eval.evaluation import load_beir, write_corpus_tree
 
     store = STORES / f"{name}-{backend}"
     tree = store.parent / f"{store.name}-corpus" / name
     beir = load_beir(str(BEIR / name), "test")
     if not (store / "CURRENT").exists():
-        from quarry.beir_eval import run_beir_eval
-        from quarry.orchestration import prefect_api
+        from quarry.eval.beir import run_beir_eval
+        from quarry.cli.orchestration import prefect_api
 
         os.environ["QUARRY_EMBED_BACKEND"] = backend
         with prefect_api(STORES / "logs"):
@@ -114,9 +114,9 @@ def ensure_store(name: str, backend: str) -> tuple[Path, dict[str, str]]:
 
 
 def run_split(idx, name: str, split: str, by_path, limit, methods) -> dict:
-    from quarry.evaluation import load_beir
-    from quarry.segments import get_params, segments_from_results
-    from quarry.windows import expand
+    from quarry.eval.evaluation import load_beir
+    from quarry.search.segments import get_params, segments_from_results
+    from quarry.search.windows import expand
 
     beir = load_beir(str(BEIR / name), split)
     qids = sorted(beir.queries)[:limit] if limit else sorted(beir.queries)
@@ -171,7 +171,7 @@ def main() -> None:
         "segments precision scores", "segments find_all scores",
     )}
     if args.rerank:
-        from quarry.rerank import get_reranker
+        from quarry.search.rerank import get_reranker
 
         methods[f"rerank {args.rerank}"] = get_reranker(args.rerank)
     results = []

@@ -40,7 +40,7 @@ QUERIES = {  # words only that file holds -> the file
 
 
 def quarry(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "quarry.cli", *args], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run([sys.executable, "-m", "quarry.cli.main", *args], capture_output=True, text=True, cwd=ROOT)
 
 
 def main() -> None:
@@ -49,7 +49,7 @@ def main() -> None:
     parser.add_argument("--no-ocr", action="store_true")
     args = parser.parse_args()
 
-    from quarry.discover import discover
+    from quarry.ingest.discover import discover
     from tests.samples import mixed_tree
 
     work = Path(tempfile.mkdtemp(prefix="quarry-bench-formats-"))

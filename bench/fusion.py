@@ -34,8 +34,8 @@ ALPHAS = [round(a, 2) for a in np.arange(0.0, 1.01, 0.05)]
 def candidates(name: str, backend: str, splits: list[str]) -> dict:
     """{split: {qid: {"vector": [(doc, score)], "bm25": [...]}}}, plus qrels, for one set."""
     import quarry
-    from quarry.evaluation import load_beir, write_corpus_tree
-    from quarry.orchestration import prefect_api
+    from quarry.eval.evaluation import load_beir, write_corpus_tree
+    from quarry.cli.orchestration import prefect_api
 
     stores = ROOT / "bench" / "results" / "stores"
     store = stores / f"{name}-{backend}"
@@ -118,7 +118,7 @@ def single(lists: dict, mode: str) -> list[str]:
 
 
 def score(data: dict, ranker) -> dict:
-    from quarry.evaluation import evaluate
+    from quarry.eval.evaluation import evaluate
 
     return evaluate({q: ranker(lists) for q, lists in data["lists"].items()}, data["qrels"])
 

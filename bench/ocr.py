@@ -72,7 +72,7 @@ def main() -> None:
 
     import pypdfium2 as pdfium
 
-    from quarry.parsers.ocr import DPI, _rapidocr, engine_name, ocr_image
+    from quarry.ingest.parsers.ocr import DPI, _rapidocr, engine_name, ocr_image
 
     t = time.perf_counter()
     _rapidocr()

@@ -78,7 +78,7 @@ def sentences() -> list[str]:
 
 
 def make_records(size: int, sents: list[str], rng):
-    from quarry.models import Chunk, DocumentRecord, FileInfo, Section, join_header
+    from quarry.core.models import Chunk, DocumentRecord, FileInfo, Section, join_header
 
     n_docs = max(1, size // CHUNKS_PER_DOC)
     base = dt.datetime(2019, 1, 1).timestamp()
@@ -187,11 +187,11 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
 
 
 def measure_quarry(store: Path, size: int, queries: list[str], vectors, vector_search: str = "auto") -> list[dict]:
-    import quarry.query
-    from quarry.filters import Filter
-    from quarry.settings import Settings
+    import quarry.search.query
+    from quarry.search.filters import Filter
+    from quarry.core.settings import Settings
 
-    idx = quarry.query.open(store, Settings.from_env(embed_backend="hash", embed_dim=DIM), vector_search=vector_search)
+    idx = quarry.search.query.open(store, Settings.from_env(embed_backend="hash", embed_dim=DIM), vector_search=vector_search)
     for q, v in zip(queries, vectors):
         idx._query_cache.put(q, v)  # embeddings are not what is timed (see the docstring)
     filters = {False: None, True: Filter.build(file_type=["pdf"])}
@@ -227,8 +227,8 @@ def native_table(folder: Path, store: Path):
     import pyarrow as pa
     from lancedb.index import FTS, IvfHnswSq
 
-    import quarry.query
-    from quarry.settings import Settings
+    import quarry.search.query
+    from quarry.core.settings import Settings
     from quarry.store import vectors as qvectors
 
     db = lancedb.connect(str(folder / "native"))
@@ -241,7 +241,7 @@ def native_table(folder: Path, store: Path):
         pass
     log("  building the LanceDB-native comparison table (text + FTS + IVF_HNSW_SQ) ...")
     t0 = time.perf_counter()
-    idx = quarry.query.open(store, Settings.from_env(embed_backend="hash", embed_dim=DIM))
+    idx = quarry.search.query.open(store, Settings.from_env(embed_backend="hash", embed_dim=DIM))
     cat = idx.snapshot.con.execute(
         "SELECT c.chunk_id, c.header || '\n' || c.text AS text, d.file_type "
         "FROM chunks c JOIN documents d USING (doc_id) ORDER BY c.chunk_id").fetch_arrow_table()
@@ -298,7 +298,7 @@ def measure_cold(store: Path, size: int, query: str, runs: int = 3) -> dict:
     samples = []
     for _ in range(runs):
         t = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "quarry.cli", "search", query, "--db", str(store), "--json"],
+        proc = subprocess.run([sys.executable, "-m", "quarry.cli.main", "search", query, "--db", str(store), "--json"],
                               capture_output=True, text=True, env=env, cwd=ROOT)
         samples.append((time.perf_counter() - t) * 1000)
         if proc.returncode != 0:

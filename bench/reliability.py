@@ -46,7 +46,7 @@ sys.stdout.write(out[-20000:])
 
 def quarry(*args, timeout: float = 1800) -> tuple[int, int, float, str]:
     """Run `quarry ARGS` in a fresh wrapper; (exit code, peak RSS of the tree in MB, seconds, output)."""
-    done = subprocess.run([sys.executable, "-c", _MEASURE, str(timeout), sys.executable, "-m", "quarry.cli",
+    done = subprocess.run([sys.executable, "-c", _MEASURE, str(timeout), sys.executable, "-m", "quarry.cli.main",
                            *map(str, args)], capture_output=True, text=True, env=ENV, cwd=ROOT)
     head, _, rest = done.stdout.partition("@@MEASURE@@ ")
     line, _, out = rest.partition("\n")
@@ -70,8 +70,7 @@ def hostile_inputs(work: Path) -> dict:
     from hostile import make_tree
 
     import quarry as q
-    from quarry import paths
-
+    from quarry.core import paths
     tree, db = work / "hostile", work / "hostile-db"
     expects = make_tree(tree)
     rc, rss, secs, out = quarry("index", tree, "--db", db)

@@ -13,12 +13,12 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed
 
-from quarry import progress
-from quarry.embedders import describe, get_embedder
-from quarry.embedding import EmbedStats
-from quarry.errors import StoreLocked, UsageError
-from quarry.paths import display
-from quarry.settings import Settings, parse_workers, store_path
+from quarry.core import progress
+from quarry.ingest.embedders import describe, get_embedder
+from quarry.ingest.embedding import EmbedStats
+from quarry.core.errors import StoreLocked, UsageError
+from quarry.core.paths import display
+from quarry.core.settings import Settings, parse_workers, store_path
 from quarry.store import journal
 from quarry.store.layout import WriterLock, new_run_id, read_pointer
 from quarry.store.writer import StoreWriter, remove_debris
@@ -26,6 +26,7 @@ from quarry.tasks.discover import discover_files, plan_changes
 from quarry.tasks.embed import embed_batch
 from quarry.tasks.load import apply_removals_and_moves, commit_run, load_batch
 from quarry.tasks.process import process_batch
+from quarry.ingest.process import content_fingerprint
 
 FILES_PER_BATCH = 64
 BYTES_PER_BATCH = 32 << 20
@@ -58,7 +59,7 @@ def index_flow(
 ):
     """Index ``roots`` into the store at ``db``; returns the run report (see ``runs`` table).
 
-    ``overrides`` are :class:`~quarry.settings.Settings` fields; secrets come only from the
+    ``overrides`` are :class:`~quarry.core.settings.Settings` fields; secrets come only from the
     environment so that they never appear in flow-run parameters. ``if_busy``: what to do when
     another run holds the store — ``fail`` (raise :class:`StoreLocked`) or ``skip`` (record a
     ``skipped`` run and finish; what scheduled runs do, so that a run longer than the interval
@@ -113,7 +114,7 @@ def _index(logger, settings, store, roots, run_id, started, durations, full, dry
     try:
         t = time.perf_counter()
         files, unsupported, unreadable = discover_files(roots, settings.include, settings.exclude)
-        plan, rebuild_reason = plan_changes(store, files, roots, full, settings.content_fingerprint(), model, dim,
+        plan, rebuild_reason = plan_changes(store, files, roots, full, content_fingerprint(settings), model, dim,
                                             frozenset(e.path for e in unreadable))
         durations["discover_plan"] = time.perf_counter() - t
         report = {"run_id": run_id, "dry_run": dry_run, "plan": plan.counts(), "rebuild": rebuild_reason,
@@ -134,7 +135,7 @@ def _index(logger, settings, store, roots, run_id, started, durations, full, dry
         todo = plan.to_process
         existing = {doc_id for _, doc_id in plan.changed}
         if settings.uses_llm and todo:
-            from quarry.llm import LLMRuntime
+            from quarry.ingest.llm import LLMRuntime
 
             llm = LLMRuntime(settings, store)  # its answer cache lives in the store: re-runs are free
         bar = progress.start("indexing", total=len(todo))
@@ -191,12 +192,12 @@ def _index(logger, settings, store, roots, run_id, started, durations, full, dry
             **_llm_counts(llm),
             "ocr_pages": ocr_pages,
             "ocr_seconds": round(ocr_seconds, 3),
-            # Display form: a name that is not UTF-8 shows as \xNN (quarry/paths.py).
+            # Display form: a name that is not UTF-8 shows as \xNN (quarry/core/paths.py).
             "errors": [{"path": display(e.path), "error": e.error} for e in errors],
             "durations": durations,
             "settings": settings.public_dict(),
         }
-        meta = {"content_fingerprint": settings.content_fingerprint(), "sectioner": settings.sectioner,
+        meta = {"content_fingerprint": content_fingerprint(settings), "sectioner": settings.sectioner,
                 "context": settings.context, "embed_backend": settings.embed_backend}
         if writer is not None:
             commit_run(writer, run_row, meta)

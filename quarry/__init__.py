@@ -16,10 +16,10 @@ _checkout.install(_Path(__file__).resolve().parent)
 
 
 def open(db=None, settings=None, **kwargs):  # noqa: A001 - mirrors the builtin on purpose: quarry.open(db)
-    """Open the index at ``db`` for searching; see :class:`quarry.query.Index`.
+    """Open the index at ``db`` for searching; see :class:`quarry.search.query.Index`.
 
     ``kwargs`` go to the index (``vector_search="auto"|"exact"|"ivf"|"binary"``, ``cache_size``).
     """
-    from quarry.query import open as _open
+    from quarry.search.query import open as _open
 
     return _open(db, settings, **kwargs)

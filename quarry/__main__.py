@@ -1,5 +1,5 @@
 """``python -m quarry``: the same command as ``quarry``."""
 
-from quarry.cli import main
+from quarry.cli.main import main
 
 main()

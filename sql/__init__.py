@@ -1,1 +1,1 @@
-"""DuckDB SQL files, installed as ``quarry.sql`` package data; read with ``quarry.sqlfiles``."""
+"""DuckDB SQL files, installed as ``quarry.sql`` package data; read with ``quarry.core.sqlfiles``."""

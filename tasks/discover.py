@@ -7,11 +7,11 @@ from datetime import timezone
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from quarry import paths
-from quarry.discover import discover
-from quarry.models import FileError, FileInfo
-from quarry.plan import CatalogDoc, Plan, make_plan
-from quarry.sqlfiles import load_sql
+from quarry.core import paths
+from quarry.ingest.discover import discover
+from quarry.core.models import FileError, FileInfo
+from quarry.ingest.plan import CatalogDoc, Plan, make_plan
+from quarry.core.sqlfiles import load_sql
 from quarry.store.layout import read_pointer
 from quarry.store.reader import open_snapshot
 

@@ -6,9 +6,9 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from quarry.embedding import EmbedStats, embed_records
-from quarry.errors import EmbeddingError
-from quarry.models import DocumentRecord
+from quarry.ingest.embedding import EmbedStats, embed_records
+from quarry.core.errors import EmbeddingError
+from quarry.core.models import DocumentRecord
 
 
 def _worth_retrying(task, task_run, state) -> bool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from quarry.models import DocumentRecord
-from quarry.plan import Plan
+from quarry.core.models import DocumentRecord
+from quarry.ingest.plan import Plan
 from quarry.store.catalog import utc_timestamp
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from quarry.models import DocumentRecord, FileError, FileInfo
-from quarry.process import process_files
+from quarry.core.models import DocumentRecord, FileError, FileInfo
+from quarry.ingest.process import process_files
 
 
 @task(name="process-files", cache_policy=NO_CACHE)

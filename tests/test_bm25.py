@@ -12,13 +12,13 @@ import pyarrow as pa
 import pytest
 from conftest import shared
 
-from quarry.retrieval import bm25
-from quarry.retrieval.bm25 import BM25Index, Vocabulary, query_tokens
-from quarry.retrieval.porter import stem
-from quarry.sqlfiles import load_sql
+from quarry.index import bm25
+from quarry.index.bm25 import BM25Index, Vocabulary, query_tokens
+from quarry.index.porter import stem
+from quarry.core.sqlfiles import load_sql
 from quarry.store import catalog
 from quarry.store.catalog import _CHUNK_SCHEMA
-from quarry.textnorm import bm25_text, tokens
+from quarry.index.textnorm import bm25_text, tokens
 
 
 def catalog_with(tmp_path, texts: list[str]):
@@ -114,10 +114,10 @@ def test_a_query_word_missing_from_the_corpus_meets_its_stem(tmp_path):
 @pytest.fixture(scope="module")
 def handbook(tmp_path_factory):
     """Real handbook pages holding codes (FY24, Q2, v1.1.5, ISO27001, SHA256), plus neighbours."""
-    from quarry.discover import discover
-    from quarry.plan import new_doc_id
-    from quarry.process import process_files
-    from quarry.settings import Settings
+    from quarry.ingest.discover import discover
+    from quarry.ingest.plan import new_doc_id
+    from quarry.ingest.process import process_files
+    from quarry.core.settings import Settings
 
     root = shared("trees", "sourcegraph-handbook")
     files, _ = discover([root])

@@ -12,9 +12,9 @@ import duckdb
 import pytest
 
 from conftest import SAMPLE
-from quarry.croncheck import validate_cron
-from quarry.errors import StoreLocked, UsageError
-from quarry.orchestration import deployment_name
+from quarry.cli.croncheck import validate_cron
+from quarry.core.errors import StoreLocked, UsageError
+from quarry.cli.orchestration import deployment_name
 from quarry.store import journal
 from quarry.store.layout import WriterLock, new_run_id
 from quarry.store.writer import insert_run
@@ -35,7 +35,7 @@ def test_journal_claim_and_merge_into_a_real_runs_table(tmp_path):
     assert [r["run_id"] for r in journal.pending(tmp_path)] == ["a", "b", "c"]
 
     con = duckdb.connect(str(tmp_path / "catalog.duckdb"))
-    from quarry.sqlfiles import statements
+    from quarry.core.sqlfiles import statements
 
     for stmt in statements("schema"):
         con.execute(stmt)

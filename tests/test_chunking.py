@@ -1,7 +1,7 @@
 import pytest
 
-from quarry.chunking import chunk_document, split_spans
-from quarry.models import ParsedDocument, Section
+from quarry.ingest.chunking import chunk_document, split_spans
+from quarry.core.models import ParsedDocument, Section
 
 PARA = "The quick brown fox jumps over the lazy dog. " * 4
 

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import SAMPLE, shared
-from quarry.cli import cli as cli_group
+from quarry.cli.main import cli as cli_group
 
 RESULT_KEYS = {"rank", "score", "chunk_id", "doc_id", "path", "title", "section", "header", "text", "page_start",
                "page_end", "chunk_index", "section_index", "file_type", "start_char", "end_char", "fused", "scores",
@@ -23,7 +23,7 @@ def sample_db(tmp_path_factory, prefect_api):
     import sys
 
     db = tmp_path_factory.mktemp("cli") / "db"
-    done = subprocess.run([sys.executable, "-m", "quarry.cli", "index", str(SAMPLE), "--db", str(db)],
+    done = subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(SAMPLE), "--db", str(db)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return db
@@ -109,7 +109,7 @@ def test_query_side_never_imports_prefect(sample_db):
     code = (
         "import sys\n"
         "from click.testing import CliRunner\n"
-        "from quarry.cli import cli\n"
+        "from quarry.cli.main import cli\n"
         "for args in (['search', 'deploy', '--db', sys.argv[1]], ['status', '--db', sys.argv[1]],"
         " ['runs', '--db', sys.argv[1]]):\n"
         "    assert CliRunner().invoke(cli, args).exit_code == 0, args\n"

@@ -15,7 +15,7 @@ import pytest
 
 import quarry
 from conftest import SAMPLE
-from quarry.faults import POINTS
+from quarry.core.faults import POINTS
 
 
 def contents(db):
@@ -51,7 +51,7 @@ def clean_contents(tmp_path_factory, prefect_api):
     tree = base / "tree"
     shutil.copytree(SAMPLE, tree)
     edit_tree(tree)
-    done = subprocess.run([sys.executable, "-m", "quarry.cli", "index", str(tree), "--db", str(base / "db")],
+    done = subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(base / "db")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return contents(base / "db")

@@ -3,8 +3,8 @@ import os
 import pytest
 
 from conftest import shared
-from quarry.discover import discover, sha256_file
-from quarry.errors import UsageError
+from quarry.ingest.discover import discover, sha256_file
+from quarry.core.errors import UsageError
 
 
 @pytest.fixture

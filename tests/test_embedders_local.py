@@ -14,9 +14,9 @@ import sys
 import numpy as np
 import pytest
 
-from quarry.embedders.base import Embedder
-from quarry.embedders.local import MAX_TOKENS, TorchEmbedder, bundled_model_path, get_local_embedder
-from quarry.errors import ConfigError
+from quarry.ingest.embedders.base import Embedder
+from quarry.ingest.embedders.local import MAX_TOKENS, TorchEmbedder, bundled_model_path, get_local_embedder
+from quarry.core.errors import ConfigError
 
 SENTENCES = [
     "How do I roll back a failed deployment to the previous release?",
@@ -110,7 +110,7 @@ def test_unknown_backend_names_the_choices():
 
 
 def test_onnx_backend_names():
-    from quarry.embedders.onnx_backend import OnnxEmbedder
+    from quarry.ingest.embedders.onnx_backend import OnnxEmbedder
 
     fp32, int8 = OnnxEmbedder(), OnnxEmbedder(quantize=True)
     assert (fp32.backend, int8.backend) == ("onnx", "onnx-int8")
@@ -130,7 +130,7 @@ def test_onnx_backend_names():
     ],
 )
 def test_same_length_batches(lengths, budget, max_items, expected):
-    from quarry.embedders.onnx_backend import same_length_batches
+    from quarry.ingest.embedders.onnx_backend import same_length_batches
 
     batches = same_length_batches(np.array(lengths, dtype=np.int64), budget, max_items)
     assert [b.tolist() for b in batches] == expected
@@ -162,8 +162,8 @@ def test_written_graph_matches_the_torch_model_token_by_token(embedders):
     import torch
     from transformers import AutoModel
 
-    from quarry.embedders.local import load_tokenizer
-    from quarry.embedders.onnx_export import pad_batch
+    from quarry.ingest.embedders.local import load_tokenizer
+    from quarry.ingest.embedders.onnx_export import pad_batch
 
     embedders["onnx"].load()
     tokenizer = load_tokenizer(bundled_model_path())
@@ -184,13 +184,13 @@ def test_written_graph_matches_the_torch_model_token_by_token(embedders):
 @pytest.mark.slow
 def test_int8_stays_close_to_fp32_and_records_its_variant(embedders):
     """The build's self-check holds on texts it did not see, and the variant is on record."""
-    from quarry.embedders.onnx_backend import INT8_MIN_COSINE, build_info
+    from quarry.ingest.embedders.onnx_backend import INT8_MIN_COSINE, build_info
 
     int8, fp32 = embedders["onnx-int8"], embedders["onnx"]
     texts = SENTENCES + [LONG_TEXT, "undo a broken release", "Q3 revenue", "E11000 duplicate key error"]
     assert cosines(int8.embed(texts), fp32.embed(texts)).min() >= INT8_MIN_COSINE
     info = build_info(int8.onnx_path)
-    from quarry.embedders.onnx_export import INT8_VARIANTS
+    from quarry.ingest.embedders.onnx_export import INT8_VARIANTS
 
     assert info["variant"] in (*INT8_VARIANTS, "fp32")
     if info["variant"] != "fp32":
@@ -231,7 +231,7 @@ def test_batching_does_not_change_fp32_vectors(embedders):
 
 @pytest.mark.slow
 def test_onnx_counts_its_sub_batches_as_model_calls(embedders):
-    from quarry.embedders.onnx_backend import same_length_batches
+    from quarry.ingest.embedders.onnx_backend import same_length_batches
 
     onnx = embedders["onnx-int8"]
     texts = [" ".join(["word"] * n) for n in range(1, 120)]
@@ -244,7 +244,7 @@ def test_onnx_counts_its_sub_batches_as_model_calls(embedders):
 
 @pytest.mark.slow
 def test_onnx_cache_is_reused_not_rebuilt(embedders, onnx_cache):
-    from quarry.embedders.onnx_backend import OnnxEmbedder
+    from quarry.ingest.embedders.onnx_backend import OnnxEmbedder
 
     for quantize in (False, True):
         first = embedders["onnx-int8" if quantize else "onnx"]
@@ -265,7 +265,7 @@ def test_cached_onnx_embeds_without_torch(embedders, onnx_cache):
     embedders["onnx"].load()
     script = (
         "import sys\n"
-        "from quarry.embedders.local import get_local_embedder\n"
+        "from quarry.ingest.embedders.local import get_local_embedder\n"
         "for backend in ('onnx', 'onnx-int8'):\n"
         "    e = get_local_embedder(backend)\n"
         "    v = e.embed(['a sentence to embed'])\n"
@@ -289,8 +289,8 @@ def test_default_backend_builds_its_model_from_an_empty_cache_without_torch(tmp_
         "        if name.split('.')[0] in ('torch', 'transformers', 'sentence_transformers'):\n"
         "            raise ImportError(f'{name} is blocked in this test')\n"
         "sys.meta_path.insert(0, NoTorch())\n"
-        "from quarry.embedders import get_embedder, describe_backend\n"
-        "from quarry.settings import Settings\n"
+        "from quarry.ingest.embedders import get_embedder, describe_backend\n"
+        "from quarry.core.settings import Settings\n"
         "settings = Settings.from_env()\n"
         "assert settings.embed_backend == 'onnx-int8', settings.embed_backend\n"
         "e = get_embedder(settings)\n"
@@ -305,7 +305,7 @@ def test_default_backend_builds_its_model_from_an_empty_cache_without_torch(tmp_
     done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr
-    from quarry.embedders.onnx_export import INT8_VARIANTS
+    from quarry.ingest.embedders.onnx_export import INT8_VARIANTS
 
     assert done.stdout.strip() in (*INT8_VARIANTS, "fp32")
     built = sorted(p.name for p in cache.iterdir())

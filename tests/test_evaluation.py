@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from quarry.errors import UsageError
-from quarry.evaluation import (
+from quarry.core.errors import UsageError
+from quarry.eval.evaluation import (
     BeirSet,
     chunk_ranking_to_docs,
     evaluate,

@@ -12,10 +12,10 @@ from click.testing import CliRunner
 
 import quarry
 from conftest import ROOT, SAMPLE
-from quarry.cli import cli as cli_group
-from quarry.errors import UsageError
-from quarry.export import export
-from quarry.filters import Filter
+from quarry.cli.main import cli as cli_group
+from quarry.core.errors import UsageError
+from quarry.search.export import export
+from quarry.search.filters import Filter
 
 TABLES = ("documents", "sections", "chunks")
 

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from quarry.errors import UsageError
-from quarry.filters import Filter, parse_where, tokenize
+from quarry.core.errors import UsageError
+from quarry.search.filters import Filter, parse_where, tokenize
 
 
 @pytest.mark.parametrize("expr", ["file_type = 'pdf'", "file_type=pdf", "file_type = pdf", "FILE_TYPE == \"PDF\"",

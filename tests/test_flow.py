@@ -130,7 +130,7 @@ class _CountingEmbedder:
     plans_batches = True
 
     def __init__(self):
-        from quarry.embedders.hashing import HashEmbedder
+        from quarry.ingest.embedders.hashing import HashEmbedder
 
         self.inner = HashEmbedder(dim=16)
         self.model = "counting-16"

@@ -12,10 +12,10 @@ import zipfile
 import pytest
 
 import quarry
-from quarry.chunking import chunk_document
-from quarry.errors import ParseError
-from quarry.parsers import FORMATS, SUPPORTED, detect_type, parse_file
-from quarry.sectioning import StructureSectioner
+from quarry.ingest.chunking import chunk_document
+from quarry.core.errors import ParseError
+from quarry.ingest.parsers import FORMATS, SUPPORTED, detect_type, parse_file
+from quarry.ingest.sectioning import StructureSectioner
 from tests.conftest import shared
 from tests.samples import mixed_tree, write_eml, write_epub, write_ods, write_odt, write_pptx, write_xlsx
 
@@ -46,7 +46,7 @@ def test_xlsx_sheets_are_sections_and_every_chunk_repeats_the_header(tmp_path):
 
 
 def test_huge_sheet_is_bounded_and_says_so(tmp_path, monkeypatch):
-    from quarry.parsers import sheets
+    from quarry.ingest.parsers import sheets
 
     monkeypatch.setattr(sheets, "MAX_ROWS", 50)
     doc = parse_file(str(write_xlsx(tmp_path / "big.xlsx", rows=120)))
@@ -296,7 +296,7 @@ def _box(x0, x1, y, text):
 
 
 def test_ocr_lines_read_two_columns_one_after_the_other():
-    from quarry.parsers.ocr import _lines
+    from quarry.ingest.parsers.ocr import _lines
 
     title = [_box(0, 1000, 0, "A Title Across Both Columns")]
     left = [_box(0, 450, 40 + 30 * i, f"left{i}") for i in range(4)]

@@ -1,6 +1,6 @@
 import pytest
 
-from quarry.fusion import rrf
+from quarry.search.fusion import rrf
 
 
 def test_rrf_matches_hand_computed_scores():

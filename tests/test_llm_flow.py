@@ -103,9 +103,9 @@ def test_flow_caches_every_answer_across_full_and_switches(run_flow, server, tmp
 
 
 def test_failures_are_reported_per_window_and_retried_next_time(run_flow, server, notes, tmp_path, monkeypatch):
-    from quarry.openai_common import RetryPolicy
+    from quarry.core.openai_common import RetryPolicy
 
-    monkeypatch.setattr("quarry.llm.client.RETRY", RetryPolicy(attempts=2, base=0.001, cap=0.01))
+    monkeypatch.setattr("quarry.ingest.llm.client.RETRY", RetryPolicy(attempts=2, base=0.001, cap=0.01))
     monkeypatch.setenv("QUARRY_LLM_API_KEY", KEY)
     db = tmp_path / "db"
     server.fail_next(2, status=500, path="/v1/chat/completions")  # the first request's two attempts

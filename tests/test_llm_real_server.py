@@ -16,9 +16,9 @@ import pytest
 
 from conftest import shared
 from llamaserver import MODEL_ALIAS, llama_server  # noqa: F401 - the session fixture
-from quarry.llm import LLMFailure, LLMRuntime
-from quarry.llm.sections import numbered_lines, repair_window, window_job, windows
-from quarry.settings import Settings
+from quarry.ingest.llm import LLMFailure, LLMRuntime
+from quarry.ingest.llm.sections import numbered_lines, repair_window, window_job, windows
+from quarry.core.settings import Settings
 
 pytestmark = pytest.mark.llm_server
 

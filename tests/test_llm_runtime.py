@@ -8,13 +8,13 @@ import re
 import pytest
 
 from fakeopenai import FakeOpenAI, format_style
-from quarry.llm import Job, LLMFailure, LLMRuntime
-from quarry.llm.cache import CACHE_FILE
-from quarry.llm.client import parse_json
-from quarry.llm.prompts import RESPONSE_FORMATS, SECTIONS_SCHEMA
-from quarry.models import FileInfo, ParsedDocument
-from quarry.openai_common import RetryPolicy
-from quarry.settings import Settings
+from quarry.ingest.llm import Job, LLMFailure, LLMRuntime
+from quarry.ingest.llm.cache import CACHE_FILE
+from quarry.ingest.llm.client import parse_json
+from quarry.ingest.llm.prompts import RESPONSE_FORMATS, SECTIONS_SCHEMA
+from quarry.core.models import FileInfo, ParsedDocument
+from quarry.core.openai_common import RetryPolicy
+from quarry.core.settings import Settings
 
 KEY = "sk-test-secret-4242"
 FAST = RetryPolicy(attempts=3, base=0.001, cap=0.01)
@@ -182,7 +182,7 @@ def test_a_422_about_something_else_does_not_change_the_format(server):
 
 
 def test_unknown_response_format_setting_is_a_config_error(server):
-    from quarry.errors import ConfigError
+    from quarry.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="llm_response_format"):
         settings(server, llm_response_format="yaml")
@@ -241,7 +241,7 @@ def test_calls_run_concurrently_up_to_the_limit(server):
 
 def test_batch_windows_of_many_files_share_the_pool(server, tmp_path):
     """Every window of every file of a batch is in flight together, not file after file."""
-    from quarry.process import process_files
+    from quarry.ingest.process import process_files
 
     server.delay = 0.2
     files = []
@@ -270,10 +270,10 @@ def _long_doc(tmp_path):
 
 
 def test_windows_failing_with_5xx_fall_back_to_local_sections(server, tmp_path):
-    from quarry.llm.sections import numbered_lines, windows
-    from quarry.parsers import parse_file
-    from quarry.process import process_files
-    from quarry.sectioning import StructureSectioner
+    from quarry.ingest.llm.sections import numbered_lines, windows
+    from quarry.ingest.parsers import parse_file
+    from quarry.ingest.process import process_files
+    from quarry.ingest.sectioning import StructureSectioner
 
     text, file = _long_doc(tmp_path)
     s = settings(server, llm_window_chars=2000, llm_concurrency=1)
@@ -292,7 +292,7 @@ def test_windows_failing_with_5xx_fall_back_to_local_sections(server, tmp_path):
 
 
 def test_windows_with_malformed_answers_fall_back_alone(server, tmp_path):
-    from quarry.process import process_files
+    from quarry.ingest.process import process_files
 
     text, file = _long_doc(tmp_path)
     s = settings(server, llm_window_chars=2000, llm_concurrency=1)
@@ -316,7 +316,7 @@ def test_windows_with_malformed_answers_fall_back_alone(server, tmp_path):
 
 
 def test_document_context_keeps_the_documents_own_title(server, tmp_path):
-    from quarry.llm.context import document_contexts
+    from quarry.ingest.llm.context import document_contexts
 
     rt = LLMRuntime(settings(server), None, policy=FAST)
     own = ParsedDocument(text="# Real Title\n\nBody text that says things.", title="Real Title")

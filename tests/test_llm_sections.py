@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quarry.llm.sections import (
+from quarry.ingest.llm.sections import (
     Line,
     Proposed,
     Window,
@@ -14,8 +14,8 @@ from quarry.llm.sections import (
     repair_window,
     windows,
 )
-from quarry.models import Heading, ParsedDocument
-from quarry.sectioning import StructureSectioner
+from quarry.core.models import Heading, ParsedDocument
+from quarry.ingest.sectioning import StructureSectioner
 
 TEXT = "\n".join(f"Line {i}: the convoy crossed river {i} with quinoa crates." for i in range(40))
 
@@ -178,7 +178,7 @@ def test_placeholder_titles_are_dropped_and_long_ones_cut_at_a_word(raw, expecte
 
 
 def test_pages_still_resolve_for_llm_sections():
-    from quarry.chunking import chunk_document
+    from quarry.ingest.chunking import chunk_document
 
     doc = ParsedDocument(text=TEXT, page_offsets=[0, len(TEXT) // 2])
     lines = numbered_lines(TEXT)

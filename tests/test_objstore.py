@@ -10,10 +10,11 @@ import time
 
 import pytest
 
-from quarry.errors import QuarryError, StoreLocked, UsageError
+from quarry.core.errors import QuarryError, StoreLocked, UsageError
 from quarry.store import objstore
 from quarry.store.lease import LEASE, Lease
-from quarry.store.objstore import PreconditionFailed, StoreURL, is_url, open_store, parse_url
+from quarry.core.storeurl import StoreURL, is_url, parse_url
+from quarry.store.objstore import PreconditionFailed, open_store
 from s3server import aws_env, moto_server, new_bucket
 
 

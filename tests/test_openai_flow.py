@@ -9,7 +9,7 @@ import pytest
 import quarry
 from conftest import SAMPLE
 from fakeopenai import FakeOpenAI
-from quarry.settings import Settings
+from quarry.core.settings import Settings
 
 KEY = "sk-test-do-not-leak-7788"
 

@@ -14,9 +14,9 @@ import openai
 import pytest
 
 from fakeopenai import FakeOpenAI, fake_tokens, fake_vector
-from quarry.embedders.openai_provider import OpenAIEmbedder
-from quarry.errors import EmbeddingError
-from quarry.openai_common import (
+from quarry.ingest.embedders.openai_provider import OpenAIEmbedder
+from quarry.core.errors import EmbeddingError
+from quarry.core.openai_common import (
     BadResponse,
     RateLimiter,
     RetryPolicy,
@@ -451,8 +451,8 @@ def test_token_estimate_over_counts_the_servers_tokens():
 
 
 def test_settings_build_a_working_embedder(server):
-    from quarry.embedders import get_embedder
-    from quarry.settings import Settings
+    from quarry.ingest.embedders import get_embedder
+    from quarry.core.settings import Settings
 
     settings = Settings.from_env(embed_backend="openai", embed_model="fake-embed", embed_dim=16,
                                  openai_base_url=server.base_url, openai_api_key=KEY)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from quarry.errors import ParseError, UnsupportedFile
-from quarry.models import Heading
-from quarry.parsers import SUPPORTED, file_type_for, parse_file
-from quarry.parsers.pdf import _clean_title
+from quarry.core.errors import ParseError, UnsupportedFile
+from quarry.core.models import Heading
+from quarry.ingest.parsers import SUPPORTED, file_type_for, parse_file
+from quarry.ingest.parsers.pdf import _clean_title
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "formats"
 if not DATA.is_dir():
@@ -93,7 +93,7 @@ def test_every_sample_parses_or_fails_cleanly(name):
 
 
 def test_importing_parsers_does_not_import_libraries():
-    code = "import sys, quarry.parsers; print(sorted({'pypdf', 'docx', 'selectolax'} & set(sys.modules)))"
+    code = "import sys, quarry.ingest.parsers; print(sorted({'pypdf', 'docx', 'selectolax'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

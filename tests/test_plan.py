@@ -1,5 +1,5 @@
-from quarry.models import FileInfo
-from quarry.plan import CatalogDoc, make_plan, new_doc_id
+from quarry.core.models import FileInfo
+from quarry.ingest.plan import CatalogDoc, make_plan, new_doc_id
 
 
 def f(path, sha, mtime=1.0):

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from conftest import shared
 
-import quarry.query
-from quarry.embedders.hashing import HashEmbedder
-from quarry.errors import UsageError
-from quarry.filters import Filter
-from quarry.models import Chunk, DocumentRecord, FileInfo, Section, join_header
-from quarry.settings import Settings
+import quarry.search.query
+from quarry.ingest.embedders.hashing import HashEmbedder
+from quarry.core.errors import UsageError
+from quarry.search.filters import Filter
+from quarry.core.models import Chunk, DocumentRecord, FileInfo, Section, join_header
+from quarry.core.settings import Settings
 from quarry.store.writer import StoreWriter
 
 DIM = 64
@@ -84,7 +84,7 @@ def fresh_store(tmp_path):
 
 
 def open_index(store, **kwargs):
-    return quarry.query.open(store, SETTINGS, **kwargs)
+    return quarry.search.query.open(store, SETTINGS, **kwargs)
 
 
 def titles(response):
@@ -213,8 +213,7 @@ def test_bad_arguments_are_usage_errors(store, kwargs, message):
 
 
 def test_warm_index_follows_commits_and_never_sees_half_written_state(fresh_store):
-    from quarry import retrieval
-
+    from quarry.index import searchindex
     store = fresh_store
     with open_index(store) as idx:
         assert idx.search("zebra", k=3, mode="bm25").results == []
@@ -223,7 +222,7 @@ def test_warm_index_follows_commits_and_never_sees_half_written_state(fresh_stor
         record = doc("zoo", ["A zebra walks in."])
         w.write_documents([record], {record.chunks[0].text_hash: EMB.embed(["x"])[0]}, "r2")
         w._write_search_index()
-        assert (store / retrieval.folder_name(w.generation)).exists()
+        assert (store / searchindex.folder_name(w.generation)).exists()
         assert idx.search("zebra", k=3, mode="bm25").results == []
         w.close()
         commit(store, [doc("zoo", ["A zebra walks in."])], run_id="r3")
@@ -293,9 +292,9 @@ def test_the_package_level_open_passes_index_options_through(store):
 @pytest.fixture(scope="module")
 def pdf_store(tmp_path_factory):
     """The real 'Levels of AGI' PDF through quarry's parser and chunker."""
-    from quarry.discover import discover
-    from quarry.plan import new_doc_id
-    from quarry.process import process_files
+    from quarry.ingest.discover import discover
+    from quarry.ingest.plan import new_doc_id
+    from quarry.ingest.process import process_files
 
     files, _ = discover([shared("pdf", "levels_of_agi.pdf")])
     records, errors, _ = process_files([(f, new_doc_id(f)) for f in files], SETTINGS)
@@ -306,7 +305,7 @@ def pdf_store(tmp_path_factory):
 
 
 def test_pdf_pages_match_the_parsed_page_of_each_chunk(pdf_store):
-    from quarry.parsers import parse_file
+    from quarry.ingest.parsers import parse_file
 
     path, file = pdf_store
     parsed = parse_file(file.path, "pdf")

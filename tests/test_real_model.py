@@ -8,14 +8,14 @@ import pytest
 
 import quarry
 from conftest import SAMPLE
-from quarry.settings import Settings
+from quarry.core.settings import Settings
 
 pytestmark = pytest.mark.slow
 
 
 def test_default_model_indexes_and_finds_by_meaning(tmp_path, run_flow, monkeypatch):
     monkeypatch.delenv("QUARRY_EMBED_BACKEND", raising=False)
-    from quarry.embedders import describe
+    from quarry.ingest.embedders import describe
 
     settings = Settings.from_env()
     assert describe(settings) == ("all-MiniLM-L6-v2", 384)

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from fakeopenai import FakeOpenAI
-from quarry.errors import QuarryError, UsageError
-from quarry.openai_common import RetryPolicy
-from quarry.rerank import (
+from quarry.core.errors import QuarryError, UsageError
+from quarry.core.openai_common import RetryPolicy
+from quarry.search.rerank import (
     CrossEncoderReranker,
     LLMReranker,
     build_prompt,

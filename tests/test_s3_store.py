@@ -18,10 +18,11 @@ import pytest
 
 import quarry
 from conftest import ROOT, SAMPLE
-from quarry.errors import QuarryError, StoreLocked
+from quarry.core.errors import QuarryError, StoreLocked
 from quarry.store.layout import Pointer, WriterLock, write_pointer
-from quarry.store.objstore import open_store, parse_url
-from quarry.store.remote import local_dir, remote_of
+from quarry.core.storeurl import local_dir, parse_url
+from quarry.store.objstore import open_store
+from quarry.store.remote import remote_of
 from s3server import KEY, SECRET, aws_env, moto_server, new_bucket
 from test_crash import contents, edit_tree
 

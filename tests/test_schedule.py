@@ -32,7 +32,7 @@ def _env(**extra) -> dict:
 
 
 def _runs(db: Path, env: dict) -> list[dict]:
-    done = subprocess.run([sys.executable, "-m", "quarry.cli", "runs", "--db", str(db), "--json"],
+    done = subprocess.run([sys.executable, "-m", "quarry.cli.main", "runs", "--db", str(db), "--json"],
                           capture_output=True, text=True, env=env, cwd=ROOT)
     return json.loads(done.stdout) if done.returncode == 0 else []
 
@@ -115,7 +115,7 @@ def _serve_and_check(tmp_path: Path, env: dict) -> None:
             proc.wait()
     out = log.read_text()
     assert "Traceback" not in out and "stopped" in out, out[-3000:]
-    search = subprocess.run([sys.executable, "-m", "quarry.cli", "search", "quokka schedule marker", "--db", str(db),
+    search = subprocess.run([sys.executable, "-m", "quarry.cli.main", "search", "quokka schedule marker", "--db", str(db),
                              "--mode", "bm25", "--json", "-k", "1"], capture_output=True, text=True, env=env, cwd=ROOT)
     assert MARKER in json.loads(search.stdout)["results"][0]["text"]
     # the committed catalog holds every run: completed ones and the skipped one (merged at a commit)

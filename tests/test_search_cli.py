@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from conftest import shared
 from fakeopenai import FakeOpenAI
-from quarry.cli import cli as cli_group
+from quarry.cli.main import cli as cli_group
 from test_rerank import tiny_cross_encoder  # noqa: F401 - the fixture, built once for this module
 
 RETRIEVER_KEYS = {"vector", "bm25"}

@@ -1,10 +1,10 @@
 import pytest
 
 from conftest import shared
-from quarry.context import RuleContextWriter, extractive_summary, title_from_filename
-from quarry.models import FileInfo, Heading, ParsedDocument
-from quarry.parsers import parse_file
-from quarry.sectioning import StructureSectioner
+from quarry.ingest.context import RuleContextWriter, extractive_summary, title_from_filename
+from quarry.core.models import FileInfo, Heading, ParsedDocument
+from quarry.ingest.parsers import parse_file
+from quarry.ingest.sectioning import StructureSectioner
 
 
 def tiles(sections, n):
@@ -45,7 +45,7 @@ def test_title_from_filename(name, title):
 
 
 def test_header_skips_repeated_document_title():
-    from quarry.models import Section
+    from quarry.core.models import Section
 
     writer = RuleContextWriter()
     doc = ParsedDocument(text="# Guide\n\nSome opening prose that is long enough to be a summary sentence here.",

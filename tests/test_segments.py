@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from quarry.errors import UsageError
-from quarry.segments import (
+from quarry.core.errors import UsageError
+from quarry.search.segments import (
     PRESETS,
     best_segments,
     chunk_value,

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from conftest import shared
-from quarry.models import Heading, ParsedDocument
-from quarry.sectioning import SemanticSectioner, StructureSectioner, extractive_title, semantic_cuts, sentence_groups
+from quarry.core.models import Heading, ParsedDocument
+from quarry.ingest.sectioning import SemanticSectioner, StructureSectioner, extractive_title, semantic_cuts, sentence_groups
 
 TOPICS = {"cat": 0, "rocket": 1, "bread": 2}
 
@@ -118,9 +118,9 @@ def test_extractive_title(text, title):
 @pytest.mark.slow
 def test_real_model_on_a_real_long_text():
     """The real embedder (the one the index uses) on a real unstructured text."""
-    from quarry.embedders import get_embedder
-    from quarry.parsers import parse_file
-    from quarry.settings import Settings
+    from quarry.ingest.embedders import get_embedder
+    from quarry.ingest.parsers import parse_file
+    from quarry.core.settings import Settings
 
     doc = parse_file(str(shared("formats", "book-war-and-peace-1p.txt")))
     embedder = get_embedder(Settings.from_env(embed_backend="onnx-int8"))

@@ -8,7 +8,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from quarry.sqlfiles import load_sql, sql_names, statements
+from quarry.core.sqlfiles import load_sql, sql_names, statements
 from quarry.store import catalog
 from quarry.store.writer import insert_run
 
@@ -90,7 +90,7 @@ def test_sql_file_runs(con, name):
 
 @pytest.mark.parametrize("query, hit", [("2018", True), ("FY2018", True), ("e11000", True), ("gardening", False)])
 def test_bm25_finds_numbers_and_codes(con, query, hit):
-    from quarry.textnorm import bm25_text
+    from quarry.index.textnorm import bm25_text
 
     catalog.rebuild_fts(con)
     rows = con.execute(load_sql("bm25_search"), [bm25_text(query), 5]).fetchall()

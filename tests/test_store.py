@@ -9,8 +9,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from quarry.errors import StoreLocked, StoreNotFound
-from quarry.models import Chunk, DocumentRecord, FileInfo, Section
+from quarry.core.errors import StoreLocked, StoreNotFound
+from quarry.core.models import Chunk, DocumentRecord, FileInfo, Section
 from quarry.store.layout import WriterLock, read_pointer, require_pointer
 from quarry.store.reader import open_snapshot
 from quarry.store.writer import StoreWriter

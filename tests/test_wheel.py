@@ -90,7 +90,7 @@ def test_installed_wheel_answers_like_the_checkout(wheel_venv, tmp_path):
     env = _clean_env(QUARRY_CACHE_DIR=str(tmp_path / "model-cache"), HF_HUB_OFFLINE="1")
     quarry = wheel_venv / "bin" / "quarry"
 
-    where = _run([wheel_venv / "bin" / "python", "-c", "import quarry, quarry.flows.index as f, quarry.sqlfiles as s;"
+    where = _run([wheel_venv / "bin" / "python", "-c", "import quarry, quarry.flows.index as f, quarry.core.sqlfiles as s;"
                   "print(quarry.__file__); print(f.__file__); print(len(s.sql_names()))"],
                  cwd=elsewhere, env=env).stdout.split()
     assert all(p.startswith(str(wheel_venv)) for p in where[:2]), where

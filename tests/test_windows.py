@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from quarry.errors import UsageError
-from quarry.query import SearchResult
+from quarry.core.errors import UsageError
+from quarry.search.query import SearchResult
 from quarry.store import catalog
-from quarry.windows import ChunkSpan, expand, merge_ranges, merge_text, parse_window
+from quarry.search.windows import ChunkSpan, expand, merge_ranges, merge_text, parse_window
 
 
 def make_index(tmp_path, docs: dict[str, tuple[str, list[tuple[int, int]]]], n_chunks: dict[str, int] | None = None):

@@ -12,11 +12,11 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from quarry import paths
-from quarry.errors import QuarryError
-from quarry.models import DocumentRecord
-from quarry.sqlfiles import load_sql, statements
-from quarry.textnorm import bm25_text
+from quarry.core import paths
+from quarry.core.errors import QuarryError
+from quarry.core.models import DocumentRecord
+from quarry.core.sqlfiles import load_sql, statements
+from quarry.index.textnorm import bm25_text
 
 SCHEMA_VERSION = "1"
 
@@ -42,7 +42,7 @@ def connect(path: Path, read_only: bool, fts: bool = True) -> duckdb.DuckDBPyCon
     """Open a catalog file, with the FTS extension loaded unless ``fts`` is False.
 
     Readers pass False: loading the extension takes about half a second, and searching needs
-    none of it (see quarry/retrieval).
+    none of it (see quarry/index).
     """
     con = duckdb.connect(str(path), read_only=read_only)
     if fts:
@@ -198,13 +198,13 @@ def delete_documents(con: duckdb.DuckDBPyConnection, doc_ids: list[str], in_tran
 
 
 def rebuild_fts(con: duckdb.DuckDBPyConnection) -> None:
-    """Build DuckDB's own FTS index. quarry searches its index files instead (quarry/retrieval);
+    """Build DuckDB's own FTS index. quarry searches its index files instead (quarry/index);
     this stays as the independent BM25 reference the tests compare against."""
     con.execute(load_sql("fts_rebuild"))
 
 
 def drop_fts(con: duckdb.DuckDBPyConnection) -> None:
-    """Drop DuckDB's FTS index: search now uses the files in ``index-<gen>/`` (quarry/retrieval)."""
+    """Drop DuckDB's FTS index: search now uses the files in ``index-<gen>/`` (quarry/index)."""
     con.execute("PRAGMA drop_fts_index('chunks')")
 
 

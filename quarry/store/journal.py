@@ -27,7 +27,7 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-from quarry.sqlfiles import load_sql
+from quarry.core.sqlfiles import load_sql
 from quarry.store.remote import remote_of
 
 JOURNAL = "run-journal.jsonl"

@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from quarry.errors import StoreCorrupt, StoreLocked, StoreNotFound
+from quarry.core.errors import StoreCorrupt, StoreLocked, StoreNotFound
 
 POINTER = "CURRENT"
 LOCK = "lock"

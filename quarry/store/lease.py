@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 
-from quarry.errors import QuarryError, StoreLocked
+from quarry.core.errors import QuarryError, StoreLocked
 from quarry.store.objstore import ObjectStore, PreconditionFailed
 
 LEASE = "lease"

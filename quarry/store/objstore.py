@@ -19,61 +19,17 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import re
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
-from quarry.errors import QuarryError, UsageError
+from quarry.core.errors import QuarryError, UsageError
+from quarry.core.storeurl import StoreURL
 
-_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
-SCHEMES = ("s3", "gs", "az", "file")
 MULTIPART_BYTES = 64 << 20  # objects above this go up in parts of this size
 
 
 class PreconditionFailed(Exception):
     """A conditional put lost: the key exists (put_if_absent) or changed (put_if_match)."""
-
-
-@dataclass(frozen=True)
-class StoreURL:
-    """A parsed store URL: ``scheme://bucket/prefix`` (``file``: bucket is empty, prefix a path)."""
-
-    scheme: str
-    bucket: str
-    prefix: str  # no leading or trailing slash
-
-    def __str__(self) -> str:
-        if self.scheme == "file":
-            return f"file:///{self.prefix}"
-        return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
-
-    def join(self, *parts: str) -> str:
-        """The URL of ``parts`` under this store (as LanceDB wants it)."""
-        return "/".join([str(self).rstrip("/"), *parts])
-
-
-def is_url(db: object) -> bool:
-    """Whether ``db`` names a store by URL (``s3://``, ``gs://``, ``az://``, ``file://``)."""
-    return isinstance(db, str) and _URL.match(db) is not None
-
-
-def parse_url(db: str) -> StoreURL:
-    """Parse a store URL; :class:`UsageError` names what is wrong with it."""
-    m = _URL.match(db)
-    if not m:
-        raise UsageError(f"{db!r} is not a store URL (s3://bucket/prefix)")
-    scheme, rest = m.group(1).lower(), m.group(2)
-    if scheme not in SCHEMES:
-        raise UsageError(f"unknown store URL scheme {scheme!r} in {db!r}; use one of {', '.join(SCHEMES)} "
-                         "or a local directory")
-    if scheme == "file":
-        path = os.path.abspath(os.path.expanduser(rest or "/"))
-        return StoreURL("file", "", path.strip("/"))
-    bucket, _, prefix = rest.partition("/")
-    if not bucket:
-        raise UsageError(f"{db!r} names no bucket: write {scheme}://bucket/prefix")
-    return StoreURL(scheme, bucket, prefix.strip("/"))
 
 
 def open_store(url: StoreURL) -> ObjectStore:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 
-from quarry.errors import QuarryError, StoreCorrupt
+from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.store import catalog, vectors
 from quarry.store.layout import DOCTOR_HINT, Pointer, read_pointer, require_pointer
 
@@ -36,20 +36,20 @@ class Snapshot:
 
     @property
     def index(self):
-        """The :class:`~quarry.retrieval.SearchIndex` of this generation.
+        """The :class:`~quarry.index.searchindex.SearchIndex` of this generation.
 
         Mapped when the snapshot opened; a store committed before index files existed is
         indexed in memory here, once (slow: it reads every vector from LanceDB).
         """
         if self._index is None:
-            from quarry import retrieval
-
+            from quarry.index import searchindex
             logging.getLogger("quarry").warning(
                 "%s has no search index files (committed by an older quarry); indexing in memory. "
                 "The next `quarry index` run writes them.", self.store)
-            arrays, manifest = retrieval.build(self.con, self.table, self.pointer.model, self.pointer.dim,
+            stored = vectors.read_all(self.table) if self.table is not None else None
+            arrays, manifest = searchindex.build(self.con, stored, self.pointer.model, self.pointer.dim,
                                                ivf_rows=1 << 62)
-            self._index = retrieval.SearchIndex(arrays, manifest)
+            self._index = searchindex.SearchIndex(arrays, manifest)
         return self._index
 
     def close(self) -> None:
@@ -57,12 +57,11 @@ class Snapshot:
 
 
 def _load_index(store: Path, pointer: Pointer):
-    from quarry import retrieval
-
-    folder = store / retrieval.folder_name(pointer.generation)
-    if not retrieval.is_complete(folder):
+    from quarry.index import searchindex
+    folder = store / searchindex.folder_name(pointer.generation)
+    if not searchindex.is_complete(folder):
         return None
-    return retrieval.SearchIndex.load(folder)
+    return searchindex.SearchIndex.load(folder)
 
 
 def open_snapshot(store: Path, attempts: int = 5) -> Snapshot:

@@ -1,7 +1,7 @@
 """A store on object storage, worked on through a local folder.
 
-``--db s3://bucket/prefix`` maps to a local folder, ``$QUARRY_STORE_CACHE/<hash of the URL>/``
-(default ``~/.cache/quarry/stores/``), whose file ``REMOTE`` names the URL. Everything in quarry
+``--db s3://bucket/prefix`` maps to a local folder (:func:`quarry.core.storeurl.local_dir`,
+``~/.cache/quarry/stores/<hash of the URL>/``), whose file ``REMOTE`` names the URL. Everything in quarry
 that takes a store directory works on that folder as it does on a local store; this module moves
 the committed state between it and the object store:
 
@@ -28,7 +28,6 @@ Readers never open LanceDB: search reads the catalog and the index files.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -38,38 +37,20 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from quarry import faults
-from quarry.errors import QuarryError, StoreCorrupt
-from quarry.store.objstore import ObjectStore, PreconditionFailed, StoreURL, open_store, parse_url
+from quarry.core import faults
+from quarry.core.errors import QuarryError, StoreCorrupt
+from quarry.core.storeurl import MARKER, StoreURL, parse_url
+from quarry.store.objstore import ObjectStore, PreconditionFailed, open_store
 
-MARKER = "REMOTE"
 POINTER = "CURRENT"
 JOURNAL_PREFIX = "journal/"
 _GEN = re.compile(r"^(?:catalog-(\d+)\.duckdb|index-(\d+)/.*)$")
-
-
-def cache_root() -> Path:
-    """Where remote stores are worked on: ``$QUARRY_STORE_CACHE`` or ``~/.cache/quarry/stores``."""
-    return Path(os.environ.get("QUARRY_STORE_CACHE") or Path.home() / ".cache" / "quarry" / "stores").expanduser()
 
 
 def keep_generations() -> int:
     """How many committed generations stay on the object store (``QUARRY_KEEP_GENERATIONS``, ≥ 1)."""
     raw = os.environ.get("QUARRY_KEEP_GENERATIONS", "")
     return max(1, int(raw)) if raw.strip().isdigit() else 2
-
-
-def local_dir(db: str) -> Path:
-    """The local folder of the store at URL ``db`` (created, with its ``REMOTE`` marker)."""
-    url = parse_url(db)
-    folder = cache_root() / hashlib.sha256(str(url).encode()).hexdigest()[:16]
-    marker = folder / MARKER
-    if not marker.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{MARKER}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"url": str(url)}) + "\n", encoding="utf-8")
-        os.replace(tmp, marker)
-    return folder
 
 
 _remotes: dict[str, Remote | None] = {}
@@ -165,7 +146,7 @@ class Remote:
         raise QuarryError(f"could not read a complete generation of {self.url}: it keeps changing")
 
     def _fetch_generation(self, store: Path, pointer) -> None:
-        from quarry import retrieval
+        from quarry.index import searchindex as retrieval
 
         catalog = store / pointer.catalog
         if not catalog.is_file():
@@ -236,7 +217,7 @@ class Remote:
         When it fails, the generation's local files go too: they must never pass for the files of
         a generation of the same number that another writer commits.
         """
-        from quarry import retrieval
+        from quarry.index import searchindex as retrieval
 
         try:
             self._commit(store, pointer)
@@ -246,7 +227,7 @@ class Remote:
             raise
 
     def _commit(self, store: Path, pointer) -> None:
-        from quarry import retrieval
+        from quarry.index import searchindex as retrieval
 
         if self.lease is None:
             raise QuarryError(f"committing to {self.url} without the writer lease")

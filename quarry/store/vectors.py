@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from quarry import paths
-
+from quarry.core import paths
 os.environ.setdefault("LANCEDB_LOG", "error")  # LanceDB warns once per query otherwise
 
 _HEX = re.compile(r"^[0-9a-f]+$")

@@ -26,9 +26,11 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from quarry import faults, paths
-from quarry.errors import QuarryError, StoreCorrupt
-from quarry.models import DocumentRecord
+from quarry.core import faults
+
+from quarry.core import paths
+from quarry.core.errors import QuarryError, StoreCorrupt
+from quarry.core.models import DocumentRecord
 from quarry.store import catalog, journal, vectors
 from quarry.store.layout import DOCTOR_HINT, Pointer, WriterLock, read_pointer, remove_stale_generations, write_pointer
 
@@ -171,28 +173,27 @@ class StoreWriter:
         return CommitInfo(self.generation, pointer.vector_version, time.perf_counter() - t0)
 
     def _write_search_index(self) -> None:
-        """Build ``index-<gen>/`` (BM25 + vectors, see quarry/retrieval), or link the previous
+        """Build ``index-<gen>/`` (BM25 + vectors, see quarry/index), or link the previous
         generation's files when no chunk changed (moves and touches leave chunks as they were)."""
-        from quarry import retrieval
-
+        from quarry.index import searchindex
         if catalog.has_fts(self.con):
             catalog.drop_fts(self.con)  # DuckDB's FTS index, used before index-<gen>/ existed
-        folder = self.store / retrieval.folder_name(self.generation)
-        base = self.store / retrieval.folder_name(self.base.generation) if self.base else None
-        if not self.dirty and not self.model_changed and base is not None and retrieval.is_complete(base):
-            retrieval.link(base, folder, self.con)
+        folder = self.store / searchindex.folder_name(self.generation)
+        base = self.store / searchindex.folder_name(self.base.generation) if self.base else None
+        if not self.dirty and not self.model_changed and base is not None and searchindex.is_complete(base):
+            searchindex.link(base, folder, self.con)
             return
-        arrays, manifest = retrieval.build(self.con, self.table, self.model, self.dim)
-        retrieval.write(folder, arrays, manifest)
+        stored = vectors.read_all(self.table) if self.table is not None else None
+        arrays, manifest = searchindex.build(self.con, stored, self.model, self.dim)
+        searchindex.write(folder, arrays, manifest)
         logging.getLogger("quarry").info(
             "search index: %d chunks, %d terms, IVF %s, built in %.1f s", manifest["rows"],
             manifest["bm25"]["terms"], manifest["dense"]["ivf"] or "off", manifest["build_seconds"])
 
     def _after_commit(self, pointer: Pointer) -> None:
-        from quarry import retrieval
-
+        from quarry.index import searchindex
         remove_stale_generations(self.store, keep=pointer.catalog)
-        retrieval.remove_stale(self.store, keep=retrieval.folder_name(pointer.generation))
+        searchindex.remove_stale(self.store, keep=searchindex.folder_name(pointer.generation))
         try:
             vectors.prune(self.table)
             if self.model_changed and self.base:
@@ -227,11 +228,10 @@ class StoreWriter:
 def remove_debris(store: Path) -> Pointer | None:
     """Delete catalog generations and index folders that CURRENT does not name (left by a killed
     run); returns the pointer. The caller holds the writer lock."""
-    from quarry import retrieval
-
+    from quarry.index import searchindex
     base = read_pointer(store)
     remove_stale_generations(store, keep=base.catalog if base else None)
-    retrieval.remove_stale(store, keep=retrieval.folder_name(base.generation) if base else None)
+    searchindex.remove_stale(store, keep=searchindex.folder_name(base.generation) if base else None)
     return base
 
 

@@ -13,7 +13,7 @@ import pytest
 import quarry
 from conftest import SAMPLE
 from fakeopenai import FakeOpenAI
-from quarry.errors import QuarryError
+from quarry.core.errors import QuarryError
 
 HOSTILE = [
     "'; DROP TABLE documents; --",
@@ -48,7 +48,7 @@ def _count(db):
 
 @pytest.mark.parametrize("text", HOSTILE, ids=range(len(HOSTILE)))
 def test_hostile_strings_into_query_where_and_path_globs(indexed, text):
-    from quarry.filters import Filter
+    from quarry.search.filters import Filter
 
     _, _, db = indexed
     before = _count(db)
@@ -75,7 +75,7 @@ def test_hostile_metadata_and_names_are_stored_verbatim_and_bound(indexed, tmp_p
         hit = idx.search("jackdaw", k=1, mode="bm25").results[0]
         assert hit.title == "Robert'); DROP TABLE documents;--"
         assert hit.path.endswith("it's \"odd\" $(x) ; DROP.md")
-        from quarry.filters import Filter
+        from quarry.search.filters import Filter
 
         found = idx.search("jackdaw", k=3, filters=Filter.build(where=["metadata.author = \"x' OR '1'='1\""]))
         assert [r.path for r in found.results] == [hit.path]

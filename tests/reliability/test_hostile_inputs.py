@@ -15,14 +15,14 @@ import pytest
 
 import quarry
 from hostile import make_tree, pdf_bytes, remove_tree, zip_bomb
-from quarry import paths
-from quarry.discover import discover
-from quarry.errors import ParseError
-from quarry.models import FileInfo
-from quarry.parsers import parse_file
-from quarry.plan import CatalogDoc, make_plan
-from quarry.process import process_files
-from quarry.settings import Settings
+from quarry.core import paths
+from quarry.ingest.discover import discover
+from quarry.core.errors import ParseError
+from quarry.core.models import FileInfo
+from quarry.ingest.parsers import parse_file
+from quarry.ingest.plan import CatalogDoc, make_plan
+from quarry.ingest.process import process_files
+from quarry.core.settings import Settings
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +171,7 @@ def test_special_files_are_skipped_never_opened(tmp_path):
 
 
 def _info(path: Path, root: Path) -> FileInfo:
-    from quarry.discover import sha256_file
+    from quarry.ingest.discover import sha256_file
 
     st = path.stat()
     return FileInfo(str(path), str(root), path.name, "md", st.st_size, st.st_mtime, sha256_file(str(path)))
@@ -218,7 +218,7 @@ def test_unreadable_file_is_reported_and_keeps_its_document(tmp_path, monkeypatc
     """Root reads anything, so ``chmod 000`` cannot provoke EACCES here: the OS call that opens
     the file is made to fail the way it does for another user. The real-process run of a path
     that turns into a directory (test above) covers the same code path without the patch."""
-    import quarry.safeio as safeio
+    import quarry.core.safeio as safeio
 
     (tmp_path / "ok.md").write_text("# Ok\n\nreadable\n")
     (tmp_path / "secret.md").write_text("# Secret\n\nnot for us\n")
@@ -246,7 +246,7 @@ def test_odd_names_round_trip_through_the_catalog(tmp_path):
     assert paths.from_catalog(paths.display(name), paths.raw_bytes(name)) == name
     assert paths.display("plain é.md") == "plain é.md" and paths.raw_bytes("plain é.md") is None
     assert paths.printable("a\nb\tc\udce9") == "a\\nb\\tc\\xe9"
-    from quarry.plan import new_doc_id
+    from quarry.ingest.plan import new_doc_id
 
     f = FileInfo(name, "/", name, "md", 1, 1.0, "s")
     assert new_doc_id(f) == new_doc_id(replace(f))  # hashable, stable, no UnicodeEncodeError

@@ -39,7 +39,7 @@ def state(tree: Path, which: int) -> None:
 
 def kill_run(tree: Path, db: Path, delay: float) -> int | None:
     """Start `quarry index`, SIGKILL it after ``delay`` s; its exit status (None if it finished)."""
-    proc = subprocess.Popen([sys.executable, "-m", "quarry.cli", "index", str(tree), "--db", str(db)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + delay
     while time.monotonic() < deadline and proc.poll() is None:

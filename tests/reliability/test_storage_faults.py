@@ -33,7 +33,7 @@ def _clean_error(done) -> None:
 
 def _paused_run(tree, db, point, release, env=None):
     env = {**os.environ, **(env or {}), "QUARRY_FAULT": f"pause:{point}", "QUARRY_FAULT_FILE": str(release)}
-    proc = subprocess.Popen([sys.executable, "-m", "quarry.cli", "index", str(tree), "--db", str(db)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while not Path(str(release) + ".paused").exists():
         assert proc.poll() is None, proc.communicate()
@@ -103,7 +103,7 @@ def test_disk_fills_mid_run(tmp_path, cli):
     before = contents(db)
     for i in range(40):
         (tree / f"big-{i}.md").write_text(f"# Big {i}\n\n" + f"Filler text {i} about deploys. " * 2000)
-    done = subprocess.run(["prlimit", "--fsize=200000", sys.executable, "-m", "quarry.cli", "index", str(tree),
+    done = subprocess.run(["prlimit", "--fsize=200000", sys.executable, "-m", "quarry.cli.main", "index", str(tree),
                            "--db", str(db)], capture_output=True, text=True, cwd=ROOT)
     _clean_error(done)
     assert contents(db) == before

@@ -1,0 +1,596 @@
+"""The ``quarry`` command: a thin Click layer over quarry's library.
+
+Exit codes: 0 ok; 2 usage error; 3 the run finished but some files failed; 1 anything else.
+Errors print as one line; set ``QUARRY_DEBUG=1`` for the traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from quarry.core.errors import QuarryError
+from quarry.core.settings import EMBED_BACKENDS, default_db
+
+EXIT_PARTIAL = 3
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def handle_errors(fn):
+    """Turn exceptions into one clear line and the documented exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except QuarryError as exc:
+            if os.environ.get("QUARRY_DEBUG"):
+                raise
+            _fail(str(exc), exc.exit_code)
+        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if os.environ.get("QUARRY_DEBUG"):
+                raise
+            _fail(f"{type(exc).__name__}: {exc}", 1)
+
+    return wrapper
+
+
+db_option = click.option(
+    "--db",
+    type=click.Path(file_okay=False),
+    default=None,
+    help=f"Store directory. Default: $QUARRY_DB or {default_db()}.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="quarry")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS), default=None,
+              help="Log level of quarry and Prefect (default warning; $QUARRY_LOG_LEVEL).")
+@click.option("-v", "--verbose", count=True, help="More log output: -v is --log-level info, -vv debug.")
+def cli(log_level, verbose):
+    """quarry: index document trees into LanceDB + DuckDB and search them (hybrid BM25 + vectors).
+
+    Shell completion: eval "$(_QUARRY_COMPLETE=bash_source quarry)" (zsh_source, fish_source).
+    """
+    level = log_level or {0: None, 1: "info"}.get(verbose, "debug") or os.environ.get("QUARRY_LOG_LEVEL")
+    if level:
+        configure_logging(level)
+
+
+def configure_logging(level: str) -> None:
+    """Send quarry's and Prefect's log records at ``level`` and above to stderr."""
+    import logging
+
+    name = level.upper()
+    if name.lower() not in LOG_LEVELS:
+        raise click.UsageError(f"unknown log level {level!r}; choose one of {', '.join(LOG_LEVELS)}")
+    # Prefect reads its level when first imported, which the commands do lazily, after this
+    os.environ["PREFECT_LOGGING_LEVEL"] = name
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("quarry").setLevel(name)
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@db_option
+@click.option("--full", is_flag=True, help="Re-process every file (vectors are still reused where text is equal).")
+@click.option("--dry-run", is_flag=True, help="Print what would be added, updated, moved and deleted; change nothing.")
+@click.option("--include", multiple=True, help="Only files matching this glob (repeatable).")
+@click.option("--exclude", multiple=True, help="Skip files matching this glob (repeatable).")
+@click.option("--chunk-size", type=int, default=None, help="Chunk size in characters (default 800).")
+@click.option("--chunk-overlap", type=int, default=None, help="Characters of overlap between chunks (default 0).")
+@click.option("--embed-backend", type=click.Choice(EMBED_BACKENDS), default=None,
+              help="onnx-int8 (default), onnx, torch (needs quarry[torch]), openai, or hash (tests only) "
+                   "($QUARRY_EMBED_BACKEND).")
+@click.option("--embed-model", default=None, help="Embedding model name ($QUARRY_EMBED_MODEL).")
+@click.option("--sectioner", type=click.Choice(["structure", "semantic", "llm"]), default=None,
+              help="structure (headings; default), semantic (embedding topic shifts in long spans) or llm "
+                   "($QUARRY_SECTIONER).")
+@click.option("--context", "context_writer", type=click.Choice(["rules", "llm"]), default=None,
+              help="Chunk headers from rules (default) or an LLM's title and summary ($QUARRY_CONTEXT).")
+@click.option("--header-fields", default=None,
+              help="Header lines, comma-separated: title, summary, section, section_summary, chunk_context, or "
+                   "none ($QUARRY_HEADER_FIELDS).")
+@click.option("--llm-base-url", default=None, help="OpenAI-compatible endpoint for llm modes ($QUARRY_LLM_BASE_URL).")
+@click.option("--llm-model", default=None, help="Chat model for llm modes ($QUARRY_LLM_MODEL).")
+@click.option("--llm-api-key", default=None,
+              help="API key for llm modes ($QUARRY_LLM_API_KEY, else $OPENAI_API_KEY); never stored or printed.")
+@click.option("--llm-concurrency", type=click.IntRange(1, 256), default=None,
+              help="LLM requests in flight at once (default 8; $QUARRY_LLM_CONCURRENCY).")
+@click.option("--llm-rate-limit", type=click.IntRange(0, 1_000_000), default=None,
+              help="LLM requests per minute, 0 = unlimited ($QUARRY_LLM_RATE_LIMIT).")
+@click.option("--llm-section-summaries/--no-llm-section-summaries", default=None,
+              help="With --context llm: one summary per section in the header (a call per section).")
+@click.option("--llm-chunk-context/--no-llm-chunk-context", default=None,
+              help="Contextual retrieval: an LLM-written context line per chunk (a call per chunk; off by default).")
+@click.option("--if-busy", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
+              help="When another run holds the store: fail (exit 1), or skip — exit 0 and record a skipped run "
+                   "(for cron jobs; what `quarry serve` does).")
+@click.option("--ocr/--no-ocr", default=None,
+              help="OCR images and PDF pages without a text layer (default on; $QUARRY_OCR=0 turns it off).")
+@json_option
+@handle_errors
+def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap, embed_backend, embed_model,
+          sectioner, context_writer, header_fields, llm_base_url, llm_model, llm_api_key, llm_concurrency,
+          llm_rate_limit, llm_section_summaries, llm_chunk_context, if_busy, ocr, as_json):
+    """Index files under PATHS into the store (incremental: only what changed is redone)."""
+    from quarry.core.errors import StoreLocked
+    from quarry.core.settings import Settings, store_path
+    from quarry.store.layout import WriterLock
+
+    overrides = {
+        "include": tuple(include) or None,
+        "exclude": tuple(exclude) or None,
+        "chunk_size": chunk_size,
+        "chunk_overlap": chunk_overlap,
+        "embed_backend": embed_backend,
+        "embed_model": embed_model,
+        "sectioner": sectioner,
+        "context": context_writer,
+        "header_fields": tuple(f.strip() for f in header_fields.split(",") if f.strip()) if header_fields else None,
+        "llm_base_url": llm_base_url,
+        "llm_model": llm_model,
+        "llm_concurrency": llm_concurrency,
+        "llm_rate_limit": llm_rate_limit,
+        "llm_section_summaries": llm_section_summaries,
+        "llm_chunk_context": llm_chunk_context,
+        "ocr": ocr,
+    }
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if llm_api_key:
+        # Through the environment, never the flow's parameters, which Prefect records.
+        os.environ["QUARRY_LLM_API_KEY"] = llm_api_key
+    settings = Settings.from_env(**overrides)  # usage errors before any work starts
+    store = store_path(db)
+    try:
+        lock = None if dry_run else WriterLock(store).acquire()  # fail fast, before Prefect starts
+    except StoreLocked as exc:
+        if if_busy == "fail":
+            raise
+        from datetime import datetime, timezone
+
+        from quarry.store.layout import new_run_id
+        from quarry.store.journal import record_skip
+
+        started = datetime.now(timezone.utc).replace(tzinfo=None)
+        row = record_skip(store, new_run_id(), started, [str(store_path(p)) for p in paths], str(exc),
+                          settings.public_dict())
+        click.echo(json.dumps(row, indent=2, default=str) if as_json else f"skipped: {exc}")
+        return
+    try:
+        report = run_index_flow([str(p) for p in paths], store, full=full, dry_run=dry_run, overrides=overrides)
+    finally:
+        if lock:
+            lock.release()
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=str))
+    else:
+        _print_report(report)
+    if report.get("failed"):
+        sys.exit(EXIT_PARTIAL)
+
+
+def run_index_flow(paths: list[str], store: Path, **kwargs) -> dict:
+    """Run the Prefect index flow with a private API server unless one is configured."""
+    from quarry.core import progress
+    from quarry.cli.orchestration import prefect_api, prefect_environment
+
+    prefect_environment()
+    with prefect_api(store / "logs"):
+        from quarry.flows.index import index_flow
+
+        progress.enable(True)
+        return index_flow(paths, db=str(store), **kwargs)
+
+
+def _print_report(report: dict) -> None:
+    if report.get("dry_run"):
+        plan = report["plan"]
+        click.echo(
+            f"dry run: would add {plan['new']}, update {plan['changed']}, move {plan['moved']}, "
+            f"delete {plan['removed']}; {plan['unchanged']} unchanged, {report['unsupported']} unsupported"
+        )
+        for verb, items in report["files"].items():
+            for item in items:
+                click.echo(f"  {verb}: {' -> '.join(item) if isinstance(item, (list, tuple)) else item}")
+        return
+    click.echo(
+        f"indexed: {report['added']} added, {report['updated']} updated, {report['moved']} moved, "
+        f"{report['deleted']} deleted, {report['skipped']} unchanged or empty, "
+        f"{report['unsupported']} unsupported, {report['failed']} failed"
+    )
+    click.echo(
+        f"chunks: {report['chunks']} written, {report['embedded_chunks']} embedded in {report['model_calls']} "
+        f"model calls, {report['reused_vectors']} vectors reused"
+        + (f", {report['truncated']} truncated" if report.get("truncated") else "")
+    )
+    if report.get("ocr_pages"):
+        click.echo(f"ocr: {report['ocr_pages']} pages in {report['ocr_seconds']:.1f} s")
+    if report.get("llm_calls") or report.get("llm_cached") or report.get("llm_fallback_windows"):
+        click.echo(
+            f"llm: {report['llm_calls']} calls, {report['llm_cached']} answers from cache, "
+            f"{report['llm_prompt_tokens']} prompt + {report['llm_completion_tokens']} completion tokens"
+        )
+    for fb in report.get("llm_fallback_windows") or []:
+        where = f" window {fb['window']}" if fb.get("window") is not None else ""
+        click.echo(f"llm fallback: {fb['path']} {fb['kind']}{where}: {fb['error']}", err=True)
+    if report.get("rebuild"):
+        click.echo(f"rebuilt: {report['rebuild']}")
+    from quarry.core.paths import printable
+
+    for err in report["errors"]:
+        click.echo(f"failed: {printable(err['path'])}: {err['error']}", err=True)
+
+
+def filter_options(fn):
+    """--where/--path/--since/--until/--type/--doc, shared by search and export."""
+    for option in reversed([
+        click.option("--where", multiple=True, help="Filter, e.g. \"file_type = 'pdf'\" or \"mtime >= 2024-01-01\" "
+                     "(repeatable; all must hold; see docs/query.md)."),
+        click.option("--path", "path_globs", multiple=True, help="Only files whose path matches this glob (repeatable)."),
+        click.option("--since", default=None, help="Only files modified on or after this date (YYYY-MM-DD)."),
+        click.option("--until", default=None, help="Only files modified on or before this date (YYYY-MM-DD)."),
+        click.option("--type", "file_types", multiple=True, help="Only this file type, e.g. pdf (repeatable)."),
+        click.option("--doc", "doc_ids", multiple=True, help="Only this document id (repeatable)."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def build_filter(where, path_globs, since, until, file_types, doc_ids):
+    """The search/export filter from the flags, or None when no flag was given."""
+    if not (where or path_globs or since or until or file_types or doc_ids):
+        return None
+    from quarry.search.filters import Filter
+
+    return Filter.build(where=list(where), path=list(path_globs), since=since, until=until,
+                        file_type=list(file_types), doc_id=list(doc_ids))
+
+
+def parse_pairs(values, flag: str, names=("vector", "bm25")) -> dict[str, float] | None:
+    """``name=value`` pairs from a repeatable, comma-separable flag."""
+    from quarry.core.errors import UsageError
+
+    out: dict[str, float] = {}
+    for item in (p.strip() for v in values for p in v.split(",")):
+        if not item:
+            continue
+        name, sep, raw = item.partition("=")
+        name = name.strip()
+        try:
+            value = float(raw)
+        except ValueError:
+            value = None
+        if not sep or name not in names or value is None or value != value:
+            raise UsageError(f"{flag} takes NAME=NUMBER with NAME one of {', '.join(names)}, got {item!r}")
+        out[name] = value
+    return out or None
+
+
+@cli.command()
+@click.argument("query")
+@db_option
+@click.option("-k", "k", type=click.IntRange(1, 1000), default=10, show_default=True, help="Results to return.")
+@click.option("--mode", type=click.Choice(["hybrid", "vector", "bm25"]), default="hybrid", show_default=True)
+@click.option("--candidates", type=click.IntRange(1, 10000), default=None,
+              help="Candidates per retriever before fusion (default max(50, 5k)).")
+@click.option("--rrf-k", type=click.IntRange(0, 10000), default=60, show_default=True, help="RRF constant k.")
+@filter_options
+@click.option("--weights", multiple=True, help="RRF weight per retriever, e.g. vector=1,bm25=0.5.")
+@click.option("--min-score", "min_scores", multiple=True,
+              help="Drop a retriever's candidates scoring below this, e.g. vector=0.3 (repeatable).")
+@click.option("--explain", is_flag=True, help="Show each retriever's rank and score and the fused score.")
+@click.option("--window", default=None, metavar="B,A",
+              help="Return each hit with B chunks before and A after from its document, merged where they meet.")
+@click.option("--segments", type=click.Choice(["balanced", "precision", "find_all"]), is_flag=False,
+              flag_value="balanced", default=None,
+              help="Return relevant segments (dsRAG RSE) instead of single chunks; preset default balanced.")
+@click.option("--rerank", "rerank_spec", default=None, metavar="SPEC",
+              help="Rerank fused candidates: cross-encoder:/path/to/model, llm or llm:MODEL.")
+@click.option("--rerank-candidates", type=click.IntRange(1, 1000), default=30, show_default=True,
+              help="Fused candidates handed to the reranker.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl"]), default=None,
+              help="Output format (default table; --json is --format json).")
+@json_option
+@handle_errors
+def search(query, db, k, mode, candidates, rrf_k, where, path_globs, since, until, file_types, doc_ids, weights,
+           min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt, as_json):
+    """Search the index for QUERY."""
+    import quarry
+    from quarry.cli import output
+    from quarry.core.errors import UsageError
+
+    if as_json and fmt not in (None, "json"):
+        raise UsageError(f"--json and --format {fmt} disagree; give one of them")
+    fmt = "json" if as_json else (fmt or "table")
+    if window is not None and segments is not None:
+        raise UsageError("--window and --segments are alternatives; give one of them")
+    before_after = None
+    if window is not None:
+        from quarry.search.windows import parse_window
+
+        before_after = parse_window(window)
+    filters = build_filter(where, path_globs, since, until, file_types, doc_ids)
+    search_kwargs = {"mode": mode, "candidates": candidates, "rrf_k": rrf_k}
+    for key, value in (("weights", parse_pairs(weights, "--weights")),
+                       ("min_scores", parse_pairs(min_scores, "--min-score")), ("filters", filters)):
+        if value is not None:
+            search_kwargs[key] = value
+    reranker = None
+    if rerank_spec:
+        from quarry.search.rerank import get_reranker
+
+        reranker = get_reranker(rerank_spec)
+
+    wins = segs = None
+    with quarry.open(db) as idx:
+        if segments is not None:
+            from quarry.search.segments import get_params, segments_from_results
+
+            params = get_params(segments)
+            pool = rerank_candidates if reranker else max(k, params.results)
+            response = idx.search(query, k=pool, **{**search_kwargs, "candidates": candidates or max(pool, 50)})
+            if reranker:
+                response.results = reranker.rerank(query, response.results)
+            segs = segments_from_results(idx, response.results, params)
+            response.results = response.results[:k]
+        else:
+            if reranker:
+                from quarry.search.rerank import rerank_search
+
+                response = rerank_search(idx, query, reranker, k=k, rerank_candidates=rerank_candidates,
+                                         **search_kwargs)
+            else:
+                response = idx.search(query, k=k, **search_kwargs)
+            if before_after is not None:
+                from quarry.search.windows import expand
+
+                wins = expand(idx, response.results, *before_after)
+    if fmt == "json":
+        click.echo(json.dumps(output.payload(response, windows=wins, segments=segs, explained=explain), indent=2,
+                              ensure_ascii=False, default=str))
+    elif fmt == "jsonl":
+        for line in output.lines(response, windows=wins, segments=segs, explained=explain):
+            click.echo(line)
+    elif wins is not None:
+        output.print_blocks(wins, "window")
+    elif segs is not None:
+        output.print_blocks(segs, "segment")
+    else:
+        output.print_results(response, explained=explain)
+
+
+@cli.command(name="export")
+@click.argument("out", type=click.Path(file_okay=False))
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["parquet", "jsonl"]), default="parquet", show_default=True,
+              help="File format of OUT/documents, OUT/sections and OUT/chunks.")
+@click.option("--vectors", is_flag=True, help="Add each chunk's embedding (column vector) from LanceDB.")
+@filter_options
+@click.option("--batch-rows", type=click.IntRange(1, 10_000_000), default=8192, show_default=True,
+              help="Rows per streamed batch (memory stays bounded by one batch).")
+@click.option("--overwrite", is_flag=True, help="Write into OUT even if it is not empty (replaces the export files).")
+@json_option
+@handle_errors
+def export_cmd(out, db, fmt, vectors, where, path_globs, since, until, file_types, doc_ids, batch_rows, overwrite,
+               as_json):
+    """Write documents, sections and chunks of the committed index to OUT as Parquet or JSONL."""
+    import quarry
+    from quarry.search.export import export
+
+    filters = build_filter(where, path_globs, since, until, file_types, doc_ids)
+    with quarry.open(db) as idx:
+        report = export(idx, out, fmt, vectors=vectors, filters=filters, batch_rows=batch_rows, overwrite=overwrite)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+        return
+    click.echo(f"exported generation {report.generation} to {report.out}: "
+               + ", ".join(f"{n} {name}" for name, n in report.rows.items())
+               + (" (with vectors)" if vectors else "") + (f"; filter: {report.filter}" if report.filter else ""))
+
+
+@cli.command()
+@db_option
+@json_option
+@handle_errors
+def status(db, as_json):
+    """Documents, sections, chunks, embedding model and the last run."""
+    import quarry
+
+    with quarry.open(db) as idx:
+        info = idx.status()
+    if as_json:
+        click.echo(json.dumps(info, indent=2, default=str))
+        return
+    click.echo(f"store:     {info['store']} (generation {info['generation']})")
+    click.echo(f"documents: {info['documents']}  sections: {info['sections']}  chunks: {info['chunks']}")
+    click.echo(f"model:     {info['model']} ({info['dim']}-d)")
+    embedder = info.get("embedder") or {}
+    if embedder.get("variant"):
+        check = embedder.get("self_check") or {}
+        detail = f", self-check cosine min {check['cosine_min']:.4f} vs fp32" if check else ""
+        click.echo(f"embedder:  {embedder['backend']}, {embedder['variant']} model{detail} ({embedder['path']})")
+    elif embedder:
+        built = "" if embedder.get("path") is None else " (model not built yet)"
+        click.echo(f"embedder:  {embedder['backend']}{built}")
+    last = info["last_run"]
+    if last:
+        click.echo(
+            f"last run:  {last['run_id']} {last['status']} at {last['finished']}: {last['added']} added, "
+            f"{last['updated']} updated, {last['deleted']} deleted, {last['failed']} failed"
+        )
+
+
+RUN_KEYS = ("run_id", "started", "finished", "status", "added", "updated", "moved", "deleted", "skipped",
+            "unsupported", "failed", "chunks", "embedded_chunks", "reused_vectors", "model_calls", "truncated",
+            "errors", "durations", "llm_calls", "llm_prompt_tokens", "llm_completion_tokens", "llm_cached",
+            "llm_fallback_windows", "ocr_pages", "ocr_seconds")
+LLM_RUN_DEFAULTS = {"llm_calls": 0, "llm_prompt_tokens": 0, "llm_completion_tokens": 0, "llm_cached": 0,
+                    "llm_fallback_windows": [], "ocr_pages": 0, "ocr_seconds": 0.0}
+
+
+def _run_item(run: dict) -> dict:
+    """A runs-table row for output; rows from before the LLM columns read as zero LLM work."""
+    item = {k: run.get(k) for k in RUN_KEYS}
+    for key, default in LLM_RUN_DEFAULTS.items():
+        if item[key] is None:
+            item[key] = default
+    if isinstance(item["llm_fallback_windows"], str):
+        item["llm_fallback_windows"] = json.loads(item["llm_fallback_windows"])
+    return item
+
+
+@cli.command()
+@db_option
+@click.option("-n", "--limit", type=click.IntRange(1, 100000), default=20, show_default=True)
+@json_option
+@handle_errors
+def runs(db, limit, as_json):
+    """Index runs, newest first."""
+    import quarry
+
+    with quarry.open(db) as idx:
+        items = [_run_item(r) for r in idx.runs(limit)]
+    if as_json:
+        click.echo(json.dumps(items, indent=2, default=str))
+        return
+    for r in items:
+        if r["status"] == "skipped":
+            reason = (r["errors"] or [{}])[0].get("error", "")
+            click.echo(f"{r['run_id']}  skipped   {reason}")
+            continue
+        click.echo(
+            f"{r['run_id']}  {r['status']:<9} +{r['added']} ~{r['updated']} >{r['moved']} -{r['deleted']} "
+            f"={r['skipped']} !{r['failed']}  embedded {r['embedded_chunks']}, reused {r['reused_vectors']}"
+            + (f"; llm {r['llm_calls']} calls, {r['llm_cached']} cached, {len(r['llm_fallback_windows'])} fallbacks"
+               if r["llm_calls"] or r["llm_cached"] or r["llm_fallback_windows"] else "")
+            + (f"; ocr {r['ocr_pages']} pages in {r['ocr_seconds']:.0f} s" if r["ocr_pages"] else "")
+        )
+
+
+@cli.command()
+@json_option
+@handle_errors
+def formats(as_json):
+    """File formats quarry reads, by which library, and which optional readers are missing."""
+    from quarry.ingest.parsers import describe_formats
+    from quarry.ingest.parsers.ocr import engine_name
+
+    rows = describe_formats()
+    if as_json:
+        click.echo(json.dumps({"formats": rows, "ocr_engine": engine_name() or None}, indent=2))
+        return
+    for r in rows:
+        state = "ok" if r["readable"] else ("missing " + ", ".join(r["missing"]) if r["missing"] else "named failure")
+        click.echo(f"{r['type']:<7} {' '.join(r['extensions'])[:48]:<48}  {r['library']}  [{state}]")
+        click.echo(f"{'':<7} {r['structure']}")
+    click.echo(f"OCR engine: {engine_name() or 'none (pip install rapidocr-onnxruntime, or install tesseract)'}; "
+               "other extensions are sniffed by content")
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@db_option
+@click.option("--cron", required=True, help='Schedule, e.g. "*/15 * * * *" (every 15 minutes) or "@hourly".')
+@click.option("--name", default=None,
+              help="Deployment name (default quarry-index-<8 hex digits of the store path>, one per store).")
+@handle_errors
+def serve(paths, db, cron, name):
+    """Re-index PATHS on a cron schedule until SIGTERM or Ctrl-C.
+
+    Without $PREFECT_API_URL, quarry runs a private Prefect server (with its scheduler) tied to
+    this process, its database in the store. A run that finds the store busy is skipped and
+    recorded as such in `quarry runs`.
+    """
+    from quarry.cli.croncheck import validate_cron
+    from quarry.cli.orchestration import prefect_api, prefect_environment, serve_index
+    from quarry.core.settings import store_path
+
+    store = store_path(db)
+    roots = [str(store_path(p)) for p in paths]
+    prefect_environment()
+
+    def started(deployment: str) -> None:
+        click.echo(f"serving quarry-index/{deployment}: indexing {', '.join(roots)} into {store} on '{cron}' "
+                   "(Ctrl-C or SIGTERM stops)")
+
+    with prefect_api(store / "logs", services=True, database=store / "prefect" / "prefect.db",
+                     check=lambda: validate_cron(cron)):
+        serve_index(roots, store, cron, name=name, on_start=started)
+    click.echo("stopped")
+
+
+@cli.command()
+@db_option
+@click.option("--repair", is_flag=True, help="Fix what is safely repairable (takes the writer lock).")
+@json_option
+@handle_errors
+def doctor(db, repair, as_json):
+    """Check that CURRENT, the catalog, the vectors and the index files agree; exit 1 if not."""
+    from quarry.store.doctor import diagnose
+    from quarry.core.settings import store_path
+
+    report = diagnose(store_path(db), repair=repair)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        for f in report.findings:
+            mark = "ok" if f.ok else ("repaired" if f.repaired else "PROBLEM")
+            click.echo(f"{mark:<9} {f.check}: {f.detail}" + (f" -> {f.repair}" if not f.ok else ""))
+        if not report.healthy:
+            click.echo("run `quarry doctor --repair` to fix what is repairable" if not repair
+                       else "not repaired: see above for how to recover", err=True)
+    if not report.healthy:
+        sys.exit(1)
+
+
+@cli.command(name="eval")
+@click.argument("beir_dir", type=click.Path(exists=True, file_okay=False))
+@db_option
+@click.option("--mode", "modes", type=click.Choice(["hybrid", "vector", "bm25"]), multiple=True,
+              help="Modes to score (repeatable; default all three).")
+@click.option("--split", default="test", show_default=True, help="Judgments file qrels/<split>.tsv.")
+@click.option("--limit", type=int, default=None, help="Score only the first N queries (quick checks).")
+@json_option
+@handle_errors
+def eval_cmd(beir_dir, db, modes, split, limit, as_json):
+    """Index a BEIR-layout folder and report nDCG@10, recall@10/100 and MRR@10 per mode."""
+    from quarry.eval.beir import run_beir_eval
+
+    result = run_beir_eval(beir_dir, db=db, modes=modes or ("bm25", "vector", "hybrid"), split=split,
+                           limit=limit, index=lambda paths, store: run_index_flow(paths, store))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    click.echo(f"{result['dataset']} ({result['split']}, {result['queries']} queries)")
+    click.echo(f"{'mode':<8} {'nDCG@10':>8} {'R@10':>8} {'R@100':>8} {'MRR@10':>8}")
+    for mode, m in result["modes"].items():
+        click.echo(f"{mode:<8} {m['ndcg@10']:>8.4f} {m['recall@10']:>8.4f} {m['recall@100']:>8.4f} {m['mrr@10']:>8.4f}")
+
+
+def main() -> None:
+    # Offline and quiet by default: no hub look-ups, no download progress bars.
+    for key, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+                       ("TRANSFORMERS_VERBOSITY", "error"), ("TOKENIZERS_PARALLELISM", "false")):
+        os.environ.setdefault(key, value)
+    cli()
+
+
+if __name__ == "__main__":
+    main()

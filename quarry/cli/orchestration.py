@@ -1,0 +1,171 @@
+"""Running the index flow from the CLI: a private Prefect API server tied to this process.
+
+Without ``PREFECT_API_URL`` Prefect would start a temporary server that outlives a killed
+parent and prints tracebacks at exit. quarry instead starts the same server itself, in a
+child that exits when its parent dies (even by SIGKILL), with its output in the store's
+``logs/`` folder. Importing this module imports Prefect; the query path never does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from quarry.core.errors import QuarryError
+
+STARTUP_TIMEOUT = float(os.environ.get("QUARRY_PREFECT_STARTUP_TIMEOUT", "120"))
+
+
+def prefect_environment() -> None:
+    """Settings that keep Prefect quiet and offline; the user's explicit values win."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    # quarry prints its own one-line errors and summaries; Prefect's console output would
+    # repeat them with tracebacks. Task retries still reach the Prefect API's run logs.
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
+    os.environ.setdefault("PREFECT_UI_ENABLED", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _flush_prefect_logs() -> None:
+    """Send buffered run logs while the server still listens (else Prefect prints errors at exit)."""
+    if "prefect.logging.handlers" not in sys.modules:
+        return
+    try:
+        from prefect.logging.handlers import APILogHandler
+
+        APILogHandler.flush()
+    except Exception:  # logs are a convenience; never fail a run over them
+        pass
+
+
+@contextlib.contextmanager
+def prefect_api(log_dir: Path, services: bool = False, database: Path | None = None, check=None):
+    """Yield with ``PREFECT_API_URL`` pointing at a reachable Prefect API.
+
+    Uses the user's server when ``PREFECT_API_URL`` is set; otherwise starts a private one.
+    ``services`` runs Prefect's background services in it (the scheduler that turns schedules
+    into flow runs: ``quarry serve`` needs it; a one-shot run does not). ``database`` is the
+    private server's SQLite file (default: Prefect's own, under ``PREFECT_HOME``). ``check`` is
+    called once ``PREFECT_API_URL`` is set and before waiting for the server: Prefect reads its
+    settings once, at import, so work that imports Prefect must not come earlier.
+    """
+    prefect_environment()
+    if os.environ.get("PREFECT_API_URL"):
+        if check is not None:
+            check()
+        yield os.environ["PREFECT_API_URL"]
+        return
+    import httpx
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    log = open(log_dir / "prefect-server.log", "ab")
+    env = dict(os.environ)
+    if database is not None:
+        database.parent.mkdir(parents=True, exist_ok=True)
+        env["PREFECT_API_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{database}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quarry.cli.prefect_server", str(port), str(os.getpid()),
+         *(["--services"] if services else [])],
+        stdout=log,
+        stderr=log,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,  # Ctrl-C goes to quarry, which then stops the server cleanly
+    )
+    url = f"http://127.0.0.1:{port}/api"
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    try:
+        os.environ["PREFECT_API_URL"] = url
+        if check is not None:
+            check()
+        while True:
+            if proc.poll() is not None:
+                raise QuarryError(f"the Prefect server failed to start; see {log_dir / 'prefect-server.log'}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise QuarryError(f"the Prefect server did not start within {STARTUP_TIMEOUT:.0f} s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        _flush_prefect_logs()
+        os.environ.pop("PREFECT_API_URL", None)
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def deployment_name(store: Path) -> str:
+    """A deployment name per store, so that two stores served by one Prefect server never share one."""
+    import hashlib
+
+    return f"quarry-index-{hashlib.sha256(str(store).encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
+
+
+def serve_index(roots: list[str], store: Path, cron: str, name: str | None = None,
+                overrides: dict | None = None, on_start=None) -> None:
+    """Run the index flow on ``cron`` until SIGTERM or SIGINT (Ctrl-C); needs :func:`prefect_api`.
+
+    Each scheduled run skips, recorded as a ``skipped`` run, when the store is still busy (a run
+    longer than the interval, or a manual ``quarry index``). SIGTERM takes the same path as
+    Ctrl-C: polling stops, an in-flight run is stopped (the store keeps its last commit: a run is
+    crash-safe at every point) and the function returns, so the caller stops its private server.
+    """
+    import asyncio
+    import signal
+
+    from prefect.runner import Runner
+
+    from quarry.flows.index import index_flow
+
+    class _Runner(Runner):
+        loop: asyncio.AbstractEventLoop | None = None
+
+        def stop_soon(self) -> None:
+            """Stop from a signal handler: cancel in-flight runs, end polling, return from start()."""
+            if self.loop is not None and not getattr(self, "stopping", False):
+                self.stopping = True
+                self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self.astop()))
+
+        def handle_sigterm(self, *args, **kwargs):
+            # Prefect's own handler calls a coroutine without awaiting it and exits from inside
+            # the signal handler, leaving asyncio tracebacks; stop the way Ctrl-C does instead.
+            self.stop_soon()
+
+    name = name or deployment_name(store)
+    parameters = {"roots": roots, "db": str(store), "if_busy": "skip"}
+    if overrides:
+        parameters["overrides"] = overrides
+    runner = _Runner(name=name, pause_on_shutdown=False)
+    runner.add_flow(index_flow, name=name, cron=cron, parameters=parameters)
+    if on_start is not None:
+        on_start(name)
+
+    async def main() -> None:
+        runner.loop = asyncio.get_running_loop()
+        runner.loop.add_signal_handler(signal.SIGINT, runner.stop_soon)
+        await runner.start()  # installs handle_sigterm for SIGTERM itself
+
+    asyncio.run(main())

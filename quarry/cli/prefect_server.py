@@ -1,0 +1,50 @@
+"""``python -m quarry.cli.prefect_server PORT PARENT_PID [--services]``: Prefect's API server, for one parent.
+
+A watchdog thread ends the server as soon as the parent process is gone, so a killed
+``quarry index`` or ``quarry serve`` never leaves a server behind.
+
+Without ``--services`` the server runs in Prefect's ephemeral mode: the API only, no background
+services, which is all a one-shot ``quarry index`` needs and the fastest to start. With
+``--services`` it runs the background services ``prefect server start`` runs (the scheduler that
+turns a deployment's schedule into flow runs, late-run marking, cancellation clean-up, …):
+``quarry serve`` needs them, and Prefect runs none of them in ephemeral mode.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+
+def _watch(parent: int) -> None:
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+def main() -> None:
+    port, parent = int(sys.argv[1]), int(sys.argv[2])
+    services = "--services" in sys.argv[3:]
+    threading.Thread(target=_watch, args=(parent,), daemon=True).start()
+    os.environ["PREFECT_UI_ENABLED"] = "0"
+    if services:
+        os.environ.pop("PREFECT__SERVER_EPHEMERAL", None)
+    else:
+        os.environ["PREFECT__SERVER_EPHEMERAL"] = "1"
+    import uvicorn
+
+    uvicorn.run(
+        "prefect.server.api.server:create_app",
+        factory=True,
+        host="127.0.0.1",
+        port=port,
+        log_level="error",
+        lifespan="on",
+    )
+
+
+if __name__ == "__main__":
+    main()

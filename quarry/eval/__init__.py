@@ -1,0 +1,1 @@
+"""Retrieval evaluation: metrics and BEIR-style collections indexed as file trees."""

@@ -1,0 +1,201 @@
+"""BM25 over a persisted sparse matrix of precomputed term weights.
+
+Built once per committed generation from the catalog (``build``), saved as ``.npy`` files and
+memory-mapped by readers (``quarry.index.searchindex.SearchIndex.load``), so opening costs milliseconds
+and a query costs one slice of the matrix per query term.
+
+Scoring is Okapi BM25 with Lucene's non-negative IDF::
+
+    idf(t)    = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
+    w(t, d)   = idf(t) · tf(t, d) · (k1 + 1) / (tf(t, d) + k1 · (1 - b + b · len(d) / avgdl))
+    score(d)  = Σ w(t, d) over the distinct (stemmed) terms t of the query
+
+with k1 = 1.2, b = 0.75 and the natural logarithm. N is the number of chunks, ``len(d)`` the
+number of terms of chunk ``d`` after stop words are dropped, ``avgdl`` the mean of ``len`` over
+all chunks. DuckDB's ``match_bm25`` computes the same formula with ``log()``, which is base 10
+there: its scores are these divided by ln 10, in the same order (``tests/test_bm25.py`` checks
+this on real text). Terms are the tokens of :mod:`quarry.index.textnorm` (numbers and codes kept,
+compounds also split), minus the English stop words, Porter-stemmed
+(:mod:`quarry.index.porter`, identical to DuckDB's ``stem(word, 'porter')``).
+
+Files (``bm25.*`` in the generation's index folder):
+
+- ``bm25.terms.bin`` + ``bm25.term_offsets.npy``: the sorted stemmed terms (UTF-8, concatenated)
+- ``bm25.surface.bin`` + ``bm25.surface_offsets.npy`` + ``bm25.surface_terms.npy``: every
+  distinct unstemmed token of the corpus with its term id, so a query runs the stemmer
+  only for tokens the corpus does not contain
+- ``bm25.indptr.npy`` (int64, terms + 1), ``bm25.rows.npy`` (int32), ``bm25.weights.npy``
+  (float32): the CSC matrix of ``w(t, d)``, one column per term, rows in chunk_id order.
+"""
+
+from __future__ import annotations
+
+import time
+import numpy as np
+
+from quarry.index.select import top_n
+from quarry.index.stopwords import STOPWORDS
+from quarry.core.sqlfiles import load_sql
+from quarry.index.textnorm import tokens
+
+K1 = 1.2
+B = 0.75
+
+
+def build(con, n_rows: int) -> tuple[dict[str, np.ndarray | bytes], dict]:
+    """The BM25 arrays for the chunks in the catalog ``con``.
+
+    Returns ``(arrays, info)``; ``arrays`` maps file names to contents. Vectorised with Arrow
+    and numpy: split every chunk's tokens, find the distinct tokens, stem those (a few tens of
+    thousands, not the millions of occurrences), then count (term, row) pairs with one sort.
+    """
+    import pyarrow.compute as pc
+
+    from quarry.index.porter import stem
+
+    t0 = time.perf_counter()
+    texts = con.execute(load_sql("bm25_texts")).fetch_arrow_table().column(0).combine_chunks()
+    lists = pc.split_pattern(pc.fill_null(texts, ""), " ")
+    flat = pc.list_flatten(lists)
+    occurrence_rows = pc.list_parent_indices(lists).to_numpy()
+    distinct = pc.unique(flat)
+    surface = distinct.to_pylist()
+    kept = [i for i, tok in enumerate(surface) if tok and tok not in STOPWORDS]
+    stems = [stem(surface[i]) for i in kept]
+    terms, kept_term = np.unique(np.array(stems, dtype=object), return_inverse=True) if stems else ([], [])
+    term_of = np.full(len(surface), -1, dtype=np.int64)  # distinct token -> term id (-1: dropped)
+    term_of[kept] = kept_term
+    occurrence_terms = term_of[pc.index_in(flat, value_set=distinct).to_numpy()]
+    counted = occurrence_terms >= 0
+    keys = occurrence_terms[counted] * max(n_rows, 1) + occurrence_rows[counted]
+    keys, tf = np.unique(keys, return_counts=True)  # sorted by term, then row: CSC order
+    term_ids, rows = keys // max(n_rows, 1), (keys % max(n_rows, 1)).astype(np.int32)
+    weights, avgdl = bm25_weights(term_ids, rows, tf.astype(np.float64), len(terms), n_rows)
+    indptr = np.zeros(len(terms) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(term_ids, minlength=len(terms)), out=indptr[1:])
+    order = sorted(kept, key=lambda i: surface[i])
+    term_blob, term_offsets = _pack([str(t) for t in terms])
+    surface_blob, surface_offsets = _pack([surface[i] for i in order])
+    arrays = {
+        "bm25.terms.bin": term_blob,
+        "bm25.term_offsets.npy": term_offsets,
+        "bm25.surface.bin": surface_blob,
+        "bm25.surface_offsets.npy": surface_offsets,
+        "bm25.surface_terms.npy": term_of[order].astype(np.int32),
+        "bm25.indptr.npy": indptr,
+        "bm25.rows.npy": rows,
+        "bm25.weights.npy": weights,
+    }
+    info = {"terms": len(terms), "tokens": len(kept), "postings": int(len(rows)), "avgdl": round(avgdl, 3),
+            "k1": K1, "b": B, "seconds": round(time.perf_counter() - t0, 3)}
+    return arrays, info
+
+
+def _pack(words: list[str]) -> tuple[bytes, np.ndarray]:
+    """Sorted strings as one UTF-8 blob plus offsets; refuses input not sorted by bytes."""
+    encoded = [w.encode("utf-8") for w in words]
+    if any(a >= b for a, b in zip(encoded, encoded[1:])):
+        raise ValueError("a BM25 vocabulary must be sorted and distinct")
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return b"".join(encoded), offsets
+
+
+def bm25_weights(term_ids: np.ndarray, rows: np.ndarray, tf: np.ndarray, n_terms: int, n_rows: int):
+    """``w(t, d)`` for each posting (see the module docstring), float32, and avgdl."""
+    length = np.bincount(rows, weights=tf, minlength=n_rows)
+    avgdl = float(length.mean()) if n_rows else 0.0
+    df = np.bincount(term_ids, minlength=n_terms).astype(np.float64)
+    idf = np.log(1.0 + (n_rows - df + 0.5) / (df + 0.5))
+    norm = K1 * (1.0 - B + B * length[rows] / (avgdl or 1.0))
+    return (idf[term_ids] * tf * (K1 + 1.0) / (tf + norm)).astype(np.float32), avgdl
+
+
+def query_tokens(text: str) -> list[str]:
+    """The distinct, unstemmed BM25 tokens of a query (stop words dropped), in order."""
+    return [t for t in dict.fromkeys(tokens(text)) if t not in STOPWORDS]
+
+
+class Vocabulary:
+    """Sorted strings packed as a blob plus offsets (in memory or memory-mapped)."""
+
+    def __init__(self, blob, offsets: np.ndarray):
+        self.blob = blob
+        self.offsets = offsets
+        self.size = len(offsets) - 1
+
+    def _at(self, i: int) -> bytes:
+        part = self.blob[int(self.offsets[i]):int(self.offsets[i + 1])]
+        return part if isinstance(part, bytes) else part.tobytes()
+
+    def find(self, word: str) -> int | None:
+        """The position of ``word``, by binary search; None when absent."""
+        key = word.encode("utf-8")
+        lo, hi = 0, self.size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._at(mid) < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo if lo < self.size and self._at(lo) == key else None
+
+
+class BM25Index:
+    """A loaded BM25 index."""
+
+    def __init__(self, arrays: dict, n_rows: int):
+        self.terms = Vocabulary(arrays["bm25.terms.bin"], arrays["bm25.term_offsets.npy"])
+        self.surface = Vocabulary(arrays["bm25.surface.bin"], arrays["bm25.surface_offsets.npy"])
+        self.surface_terms = arrays["bm25.surface_terms.npy"]
+        self.indptr = arrays["bm25.indptr.npy"]
+        self.rows = arrays["bm25.rows.npy"]
+        self.weights = arrays["bm25.weights.npy"]
+        self.n_rows = n_rows
+
+    def lookup(self, toks: list[str]) -> tuple[list[int], list[str]]:
+        """Term ids of (unstemmed) tokens the corpus contains, and the tokens it does not.
+
+        A token missing here may still share a stem with a corpus term: stem it and pass the
+        stem to :meth:`term_id`.
+        """
+        ids, missing = [], []
+        for tok in toks:
+            pos = self.surface.find(tok)
+            if pos is None:
+                missing.append(tok)
+            else:
+                ids.append(int(self.surface_terms[pos]))
+        return ids, missing
+
+    def term_id(self, term: str) -> int | None:
+        """The column of a stemmed ``term``."""
+        return self.terms.find(term)
+
+    def columns(self, toks: list[str]) -> list[int]:
+        """The distinct columns of query tokens (see :func:`query_tokens`); unknown ones dropped."""
+        from quarry.index.porter import stem
+
+        ids, missing = self.lookup(toks)
+        ids += [c for c in (self.term_id(stem(t)) for t in missing) if c is not None]
+        return list(dict.fromkeys(ids))
+
+    def scores(self, cols: list[int]) -> np.ndarray:
+        """Dense BM25 scores over all rows (float32) for distinct term columns ``cols``."""
+        out = np.zeros(self.n_rows, dtype=np.float32)
+        for c in dict.fromkeys(cols):
+            a, b = int(self.indptr[c]), int(self.indptr[c + 1])
+            out[self.rows[a:b]] += self.weights[a:b]  # a row appears once per column
+        return out
+
+    def search(self, cols: list[int], n: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``n`` rows for term columns ``cols``: (rows int64, scores float32), best first, ties
+        by row. ``mask`` (bool per row) keeps only rows where it is True, before the top ``n``."""
+        if not cols:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        scores = self.scores(cols)
+        if mask is not None:
+            scores[~mask] = 0.0
+        hit = np.flatnonzero(scores)
+        rows = hit[top_n(scores[hit], n, hit)]
+        return rows, scores[rows]

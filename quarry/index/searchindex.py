@@ -1,0 +1,197 @@
+"""The search index of a committed generation: BM25 and vectors as memory-mapped files.
+
+At commit time the writer builds ``<store>/index-<gen>/`` next to ``catalog-<gen>.duckdb``,
+before the pointer rename, so a reader sees both or neither::
+
+    index-000007/
+      index.json              manifest: version, rows, model, dim, build info
+      rows.arrow, docs.arrow  what results show, by row and by document (rows.py)
+      bm25.*                  BM25 term weights, a CSC sparse matrix (bm25.py)
+      dense.*, ivf.*          unit vectors, cluster by cluster when IVF is built (dense.py)
+
+A row id is a chunk's position in chunk_id order, the same order ``sql/filter_rows.sql`` numbers
+rows in, so a filter is one DuckDB query returning row ids, turned into a boolean mask that both
+retrievers apply before they take their top candidates.
+
+A run that changes no chunk hard-links the previous generation's files instead of rebuilding
+(all but ``docs.arrow``, rewritten because a move changes a path).
+Readers ``np.load(..., mmap_mode="r")`` every file when they open a snapshot, so a later commit
+that deletes the folder cannot pull it from under them (an unlinked file lives while mapped).
+A store committed before these files existed is indexed in memory on first use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+import pyarrow as pa
+
+from quarry.index import bm25, dense, rows
+
+INDEX_VERSION = 2
+MANIFEST = "index.json"
+
+
+def folder_name(generation: int) -> str:
+    """The index folder of catalog generation ``generation``."""
+    return f"index-{generation:06d}"
+
+
+def ivf_min_rows() -> int:
+    """Rows from which IVF is built: ``$QUARRY_IVF_MIN_ROWS`` or :data:`dense.IVF_MIN_ROWS`."""
+    raw = os.environ.get("QUARRY_IVF_MIN_ROWS", "")
+    return int(raw) if raw.strip().isdigit() else dense.IVF_MIN_ROWS
+
+
+def build(con, vectors: tuple | None, model: str = "", dim: int = 0, ivf_rows: int | None = None) -> tuple[dict, dict]:
+    """Index arrays for the catalog ``con`` and ``vectors`` = ``(chunk_ids, matrix)`` of the same version.
+
+    ``vectors`` is what ``quarry.store.vectors.read_all`` returns, or None for a store without a
+    vector table. Returns ``(arrays, manifest)``; :func:`write` saves them.
+    """
+
+    t0 = time.perf_counter()
+    row_table = rows.build_rows(con)
+    ids = row_table.column("chunk_id").combine_chunks()
+    n = len(ids)
+    arrays: dict = {rows.ROWS: row_table, rows.DOCS: rows.build_docs(con)}
+    rows_seconds = time.perf_counter() - t0
+    bm25_arrays, bm25_info = bm25.build(con, n)
+    arrays.update(bm25_arrays)
+    t1 = time.perf_counter()
+    matrix = _vectors_in_row_order(ids, *vectors) if vectors is not None else np.zeros((n, dim))
+    read_seconds = time.perf_counter() - t1
+    dense_arrays, dense_info = dense.build(dense.normalise(matrix) if n else matrix.astype(np.float32),
+                                           ivf_min_rows() if ivf_rows is None else ivf_rows)
+    arrays.update(dense_arrays)
+    manifest = {
+        "version": INDEX_VERSION,
+        "rows": n,
+        "model": model,
+        "dim": int(matrix.shape[1]) if matrix.ndim == 2 else dim,
+        "bm25": bm25_info,
+        "dense": {**dense_info, "read_seconds": round(read_seconds, 3)},
+        "rows_seconds": round(rows_seconds, 3),
+        "build_seconds": round(time.perf_counter() - t0, 3),
+    }
+    return arrays, manifest
+
+
+def _vectors_in_row_order(row_ids, lance_ids, matrix: np.ndarray) -> np.ndarray:
+    import pyarrow.compute as pc
+
+    out = np.zeros((len(row_ids), matrix.shape[1] if matrix.size else 0), dtype=np.float32)
+    if not len(lance_ids):
+        return out
+    where = pc.index_in(lance_ids, value_set=row_ids).to_numpy(zero_copy_only=False)
+    known = ~np.isnan(where.astype(np.float64))  # a vector whose chunk the catalog lacks: skipped
+    out[where[known].astype(np.int64)] = matrix[known]
+    return out
+
+
+def write(folder: Path, arrays: dict, manifest: dict) -> None:
+    """Save ``arrays`` and the manifest into ``folder`` (written aside, then renamed into place)."""
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name, value in arrays.items():
+        with open(tmp / name, "wb") as fh:
+            if isinstance(value, bytes):
+                fh.write(value)
+            elif isinstance(value, pa.Table):
+                rows.save(value, fh)
+            else:
+                np.save(fh, value, allow_pickle=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+    with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=2)
+        fh.flush()
+        os.fsync(fh.fileno())
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+    _fsync_dir(folder.parent)
+
+
+def link(source: Path, folder: Path, con) -> None:
+    """Give ``folder`` the files of ``source`` (hard links: no copy) for a run that changed no
+    chunk; ``docs.arrow`` is rewritten from the catalog ``con``, since paths may have moved."""
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with open(tmp / rows.DOCS, "wb") as fh:
+        rows.save(rows.build_docs(con), fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    for path in source.iterdir():
+        if path.name == rows.DOCS:
+            continue
+        try:
+            os.link(path, tmp / path.name)
+        except OSError:
+            shutil.copy2(path, tmp / path.name)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+    _fsync_dir(folder.parent)
+
+
+def is_complete(folder: Path) -> bool:
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return manifest.get("version") == INDEX_VERSION
+
+
+def remove_stale(store: Path, keep: str | None) -> list[str]:
+    """Delete index folders other than ``keep`` (and temporary ones left by dead runs)."""
+    removed = []
+    for path in store.glob("index-*"):
+        if path.name != keep:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SearchIndex:
+    """The loaded index of one generation: result rows, BM25 and vectors."""
+
+    def __init__(self, arrays: dict, manifest: dict):
+        self.manifest = manifest
+        self.n_rows = int(manifest["rows"])
+        self.results = rows.ResultRows(arrays[rows.ROWS], arrays[rows.DOCS])
+        self.bm25 = bm25.BM25Index(arrays, self.n_rows)
+        self.dense = dense.DenseIndex(arrays)
+
+    @classmethod
+    def load(cls, folder: Path) -> SearchIndex:
+        """Memory-map every file of ``folder`` now (see the module docstring for why now)."""
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        if manifest.get("version") != INDEX_VERSION:
+            raise ValueError(f"{folder} holds index version {manifest.get('version')}, not {INDEX_VERSION}")
+        # np.asarray drops the memmap subclass (slicing one costs microseconds of Python each
+        # time); the plain arrays still read the mapped files, which stay open through them.
+        arrays: dict = {p.name: np.asarray(np.load(p, mmap_mode="r")) for p in folder.glob("*.npy")}
+        for path in folder.glob("*.bin"):
+            size = path.stat().st_size
+            arrays[path.name] = np.asarray(np.memmap(path, dtype=np.uint8, mode="r")) if size else b""
+        for name in (rows.ROWS, rows.DOCS):
+            arrays[name] = rows.load(folder / name)
+        return cls(arrays, manifest)
+
+    def chunk_ids(self, row_ids) -> list[str]:
+        return self.results.chunk_ids(row_ids)

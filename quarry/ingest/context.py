@@ -1,0 +1,141 @@
+"""Contextual chunk headers, in the spirit of dsRAG's AutoContext.
+
+A header tells the embedder and BM25 what a chunk is part of: the document's title and the
+section's heading path, and optionally the document's summary, the section's summary and a
+per-chunk context line (:data:`HEADER_FIELDS`, composed by :func:`compose_header`). The
+:class:`ContextWriter` protocol is the seam; :class:`RuleContextWriter` needs no model, and the
+LLM writer (``quarry.ingest.llm.context``) replaces its title and summaries where a model answered.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Protocol
+
+from quarry.core.models import FileInfo, ParsedDocument, Section
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])")
+_HEADING_LINE = re.compile(r"^\s*(#{1,6}\s|[=\-~^*+#]{3,}\s*$)")
+_JUNK_TITLE = re.compile(r"^(untitled|document\d*|microsoft word - .*|slide \d+|\W*)$", re.IGNORECASE)
+SUMMARY_CHARS = 300
+SECTION_SUMMARY_CHARS = 200
+HEADER_FIELDS = ("title", "summary", "section", "section_summary", "chunk_context")
+DEFAULT_FIELDS = ("title", "section")
+
+
+class ContextWriter(Protocol):
+    """Writes a document's title and summary and each chunk's header."""
+
+    name: str
+
+    def document_context(self, doc: ParsedDocument, file: FileInfo, sections: list[Section]) -> tuple[str, str]:
+        """The document's (title, summary)."""
+        ...
+
+    def header(self, title: str, summary: str, section: Section) -> str:
+        """The header put in front of every chunk of ``section``."""
+        ...
+
+
+def title_from_filename(rel_path: str) -> str:
+    """A readable title from a file name: ``release-notes_2024.md`` -> ``Release notes 2024``."""
+    stem = PurePosixPath(rel_path).stem
+    words = re.sub(r"[_\-.]+", " ", stem).strip()
+    return (words[:1].upper() + words[1:]) if words else rel_path
+
+
+def _clean_title(title: str | None) -> str:
+    title = " ".join((title or "").split())
+    return "" if _JUNK_TITLE.match(title) else title[:200]
+
+
+def extractive_summary(text: str, limit: int = SUMMARY_CHARS) -> str:
+    """The opening sentences of the first prose paragraph, up to ``limit`` characters."""
+    for para in re.split(r"\n\s*\n", text[:20000]):
+        lines = [ln for ln in para.splitlines() if ln.strip() and not _HEADING_LINE.match(ln)]
+        prose = " ".join(" ".join(lines).split())
+        if len(prose) < 40 or prose.count(" ") < 5:
+            continue  # a caption, a link line, a table row
+        out = ""
+        for sentence in _SENTENCE_END.split(prose):
+            if out and len(out) + len(sentence) + 1 > limit:
+                break
+            out = f"{out} {sentence}".strip()
+        return out[:limit]
+    return ""
+
+
+def own_title(doc: ParsedDocument) -> str:
+    """The title the document gives itself (metadata, else its first heading), or ""."""
+    title = _clean_title(doc.title)
+    if not title:
+        first = next((h for h in doc.headings if h.title.strip()), None)
+        title = _clean_title(first.title if first else "")
+    return title
+
+
+def clean_summary(text: str | None, limit: int = SUMMARY_CHARS) -> str:
+    """One line of at most ``limit`` characters."""
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1].rsplit(" ", 1)[0] + "…"
+
+
+def compose_header(fields: tuple[str, ...], title: str, summary: str, section: Section,
+                   chunk_context: str = "") -> str:
+    """The header lines ``fields`` ask for, in a fixed order; empty parts are left out.
+
+    With the default fields (title, section) this is ``Document: <title>`` and
+    ``Section: <path>``, the path without a leading repeat of the document title.
+    """
+    path = section.path or section.title
+    if path == title:
+        path = ""
+    elif path.startswith(title + " > "):
+        path = path[len(title) + 3 :]  # the top heading repeats the document title
+    parts = {
+        "title": f"Document: {title}" if title else "",
+        "summary": f"Summary: {summary}" if summary else "",
+        "section": f"Section: {path}" if path else "",
+        "section_summary": f"Section summary: {section.summary}" if section.summary else "",
+        "chunk_context": f"Context: {chunk_context}" if chunk_context else "",
+    }
+    return "\n".join(parts[f] for f in HEADER_FIELDS if f in fields and parts[f])
+
+
+def header_fields(settings) -> tuple[str, ...]:
+    """The header fields of a run: explicit ``header_fields``, else the context writer's default."""
+    if settings.header_fields:
+        return () if tuple(settings.header_fields) == ("none",) else tuple(settings.header_fields)
+    fields = ("title", "summary", "section") if settings.context == "llm" else DEFAULT_FIELDS
+    if settings.context == "llm" and settings.llm_section_summaries:
+        fields += ("section_summary",)
+    if settings.llm_chunk_context:
+        fields += ("chunk_context",)
+    return fields
+
+
+class RuleContextWriter:
+    """Title from metadata, first heading, or file name; summaries from the opening prose."""
+
+    name = "rules"
+
+    def __init__(self, fields: tuple[str, ...] = DEFAULT_FIELDS):
+        self.fields = fields
+
+    def document_context(self, doc: ParsedDocument, file: FileInfo, sections: list[Section]) -> tuple[str, str]:
+        return own_title(doc) or title_from_filename(file.rel_path), extractive_summary(doc.text)
+
+    def section_summary(self, doc: ParsedDocument, section: Section) -> str:
+        """The opening sentences of the section's prose (its heading line skipped)."""
+        return extractive_summary(doc.text[section.start : section.end], SECTION_SUMMARY_CHARS)
+
+    def header(self, title: str, summary: str, section: Section) -> str:
+        return compose_header(self.fields, title, summary, section)
+
+
+def get_context_writer(name: str, fields: tuple[str, ...] = DEFAULT_FIELDS) -> ContextWriter:
+    """The local context writer; ``llm`` starts from it too and overrides what a model wrote."""
+    if name in ("rules", "llm"):
+        return RuleContextWriter(fields)
+    raise ValueError(f"unknown context writer {name!r}")

@@ -1,0 +1,152 @@
+"""Discovery: walk roots, apply ignore rules, hash what quarry can read."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from fnmatch import fnmatch
+from pathlib import Path
+
+from quarry.core.errors import ParseError, UsageError
+from quarry.core.models import FileError, FileInfo
+from quarry.ingest.parsers import detect_type
+from quarry.core.paths import display
+from quarry.core.safeio import describe_os_error, hash_regular
+
+IGNORE_FILE = ".quarryignore"
+
+
+def sha256_file(path: str) -> str:
+    """The hex sha256 of a regular file's bytes (never blocks on a FIFO swapped in; see safeio)."""
+    return hash_regular(path)
+
+
+def _load_ignore(root: Path):
+    """A gitignore-style matcher from ``root/.quarryignore``, or None."""
+    path = root / IGNORE_FILE
+    if not path.is_file():
+        return None
+    import pathspec
+
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return pathspec.PathSpec.from_lines("gitwildmatch", lines)
+
+
+def _matches(rel: str, patterns: Iterable[str]) -> bool:
+    name = rel.rsplit("/", 1)[-1]
+    return any(fnmatch(rel, p) or fnmatch(name, p) for p in patterns)
+
+
+def _walk(root: Path, errors: list[FileError] | None = None) -> Iterator[tuple[Path, str]]:
+    """Yield (absolute path, root-relative POSIX path) of regular files under ``root``.
+
+    Hidden entries are skipped. Symlinks are followed only when they resolve inside the root,
+    and every directory is entered at most once (by its resolved path), so link loops end.
+    FIFOs, sockets and device nodes are not regular files: never yielded, never opened.
+    A directory that cannot be listed is reported in ``errors`` (when given).
+    """
+    real_root = root.resolve()
+    seen_dirs = {real_root}
+    stack = [(real_root, "")]
+    while stack:
+        directory, rel_dir = stack.pop()
+        try:
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            if errors is not None and directory != real_root:
+                errors.append(FileError(str(directory), f"cannot list directory: {describe_os_error(exc)}"))
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            rel = f"{rel_dir}{entry.name}"
+            path = Path(entry.path)
+            if entry.is_symlink():
+                try:
+                    target = path.resolve(strict=True)
+                except (OSError, RuntimeError):
+                    continue  # dangling link or a loop the OS refuses to resolve
+                if target == real_root or real_root not in target.parents:
+                    continue  # never follow a link out of the root (or back to it)
+                # A link inside the root names its target by the target's own path, so the
+                # same file is one document however many links reach it.
+                path, rel = target, target.relative_to(real_root).as_posix()
+            try:
+                is_dir, is_file = path.is_dir(), path.is_file()
+            except OSError:  # a name too long for stat, a permission error on the way
+                is_dir = is_file = False
+            if is_dir:
+                real = path.resolve()
+                if real in seen_dirs:
+                    continue
+                seen_dirs.add(real)
+                stack.append((real, rel + "/"))
+            elif is_file:
+                yield path, rel
+
+
+def discover(
+    roots: Iterable[str | os.PathLike],
+    include: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+    errors: list[FileError] | None = None,
+) -> tuple[list[FileInfo], list[FileInfo]]:
+    """Find files under ``roots``.
+
+    Returns ``(readable, skipped)``: files of a supported type (hashed), and files quarry does
+    not read (not hashed). A root that is a single file is accepted as-is. Files that vanish or
+    cannot be read while being hashed, and directories that cannot be listed, are appended to
+    ``errors`` (when given; else they are left out silently) and never stop the walk.
+
+    ``FileInfo.path`` is the real name, which may hold surrogate-escaped bytes (quarry/core/paths.py);
+    ``root`` and ``rel_path`` are display forms, always valid UTF-8.
+    """
+    include, exclude = tuple(include), tuple(exclude)
+    readable: dict[str, FileInfo] = {}
+    skipped: list[FileInfo] = []
+    for raw in roots:
+        root = Path(raw).expanduser().absolute()
+        if not root.exists():
+            raise UsageError(f"path not found: {raw}")
+        if root.is_file():
+            candidates = [(root.resolve(), root.name)]
+            base = root.parent.resolve()
+        else:
+            base = root.resolve()
+            ignore = _load_ignore(base)
+            candidates = (
+                (p, rel) for p, rel in _walk(base, errors) if not (ignore is not None and ignore.match_file(rel))
+            )
+        for path, rel in candidates:
+            if include and not _matches(rel, include):
+                continue
+            if exclude and _matches(rel, exclude):
+                continue
+            key = str(path)
+            if key in readable:
+                continue  # reached twice (overlapping roots or an in-root symlink)
+            ftype = ""
+            try:
+                ftype = detect_type(key)
+                stat = path.stat()
+                digest = sha256_file(key) if ftype else ""
+            except (OSError, ParseError) as exc:
+                if ftype and errors is not None:
+                    cause = f"cannot read file: {describe_os_error(exc)}" if isinstance(exc, OSError) else str(exc)
+                    errors.append(FileError(key, cause))
+                continue
+            info = FileInfo(
+                path=key,
+                root=display(str(base)),
+                rel_path=display(rel),
+                file_type=ftype,
+                size=stat.st_size,
+                mtime=stat.st_mtime,
+                sha256=digest,
+            )
+            if ftype:
+                readable[key] = info
+            else:
+                skipped.append(info)
+    return sorted(readable.values(), key=lambda f: f.path), skipped

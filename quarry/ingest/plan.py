@@ -1,0 +1,110 @@
+"""Planning: compare discovered files with the committed catalog.
+
+Identity is by content: a file whose bytes are unchanged is unchanged whatever its mtime, and
+a file whose bytes reappear under a new path (the old path gone) is a move, not a delete plus
+an add. Deletions are scoped to the roots being indexed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from quarry.core.models import FileInfo
+
+
+@dataclass(frozen=True)
+class CatalogDoc:
+    doc_id: str
+    path: str
+    sha256: str
+    mtime: float
+
+
+@dataclass
+class Plan:
+    """What a run has to do. Each file appears in exactly one list."""
+
+    new: list[tuple[FileInfo, str]] = field(default_factory=list)  # (file, new doc id)
+    changed: list[tuple[FileInfo, str]] = field(default_factory=list)  # (file, existing doc id)
+    moved: list[tuple[FileInfo, str, str]] = field(default_factory=list)  # (file, doc id, old path)
+    removed: list[CatalogDoc] = field(default_factory=list)
+    unchanged: list[tuple[FileInfo, str]] = field(default_factory=list)
+    touched: list[tuple[FileInfo, str]] = field(default_factory=list)  # unchanged, but a new mtime
+
+    @property
+    def to_process(self) -> list[tuple[FileInfo, str]]:
+        return self.new + self.changed
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "new": len(self.new),
+            "changed": len(self.changed),
+            "moved": len(self.moved),
+            "removed": len(self.removed),
+            "unchanged": len(self.unchanged),
+        }
+
+
+def new_doc_id(file: FileInfo) -> str:
+    """A document id for a file seen for the first time: stable for the same path and bytes.
+
+    The path is hashed as the bytes of its name (``os.fsencode``), which for a valid UTF-8 name
+    are its UTF-8 bytes as before, and for a name that is not (a Latin-1 ``caf\\xe9.md``) do
+    not raise on the surrogates Python decodes such names to.
+    """
+    return hashlib.sha256(os.fsencode(file.path) + b"\0" + file.sha256.encode()).hexdigest()[:20]
+
+
+def in_scope(path: str, roots: list[str]) -> bool:
+    """Whether ``path`` lies under one of ``roots`` (a root may itself be a file)."""
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def make_plan(
+    files: list[FileInfo],
+    catalog: list[CatalogDoc],
+    roots: list[str],
+    rebuild: bool = False,
+    unreadable: frozenset[str] | set[str] = frozenset(),
+) -> Plan:
+    """Sort ``files`` into new / changed / moved / removed / unchanged.
+
+    ``rebuild`` (``--full``, or settings that shape chunks changed) turns every existing
+    document into a changed one; vectors are still reused where the embedded text is equal.
+    ``unreadable`` paths exist but could not be read this run (a permission error, a file being
+    rewritten): their documents are kept as they are, not removed.
+    """
+    plan = Plan()
+    by_path = {d.path: d for d in catalog}
+    seen_paths = {f.path for f in files} | set(unreadable)
+    # Documents whose path vanished within scope are candidates for a move target.
+    vanished: dict[str, list[CatalogDoc]] = defaultdict(list)
+    for d in catalog:
+        if d.path not in seen_paths and in_scope(d.path, roots):
+            vanished[d.sha256].append(d)
+
+    for f in files:
+        old = by_path.get(f.path)
+        if old is not None:
+            if rebuild or old.sha256 != f.sha256:
+                plan.changed.append((f, old.doc_id))
+            else:
+                plan.unchanged.append((f, old.doc_id))
+                if abs(old.mtime - f.mtime) > 1e-3:
+                    plan.touched.append((f, old.doc_id))
+            continue
+        candidates = vanished.get(f.sha256)
+        if candidates:
+            src = candidates.pop(0)
+            if rebuild:
+                plan.changed.append((f, src.doc_id))
+            else:
+                plan.moved.append((f, src.doc_id, src.path))
+        else:
+            plan.new.append((f, new_doc_id(f)))
+
+    plan.removed = sorted((d for ds in vanished.values() for d in ds), key=lambda d: d.path)
+    return plan

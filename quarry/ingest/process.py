@@ -1,0 +1,242 @@
+"""Parse, section, write context and chunk a batch of files.
+
+PDF parsing is CPU-bound (pypdf, 0.05-0.3 s a page), so PDFs and DOCX files go to a process
+pool; light text formats are parsed in the calling thread, where a pool would cost more
+than it saves. LLM work (sectioning windows, titles and summaries) is I/O-bound and runs here,
+in the main process, one stage at a time over the whole batch so that the requests of every
+file share one bounded thread pool (see :mod:`quarry.ingest.llm.client`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import logging
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
+
+from quarry.ingest.chunking import chunk_document, text_hash
+from quarry.ingest.context import compose_header, get_context_writer, header_fields
+from quarry.core.errors import ParseError, QuarryError, UnsupportedFile
+from quarry.core.models import Chunk, DocumentRecord, FileError, FileInfo, ParsedDocument, join_header
+from quarry.ingest.parsers import FORMATS, parse_file
+from quarry.ingest.sectioning import get_sectioner
+
+HEAVY_TYPES = {f.name for f in FORMATS if f.heavy}
+OCR_TYPES = {f.name for f in FORMATS if f.ocr}
+
+
+def _parse_one(path: str, file_type: str, ocr: bool = True) -> ParsedDocument | str:
+    """Parse in a worker; errors come back as a string so they cross the process boundary."""
+    # pypdf logs every repair it makes to a damaged file; the run reports real failures itself
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    try:
+        return parse_file(path, file_type, ocr=ocr)
+    except (ParseError, UnsupportedFile) as exc:
+        return str(exc)
+    except Exception as exc:  # a parser bug must not take the batch down
+        return f"{type(exc).__name__}: {exc}"
+
+
+def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, ocr: bool = True
+                ) -> list[ParsedDocument | str]:
+    """Parse ``files``; each result is a document or the reason it could not be read.
+
+    With ``ocr``, a batch holding a PDF or an image always uses the pool, even for one file,
+    so that OCR (tens of seconds a page on a small machine) stays under the per-file timeout.
+    """
+    results: list[ParsedDocument | str | None] = [None] * len(files)
+    heavy = [i for i, f in enumerate(files) if f.file_type in HEAVY_TYPES]
+    may_ocr = ocr and any(files[i].file_type in OCR_TYPES for i in heavy)
+    if (workers > 1 and len(heavy) > 1) or may_ocr:
+        ctx = multiprocessing.get_context("spawn")  # fork is unsafe under Prefect's threads
+        pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(heavy))), mp_context=ctx)
+        futures = {i: pool.submit(_parse_one, files[i].path, files[i].file_type, ocr) for i in heavy}
+        hung = False
+        for i, fut in futures.items():
+            try:
+                results[i] = fut.result(timeout=timeout)
+            except FutureTimeout:
+                results[i] = f"parsing took longer than {timeout:.0f} s"
+                hung = True
+            except Exception as exc:  # a worker died (out of memory, a crash in a C library)
+                results[i] = f"parser process failed: {type(exc).__name__}: {exc}"
+        if hung:
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.kill()
+        pool.shutdown(wait=not hung, cancel_futures=True)
+    for i, f in enumerate(files):
+        if results[i] is None:
+            results[i] = _parse_one(f.path, f.file_type, ocr)
+    return results  # type: ignore[return-value]
+
+
+def local_sectioner(settings, name: str | None = None):
+    """The sectioner that needs no LLM: ``settings.sectioner`` (``structure`` under ``llm``)."""
+    name = name or ("structure" if settings.sectioner == "llm" else settings.sectioner)
+    embed = None
+    if name == "semantic":
+        from quarry.ingest.embedders import get_embedder
+
+        embed = get_embedder(settings).embed  # the run's own embedder, cached per process
+    return get_sectioner(name, settings.max_section, embed=embed, min_section=settings.min_section,
+                         percentile=settings.semantic_percentile)
+
+
+def build_record(file: FileInfo, doc_id: str, parsed: ParsedDocument, settings, tokenizer=None) -> DocumentRecord:
+    """Section, write headers and chunk one parsed document with local rules (no LLM)."""
+    records, errors = build_records([(file, doc_id, parsed)], settings, tokenizer)
+    if errors:
+        raise QuarryError(errors[0].error)
+    return records[0]
+
+
+def _guard(errors: dict[int, str], i: int, fn, *args):
+    """``fn(*args)``, or None with the error kept for document ``i``: one bad document never stops a batch."""
+    try:
+        return fn(*args)
+    except QuarryError as exc:
+        errors[i] = str(exc)
+    except Exception as exc:
+        errors[i] = f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, tokenizer=None, llm=None
+                  ) -> tuple[list[DocumentRecord], list[FileError]]:
+    """Section, contextualise and chunk a batch of parsed documents.
+
+    Stage by stage over the whole batch, so that the LLM requests of every document (when
+    ``llm``, an :class:`~quarry.ingest.llm.LLMRuntime`, is given) are answered concurrently.
+    """
+    failed: dict[int, str] = {}
+    local = local_sectioner(settings)
+    sections = [_guard(failed, i, local.sections, doc) for i, (_, _, doc) in enumerate(docs)]
+    alive = [i for i in range(len(docs)) if i not in failed]
+    if settings.sectioner == "llm" and llm is not None and alive:
+        from quarry.ingest.llm.sections import section_batch
+
+        found = section_batch([(docs[i][0].path, docs[i][2]) for i in alive], [sections[i] for i in alive], llm,
+                              settings.llm_window_chars)
+        for i, secs in zip(alive, found):
+            sections[i] = secs
+
+    fields = header_fields(settings)
+    writer = get_context_writer(settings.context, fields)
+    contexts = {i: _guard(failed, i, writer.document_context, docs[i][2], docs[i][0], sections[i]) for i in alive}
+    alive = [i for i in alive if i not in failed]
+    if settings.context == "llm" and llm is not None and alive:
+        from quarry.ingest.llm.context import document_contexts
+
+        found = document_contexts([(docs[i][0], docs[i][2], *contexts[i]) for i in alive], llm,
+                                  settings.llm_input_tokens)
+        contexts.update(zip(alive, found))
+    if "section_summary" in fields and alive:
+        if settings.context == "llm" and settings.llm_section_summaries and llm is not None:
+            from quarry.ingest.llm.context import section_summaries
+
+            found = section_summaries([(docs[i][0], docs[i][2], contexts[i][0], sections[i]) for i in alive], llm,
+                                      settings.llm_input_tokens)
+            for i, secs in zip(alive, found):
+                sections[i] = secs
+        else:
+            for i in alive:
+                sections[i] = [replace(s, summary=s.summary or writer.section_summary(docs[i][2], s) or None)
+                               for s in sections[i]]
+
+    chunks = {}
+    for i in alive:
+        (title, summary), doc = contexts[i], docs[i][2]
+        headers = [writer.header(title, summary, s) for s in sections[i]]
+        chunks[i] = _guard(failed, i, lambda: chunk_document(
+            docs[i][1], doc, sections[i], headers, size=settings.chunk_size, overlap=settings.chunk_overlap,
+            min_chunk=settings.min_chunk, count_tokens=tokenizer.count_tokens if tokenizer else None,
+            max_tokens=tokenizer.max_tokens if tokenizer else 0))
+    alive = [i for i in alive if i not in failed]
+    if "chunk_context" in fields and llm is not None and alive:
+        from quarry.ingest.llm.context import chunk_contexts
+
+        found = chunk_contexts([(docs[i][0], docs[i][2], chunks[i]) for i in alive], llm, settings.llm_input_tokens)
+        for i, lines in zip(alive, found):
+            title, summary = contexts[i]
+            by_index = {s.index: s for s in sections[i]}
+            for chunk, line in zip(chunks[i], lines):
+                if line:
+                    chunk.header = compose_header(fields, title, summary, by_index[chunk.section_index], line)
+            _recount(chunks[i], tokenizer)
+
+    records = [
+        DocumentRecord(doc_id=docs[i][1], file=docs[i][0], title=contexts[i][0], summary=contexts[i][1],
+                       sections=sections[i], chunks=chunks[i], metadata=dict(docs[i][2].metadata),
+                       n_pages=len(docs[i][2].page_offsets) or None, ocr_pages=docs[i][2].ocr_pages,
+                       ocr_seconds=docs[i][2].ocr_seconds)
+        for i in alive
+    ]
+    return records, [FileError(docs[i][0].path, error) for i, error in sorted(failed.items())]
+
+
+def _recount(chunks: list[Chunk], tokenizer) -> None:
+    """Refresh hashes and token counts after headers changed (a header can push a chunk over the limit)."""
+    for chunk in chunks:
+        chunk.text_hash = text_hash(join_header(chunk.header, chunk.text))
+    if tokenizer is not None and tokenizer.max_tokens:
+        counts = tokenizer.count_tokens([c.embed_text for c in chunks])
+        for chunk, n in zip(chunks, counts):
+            chunk.n_tokens, chunk.truncated = n, n > tokenizer.max_tokens
+
+
+def process_files(
+    items: list[tuple[FileInfo, str]], settings, tokenizer=None, workers: int = 1, llm=None
+) -> tuple[list[DocumentRecord], list[FileError], list[FileInfo]]:
+    """Turn ``(file, doc_id)`` pairs into records.
+
+    Returns ``(records, errors, empty)``: files with no text at all are neither records nor
+    errors; the caller counts them as skipped. ``llm`` is the run's
+    :class:`~quarry.ingest.llm.LLMRuntime` when the settings ask for LLM sectioning or context.
+    """
+    files = [f for f, _ in items]
+    parsed = parse_files(files, workers=workers, timeout=settings.parse_timeout, ocr=settings.ocr)
+    errors: list[FileError] = []
+    empty: list[FileInfo] = []
+    docs: list[tuple[FileInfo, str, ParsedDocument]] = []
+    for (file, doc_id), result in zip(items, parsed):
+        if not isinstance(result, str) and result.sha256 and result.sha256 != file.sha256:
+            # Rewritten between discovery and parsing: store the hash of the bytes parsed, so the
+            # catalog never pairs this text with another version's hash.
+            file = replace(file, sha256=result.sha256)
+        if isinstance(result, str):
+            errors.append(FileError(file.path, result))
+        elif not result.text.strip():
+            empty.append(file)
+        else:
+            docs.append((file, doc_id, result))
+    records, failed = build_records(docs, settings, tokenizer, llm)
+    return records, errors + failed, empty
+
+
+def content_fingerprint(settings) -> str:
+    """Hash of the settings that shape sections and chunks (not the vectors).
+
+    A store built with another fingerprint is re-processed in full (``tasks/discover.py``).
+    """
+    keys = ("sectioner", "context", "chunk_size", "chunk_overlap", "min_chunk", "max_section")
+    shape = {k: getattr(settings, k) for k in keys}
+    # Later settings join only when they differ from what older stores were built with, so
+    # that upgrading quarry does not re-process an index whose contents cannot have changed.
+    if settings.header_fields:
+        shape["header_fields"] = list(settings.header_fields)
+    if settings.sectioner == "semantic":
+        shape.update(min_section=settings.min_section, semantic_percentile=settings.semantic_percentile,
+                     embed=[settings.embed_backend, settings.embed_model, settings.embed_dim])
+    if settings.uses_llm:
+        from quarry.ingest.llm.prompts import PROMPT_VERSION
+
+        shape.update(llm_model=settings.llm_model_name, llm_prompt_version=PROMPT_VERSION,
+                     llm_window_chars=settings.llm_window_chars, llm_input_tokens=settings.llm_input_tokens,
+                     llm_section_summaries=settings.llm_section_summaries,
+                     llm_chunk_context=settings.llm_chunk_context)
+    blob = json.dumps(shape, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -1,0 +1,223 @@
+"""``quarry export``: the catalog (and optionally the vectors) as Parquet or JSON Lines files.
+
+``export(index, out, fmt)`` writes ``documents``, ``sections`` and ``chunks`` as
+``OUT/<table>.parquet`` (or ``.jsonl``) plus ``OUT/manifest.json``. Everything comes from one
+committed snapshot (the catalog generation and LanceDB version that ``CURRENT`` named when the
+export began), so a concurrent index run never mixes two states into one export.
+
+Memory stays bounded by a batch: rows are streamed from DuckDB with ``fetch_record_batch``
+(always drained to the end) into a ``pyarrow.parquet.ParquetWriter`` or a JSONL file. With
+``vectors=True`` the chunks are driven by the LanceDB table instead: each batch of
+``(chunk_id, vector)`` is joined to its catalog rows, so neither side is ever held whole.
+Columns are documented in docs/export.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from quarry.core.errors import QuarryError, UsageError
+from quarry.core.sqlfiles import load_sql
+from quarry.search.windows import id_lines
+
+FORMATS = ("parquet", "jsonl")
+TABLES = ("documents", "sections", "chunks")
+BATCH_ROWS = 8192
+FILTER_MARKER = "TRUE /* filter */"
+
+
+@dataclass
+class ExportReport:
+    """What an export wrote: rows per table and the files, from which snapshot."""
+
+    out: str
+    format: str
+    generation: int
+    model: str
+    dim: int
+    vectors: bool
+    filter: str
+    rows: dict[str, int] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def with_filter(sql: str, filters) -> tuple[str, list]:
+    """``sql`` with its filter marker replaced by the filter's condition, and the filter's parameters."""
+    if FILTER_MARKER not in sql:
+        raise AssertionError("export SQL has no filter marker")
+    if not filters:
+        return sql, []
+    from quarry.search.query import _bindable
+
+    condition, params = filters.sql()
+    return sql.replace(FILTER_MARKER, f"({condition})"), [_bindable(p) for p in params]
+
+
+def _batches(con, sql: str, params: list, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """Record batches of a query, read to the end even if the consumer stops early."""
+    reader = con.execute(sql, params).fetch_record_batch(batch_rows)
+    try:
+        yield from reader
+    finally:
+        for _ in reader:  # drain: a half-read DuckDB result stream can block the connection
+            pass
+
+
+class _Sink:
+    """One output file; Parquet through ParquetWriter, JSONL line by line. Written to a temporary
+    name and renamed into place on close, so a failed export leaves no half file behind."""
+
+    def __init__(self, path: Path, fmt: str, schema: pa.Schema):
+        self.path = path
+        self.tmp = path.with_name(path.name + ".part")
+        self.fmt = fmt
+        self.schema = schema
+        self.rows = 0
+        if fmt == "parquet":
+            self._writer = pq.ParquetWriter(str(self.tmp), schema, compression="zstd")
+        else:
+            self._fh = self.tmp.open("w", encoding="utf-8")
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        if self.fmt == "parquet":
+            self._writer.write_batch(batch)
+        else:
+            for row in batch.to_pylist():
+                self._fh.write(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n")
+        self.rows += batch.num_rows
+
+    def close(self) -> None:
+        if self.fmt == "parquet":
+            self._writer.close()
+        else:
+            self._fh.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        try:
+            self.close()
+        finally:
+            self.path.unlink(missing_ok=True)
+
+
+def _json_default(value):
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.hex()
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def _copy_query(con, sql: str, params: list, path: Path, fmt: str, batch_rows: int) -> int:
+    reader = con.execute(sql, params).fetch_record_batch(batch_rows)
+    sink = _Sink(path, fmt, reader.schema)
+    try:
+        for batch in reader:
+            sink.write(batch)
+    except BaseException:
+        for _ in reader:
+            pass
+        sink.abort()
+        raise
+    sink.close()
+    return sink.rows
+
+
+def _copy_chunks_with_vectors(snap, filters, path: Path, fmt: str, batch_rows: int) -> int:
+    """Chunks joined to their vectors, one LanceDB batch at a time."""
+    con, table = snap.con, snap.table
+    if table is None:
+        raise QuarryError(f"the store at {snap.store} has no vector table to export vectors from")
+    sql, fparams = with_filter(load_sql("export_chunks"), filters)
+    vec_type = pa.list_(pa.float32(), snap.pointer.dim)
+    empty = con.execute(sql, ["", "", *fparams]).fetch_arrow_table()  # no rows: just the schema
+    schema = empty.schema.append(pa.field("vector", vec_type))
+    sink = _Sink(path, fmt, schema)
+    try:
+        for lb in table.search().select(["chunk_id", "vector"]).limit(None).to_batches(batch_size=batch_rows):
+            ids = lb.column("chunk_id").to_pylist()
+            where = {cid: i for i, cid in enumerate(ids)}
+            vectors = lb.column("vector")
+            lines = id_lines(ids)
+            for batch in _batches(con, sql, [lines, lines, *fparams], batch_rows):
+                take = pa.array([where[c] for c in batch.column("chunk_id").to_pylist()], pa.int64())
+                sink.write(pa.RecordBatch.from_arrays([*batch.columns, vectors.take(take).cast(vec_type)],
+                                                      schema=schema))
+        csql, cparams = with_filter(load_sql("export_count"), filters)
+        total = con.execute(csql, cparams).fetchone()[0]
+        if total != sink.rows:
+            # The commit protocol gives every catalog chunk a vector row; a gap means a damaged store.
+            raise QuarryError(f"the vector table {snap.pointer.vector_table} lacks {total - sink.rows} of the "
+                              f"{total} chunks to export: export without --vectors, or re-index with --full")
+    except BaseException:
+        sink.abort()
+        raise
+    sink.close()
+    return sink.rows
+
+
+def export(index, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool = False, filters=None,
+           batch_rows: int = BATCH_ROWS, overwrite: bool = False) -> ExportReport:
+    """Write the committed snapshot of ``index`` to the folder ``out`` as ``fmt`` files.
+
+    ``filters`` (a :class:`quarry.search.filters.Filter`) keeps the chunks it matches, and the
+    documents and sections that hold one of them; without it everything is written, documents
+    without chunks included. ``vectors=True`` adds each chunk's embedding as ``vector``.
+    A folder that already holds files is refused unless ``overwrite`` (then quarry's own files
+    in it are replaced and nothing else is touched); a folder inside the store is always refused.
+    """
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if batch_rows < 1:
+        raise UsageError("batch_rows must be at least 1")
+    dest = Path(out).expanduser().absolute()
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"export target {dest} exists and is not a folder")
+    store = Path(index.store).resolve()
+    real = dest.resolve()
+    if real == store or store in real.parents:
+        raise UsageError(f"export target {dest} is inside the store {store}: choose a folder outside it")
+    if dest.is_dir() and not overwrite and any(dest.iterdir()):
+        raise UsageError(f"export target {dest} is not empty: choose an empty folder, or pass --overwrite to "
+                         "replace the export files in it")
+    dest.mkdir(parents=True, exist_ok=True)
+    snap = index.snapshot  # one snapshot for the whole export, whatever commits meanwhile
+    con = snap.con
+    report = ExportReport(out=str(dest), format=fmt, generation=snap.pointer.generation, model=snap.pointer.model,
+                          dim=snap.pointer.dim, vectors=vectors, filter=str(filters) if filters else "")
+    everything = not filters
+    for name in TABLES:
+        path = dest / f"{name}.{fmt}"
+        if name == "chunks" and vectors:
+            rows = _copy_chunks_with_vectors(snap, filters, path, fmt, batch_rows)
+        else:
+            sql, params = with_filter(load_sql(f"export_{name}"), filters)
+            lead = [None, None] if name == "chunks" else [everything]
+            try:
+                rows = _copy_query(con, sql, [*lead, *params], path, fmt, batch_rows)
+            except duckdb.Error as exc:
+                if filters:  # e.g. a value that cannot be compared with its column
+                    raise UsageError(f"filter {filters}: {exc}") from exc
+                raise
+        report.rows[name] = rows
+        report.files[name] = str(path)
+    manifest = dest / "manifest.json"
+    tmp = manifest.with_name("manifest.json.part")
+    tmp.write_text(json.dumps({**report.to_dict(), "exported_at": dt.datetime.now(dt.timezone.utc).isoformat()},
+                              indent=2), encoding="utf-8")
+    os.replace(tmp, manifest)
+    return report

@@ -1,0 +1,265 @@
+"""``quarry doctor``: check that a store's pointer, catalog, vectors and index files agree, and
+repair what can be repaired without guessing.
+
+What is repairable, and how:
+
+- ``CURRENT`` missing or damaged: the pointer is rebuilt from the newest catalog generation that
+  a commit finished (``meta.committed_generation``, written by the commit itself) and the newest
+  LanceDB version of its model's table whose chunk ids equal the catalog's. Nothing is adopted
+  unless catalog and vectors agree row for row.
+- ``index-<gen>/`` missing, incomplete or of another size than the catalog: rebuilt from the
+  catalog and the vectors, as a commit builds it.
+- files no pointer names (a dead run's catalog generation or index folder): removed.
+
+Not repairable (the data is gone): the committed catalog file missing or unreadable, or vectors
+that disagree with it. Then the report says to rebuild from the source files with
+``quarry index PATH --db STORE --full`` after moving the damaged store aside.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from quarry.core.errors import StoreCorrupt
+
+__all__ = ["Finding", "DoctorReport", "diagnose"]
+
+_GENERATION = re.compile(r"^catalog-(\d{6,})\.duckdb$")
+
+
+@dataclass
+class Finding:
+    """One check: what was checked, whether it holds, what is wrong, and what was (or would be) done."""
+
+    check: str
+    ok: bool
+    detail: str = ""
+    repair: str = ""
+    repaired: bool = False
+
+
+@dataclass
+class DoctorReport:
+    store: str
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return all(f.ok or f.repaired for f in self.findings)
+
+    def add(self, check: str, ok: bool, detail: str = "", repair: str = "") -> Finding:
+        finding = Finding(check, ok, detail, repair)
+        self.findings.append(finding)
+        return finding
+
+    def to_dict(self) -> dict:
+        return {"store": self.store, "healthy": self.healthy, "findings": [asdict(f) for f in self.findings]}
+
+
+def _rebuild_hint(store: Path) -> str:
+    return (f"move {store} aside and rebuild it from the source files: quarry index PATH --db {store} --full")
+
+
+def diagnose(store: Path, repair: bool = False) -> DoctorReport:
+    """Check ``store``; with ``repair``, fix what is safely repairable (takes the writer lock)."""
+    from quarry.store.layout import WriterLock
+
+    store = Path(store)
+    report = DoctorReport(str(store))
+    if not store.is_dir():
+        report.add("store", False, f"{store} is not a directory", "nothing to check: run `quarry index` first")
+        return report
+    from quarry.store.remote import remote_of
+
+    remote = remote_of(store)
+    if remote is not None and not repair:  # the writer lock pulls when repairing
+        remote.pull(store)
+    lock = WriterLock(store).acquire() if repair else None
+    try:
+        _diagnose(store, report, repair)
+    finally:
+        if lock is not None:
+            lock.release()
+    return report
+
+
+def _diagnose(store: Path, report: DoctorReport, repair: bool) -> None:
+    from quarry.store.layout import POINTER, read_pointer, write_pointer
+
+    try:
+        pointer = read_pointer(store)
+        if pointer is None:
+            if not list(store.glob("catalog-*.duckdb")):
+                report.add("pointer", False, f"{store / POINTER} is missing and there is no catalog",
+                           "not a quarry store (or nothing was ever committed): run `quarry index`")
+                return
+            raise StoreCorrupt(f"{store / POINTER} is missing")
+        report.add("pointer", True, f"{store / POINTER}: generation {pointer.generation}")
+    except StoreCorrupt as exc:
+        found = recover_pointer(store)
+        finding = report.add("pointer", False, str(exc).split(": run `quarry doctor")[0],
+                             f"rewrite CURRENT to generation {found.generation} (catalog and vectors agree)"
+                             if found else "no finished generation whose vectors agree: " + _rebuild_hint(store))
+        if found is None:
+            return
+        if repair:
+            write_pointer(store, found)
+            finding.repaired = True
+        pointer = found
+
+    catalog_path = store / pointer.catalog
+    con = _open_catalog(catalog_path, report)
+    if con is None:
+        return
+    try:
+        chunk_ids = {r[0] for r in con.execute("SELECT chunk_id FROM chunks").fetchall()}
+        meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+    except Exception as exc:
+        report.add("catalog", False, f"{catalog_path} cannot be read: {_line(exc)}", _rebuild_hint(store))
+        con.close()
+        return
+    report.add("catalog", True, f"{catalog_path.name}: {len(chunk_ids)} chunks")
+    try:
+        _check_vectors(store, pointer, chunk_ids, meta, report)
+        _check_index(store, pointer, con, len(chunk_ids), report, repair)
+    finally:
+        con.close()
+    _check_stale(store, pointer, report, repair)
+
+
+def _open_catalog(path: Path, report: DoctorReport):
+    from quarry.store import catalog
+
+    if not path.exists():
+        report.add("catalog", False, f"{path}, the catalog CURRENT names, is missing", _rebuild_hint(path.parent))
+        return None
+    try:
+        return catalog.connect(path, read_only=True, fts=False)
+    except Exception as exc:
+        report.add("catalog", False, f"{path} cannot be opened: {_line(exc)}", _rebuild_hint(path.parent))
+        return None
+
+
+def _chunk_ids_at(store: Path, name: str, version: int) -> set[str] | None:
+    from quarry.store import vectors
+
+    table = vectors.open_for_read(store, name, version)
+    rows = table.search().select(["chunk_id"]).limit(None).to_arrow()
+    return set(rows.column("chunk_id").to_pylist())
+
+
+def _check_vectors(store: Path, pointer, chunk_ids: set[str], meta: dict, report: DoctorReport) -> None:
+    if meta.get("model") and (meta.get("model"), meta.get("dim")) != (pointer.model, str(pointer.dim)):
+        report.add("vectors", False, f"CURRENT names model {pointer.model}/{pointer.dim}, the catalog "
+                   f"{meta.get('model')}/{meta.get('dim')}", _rebuild_hint(store))
+        return
+    if not pointer.vector_table:
+        report.add("vectors", not chunk_ids, "no vector table" + (f" for {len(chunk_ids)} chunks" if chunk_ids else ""),
+                   "" if not chunk_ids else _rebuild_hint(store))
+        return
+    try:
+        stored = _chunk_ids_at(store, pointer.vector_table, pointer.vector_version)
+    except Exception as exc:
+        report.add("vectors", False, f"{store / 'lance' / (pointer.vector_table + '.lance')} version "
+                   f"{pointer.vector_version} cannot be read: {_line(exc)}", _rebuild_hint(store))
+        return
+    if stored != chunk_ids:
+        report.add("vectors", False, f"{len(chunk_ids - stored)} chunks have no vector, {len(stored - chunk_ids)} "
+                   f"vectors have no chunk", _rebuild_hint(store))
+        return
+    report.add("vectors", True, f"{pointer.vector_table} v{pointer.vector_version}: {len(stored)} vectors match")
+
+
+def _check_index(store: Path, pointer, con, n_chunks: int, report: DoctorReport, repair: bool) -> None:
+    import json
+
+    from quarry.index import searchindex
+    folder = store / searchindex.folder_name(pointer.generation)
+    try:
+        rows = json.loads((folder / searchindex.MANIFEST).read_text(encoding="utf-8")).get("rows")
+    except (OSError, ValueError):
+        rows = None
+    if searchindex.is_complete(folder) and rows == n_chunks:
+        report.add("index", True, f"{folder.name}: {rows} rows")
+        return
+    why = "missing or incomplete" if rows is None else f"holds {rows} rows, the catalog {n_chunks}"
+    finding = report.add("index", False, f"{folder} {why}", "rebuild the index files from catalog and vectors")
+    if repair:
+        from quarry.store import vectors
+
+        table = vectors.open_for_read(store, pointer.vector_table, pointer.vector_version) if pointer.vector_table \
+            else None
+        stored = vectors.read_all(table) if table is not None else None
+        arrays, manifest = searchindex.build(con, stored, pointer.model, pointer.dim)
+        searchindex.write(folder, arrays, manifest)
+        finding.repaired = True
+
+
+def _check_stale(store: Path, pointer, report: DoctorReport, repair: bool) -> None:
+    from quarry.index import searchindex
+    from quarry.store.layout import remove_stale_generations
+
+    keep_index = searchindex.folder_name(pointer.generation)
+    stale = sorted(p.name for p in store.glob("catalog-*.duckdb*") if p.name not in (pointer.catalog,
+                                                                                     pointer.catalog + ".wal"))
+    stale += sorted(p.name for p in store.glob("index-*") if p.name != keep_index)
+    if not stale:
+        return
+    finding = report.add("stale files", False, f"left by runs that never committed: {', '.join(stale)}",
+                         "remove them (the next index run would too)")
+    if repair:
+        remove_stale_generations(store, keep=pointer.catalog)
+        searchindex.remove_stale(store, keep=keep_index)
+        finding.repaired = True
+
+
+def recover_pointer(store: Path):
+    """A pointer for the newest finished generation whose vectors agree with it, or None."""
+    import os
+
+    from quarry.store import catalog, vectors
+    from quarry.store.layout import Pointer
+
+    gens = sorted(((int(m.group(1)), p) for p in store.glob("catalog-*.duckdb")
+                   if (m := _GENERATION.match(p.name))), reverse=True)
+    for generation, path in gens:
+        try:
+            con = catalog.connect(path, read_only=True, fts=False)
+        except Exception:
+            continue
+        try:
+            meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+            chunk_ids = {r[0] for r in con.execute("SELECT chunk_id FROM chunks").fetchall()}
+        except Exception:
+            continue
+        finally:
+            con.close()
+        # Only a catalog its commit finished writing (older stores: not marked, accepted when
+        # the vectors agree).
+        marked = meta.get("committed_generation")
+        if marked is not None and marked != str(generation) or not meta.get("model"):
+            continue
+        model, dim = meta["model"], int(meta["dim"])
+        name = vectors.table_name(model, dim)
+        try:
+            table = vectors.connect(store).open_table(name)
+            versions = sorted((v["version"] for v in table.list_versions()), reverse=True)
+        except Exception:
+            versions = []
+        for version in versions:
+            try:
+                if _chunk_ids_at(store, name, version) == chunk_ids:
+                    return Pointer(generation=generation, catalog=path.name, vector_table=name,
+                                   vector_version=version, model=model, dim=dim,
+                                   committed_at=os.path.getmtime(path))
+            except Exception:
+                continue
+    return None
+
+
+def _line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
