@@ -384,7 +384,7 @@ class Index:
         docs, sections, chunks, size = snap.con.execute(load_sql("status")).fetchone()
         last = self.runs(limit=1)
         return {
-            "store": str(self.store),
+            "store": str(remote.url) if (remote := remote_of(self.store)) else str(self.store),
             "documents": docs,
             "sections": sections,
             "chunks": chunks,

@@ -83,18 +83,19 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_pointer(store: Path, pointer: Pointer) -> None:
+def write_pointer(store: Path, pointer: Pointer, upload: bool = True) -> None:
     """Atomically replace CURRENT (write, fsync, rename, fsync the directory): the commit.
 
     For a store on object storage the generation's files are uploaded and the remote CURRENT is
     moved by a conditional put first (:meth:`quarry.store.remote.Remote.commit`): that is the
-    commit point, and the local CURRENT follows it.
+    commit point, and the local CURRENT follows it. ``upload=False`` moves only the pointer (same
+    generation and files, another LanceDB version: ``quarry maintain``).
     """
     from quarry.store.remote import remote_of
 
     remote = remote_of(store)
     if remote is not None:
-        remote.commit(store, pointer)
+        remote.commit(store, pointer, upload=upload)
     write_local_pointer(store, pointer)
     if remote is not None:
         remote.after_commit(pointer)

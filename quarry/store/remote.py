@@ -211,7 +211,7 @@ class Remote:
         if lease is not None:
             lease.release()
 
-    def commit(self, store: Path, pointer) -> None:
+    def commit(self, store: Path, pointer, upload: bool = True) -> None:
         """Upload the generation's files, then move CURRENT with a conditional put: the commit point.
 
         When it fails, the generation's local files go too: they must never pass for the files of
@@ -220,21 +220,23 @@ class Remote:
         from quarry.index import searchindex as retrieval
 
         try:
-            self._commit(store, pointer)
+            self._commit(store, pointer, upload)
         except BaseException:
+            if not upload:  # the committed generation's own files
+                raise
             (store / pointer.catalog).unlink(missing_ok=True)
             shutil.rmtree(store / retrieval.folder_name(pointer.generation), ignore_errors=True)
             raise
 
-    def _commit(self, store: Path, pointer) -> None:
+    def _commit(self, store: Path, pointer, upload: bool) -> None:
         from quarry.index import searchindex as retrieval
 
         if self.lease is None:
             raise QuarryError(f"committing to {self.url} without the writer lease")
         name = retrieval.folder_name(pointer.generation)
-        files = [(pointer.catalog, store / pointer.catalog)]
+        files = [(pointer.catalog, store / pointer.catalog)] if upload else []
         folder = store / name
-        if folder.is_dir():
+        if upload and folder.is_dir():
             files += [(f"{name}/{p.relative_to(folder).as_posix()}", p) for p in sorted(folder.rglob("*")) if p.is_file()]
         try:
             for key, path in files:
