@@ -248,3 +248,9 @@ def test_a_pointer_moved_behind_the_writer_fails_its_commit(url, committed_befor
         assert not (store / mine.catalog).exists()  # never mistaken for the other writer's files
     assert remote.objects.get("CURRENT")[0] == theirs
     assert mine.catalog not in remote.objects.list("")
+
+
+def test_an_empty_bucket_is_named_by_its_url(url, cli, tmp_path):
+    done = cli("search", "anything", "--db", url, env=machine(tmp_path, "reader"))
+    assert done.returncode == 1
+    assert f"no index at {url}: run `quarry index PATH --db {url}` first" in done.stderr

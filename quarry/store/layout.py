@@ -71,7 +71,10 @@ def require_pointer(store: Path) -> Pointer:
     """The committed pointer; :class:`StoreNotFound` when there is none."""
     pointer = read_pointer(store)
     if pointer is None:
-        raise StoreNotFound(f"no index at {store}: run `quarry index PATH --db {store}` first")
+        from quarry.store.remote import display
+
+        name = display(store)  # the URL of a store on object storage, not its local folder
+        raise StoreNotFound(f"no index at {name}: run `quarry index PATH --db {name}` first")
     return pointer
 
 
