@@ -254,3 +254,16 @@ def test_an_empty_bucket_is_named_by_its_url(url, cli, tmp_path):
     done = cli("search", "anything", "--db", url, env=machine(tmp_path, "reader"))
     assert done.returncode == 1
     assert f"no index at {url}: run `quarry index PATH --db {url}` first" in done.stderr
+
+
+def test_a_reader_may_trust_current_for_a_while(url):
+    store = local_dir(url)
+    remote = remote_of(store)
+    for generation in (1, 2):
+        (store / Pointer.catalog_name(generation)).write_bytes(b"catalog")
+        with WriterLock(store):
+            write_pointer(store, _pointer(generation))
+        if generation == 1:
+            assert remote.pull(store).generation == 1
+    assert remote.pull(store, max_age=3600).generation == 1  # QUARRY_REMOTE_CHECK_SECONDS=3600: no GET
+    assert remote.pull(store, max_age=0).generation == 2

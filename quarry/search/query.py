@@ -30,7 +30,7 @@ from quarry.core.settings import Settings, store_path
 from quarry.core.sqlfiles import load_sql
 from quarry.store.layout import POINTER
 from quarry.store.reader import Snapshot, open_snapshot
-from quarry.store.remote import remote_of
+from quarry.store.remote import check_seconds, remote_of
 
 MODES = ("hybrid", "vector", "bm25")
 RETRIEVERS = ("vector", "bm25")
@@ -152,7 +152,7 @@ class Index:
     def _current_stat(self) -> tuple[int, int] | None:
         remote = remote_of(self.store)
         if remote is not None:  # one GET of the remote CURRENT; a new generation is downloaded once
-            remote.pull(self.store)
+            remote.pull(self.store, max_age=check_seconds())
         try:
             st = os.stat(self.store / POINTER)
         except FileNotFoundError:

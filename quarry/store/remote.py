@@ -47,6 +47,14 @@ JOURNAL_PREFIX = "journal/"
 _GEN = re.compile(r"^(?:catalog-(\d+)\.duckdb|index-(\d+)/.*)$")
 
 
+def check_seconds() -> float:
+    """How long a reader trusts its last read of CURRENT: ``QUARRY_REMOTE_CHECK_SECONDS`` (0: every call)."""
+    try:
+        return max(0.0, float(os.environ.get("QUARRY_REMOTE_CHECK_SECONDS") or 0))
+    except ValueError:
+        return 0.0
+
+
 def keep_generations() -> int:
     """How many committed generations stay on the object store (``QUARRY_KEEP_GENERATIONS``, ≥ 1)."""
     raw = os.environ.get("QUARRY_KEEP_GENERATIONS", "")
@@ -95,6 +103,7 @@ class Remote:
         self.lease = None
         self.etag: str | None = None  # etag of CURRENT as last pulled; the commit's If-Match
         self._pull_guard = threading.Lock()
+        self._pulled: tuple[float, object] | None = None  # (monotonic time, pointer) of the last pull
 
     @property
     def objects(self) -> ObjectStore:
@@ -120,16 +129,23 @@ class Remote:
         except (ValueError, TypeError) as exc:
             raise StoreCorrupt(f"{self.url.join(POINTER)} is damaged (not a valid commit pointer)") from exc
 
-    def pull(self, store: Path, attempts: int = 5):
-        """Make ``store`` hold the committed generation; returns its pointer (None: nothing committed)."""
+    def pull(self, store: Path, attempts: int = 5, max_age: float = 0.0):
+        """Make ``store`` hold the committed generation; returns its pointer (None: nothing committed).
+
+        ``max_age`` > 0 skips the GET of CURRENT when the last pull is younger (readers:
+        ``QUARRY_REMOTE_CHECK_SECONDS``); the writer always reads it.
+        """
         from quarry.store.layout import write_local_pointer
 
         with self._pull_guard:
+            if max_age > 0 and self._pulled is not None and time.monotonic() - self._pulled[0] < max_age:
+                return self._pulled[1]
             for attempt in range(attempts):
                 pointer, etag = self.read_pointer()
                 if pointer is None:
                     (store / POINTER).unlink(missing_ok=True)
                     self.etag = None
+                    self._pulled = (time.monotonic(), None)
                     return None
                 try:
                     self._fetch_generation(store, pointer)
@@ -142,6 +158,7 @@ class Remote:
                     write_local_pointer(store, pointer)
                 self.etag = etag
                 self._prune_local(store, pointer.generation)
+                self._pulled = (time.monotonic(), pointer)
                 return pointer
         raise QuarryError(f"could not read a complete generation of {self.url}: it keeps changing")
 
