@@ -50,7 +50,7 @@ db_option = click.option(
     "--db",
     type=click.Path(file_okay=False),
     default=None,
-    help=f"Store directory. Default: $QUARRY_DB or {default_db()}.",
+    help=f"Store directory, or s3://bucket/prefix (AWS_* environment). Default: $QUARRY_DB or {default_db()}.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 
@@ -557,6 +557,43 @@ def doctor(db, repair, as_json):
             click.echo("run `quarry doctor --repair` to fix what is repairable" if not repair
                        else "not repaired: see above for how to recover", err=True)
     if not report.healthy:
+        sys.exit(1)
+
+
+@cli.command()
+@db_option
+@click.option("--keep-generations", type=click.IntRange(min=1), default=None,
+              help="Generations kept on object storage (default $QUARRY_KEEP_GENERATIONS or 2).")
+@click.option("--keep-versions-hours", type=click.FloatRange(min=0), default=None,
+              help="LanceDB versions younger than this stay (default $QUARRY_KEEP_VERSIONS_HOURS or 24).")
+@click.option("--reindex-share", type=click.FloatRange(0, 1), default=None,
+              help="Rebuild a LanceDB index when this share of rows is unindexed (default $QUARRY_REINDEX_SHARE or 0.2).")
+@click.option("--if-busy", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
+              help="When an index run holds the store: fail (exit 1), or skip (exit 0).")
+@json_option
+@handle_errors
+def maintain(db, keep_generations, keep_versions_hours, reindex_share, if_busy, as_json):
+    """Compact the vectors, drop old generations and versions, rebuild stale indices, check the store."""
+    from datetime import timedelta
+
+    from quarry.core.settings import store_path
+    from quarry.store.maintain import maintain as run
+
+    keep = timedelta(hours=keep_versions_hours) if keep_versions_hours is not None else None
+    report = run(store_path(db), keep_generations, keep, reindex_share, if_busy=if_busy)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    elif report["status"] == "skipped":
+        click.echo(f"skipped: {report['reason']}")
+    else:
+        c = report["compaction"]
+        click.echo(f"store:       {report['store']} (generation {report['generation']})")
+        click.echo(f"compaction:  {c['fragments_before']} -> {c['fragments_after']} fragments, "
+                   f"{c['versions_before']} -> {c['versions_after']} LanceDB versions")
+        click.echo(f"indices:     {len(report['indices'])}, rebuilt {sum(i['rebuilt'] for i in report['indices'])}")
+        click.echo(f"removed:     {len(report['removed'])} old generation files")
+        click.echo(f"check:       {'healthy' if report['check']['healthy'] else 'PROBLEMS: run quarry doctor'}")
+    if report["status"] == "completed" and not report["check"]["healthy"]:
         sys.exit(1)
 
 

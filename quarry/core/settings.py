@@ -215,4 +215,11 @@ def parse_workers(settings: Settings) -> int:
 
 
 def store_path(db: str | os.PathLike | None) -> Path:
-    return Path(db or default_db()).expanduser().absolute()
+    """The store directory of ``db``; a store URL (``s3://bucket/prefix``) maps to its local folder
+    (:mod:`quarry.core.storeurl`)."""
+    from quarry.core.storeurl import is_url, local_dir
+
+    db = db or default_db()
+    if is_url(db):
+        return local_dir(db)
+    return Path(db).expanduser().absolute()

@@ -30,6 +30,7 @@ from quarry.core.settings import Settings, store_path
 from quarry.core.sqlfiles import load_sql
 from quarry.store.layout import POINTER
 from quarry.store.reader import Snapshot, open_snapshot
+from quarry.store.remote import check_seconds, remote_of
 
 MODES = ("hybrid", "vector", "bm25")
 RETRIEVERS = ("vector", "bm25")
@@ -149,6 +150,9 @@ class Index:
     # --- snapshot management ---------------------------------------------------------------
 
     def _current_stat(self) -> tuple[int, int] | None:
+        remote = remote_of(self.store)
+        if remote is not None:  # one GET of the remote CURRENT; a new generation is downloaded once
+            remote.pull(self.store, max_age=check_seconds())
         try:
             st = os.stat(self.store / POINTER)
         except FileNotFoundError:
@@ -380,7 +384,7 @@ class Index:
         docs, sections, chunks, size = snap.con.execute(load_sql("status")).fetchone()
         last = self.runs(limit=1)
         return {
-            "store": str(self.store),
+            "store": str(remote.url) if (remote := remote_of(self.store)) else str(self.store),
             "documents": docs,
             "sections": sections,
             "chunks": chunks,
