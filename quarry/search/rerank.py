@@ -29,9 +29,9 @@ from typing import Protocol
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.models import join_header
+from quarry.core.settings import DEFAULT_LLM_MODEL  # when neither QUARRY_LLM_MODEL nor llm:MODEL names one
 
-DEFAULT_CANDIDATES = 30
-DEFAULT_LLM_MODEL = "gpt-4o-mini"  # only when neither QUARRY_LLM_MODEL nor llm:MODEL names one
+DEFAULT_CANDIDATES = 30  # fused candidates a reranker sees unless told otherwise
 PASSAGE_CHARS = 1200  # per passage in the LLM prompt: enough to judge, bounded prompt size
 
 
@@ -258,15 +258,10 @@ def get_reranker(spec: str) -> Reranker:
 
 def rerank_search(index, query: str, reranker: Reranker, k: int = 10,
                   rerank_candidates: int = DEFAULT_CANDIDATES, **search_kwargs):
-    """Search for ``max(k, rerank_candidates)`` fused results, rerank them all, keep the best ``k``.
+    """``index.search(query, k, rerank=reranker, rerank_candidates=...)``: search for
+    ``max(k, rerank_candidates)`` fused results, rerank them all, keep the best ``k``.
 
     ``search_kwargs`` go to :meth:`Index.search` (``candidates`` there is the per-retriever
-    pool before fusion). Returns the :class:`~quarry.search.query.SearchResponse` with its results
-    replaced.
+    pool before fusion).
     """
-    if rerank_candidates < 1:
-        raise UsageError(f"--rerank-candidates must be at least 1, got {rerank_candidates}")
-    response = index.search(query, k=max(k, rerank_candidates), **search_kwargs)
-    response.results = reranker.rerank(query, response.results)[:k]
-    return response
-
+    return index.search(query, k=k, rerank=reranker, rerank_candidates=rerank_candidates, **search_kwargs)
