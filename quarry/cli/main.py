@@ -16,7 +16,7 @@ import click
 
 from quarry.core.errors import QuarryError
 from quarry.core.models import RETRIEVERS, SEARCH_MODES
-from quarry.core.settings import EMBED_BACKENDS, default_db
+from quarry.core.settings import default_db
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 
 EXIT_PARTIAL = 3
@@ -46,6 +46,27 @@ def handle_errors(fn):
             _fail(f"{type(exc).__name__}: {exc}", 1)
 
     return wrapper
+
+
+class RegistryChoice(click.Choice):
+    """A ``click.Choice`` over the names of a component registry (quarry/core/registry.py), read
+    when a flag is parsed, completed or shown in help, so that the names are written once, next
+    to their implementations, and starting the CLI imports none of them."""
+
+    def __init__(self, registry: str):
+        self._registry = registry  # "module:NAME" of the registry
+        super().__init__((), case_sensitive=True)
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        from importlib import import_module
+
+        module, _, name = self._registry.partition(":")
+        return getattr(import_module(module), name).names()
+
+    @choices.setter
+    def choices(self, value) -> None:  # click.Choice.__init__ assigns it; the registry is the source
+        pass
 
 
 db_option = click.option(
@@ -97,14 +118,15 @@ def configure_logging(level: str) -> None:
 @click.option("--exclude", multiple=True, help="Skip files matching this glob (repeatable).")
 @click.option("--chunk-size", type=int, default=None, help="Chunk size in characters (default 800).")
 @click.option("--chunk-overlap", type=int, default=None, help="Characters of overlap between chunks (default 0).")
-@click.option("--embed-backend", type=click.Choice(EMBED_BACKENDS), default=None,
+@click.option("--embed-backend", type=RegistryChoice("quarry.ingest.embedders.base:EMBEDDERS"), default=None,
               help="onnx-int8 (default), onnx, torch (needs quarry[torch]), openai, or hash (tests only) "
                    "($QUARRY_EMBED_BACKEND).")
 @click.option("--embed-model", default=None, help="Embedding model name ($QUARRY_EMBED_MODEL).")
-@click.option("--sectioner", type=click.Choice(["structure", "semantic", "llm"]), default=None,
+@click.option("--sectioner", type=RegistryChoice("quarry.ingest.sectioning:SECTIONERS"), default=None,
               help="structure (headings; default), semantic (embedding topic shifts in long spans) or llm "
                    "($QUARRY_SECTIONER).")
-@click.option("--context", "context_writer", type=click.Choice(["rules", "llm"]), default=None,
+@click.option("--context", "context_writer", type=RegistryChoice("quarry.ingest.context:CONTEXT_WRITERS"),
+              default=None,
               help="Chunk headers from rules (default) or an LLM's title and summary ($QUARRY_CONTEXT).")
 @click.option("--header-fields", default=None,
               help="Header lines, comma-separated: title, summary, section, section_summary, chunk_context, or "
@@ -134,6 +156,7 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
     """Index files under PATHS into the store (incremental: only what changed is redone)."""
     from quarry.core.errors import StoreLocked
     from quarry.core.settings import Settings, store_path
+    from quarry.ingest import check_settings
     from quarry.store.layout import WriterLock
 
     overrides = {
@@ -159,6 +182,7 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
         # Through the environment, never the flow's parameters, which Prefect records.
         os.environ["QUARRY_LLM_API_KEY"] = llm_api_key
     settings = Settings.from_env(**overrides)  # usage errors before any work starts
+    check_settings(settings)
     store = store_path(db)
     try:
         lock = None if dry_run else WriterLock(store).acquire()  # fail fast, before Prefect starts

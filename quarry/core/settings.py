@@ -13,12 +13,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from quarry.core.errors import ConfigError
+from quarry.core.models import HEADER_FIELDS
 
 DEFAULT_DB = ".quarry"
-EMBED_BACKENDS = ("torch", "onnx", "onnx-int8", "openai", "hash")
-SECTIONERS = ("structure", "semantic", "llm")
-CONTEXT_WRITERS = ("rules", "llm")
-HEADER_FIELDS = ("title", "summary", "section", "section_summary", "chunk_context", "none")
 DEFAULT_LLM_MODEL = "gpt-4o-mini"  # used only when no model is named and no base URL points elsewhere
 # How the LLM is asked for JSON (quarry/ingest/llm/prompts.py builds each); "auto" tries them in order.
 RESPONSE_FORMATS = ("json_schema", "json_object_schema", "json_object", "none")
@@ -115,15 +112,12 @@ class Settings:
         return settings
 
     def validate(self) -> None:
-        """Raise :class:`ConfigError` naming the first invalid setting."""
-        if self.embed_backend not in EMBED_BACKENDS:
-            raise ConfigError(
-                f"unknown embedding backend {self.embed_backend!r}; choose one of {', '.join(EMBED_BACKENDS)}"
-            )
-        if self.sectioner not in SECTIONERS:
-            raise ConfigError(f"unknown sectioner {self.sectioner!r}; choose one of {', '.join(SECTIONERS)}")
-        if self.context not in CONTEXT_WRITERS:
-            raise ConfigError(f"unknown context writer {self.context!r}; choose one of {', '.join(CONTEXT_WRITERS)}")
+        """Raise :class:`ConfigError` naming the first invalid setting.
+
+        ``embed_backend``, ``sectioner`` and ``context`` name registered components; their
+        registries live with the implementations, above this layer, and
+        :func:`quarry.ingest.check_settings` checks them (the CLI and the index flow call it).
+        """
         if self.chunk_size < 100:
             raise ConfigError(f"chunk_size must be at least 100 characters, got {self.chunk_size}")
         if not 0 <= self.chunk_overlap < self.chunk_size // 2:
@@ -136,9 +130,10 @@ class Settings:
                      "openai_attempts"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        unknown = [f for f in self.header_fields if f not in HEADER_FIELDS]
+        allowed = (*HEADER_FIELDS, "none")
+        unknown = [f for f in self.header_fields if f not in allowed]
         if unknown:
-            raise ConfigError(f"unknown header field {unknown[0]!r}; choose from {', '.join(HEADER_FIELDS)}")
+            raise ConfigError(f"unknown header field {unknown[0]!r}; choose from {', '.join(allowed)}")
         if not 0 < self.semantic_percentile < 100:
             raise ConfigError(f"semantic_percentile must be between 1 and 99, got {self.semantic_percentile}")
         if self.min_section < 0 or self.min_section * 2 > self.max_section:

@@ -29,6 +29,7 @@ from typing import Protocol
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.models import join_header
+from quarry.core.registry import Registry
 from quarry.core.settings import DEFAULT_LLM_MODEL  # when neither QUARRY_LLM_MODEL nor llm:MODEL names one
 
 DEFAULT_CANDIDATES = 30  # fused candidates a reranker sees unless told otherwise
@@ -242,18 +243,26 @@ class LLMReranker:
 
 # --- factory ---------------------------------------------------------------------------------
 
+# ``--rerank KIND[:ARG]``: KIND -> factory(ARG) -> Reranker. A new reranker registers its kind here.
+RERANKERS: Registry = Registry("reranker")
+
+
+@RERANKERS.register("cross-encoder")
+def _cross_encoder(arg: str) -> Reranker:
+    if not arg:
+        raise UsageError("--rerank cross-encoder needs a local model folder: cross-encoder:/path/to/model")
+    return CrossEncoderReranker(arg)
+
+
+@RERANKERS.register("llm")
+def _llm(arg: str) -> Reranker:
+    return LLMReranker(model=arg)
+
 
 def get_reranker(spec: str) -> Reranker:
     """A reranker from a ``--rerank`` value: ``cross-encoder:PATH``, ``llm`` or ``llm:MODEL``."""
-    spec = (spec or "").strip()
-    kind, _, arg = spec.partition(":")
-    if kind == "cross-encoder":
-        if not arg:
-            raise UsageError("--rerank cross-encoder needs a local model folder: cross-encoder:/path/to/model")
-        return CrossEncoderReranker(arg)
-    if kind == "llm":
-        return LLMReranker(model=arg)
-    raise UsageError(f"unknown reranker {spec!r}; use cross-encoder:/path/to/model, llm or llm:MODEL")
+    kind, _, arg = (spec or "").strip().partition(":")
+    return RERANKERS.get(kind)(arg)
 
 
 def rerank_search(index, query: str, reranker: Reranker, k: int = 10,

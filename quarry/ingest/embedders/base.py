@@ -1,10 +1,22 @@
-"""The embedding seam: every backend implements :class:`Embedder`."""
+"""The embedding seam: every backend implements :class:`Embedder` and registers a factory in
+:data:`EMBEDDERS` under its ``--embed-backend`` name."""
 
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+from quarry.core.registry import Registry
+
+# name -> factory(settings, **constructor keywords) -> Embedder; each backend module registers
+# its own, in this order (CLI choices, error messages). A new backend: one module, one line here.
+EMBEDDERS: Registry = Registry("embedding backend", modules=(
+    "quarry.ingest.embedders.local",  # torch
+    "quarry.ingest.embedders.onnx_backend",  # onnx, onnx-int8
+    "quarry.ingest.embedders.openai_provider",  # openai
+    "quarry.ingest.embedders.hashing",  # hash (tests, smoke runs)
+))
 
 
 @runtime_checkable
