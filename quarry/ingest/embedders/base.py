@@ -8,6 +8,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from quarry.core.registry import Registry
+from quarry.index.dense import normalise  # noqa: F401 - part of this seam's surface
 
 # name -> factory(settings, **constructor keywords) -> Embedder; each backend module registers
 # its own, in this order (CLI choices, error messages). A new backend: one module, one line here.
@@ -38,14 +39,6 @@ class Embedder(Protocol):
     def count_tokens(self, texts: list[str]) -> list[int]:
         """How many model tokens each text costs (special tokens included)."""
         ...
-
-
-def normalise(vectors: np.ndarray) -> np.ndarray:
-    """L2-normalise rows, leaving all-zero rows as they are."""
-    vectors = np.asarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return vectors / norms
 
 
 def batches_by_budget(lengths: list[int], budget: int, max_items: int = 256) -> list[list[int]]:
