@@ -57,11 +57,17 @@ def test_cli_choices_are_the_registered_names(command, param, registry):
     assert tuple(option.type.choices) == registry.names()
 
 
-def test_segment_presets_are_the_cli_choices():
-    from quarry.search.segments import PRESETS
+@pytest.mark.parametrize("command, param, module, name", [
+    ("search", "segments", "quarry.search.segments", "PRESETS"),  # literal in the CLI: numpy stays unimported
+    ("export", "fmt", "quarry.search.export", "FORMATS"),  # literal in the CLI: pyarrow stays unimported
+    ("search", "fmt", "quarry.cli.output", "FORMATS"),
+    ("search", "mode", "quarry.search.query", "MODES"),
+])
+def test_literal_cli_choices_match_their_source(command, param, module, name):
+    from importlib import import_module
 
-    option = next(p for p in cli.commands["search"].params if p.name == "segments")
-    assert tuple(option.type.choices) == tuple(PRESETS)
+    option = next(p for p in cli.commands[command].params if p.name == param)
+    assert tuple(option.type.choices) == tuple(getattr(import_module(module), name))
 
 
 def test_factories_build_the_components(monkeypatch):
@@ -145,7 +151,8 @@ def test_listing_names_loads_no_model_or_sdk():
 def test_the_embedder_modules_import_in_any_order():
     """local and onnx_backend share quarry.ingest.embedders.minilm and never import each other."""
     for first in ("onnx_backend", "local", "openai_provider", "hashing", "minilm"):
-        code = f"import quarry.ingest.embedders.{first}; import quarry.ingest.embedders as e; print(e.EMBEDDERS.names())"
+        code = (f"import quarry.ingest.embedders.{first}; import quarry.ingest.embedders as e; "
+                "print(e.EMBEDDERS.names())")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
         assert done.returncode == 0, (first, done.stderr)
         assert done.stdout.strip() == "('torch', 'onnx', 'onnx-int8', 'openai', 'hash')", first

@@ -110,7 +110,8 @@ def export_doc_columns() -> dict[str, list[tuple[str, str]]]:
     for table in ("documents", "sections", "chunks"):
         section = text[text.index(f"\n### {table}\n"):]
         section = section[: section.index("\n### ", 5)]
-        out[table] = [(m.group(1), m.group(2).strip()) for m in re.finditer(r"^\| `(\w+)` \| ([^|]+) \|", section, re.M)]
+        rows = re.finditer(r"^\| `(\w+)` \| ([^|]+) \|", section, re.M)
+        out[table] = [(m.group(1), m.group(2).strip()) for m in rows]
     return out
 
 

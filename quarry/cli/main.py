@@ -16,6 +16,7 @@ import click
 
 from quarry.core.errors import QuarryError
 from quarry.core.models import RETRIEVERS, SEARCH_MODES
+from quarry.cli.output import FORMATS as OUTPUT_FORMATS
 from quarry.core.settings import default_db
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 
@@ -324,6 +325,8 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
 @click.option("--explain", is_flag=True, help="Show each retriever's rank and score and the fused score.")
 @click.option("--window", default=None, metavar="B,A",
               help="Return each hit with B chunks before and A after from its document, merged where they meet.")
+# --segments and export's --format list segments.PRESETS and export.FORMATS (tests/test_registry.py checks):
+# importing those modules here would load numpy and pyarrow for every command.
 @click.option("--segments", type=click.Choice(["balanced", "precision", "find_all"]), is_flag=False,
               flag_value="balanced", default=None,
               help="Return relevant segments (dsRAG RSE) instead of single chunks; preset default balanced.")
@@ -332,7 +335,7 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
 @click.option("--rerank-candidates", type=click.IntRange(1, 1000), default=DEFAULT_RERANK_CANDIDATES,
               show_default=True,
               help="Fused candidates handed to the reranker.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl"]), default=None,
+@click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default=None,
               help="Output format (default table; --json is --format json).")
 @json_option
 @handle_errors

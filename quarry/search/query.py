@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from quarry.core.errors import ModelMismatch, UsageError
 from quarry.core.models import RETRIEVERS, SEARCH_MODES
@@ -33,14 +33,14 @@ from quarry.ingest.embedders import describe, describe_backend, get_embedder
 from quarry.search.filters import Filter
 from quarry.search.fusion import DEFAULT_K, rrf
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
-from quarry.search.windows import ChunkReader
+from quarry.search.rerank import Reranker, get_reranker
+from quarry.search.segments import RseParams, Segment, get_params, segments_from_results
+from quarry.search.windows import ChunkReader, Window, expand, parse_window
 from quarry.store.layout import POINTER
 from quarry.store.reader import Snapshot, open_snapshot
 
 if TYPE_CHECKING:
-    from quarry.search.export import ExportReport
-    from quarry.search.segments import RseParams, Segment
-    from quarry.search.windows import Window
+    from quarry.search.export import ExportReport  # imported when exporting: pyarrow stays off the query path
 
 __all__ = ["Index", "SearchResponse", "SearchResult", "open", "MODES", "RETRIEVERS", "VECTOR_SEARCH",
            "DEFAULT_RERANK_CANDIDATES"]
@@ -309,7 +309,7 @@ class Index:
         weights: dict[str, float] | None = None,
         min_scores: dict[str, float] | None = None,
         filters: Filter | str | None = None,
-        rerank: str | Any | None = None,
+        rerank: str | Reranker | None = None,
         rerank_candidates: int = DEFAULT_RERANK_CANDIDATES,
         segments: str | RseParams | None = None,
         window: tuple[int, int] | int | str | None = None,
@@ -366,15 +366,11 @@ class Index:
                 response.results = reranker.rerank(response.query, response.results)
                 response.timings["rerank"] = _ms(t)
             if params is not None:
-                from quarry.search.segments import segments_from_results
-
                 t = time.perf_counter()
                 response.segments = segments_from_results(self, response.results, params)
                 response.timings["segments"] = _ms(t)
             response.results = response.results[:k]
             if before_after is not None:
-                from quarry.search.windows import expand
-
                 t = time.perf_counter()
                 response.windows = expand(self, response.results, *before_after)
                 response.timings["window"] = _ms(t)
@@ -526,13 +522,11 @@ def open(db: str | os.PathLike | None = None, settings: Settings | None = None, 
     return index
 
 
-def _reranker(rerank):
+def _reranker(rerank) -> Reranker | None:
     """A reranker from a spec string or a ready object; None for no rerank."""
     if rerank is None or rerank == "":
         return None
     if isinstance(rerank, str):
-        from quarry.search.rerank import get_reranker
-
         return get_reranker(rerank)
     if not callable(getattr(rerank, "rerank", None)):
         raise UsageError(f"rerank takes a spec (llm, llm:MODEL, cross-encoder:PATH) or an object with "
@@ -544,8 +538,6 @@ def _segment_params(segments) -> RseParams | None:
     """Segment parameters from a preset name or :class:`RseParams`; None for no segments."""
     if segments is None:
         return None
-    from quarry.search.segments import RseParams, get_params
-
     if isinstance(segments, RseParams):
         return segments.validate()
     if isinstance(segments, str):
@@ -557,8 +549,6 @@ def _window(window) -> tuple[int, int] | None:
     """``(before, after)`` from ``(b, a)``, one int for both sides, or ``"B,A"``; None for no window."""
     if window is None:
         return None
-    from quarry.search.windows import parse_window
-
     if isinstance(window, int) and not isinstance(window, bool):
         window = (window, window)
     if isinstance(window, str):
