@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 import numpy as np
 
 from quarry.core.errors import UsageError
+from quarry.core.models import RETRIEVERS
 from quarry.search.windows import build_span
 
 RELEVANCE = ("auto", "scores", "rank", "rerank")
@@ -135,7 +136,7 @@ def relevance(results: Sequence, how: str = "auto") -> list[float]:
         if missing:
             raise UsageError("relevance='rerank' needs reranked results (scores['rerank']); rerank them first")
         return [min(1.0, max(0.0, float(r.scores["rerank"]))) for r in results]
-    ran = [name for name in ("vector", "bm25") if any(r.scores.get(name) is not None for r in results)]
+    ran = [name for name in RETRIEVERS if any(r.scores.get(name) is not None for r in results)]
     if not ran:
         return [0.0] * len(results)
     bm25_max = max((r.scores["bm25"] for r in results if r.scores.get("bm25") is not None), default=0.0)
