@@ -136,3 +136,24 @@ def test_public_surface():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "QUARRY_EMBED_DIM": str(DIM)})
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+
+
+def test_every_stage_reads_the_generation_the_search_started_on(tmp_path):
+    """A commit while a search reranks is seen by the next search, not by this one's windows."""
+    store = tmp_path / "store"
+    commit(store, [doc("first", [f"{FILLER} rollback the deploy {j}." for j in range(4)])], run_id="r1")
+    seen = {}
+
+    class CommitsMeanwhile(Reverse):
+        def rerank(self, query, results):
+            commit(store, [doc("second", [f"{FILLER} rollback the release {j}." for j in range(4)])], run_id="r2")
+            seen["during"] = index.snapshot.pointer.generation
+            return super().rerank(query, results)
+
+    with quarry.open(store, SETTINGS) as index:
+        before = index.snapshot.pointer.generation
+        response = index.search(QUERY, k=2, rerank=CommitsMeanwhile(), window=(1, 1))
+        assert seen["during"] == before and response.windows
+        assert {r.doc_id for r in response.results} == {response.windows[0].doc_id}
+        assert index.snapshot.pointer.generation == before + 1  # the next call moves on
+        assert len({r.doc_id for r in index.search(QUERY, k=8).results}) == 2
