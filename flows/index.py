@@ -14,7 +14,6 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed
 
 from quarry.core import progress
-from quarry.ingest import check_settings
 from quarry.ingest.embedders import describe, get_embedder
 from quarry.ingest.embedding import EmbedStats
 from quarry.core.errors import StoreLocked, UsageError
@@ -70,7 +69,6 @@ def index_flow(
     if if_busy not in ("fail", "skip"):
         raise UsageError(f"if_busy must be 'fail' or 'skip', got {if_busy!r}")
     settings = Settings.from_env(**(overrides or {}))
-    check_settings(settings)  # an unregistered backend, sectioner or context writer fails before any work
     store = store_path(db)
     roots = [str(store_path(r)) for r in roots]
     run_id = new_run_id()
@@ -109,7 +107,7 @@ def _index(logger, settings, store, roots, run_id, started, durations, full, dry
     def open_writer() -> StoreWriter:
         nonlocal writer
         if writer is None:
-            writer = StoreWriter(store, model, dim).open()
+            writer = StoreWriter(store, model, dim, duckdb_fts=settings.duckdb_fts).open()
         return writer
 
     llm = None

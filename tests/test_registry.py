@@ -14,8 +14,8 @@ from conftest import ROOT
 from quarry.cli.main import cli
 from quarry.core.errors import ConfigError
 from quarry.core.registry import Registry
+from quarry.core import settings as settings_module
 from quarry.core.settings import Settings
-from quarry.ingest import check_settings
 from quarry.ingest.context import CONTEXT_WRITERS, RuleContextWriter, get_context_writer
 from quarry.ingest.embedders import EMBEDDERS, get_embedder
 from quarry.ingest.sectioning import SECTIONERS, StructureSectioner, get_sectioner
@@ -79,21 +79,29 @@ def test_factories_build_the_components(monkeypatch):
     assert get_reranker("llm:some-model").model == "some-model"
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("embed_backend", "tensorflow", "unknown embedding backend 'tensorflow'; choose one of torch, onnx"),
-    ("sectioner", "by-magic", "unknown sectioner 'by-magic'; choose one of structure, semantic, llm"),
-    ("context", "poetry", "unknown context writer 'poetry'; choose one of rules, llm"),
+@pytest.mark.parametrize("registry, declared", [
+    (EMBEDDERS, settings_module.EMBED_BACKENDS),
+    (SECTIONERS, settings_module.SECTIONERS),
+    (CONTEXT_WRITERS, settings_module.CONTEXT_WRITERS),
 ])
-def test_unknown_names_list_the_registered_ones(field, value, message):
-    settings = Settings.from_env(**{field: value})  # core cannot know the names; the ingest layer checks
+def test_settings_declare_exactly_the_registered_names(registry, declared):
+    assert registry.names() == declared
+
+
+@pytest.mark.parametrize("registry, name, message", [
+    (EMBEDDERS, "tensorflow", "unknown embedding backend 'tensorflow'; choose one of torch, onnx"),
+    (SECTIONERS, "by-magic", "unknown sectioner 'by-magic'; choose one of structure, semantic, llm"),
+    (CONTEXT_WRITERS, "poetry", "unknown context writer 'poetry'; choose one of rules, llm"),
+])
+def test_unknown_names_list_the_registered_ones(registry, name, message):
     with pytest.raises(ConfigError, match=message):
-        check_settings(settings)
+        registry.get(name)
 
 
 def test_env_typo_fails_the_index_command_before_any_work(tmp_path):
     done = CliRunner(env={"QUARRY_SECTIONER": "by-magic"}).invoke(cli, ["index", str(ROOT / "data" / "sample"),
                                                                        "--db", str(tmp_path / "db")])
-    assert done.exit_code == 2 and "unknown sectioner 'by-magic'" in done.stderr
+    assert done.exit_code == 2 and "not a known sectioner" in done.stderr
     assert not (tmp_path / "db").exists()
 
 
@@ -120,13 +128,12 @@ def _counting(settings, **kw):
 
 def test_a_new_embedder_is_one_module(tmp_path):
     (tmp_path / "counting_embedder.py").write_text(PLUGIN, encoding="utf-8")
+    # Settings declares the names a run may use (a Literal); the registry needs nothing else
     code = ("import counting_embedder\n"
             "from quarry.core.settings import Settings\n"
-            "from quarry.ingest import check_settings\n"
             "from quarry.ingest.embedders import describe, get_embedder\n"
             "from quarry.cli.main import cli\n"
-            "settings = Settings.from_env(embed_backend='counting')\n"
-            "check_settings(settings)\n"
+            "settings = Settings.model_construct(embed_backend='counting', embed_model='', embed_dim=0)\n"
             "print(describe(settings), get_embedder(settings).embed(['a b']).shape)\n"
             "option = next(p for p in cli.commands['index'].params if p.name == 'embed_backend')\n"
             "print(option.type.choices)\n")
@@ -138,9 +145,9 @@ def test_a_new_embedder_is_one_module(tmp_path):
 
 
 def test_listing_names_loads_no_model_or_sdk():
-    code = ("import sys; from quarry.ingest import check_settings; from quarry.core.settings import Settings; "
-            "check_settings(Settings.from_env(embed_backend='onnx-int8', sectioner='llm', context='llm', "
-            "llm_base_url='http://127.0.0.1:9')); "
+    code = ("import sys; from quarry.ingest.embedders import EMBEDDERS; "
+            "from quarry.ingest.sectioning import SECTIONERS; from quarry.ingest.context import CONTEXT_WRITERS; "
+            "[r.get(n) for r, n in ((EMBEDDERS, 'onnx-int8'), (SECTIONERS, 'llm'), (CONTEXT_WRITERS, 'llm'))]; "
             "print(sorted(m for m in ('torch', 'onnxruntime', 'onnx', 'openai', 'tiktoken', 'sentence_transformers') "
             "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

@@ -157,7 +157,6 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
     """Index files under PATHS into the store (incremental: only what changed is redone)."""
     from quarry.core.errors import StoreLocked
     from quarry.core.settings import Settings, store_path
-    from quarry.ingest import check_settings
     from quarry.store.layout import WriterLock
 
     overrides = {
@@ -183,7 +182,6 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
         # Through the environment, never the flow's parameters, which Prefect records.
         os.environ["QUARRY_LLM_API_KEY"] = llm_api_key
     settings = Settings.from_env(**overrides)  # usage errors before any work starts
-    check_settings(settings)
     store = store_path(db)
     try:
         lock = None if dry_run else WriterLock(store).acquire()  # fail fast, before Prefect starts

@@ -23,6 +23,14 @@ those of ``documents`` and ``chunks`` listed in :data:`COLUMNS` (``type`` is sho
 with ``< <= > >=`` and a numeric value). Dates are ISO (``2024-05-01``, ``2024-05-01T12:00``)
 in UTC; a date without a time compared with ``=`` means that whole day. There is no ``OR``:
 use ``IN (...)``.
+
+Why a small hand-written parser rather than a SQL parser library (sqlglot and the like): the
+point of this module is what it refuses. A general parser accepts any SQL, whose tree would then
+have to be walked and whitelisted node by node; here the tokenizer can only emit whitelisted
+column expressions, fixed operators and ``?`` parameters, which ``tests/test_filters.py`` checks
+as exact SQL strings and ``tests/reliability/test_abuse.py`` against hostile input. The grammar
+is a few hundred lines and has no dependency. (No speed measurement decided this; a filter is
+parsed once per query.)
 """
 
 from __future__ import annotations

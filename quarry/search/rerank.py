@@ -5,9 +5,11 @@
 - ``cross-encoder:/path/to/model``: a sentence-transformers ``CrossEncoder`` loaded from a local
   folder (``save_pretrained`` output); nothing is ever downloaded. Scores are the model's
   probabilities (sigmoid of the logit for one-label models), in [0, 1].
-- ``llm`` or ``llm:MODEL``: a listwise rerank by a chat model on any OpenAI-compatible endpoint
+- ``llm`` or ``llm:MODEL``: a listwise rerank by a chat model on any OpenAI-compatible endpoint,
+  configured as the indexing LLM is, by :class:`~quarry.core.settings.Settings`
   (``QUARRY_LLM_BASE_URL``, ``QUARRY_LLM_MODEL``, ``QUARRY_LLM_API_KEY`` falling back to
-  ``OPENAI_API_KEY``). The prompt numbers the passages and asks for a JSON ranking; the answer is
+  ``OPENAI_API_KEY``, ``QUARRY_LLM_TIMEOUT``, or ``.env``), and called through the same client and
+  retries (:mod:`quarry.core.openai_common`). The prompt numbers the passages and asks for a JSON ranking; the answer is
   repaired rather than trusted: unknown or repeated numbers are dropped and passages it left out
   follow in their original order. An LLM gives an order, not scores, so ``scores["rerank"]`` is
   ``(n - position) / n``.
@@ -30,7 +32,6 @@ from typing import Protocol
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.models import join_header
 from quarry.core.registry import Registry
-from quarry.core.settings import DEFAULT_LLM_MODEL  # when neither QUARRY_LLM_MODEL nor llm:MODEL names one
 
 DEFAULT_CANDIDATES = 30  # fused candidates a reranker sees unless told otherwise
 PASSAGE_CHARS = 1200  # per passage in the LLM prompt: enough to judge, bounded prompt size
@@ -188,20 +189,20 @@ class LLMReranker:
     """Listwise rerank by a chat model on an OpenAI-compatible endpoint, one request per query."""
 
     def __init__(self, model: str = "", base_url: str | None = None, api_key: str | None = None,
-                 timeout: float | None = None, passage_chars: int = PASSAGE_CHARS, policy=None):
+                 timeout: float | None = None, passage_chars: int = PASSAGE_CHARS, policy=None, settings=None):
+        """Arguments left as None come from ``settings`` (default: ``Settings.from_env()``)."""
         from quarry.core.openai_common import RetryPolicy
+        from quarry.core.settings import Settings
 
-        env = os.environ
-        self.base_url = base_url if base_url is not None else env.get("QUARRY_LLM_BASE_URL", "")
-        self.api_key = api_key if api_key is not None else (env.get("QUARRY_LLM_API_KEY") or env.get("OPENAI_API_KEY", ""))
-        self.model = model or env.get("QUARRY_LLM_MODEL") or DEFAULT_LLM_MODEL
+        if settings is None:
+            settings = Settings.from_env()
+        self.base_url = base_url if base_url is not None else settings.llm_base_url
+        self.api_key = api_key if api_key is not None else settings.llm_api_key
+        self.model = model or settings.llm_model_name
         if not self.base_url and not self.api_key:
             raise UsageError("--rerank llm needs QUARRY_LLM_BASE_URL (a local OpenAI-compatible server) or "
                              "QUARRY_LLM_API_KEY / OPENAI_API_KEY (the hosted API)")
-        try:
-            self.timeout = float(timeout if timeout is not None else env.get("QUARRY_LLM_TIMEOUT") or 120)
-        except ValueError as exc:
-            raise UsageError(f"QUARRY_LLM_TIMEOUT={env.get('QUARRY_LLM_TIMEOUT')!r} is not a number") from exc
+        self.timeout = float(timeout if timeout is not None else settings.llm_timeout)
         self.passage_chars = passage_chars
         self.policy = policy or RetryPolicy()
         self.name = f"llm:{self.model}"

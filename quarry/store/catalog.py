@@ -1,4 +1,10 @@
-"""The DuckDB catalog: documents, sections, chunks, runs, meta, and the BM25 index."""
+"""The DuckDB catalog: documents, sections, chunks, runs, meta, and (when asked) DuckDB's FTS index.
+
+quarry searches its own memory-mapped BM25 files (quarry/index), so the catalog needs DuckDB's
+FTS extension (the ``duckdb-ext-fts`` wheel, in the ``test`` and ``fts`` extras) only to build
+DuckDB's index: for the tests, which use ``match_bm25`` as an independent reference, and for SQL
+users who ask for it with ``QUARRY_DUCKDB_FTS=1`` (docs/export.md).
+"""
 
 from __future__ import annotations
 
@@ -55,7 +61,8 @@ def fts_extension_path() -> str:
     """
     spec = importlib.util.find_spec("duckdb_ext")
     if spec is None or not spec.submodule_search_locations:
-        raise QuarryError("DuckDB's FTS extension is missing: pip install duckdb-ext-fts==1.4.4.*")
+        raise QuarryError("DuckDB's FTS extension is missing (QUARRY_DUCKDB_FTS=1 needs it): "
+                          "pip install 'quarry[fts]' or duckdb-ext-fts==1.4.4.*")
     version = duckdb.__version__
     for location in spec.submodule_search_locations:
         found = glob.glob(f"{location}/extensions/v{version}/*/fts.duckdb_extension")
@@ -64,11 +71,11 @@ def fts_extension_path() -> str:
     raise QuarryError(f"duckdb-ext-fts holds no FTS extension for DuckDB {version}: install the matching version")
 
 
-def connect(path: Path, read_only: bool, fts: bool = True) -> duckdb.DuckDBPyConnection:
-    """Open a catalog file, with the FTS extension loaded unless ``fts`` is False.
+def connect(path: Path, read_only: bool, fts: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open a catalog file, with DuckDB's FTS extension loaded when ``fts`` is True.
 
-    Readers pass False: loading the extension takes about half a second, and searching needs
-    none of it (see quarry/index).
+    Nothing quarry runs needs the extension but :func:`rebuild_fts` (which loads it itself);
+    loading it takes about half a second.
     """
     con = duckdb.connect(str(path), read_only=read_only)
     if fts:
@@ -224,14 +231,32 @@ def delete_documents(con: duckdb.DuckDBPyConnection, doc_ids: list[str], in_tran
 
 
 def rebuild_fts(con: duckdb.DuckDBPyConnection) -> None:
-    """Build DuckDB's own FTS index. quarry searches its index files instead (quarry/index);
-    this stays as the independent BM25 reference the tests compare against."""
+    """Build DuckDB's own FTS index over ``chunks.search_text`` (``match_bm25`` in plain SQL).
+
+    quarry searches its index files instead (quarry/index); this index is the independent BM25
+    reference the tests compare against, and is committed with the catalog when
+    ``QUARRY_DUCKDB_FTS=1``. Raises QuarryError when the extension is not installed.
+    """
+    con.execute(f"LOAD '{fts_extension_path()}'")
+    con.execute("SET enable_progress_bar = false")  # DuckDB would draw its own bar over the run's
     con.execute(load_sql("fts_rebuild"))
 
 
 def drop_fts(con: duckdb.DuckDBPyConnection) -> None:
-    """Drop DuckDB's FTS index: search now uses the files in ``index-<gen>/`` (quarry/index)."""
-    con.execute("PRAGMA drop_fts_index('chunks')")
+    """Drop DuckDB's FTS index (its schema of tables and macros), without needing the extension."""
+    con.execute("DROP SCHEMA IF EXISTS fts_main_chunks CASCADE")
+
+
+def sync_fts(con: duckdb.DuckDBPyConnection, wanted: bool) -> None:
+    """Leave the catalog with a current FTS index when ``wanted``, and with none otherwise.
+
+    Called at commit, after the run's chunks are written: an index kept from an earlier
+    generation would describe chunks that changed since.
+    """
+    if wanted:
+        rebuild_fts(con)
+    elif has_fts(con):
+        drop_fts(con)
 
 
 def has_fts(con: duckdb.DuckDBPyConnection) -> bool:
