@@ -16,7 +16,7 @@ from quarry.index import bm25
 from quarry.index.bm25 import BM25Index, Vocabulary, query_tokens, stem_words
 from quarry.core.sqlfiles import load_sql
 from quarry.store import catalog
-from quarry.store.catalog import _CHUNK_SCHEMA
+from quarry.store.catalog import table_schema
 from quarry.index.textnorm import bm25_text, tokens
 
 
@@ -26,7 +26,7 @@ def catalog_with(tmp_path, texts: list[str]):
     rows = [{"chunk_id": f"{i:08d}:0", "doc_id": f"{i:08d}", "section_index": 0, "chunk_index": 0, "start_char": 0,
              "end_char": len(t), "page_start": None, "page_end": None, "header": "", "text": t, "text_hash": str(i),
              "n_tokens": 1, "search_text": bm25_text(t)} for i, t in enumerate(texts)]
-    con.register("new_chunks", pa.Table.from_pylist(rows, schema=_CHUNK_SCHEMA))
+    con.register("new_chunks", pa.Table.from_pylist(rows, schema=table_schema("chunks")))
     con.execute("INSERT INTO chunks BY NAME SELECT * FROM new_chunks")
     con.unregister("new_chunks")
     return con

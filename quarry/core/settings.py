@@ -22,12 +22,17 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator, mode
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from quarry.core.errors import ConfigError
+from quarry.core.models import HEADER_FIELDS as HEADER_LINES
 
 DEFAULT_DB = ".quarry"
+# The names a run may ask for. Each names a factory registered next to its implementation
+# (EMBEDDERS in quarry/ingest/embedders/base.py, SECTIONERS in quarry/ingest/sectioning.py,
+# CONTEXT_WRITERS in quarry/ingest/context.py); this layer cannot import those, so the names are
+# declared here for validation and tests/test_registry.py checks that they equal the registries'.
 EmbedBackend = Literal["torch", "onnx", "onnx-int8", "openai", "hash"]
 Sectioner = Literal["structure", "semantic", "llm"]
 ContextWriter = Literal["rules", "llm"]
-HeaderField = Literal["title", "summary", "section", "section_summary", "chunk_context", "none"]
+HeaderField = Literal[(*HEADER_LINES, "none")]  # the header lines (quarry/core/models.py), or none
 # How the LLM is asked for JSON (quarry/ingest/llm/prompts.py builds each); "auto" tries them in order.
 ResponseFormat = Literal["json_schema", "json_object_schema", "json_object", "none"]
 EMBED_BACKENDS: tuple[str, ...] = get_args(EmbedBackend)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 
 from quarry.core.errors import UsageError
+from quarry.core.paths import display
 
 # name -> (SQL expression, value type). The SQL text of a filter is built only from these.
 COLUMNS: dict[str, tuple[str, str]] = {
@@ -102,6 +103,13 @@ class Filter:
             return "TRUE", []
         return " AND ".join(f"({sql})" for sql, _ in self.clauses), [p for _, ps in self.clauses for p in ps]
 
+    def bound_sql(self) -> tuple[str, list]:
+        """:meth:`sql` with every text parameter in the form the catalog stores: a name holding
+        surrogate-escaped bytes (not UTF-8, typed or pasted) becomes its display form, the form
+        ``documents.path`` keeps, so DuckDB can bind and match it."""
+        condition, params = self.sql()
+        return condition, [_bindable(p) for p in params]
+
     def __and__(self, other: Filter) -> Filter:
         return Filter(self.clauses + other.clauses, self.description + other.description)
 
@@ -150,6 +158,14 @@ class Filter:
         if ids:
             result = result & _in("doc_id", ids)
         return result
+
+
+def _bindable(value):
+    if isinstance(value, str):
+        return display(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_bindable(v) for v in value)
+    return value
 
 
 def _listify(value) -> list[str]:

@@ -31,8 +31,9 @@ from typing import Protocol
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.models import join_header
+from quarry.core.registry import Registry
 
-DEFAULT_CANDIDATES = 30
+DEFAULT_CANDIDATES = 30  # fused candidates a reranker sees unless told otherwise
 PASSAGE_CHARS = 1200  # per passage in the LLM prompt: enough to judge, bounded prompt size
 
 
@@ -243,31 +244,34 @@ class LLMReranker:
 
 # --- factory ---------------------------------------------------------------------------------
 
+# ``--rerank KIND[:ARG]``: KIND -> factory(ARG) -> Reranker. A new reranker registers its kind here.
+RERANKERS: Registry = Registry("reranker")
+
+
+@RERANKERS.register("cross-encoder")
+def _cross_encoder(arg: str) -> Reranker:
+    if not arg:
+        raise UsageError("--rerank cross-encoder needs a local model folder: cross-encoder:/path/to/model")
+    return CrossEncoderReranker(arg)
+
+
+@RERANKERS.register("llm")
+def _llm(arg: str) -> Reranker:
+    return LLMReranker(model=arg)
+
 
 def get_reranker(spec: str) -> Reranker:
     """A reranker from a ``--rerank`` value: ``cross-encoder:PATH``, ``llm`` or ``llm:MODEL``."""
-    spec = (spec or "").strip()
-    kind, _, arg = spec.partition(":")
-    if kind == "cross-encoder":
-        if not arg:
-            raise UsageError("--rerank cross-encoder needs a local model folder: cross-encoder:/path/to/model")
-        return CrossEncoderReranker(arg)
-    if kind == "llm":
-        return LLMReranker(model=arg)
-    raise UsageError(f"unknown reranker {spec!r}; use cross-encoder:/path/to/model, llm or llm:MODEL")
+    kind, _, arg = (spec or "").strip().partition(":")
+    return RERANKERS.get(kind)(arg)
 
 
 def rerank_search(index, query: str, reranker: Reranker, k: int = 10,
                   rerank_candidates: int = DEFAULT_CANDIDATES, **search_kwargs):
-    """Search for ``max(k, rerank_candidates)`` fused results, rerank them all, keep the best ``k``.
+    """``index.search(query, k, rerank=reranker, rerank_candidates=...)``: search for
+    ``max(k, rerank_candidates)`` fused results, rerank them all, keep the best ``k``.
 
     ``search_kwargs`` go to :meth:`Index.search` (``candidates`` there is the per-retriever
-    pool before fusion). Returns the :class:`~quarry.search.query.SearchResponse` with its results
-    replaced.
+    pool before fusion).
     """
-    if rerank_candidates < 1:
-        raise UsageError(f"--rerank-candidates must be at least 1, got {rerank_candidates}")
-    response = index.search(query, k=max(k, rerank_candidates), **search_kwargs)
-    response.results = reranker.rerank(query, response.results)[:k]
-    return response
-
+    return index.search(query, k=k, rerank=reranker, rerank_candidates=rerank_candidates, **search_kwargs)

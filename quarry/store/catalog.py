@@ -25,6 +25,32 @@ from quarry.core.sqlfiles import load_sql, statements
 from quarry.index.textnorm import bm25_text
 
 SCHEMA_VERSION = "1"
+TABLES = ("documents", "sections", "chunks", "runs", "meta")
+
+
+@cache
+def table_schema(table: str) -> pa.Schema:
+    """The Arrow schema of a catalog table, read from ``sql/schema.sql`` applied to an empty
+    in-memory catalog: the SQL is the one definition of every table, so the row builders below
+    can never disagree with it about a column's name, order or type."""
+    if table not in TABLES:
+        raise ValueError(f"no catalog table {table!r}; tables: {', '.join(TABLES)}")
+    con = duckdb.connect(":memory:")
+    try:
+        for stmt in statements("schema"):
+            con.execute(stmt)
+        return con.table(table).limit(0).fetch_arrow_table().schema
+    finally:
+        con.close()
+
+
+def rows_table(table: str, rows: list[dict]) -> pa.Table:
+    """``rows`` (dicts keyed by column) as an Arrow table of ``table``'s schema; a row builder
+    whose keys drift from the schema fails here instead of writing NULLs."""
+    schema = table_schema(table)
+    if rows and list(rows[0]) != schema.names:
+        raise QuarryError(f"rows for {table} have columns {list(rows[0])}, the schema has {schema.names}")
+    return pa.Table.from_pylist(rows, schema=schema)
 
 
 @cache
@@ -110,7 +136,7 @@ def documents_table(records: list[DocumentRecord], run_id: str) -> pa.Table:
         }
         for r in records
     ]
-    return pa.Table.from_pylist(rows, schema=_DOC_SCHEMA)
+    return rows_table("documents", rows)
 
 
 def sections_table(records: list[DocumentRecord], page_of) -> pa.Table:
@@ -131,7 +157,7 @@ def sections_table(records: list[DocumentRecord], page_of) -> pa.Table:
                     "summary": s.summary,
                 }
             )
-    return pa.Table.from_pylist(rows, schema=_SECTION_SCHEMA)
+    return rows_table("sections", rows)
 
 
 def chunks_table(records: list[DocumentRecord]) -> pa.Table:
@@ -154,7 +180,7 @@ def chunks_table(records: list[DocumentRecord]) -> pa.Table:
         for r in records
         for c in r.chunks
     ]
-    return pa.Table.from_pylist(rows, schema=_CHUNK_SCHEMA)
+    return rows_table("chunks", rows)
 
 
 def _section_pages(record: DocumentRecord, start: int, end: int) -> tuple[int | None, int | None]:
@@ -238,56 +264,3 @@ def has_fts(con: duckdb.DuckDBPyConnection) -> bool:
         "SELECT count(*) FROM duckdb_schemas() WHERE schema_name = 'fts_main_chunks'"
     ).fetchone()
     return bool(row and row[0])
-
-
-_DOC_SCHEMA = pa.schema(
-    [
-        ("doc_id", pa.string()),
-        ("path", pa.string()),
-        ("root", pa.string()),
-        ("rel_path", pa.string()),
-        ("file_type", pa.string()),
-        ("size", pa.int64()),
-        ("mtime", pa.timestamp("us")),
-        ("sha256", pa.string()),
-        ("title", pa.string()),
-        ("summary", pa.string()),
-        ("n_pages", pa.int32()),
-        ("n_sections", pa.int32()),
-        ("n_chunks", pa.int32()),
-        ("metadata", pa.string()),
-        ("indexed_at", pa.timestamp("us")),
-        ("run_id", pa.string()),
-        ("path_bytes", pa.binary()),
-    ]
-)
-_SECTION_SCHEMA = pa.schema(
-    [
-        ("doc_id", pa.string()),
-        ("section_index", pa.int32()),
-        ("title", pa.string()),
-        ("level", pa.int32()),
-        ("start_char", pa.int32()),
-        ("end_char", pa.int32()),
-        ("page_start", pa.int32()),
-        ("page_end", pa.int32()),
-        ("summary", pa.string()),
-    ]
-)
-_CHUNK_SCHEMA = pa.schema(
-    [
-        ("chunk_id", pa.string()),
-        ("doc_id", pa.string()),
-        ("section_index", pa.int32()),
-        ("chunk_index", pa.int32()),
-        ("start_char", pa.int32()),
-        ("end_char", pa.int32()),
-        ("page_start", pa.int32()),
-        ("page_end", pa.int32()),
-        ("header", pa.string()),
-        ("text", pa.string()),
-        ("text_hash", pa.string()),
-        ("n_tokens", pa.int32()),
-        ("search_text", pa.string()),
-    ]
-)
