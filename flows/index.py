@@ -134,7 +134,7 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
     def open_writer() -> StoreWriter:
         nonlocal writer
         if writer is None:
-            writer = StoreWriter(store, model, dim).open()
+            writer = StoreWriter(store, model, dim, duckdb_fts=settings.duckdb_fts).open()
             attach_writer(run_id, writer)
         return writer
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from quarry.core.errors import ConfigError
 from quarry.core.settings import Settings, parse_workers
@@ -79,7 +79,7 @@ def task_settings(settings: Settings, plan: RunnerPlan) -> Settings:
         share["llm_concurrency"] = max(1, settings.llm_concurrency // plan.in_flight)
         if settings.llm_rate_limit:
             share["llm_rate_limit"] = max(1, settings.llm_rate_limit // plan.in_flight)
-    return replace(settings, **share)
+    return settings.model_copy(update=share)
 
 
 def _local_dask_cluster(**kwargs):

@@ -137,7 +137,7 @@ def test_runner_plans():
 def test_an_unknown_runner_is_refused():
     from quarry.core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="unknown task runner 'spark'; choose one of threads, processes, dask, ray"):
+    with pytest.raises(ConfigError, match="runner='spark' is not a known runner; choose one of threads, processes, dask, ray"):
         Settings.from_env(runner="spark")
     assert RUNNERS == ("threads", "processes", "dask", "ray")
 

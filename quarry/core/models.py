@@ -15,6 +15,15 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
 
+__all__ = ["FileInfo", "Heading", "ParsedDocument", "Section", "Chunk", "DocumentRecord", "FileError", "join_header",
+           "HEADER_FIELDS", "RETRIEVERS", "SEARCH_MODES"]
+
+# The lines a chunk header may hold, in the order they are written (quarry/ingest/context.py).
+HEADER_FIELDS = ("title", "summary", "section", "section_summary", "chunk_context")
+# The retrievers of a hybrid search, and the search modes: both fused, or one alone.
+RETRIEVERS = ("vector", "bm25")
+SEARCH_MODES = ("hybrid", *RETRIEVERS)
+
 
 @dataclass(frozen=True)
 class FileInfo:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from quarry.core.models import RunReport
 from quarry.core.sqlfiles import load_sql
+from quarry.store.remote import remote_of
 
 JOURNAL = "run-journal.jsonl"
 CLAIMED_GLOB = "run-journal.claimed-*.jsonl"
@@ -36,6 +37,10 @@ CLAIMED_GLOB = "run-journal.claimed-*.jsonl"
 
 def record(store: Path, row: dict) -> None:
     """Append one run row to the store's journal (safe against a concurrent claim)."""
+    remote = remote_of(store)
+    if remote is not None:  # object storage has no append: one object per run
+        remote.journal_record(row)
+        return
     store.mkdir(parents=True, exist_ok=True)
     path = store / JOURNAL
     # ASCII escapes: a stray surrogate (a non-UTF-8 name) cannot make the append fail.
@@ -74,6 +79,9 @@ def _read(path: Path) -> list[dict]:
 
 def pending(store: Path) -> list[dict]:
     """Journalled runs not yet moved into the catalog's ``runs`` table, oldest first."""
+    remote = remote_of(store)
+    if remote is not None:
+        return remote.journal_pending()[0]
     rows = []
     for path in sorted(store.glob(CLAIMED_GLOB)) + [store / JOURNAL]:
         rows += _read(path)
@@ -82,6 +90,12 @@ def pending(store: Path) -> list[dict]:
 
 def claim(store: Path, generation: int) -> tuple[list[dict], list[Path]]:
     """Take the journal for the commit of ``generation``: (rows, files to delete after commit)."""
+    remote = remote_of(store)
+    if remote is not None:  # objects written after this listing stay for the next commit
+        from quarry.store.remote import JournalObject
+
+        rows, keys = remote.journal_pending()
+        return rows, [JournalObject(remote, key) for key in keys]
     journal = store / JOURNAL
     if journal.exists():
         target = store / f"run-journal.claimed-{generation:06d}.jsonl"

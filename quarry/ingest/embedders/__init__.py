@@ -1,13 +1,17 @@
-"""Embedding backends. ``get_embedder(settings)`` returns a process-wide cached instance."""
+"""Embedding backends. ``get_embedder(settings)`` returns a process-wide cached instance.
+
+Backends register themselves in :data:`EMBEDDERS` (``quarry.ingest.embedders.base``); this
+package only caches what they build.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import threading
 
-from quarry.ingest.embedders.base import Embedder, batches_by_budget, normalise
+from quarry.ingest.embedders.base import EMBEDDERS, Embedder, batches_by_budget, normalise
 
-__all__ = ["Embedder", "batches_by_budget", "get_embedder", "normalise", "describe", "describe_backend"]
+__all__ = ["EMBEDDERS", "Embedder", "batches_by_budget", "get_embedder", "normalise", "describe", "describe_backend"]
 
 _cache: dict[tuple, Embedder] = {}
 _lock = threading.Lock()
@@ -18,9 +22,7 @@ _OPENAI_FIELDS = ("openai_base_url", "embed_concurrency", "embed_rate_limit", "e
 
 
 def _key(settings) -> tuple:
-    key = (settings.embed_backend, settings.embed_model, settings.embed_dim)
-    if settings.embed_backend in ("onnx", "onnx-int8"):
-        key += (getattr(settings, "embed_threads", 0),)
+    key = (settings.embed_backend, settings.embed_model, settings.embed_dim, getattr(settings, "embed_threads", 0))
     if settings.embed_backend == "openai":
         key += tuple(getattr(settings, name, None) for name in _OPENAI_FIELDS)
         key += (hashlib.sha256(settings.openai_api_key.encode()).hexdigest(),)  # a new key, a new client
@@ -40,9 +42,8 @@ def describe_backend(settings) -> dict:
     """The backend ``settings`` embed queries with and, for the ONNX ones, which cached model
     variant it runs (``int8`` variant or ``fp32`` fallback, and its self-check against fp32).
     Builds and loads nothing."""
-    if settings.embed_backend in ("onnx", "onnx-int8"):
-        from quarry.ingest.embedders.onnx_backend import describe_model
-
+    describe_model = EMBEDDERS.info(settings.embed_backend).get("describe")
+    if describe_model is not None:
         return describe_model(settings.embed_backend)
     return {"backend": settings.embed_backend, "variant": None}
 
@@ -53,22 +54,9 @@ def get_embedder(settings) -> Embedder:
     A task calls this inside the process that runs it, so that a Dask or Ray worker loads the
     model once and reuses it for every batch it embeds.
     """
+    factory = EMBEDDERS.get(settings.embed_backend)  # an unknown name fails here, listing the known ones
     key = _key(settings)
     with _lock:
         if key not in _cache:
-            if settings.embed_backend == "openai":
-                from quarry.ingest.embedders.openai_provider import OpenAIEmbedder
-
-                _cache[key] = OpenAIEmbedder.from_settings(settings)
-            elif settings.embed_backend == "hash":
-                from quarry.ingest.embedders.hashing import HashEmbedder
-
-                _cache[key] = HashEmbedder(dim=settings.embed_dim or 64)
-            else:
-                from quarry.ingest.embedders.local import get_local_embedder
-
-                # A worker process of a distributed run gets its share of the CPUs (flows/runners.py).
-                threads = getattr(settings, "embed_threads", 0)
-                kw = {"threads": threads} if threads and settings.embed_backend != "torch" else {}
-                _cache[key] = get_local_embedder(settings.embed_backend, **kw)
+            _cache[key] = factory(settings)
         return _cache[key]
