@@ -58,7 +58,8 @@ def same(a, b) -> bool:
 
 
 def test_every_task_takes_and_returns_plain_picklable_data(tree, tmp_path, run_flow, monkeypatch):
-    """Issue 16.5: what a Dask or Ray worker would receive and send back survives cloudpickle."""
+    """Issue 16.5: what a Dask or Ray worker would receive and send back survives cloudpickle, for
+    every task of quarry.tasks (the index flow's, then the maintenance flow's)."""
     seen: dict[str, list] = {}
     lock = threading.Lock()
     for name, task in all_tasks().items():
@@ -79,6 +80,9 @@ def test_every_task_takes_and_returns_plain_picklable_data(tree, tmp_path, run_f
     (tree / "handbook" / "code-review.rst").rename(tree / "handbook" / "reviews.rst")
     second = run_flow([tree], db)
     assert (second["updated"], second["moved"]) == (1, 1)
+    from quarry.flows.maintain import maintain_flow
+
+    assert maintain_flow(db=str(db))["check"]["healthy"]  # the other flow's tasks, on the same store
 
     assert set(seen) == set(all_tasks()), f"tasks that never ran: {set(all_tasks()) - set(seen)}"
     for name, calls in seen.items():
