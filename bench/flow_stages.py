@@ -225,11 +225,13 @@ def main() -> None:
           f"called) {p['empty_flow_no_heartbeat_median_s']:.3f} s (medians of {args.repeat})", file=err)
     if full is not None:
         print(f"\nfull index: {full['wall_s']:.1f} s wall, {result['full']['chunks']} chunks", file=err)
-        print(f"  {'stage':<9} {'seconds':>9} {'rows':>8} {'rows/s':>10}", file=err)
+        print(f"  {'stage':<9} {'wall s':>9} {'busy s':>9} {'rows':>8} {'rows/s':>10}", file=err)
         for stage, d in result["full"]["durations"].items():
             rows = "" if d["rows"] is None else d["rows"]
             rate = "" if not d["rows_per_s"] else f"{d['rows_per_s']:.0f}"
-            print(f"  {stage:<9} {d['seconds']:>9.3f} {rows:>8} {rate:>10}", file=err)
+            busy = "" if d.get("busy_seconds") is None else f"{d['busy_seconds']:.3f}"
+            print(f"  {stage:<9} {d['seconds']:>9.3f} {busy:>9} {rows:>8} {rate:>10}", file=err)
+        print("  wall = while any batch was in the stage; busy = summed over batches side by side", file=err)
     if edit is not None:
         print(f"\n{'case':<22} {'wall med':>9} {'wall max':>9} {'cpu med':>8} {'quarry':>8} {'calls':>6} "
               f"{'copies':>7}", file=err)

@@ -20,7 +20,6 @@ writer stays in the flow's process, and the commit protocol is unchanged.
 from __future__ import annotations
 
 import queue
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -133,11 +132,9 @@ def run_batches(
             totals.ocr_pages += sum(r.ocr_pages for r in result.records)
             totals.ocr_seconds += sum(r.ocr_seconds for r in result.records)
             totals.add_llm(result.llm)
-            for name, seconds in result.seconds.items():
-                clock.add(name, seconds, result.rows.get(name, 0))
-            t = time.perf_counter()
-            batch.plan = plan = plan_embedding(batch.records, lookup)
-            clock.add("embed", time.perf_counter() - t)
+            clock.merge(result.spans, result.rows)
+            with clock.timing("embed"):  # stored vectors first: part of the embed stage
+                batch.plan = plan = plan_embedding(batch.records, lookup)
             totals.embed.add(plan.stats)
             if plan.texts:
                 submit(embed_batch, {"texts": plan.texts, "n_tokens": plan.n_tokens, "settings": settings},
@@ -146,6 +143,6 @@ def run_batches(
                 load(batch, plan.vectors)
         else:
             plan = batch.plan
-            clock.add("embed", result.seconds, len(plan.texts))
+            clock.add("embed", result.seconds, len(plan.texts), start=result.started)
             totals.embed.calls += result.calls
             load(batch, {**plan.vectors, **dict(zip(plan.hashes, result.vectors))})

@@ -154,7 +154,22 @@ def test_every_stage_is_timed_and_counted(tree, tmp_path, run_flow):
     assert d["embed"]["rows"] == report["embedded_chunks"] and d["plan"]["rows"] == 5
     assert all(v["seconds"] >= 0 for v in d.values()) and d["total"]["seconds"] >= d["commit"]["seconds"] > 0
     assert d["parse"]["rows_per_s"] == pytest.approx(5 / d["parse"]["seconds"], rel=0.01)
+    # wall time is the union of a stage's spans: never more than their sum, nor than the run
+    assert all(d[s]["seconds"] <= d[s]["busy_seconds"] + 1e-6 and d[s]["seconds"] <= d["total"]["seconds"]
+               for s in d if s != "total")
     assert report["runner"] == "threads"
+
+
+def test_a_stage_s_wall_time_is_the_union_of_its_spans():
+    from quarry.core.models import StageClock
+
+    clock = StageClock()
+    clock.add("embed", 2.0, 10, start=100.0)  # two batches side by side for one second...
+    clock.add("embed", 2.0, 10, start=101.0)
+    clock.merge({"embed": [(110.0, 111.0)], "parse": [(99.0, 100.5)]}, {"embed": 5, "parse": 3})  # ...then one alone
+    d = clock.as_dict()
+    assert d["embed"] == {"seconds": 4.0, "busy_seconds": 5.0, "rows": 25, "rows_per_s": 6.2}
+    assert list(d) == ["parse", "embed"] and d["parse"]["seconds"] == 1.5
 
 
 def _contents(db):

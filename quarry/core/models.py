@@ -159,8 +159,8 @@ class RunReport:
     flow's return value all come from these fields (``tests/test_run_report.py`` checks the
     ``runs`` table of ``sql/schema.sql`` against them).
 
-    ``durations`` maps a stage of :data:`STAGES` to ``{"seconds", "rows", "rows_per_s"}``, plus
-    ``"total"`` (the run's wall time); see :class:`StageClock`.
+    ``durations`` maps a stage of :data:`STAGES` to ``{"seconds", "busy_seconds", "rows",
+    "rows_per_s"}``, plus ``"total"`` (the run's wall time); see :class:`StageClock`.
     """
 
     run_id: str
@@ -239,9 +239,10 @@ class RunReport:
         """A copy finished now, whose durations add the ``commit`` stage and the run's ``total``."""
         finished = datetime.now(timezone.utc).replace(tzinfo=None)
         durations = {k: v for k, v in self.durations.items() if k != "total"}
-        durations["commit"] = {"seconds": round(commit_seconds, 6), "rows": 0, "rows_per_s": None}
-        durations["total"] = {"seconds": round((finished - self.started).total_seconds(), 6), "rows": None,
-                              "rows_per_s": None}
+        durations["commit"] = {"seconds": round(commit_seconds, 6), "busy_seconds": round(commit_seconds, 6),
+                               "rows": 0, "rows_per_s": None}
+        total = round((finished - self.started).total_seconds(), 6)
+        durations["total"] = {"seconds": total, "busy_seconds": None, "rows": None, "rows_per_s": None}
         return replace(self, finished=finished, durations=durations)
 
     @classmethod
@@ -253,37 +254,58 @@ class RunReport:
 
 
 class StageClock:
-    """Seconds and rows per pipeline stage, summed over batches.
+    """Wall time, busy time and rows per pipeline stage.
 
-    Stages overlap (batch N+1 parses while batch N embeds, and batches run side by side on a
-    distributed runner), so a stage's seconds are the time spent in it, summed over its batches
-    and workers, and the stages can add up to more than the run's wall time (``total``).
+    Each piece of work is a span ``(start, end)`` in epoch seconds (``time.time()``, so that the
+    spans of worker processes on the same machine line up with the flow's). Stages overlap (batch
+    N+1 parses while batch N embeds; batches run side by side on a distributed runner), so per
+    stage there are two times: ``seconds``, its wall time (while any batch was in it: the union
+    of its spans), and ``busy_seconds``, the sum of its spans (more than ``seconds`` when batches
+    ran side by side). ``rows_per_s`` is rows over wall time. Stages add up to more than the
+    run's ``total`` when they overlapped.
     """
 
     def __init__(self) -> None:
-        self.seconds: dict[str, float] = defaultdict(float)
+        self.spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self.rows: dict[str, int] = defaultdict(int)
 
-    def add(self, stage: str, seconds: float, rows: int = 0) -> None:
-        self.seconds[stage] += seconds
+    def add(self, stage: str, seconds: float, rows: int = 0, start: float | None = None) -> None:
+        """Record ``seconds`` of ``stage`` that began at ``start`` (default: ended now)."""
+        start = time.time() - seconds if start is None else start
+        self.spans[stage].append((start, start + seconds))
         self.rows[stage] += rows
+
+    def merge(self, spans: dict[str, list[tuple[float, float]]], rows: dict[str, int]) -> None:
+        """Add another clock's spans and rows (a batch timed in a worker)."""
+        for stage, items in spans.items():
+            self.spans[stage].extend(items)
+        for stage, n in rows.items():
+            self.rows[stage] += n
 
     @contextmanager
     def timing(self, stage: str, rows: int = 0):
         """Time the ``with`` block as part of ``stage``."""
-        t = time.perf_counter()
+        start, t = time.time(), time.perf_counter()
         try:
             yield
         finally:
-            self.add(stage, time.perf_counter() - t, rows)
+            self.add(stage, time.perf_counter() - t, rows, start)
 
-    def as_dict(self, total_seconds: float | None = None) -> dict:
-        """``{stage: {"seconds", "rows", "rows_per_s"}}`` in pipeline order, then ``total``."""
+    def as_dict(self) -> dict:
+        """``{stage: {"seconds", "busy_seconds", "rows", "rows_per_s"}}`` in pipeline order."""
         out = {}
-        for stage in [s for s in STAGES if s in self.seconds] + [s for s in self.seconds if s not in STAGES]:
-            seconds, rows = self.seconds[stage], self.rows[stage]
-            out[stage] = {"seconds": round(seconds, 6), "rows": rows,
-                          "rows_per_s": round(rows / seconds, 1) if seconds > 0 and rows else None}
-        if total_seconds is not None:
-            out["total"] = {"seconds": round(total_seconds, 6), "rows": None, "rows_per_s": None}
+        for stage in [s for s in STAGES if s in self.spans] + [s for s in self.spans if s not in STAGES]:
+            wall, busy, rows = _union(self.spans[stage]), sum(b - a for a, b in self.spans[stage]), self.rows[stage]
+            out[stage] = {"seconds": round(wall, 6), "busy_seconds": round(busy, 6), "rows": rows,
+                          "rows_per_s": round(rows / wall, 1) if wall > 0 and rows else None}
         return out
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of ``spans``."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total

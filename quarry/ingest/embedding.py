@@ -48,11 +48,13 @@ class EmbedPlan:
 
 @dataclass
 class EmbeddedTexts:
-    """What the embed task returns: one float32 row per text, and the model calls it cost."""
+    """What the embed task returns: one float32 row per text, the model calls it cost, and when
+    it ran (``started``, epoch seconds, and ``seconds``)."""
 
     vectors: np.ndarray
     calls: int = 0
     seconds: float = 0.0
+    started: float = 0.0
 
 
 def plan_embedding(records: list[DocumentRecord],
@@ -80,9 +82,9 @@ def embed_texts(texts: list[str], embedder: Embedder, n_tokens: list[int] | None
                 budget_tokens: int = 8192) -> EmbeddedTexts:
     """Embed ``texts`` (float32, one row each). An embedder that plans its own sub-batches gets
     them all in one call; others get batches of about ``budget_tokens`` tokens (``n_tokens``)."""
-    started = time.perf_counter()
+    started, t = time.time(), time.perf_counter()
     if not texts:
-        return EmbeddedTexts(np.zeros((0, embedder.dim), dtype=np.float32), 0, 0.0)
+        return EmbeddedTexts(np.zeros((0, embedder.dim), dtype=np.float32), 0, 0.0, started)
     out = None  # allocated after the first call: a hosted model may learn its dimension from it
     calls = 0
     if getattr(embedder, "plans_batches", False):
@@ -104,7 +106,7 @@ def embed_texts(texts: list[str], embedder: Embedder, n_tokens: list[int] | None
         if out is None:
             out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
         out[batch] = got
-    return EmbeddedTexts(out, calls, time.perf_counter() - started)
+    return EmbeddedTexts(out, calls, time.perf_counter() - t, started)
 
 
 def embed_records(

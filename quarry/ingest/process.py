@@ -201,9 +201,9 @@ def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, to
 
 
 def _lap(clock: StageClock, stage: str, started: float, rows: int) -> float:
-    """Charge the time since ``started`` to ``stage``; returns now."""
+    """Charge the time since ``started`` (``time.perf_counter()``) to ``stage``; returns now."""
     now = time.perf_counter()
-    clock.add(stage, now - started, rows)
+    clock.add(stage, now - started, rows)  # a span that ends now
     return now
 
 
@@ -254,14 +254,15 @@ def process_files(
 class ProcessedBatch:
     """What the process stage returns for a batch of files: plain data, picklable.
 
-    ``seconds``/``rows``: per-stage time and output of this batch (parse, section, context,
-    chunk); ``llm``: the LLM counters of this batch (``LLMRuntime.report()``), empty without LLM.
+    ``spans``/``rows``: when each stage ran for this batch (epoch seconds) and what it produced
+    (parse, section, context, chunk; see :class:`~quarry.core.models.StageClock`); ``llm``: the
+    LLM counters of this batch (``LLMRuntime.report()``), empty without LLM.
     """
 
     records: list[DocumentRecord]
     errors: list[FileError]
     empty: list[FileInfo]
-    seconds: dict[str, float] = field(default_factory=dict)
+    spans: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
     llm: dict = field(default_factory=dict)
 
@@ -294,7 +295,7 @@ def process_batch(items: list[tuple[FileInfo, str]], settings, workers: int = 1,
     finally:
         if llm is not None:
             llm.close()
-    return ProcessedBatch(records, errors, empty, dict(clock.seconds), dict(clock.rows), report)
+    return ProcessedBatch(records, errors, empty, dict(clock.spans), dict(clock.rows), report)
 
 
 def content_fingerprint(settings) -> str:
