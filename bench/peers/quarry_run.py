@@ -100,7 +100,9 @@ def main() -> None:
                    "chunks": row["chunks"], "embedded": row["embedded_chunks"], "truncated": row["truncated"],
                    "model_calls": row["model_calls"], "reused": row["reused_vectors"], "stored": status["chunks"],
                    "files": {k: row[k] for k in ("added", "updated", "moved", "deleted", "skipped", "failed")},
-                   "durations": {k: round(v, 3) for k, v in (row.get("durations") or {}).items()}}
+                   # wall seconds per stage ({stage: {"seconds", "busy_seconds", "rows", "rows_per_s"}})
+                   "durations": {k: round(v["seconds"] if isinstance(v, dict) else v, 3)
+                                 for k, v in (row.get("durations") or {}).items()}}
             if run == "full":
                 out["embedder"] = status["embedder"]
                 out.update(recount(db, args.work / "export"))
