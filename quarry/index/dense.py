@@ -7,10 +7,13 @@ query path. Scores are cosine similarities.
 - **exact**: one matrix-vector product over every row (or over the rows a filter keeps). Costs
   about ``rows × dim × 4`` bytes of memory bandwidth per query: ~150 MB, 8–20 ms, at 100K × 384.
 - **IVF** (inverted file, "IVF-Flat"): at build time spherical k-means puts the rows into
-  ``nlist ≈ √rows`` clusters and the matrix is stored cluster by cluster; a query scores the
+  ``nlist ≈ 2 √rows`` clusters and the matrix is stored cluster by cluster; a query scores the
   centroids and then only the rows of the ``nprobe`` nearest clusters, contiguous slices of the
-  memory map (1/8 of the clusters by default). Built when a store has at least
-  :data:`IVF_MIN_ROWS` chunks; below that, exact search is fast enough.
+  memory map (:data:`MIN_PROBES` of them, or :data:`PROBE_SHARE` of them when that is more). Built when a
+  store has at least :data:`IVF_MIN_ROWS` chunks; below that, exact search is fast enough.
+  Finer lists read fewer rows for the same recall: at 1M rows, ``√rows`` lists probed 1/8
+  deep read 125,000 rows a query (31 ms); see docs/search-index.md for the measured choice and
+  why not HNSW (build time at commit on two cores).
 - **binary**: sign bits of every row (:mod:`quarry.index.binaryvec`, 48 bytes a row at 384-d), Hamming
   top ``20 n``, re-scored exactly (recall@10 0.978 on MiniLM). The bits are computed from the
   memory map on first use (about a second per million rows).
@@ -44,10 +47,15 @@ import numpy as np
 from quarry.index.select import top_n
 
 IVF_MIN_ROWS = 20_000  # below this, exact search reads under 30 MB per query and IVF is not built
-PROBE_SHARE = 1 / 8  # clusters probed, as a share of nlist: recall@10 0.966 on MiniLM (bench/ann_recall.py)
+NLIST_FACTOR = 2.0  # nlist = NLIST_FACTOR * sqrt(rows): k-means cost grows with it (bench/ann_recall.py --rows)
+# Clusters probed: recall depends on the count far more than on the share of nlist (on real
+# MiniLM vectors at 100K rows, ~30 probes give 0.95 whether nlist is 316, 632 or 1,264), so a
+# floor of MIN_PROBES and a slow share on top (bench/ann_recall.py --rows).
+PROBE_SHARE = 1 / 64
+MIN_PROBES = 48
 FILTER_WORK = 1.5  # a filtered IVF search reads 1.5x the rows: its top k lie further out (recall, bench)
 METHODS = ("auto", "exact", "ivf", "binary")
-_BLOCK = 1 << 15
+_BLOCK = 1 << 13  # rows assigned at a time: the block x nlist score matrix stays at 64 MB at 2,000 lists
 _MATVEC_ROWS = 1024
 
 
@@ -73,7 +81,7 @@ def matvec(matrix: np.ndarray, q: np.ndarray, rows: np.ndarray | None = None) ->
 
 
 def default_nlist(n_rows: int) -> int:
-    return max(8, int(round(math.sqrt(n_rows))))
+    return max(8, int(round(NLIST_FACTOR * math.sqrt(n_rows))))
 
 
 def build(vectors: np.ndarray, ivf_min_rows: int = IVF_MIN_ROWS, nlist: int | None = None,
@@ -107,7 +115,7 @@ def _assign(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     return out
 
 
-def kmeans(vectors: np.ndarray, k: int, iters: int = 12, sample_per_list: int = 64,
+def kmeans(vectors: np.ndarray, k: int, iters: int = 10, sample_per_list: int = 32,
            seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Spherical k-means: unit centroids (k × dim) trained on a sample, and every row's cluster."""
     rng = np.random.default_rng(seed)
@@ -136,7 +144,7 @@ def _scatter_sum(sums: np.ndarray, assign: np.ndarray, rows: np.ndarray) -> None
 class DenseIndex:
     """A loaded vector index. ``search`` returns row ids and cosine scores, best first."""
 
-    def __init__(self, arrays: dict[str, np.ndarray], probe_share: float = PROBE_SHARE):
+    def __init__(self, arrays: dict[str, np.ndarray], probe_share: float = PROBE_SHARE, min_probes: int = MIN_PROBES):
         self.vectors = arrays["dense.vectors.npy"]
         self.slot_rows = arrays.get("dense.slot_rows.npy")
         self.centroids = arrays.get("ivf.centroids.npy")
@@ -144,6 +152,7 @@ class DenseIndex:
         self.n_rows = self.vectors.shape[0]
         self.dim = self.vectors.shape[1] if self.vectors.ndim == 2 else 0
         self.probe_share = probe_share
+        self.min_probes = min_probes
         self._binary = None
 
     @classmethod
@@ -158,7 +167,11 @@ class DenseIndex:
 
     def nprobe(self) -> int:
         """Clusters an IVF search scores at least."""
-        return min(len(self.centroids), max(1, math.ceil(len(self.centroids) * self.probe_share)))
+        return min(len(self.centroids), max(self.min_probes, math.ceil(len(self.centroids) * self.probe_share)))
+
+    def _scanned(self) -> int:
+        """About the rows an unfiltered IVF search reads."""
+        return math.ceil(self.n_rows * self.nprobe() / max(1, len(self.centroids)))
 
     def _rows(self, slots: np.ndarray) -> np.ndarray:
         return slots if self.slot_rows is None else self.slot_rows[slots].astype(np.int64)
@@ -195,8 +208,7 @@ class DenseIndex:
             # With a filter, exact search gathers the kept rows, scattered over the matrix; IVF
             # reads about the rows of nprobe clusters, contiguously, several times faster per
             # row. Exact only when it gathers fewer rows than half of what IVF would read.
-            scanned = self.n_rows * self.probe_share
-            method = "ivf" if self.has_ivf and (mask is None or kept > scanned / 2) else "exact"
+            method = "ivf" if self.has_ivf and (mask is None or kept > self._scanned() / 2) else "exact"
         if method == "exact":
             return self._exact(q, n, smask, kept)
         return self._ivf(q, n, smask)
@@ -226,8 +238,8 @@ class DenseIndex:
         else:
             counts = np.concatenate(([0], np.cumsum(smask, dtype=np.int64)))
             per_cluster = counts[self.offsets[1:]] - counts[self.offsets[:-1]]
-            target = max(n, math.ceil(int(counts[-1]) * self.probe_share))
-            work = math.ceil(self.n_rows * self.probe_share * FILTER_WORK)
+            target = max(n, math.ceil(int(counts[-1]) * self.nprobe() / len(self.centroids)))
+            work = math.ceil(self._scanned() * FILTER_WORK)
         parts_s, parts_i, found, scanned = [], [], 0, 0
         for c in order:
             if per_cluster is not None:
