@@ -154,6 +154,7 @@ class DenseIndex:
         self.probe_share = probe_share
         self.min_probes = min_probes
         self._binary = None
+        self._masks: list[tuple] = []
 
     @classmethod
     def load(cls, folder: Path, **kwargs) -> DenseIndex:
@@ -179,7 +180,27 @@ class DenseIndex:
     def _slot_mask(self, mask: np.ndarray | None) -> np.ndarray | None:
         if mask is None:
             return None
-        return mask if self.slot_rows is None else mask[self.slot_rows]
+        if self.slot_rows is None:
+            return mask
+        return self._per_mask(mask)[0]
+
+    def _per_mask(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The mask in storage order and its kept rows per cluster, for the last few masks.
+
+        Both cost a pass over every row (a few ms at 1M); the query module caches masks per
+        filter, so the same array comes back query after query. The cache holds the mask itself,
+        so an ``id`` is never reused while it is cached.
+        """
+        for held, smask, per_cluster in self._masks:
+            if held is mask:
+                return smask, per_cluster
+        smask = mask[self.slot_rows]
+        per_cluster = None
+        if self.has_ivf:
+            counts = np.concatenate(([0], np.cumsum(smask, dtype=np.int64)))
+            per_cluster = counts[self.offsets[1:]] - counts[self.offsets[:-1]]
+        self._masks = [(mask, smask, per_cluster)] + self._masks[:3]
+        return smask, per_cluster
 
     def search(self, query: np.ndarray, n: int, mask: np.ndarray | None = None, method: str = "auto",
                kept: int | None = None, rescore_multiplier: int = 20) -> tuple[np.ndarray, np.ndarray]:
@@ -211,7 +232,7 @@ class DenseIndex:
             method = "ivf" if self.has_ivf and (mask is None or kept > self._scanned() / 2) else "exact"
         if method == "exact":
             return self._exact(q, n, smask, kept)
-        return self._ivf(q, n, smask)
+        return self._ivf(q, n, smask, mask)
 
     def _exact(self, q, n, smask, kept=None):
         if smask is not None and kept is not None and kept * 4 < self.n_rows:
@@ -227,7 +248,7 @@ class DenseIndex:
         pos = top_n(scores, n, rows)
         return rows[pos], scores[pos]
 
-    def _ivf(self, q, n, smask):
+    def _ivf(self, q, n, smask, mask=None):
         """Score the clusters nearest to ``q``: ``nprobe`` of them without a filter; with one,
         clusters holding kept rows, nearest first, until they held ``probe_share`` of the kept
         rows (and at least ``n``) and ``FILTER_WORK`` times the rows an unfiltered search reads,
@@ -236,9 +257,8 @@ class DenseIndex:
         if smask is None:
             order, per_cluster, target, work = order[: self.nprobe()], None, 0, 0
         else:
-            counts = np.concatenate(([0], np.cumsum(smask, dtype=np.int64)))
-            per_cluster = counts[self.offsets[1:]] - counts[self.offsets[:-1]]
-            target = max(n, math.ceil(int(counts[-1]) * self.nprobe() / len(self.centroids)))
+            per_cluster = self._per_mask(mask)[1]
+            target = max(n, math.ceil(int(per_cluster.sum()) * self.nprobe() / len(self.centroids)))
             work = math.ceil(self._scanned() * FILTER_WORK)
         parts_s, parts_i, found, scanned = [], [], 0, 0
         for c in order:
