@@ -213,7 +213,7 @@ class BM25Index:
         best = 0.0
         for c in sorted(cols, key=lambda c: int(self.indptr[c + 1] - self.indptr[c])):
             a, b = int(self.indptr[c]), int(self.indptr[c + 1])
-            if b - a < n or b - a < 4 * n and len(cols) > 1:
+            if b - a < n:
                 continue
             values = scores[self.rows[a:b]]
             if mask is not None:
