@@ -166,6 +166,41 @@ def ensure_store(size: int, sents, rebuild: bool) -> tuple[Path, dict]:
     return folder, info
 
 
+def reindex_dense(store: Path) -> dict:
+    """Rebuild only the vector files of the committed search index (the BM25 and row files do
+    not depend on quarry/index/dense.py): rows back into row order, then ``dense.build``."""
+    import numpy as np
+
+    from quarry.index import dense, searchindex
+    from quarry.store.layout import read_pointer
+
+    folder = store / searchindex.folder_name(read_pointer(store).generation)
+    t0 = time.perf_counter()
+    stored = np.load(folder / "dense.vectors.npy", mmap_mode="r")
+    vectors = np.empty(stored.shape, dtype=np.float32)
+    slot_rows = folder / "dense.slot_rows.npy"
+    if slot_rows.exists():
+        vectors[np.load(slot_rows)] = stored
+    else:
+        vectors[:] = stored
+    del stored
+    arrays, info = dense.build(vectors, searchindex.ivf_min_rows())
+    del vectors
+    for old in folder.glob("*.npy"):
+        if old.name.startswith(("dense.", "ivf.")) and old.name not in arrays:
+            old.unlink()
+    for name, value in arrays.items():
+        tmp = folder / f"{name}.tmp"
+        with open(tmp, "wb") as fh:
+            np.save(fh, value, allow_pickle=False)
+        os.replace(tmp, folder / name)
+    manifest = json.loads((folder / searchindex.MANIFEST).read_text())
+    manifest["dense"] = {**info, "read_seconds": manifest["dense"].get("read_seconds")}
+    (folder / searchindex.MANIFEST).write_text(json.dumps(manifest, indent=2))
+    log(f"  vector index rebuilt in {time.perf_counter() - t0:.1f} s ({info})")
+    return manifest
+
+
 def reindex(store: Path) -> dict:
     """Rebuild the committed generation's search index folder in place, from its catalog and vectors."""
     import duckdb
@@ -345,6 +380,8 @@ def main() -> None:
     ap.add_argument("--rebuild", action="store_true", help="rebuild cached stores")
     ap.add_argument("--reindex", action="store_true",
                     help="rebuild only the search index of cached stores (after a change to quarry/index)")
+    ap.add_argument("--reindex-dense", action="store_true",
+                    help="rebuild only the vector files of cached stores (after a change to quarry/index/dense.py)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     args = ap.parse_args()
     import numpy as np
@@ -360,6 +397,8 @@ def main() -> None:
         folder, info = ensure_store(size, sents, args.rebuild)
         if args.reindex:
             info["index"] = reindex(folder / "store")
+        elif args.reindex_dense:
+            info["index"] = reindex_dense(folder / "store")
         stores[size] = info
         store = folder / "store"
         log(f"measuring {size} chunks ...")
