@@ -319,12 +319,15 @@ def main() -> None:
     if args.sample:
         row["sample_of"] = args.chunks
         per_chunk = row["stage_s"].get("embed", 0.0) / max(1, row["chunks"])
-        base = next((r for r in old if r["embedder"] == "hash" and r["chunks"] >= args.chunks), None)
+        hashed = [r for r in old if r["embedder"] == "hash"]
+        base = max(hashed, key=lambda r: r["chunks"]) if hashed else None
         if base:
-            rest = base["wall_s"] - base["stage_s"].get("embed", 0.0)
+            scale = args.chunks / base["chunks"]
+            rest = (base["wall_s"] - base["stage_s"].get("embed", 0.0)) * scale
             row["extrapolated_wall_s"] = round(rest + per_chunk * args.chunks, 0)
-            row["extrapolated_note"] = (f"extrapolated, not measured: the {base['chunks']}-chunk hash run's other stages "
-                                        f"+ {per_chunk * 1000:.2f} ms/chunk of model time x {args.chunks}")
+            row["extrapolated_note"] = (f"extrapolated, not measured: the {base['chunks']}-chunk hash run's time "
+                                        f"outside embedding x {scale:g} (linear) + {per_chunk * 1000:.2f} ms/chunk "
+                                        f"of model time x {args.chunks}")
         row["model_ms_per_chunk"] = round(per_chunk * 1000, 3)
     results = [r for r in old if (r["chunks"], r["embedder"]) != (row["chunks"], row["embedder"])] + [row]
     results.sort(key=lambda r: (r["embedder"], r["chunks"]))
