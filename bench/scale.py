@@ -155,8 +155,8 @@ json.dump(report, open(sys.argv[4], "w"), default=str)
 """
 
 
-def _tree_rss(root_pid: int) -> int:
-    """Resident bytes of ``root_pid`` and all its descendants (from /proc)."""
+def _tree_rss(root_pid: int) -> dict[int, int]:
+    """Resident bytes of ``root_pid`` and each of its descendants (from /proc), by pid."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     page = os.sysconf("SC_PAGE_SIZE")
@@ -171,12 +171,12 @@ def _tree_rss(root_pid: int) -> int:
             continue
         children.setdefault(ppid, []).append(int(entry))
         rss[int(entry)] = pages * page
-    total, todo = 0, [root_pid]
+    out, todo = {}, [root_pid]
     while todo:
         pid = todo.pop()
-        total += rss.get(pid, 0)
+        out[pid] = rss.get(pid, 0)
         todo += children.get(pid, [])
-    return total
+    return out
 
 
 def run_flow(tree: Path, store: Path, overrides: dict, out: Path) -> dict:
@@ -186,9 +186,14 @@ def run_flow(tree: Path, store: Path, overrides: dict, out: Path) -> dict:
     with open(errlog, "w") as err_fh:  # a file, not a pipe: a full pipe would stall the run
         proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tree), str(store), json.dumps(overrides), str(out)],
                                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err_fh, text=True)
-        peak = 0
+        peak, at, main_peak, series = 0, 0.0, 0, []
         while proc.poll() is None:
-            peak = max(peak, _tree_rss(proc.pid))
+            by_pid = _tree_rss(proc.pid)
+            total = sum(by_pid.values())
+            main_peak = max(main_peak, by_pid.get(proc.pid, 0))
+            series.append((time.perf_counter() - t0, total))
+            if total > peak:
+                peak, at = total, time.perf_counter() - t0
             time.sleep(0.2)
     wall = time.perf_counter() - t0
     err = errlog.read_text(errors="replace")
@@ -197,6 +202,12 @@ def run_flow(tree: Path, store: Path, overrides: dict, out: Path) -> dict:
     report = json.loads(out.read_text())
     report["wall_s"] = wall
     report["peak_rss_mb"] = round(peak / 2**20)
+    # Where the peak falls: the commit is the run's last commit_s seconds (the batches before it).
+    commit_from = wall - report.get("durations", {}).get("commit", 0.0) - 1.0
+    report["peak_rss_at_s"] = round(at, 1)
+    report["peak_rss_mb_main_process"] = round(main_peak / 2**20)
+    report["peak_rss_mb_batches"] = round(max((r for t, r in series if t < commit_from), default=0) / 2**20)
+    report["peak_rss_mb_commit"] = round(max((r for t, r in series if t >= commit_from), default=0) / 2**20)
     return report
 
 
@@ -285,6 +296,8 @@ def run_row(chunks: int, embedder: str, runner: str, n_queries: int, keep: bool)
     row = {
         "chunks": n, "files": first.get("added"), "runner": runner, "embedder": embedder,
         "wall_s": round(first["wall_s"], 1), "peak_rss_mb": first["peak_rss_mb"],
+        "peak_rss_mb_batches": first["peak_rss_mb_batches"], "peak_rss_mb_commit": first["peak_rss_mb_commit"],
+        "peak_rss_mb_main_process": first["peak_rss_mb_main_process"],
         "rows_per_s": {s: round(n / first["durations"][s]) for s in STAGES if first["durations"].get(s)},
         "stage_s": {k: round(v, 1) for k, v in first["durations"].items()},
         "commit_s": round(first["durations"].get("commit", 0.0), 1),
