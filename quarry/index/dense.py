@@ -65,6 +65,17 @@ def normalise(matrix: np.ndarray) -> np.ndarray:
     return (matrix / norms).astype(np.float32, copy=False)
 
 
+def normalise_inplace(matrix: np.ndarray) -> np.ndarray:
+    """Scale the float32 rows of ``matrix`` to unit length in place (zero rows stay zero), in
+    blocks, so that no full-size temporary is made."""
+    for start in range(0, matrix.shape[0], _BLOCK):
+        block = matrix[start:start + _BLOCK]
+        norms = np.linalg.norm(block, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        block /= norms
+    return matrix
+
+
 def matvec(matrix: np.ndarray, q: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """``matrix @ q`` (or ``matrix[rows] @ q``) in blocks of :data:`_MATVEC_ROWS` rows.
 
