@@ -11,12 +11,18 @@ reused when its parameters match.
 For each row it runs ``quarry.flows.index.index_flow`` in a child process (a fresh store, the
 given embedder; the ``hash`` embedder at 384 dimensions measures the pipeline without a model)
 and samples the resident memory of that process and all its descendants every 0.2 s (the
-peak of the sum is ``peak_rss_mb``). Rows/s per stage are the run report's stage durations
+peak of the sum is ``peak_rss_mb``; ``peak_rss_mb_batches`` and ``peak_rss_mb_commit`` split it
+at the start of the commit, ``peak_rss_mb_main_process`` is the flow's own process, without the
+Prefect API server and parse workers). Rows/s per stage are the run report's stage durations
 (``discover_plan``, ``process``, ``embed``, ``load``, ``commit``) divided into the chunk count.
 Then it runs the same flow again on the unchanged tree (``no_change_s``), opens the store with
 ``quarry.search.query`` and times warm hybrid queries (200 queries of 2-5 words from the same
 vocabulary, k = 10; query embeddings computed before timing), and measures recall@10 of the
 index's default vector search against exact search over the same rows, for those queries.
+Query times are wall and CPU milliseconds (``hybrid_p50_cpu_ms``: what a query costs on an idle
+core; on a shared, loaded machine the wall time adds the wait for one). With the ``hash``
+embedder the vectors are feature hashes with no cluster structure, the worst case for IVF, so
+``recall_at_10`` there is far below what real embeddings get (bench/ann_recall.py --rows).
 
 ``--embedder onnx-int8 --sample 2000`` runs the real default model on a 2,000-chunk tree and
 adds ``extrapolated_wall_s`` for ``--chunks`` chunks (the hash row's non-embedding stages plus
