@@ -260,7 +260,9 @@ def ivf_store(tmp_path_factory):
         commit(path, records)
     finally:
         del os.environ["QUARRY_IVF_MIN_ROWS"]
-    assert '"nlist": 17' in next(path.glob("index-*/index.json")).read_text()
+    from quarry.index.dense import default_nlist
+
+    assert f'"nlist": {default_nlist(300)}' in next(path.glob("index-*/index.json")).read_text()
     return path, records
 
 
