@@ -290,9 +290,11 @@ def parse_pairs(values, flag: str, names=("vector", "bm25")) -> dict[str, float]
 @click.option("--mode", type=click.Choice(["hybrid", "vector", "bm25"]), default="hybrid", show_default=True)
 @click.option("--candidates", type=click.IntRange(1, 10000), default=None,
               help="Candidates per retriever before fusion (default max(50, 5k)).")
+@click.option("--fusion", type=click.Choice(["tmm", "rrf"]), default="tmm", show_default=True,
+              help="How hybrid fuses: tmm (normalised scores, per-query weights) or rrf (ranks).")
 @click.option("--rrf-k", type=click.IntRange(0, 10000), default=60, show_default=True, help="RRF constant k.")
 @filter_options
-@click.option("--weights", multiple=True, help="RRF weight per retriever, e.g. vector=1,bm25=0.5.")
+@click.option("--weights", multiple=True, help="Fusion weight per retriever, e.g. vector=1,bm25=0.5.")
 @click.option("--min-score", "min_scores", multiple=True,
               help="Drop a retriever's candidates scoring below this, e.g. vector=0.3 (repeatable).")
 @click.option("--explain", is_flag=True, help="Show each retriever's rank and score and the fused score.")
@@ -309,7 +311,7 @@ def parse_pairs(values, flag: str, names=("vector", "bm25")) -> dict[str, float]
               help="Output format (default table; --json is --format json).")
 @json_option
 @handle_errors
-def search(query, db, k, mode, candidates, rrf_k, where, path_globs, since, until, file_types, doc_ids, weights,
+def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, since, until, file_types, doc_ids, weights,
            min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt, as_json):
     """Search the index for QUERY."""
     import quarry
@@ -327,7 +329,7 @@ def search(query, db, k, mode, candidates, rrf_k, where, path_globs, since, unti
 
         before_after = parse_window(window)
     filters = build_filter(where, path_globs, since, until, file_types, doc_ids)
-    search_kwargs = {"mode": mode, "candidates": candidates, "rrf_k": rrf_k}
+    search_kwargs = {"mode": mode, "candidates": candidates, "fusion": fusion, "rrf_k": rrf_k}
     for key, value in (("weights", parse_pairs(weights, "--weights")),
                        ("min_scores", parse_pairs(min_scores, "--min-score")), ("filters", filters)):
         if value is not None:

@@ -7,7 +7,7 @@ one exists, so a long-lived reader follows re-indexing without ever seeing a hal
 
 A search: the query is embedded (cached) and tokenised; a filter, if any, becomes a boolean
 mask over rows (one DuckDB query, cached per generation); each retriever takes its top
-``candidates`` among the rows the mask keeps; reciprocal rank fusion merges them; the top ``k``
+``candidates`` among the rows the mask keeps; score fusion (:mod:`quarry.search.fusion`) merges them; the top ``k``
 are read back from the catalog.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from quarry.ingest.embedders import describe, describe_backend, get_embedder
 from quarry.core.errors import ModelMismatch, UsageError
 from quarry.search.filters import Filter
-from quarry.search.fusion import DEFAULT_K, rrf
+from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, FUSIONS, fuse
 from quarry.core.paths import display
 from quarry.core.settings import Settings, store_path
 from quarry.core.sqlfiles import load_sql
@@ -82,6 +82,7 @@ class SearchResponse:
     k: int = 10
     candidates: int = 0
     rrf_k: int = DEFAULT_K
+    fusion: str = DEFAULT_FUSION
     weights: dict[str, float] = field(default_factory=dict)
     min_scores: dict[str, float] = field(default_factory=dict)
     filter: str = ""
@@ -281,6 +282,7 @@ class Index:
         *,
         candidates: int | None = None,
         rrf_k: int = DEFAULT_K,
+        fusion: str = DEFAULT_FUSION,
         weights: dict[str, float] | None = None,
         min_scores: dict[str, float] | None = None,
         filters: Filter | str | None = None,
@@ -288,12 +290,13 @@ class Index:
         """Search the committed index.
 
         ``hybrid`` takes each retriever's top ``candidates`` (default ``max(50, 5k)``) and fuses
-        them by reciprocal rank fusion, ``Σ weight_r / (rrf_k + rank_r)`` (see
-        :mod:`quarry.search.fusion`); ``vector`` and ``bm25`` return one retriever's top ``k`` in the
-        same result shape.
+        them by ``fusion``: ``tmm`` (default), a convex combination of theoretically min-max
+        normalised scores with per-query weights, or ``rrf``, reciprocal rank fusion
+        ``Σ weight_r / (rrf_k + rank_r)`` (see :mod:`quarry.search.fusion`); ``vector`` and
+        ``bm25`` return one retriever's top ``k`` in the same result shape.
 
-        ``weights``: per retriever (``vector``, ``bm25``; default 1.0 each); a weight of 0 skips
-        that retriever. ``min_scores``: drop a retriever's candidates scoring below its value
+        ``weights``: per retriever (``vector``, ``bm25``; default 1.0 each), multiplying RRF's
+        terms or TMM's tuned convex weights; a weight of 0 skips that retriever. ``min_scores``: drop a retriever's candidates scoring below its value
         (cosine for ``vector``, BM25 for ``bm25``) before fusion, and fused results below
         ``fused``. ``filters``: a :class:`~quarry.search.filters.Filter` (or a ``--where`` string),
         applied inside both retrievers before they pick candidates. Ties are broken by the best
@@ -309,6 +312,8 @@ class Index:
             raise UsageError("candidates must be at least 1")
         if rrf_k < 0:
             raise UsageError("rrf_k must be 0 or more")
+        if fusion not in FUSIONS:
+            raise UsageError(f"unknown fusion {fusion!r}; choose one of {', '.join(FUSIONS)}")
         weights = {**{r: 1.0 for r in RETRIEVERS}, **_checked("weights", weights, RETRIEVERS)}
         if any(w < 0 for w in weights.values()):
             raise UsageError(f"weights must be 0 or more, got {weights}")
@@ -343,7 +348,7 @@ class Index:
 
         t = time.perf_counter()
         if mode == "hybrid":
-            fused = rrf({name: [row for row, _ in h] for name, h in hits.items()}, k=rrf_k, weights=weights)
+            fused = fuse(hits, fusion, k=rrf_k, weights=weights, depth=n)
             if "fused" in min_scores:
                 fused = [(row, s) for row, s in fused if s >= min_scores["fused"]]
             fused = fused[:k]
@@ -356,6 +361,7 @@ class Index:
         timings["total"] = _ms(t_start)
         return SearchResponse(
             query=query, mode=mode, results=results, k=k, candidates=n if mode == "hybrid" else k, rrf_k=rrf_k,
+            fusion=fusion if mode == "hybrid" else "",
             weights={r: weights[r] for r in active} if mode == "hybrid" else {}, min_scores=min_scores,
             filter=str(filters) if filters else "", counts=counts, timings=timings,
         )
