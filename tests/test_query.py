@@ -185,6 +185,20 @@ def test_fusion_is_explained_and_tunable(store):
         assert single.results[0].fused is None and single.results[0].score == single.results[0].scores["bm25"]
 
 
+def test_default_fusion_is_tmm_over_the_raw_scores(store):
+    from quarry.search.fusion import fuse
+
+    with open_index(store) as idx:
+        hybrid = idx.search("alpha beta", k=5, candidates=20)
+        assert hybrid.fusion == "tmm"
+        vec = idx.vector_search("alpha beta", 20)
+        bm = idx.bm25_search("alpha beta", 20)
+        expected = fuse({"vector": vec, "bm25": bm}, "tmm", depth=20)[:5]
+        assert [(r.chunk_id, r.fused) for r in hybrid.results] == [(c, pytest.approx(s)) for c, s in expected]
+        assert all(0.0 <= r.fused <= 1.0 and r.score == r.fused for r in hybrid.results)
+        assert idx.search("alpha", k=3, mode="bm25").fusion == ""
+
+
 def test_ties_break_by_chunk_id_every_time(store):
     with open_index(store) as idx:
         first = [r.chunk_id for r in idx.search("alpha alpha beta", k=20, mode="bm25").results]

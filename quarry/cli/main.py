@@ -16,6 +16,7 @@ import click
 
 from quarry.core.errors import QuarryError
 from quarry.core.settings import EMBED_BACKENDS, default_db
+from quarry.search.fusion import DEFAULT_FUSION, FUSIONS
 
 EXIT_PARTIAL = 3
 
@@ -290,7 +291,7 @@ def parse_pairs(values, flag: str, names=("vector", "bm25")) -> dict[str, float]
 @click.option("--mode", type=click.Choice(["hybrid", "vector", "bm25"]), default="hybrid", show_default=True)
 @click.option("--candidates", type=click.IntRange(1, 10000), default=None,
               help="Candidates per retriever before fusion (default max(50, 5k)).")
-@click.option("--fusion", type=click.Choice(["tmm", "rrf"]), default="tmm", show_default=True,
+@click.option("--fusion", type=click.Choice(FUSIONS), default=DEFAULT_FUSION, show_default=True,
               help="How hybrid fuses: tmm (normalised scores, per-query weights) or rrf (ranks).")
 @click.option("--rrf-k", type=click.IntRange(0, 10000), default=60, show_default=True, help="RRF constant k.")
 @filter_options
