@@ -11,16 +11,16 @@ lowest normalised score among its candidates (it fell below that retriever's cut
 when that retriever returned fewer than ``depth`` candidates (it found nothing more: BM25 with
 no query term in the chunk).
 
-The weights adapt per query. Each retriever's base weight (``vector`` :data:`TMM_ALPHA`,
-``bm25`` ``1 - TMM_ALPHA``) is multiplied by its *peak* raised to :data:`TMM_ADAPT`: how far its
-best few candidates stand above the rest of its list,
+The weights can adapt per query (``adapt > 0``): each retriever's base weight (``vector``
+:data:`TMM_ALPHA`, ``bm25`` ``1 - TMM_ALPHA``) is multiplied by its *peak* raised to ``adapt``:
+how far its best few candidates stand above the rest of its list,
 ``(mean(top PEAK_TOP) - mean(all)) / (max - min)``, a query-performance predictor in the family
-of Shtok et al.'s normalised query commitment (NQC, ACM TOIS 2012). A retriever whose list is
-flat for this query (it cannot tell its candidates apart) loses weight to one whose list has a
-clear head; the weights are renormalised to sum to 1. ``adapt = 0`` is plain TMM.
+of Shtok et al.'s normalised query commitment (NQC, ACM TOIS 2012), and the weights are
+renormalised to sum to 1.
 
-``TMM_ALPHA`` and ``TMM_ADAPT`` were chosen on SciFact's *train* queries only
-(bench/quality.py); nothing was tuned on test queries.
+``TMM_ALPHA = 0.85`` and ``TMM_ADAPT = 0`` were chosen on SciFact's *train* queries only
+(bench/quality.py: α from 0 to 1 by 0.05 × adapt 0, 0.5, 1, 1.5, 2); every adaptation strength
+scored below fixed weights there, so adaptation ships off. Nothing was tuned on test queries.
 
 ``rrf``: for each candidate ``d`` and each retriever ``r`` that returned it at 1-based rank
 ``rank_r(d)``: ``score(d) = Σ_r weight_r / (k + rank_r(d))`` (Cormack, Clarke and Buettcher,
