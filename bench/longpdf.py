@@ -8,10 +8,12 @@ holding the evidence, as judged by the benchmark's annotators (``evidence_page_n
 here 1-based). quarry does not ship it. To get it, clone that repository outside the project
 and point ``--data`` (or ``$QUARRY_FINANCEBENCH``) at a folder holding its ``data/`` and a
 ``pdfs/`` folder with the filings to index (any subset: questions whose evidence filing is
-absent are left out). The run this README reports used 7 10-K filings (1,160 pages) of three
-companies, two or three years each, so that filings of one company compete: 3M 2018/2022,
-Boeing 2018/2022, Corning 2020/2021/2022 (17 questions; a small set, chosen so that parsing and
-embedding fit a busy 2-core machine: read its numbers as indicative). Without the folder the bench says so and stops.
+absent are left out). The run this README reports used 11 10-K filings (1,733 pages) of five
+companies, two or three years each, so that filings of one company compete: 3M 2018/2022, Adobe
+2017/2022, Boeing 2018/2022, Corning 2020/2021/2022 and General Mills 2019/2020 (23 questions;
+a small set, what parsing and embedding could do in the time on a busy 2-core machine: read
+its numbers as indicative, not as a benchmark result).
+Without the folder the bench says so and stops.
 
 The PDFs are indexed once through the real flow (default settings) into
 ``bench/results/stores/financebench-<backend>`` and kept. Each question's vector and BM25
