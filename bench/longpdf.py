@@ -2,7 +2,7 @@
 
     python bench/longpdf.py [--data DIR] [--backend onnx-int8] [--pool 250] [--store DIR] [--json]
 
-The set: FinanceBench (Islam et al., 2023; github.com/patronus-ai/financebench, CC-BY-NC-4.0), whose
+The set: FinanceBench (Islam et al., 2023; the patronus-ai/financebench repository on GitHub, CC-BY-NC-4.0), whose
 open-source questions about public companies' SEC filings each name the filing and the page(s)
 holding the evidence, as judged by the benchmark's annotators (``evidence_page_num``, 0-based;
 here 1-based). quarry does not ship it. To get it, clone that repository outside the project
