@@ -27,7 +27,7 @@ TORCH_VENV := .venv-torch
 TORCH_VERSION := 2.13.0
 SENTENCE_TRANSFORMERS_VERSION := 6.2.0
 
-.PHONY: setup demo test test-slow test-reliability test-llm test-torch torch-venv wheel bench clean
+.PHONY: setup demo test test-slow test-reliability test-llm test-torch torch-venv peers wheel bench clean
 
 setup: $(VENV)/.installed
 
@@ -71,6 +71,15 @@ $(TORCH_VENV)/.installed: pyproject.toml requirements.lock
 test-torch: $(TORCH_VENV)/.installed
 	QUARRY_REQUIRE_TORCH=1 $(TORCH_VENV)/bin/python -m pytest -m "torch" -q
 
+# The LlamaIndex peer of bench/vs_llamaindex.py in a venv of its own (about 2.3 GB: torch), so that
+# quarry's venvs never import llama_index; the bench builds it the same way when it is missing.
+PEER_VENV := bench/peers/.venv
+
+peers: $(PEER_VENV)/.installed
+
+$(PEER_VENV)/.installed: bench/peers/requirements.txt
+	$(PYTHON) bench/vs_llamaindex.py --setup
+
 wheel: setup
 	$(BIN)/python -m pip wheel -q --no-deps --no-build-isolation -w dist .
 
@@ -92,4 +101,4 @@ test-llm: setup $(LLM_VENV)/.installed
 		$(BIN)/python -m pytest -m llm_server -q
 
 clean:
-	rm -rf $(VENV) $(LLM_VENV) $(TORCH_VENV) .quarry .pytest_cache dist build
+	rm -rf $(VENV) $(LLM_VENV) $(TORCH_VENV) $(PEER_VENV) .quarry .pytest_cache dist build

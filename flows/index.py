@@ -107,7 +107,7 @@ def _index(logger, settings, store, roots, run_id, started, durations, full, dry
     def open_writer() -> StoreWriter:
         nonlocal writer
         if writer is None:
-            writer = StoreWriter(store, model, dim).open()
+            writer = StoreWriter(store, model, dim, duckdb_fts=settings.duckdb_fts).open()
         return writer
 
     llm = None

@@ -1,11 +1,13 @@
 """quarry: a batch indexer for document collections with hybrid search.
 
-``quarry.open(db).search("query")`` is the Python API; indexing runs as the Prefect flow in
-``quarry.flows.index`` (``quarry index`` on the command line).
+``quarry.open(db).search("query")`` is the Python API (README, "Python API"); indexing runs as
+the Prefect flow in ``quarry.flows.index`` (``quarry index`` on the command line). The names in
+``__all__`` are imported on first use, so ``import quarry`` stays cheap.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
 from pathlib import Path as _Path
 
 from quarry import _checkout
@@ -14,12 +16,47 @@ __version__ = "0.1.0"
 
 _checkout.install(_Path(__file__).resolve().parent)
 
+# name -> module that defines it
+_EXPORTS = {
+    "Index": "quarry.search.query",
+    "SearchResponse": "quarry.search.query",
+    "SearchResult": "quarry.search.query",
+    "Filter": "quarry.search.filters",
+    "Window": "quarry.search.windows",
+    "Segment": "quarry.search.segments",
+    "RseParams": "quarry.search.segments",
+    "Reranker": "quarry.search.rerank",
+    "ExportReport": "quarry.search.export",
+    "Settings": "quarry.core.settings",
+    "QuarryError": "quarry.core.errors",
+    "UsageError": "quarry.core.errors",
+    "ConfigError": "quarry.core.errors",
+    "StoreNotFound": "quarry.core.errors",
+    "ModelMismatch": "quarry.core.errors",
+}
+
+__all__ = ["open", "__version__", *_EXPORTS]
+
 
 def open(db=None, settings=None, **kwargs):  # noqa: A001 - mirrors the builtin on purpose: quarry.open(db)
-    """Open the index at ``db`` for searching; see :class:`quarry.search.query.Index`.
+    """Open the index at ``db`` (default ``$QUARRY_DB`` or ``./.quarry``) for searching; returns an
+    :class:`Index`. Use it as a context manager, or call ``close()``.
 
     ``kwargs`` go to the index (``vector_search="auto"|"exact"|"ivf"|"binary"``, ``cache_size``).
     """
     from quarry.search.query import open as _open
 
     return _open(db, settings, **kwargs)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'quarry' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

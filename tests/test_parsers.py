@@ -202,9 +202,55 @@ def test_markdown_front_matter(tmp_path):
     source = '---\ntitle: "Quarterly Report"\nauthor: Ana\ntags:\n  - a\n---\n\n# Overview\n\nBody.\n'
     doc = parse_file(write(tmp_path, "report.md", source))
     assert doc.title == "Quarterly Report"
-    assert doc.metadata == {"title": "Quarterly Report", "author": "Ana"}
+    assert doc.metadata == {"title": "Quarterly Report", "author": "Ana", "tags": "a"}
     assert doc.text == "# Overview\n\nBody.\n"
     assert doc.headings == [Heading(1, "Overview", 0)]
+
+
+def test_markdown_nested_front_matter_keeps_its_structure_and_scalars_as_written(tmp_path):
+    source = ("---\nTitle: Release notes\nversion: 1.10\ndate: 2024-01-05\ndraft: false\nempty:\n"
+              "tags: [a, b]\nauthor:\n  name: Ana\n  team: [docs, search]\n...\n# Notes\n")
+    doc = parse_file(write(tmp_path, "notes.md", source))
+    assert doc.metadata == {"title": "Release notes", "version": "1.10", "date": "2024-01-05", "draft": "false", "tags": "a, b",
+                            "author": '{"name":"Ana","team":["docs","search"]}'}
+    assert doc.title == "Release notes" and doc.text == "# Notes\n"
+    assert doc.headings == [Heading(1, "Notes", 0)]
+
+
+@pytest.mark.parametrize("source", [
+    "---\ntitle: [never closed\n---\n# Body\n",  # bad YAML
+    "---\njust a line of prose\n---\n# Body\n",  # not a mapping: two thematic breaks around text
+])
+def test_markdown_front_matter_that_is_not_a_yaml_mapping_stays_text(tmp_path, source):
+    doc = parse_file(write(tmp_path, "a.md", source))
+    assert doc.metadata == {} and doc.text == source
+    assert doc.title == "Body"
+
+
+# The five cases a line scanner got wrong, then five it already got right; the expected headings
+# are CommonMark's (level, title, line of the heading's first line).
+COMMONMARK_CASES = [
+    ("html-comment", "<!--\n# not a heading\n-->\n\n# Real\n", [(1, "Real", 4)]),
+    ("pre-block", "<pre>\n# not a heading\n</pre>\n\n# Real\n", [(1, "Real", 4)]),
+    ("block-quote", "> # Quoted\n>\n> text\n", [(1, "Quoted", 0)]),
+    ("list-item", "- # In a list\n- item\n", [(1, "In a list", 0)]),
+    ("lazy-continuation-then-rule", "> foo\nbar\n---\n", []),
+    ("fenced-code", "```\n# not a heading\n```\n# Real\n", [(1, "Real", 3)]),
+    ("no-space-after-hash", "#5 bolt\n#hashtag\n####### seven\n", []),
+    ("setext", "Title\n=====\n\nSub\npart\n---\n", [(1, "Title", 0), (2, "Sub part", 3)]),
+    ("indented-code", "    # code\n\n# Real\n", [(1, "Real", 2)]),
+    ("closing-hashes", "# Title #\n## Sub ##   \n", [(1, "Title", 0), (2, "Sub", 1)]),
+]
+
+
+@pytest.mark.parametrize("name, source, expected", COMMONMARK_CASES, ids=[c[0] for c in COMMONMARK_CASES])
+def test_markdown_headings_follow_commonmark(name, source, expected):
+    from quarry.ingest.parsers.text import markdown_headings
+
+    headings = markdown_headings(source)
+    assert [(h.level, h.title, source[: h.offset].count("\n")) for h in headings] == expected
+    starts = [0] + [i + 1 for i, ch in enumerate(source) if ch == "\n"]
+    assert all(h.offset in starts for h in headings)  # offsets are line starts
 
 
 def test_markdown_title_prefers_level_one(tmp_path):

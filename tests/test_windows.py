@@ -10,7 +10,7 @@ import pytest
 from quarry.core.errors import UsageError
 from quarry.search.query import SearchResult
 from quarry.store import catalog
-from quarry.search.windows import ChunkSpan, expand, merge_ranges, merge_text, parse_window
+from quarry.search.windows import ChunkReader, ChunkSpan, expand, merge_ranges, merge_text, parse_window
 
 
 def make_index(tmp_path, docs: dict[str, tuple[str, list[tuple[int, int]]]], n_chunks: dict[str, int] | None = None):
@@ -33,7 +33,7 @@ def make_index(tmp_path, docs: dict[str, tuple[str, list[tuple[int, int]]]], n_c
                 "INSERT INTO chunks VALUES (?, ?, 0, ?, ?, ?, ?, ?, ?, ?, 'h', 1, '')",
                 [f"{doc_id}:{i}", doc_id, i, a, b, i // 2 + 1, i // 2 + 1, f"Header {doc_id}", text[a:b]],
             )
-    return SimpleNamespace(snapshot=SimpleNamespace(con=con))
+    return SimpleNamespace(chunk_reader=lambda: ChunkReader(con))
 
 
 def hit(chunk_id: str, rank: int, score: float | None = None, carry_index: bool = True) -> SearchResult:

@@ -15,8 +15,11 @@ from pathlib import Path
 import click
 
 from quarry.core.errors import QuarryError
-from quarry.core.settings import EMBED_BACKENDS, default_db
+from quarry.core.models import RETRIEVERS, SEARCH_MODES
+from quarry.cli.output import FORMATS as OUTPUT_FORMATS
+from quarry.core.settings import default_db
 from quarry.search.fusion import DEFAULT_FUSION, FUSIONS
+from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 
 EXIT_PARTIAL = 3
 
@@ -47,11 +50,32 @@ def handle_errors(fn):
     return wrapper
 
 
+class RegistryChoice(click.Choice):
+    """A ``click.Choice`` over the names of a component registry (quarry/core/registry.py), read
+    when a flag is parsed, completed or shown in help, so that the names are written once, next
+    to their implementations, and starting the CLI imports none of them."""
+
+    def __init__(self, registry: str):
+        self._registry = registry  # "module:NAME" of the registry
+        super().__init__((), case_sensitive=True)
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        from importlib import import_module
+
+        module, _, name = self._registry.partition(":")
+        return getattr(import_module(module), name).names()
+
+    @choices.setter
+    def choices(self, value) -> None:  # click.Choice.__init__ assigns it; the registry is the source
+        pass
+
+
 db_option = click.option(
     "--db",
     type=click.Path(file_okay=False),
     default=None,
-    help=f"Store directory. Default: $QUARRY_DB or {default_db()}.",
+    help=f"Store directory, or s3://bucket/prefix (AWS_* environment). Default: $QUARRY_DB or {default_db()}.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 
@@ -96,14 +120,15 @@ def configure_logging(level: str) -> None:
 @click.option("--exclude", multiple=True, help="Skip files matching this glob (repeatable).")
 @click.option("--chunk-size", type=int, default=None, help="Chunk size in characters (default 800).")
 @click.option("--chunk-overlap", type=int, default=None, help="Characters of overlap between chunks (default 0).")
-@click.option("--embed-backend", type=click.Choice(EMBED_BACKENDS), default=None,
+@click.option("--embed-backend", type=RegistryChoice("quarry.ingest.embedders.base:EMBEDDERS"), default=None,
               help="onnx-int8 (default), onnx, torch (needs quarry[torch]), openai, or hash (tests only) "
                    "($QUARRY_EMBED_BACKEND).")
 @click.option("--embed-model", default=None, help="Embedding model name ($QUARRY_EMBED_MODEL).")
-@click.option("--sectioner", type=click.Choice(["structure", "semantic", "llm"]), default=None,
+@click.option("--sectioner", type=RegistryChoice("quarry.ingest.sectioning:SECTIONERS"), default=None,
               help="structure (headings; default), semantic (embedding topic shifts in long spans) or llm "
                    "($QUARRY_SECTIONER).")
-@click.option("--context", "context_writer", type=click.Choice(["rules", "llm"]), default=None,
+@click.option("--context", "context_writer", type=RegistryChoice("quarry.ingest.context:CONTEXT_WRITERS"),
+              default=None,
               help="Chunk headers from rules (default) or an LLM's title and summary ($QUARRY_CONTEXT).")
 @click.option("--header-fields", default=None,
               help="Header lines, comma-separated: title, summary, section, section_summary, chunk_context, or "
@@ -264,7 +289,7 @@ def build_filter(where, path_globs, since, until, file_types, doc_ids):
                         file_type=list(file_types), doc_id=list(doc_ids))
 
 
-def parse_pairs(values, flag: str, names=("vector", "bm25")) -> dict[str, float] | None:
+def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
     """``name=value`` pairs from a repeatable, comma-separable flag."""
     from quarry.core.errors import UsageError
 
@@ -288,11 +313,11 @@ def parse_pairs(values, flag: str, names=("vector", "bm25")) -> dict[str, float]
 @click.argument("query")
 @db_option
 @click.option("-k", "k", type=click.IntRange(1, 1000), default=10, show_default=True, help="Results to return.")
-@click.option("--mode", type=click.Choice(["hybrid", "vector", "bm25"]), default="hybrid", show_default=True)
+@click.option("--mode", type=click.Choice(SEARCH_MODES), default="hybrid", show_default=True)
 @click.option("--candidates", type=click.IntRange(1, 10000), default=None,
               help="Candidates per retriever before fusion (default max(50, 5k)).")
 @click.option("--fusion", type=click.Choice(FUSIONS), default=DEFAULT_FUSION, show_default=True,
-              help="How hybrid fuses: tmm (normalised scores, per-query weights) or rrf (ranks).")
+              help="How hybrid fuses: tmm (normalised scores) or rrf (ranks).")
 @click.option("--rrf-k", type=click.IntRange(0, 10000), default=60, show_default=True, help="RRF constant k.")
 @filter_options
 @click.option("--weights", multiple=True, help="Fusion weight per retriever, e.g. vector=1,bm25=0.5.")
@@ -301,14 +326,17 @@ def parse_pairs(values, flag: str, names=("vector", "bm25")) -> dict[str, float]
 @click.option("--explain", is_flag=True, help="Show each retriever's rank and score and the fused score.")
 @click.option("--window", default=None, metavar="B,A",
               help="Return each hit with B chunks before and A after from its document, merged where they meet.")
+# --segments and export's --format list segments.PRESETS and export.FORMATS (tests/test_registry.py checks):
+# importing those modules here would load numpy and pyarrow for every command.
 @click.option("--segments", type=click.Choice(["balanced", "precision", "find_all"]), is_flag=False,
               flag_value="balanced", default=None,
               help="Return relevant segments (dsRAG RSE) instead of single chunks; preset default balanced.")
 @click.option("--rerank", "rerank_spec", default=None, metavar="SPEC",
               help="Rerank fused candidates: cross-encoder:/path/to/model, llm or llm:MODEL.")
-@click.option("--rerank-candidates", type=click.IntRange(1, 1000), default=30, show_default=True,
+@click.option("--rerank-candidates", type=click.IntRange(1, 1000), default=DEFAULT_RERANK_CANDIDATES,
+              show_default=True,
               help="Fused candidates handed to the reranker.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl"]), default=None,
+@click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default=None,
               help="Output format (default table; --json is --format json).")
 @json_option
 @handle_errors
@@ -322,59 +350,23 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
     if as_json and fmt not in (None, "json"):
         raise UsageError(f"--json and --format {fmt} disagree; give one of them")
     fmt = "json" if as_json else (fmt or "table")
-    if window is not None and segments is not None:
-        raise UsageError("--window and --segments are alternatives; give one of them")
-    before_after = None
-    if window is not None:
-        from quarry.search.windows import parse_window
-
-        before_after = parse_window(window)
-    filters = build_filter(where, path_globs, since, until, file_types, doc_ids)
-    search_kwargs = {"mode": mode, "candidates": candidates, "fusion": fusion, "rrf_k": rrf_k}
-    for key, value in (("weights", parse_pairs(weights, "--weights")),
-                       ("min_scores", parse_pairs(min_scores, "--min-score")), ("filters", filters)):
-        if value is not None:
-            search_kwargs[key] = value
-    reranker = None
-    if rerank_spec:
-        from quarry.search.rerank import get_reranker
-
-        reranker = get_reranker(rerank_spec)
-
-    wins = segs = None
     with quarry.open(db) as idx:
-        if segments is not None:
-            from quarry.search.segments import get_params, segments_from_results
-
-            params = get_params(segments)
-            pool = rerank_candidates if reranker else max(k, params.results)
-            response = idx.search(query, k=pool, **{**search_kwargs, "candidates": candidates or max(pool, 50)})
-            if reranker:
-                response.results = reranker.rerank(query, response.results)
-            segs = segments_from_results(idx, response.results, params)
-            response.results = response.results[:k]
-        else:
-            if reranker:
-                from quarry.search.rerank import rerank_search
-
-                response = rerank_search(idx, query, reranker, k=k, rerank_candidates=rerank_candidates,
-                                         **search_kwargs)
-            else:
-                response = idx.search(query, k=k, **search_kwargs)
-            if before_after is not None:
-                from quarry.search.windows import expand
-
-                wins = expand(idx, response.results, *before_after)
+        response = idx.search(query, k, mode, candidates=candidates, fusion=fusion, rrf_k=rrf_k,
+                              filters=build_filter(where, path_globs, since, until, file_types, doc_ids),
+                              weights=parse_pairs(weights, "--weights"),
+                              min_scores=parse_pairs(min_scores, "--min-score"),
+                              rerank=rerank_spec, rerank_candidates=rerank_candidates, segments=segments,
+                              window=window)
     if fmt == "json":
-        click.echo(json.dumps(output.payload(response, windows=wins, segments=segs, explained=explain), indent=2,
-                              ensure_ascii=False, default=str))
+        click.echo(json.dumps(output.payload(response, explained=explain), indent=2, ensure_ascii=False,
+                              default=str))
     elif fmt == "jsonl":
-        for line in output.lines(response, windows=wins, segments=segs, explained=explain):
+        for line in output.lines(response, explained=explain):
             click.echo(line)
-    elif wins is not None:
-        output.print_blocks(wins, "window")
-    elif segs is not None:
-        output.print_blocks(segs, "segment")
+    elif response.windows is not None:
+        output.print_blocks(response.windows, "window")
+    elif response.segments is not None:
+        output.print_blocks(response.segments, "segment")
     else:
         output.print_results(response, explained=explain)
 
@@ -395,11 +387,11 @@ def export_cmd(out, db, fmt, vectors, where, path_globs, since, until, file_type
                as_json):
     """Write documents, sections and chunks of the committed index to OUT as Parquet or JSONL."""
     import quarry
-    from quarry.search.export import export
 
-    filters = build_filter(where, path_globs, since, until, file_types, doc_ids)
     with quarry.open(db) as idx:
-        report = export(idx, out, fmt, vectors=vectors, filters=filters, batch_rows=batch_rows, overwrite=overwrite)
+        report = idx.export(out, fmt, vectors=vectors, filters=build_filter(where, path_globs, since, until,
+                                                                          file_types, doc_ids),
+                            batch_rows=batch_rows, overwrite=overwrite)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
         return
@@ -563,10 +555,47 @@ def doctor(db, repair, as_json):
         sys.exit(1)
 
 
+@cli.command()
+@db_option
+@click.option("--keep-generations", type=click.IntRange(min=1), default=None,
+              help="Generations kept on object storage (default $QUARRY_KEEP_GENERATIONS or 2).")
+@click.option("--keep-versions-hours", type=click.FloatRange(min=0), default=None,
+              help="LanceDB versions younger than this stay (default $QUARRY_KEEP_VERSIONS_HOURS or 24).")
+@click.option("--reindex-share", type=click.FloatRange(0, 1), default=None,
+              help="Rebuild a LanceDB index when this share of rows is unindexed (default $QUARRY_REINDEX_SHARE or 0.2).")
+@click.option("--if-busy", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
+              help="When an index run holds the store: fail (exit 1), or skip (exit 0).")
+@json_option
+@handle_errors
+def maintain(db, keep_generations, keep_versions_hours, reindex_share, if_busy, as_json):
+    """Compact the vectors, drop old generations and versions, rebuild stale indices, check the store."""
+    from datetime import timedelta
+
+    from quarry.core.settings import store_path
+    from quarry.store.maintain import maintain as run
+
+    keep = timedelta(hours=keep_versions_hours) if keep_versions_hours is not None else None
+    report = run(store_path(db), keep_generations, keep, reindex_share, if_busy=if_busy)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    elif report["status"] == "skipped":
+        click.echo(f"skipped: {report['reason']}")
+    else:
+        c = report["compaction"]
+        click.echo(f"store:       {report['store']} (generation {report['generation']})")
+        click.echo(f"compaction:  {c['fragments_before']} -> {c['fragments_after']} fragments, "
+                   f"{c['versions_before']} -> {c['versions_after']} LanceDB versions")
+        click.echo(f"indices:     {len(report['indices'])}, rebuilt {sum(i['rebuilt'] for i in report['indices'])}")
+        click.echo(f"removed:     {len(report['removed'])} old generation files")
+        click.echo(f"check:       {'healthy' if report['check']['healthy'] else 'PROBLEMS: run quarry doctor'}")
+    if report["status"] == "completed" and not report["check"]["healthy"]:
+        sys.exit(1)
+
+
 @cli.command(name="eval")
 @click.argument("beir_dir", type=click.Path(exists=True, file_okay=False))
 @db_option
-@click.option("--mode", "modes", type=click.Choice(["hybrid", "vector", "bm25"]), multiple=True,
+@click.option("--mode", "modes", type=click.Choice(SEARCH_MODES), multiple=True,
               help="Modes to score (repeatable; default all three).")
 @click.option("--split", default="test", show_default=True, help="Judgments file qrels/<split>.tsv.")
 @click.option("--limit", type=int, default=None, help="Score only the first N queries (quick checks).")

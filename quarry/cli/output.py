@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from quarry.core.models import RETRIEVERS
 from quarry.core.paths import printable  # a newline or tab in a file name must not break a table row
 
 FORMATS = ("table", "json", "jsonl")
-RETRIEVERS = ("vector", "bm25")
 SNIPPET = 300  # characters of a result's text in the table
 BLOCK = 2000  # characters of a window's or segment's text in the table
 
@@ -28,28 +28,22 @@ def explain(result) -> dict:
     return out
 
 
-def payload(response, *, windows: Sequence | None = None, segments: Sequence | None = None,
-            explained: bool = False, extra: dict | None = None) -> dict:
-    """The JSON document for a search."""
+def payload(response, *, explained: bool = False, extra: dict | None = None) -> dict:
+    """The JSON document for a search (windows and segments included when the search made them)."""
     out = response.to_dict()
     if explained:
         for item, result in zip(out["results"], response.results):
             item["explain"] = explain(result)
-    if windows is not None:
-        out["windows"] = [w.to_dict() for w in windows]
-    if segments is not None:
-        out["segments"] = [s.to_dict() for s in segments]
     out.update(extra or {})
     return out
 
 
-def lines(response, *, windows: Sequence | None = None, segments: Sequence | None = None,
-          explained: bool = False) -> list[str]:
+def lines(response, *, explained: bool = False) -> list[str]:
     """JSON Lines: one window, segment or result per line."""
-    if windows is not None:
-        items = [w.to_dict() for w in windows]
-    elif segments is not None:
-        items = [s.to_dict() for s in segments]
+    if response.windows is not None:
+        items = [w.to_dict() for w in response.windows]
+    elif response.segments is not None:
+        items = [s.to_dict() for s in response.segments]
     else:
         items = []
         for r in response.results:

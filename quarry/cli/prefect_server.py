@@ -8,6 +8,13 @@ services, which is all a one-shot ``quarry index`` needs and the fastest to star
 ``--services`` it runs the background services ``prefect server start`` runs (the scheduler that
 turns a deployment's schedule into flow runs, late-run marking, cancellation clean-up, …):
 ``quarry serve`` needs them, and Prefect runs none of them in ephemeral mode.
+
+Why a wrapper of our own rather than Prefect's temporary server or ``prefect server start``:
+Prefect's temporary server (what a flow starts when no API URL is set) outlives a parent killed
+by SIGKILL and prints tracebacks at exit, and ``prefect server start`` serves the UI and every
+service with nothing tying its life to ours (docs/ARCHITECTURE.md, *Orchestration*; the
+kill -9 tests in tests/reliability and tests/test_schedule.py hold this). What is hand-written
+is only the watchdog and the choice of mode; the server itself is Prefect's app under uvicorn.
 """
 
 from __future__ import annotations

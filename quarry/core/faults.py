@@ -16,6 +16,8 @@ import signal
 import time
 
 POINTS = ("embed", "after-vectors", "after-catalog", "fts", "before-commit", "after-commit")
+# Only a store on object storage passes here: the generation's files are uploaded, CURRENT not yet moved.
+REMOTE_POINTS = ("after-upload",)
 
 
 def point(name: str) -> None:

@@ -8,6 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+__all__ = ["FileInfo", "Heading", "ParsedDocument", "Section", "Chunk", "DocumentRecord", "FileError", "join_header",
+           "HEADER_FIELDS", "RETRIEVERS", "SEARCH_MODES"]
+
+# The lines a chunk header may hold, in the order they are written (quarry/ingest/context.py).
+HEADER_FIELDS = ("title", "summary", "section", "section_summary", "chunk_context")
+# The retrievers of a hybrid search, and the search modes: both fused, or one alone.
+RETRIEVERS = ("vector", "bm25")
+SEARCH_MODES = ("hybrid", *RETRIEVERS)
+
 
 @dataclass(frozen=True)
 class FileInfo:

@@ -1,10 +1,20 @@
-"""Plumbing shared by every caller of an OpenAI-compatible API (embeddings, chat).
+"""Plumbing shared by every caller of an OpenAI-compatible API (embeddings, chat, LLM rerank).
 
-The ``openai`` client's own retries are switched off (``max_retries=0``): quarry retries here,
-with exponential backoff, full jitter and the server's ``Retry-After``, and never on an error
-that a retry cannot fix (401, 403, 400, 404, 422). Messages surfaced to users are built from
-the status and a short, redacted body only, never from the exception's repr, so an API key
-can never leak into a log or a run report.
+Retries run in a tenacity loop (:func:`call_with_retries`): exponential backoff with full
+jitter, the server's ``Retry-After``, never on an error a retry cannot fix (401, 403, 400, 404,
+422). The ``openai`` client's own retries are switched off (``max_retries=0``). They do most of
+this (408/409/429/5xx, timeouts, ``Retry-After`` up to 120 s, 0.5 s doubling to 8 s with up to
+25 % jitter), but they cannot retry a 200 whose body is unusable (:class:`BadResponse`, what a
+proxy cutting an answer short gives); they report nothing per retry, where the run report counts
+retries and the LLM runtime's circuit breaker and response-format step-down act on each
+attempt's error; their backoff constants are fixed, where embeddings wait up to 30 s between 6
+attempts and chat up to 20 s between 4; and tests cannot give them a clock. Kept by hand,
+therefore: the error classification (:func:`is_retryable`), the ``Retry-After`` /
+``retry-after-ms`` reading, the backoff formula (:class:`RetryPolicy`), and the total
+per-request deadline transport (httpx's timeout bounds each read, not a whole answer).
+
+Messages surfaced to users are built from the status and a short, redacted body only, never
+from the exception's repr, so an API key can never leak into a log or a run report.
 
 Example::
 
@@ -196,26 +206,27 @@ def call_with_retries(fn: Callable[[], T], policy: RetryPolicy = RetryPolicy(), 
                       rng: random.Random | None = None) -> T:
     """Call ``fn()``; on a retryable error wait and call again, ``policy.attempts`` times in all.
 
-    The wait is the larger of the jittered backoff and the server's ``Retry-After`` (the latter
-    capped at ``policy.max_retry_after``). ``on_retry(exc, attempt, delay)`` is called before
-    each wait (``attempt`` is the number of the failed call, from 1). A non-retryable error is
-    raised at once; after the last attempt the last error is raised.
+    A tenacity ``Retrying`` loop: stop after ``policy.attempts``, retry what :func:`is_retryable`
+    accepts, wait the larger of the jittered backoff and the server's ``Retry-After`` (the latter
+    capped at ``policy.max_retry_after``). ``on_retry(exc, attempt, delay)`` is called before each
+    wait (``attempt`` is the number of the failed call, from 1). A non-retryable error is raised at
+    once; after the last attempt the last error is raised.
     """
-    attempts = max(1, policy.attempts)
-    for attempt in range(attempts):
-        try:
-            return fn()
-        except Exception as exc:
-            if attempt + 1 >= attempts or not is_retryable(exc):
-                raise
-            delay = policy.backoff(attempt, rng)
-            asked = retry_after(exc)
-            if asked is not None:
-                delay = max(delay, min(asked, policy.max_retry_after))
-            if on_retry is not None:
-                on_retry(exc, attempt + 1, delay)
-            sleep(delay)
-    raise AssertionError("unreachable")  # pragma: no cover
+    import tenacity
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        delay = policy.backoff(state.attempt_number - 1, rng)
+        asked = retry_after(state.outcome.exception())
+        return delay if asked is None else max(delay, min(asked, policy.max_retry_after))
+
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        if on_retry is not None:
+            on_retry(state.outcome.exception(), state.attempt_number, state.upcoming_sleep)
+
+    retrying = tenacity.Retrying(stop=tenacity.stop_after_attempt(max(1, policy.attempts)), wait=wait,
+                                 retry=tenacity.retry_if_exception(is_retryable), sleep=sleep,
+                                 before_sleep=before_sleep, reraise=True)
+    return retrying(fn)
 
 
 def describe_error(exc: BaseException, *secrets: str, limit: int = 200) -> str:

@@ -1,27 +1,51 @@
-"""Settings: one dataclass, filled from keyword arguments, then environment, then defaults.
+"""Settings: one frozen pydantic-settings model, filled from keyword arguments, then ``QUARRY_*``
+environment variables, then a ``.env`` file in the working directory, then defaults.
 
-Every field that shapes the index contents takes part in :meth:`Settings.fingerprint`, which
-is stored with the index so a later run can tell what changed.
+pydantic-settings does the reading and the per-field checks (types, choices, bounds); a value it
+cannot read is a :class:`ConfigError` naming the variable (or keyword) and what it accepts, so
+``QUARRY_LLM_SECTION_SUMMARIES=ture`` stops a run instead of quietly meaning False. The checks
+between fields stay in :meth:`Settings._check_combination`. API keys fall back to
+``OPENAI_API_KEY`` (and the OpenAI base URL to ``OPENAI_BASE_URL``), never appear in ``repr`` and
+are masked by :meth:`Settings.public_dict`.
+
+Every field that shapes the index contents takes part in ``content_fingerprint``
+(quarry/ingest/process.py), which is stored with the index so a later run can tell what changed.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Annotated, Literal, get_args
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from quarry.core.errors import ConfigError
+from quarry.core.models import HEADER_FIELDS as HEADER_LINES
 
 DEFAULT_DB = ".quarry"
-EMBED_BACKENDS = ("torch", "onnx", "onnx-int8", "openai", "hash")
-SECTIONERS = ("structure", "semantic", "llm")
-CONTEXT_WRITERS = ("rules", "llm")
-HEADER_FIELDS = ("title", "summary", "section", "section_summary", "chunk_context", "none")
-DEFAULT_LLM_MODEL = "gpt-4o-mini"  # used only when no model is named and no base URL points elsewhere
+# The names a run may ask for. Each names a factory registered next to its implementation
+# (EMBEDDERS in quarry/ingest/embedders/base.py, SECTIONERS in quarry/ingest/sectioning.py,
+# CONTEXT_WRITERS in quarry/ingest/context.py); this layer cannot import those, so the names are
+# declared here for validation and tests/test_registry.py checks that they equal the registries'.
+EmbedBackend = Literal["torch", "onnx", "onnx-int8", "openai", "hash"]
+Sectioner = Literal["structure", "semantic", "llm"]
+ContextWriter = Literal["rules", "llm"]
+HeaderField = Literal[(*HEADER_LINES, "none")]  # the header lines (quarry/core/models.py), or none
 # How the LLM is asked for JSON (quarry/ingest/llm/prompts.py builds each); "auto" tries them in order.
-RESPONSE_FORMATS = ("json_schema", "json_object_schema", "json_object", "none")
+ResponseFormat = Literal["json_schema", "json_object_schema", "json_object", "none"]
+EMBED_BACKENDS: tuple[str, ...] = get_args(EmbedBackend)
+SECTIONERS: tuple[str, ...] = get_args(Sectioner)
+CONTEXT_WRITERS: tuple[str, ...] = get_args(ContextWriter)
+HEADER_FIELDS: tuple[str, ...] = get_args(HeaderField)
+RESPONSE_FORMATS: tuple[str, ...] = get_args(ResponseFormat)
+DEFAULT_LLM_MODEL = "gpt-4o-mini"  # used only when no model is named and no base URL points elsewhere
+
+_PREFIX = "QUARRY_"
+_BOOL_WORDS = "true/false, 1/0, yes/no, on/off"
+# comma-separated lists in the environment ("*.md,*.txt"), not JSON
+_Names = Annotated[tuple[str, ...], NoDecode]
 
 
 def default_db() -> str:
@@ -29,137 +53,119 @@ def default_db() -> str:
     return os.environ.get("QUARRY_DB") or DEFAULT_DB
 
 
-def _env(name: str, default):
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    if isinstance(default, bool):
-        return raw.strip().lower() in ("1", "true", "yes", "on")
-    if isinstance(default, int):
-        try:
-            return int(raw)
-        except ValueError as exc:
-            raise ConfigError(f"{name}={raw!r} is not an integer") from exc
-    if isinstance(default, tuple):
-        return tuple(p.strip() for p in raw.split(",") if p.strip())
-    return raw
+def _secret(name: str, fallback: str):
+    """A key read from ``QUARRY_<NAME>``, else ``fallback``; never shown by ``repr``."""
+    return Field(default="", repr=False, validation_alias=AliasChoices(f"{_PREFIX}{name.upper()}", fallback))
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(BaseSettings):
     """How quarry indexes. Environment variable names are ``QUARRY_<FIELD>`` upper-cased."""
 
+    model_config = SettingsConfigDict(
+        env_prefix=_PREFIX, env_file=".env", env_file_encoding="utf-8", env_ignore_empty=True,
+        extra="ignore", frozen=True, populate_by_name=True, validate_default=False,
+    )
+
     # discovery
-    include: tuple[str, ...] = ()  # glob patterns; empty means every supported file
-    exclude: tuple[str, ...] = ()
+    include: _Names = ()  # glob patterns; empty means every supported file
+    exclude: _Names = ()
     # sectioning and chunking
-    sectioner: str = "structure"
-    context: str = "rules"
-    chunk_size: int = 800  # characters
-    chunk_overlap: int = 0  # characters
+    sectioner: Sectioner = "structure"
+    context: ContextWriter = "rules"
+    chunk_size: int = Field(800, ge=100)  # characters
+    chunk_overlap: int = Field(0, ge=0)  # characters, less than half of chunk_size
     min_chunk: int = 200  # a tail shorter than this merges into its neighbour
     max_section: int = 4000  # unstructured text becomes sections of about this size
-    min_section: int = 400  # the semantic sectioner never cuts a section shorter than this
-    semantic_percentile: int = 90  # cut where neighbour distance exceeds this percentile
+    min_section: int = Field(400, ge=0)  # the semantic sectioner never cuts a section shorter than this
+    semantic_percentile: int = Field(90, ge=1, le=99)  # cut where neighbour distance exceeds this percentile
     # header lines, in order; () = the context writer's default (rules: title, section;
     # llm: title, summary, section, plus section_summary/chunk_context when those are on)
-    header_fields: tuple[str, ...] = ()
-    # LLM (any OpenAI-compatible chat endpoint) for --sectioner llm / --context llm
+    header_fields: _Names = ()
+    # LLM (any OpenAI-compatible chat endpoint) for --sectioner llm / --context llm / --rerank llm
     llm_base_url: str = ""
     llm_model: str = ""
-    llm_api_key: str = field(default="", repr=False)
-    llm_concurrency: int = 8  # requests in flight at once, over all files of a batch
-    llm_rate_limit: int = 0  # requests per minute; 0 = unlimited
-    llm_timeout: int = 120  # seconds per request
-    llm_response_format: str = "auto"  # auto | json_schema | json_object_schema | json_object | none
-    llm_window_chars: int = 20000  # sectioning window: characters of numbered lines per request
-    llm_input_tokens: int = 4000  # context writer input budget (about 4 characters a token)
+    llm_api_key: str = _secret("llm_api_key", "OPENAI_API_KEY")
+    llm_concurrency: int = Field(8, ge=1)  # requests in flight at once, over all files of a batch
+    llm_rate_limit: int = Field(0, ge=0)  # requests per minute; 0 = unlimited
+    llm_timeout: int = Field(120, ge=1)  # seconds per request
+    llm_response_format: Literal["auto", ResponseFormat] = "auto"
+    llm_window_chars: int = Field(20000, ge=1000)  # sectioning window: characters of numbered lines per request
+    llm_input_tokens: int = Field(4000, ge=100)  # context writer input budget (about 4 characters a token)
     llm_section_summaries: bool = False  # one call per section for a one-sentence summary
     llm_chunk_context: bool = False  # one call per chunk (contextual retrieval); costly
     # embedding
-    embed_backend: str = "onnx-int8"  # the fastest local backend that passes the SciFact quality guard
+    embed_backend: EmbedBackend = "onnx-int8"  # the fastest local backend that passes the SciFact quality guard
     embed_model: str = ""  # "" = the backend's default model
-    embed_dim: int = 0  # 0 = the model's native dimension
-    embed_budget: int = 8192  # tokens per embedding batch (local backends)
-    embed_concurrency: int = 4  # openai backend: requests in flight at once
-    embed_rate_limit: int = 0  # openai backend: requests per minute; 0 = unlimited
-    embed_token_rate_limit: int = 0  # openai backend: estimated tokens per minute; 0 = unlimited
-    embed_max_inputs: int = 2048  # openai backend: inputs per request (the provider's limit)
-    embed_request_tokens: int = 300_000  # openai backend: tokens per request (the provider's limit)
-    openai_timeout: int = 60  # seconds per embedding request
-    openai_attempts: int = 6  # attempts per request, retries included (429, 5xx, timeouts only)
-    openai_base_url: str = ""
-    openai_api_key: str = field(default="", repr=False)
+    embed_dim: int = Field(0, ge=0)  # 0 = the model's native dimension
+    embed_budget: int = Field(8192, ge=1)  # tokens per embedding batch (local backends)
+    embed_concurrency: int = Field(4, ge=1)  # openai backend: requests in flight at once
+    embed_rate_limit: int = Field(0, ge=0)  # openai backend: requests per minute; 0 = unlimited
+    embed_token_rate_limit: int = Field(0, ge=0)  # openai backend: estimated tokens per minute; 0 = unlimited
+    embed_max_inputs: int = Field(2048, ge=1)  # openai backend: inputs per request (the provider's limit)
+    embed_request_tokens: int = Field(300_000, ge=1)  # openai backend: tokens per request (the provider's limit)
+    openai_timeout: int = Field(60, ge=1)  # seconds per embedding request
+    openai_attempts: int = Field(6, ge=1)  # attempts per request, retries included (429, 5xx, timeouts only)
+    openai_base_url: str = Field("", validation_alias=AliasChoices("QUARRY_OPENAI_BASE_URL", "OPENAI_BASE_URL"))
+    openai_api_key: str = _secret("openai_api_key", "OPENAI_API_KEY")
     # run
-    parse_workers: int = 0  # 0 = one per CPU
-    parse_timeout: int = 120  # seconds per file
+    parse_workers: int = Field(0, ge=0)  # 0 = one per CPU
+    parse_timeout: int = Field(120, ge=1)  # seconds per file
     ocr: bool = True  # OCR images and PDF pages without a text layer (QUARRY_OCR=0 turns it off)
+    duckdb_fts: bool = False  # also commit DuckDB's own FTS index with the catalog (docs/export.md)
+
+    @field_validator("include", "exclude", "header_fields", mode="before")
+    @classmethod
+    def _split_commas(cls, value):
+        if isinstance(value, str):
+            return tuple(p.strip() for p in value.split(",") if p.strip())
+        return value
+
+    @field_validator("header_fields")
+    @classmethod
+    def _known_header_fields(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [f for f in value if f not in HEADER_FIELDS]
+        if unknown:
+            raise ValueError(f"unknown header field {unknown[0]!r}; choose from {', '.join(HEADER_FIELDS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _check_combination(self) -> Settings:
+        """The checks that involve more than one field, with the messages users see."""
+        if self.chunk_overlap >= self.chunk_size // 2:
+            raise ValueError(f"chunk_overlap must be between 0 and half of chunk_size, got {self.chunk_overlap}")
+        if self.min_section * 2 > self.max_section:
+            raise ValueError(f"min_section must be between 0 and half of max_section, got {self.min_section}")
+        if self.embed_backend == "openai" and not self.openai_api_key and not self.openai_base_url:
+            raise ValueError("the openai backend needs QUARRY_OPENAI_API_KEY (or OPENAI_API_KEY) or "
+                             "QUARRY_OPENAI_BASE_URL")
+        if self.uses_llm and not self.llm_base_url and not self.llm_api_key:
+            asked = " and ".join(f"--{k} llm" for k, v in (("sectioner", self.sectioner), ("context", self.context))
+                                 if v == "llm") or "llm_chunk_context"
+            raise ValueError(
+                f"{asked} needs an OpenAI-compatible endpoint: set QUARRY_LLM_API_KEY (or OPENAI_API_KEY, "
+                "or --llm-api-key) for the hosted API, or QUARRY_LLM_BASE_URL (--llm-base-url) for a local server"
+            )
+        return self
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
-        """Build settings: explicit ``overrides`` win over ``QUARRY_*`` variables over defaults."""
-        values = {}
-        for f in fields(cls):
-            if overrides.get(f.name) is not None:
-                values[f.name] = overrides[f.name]
-            else:
-                values[f.name] = _env(f"QUARRY_{f.name.upper()}", f.default)
-        if not values["openai_api_key"]:
-            values["openai_api_key"] = os.environ.get("OPENAI_API_KEY", "")
-        if not values["openai_base_url"]:
-            values["openai_base_url"] = os.environ.get("OPENAI_BASE_URL", "")
-        if not values["llm_api_key"]:
-            values["llm_api_key"] = os.environ.get("OPENAI_API_KEY", "")
-        settings = cls(**values)
-        settings.validate()
-        return settings
-
-    def validate(self) -> None:
-        """Raise :class:`ConfigError` naming the first invalid setting."""
-        if self.embed_backend not in EMBED_BACKENDS:
-            raise ConfigError(
-                f"unknown embedding backend {self.embed_backend!r}; choose one of {', '.join(EMBED_BACKENDS)}"
-            )
-        if self.sectioner not in SECTIONERS:
-            raise ConfigError(f"unknown sectioner {self.sectioner!r}; choose one of {', '.join(SECTIONERS)}")
-        if self.context not in CONTEXT_WRITERS:
-            raise ConfigError(f"unknown context writer {self.context!r}; choose one of {', '.join(CONTEXT_WRITERS)}")
-        if self.chunk_size < 100:
-            raise ConfigError(f"chunk_size must be at least 100 characters, got {self.chunk_size}")
-        if not 0 <= self.chunk_overlap < self.chunk_size // 2:
-            raise ConfigError(f"chunk_overlap must be between 0 and half of chunk_size, got {self.chunk_overlap}")
-        if self.embed_backend == "openai" and not self.openai_api_key and not self.openai_base_url:
-            raise ConfigError(
-                "the openai backend needs QUARRY_OPENAI_API_KEY (or OPENAI_API_KEY) or QUARRY_OPENAI_BASE_URL"
-            )
-        for name in ("embed_concurrency", "embed_max_inputs", "embed_request_tokens", "openai_timeout",
-                     "openai_attempts"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        unknown = [f for f in self.header_fields if f not in HEADER_FIELDS]
+        """Build settings: explicit ``overrides`` win over ``QUARRY_*`` variables, then ``.env``, then
+        defaults. ``None`` overrides count as not given. Raises :class:`ConfigError` naming the
+        first invalid setting."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        unknown = sorted(set(given) - set(cls.model_fields))
         if unknown:
-            raise ConfigError(f"unknown header field {unknown[0]!r}; choose from {', '.join(HEADER_FIELDS)}")
-        if not 0 < self.semantic_percentile < 100:
-            raise ConfigError(f"semantic_percentile must be between 1 and 99, got {self.semantic_percentile}")
-        if self.min_section < 0 or self.min_section * 2 > self.max_section:
-            raise ConfigError(f"min_section must be between 0 and half of max_section, got {self.min_section}")
-        if self.uses_llm:
-            asked = " and ".join(f"--{k} llm" for k, v in (("sectioner", self.sectioner), ("context", self.context))
-                                 if v == "llm") or "llm_chunk_context"
-            if not self.llm_base_url and not self.llm_api_key:
-                raise ConfigError(
-                    f"{asked} needs an OpenAI-compatible endpoint: set QUARRY_LLM_API_KEY (or OPENAI_API_KEY, "
-                    "or --llm-api-key) for the hosted API, or QUARRY_LLM_BASE_URL (--llm-base-url) for a local server"
-                )
-            if self.llm_concurrency < 1:
-                raise ConfigError(f"llm_concurrency must be at least 1, got {self.llm_concurrency}")
-            if self.llm_window_chars < 1000:
-                raise ConfigError(f"llm_window_chars must be at least 1000, got {self.llm_window_chars}")
-            if self.llm_input_tokens < 100:
-                raise ConfigError(f"llm_input_tokens must be at least 100, got {self.llm_input_tokens}")
-            if self.llm_response_format not in ("auto", *RESPONSE_FORMATS):
-                raise ConfigError(f"unknown llm_response_format {self.llm_response_format!r}; choose one of "
-                                  f"auto, {', '.join(RESPONSE_FORMATS)}")
+            raise ConfigError(f"unknown setting {unknown[0]!r}")
+        # a keyword for a field read under other names (the keys) goes in under its first name,
+        # or the environment's OPENAI_API_KEY would win over an explicit openai_api_key=
+        for name in list(given):
+            alias = cls.model_fields[name].validation_alias
+            if isinstance(alias, AliasChoices):
+                given[alias.choices[0]] = given.pop(name)
+        try:
+            return cls(**given)
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc, given)) from None
 
     @property
     def uses_llm(self) -> bool:
@@ -173,10 +179,40 @@ class Settings:
 
     def public_dict(self) -> dict:
         """The settings without secrets, for logs and the runs table."""
-        d = asdict(self)
+        d = self.model_dump()
         d["openai_api_key"] = "***" if self.openai_api_key else ""
         d["llm_api_key"] = "***" if self.llm_api_key else ""
         return d
+
+
+def _describe(exc: ValidationError, given: dict) -> str:
+    """One line for the first error: where the value came from, what it was, what is accepted."""
+    error = exc.errors(include_url=False)[0]
+    loc = error.get("loc") or ()
+    field = loc[0] if loc and isinstance(loc[0], str) else None
+    if field is None:  # a check between fields: its message says it all
+        return str(error["msg"]).removeprefix("Value error, ")
+    if field not in Settings.model_fields:  # an alias such as OPENAI_API_KEY
+        field = next((name for name, f in Settings.model_fields.items()
+                      if f.validation_alias and field in getattr(f.validation_alias, "choices", ())), field)
+    source = field if field in given else f"{_PREFIX}{field.upper()}"
+    value = error.get("input")
+    kind = error.get("type", "")
+    ctx = error.get("ctx") or {}
+    if kind == "value_error":
+        return f"{source}: {str(error['msg']).removeprefix('Value error, ')}"
+    if kind == "literal_error":
+        choices = ", ".join(a.strip("'") for a in str(ctx.get("expected", "")).replace(" or ", ", ").split(", "))
+        return f"{source}={value!r} is not a known {field}; choose one of {choices}"
+    if kind == "bool_parsing":
+        return f"{source}={value!r} is not a boolean; use one of {_BOOL_WORDS}"
+    if kind in ("int_parsing", "int_from_float", "int_type"):
+        return f"{source}={value!r} is not an integer"
+    if kind == "greater_than_equal":
+        return f"{field} must be at least {ctx.get('ge')}, got {value}"
+    if kind == "less_than_equal":
+        return f"{field} must be at most {ctx.get('le')}, got {value}"
+    return f"{source}={value!r}: {error['msg']}"
 
 
 def parse_workers(settings: Settings) -> int:
@@ -184,4 +220,11 @@ def parse_workers(settings: Settings) -> int:
 
 
 def store_path(db: str | os.PathLike | None) -> Path:
-    return Path(db or default_db()).expanduser().absolute()
+    """The store directory of ``db``; a store URL (``s3://bucket/prefix``) maps to its local folder
+    (:mod:`quarry.core.storeurl`)."""
+    from quarry.core.storeurl import is_url, local_dir
+
+    db = db or default_db()
+    if is_url(db):
+        return local_dir(db)
+    return Path(db).expanduser().absolute()

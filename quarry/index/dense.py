@@ -52,9 +52,12 @@ _MATVEC_ROWS = 1024
 
 
 def normalise(matrix: np.ndarray) -> np.ndarray:
+    """Rows L2-normalised as float32, all-zero rows left as they are (the one definition: the
+    embedders and the index builder both use it)."""
+    matrix = np.asarray(matrix, dtype=np.float32)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return (matrix / norms).astype(np.float32, copy=False)
+    return matrix / norms
 
 
 def matvec(matrix: np.ndarray, q: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:

@@ -14,14 +14,14 @@ import re
 from pathlib import PurePosixPath
 from typing import Protocol
 
-from quarry.core.models import FileInfo, ParsedDocument, Section
+from quarry.core.models import HEADER_FIELDS, FileInfo, ParsedDocument, Section
+from quarry.core.registry import Registry
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])")
 _HEADING_LINE = re.compile(r"^\s*(#{1,6}\s|[=\-~^*+#]{3,}\s*$)")
 _JUNK_TITLE = re.compile(r"^(untitled|document\d*|microsoft word - .*|slide \d+|\W*)$", re.IGNORECASE)
 SUMMARY_CHARS = 300
 SECTION_SUMMARY_CHARS = 200
-HEADER_FIELDS = ("title", "summary", "section", "section_summary", "chunk_context")
 DEFAULT_FIELDS = ("title", "section")
 
 
@@ -147,8 +147,16 @@ class RuleContextWriter:
         return compose_header(self.fields, title, summary, section)
 
 
+# name -> factory(fields) -> ContextWriter; each writer registers itself where it is written.
+CONTEXT_WRITERS: Registry = Registry("context writer", modules=("quarry.ingest.context", "quarry.ingest.llm.context"))
+
+
+@CONTEXT_WRITERS.register("rules")
+def _rules(fields: tuple[str, ...] = DEFAULT_FIELDS) -> ContextWriter:
+    return RuleContextWriter(fields)
+
+
 def get_context_writer(name: str, fields: tuple[str, ...] = DEFAULT_FIELDS) -> ContextWriter:
-    """The local context writer; ``llm`` starts from it too and overrides what a model wrote."""
-    if name in ("rules", "llm"):
-        return RuleContextWriter(fields)
-    raise ValueError(f"unknown context writer {name!r}")
+    """The context writer registered as ``name``; ``llm`` gives the local writer that its batches
+    start from (what a model wrote replaces its titles and summaries)."""
+    return CONTEXT_WRITERS.get(name)(fields)

@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from quarry.core.models import ParsedDocument, Section
+from quarry.core.registry import Registry
 
 _PARAGRAPH = re.compile(r"\n\s*\n")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*")
@@ -243,13 +244,26 @@ def boundary_distances(vectors: np.ndarray, window: int = 2) -> np.ndarray:
     return out
 
 
+# name -> factory(*, max_section, embed, min_section, percentile) -> Sectioner. Each sectioner
+# registers itself where it is written; a new one is one module and one entry in ``modules``.
+SECTIONERS: Registry = Registry("sectioner", modules=("quarry.ingest.sectioning", "quarry.ingest.llm.sections"))
+
+
+@SECTIONERS.register("structure")
+def _structure(*, max_section: int = 4000, **_) -> Sectioner:
+    return StructureSectioner(max_section=max_section)
+
+
+@SECTIONERS.register("semantic")
+def _semantic(*, max_section: int = 4000, embed: Callable[[list[str]], np.ndarray] | None = None,
+              min_section: int = 400, percentile: int = 90, **_) -> Sectioner:
+    if embed is None:
+        raise ValueError("the semantic sectioner needs an embedding function")
+    return SemanticSectioner(embed, max_section=max_section, min_section=min_section, percentile=percentile)
+
+
 def get_sectioner(name: str, max_section: int = 4000, *, embed: Callable[[list[str]], np.ndarray] | None = None,
                   min_section: int = 400, percentile: int = 90) -> Sectioner:
-    """The local sectioner called ``name`` (``semantic`` needs ``embed``)."""
-    if name == "structure":
-        return StructureSectioner(max_section=max_section)
-    if name == "semantic":
-        if embed is None:
-            raise ValueError("the semantic sectioner needs an embedding function")
-        return SemanticSectioner(embed, max_section=max_section, min_section=min_section, percentile=percentile)
-    raise ValueError(f"unknown sectioner {name!r}")
+    """The sectioner registered as ``name`` (``semantic`` needs ``embed``; ``llm`` gives the local
+    sectioner its batches start from)."""
+    return SECTIONERS.get(name)(max_section=max_section, embed=embed, min_section=min_section, percentile=percentile)

@@ -1,6 +1,6 @@
 """``quarry export``: the catalog (and optionally the vectors) as Parquet or JSON Lines files.
 
-``export(index, out, fmt)`` writes ``documents``, ``sections`` and ``chunks`` as
+``Index.export(out, fmt)`` writes ``documents``, ``sections`` and ``chunks`` as
 ``OUT/<table>.parquet`` (or ``.jsonl``) plus ``OUT/manifest.json``. Everything comes from one
 committed snapshot (the catalog generation and LanceDB version that ``CURRENT`` named when the
 export began), so a concurrent index run never mixes two states into one export.
@@ -59,10 +59,8 @@ def with_filter(sql: str, filters) -> tuple[str, list]:
         raise AssertionError("export SQL has no filter marker")
     if not filters:
         return sql, []
-    from quarry.search.query import _bindable
-
-    condition, params = filters.sql()
-    return sql.replace(FILTER_MARKER, f"({condition})"), [_bindable(p) for p in params]
+    condition, params = filters.bound_sql()
+    return sql.replace(FILTER_MARKER, f"({condition})"), params
 
 
 def _batches(con, sql: str, params: list, batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -172,7 +170,13 @@ def _copy_chunks_with_vectors(snap, filters, path: Path, fmt: str, batch_rows: i
 
 def export(index, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool = False, filters=None,
            batch_rows: int = BATCH_ROWS, overwrite: bool = False) -> ExportReport:
-    """Write the committed snapshot of ``index`` to the folder ``out`` as ``fmt`` files.
+    """``index.export(out, fmt, ...)``: see :meth:`quarry.search.query.Index.export` and :func:`export_snapshot`."""
+    return index.export(out, fmt, vectors=vectors, filters=filters, batch_rows=batch_rows, overwrite=overwrite)
+
+
+def export_snapshot(snap, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool = False, filters=None,
+                    batch_rows: int = BATCH_ROWS, overwrite: bool = False) -> ExportReport:
+    """Write one committed snapshot (:class:`quarry.store.reader.Snapshot`) to the folder ``out`` as ``fmt`` files.
 
     ``filters`` (a :class:`quarry.search.filters.Filter`) keeps the chunks it matches, and the
     documents and sections that hold one of them; without it everything is written, documents
@@ -187,7 +191,7 @@ def export(index, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool
     dest = Path(out).expanduser().absolute()
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"export target {dest} exists and is not a folder")
-    store = Path(index.store).resolve()
+    store = Path(snap.store).resolve()
     real = dest.resolve()
     if real == store or store in real.parents:
         raise UsageError(f"export target {dest} is inside the store {store}: choose a folder outside it")
@@ -195,8 +199,7 @@ def export(index, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool
         raise UsageError(f"export target {dest} is not empty: choose an empty folder, or pass --overwrite to "
                          "replace the export files in it")
     dest.mkdir(parents=True, exist_ok=True)
-    snap = index.snapshot  # one snapshot for the whole export, whatever commits meanwhile
-    con = snap.con
+    con = snap.con  # one snapshot for the whole export, whatever commits meanwhile
     report = ExportReport(out=str(dest), format=fmt, generation=snap.pointer.generation, model=snap.pointer.model,
                           dim=snap.pointer.dim, vectors=vectors, filter=str(filters) if filters else "")
     everything = not filters

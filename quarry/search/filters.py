@@ -23,6 +23,14 @@ those of ``documents`` and ``chunks`` listed in :data:`COLUMNS` (``type`` is sho
 with ``< <= > >=`` and a numeric value). Dates are ISO (``2024-05-01``, ``2024-05-01T12:00``)
 in UTC; a date without a time compared with ``=`` means that whole day. There is no ``OR``:
 use ``IN (...)``.
+
+Why a small hand-written parser rather than a SQL parser library (sqlglot and the like): the
+point of this module is what it refuses. A general parser accepts any SQL, whose tree would then
+have to be walked and whitelisted node by node; here the tokenizer can only emit whitelisted
+column expressions, fixed operators and ``?`` parameters, which ``tests/test_filters.py`` checks
+as exact SQL strings and ``tests/reliability/test_abuse.py`` against hostile input. The grammar
+is a few hundred lines and has no dependency. (No speed measurement decided this; a filter is
+parsed once per query.)
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 
 from quarry.core.errors import UsageError
+from quarry.core.paths import display
 
 # name -> (SQL expression, value type). The SQL text of a filter is built only from these.
 COLUMNS: dict[str, tuple[str, str]] = {
@@ -94,6 +103,13 @@ class Filter:
             return "TRUE", []
         return " AND ".join(f"({sql})" for sql, _ in self.clauses), [p for _, ps in self.clauses for p in ps]
 
+    def bound_sql(self) -> tuple[str, list]:
+        """:meth:`sql` with every text parameter in the form the catalog stores: a name holding
+        surrogate-escaped bytes (not UTF-8, typed or pasted) becomes its display form, the form
+        ``documents.path`` keeps, so DuckDB can bind and match it."""
+        condition, params = self.sql()
+        return condition, [_bindable(p) for p in params]
+
     def __and__(self, other: Filter) -> Filter:
         return Filter(self.clauses + other.clauses, self.description + other.description)
 
@@ -142,6 +158,14 @@ class Filter:
         if ids:
             result = result & _in("doc_id", ids)
         return result
+
+
+def _bindable(value):
+    if isinstance(value, str):
+        return display(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_bindable(v) for v in value)
+    return value
 
 
 def _listify(value) -> list[str]:

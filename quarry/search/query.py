@@ -18,22 +18,35 @@ import math
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from quarry.ingest.embedders import describe, describe_backend, get_embedder
 from quarry.core.errors import ModelMismatch, UsageError
-from quarry.search.filters import Filter
-from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, FUSIONS, fuse
-from quarry.core.paths import display
+from quarry.core.models import RETRIEVERS, SEARCH_MODES
 from quarry.core.settings import Settings, store_path
 from quarry.core.sqlfiles import load_sql
+from quarry.index.dense import METHODS as VECTOR_SEARCH
+from quarry.ingest.embedders import describe, describe_backend, get_embedder
+from quarry.search.filters import Filter
+from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, FUSIONS, fuse
+from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
+from quarry.search.rerank import Reranker, get_reranker
+from quarry.search.segments import RseParams, Segment, get_params, segments_from_results
+from quarry.search.windows import ChunkReader, Window, expand, parse_window
 from quarry.store.layout import POINTER
 from quarry.store.reader import Snapshot, open_snapshot
+from quarry.store.remote import check_seconds, remote_of
 
-MODES = ("hybrid", "vector", "bm25")
-RETRIEVERS = ("vector", "bm25")
-VECTOR_SEARCH = ("auto", "exact", "ivf", "binary")
+if TYPE_CHECKING:
+    from quarry.search.export import ExportReport  # imported when exporting: pyarrow stays off the query path
+
+__all__ = ["Index", "SearchResponse", "SearchResult", "open", "MODES", "RETRIEVERS", "VECTOR_SEARCH",
+           "DEFAULT_RERANK_CANDIDATES"]
+
+MODES = SEARCH_MODES
 
 
 @dataclass
@@ -88,10 +101,15 @@ class SearchResponse:
     filter: str = ""
     counts: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    windows: list[Window] | None = None  # with search(..., window=): the results widened, best first
+    segments: list[Segment] | None = None  # with search(..., segments=): relevant segments, best first
 
     def to_dict(self) -> dict:
+        """Plain data for JSON; ``windows``/``segments`` only when they were asked for."""
         out = asdict(self)
-        out["results"] = [r.to_dict() for r in self.results]
+        for name in ("windows", "segments"):
+            if out[name] is None:
+                del out[name]
         return out
 
 
@@ -111,16 +129,6 @@ class _LRU(OrderedDict):
         self.move_to_end(key)
         while len(self) > self.size:
             self.popitem(last=False)
-
-
-def _bindable(value):
-    """A filter value DuckDB can bind: text holding surrogate-escaped bytes (a name that is not
-    UTF-8, typed or pasted) becomes its display form, the form ``documents.path`` stores."""
-    if isinstance(value, str):
-        return display(value)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_bindable(v) for v in value)
-    return value
 
 
 class Index:
@@ -146,10 +154,14 @@ class Index:
         self._query_cache = _LRU(cache_size)  # query text -> embedding
         self._masks = _LRU(64)  # (generation, Filter) -> (mask, rows kept)
         self._model_checked: tuple | None = None
+        self._pins = 0  # while > 0 the snapshot stays put (one search, one generation)
 
     # --- snapshot management ---------------------------------------------------------------
 
     def _current_stat(self) -> tuple[int, int] | None:
+        remote = remote_of(self.store)
+        if remote is not None:  # one GET of the remote CURRENT; a new generation is downloaded once
+            remote.pull(self.store, max_age=check_seconds())
         try:
             st = os.stat(self.store / POINTER)
         except FileNotFoundError:
@@ -158,6 +170,9 @@ class Index:
 
     @property
     def snapshot(self) -> Snapshot:
+        """The committed state this index reads now; moves to a newer one after a commit."""
+        if self._snap is not None and self._pins:
+            return self._snap
         stat = self._current_stat()
         if self._snap is None or stat != self._pointer_stat:
             old = self._snap
@@ -168,7 +183,22 @@ class Index:
                 old.close()
         return self._snap
 
+    @contextmanager
+    def _pinned(self) -> Iterator[Snapshot]:
+        """Keep the current snapshot for the calls inside the block (nested blocks allowed)."""
+        snap = self.snapshot
+        self._pins += 1
+        try:
+            yield snap
+        finally:
+            self._pins -= 1
+
+    def chunk_reader(self) -> ChunkReader:
+        """Chunk positions and rows of the current generation, for windows and segments."""
+        return ChunkReader(self.snapshot.con)
+
     def close(self) -> None:
+        """Close the catalog connection and unmap the index files."""
         if self._snap is not None:
             self._snap.close()
             self._snap = None
@@ -226,8 +256,7 @@ class Index:
             return hit
         import numpy as np
 
-        where, params = filters.sql()
-        params = [_bindable(p) for p in params]
+        where, params = filters.bound_sql()
         sql = load_sql("filter_rows").replace("TRUE /* filter */", where)
         try:
             rows = snap.con.execute(sql, params).fetchnumpy()["row_id"]
@@ -286,14 +315,18 @@ class Index:
         weights: dict[str, float] | None = None,
         min_scores: dict[str, float] | None = None,
         filters: Filter | str | None = None,
+        rerank: str | Reranker | None = None,
+        rerank_candidates: int = DEFAULT_RERANK_CANDIDATES,
+        segments: str | RseParams | None = None,
+        window: tuple[int, int] | int | str | None = None,
     ) -> SearchResponse:
-        """Search the committed index.
+        """Search the committed index: what ``quarry search`` does, flag for keyword.
 
         ``hybrid`` takes each retriever's top ``candidates`` (default ``max(50, 5k)``) and fuses
         them by ``fusion``: ``tmm`` (default), a convex combination of theoretically min-max
-        normalised scores with per-query weights, or ``rrf``, reciprocal rank fusion
-        ``Σ weight_r / (rrf_k + rank_r)`` (see :mod:`quarry.search.fusion`); ``vector`` and
-        ``bm25`` return one retriever's top ``k`` in the same result shape.
+        normalised scores, or ``rrf``, reciprocal rank fusion ``Σ weight_r / (rrf_k + rank_r)``
+        (see :mod:`quarry.search.fusion`); ``vector`` and ``bm25`` return one retriever's top
+        ``k`` in the same result shape.
 
         ``weights``: per retriever (``vector``, ``bm25``; default 1.0 each), multiplying RRF's
         terms or TMM's tuned convex weights; a weight of 0 skips that retriever. ``min_scores``: drop a retriever's candidates scoring below its value
@@ -301,7 +334,59 @@ class Index:
         ``fused``. ``filters``: a :class:`~quarry.search.filters.Filter` (or a ``--where`` string),
         applied inside both retrievers before they pick candidates. Ties are broken by the best
         single rank, then by chunk id.
+
+        The later stages run in this order, each on what the one before left:
+
+        1. ``rerank``: a spec (``"llm"``, ``"llm:MODEL"``, ``"cross-encoder:/path"``; see
+           :mod:`quarry.search.rerank`) or any object with ``rerank(query, results)``. It sees
+           ``max(k, rerank_candidates)`` fused results (``rerank_candidates`` with ``segments``);
+        2. ``segments``: a preset (``"balanced"``, ``"precision"``, ``"find_all"``) or
+           :class:`~quarry.search.segments.RseParams`: relevant segment extraction over the whole
+           (reranked) pool, in ``response.segments``. Without a rerank the pool is the top
+           ``max(k, params.results)`` results;
+        3. the results are cut to the top ``k``;
+        4. ``window``: ``(before, after)`` chunks (an int for both sides, or ``"B,A"``) around each
+           of the ``k`` results, merged where they meet, in ``response.windows``.
+
+        ``window`` and ``segments`` are alternatives. Every stage reads the same committed
+        generation, whatever commits meanwhile.
         """
+        if k < 1:
+            raise UsageError("k must be at least 1")
+        reranker = _reranker(rerank)
+        params = _segment_params(segments)
+        before_after = _window(window)
+        if before_after is not None and params is not None:
+            raise UsageError("window and segments are alternatives; give one of them")
+        if rerank_candidates < 1:
+            raise UsageError(f"rerank_candidates must be at least 1, got {rerank_candidates}")
+        if params is not None:
+            pool = rerank_candidates if reranker else max(k, params.results)
+            candidates = candidates or max(pool, 50)
+        else:
+            pool = max(k, rerank_candidates) if reranker else k
+        with self._pinned():
+            response = self._ranked(query, pool, mode, candidates=candidates, rrf_k=rrf_k, fusion=fusion, weights=weights,
+                                    min_scores=min_scores, filters=filters)
+            if reranker is not None:
+                t = time.perf_counter()
+                response.results = reranker.rerank(response.query, response.results)
+                response.timings["rerank"] = _ms(t)
+            if params is not None:
+                t = time.perf_counter()
+                response.segments = segments_from_results(self, response.results, params)
+                response.timings["segments"] = _ms(t)
+            response.results = response.results[:k]
+            if before_after is not None:
+                t = time.perf_counter()
+                response.windows = expand(self, response.results, *before_after)
+                response.timings["window"] = _ms(t)
+        return response
+
+    def _ranked(self, query: str, k: int, mode: str, *, candidates: int | None, rrf_k: int, fusion: str,
+                weights: dict[str, float] | None, min_scores: dict[str, float] | None,
+                filters: Filter | str | None) -> SearchResponse:
+        """The top ``k`` of one retriever, or of the fused retrievers in ``hybrid`` mode."""
         timings: dict[str, float] = {}
         t_start = time.perf_counter()
         if mode not in MODES:
@@ -347,13 +432,8 @@ class Index:
             timings[name] = _ms(t)
 
         t = time.perf_counter()
-        if mode == "hybrid":
-            fused = fuse(hits, fusion, k=rrf_k, weights=weights, depth=n)
-            if "fused" in min_scores:
-                fused = [(row, s) for row, s in fused if s >= min_scores["fused"]]
-            fused = fused[:k]
-        else:
-            fused = hits[mode][:k]
+        fused = self._fuse(hits, k, fusion=fusion, rrf_k=rrf_k, weights=weights, depth=n,
+                           min_fused=min_scores.get("fused")) if mode == "hybrid" else hits[mode][:k]
         timings["fuse"] = _ms(t)
         t = time.perf_counter()
         results = self._hydrate(snap, fused, hits, fused_scores=mode == "hybrid")
@@ -365,6 +445,16 @@ class Index:
             weights={r: weights[r] for r in active} if mode == "hybrid" else {}, min_scores=min_scores,
             filter=str(filters) if filters else "", counts=counts, timings=timings,
         )
+
+    @staticmethod
+    def _fuse(hits: dict[str, list[tuple[int, float]]], k: int, *, fusion: str, rrf_k: int,
+              weights: dict[str, float], depth: int, min_fused: float | None) -> list[tuple[int, float]]:
+        """The top ``k`` ``(row, fused score)`` of the retrievers' ``(row, score)`` rankings
+        (``depth``: how many candidates each retriever was asked for)."""
+        fused = fuse(hits, fusion, k=rrf_k, weights=weights, depth=depth)
+        if min_fused is not None:
+            fused = [(row, s) for row, s in fused if s >= min_fused]
+        return fused[:k]
 
     def _hydrate(self, snap: Snapshot, fused, hits, fused_scores: bool) -> list[SearchResult]:
         fields = snap.index.results.fields([row for row, _ in fused])
@@ -386,7 +476,7 @@ class Index:
         docs, sections, chunks, size = snap.con.execute(load_sql("status")).fetchone()
         last = self.runs(limit=1)
         return {
-            "store": str(self.store),
+            "store": str(remote.url) if (remote := remote_of(self.store)) else str(self.store),
             "documents": docs,
             "sections": sections,
             "chunks": chunks,
@@ -396,10 +486,22 @@ class Index:
             "generation": snap.pointer.generation,
             "vector_table": snap.pointer.vector_table,
             "vector_version": snap.pointer.vector_version,
-            "search_index": _index_summary(snap._index.manifest) if snap._index is not None else None,
+            "search_index": _index_summary(snap.index_manifest) if snap.index_manifest is not None else None,
             "embedder": describe_backend(self.settings),
             "last_run": last[0] if last else None,
         }
+
+    def export(self, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool = False,
+               filters: Filter | str | None = None, batch_rows: int | None = None,
+               overwrite: bool = False) -> ExportReport:
+        """Write documents, sections and chunks of the committed generation to the folder ``out``
+        as ``parquet`` or ``jsonl`` files: what ``quarry export`` does (see :mod:`quarry.search.export`)."""
+        from quarry.search.export import BATCH_ROWS, export_snapshot
+
+        if isinstance(filters, str):
+            filters = Filter.build(where=[filters])
+        return export_snapshot(self.snapshot, out, fmt, vectors=vectors, filters=filters,
+                               batch_rows=BATCH_ROWS if batch_rows is None else batch_rows, overwrite=overwrite)
 
     def runs(self, limit: int = 50) -> list[dict]:
         """Index runs, newest first, with skipped runs the next commit has yet to record."""
@@ -429,6 +531,43 @@ def open(db: str | os.PathLike | None = None, settings: Settings | None = None, 
     index = Index(store_path(db), settings, **kwargs)
     index.snapshot  # noqa: B018 - fail now, with a clear message, if there is no index
     return index
+
+
+def _reranker(rerank) -> Reranker | None:
+    """A reranker from a spec string or a ready object; None for no rerank."""
+    if rerank is None or rerank == "":
+        return None
+    if isinstance(rerank, str):
+        return get_reranker(rerank)
+    if not callable(getattr(rerank, "rerank", None)):
+        raise UsageError(f"rerank takes a spec (llm, llm:MODEL, cross-encoder:PATH) or an object with "
+                         f"rerank(query, results), got {type(rerank).__name__}")
+    return rerank
+
+
+def _segment_params(segments) -> RseParams | None:
+    """Segment parameters from a preset name or :class:`RseParams`; None for no segments."""
+    if segments is None:
+        return None
+    if isinstance(segments, RseParams):
+        return segments.validate()
+    if isinstance(segments, str):
+        return get_params(segments)
+    raise UsageError(f"segments takes a preset name or RseParams, got {type(segments).__name__}")
+
+
+def _window(window) -> tuple[int, int] | None:
+    """``(before, after)`` from ``(b, a)``, one int for both sides, or ``"B,A"``; None for no window."""
+    if window is None:
+        return None
+    if isinstance(window, int) and not isinstance(window, bool):
+        window = (window, window)
+    if isinstance(window, str):
+        return parse_window(window)
+    pair = tuple(window) if isinstance(window, (tuple, list)) else ()
+    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in pair):
+        raise UsageError(f"window takes (before, after) as two non-negative integers, got {window!r}")
+    return pair[0], pair[1]
 
 
 def _checked(name: str, value: dict | None, allowed: tuple[str, ...]) -> dict[str, float]:

@@ -5,9 +5,11 @@
 - ``cross-encoder:/path/to/model``: a sentence-transformers ``CrossEncoder`` loaded from a local
   folder (``save_pretrained`` output); nothing is ever downloaded. Scores are the model's
   probabilities (sigmoid of the logit for one-label models), in [0, 1].
-- ``llm`` or ``llm:MODEL``: a listwise rerank by a chat model on any OpenAI-compatible endpoint
+- ``llm`` or ``llm:MODEL``: a listwise rerank by a chat model on any OpenAI-compatible endpoint,
+  configured as the indexing LLM is, by :class:`~quarry.core.settings.Settings`
   (``QUARRY_LLM_BASE_URL``, ``QUARRY_LLM_MODEL``, ``QUARRY_LLM_API_KEY`` falling back to
-  ``OPENAI_API_KEY``). The prompt numbers the passages and asks for a JSON ranking; the answer is
+  ``OPENAI_API_KEY``, ``QUARRY_LLM_TIMEOUT``, or ``.env``), and called through the same client and
+  retries (:mod:`quarry.core.openai_common`). The prompt numbers the passages and asks for a JSON ranking; the answer is
   repaired rather than trusted: unknown or repeated numbers are dropped and passages it left out
   follow in their original order. An LLM gives an order, not scores, so ``scores["rerank"]`` is
   ``(n - position) / n``.
@@ -29,9 +31,9 @@ from typing import Protocol
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.models import join_header
+from quarry.core.registry import Registry
 
-DEFAULT_CANDIDATES = 30
-DEFAULT_LLM_MODEL = "gpt-4o-mini"  # only when neither QUARRY_LLM_MODEL nor llm:MODEL names one
+DEFAULT_CANDIDATES = 30  # fused candidates a reranker sees unless told otherwise
 PASSAGE_CHARS = 1200  # per passage in the LLM prompt: enough to judge, bounded prompt size
 
 
@@ -187,20 +189,20 @@ class LLMReranker:
     """Listwise rerank by a chat model on an OpenAI-compatible endpoint, one request per query."""
 
     def __init__(self, model: str = "", base_url: str | None = None, api_key: str | None = None,
-                 timeout: float | None = None, passage_chars: int = PASSAGE_CHARS, policy=None):
+                 timeout: float | None = None, passage_chars: int = PASSAGE_CHARS, policy=None, settings=None):
+        """Arguments left as None come from ``settings`` (default: ``Settings.from_env()``)."""
         from quarry.core.openai_common import RetryPolicy
+        from quarry.core.settings import Settings
 
-        env = os.environ
-        self.base_url = base_url if base_url is not None else env.get("QUARRY_LLM_BASE_URL", "")
-        self.api_key = api_key if api_key is not None else (env.get("QUARRY_LLM_API_KEY") or env.get("OPENAI_API_KEY", ""))
-        self.model = model or env.get("QUARRY_LLM_MODEL") or DEFAULT_LLM_MODEL
+        if settings is None:
+            settings = Settings.from_env()
+        self.base_url = base_url if base_url is not None else settings.llm_base_url
+        self.api_key = api_key if api_key is not None else settings.llm_api_key
+        self.model = model or settings.llm_model_name
         if not self.base_url and not self.api_key:
             raise UsageError("--rerank llm needs QUARRY_LLM_BASE_URL (a local OpenAI-compatible server) or "
                              "QUARRY_LLM_API_KEY / OPENAI_API_KEY (the hosted API)")
-        try:
-            self.timeout = float(timeout if timeout is not None else env.get("QUARRY_LLM_TIMEOUT") or 120)
-        except ValueError as exc:
-            raise UsageError(f"QUARRY_LLM_TIMEOUT={env.get('QUARRY_LLM_TIMEOUT')!r} is not a number") from exc
+        self.timeout = float(timeout if timeout is not None else settings.llm_timeout)
         self.passage_chars = passage_chars
         self.policy = policy or RetryPolicy()
         self.name = f"llm:{self.model}"
@@ -242,31 +244,34 @@ class LLMReranker:
 
 # --- factory ---------------------------------------------------------------------------------
 
+# ``--rerank KIND[:ARG]``: KIND -> factory(ARG) -> Reranker. A new reranker registers its kind here.
+RERANKERS: Registry = Registry("reranker")
+
+
+@RERANKERS.register("cross-encoder")
+def _cross_encoder(arg: str) -> Reranker:
+    if not arg:
+        raise UsageError("--rerank cross-encoder needs a local model folder: cross-encoder:/path/to/model")
+    return CrossEncoderReranker(arg)
+
+
+@RERANKERS.register("llm")
+def _llm(arg: str) -> Reranker:
+    return LLMReranker(model=arg)
+
 
 def get_reranker(spec: str) -> Reranker:
     """A reranker from a ``--rerank`` value: ``cross-encoder:PATH``, ``llm`` or ``llm:MODEL``."""
-    spec = (spec or "").strip()
-    kind, _, arg = spec.partition(":")
-    if kind == "cross-encoder":
-        if not arg:
-            raise UsageError("--rerank cross-encoder needs a local model folder: cross-encoder:/path/to/model")
-        return CrossEncoderReranker(arg)
-    if kind == "llm":
-        return LLMReranker(model=arg)
-    raise UsageError(f"unknown reranker {spec!r}; use cross-encoder:/path/to/model, llm or llm:MODEL")
+    kind, _, arg = (spec or "").strip().partition(":")
+    return RERANKERS.get(kind)(arg)
 
 
 def rerank_search(index, query: str, reranker: Reranker, k: int = 10,
                   rerank_candidates: int = DEFAULT_CANDIDATES, **search_kwargs):
-    """Search for ``max(k, rerank_candidates)`` fused results, rerank them all, keep the best ``k``.
+    """``index.search(query, k, rerank=reranker, rerank_candidates=...)``: search for
+    ``max(k, rerank_candidates)`` fused results, rerank them all, keep the best ``k``.
 
     ``search_kwargs`` go to :meth:`Index.search` (``candidates`` there is the per-retriever
-    pool before fusion). Returns the :class:`~quarry.search.query.SearchResponse` with its results
-    replaced.
+    pool before fusion).
     """
-    if rerank_candidates < 1:
-        raise UsageError(f"--rerank-candidates must be at least 1, got {rerank_candidates}")
-    response = index.search(query, k=max(k, rerank_candidates), **search_kwargs)
-    response.results = reranker.rerank(query, response.results)[:k]
-    return response
-
+    return index.search(query, k=k, rerank=reranker, rerank_candidates=rerank_candidates, **search_kwargs)

@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 import numpy as np
 
 from quarry.core.errors import UsageError
-from quarry.search.windows import build_span, fetch_ranges, locate
+from quarry.core.models import RETRIEVERS
+from quarry.search.windows import build_span
 
 RELEVANCE = ("auto", "scores", "rank", "rerank")
 RANK_ONLY_RELEVANCE = 0.8  # dsRAG's default similarity when absolute relevance is ignored
@@ -135,7 +136,7 @@ def relevance(results: Sequence, how: str = "auto") -> list[float]:
         if missing:
             raise UsageError("relevance='rerank' needs reranked results (scores['rerank']); rerank them first")
         return [min(1.0, max(0.0, float(r.scores["rerank"]))) for r in results]
-    ran = [name for name in ("vector", "bm25") if any(r.scores.get(name) is not None for r in results)]
+    ran = [name for name in RETRIEVERS if any(r.scores.get(name) is not None for r in results)]
     if not ran:
         return [0.0] * len(results)
     bm25_max = max((r.scores["bm25"] for r in results if r.scores.get("bm25") is not None), default=0.0)
@@ -207,11 +208,15 @@ def best_segments(values: Sequence[Sequence[float]], max_length: int, overall_ma
 
 
 def segments_from_results(index, results: Sequence, params: RseParams) -> list[Segment]:
-    """RSE over an existing ranking (``results`` best first, e.g. reranked)."""
+    """RSE over an existing ranking (``results`` best first, e.g. reranked).
+
+    ``index`` is an open :class:`quarry.search.query.Index` (anything with a ``chunk_reader()``);
+    ``Index.search(..., segments=...)`` calls this for you, after any rerank.
+    """
     if not results:
         return []
-    con = index.snapshot.con
-    pos = locate(con, results)
+    reader = index.chunk_reader()
+    pos = reader.locate(results)
     results = [r for r in results if r.chunk_id in pos]
     rels = relevance(results, params.relevance)
 
@@ -239,7 +244,7 @@ def segments_from_results(index, results: Sequence, params: RseParams) -> list[S
 
     picked = best_segments([values[d] for d in docs], params.max_length, params.overall_max_length,
                            params.minimum_value)
-    rows = fetch_ranges(con, [(docs[d], s, e - 1) for d, s, e, _ in picked])
+    rows = reader.ranges([(docs[d], s, e - 1) for d, s, e, _ in picked])
     meta = {pos[r.chunk_id]["doc_id"]: pos[r.chunk_id] for r in results}
     segments: list[Segment] = []
     for d, s, e, value in picked:
@@ -270,9 +275,9 @@ def relevant_segments(index, query: str, preset: str = "balanced", filters=None,
     :class:`quarry.search.filters.Filter`) and ``search_kwargs`` handed to :meth:`Index.search`.
     """
     params = get_params(preset, **overrides)
-    if results is None:
-        kwargs = {"candidates": max(params.results, 50), **(search_kwargs or {})}
-        if filters is not None:
-            kwargs["filters"] = filters
-        results = index.search(query, k=params.results, mode=mode, **kwargs).results
-    return segments_from_results(index, results, params)
+    if results is not None:
+        return segments_from_results(index, results, params)
+    kwargs = dict(search_kwargs or {})
+    if filters is not None:
+        kwargs["filters"] = filters
+    return index.search(query, k=params.results, mode=mode, segments=params, **kwargs).segments

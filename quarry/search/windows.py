@@ -164,6 +164,25 @@ def fetch_ranges(con, ranges: Sequence[tuple[str, int, int]]) -> dict[str, list[
     return out
 
 
+class ChunkReader:
+    """The catalog reads windows and segments need, on one committed generation.
+
+    Get one from :meth:`quarry.search.query.Index.chunk_reader`; every call on it reads the
+    generation that was current when it was made, so a commit meanwhile never mixes two.
+    """
+
+    def __init__(self, con):
+        self._con = con
+
+    def locate(self, results: Sequence) -> dict[str, dict]:
+        """``chunk_id -> {doc_id, chunk_index, n_chunks, path, title}`` for search results (see :func:`locate`)."""
+        return locate(self._con, results)
+
+    def ranges(self, ranges: Sequence[tuple[str, int, int]]) -> dict[str, list[dict]]:
+        """Chunk rows of inclusive ``(doc_id, first, last)`` ranges, per document (see :func:`fetch_ranges`)."""
+        return fetch_ranges(self._con, ranges)
+
+
 def build_span(rows: list[dict], lo: int, hi: int) -> dict:
     """Offsets, pages, text and ids of the chunks ``lo..hi`` found in ``rows`` (one document)."""
     inside = [r for r in rows if lo <= r["chunk_index"] <= hi]
@@ -186,15 +205,16 @@ def expand(index, results: Sequence, before: int = 1, after: int = 1) -> list:
     """Widen each search result to ``before`` chunks before and ``after`` after, merged per document.
 
     ``results`` are :class:`quarry.search.query.SearchResult` (anything with ``rank``, ``score`` and
-    ``chunk_id``); ``index`` is an open :class:`quarry.search.query.Index`. Returns :class:`Window`
-    objects, best first.
+    ``chunk_id``); ``index`` is an open :class:`quarry.search.query.Index` (anything with a
+    ``chunk_reader()``). Returns :class:`Window` objects, best first. ``Index.search(...,
+    window=(before, after))`` calls this for you.
     """
     if before < 0 or after < 0:
         raise UsageError(f"window sizes must be non-negative, got before={before}, after={after}")
     if not results:
         return []
-    con = index.snapshot.con
-    pos = locate(con, results)
+    reader = index.chunk_reader()
+    pos = reader.locate(results)
     # (doc_id) -> list of (first, last, hit)
     wanted: dict[str, list[tuple[int, int, object]]] = {}
     for r in results:
@@ -204,7 +224,7 @@ def expand(index, results: Sequence, before: int = 1, after: int = 1) -> list:
         ci, last = p["chunk_index"], max(p["n_chunks"] - 1, p["chunk_index"])
         wanted.setdefault(p["doc_id"], []).append((max(0, ci - before), min(last, ci + after), r))
     merged = {doc: merge_ranges([(lo, hi) for lo, hi, _ in items]) for doc, items in wanted.items()}
-    rows = fetch_ranges(con, [(doc, lo, hi) for doc, spans in merged.items() for lo, hi in spans])
+    rows = reader.ranges([(doc, lo, hi) for doc, spans in merged.items() for lo, hi in spans])
 
     windows: list[Window] = []
     for doc, spans in merged.items():

@@ -1,4 +1,10 @@
-"""The DuckDB catalog: documents, sections, chunks, runs, meta, and the BM25 index."""
+"""The DuckDB catalog: documents, sections, chunks, runs, meta, and (when asked) DuckDB's FTS index.
+
+quarry searches its own memory-mapped BM25 files (quarry/index), so the catalog needs DuckDB's
+FTS extension (the ``duckdb-ext-fts`` wheel, in the ``test`` and ``fts`` extras) only to build
+DuckDB's index: for the tests, which use ``match_bm25`` as an independent reference, and for SQL
+users who ask for it with ``QUARRY_DUCKDB_FTS=1`` (docs/export.md).
+"""
 
 from __future__ import annotations
 
@@ -19,6 +25,32 @@ from quarry.core.sqlfiles import load_sql, statements
 from quarry.index.textnorm import bm25_text
 
 SCHEMA_VERSION = "1"
+TABLES = ("documents", "sections", "chunks", "runs", "meta")
+
+
+@cache
+def table_schema(table: str) -> pa.Schema:
+    """The Arrow schema of a catalog table, read from ``sql/schema.sql`` applied to an empty
+    in-memory catalog: the SQL is the one definition of every table, so the row builders below
+    can never disagree with it about a column's name, order or type."""
+    if table not in TABLES:
+        raise ValueError(f"no catalog table {table!r}; tables: {', '.join(TABLES)}")
+    con = duckdb.connect(":memory:")
+    try:
+        for stmt in statements("schema"):
+            con.execute(stmt)
+        return con.table(table).limit(0).fetch_arrow_table().schema
+    finally:
+        con.close()
+
+
+def rows_table(table: str, rows: list[dict]) -> pa.Table:
+    """``rows`` (dicts keyed by column) as an Arrow table of ``table``'s schema; a row builder
+    whose keys drift from the schema fails here instead of writing NULLs."""
+    schema = table_schema(table)
+    if rows and list(rows[0]) != schema.names:
+        raise QuarryError(f"rows for {table} have columns {list(rows[0])}, the schema has {schema.names}")
+    return pa.Table.from_pylist(rows, schema=schema)
 
 
 @cache
@@ -29,7 +61,8 @@ def fts_extension_path() -> str:
     """
     spec = importlib.util.find_spec("duckdb_ext")
     if spec is None or not spec.submodule_search_locations:
-        raise QuarryError("DuckDB's FTS extension is missing: pip install duckdb-ext-fts==1.4.4.*")
+        raise QuarryError("DuckDB's FTS extension is missing (QUARRY_DUCKDB_FTS=1 needs it): "
+                          "pip install 'quarry[fts]' or duckdb-ext-fts==1.4.4.*")
     version = duckdb.__version__
     for location in spec.submodule_search_locations:
         found = glob.glob(f"{location}/extensions/v{version}/*/fts.duckdb_extension")
@@ -38,11 +71,11 @@ def fts_extension_path() -> str:
     raise QuarryError(f"duckdb-ext-fts holds no FTS extension for DuckDB {version}: install the matching version")
 
 
-def connect(path: Path, read_only: bool, fts: bool = True) -> duckdb.DuckDBPyConnection:
-    """Open a catalog file, with the FTS extension loaded unless ``fts`` is False.
+def connect(path: Path, read_only: bool, fts: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open a catalog file, with DuckDB's FTS extension loaded when ``fts`` is True.
 
-    Readers pass False: loading the extension takes about half a second, and searching needs
-    none of it (see quarry/index).
+    Nothing quarry runs needs the extension but :func:`rebuild_fts` (which loads it itself);
+    loading it takes about half a second.
     """
     con = duckdb.connect(str(path), read_only=read_only)
     if fts:
@@ -103,7 +136,7 @@ def documents_table(records: list[DocumentRecord], run_id: str) -> pa.Table:
         }
         for r in records
     ]
-    return pa.Table.from_pylist(rows, schema=_DOC_SCHEMA)
+    return rows_table("documents", rows)
 
 
 def sections_table(records: list[DocumentRecord], page_of) -> pa.Table:
@@ -124,7 +157,7 @@ def sections_table(records: list[DocumentRecord], page_of) -> pa.Table:
                     "summary": s.summary,
                 }
             )
-    return pa.Table.from_pylist(rows, schema=_SECTION_SCHEMA)
+    return rows_table("sections", rows)
 
 
 def chunks_table(records: list[DocumentRecord]) -> pa.Table:
@@ -147,7 +180,7 @@ def chunks_table(records: list[DocumentRecord]) -> pa.Table:
         for r in records
         for c in r.chunks
     ]
-    return pa.Table.from_pylist(rows, schema=_CHUNK_SCHEMA)
+    return rows_table("chunks", rows)
 
 
 def _section_pages(record: DocumentRecord, start: int, end: int) -> tuple[int | None, int | None]:
@@ -198,14 +231,32 @@ def delete_documents(con: duckdb.DuckDBPyConnection, doc_ids: list[str], in_tran
 
 
 def rebuild_fts(con: duckdb.DuckDBPyConnection) -> None:
-    """Build DuckDB's own FTS index. quarry searches its index files instead (quarry/index);
-    this stays as the independent BM25 reference the tests compare against."""
+    """Build DuckDB's own FTS index over ``chunks.search_text`` (``match_bm25`` in plain SQL).
+
+    quarry searches its index files instead (quarry/index); this index is the independent BM25
+    reference the tests compare against, and is committed with the catalog when
+    ``QUARRY_DUCKDB_FTS=1``. Raises QuarryError when the extension is not installed.
+    """
+    con.execute(f"LOAD '{fts_extension_path()}'")
+    con.execute("SET enable_progress_bar = false")  # DuckDB would draw its own bar over the run's
     con.execute(load_sql("fts_rebuild"))
 
 
 def drop_fts(con: duckdb.DuckDBPyConnection) -> None:
-    """Drop DuckDB's FTS index: search now uses the files in ``index-<gen>/`` (quarry/index)."""
-    con.execute("PRAGMA drop_fts_index('chunks')")
+    """Drop DuckDB's FTS index (its schema of tables and macros), without needing the extension."""
+    con.execute("DROP SCHEMA IF EXISTS fts_main_chunks CASCADE")
+
+
+def sync_fts(con: duckdb.DuckDBPyConnection, wanted: bool) -> None:
+    """Leave the catalog with a current FTS index when ``wanted``, and with none otherwise.
+
+    Called at commit, after the run's chunks are written: an index kept from an earlier
+    generation would describe chunks that changed since.
+    """
+    if wanted:
+        rebuild_fts(con)
+    elif has_fts(con):
+        drop_fts(con)
 
 
 def has_fts(con: duckdb.DuckDBPyConnection) -> bool:
@@ -213,56 +264,3 @@ def has_fts(con: duckdb.DuckDBPyConnection) -> bool:
         "SELECT count(*) FROM duckdb_schemas() WHERE schema_name = 'fts_main_chunks'"
     ).fetchone()
     return bool(row and row[0])
-
-
-_DOC_SCHEMA = pa.schema(
-    [
-        ("doc_id", pa.string()),
-        ("path", pa.string()),
-        ("root", pa.string()),
-        ("rel_path", pa.string()),
-        ("file_type", pa.string()),
-        ("size", pa.int64()),
-        ("mtime", pa.timestamp("us")),
-        ("sha256", pa.string()),
-        ("title", pa.string()),
-        ("summary", pa.string()),
-        ("n_pages", pa.int32()),
-        ("n_sections", pa.int32()),
-        ("n_chunks", pa.int32()),
-        ("metadata", pa.string()),
-        ("indexed_at", pa.timestamp("us")),
-        ("run_id", pa.string()),
-        ("path_bytes", pa.binary()),
-    ]
-)
-_SECTION_SCHEMA = pa.schema(
-    [
-        ("doc_id", pa.string()),
-        ("section_index", pa.int32()),
-        ("title", pa.string()),
-        ("level", pa.int32()),
-        ("start_char", pa.int32()),
-        ("end_char", pa.int32()),
-        ("page_start", pa.int32()),
-        ("page_end", pa.int32()),
-        ("summary", pa.string()),
-    ]
-)
-_CHUNK_SCHEMA = pa.schema(
-    [
-        ("chunk_id", pa.string()),
-        ("doc_id", pa.string()),
-        ("section_index", pa.int32()),
-        ("chunk_index", pa.int32()),
-        ("start_char", pa.int32()),
-        ("end_char", pa.int32()),
-        ("page_start", pa.int32()),
-        ("page_end", pa.int32()),
-        ("header", pa.string()),
-        ("text", pa.string()),
-        ("text_hash", pa.string()),
-        ("n_tokens", pa.int32()),
-        ("search_text", pa.string()),
-    ]
-)

@@ -71,6 +71,11 @@ def diagnose(store: Path, repair: bool = False) -> DoctorReport:
     if not store.is_dir():
         report.add("store", False, f"{store} is not a directory", "nothing to check: run `quarry index` first")
         return report
+    from quarry.store.remote import remote_of
+
+    remote = remote_of(store)
+    if remote is not None and not repair:  # the writer lock pulls when repairing
+        remote.pull(store)
     lock = WriterLock(store).acquire() if repair else None
     try:
         _diagnose(store, report, repair)

@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from quarry.core.sqlfiles import load_sql
+from quarry.store.remote import remote_of
 
 JOURNAL = "run-journal.jsonl"
 CLAIMED_GLOB = "run-journal.claimed-*.jsonl"
@@ -35,6 +36,10 @@ CLAIMED_GLOB = "run-journal.claimed-*.jsonl"
 
 def record(store: Path, row: dict) -> None:
     """Append one run row to the store's journal (safe against a concurrent claim)."""
+    remote = remote_of(store)
+    if remote is not None:  # object storage has no append: one object per run
+        remote.journal_record(row)
+        return
     store.mkdir(parents=True, exist_ok=True)
     path = store / JOURNAL
     # ASCII escapes: a stray surrogate (a non-UTF-8 name) cannot make the append fail.
@@ -73,6 +78,9 @@ def _read(path: Path) -> list[dict]:
 
 def pending(store: Path) -> list[dict]:
     """Journalled runs not yet moved into the catalog's ``runs`` table, oldest first."""
+    remote = remote_of(store)
+    if remote is not None:
+        return remote.journal_pending()[0]
     rows = []
     for path in sorted(store.glob(CLAIMED_GLOB)) + [store / JOURNAL]:
         rows += _read(path)
@@ -81,6 +89,12 @@ def pending(store: Path) -> list[dict]:
 
 def claim(store: Path, generation: int) -> tuple[list[dict], list[Path]]:
     """Take the journal for the commit of ``generation``: (rows, files to delete after commit)."""
+    remote = remote_of(store)
+    if remote is not None:  # objects written after this listing stay for the next commit
+        from quarry.store.remote import JournalObject
+
+        rows, keys = remote.journal_pending()
+        return rows, [JournalObject(remote, key) for key in keys]
     journal = store / JOURNAL
     if journal.exists():
         target = store / f"run-journal.claimed-{generation:06d}.jsonl"

@@ -71,7 +71,10 @@ def require_pointer(store: Path) -> Pointer:
     """The committed pointer; :class:`StoreNotFound` when there is none."""
     pointer = read_pointer(store)
     if pointer is None:
-        raise StoreNotFound(f"no index at {store}: run `quarry index PATH --db {store}` first")
+        from quarry.store.remote import display
+
+        name = display(store)  # the URL of a store on object storage, not its local folder
+        raise StoreNotFound(f"no index at {name}: run `quarry index PATH --db {name}` first")
     return pointer
 
 
@@ -83,8 +86,26 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_pointer(store: Path, pointer: Pointer) -> None:
-    """Atomically replace CURRENT (write, fsync, rename, fsync the directory): the commit."""
+def write_pointer(store: Path, pointer: Pointer, upload: bool = True) -> None:
+    """Atomically replace CURRENT (write, fsync, rename, fsync the directory): the commit.
+
+    For a store on object storage the generation's files are uploaded and the remote CURRENT is
+    moved by a conditional put first (:meth:`quarry.store.remote.Remote.commit`): that is the
+    commit point, and the local CURRENT follows it. ``upload=False`` moves only the pointer (same
+    generation and files, another LanceDB version: ``quarry maintain``).
+    """
+    from quarry.store.remote import remote_of
+
+    remote = remote_of(store)
+    if remote is not None:
+        remote.commit(store, pointer, upload=upload)
+    write_local_pointer(store, pointer)
+    if remote is not None:
+        remote.after_commit(pointer)
+
+
+def write_local_pointer(store: Path, pointer: Pointer) -> None:
+    """Atomically replace the local CURRENT file."""
     tmp = store / f".{POINTER}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(asdict(pointer), fh, indent=2)
@@ -149,6 +170,17 @@ class WriterLock:
             os.ftruncate(fd, 0)
             os.pwrite(fd, info.encode(), 0)
             os.fsync(fd)
+            # A store on object storage: the flock guards the local folder; the lease, the store.
+            from quarry.store.remote import remote_of
+
+            remote = remote_of(self.store)
+            if remote is not None:
+                try:
+                    remote.acquire(self.store)
+                except BaseException:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    os.close(fd)
+                    raise
             _held[key] = (fd, 1)
             return self
 
@@ -171,6 +203,14 @@ class WriterLock:
                 _held[key] = (fd, depth - 1)
                 return
             del _held[key]
+            from quarry.store.remote import remote_of
+
+            remote = remote_of(self.store)
+            if remote is not None:
+                try:
+                    remote.release()
+                except Exception:  # the lease expires by itself
+                    pass
             try:
                 os.ftruncate(fd, 0)  # holder info; a store gone read-only keeps the stale text
             except OSError:

@@ -52,6 +52,12 @@ class Snapshot:
             self._index = searchindex.SearchIndex(arrays, manifest)
         return self._index
 
+    @property
+    def index_manifest(self) -> dict | None:
+        """The manifest of this generation's mapped index files; None when there are none
+        (a store from before index files). Builds nothing, unlike :attr:`index`."""
+        return self._index.manifest if self._index is not None else None
+
     def close(self) -> None:
         self.con.close()
 

@@ -46,9 +46,14 @@ def schema(model: str, dim: int) -> pa.Schema:
 
 
 def connect(store: Path):
+    """The LanceDB database of ``store``: ``<store>/lance``, or ``<url>/lance`` on object storage
+    (endpoint and credentials from the AWS environment, as LanceDB reads them)."""
     import lancedb
 
-    return lancedb.connect(str(store / "lance"))
+    from quarry.store.remote import remote_of
+
+    remote = remote_of(store)
+    return lancedb.connect(remote.lance_uri() if remote else str(store / "lance"))
 
 
 def _quoted(values: list[str], pattern: re.Pattern = _HEX) -> str:

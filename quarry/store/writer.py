@@ -45,8 +45,9 @@ class CommitInfo:
 class StoreWriter:
     """Holds the lock, the new catalog generation and the vector table of one run."""
 
-    def __init__(self, store: Path, model: str, dim: int):
+    def __init__(self, store: Path, model: str, dim: int, duckdb_fts: bool = False):
         self.store = store
+        self.duckdb_fts = duckdb_fts  # commit DuckDB's own FTS index with the catalog (docs/export.md)
         self.model = model
         self.dim = dim
         self.lock = WriterLock(store)
@@ -176,8 +177,7 @@ class StoreWriter:
         """Build ``index-<gen>/`` (BM25 + vectors, see quarry/index), or link the previous
         generation's files when no chunk changed (moves and touches leave chunks as they were)."""
         from quarry.index import searchindex
-        if catalog.has_fts(self.con):
-            catalog.drop_fts(self.con)  # DuckDB's FTS index, used before index-<gen>/ existed
+        catalog.sync_fts(self.con, self.duckdb_fts)  # dropped unless asked for: search never uses it
         folder = self.store / searchindex.folder_name(self.generation)
         base = self.store / searchindex.folder_name(self.base.generation) if self.base else None
         if not self.dirty and not self.model_changed and base is not None and searchindex.is_complete(base):

@@ -1,13 +1,17 @@
-"""Embedding backends. ``get_embedder(settings)`` returns a process-wide cached instance."""
+"""Embedding backends. ``get_embedder(settings)`` returns a process-wide cached instance.
+
+Backends register themselves in :data:`EMBEDDERS` (``quarry.ingest.embedders.base``); this
+package only caches what they build.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import threading
 
-from quarry.ingest.embedders.base import Embedder, batches_by_budget, normalise
+from quarry.ingest.embedders.base import EMBEDDERS, Embedder, batches_by_budget, normalise
 
-__all__ = ["Embedder", "batches_by_budget", "get_embedder", "normalise", "describe", "describe_backend"]
+__all__ = ["EMBEDDERS", "Embedder", "batches_by_budget", "get_embedder", "normalise", "describe", "describe_backend"]
 
 _cache: dict[tuple, Embedder] = {}
 _lock = threading.Lock()
@@ -38,28 +42,17 @@ def describe_backend(settings) -> dict:
     """The backend ``settings`` embed queries with and, for the ONNX ones, which cached model
     variant it runs (``int8`` variant or ``fp32`` fallback, and its self-check against fp32).
     Builds and loads nothing."""
-    if settings.embed_backend in ("onnx", "onnx-int8"):
-        from quarry.ingest.embedders.onnx_backend import describe_model
-
+    describe_model = EMBEDDERS.info(settings.embed_backend).get("describe")
+    if describe_model is not None:
         return describe_model(settings.embed_backend)
     return {"backend": settings.embed_backend, "variant": None}
 
 
 def get_embedder(settings) -> Embedder:
     """The embedder ``settings`` ask for; constructed once per process, loaded lazily."""
+    factory = EMBEDDERS.get(settings.embed_backend)  # an unknown name fails here, listing the known ones
     key = _key(settings)
     with _lock:
         if key not in _cache:
-            if settings.embed_backend == "openai":
-                from quarry.ingest.embedders.openai_provider import OpenAIEmbedder
-
-                _cache[key] = OpenAIEmbedder.from_settings(settings)
-            elif settings.embed_backend == "hash":
-                from quarry.ingest.embedders.hashing import HashEmbedder
-
-                _cache[key] = HashEmbedder(dim=settings.embed_dim or 64)
-            else:
-                from quarry.ingest.embedders.local import get_local_embedder
-
-                _cache[key] = get_local_embedder(settings.embed_backend)
+            _cache[key] = factory(settings)
         return _cache[key]

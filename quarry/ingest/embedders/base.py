@@ -1,10 +1,23 @@
-"""The embedding seam: every backend implements :class:`Embedder`."""
+"""The embedding seam: every backend implements :class:`Embedder` and registers a factory in
+:data:`EMBEDDERS` under its ``--embed-backend`` name."""
 
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+from quarry.core.registry import Registry
+from quarry.index.dense import normalise  # noqa: F401 - part of this seam's surface
+
+# name -> factory(settings, **constructor keywords) -> Embedder; each backend module registers
+# its own, in this order (CLI choices, error messages). A new backend: one module, one line here.
+EMBEDDERS: Registry = Registry("embedding backend", modules=(
+    "quarry.ingest.embedders.local",  # torch
+    "quarry.ingest.embedders.onnx_backend",  # onnx, onnx-int8
+    "quarry.ingest.embedders.openai_provider",  # openai
+    "quarry.ingest.embedders.hashing",  # hash (tests, smoke runs)
+))
 
 
 @runtime_checkable
@@ -26,14 +39,6 @@ class Embedder(Protocol):
     def count_tokens(self, texts: list[str]) -> list[int]:
         """How many model tokens each text costs (special tokens included)."""
         ...
-
-
-def normalise(vectors: np.ndarray) -> np.ndarray:
-    """L2-normalise rows, leaving all-zero rows as they are."""
-    vectors = np.asarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return vectors / norms
 
 
 def batches_by_budget(lengths: list[int], budget: int, max_items: int = 256) -> list[list[int]]:

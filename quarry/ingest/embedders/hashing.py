@@ -10,7 +10,7 @@ import hashlib
 
 import numpy as np
 
-from quarry.ingest.embedders.base import normalise
+from quarry.ingest.embedders.base import EMBEDDERS, normalise
 from quarry.index.textnorm import tokens
 
 
@@ -37,3 +37,8 @@ class HashEmbedder:
     def count_tokens(self, texts: list[str]) -> list[int]:
         # Word-piece tokenizers split words further; 1.3 tokens per word is a fair bound.
         return [int(len(tokens(t)) * 1.3) + 2 for t in texts]
+
+
+@EMBEDDERS.register("hash")
+def _hash(settings=None, **kw) -> HashEmbedder:
+    return HashEmbedder(dim=(settings.embed_dim if settings else 0) or 64, **kw)

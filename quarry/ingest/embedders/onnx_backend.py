@@ -32,8 +32,8 @@ from importlib import metadata
 
 import numpy as np
 
-from quarry.ingest.embedders.base import normalise
-from quarry.ingest.embedders.local import DIM, MAX_TOKENS, MODEL_NAME, TokenCounter, bundled_model_path, load_tokenizer
+from quarry.ingest.embedders.base import EMBEDDERS, normalise
+from quarry.ingest.embedders.minilm import DIM, MAX_TOKENS, MODEL_NAME, TokenCounter, bundled_model_path, load_tokenizer
 from quarry.core.errors import EmbeddingError
 
 # Bump when the graph writer, fusion, quantisation or self-check change what the cached file holds.
@@ -137,7 +137,7 @@ def ensure_model(cache_dir: str, quantize: bool, model_path: str, variant: str |
     if quantize:
         # int8 is built from the fused fp32 model, which is cached on the way
         source, _ = ensure_model(cache_dir, False, model_path)
-    from quarry.ingest.embedders import onnx_export
+    import quarry.ingest.embedders.onnx_export as onnx_export
     from quarry.ingest.embedders.onnx_graph import read_config
 
     os.makedirs(cache_dir, exist_ok=True)
@@ -171,7 +171,7 @@ def build_int8(fp32_path: str, work: str, model_path: str, forced: str | None = 
     machine's kernels and needs cosine >= :data:`INT8_MIN_COSINE` for every text. When no
     variant passes, the fp32 model itself is used. Returns (file, build record).
     """
-    from quarry.ingest.embedders import onnx_export
+    import quarry.ingest.embedders.onnx_export as onnx_export
 
     tokenizer = load_tokenizer(model_path)
     texts = onnx_export.SELF_CHECK_TEXTS
@@ -343,3 +343,13 @@ def same_length_batches(lengths: np.ndarray, budget: int, max_items: int) -> lis
         per = max(1, min(max_items, budget // int(lengths[group[0]])))
         batches.extend(group[i : i + per] for i in range(0, len(group), per))
     return batches
+
+
+@EMBEDDERS.register("onnx", local=True, describe=describe_model)
+def _onnx(settings=None, **kw) -> OnnxEmbedder:
+    return OnnxEmbedder(quantize=False, **kw)
+
+
+@EMBEDDERS.register("onnx-int8", local=True, describe=describe_model)
+def _onnx_int8(settings=None, **kw) -> OnnxEmbedder:
+    return OnnxEmbedder(quantize=True, **kw)

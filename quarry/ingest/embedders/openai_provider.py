@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from quarry.ingest.embedders.base import normalise
+from quarry.ingest.embedders.base import EMBEDDERS, normalise
 from quarry.core.errors import EmbeddingError
 from quarry.core.openai_common import (
     BadResponse,
@@ -328,3 +328,8 @@ class _OverLimit(Exception):
     def __init__(self, message: str):
         super().__init__(message)
         self.message = message
+
+
+@EMBEDDERS.register("openai")
+def _openai(settings, **kw) -> OpenAIEmbedder:
+    return OpenAIEmbedder.from_settings(settings)

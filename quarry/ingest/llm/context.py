@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import PurePosixPath
 
-from quarry.ingest.context import clean_summary, own_title
+from quarry.ingest.context import CONTEXT_WRITERS, DEFAULT_FIELDS, ContextWriter, clean_summary, own_title
 from quarry.ingest.llm.client import Job, LLMFailure
 from quarry.ingest.llm.prompts import (
     CHUNK_CONTEXT_USER,
@@ -121,3 +121,10 @@ def chunk_contexts(items: list[tuple[FileInfo, ParsedDocument, list[Chunk]]], ru
             runtime.note_fallback(file.path, "chunk_context", None, error)
         out.append(lines)
     return out
+
+
+@CONTEXT_WRITERS.register("llm")
+def _llm(fields: tuple[str, ...] = DEFAULT_FIELDS) -> ContextWriter:
+    """``--context llm``: the rules writer, whose titles and summaries :func:`document_contexts`
+    and :func:`section_summaries` replace where the run's LLM answered."""
+    return CONTEXT_WRITERS.get("rules")(fields)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from quarry.ingest.llm.client import Job, LLMFailure
 from quarry.ingest.llm.prompts import SECTIONS_SCHEMA, SECTIONS_SYSTEM, SECTIONS_USER
 from quarry.core.models import ParsedDocument, Section
-from quarry.ingest.sectioning import extractive_title
+from quarry.ingest.sectioning import SECTIONERS, Sectioner, extractive_title
 
 MAX_LINE = 250  # characters per numbered line; longer lines are split at a space
 ANSWER_TOKENS_PER_LINE = 8  # output budget: room for a section every ~3 lines, far beyond a sane answer
@@ -298,3 +298,10 @@ def section_batch(docs: list[tuple[str, ParsedDocument]], local: list[list[Secti
             parts.append((w, repaired))
         out.append(assemble(doc, lines, parts, sections) if lines else sections)
     return out
+
+
+@SECTIONERS.register("llm")
+def _llm(**kw) -> Sectioner:
+    """``--sectioner llm``: each document starts from the structure sectioner's sections, which
+    :func:`section_batch` then replaces, a batch at a time, where the run's LLM answered."""
+    return SECTIONERS.get("structure")(**kw)

@@ -1,0 +1,50 @@
+"""The maintenance flow: compaction, retention, index rebuilds and a consistency check.
+
+Schedule it as a deployment (``prefect.yaml``: ``quarry-maintain``) next to the index flow; it
+takes the same writer lock (the lease on object storage), so it never runs during an index run:
+with ``if_busy="skip"`` it stands down and tries again at its next slot.
+"""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
+from prefect.states import Completed
+
+from quarry.core.errors import StoreLocked
+from quarry.core.settings import store_path
+from quarry.store.layout import WriterLock
+from quarry.tasks.maintain import check_store, compact_vectors, rebuild_indices, remove_old_generations
+
+
+@flow(name="quarry-maintain", log_prints=False, validate_parameters=False)
+def maintain_flow(db: str | None = None, keep_generations: int | None = None, keep_versions_hours: float | None = None,
+                  reindex_share: float | None = None, if_busy: str = "skip"):
+    """Maintain the store at ``db``; returns the report :func:`quarry.store.maintain.maintain` would."""
+    logger = get_run_logger()
+    store = store_path(db)
+    try:
+        lock = WriterLock(store).acquire()
+    except StoreLocked as exc:
+        if if_busy != "skip":
+            raise
+        logger.info("store busy, maintenance skipped: %s", exc)
+        return Completed(message=f"skipped: {exc}", name="Skipped")
+    try:
+        report = {"store": db or str(store), "status": "completed",
+                  "compaction": compact_vectors(str(store), keep_versions_hours),
+                  "indices": rebuild_indices(str(store), reindex_share),
+                  "removed": remove_old_generations(str(store), keep_generations)}
+    finally:
+        lock.release()
+    report["check"] = check_store(str(store))
+    c = report["compaction"]
+    create_markdown_artifact(key="quarry-maintain", description="quarry maintenance run", markdown="\n".join([
+        "| step | result |", "|---|---|",
+        f"| fragments | {c['fragments_before']} → {c['fragments_after']} |",
+        f"| LanceDB versions | {c['versions_before']} → {c['versions_after']} |",
+        f"| indices rebuilt | {sum(i['rebuilt'] for i in report['indices'])} of {len(report['indices'])} |",
+        f"| files removed | {len(report['removed'])} |",
+        f"| consistency | {'healthy' if report['check']['healthy'] else 'PROBLEMS: run quarry doctor'} |",
+    ]))
+    return report

@@ -1,0 +1,81 @@
+"""Store URLs (``s3://bucket/prefix``) and the local folder that stands for each.
+
+A store on object storage is worked on through a local folder,
+``$QUARRY_STORE_CACHE/<16 hex digits of sha256(url)>/`` (default ``~/.cache/quarry/stores/``), whose
+file ``REMOTE`` names the URL; :mod:`quarry.store.remote` moves the committed state between the two.
+This module only parses and names: it imports nothing above ``core``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from quarry.core.errors import UsageError
+
+_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
+SCHEMES = ("s3", "gs", "az", "file")
+MARKER = "REMOTE"
+
+
+@dataclass(frozen=True)
+class StoreURL:
+    """A parsed store URL: ``scheme://bucket/prefix`` (``file``: bucket is empty, prefix a path)."""
+
+    scheme: str
+    bucket: str
+    prefix: str  # no leading or trailing slash
+
+    def __str__(self) -> str:
+        if self.scheme == "file":
+            return f"file:///{self.prefix}"
+        return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
+
+    def join(self, *parts: str) -> str:
+        """The URL of ``parts`` under this store (as LanceDB wants it)."""
+        return "/".join([str(self).rstrip("/"), *parts])
+
+
+def is_url(db: object) -> bool:
+    """Whether ``db`` names a store by URL (``s3://``, ``gs://``, ``az://``, ``file://``)."""
+    return isinstance(db, str) and _URL.match(db) is not None
+
+
+def parse_url(db: str) -> StoreURL:
+    """Parse a store URL; :class:`UsageError` names what is wrong with it."""
+    m = _URL.match(db)
+    if not m:
+        raise UsageError(f"{db!r} is not a store URL (s3://bucket/prefix)")
+    scheme, rest = m.group(1).lower(), m.group(2)
+    if scheme not in SCHEMES:
+        raise UsageError(f"unknown store URL scheme {scheme!r} in {db!r}; use one of {', '.join(SCHEMES)} "
+                         "or a local directory")
+    if scheme == "file":
+        path = os.path.abspath(os.path.expanduser(rest or "/"))
+        return StoreURL("file", "", path.strip("/"))
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise UsageError(f"{db!r} names no bucket: write {scheme}://bucket/prefix")
+    return StoreURL(scheme, bucket, prefix.strip("/"))
+
+
+def cache_root() -> Path:
+    """Where remote stores are worked on: ``$QUARRY_STORE_CACHE`` or ``~/.cache/quarry/stores``."""
+    return Path(os.environ.get("QUARRY_STORE_CACHE") or Path.home() / ".cache" / "quarry" / "stores").expanduser()
+
+
+def local_dir(db: str) -> Path:
+    """The local folder of the store at URL ``db`` (created, with its ``REMOTE`` marker)."""
+    url = parse_url(db)
+    folder = cache_root() / hashlib.sha256(str(url).encode()).hexdigest()[:16]
+    marker = folder / MARKER
+    if not marker.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{MARKER}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"url": str(url)}) + "\n", encoding="utf-8")
+        os.replace(tmp, marker)
+    return folder

@@ -1,0 +1,161 @@
+"""``quarry maintain``: compact the vector table, drop what the retention no longer keeps, rebuild
+stale LanceDB indices and check the store — on a local store or one on object storage.
+
+Every step runs under the writer lock (the lease on object storage), so it never races an index
+run; a busy store is :class:`~quarry.core.errors.StoreLocked` (``if_busy="skip"``: the report says
+``skipped``). Compaction and index rebuilds write new LanceDB versions: the pointer is moved to
+the new version (same generation, same catalog and index files) before older versions are pruned,
+so ``CURRENT`` never names a pruned version, even when the process dies between the two.
+
+Each step is a plain function over the store path; ``quarry/tasks/maintain.py`` wraps them as
+Prefect tasks and ``quarry/flows/maintain.py`` is the schedulable flow.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+from quarry.core.errors import StoreLocked, StoreNotFound
+from quarry.store import vectors
+from quarry.store.layout import WriterLock, read_pointer, remove_stale_generations, write_pointer
+from quarry.store.remote import keep_generations, remote_of
+
+log = logging.getLogger("quarry")
+
+
+def keep_versions() -> timedelta:
+    """How long LanceDB versions stay: ``QUARRY_KEEP_VERSIONS_HOURS`` (default 24)."""
+    raw = os.environ.get("QUARRY_KEEP_VERSIONS_HOURS", "")
+    try:
+        return timedelta(hours=max(0.0, float(raw))) if raw.strip() else timedelta(hours=24)
+    except ValueError:
+        return timedelta(hours=24)
+
+
+def reindex_share() -> float:
+    """Unindexed share of rows above which a LanceDB index is rebuilt: ``QUARRY_REINDEX_SHARE`` (0.2)."""
+    try:
+        return float(os.environ.get("QUARRY_REINDEX_SHARE") or 0.2)
+    except ValueError:
+        return 0.2
+
+
+def _committed(store: Path):
+    pointer = read_pointer(store)
+    if pointer is None:
+        raise StoreNotFound(f"no index at {store}: run `quarry index PATH --db {store}` first")
+    return pointer
+
+
+def _table(store: Path, pointer):
+    """The vector table rolled back to the committed version (a dead run's versions undone)."""
+    if not pointer.vector_table:
+        return None
+    return vectors.open_for_write(store, pointer.model, pointer.dim, pointer.vector_version)
+
+
+def move_pointer(store: Path, pointer, version: int):
+    """Name ``version`` in CURRENT: same generation, no new files."""
+    if version == pointer.vector_version:
+        return pointer
+    moved = replace(pointer, vector_version=version, committed_at=time.time())
+    write_pointer(store, moved, upload=False)
+    return moved
+
+
+def compact(store: Path, keep: timedelta | None = None) -> dict:
+    """Merge fragments, move the pointer to the compacted version, then prune versions older than
+    ``keep``. Caller holds the writer lock."""
+    pointer = _committed(store)
+    table = _table(store, pointer)
+    if table is None:
+        return {"fragments_before": 0, "fragments_after": 0, "versions_before": 0, "versions_after": 0}
+    before = table.stats()["fragment_stats"]["num_fragments"]
+    versions_before = len(table.list_versions())
+    table.optimize(cleanup_older_than=vectors._NEVER)  # compaction and incremental index updates
+    pointer = move_pointer(store, pointer, table.version)
+    table.optimize(cleanup_older_than=keep if keep is not None else keep_versions())
+    pointer = move_pointer(store, pointer, table.version)
+    return {"fragments_before": before, "fragments_after": table.stats()["fragment_stats"]["num_fragments"],
+            "versions_before": versions_before, "versions_after": len(table.list_versions())}
+
+
+def reindex(store: Path, threshold: float | None = None) -> list[dict]:
+    """Rebuild each LanceDB index whose unindexed share of rows is above ``threshold``."""
+    threshold = reindex_share() if threshold is None else threshold
+    pointer = _committed(store)
+    table = _table(store, pointer)
+    out = []
+    if table is None:
+        return out
+    for idx in table.list_indices():
+        indexed, unindexed = int(idx.num_indexed_rows or 0), int(idx.num_unindexed_rows or 0)
+        share = unindexed / max(1, indexed + unindexed)
+        rebuilt = share > threshold
+        if rebuilt:
+            column = idx.columns[0]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                if column == "vector":
+                    table.create_index(vector_column_name=column, metric="cosine", index_type=idx.index_type,
+                                       replace=True)
+                else:
+                    table.create_scalar_index(column, index_type=idx.index_type.upper(), replace=True)
+            pointer = move_pointer(store, pointer, table.version)
+        out.append({"name": idx.name, "column": idx.columns[0], "type": idx.index_type,
+                    "unindexed_share": round(share, 4), "rebuilt": rebuilt})
+    return out
+
+
+def remove_generations(store: Path, keep: int | None = None) -> list[str]:
+    """Delete catalog generations and index folders no pointer needs: locally all but the committed
+    one, on object storage all but the last ``keep`` (``QUARRY_KEEP_GENERATIONS``)."""
+    from quarry.index import searchindex
+
+    pointer = _committed(store)
+    removed = remove_stale_generations(store, keep=pointer.catalog)
+    removed += searchindex.remove_stale(store, keep=searchindex.folder_name(pointer.generation))
+    remote = remote_of(store)
+    if remote is not None:
+        removed += [str(remote.url.join(k)) for k in remote.remove_old_generations(pointer.generation, keep)]
+    return removed
+
+
+def check(store: Path) -> dict:
+    """``quarry doctor``'s checks, read-only."""
+    from quarry.store.doctor import diagnose
+
+    return diagnose(store).to_dict()
+
+
+def maintain(store: Path, generations: int | None = None, keep: timedelta | None = None,
+             threshold: float | None = None, if_busy: str = "fail") -> dict:
+    """All of it, in order, under the writer lock; the consistency check after the lock is released."""
+    t0 = time.perf_counter()
+    try:
+        lock = WriterLock(store).acquire()
+    except StoreLocked as exc:
+        if if_busy != "skip":
+            raise
+        return {"store": str(store), "status": "skipped", "reason": str(exc)}
+    try:
+        report = {"store": str(remote_of(store).url) if remote_of(store) else str(store), "status": "completed"}
+        report["compaction"] = compact(store, keep)
+        report["indices"] = reindex(store, threshold)
+        report["removed"] = remove_generations(store, generations or keep_generations())
+        report["generation"] = _committed(store).generation
+    finally:
+        lock.release()
+    report["check"] = check(store)
+    report["seconds"] = round(time.perf_counter() - t0, 3)
+    log.info("maintain: %d fragments -> %d, %d versions -> %d, %d indices rebuilt, %d files removed, healthy %s",
+             report["compaction"]["fragments_before"], report["compaction"]["fragments_after"],
+             report["compaction"]["versions_before"], report["compaction"]["versions_after"],
+             sum(i["rebuilt"] for i in report["indices"]), len(report["removed"]), report["check"]["healthy"])
+    return report
