@@ -86,12 +86,11 @@ class PageBM25:
     def __init__(self, units: list[str]):
         import numpy as np
 
-        from quarry.index.bm25 import bm25_weights
-        from quarry.index.porter import stem
+        from quarry.index.bm25 import bm25_weights, stem_words
         from quarry.index.stopwords import STOPWORDS
         from quarry.index.textnorm import tokens
 
-        self._tok = lambda text: [stem(t) for t in tokens(text) if t not in STOPWORDS]
+        self._tok = lambda text: stem_words([t for t in tokens(text) if t not in STOPWORDS])
         vocab: dict[str, int] = {}
         term_ids, rows, tfs = [], [], []
         for row, text in enumerate(units):
