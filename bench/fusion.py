@@ -6,7 +6,7 @@ Each set is indexed once through the real flow (bench/results/stores/<set>-<back
 every judged query's vector and BM25 candidates (top 100 chunks with their raw scores) are read
 once and fused offline by each method, so the methods see exactly the same candidates.
 
-Methods: reciprocal rank fusion (k = 60, the current default); convex combinations
+Methods: reciprocal rank fusion (k = 60, the default before issue 18); convex combinations
 ``a * norm(vector) + (1 - a) * norm(bm25)`` with per-query min-max normalisation (``mm``), with
 Bruch et al.'s theoretical lower bounds (``tmm``: cosine -1, BM25 0) and with z-scores (``z``)
 (Bruch, Gai, Ingber: An Analysis of Fusion Functions for Hybrid Retrieval, TOIS 2023). The

@@ -125,6 +125,7 @@ def test_query_side_never_imports_prefect(sample_db):
     ("index", "sectioner", ("structure", "semantic", "llm")),
     ("index", "context_writer", ("rules", "llm")),
     ("search", "mode", ("hybrid", "vector", "bm25")),
+    ("search", "fusion", ("tmm", "rrf")),
     ("export", "fmt", ("parquet", "jsonl")),
 ])
 def test_enum_flags_list_their_choices_in_help(command, param, choices):

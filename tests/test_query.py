@@ -164,12 +164,12 @@ def test_hostile_input_is_data_and_the_store_stays_intact(store):
 
 def test_fusion_is_explained_and_tunable(store):
     with open_index(store) as idx:
-        hybrid = idx.search("alpha beta", k=5, rrf_k=10, weights={"vector": 0.5, "bm25": 2})
+        hybrid = idx.search("alpha beta", k=5, fusion="rrf", rrf_k=10, weights={"vector": 0.5, "bm25": 2})
         for r in hybrid.results:
             expected = sum(w / (10 + r.ranks[name]) for name, w in (("vector", 0.5), ("bm25", 2.0)) if r.ranks[name])
             assert r.fused == pytest.approx(expected) == pytest.approx(r.score)
             assert set(r.scores) == set(r.ranks) == {"vector", "bm25"}
-        assert hybrid.weights == {"vector": 0.5, "bm25": 2.0} and hybrid.rrf_k == 10
+        assert hybrid.weights == {"vector": 0.5, "bm25": 2.0} and hybrid.rrf_k == 10 and hybrid.fusion == "rrf"
         assert set(hybrid.timings) >= {"filter", "vector", "bm25", "fuse", "hydrate", "total"}
         bm25_only = idx.search("alpha beta", k=5, weights={"vector": 0})
         assert [r.chunk_id for r in bm25_only.results] == [r.chunk_id for r in idx.search("alpha beta", k=5,
@@ -177,11 +177,26 @@ def test_fusion_is_explained_and_tunable(store):
         assert all(r.ranks["vector"] is None for r in bm25_only.results) and "vector" not in bm25_only.timings
         cut = idx.search("alpha beta", k=5, min_scores={"bm25": 1e9})
         assert cut.counts["bm25"] == 0 and all(r.ranks["bm25"] is None for r in cut.results)
-        assert idx.search("alpha beta", k=5, min_scores={"fused": 1.0}).results == []
+        assert idx.search("alpha beta", k=5, fusion="rrf", min_scores={"fused": 1.0}).results == []
+        assert idx.search("alpha beta", k=5, min_scores={"fused": 1.01}).results == []  # tmm: fused <= 1
         small = idx.search("alpha beta", k=3, candidates=4)
         assert small.candidates == 4 and small.counts["vector"] == small.counts["bm25"] == 4
         single = idx.search("alpha", k=3, mode="bm25")
         assert single.results[0].fused is None and single.results[0].score == single.results[0].scores["bm25"]
+
+
+def test_default_fusion_is_tmm_over_the_raw_scores(store):
+    from quarry.search.fusion import fuse
+
+    with open_index(store) as idx:
+        hybrid = idx.search("alpha beta", k=5, candidates=20)
+        assert hybrid.fusion == "tmm"
+        vec = idx.vector_search("alpha beta", 20)
+        bm = idx.bm25_search("alpha beta", 20)
+        expected = fuse({"vector": vec, "bm25": bm}, "tmm", depth=20)[:5]
+        assert [(r.chunk_id, r.fused) for r in hybrid.results] == [(c, pytest.approx(s)) for c, s in expected]
+        assert all(0.0 <= r.fused <= 1.0 and r.score == r.fused for r in hybrid.results)
+        assert idx.search("alpha", k=3, mode="bm25").fusion == ""
 
 
 def test_ties_break_by_chunk_id_every_time(store):
@@ -200,6 +215,7 @@ def test_ties_break_by_chunk_id_every_time(store):
         ({"k": 0}, "k must be"),
         ({"candidates": 0}, "candidates"),
         ({"rrf_k": -1}, "rrf_k"),
+        ({"fusion": "combsum"}, "unknown fusion"),
         ({"weights": {"dense": 1}}, "unknown key dense"),
         ({"weights": {"bm25": -1}}, "0 or more"),
         ({"weights": {"bm25": "x"}}, "must be a number"),
@@ -260,7 +276,9 @@ def ivf_store(tmp_path_factory):
         commit(path, records)
     finally:
         del os.environ["QUARRY_IVF_MIN_ROWS"]
-    assert '"nlist": 17' in next(path.glob("index-*/index.json")).read_text()
+    from quarry.index.dense import default_nlist
+
+    assert f'"nlist": {default_nlist(300)}' in next(path.glob("index-*/index.json")).read_text()
     return path, records
 
 

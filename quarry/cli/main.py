@@ -18,6 +18,7 @@ from quarry.core.errors import QuarryError
 from quarry.core.models import RETRIEVERS, SEARCH_MODES
 from quarry.cli.output import FORMATS as OUTPUT_FORMATS
 from quarry.core.settings import RUNNERS, default_db
+from quarry.search.fusion import DEFAULT_FUSION, FUSIONS
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 
 EXIT_PARTIAL = 3
@@ -328,9 +329,11 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
 @click.option("--mode", type=click.Choice(SEARCH_MODES), default="hybrid", show_default=True)
 @click.option("--candidates", type=click.IntRange(1, 10000), default=None,
               help="Candidates per retriever before fusion (default max(50, 5k)).")
+@click.option("--fusion", type=click.Choice(FUSIONS), default=DEFAULT_FUSION, show_default=True,
+              help="How hybrid fuses: tmm (normalised scores) or rrf (ranks).")
 @click.option("--rrf-k", type=click.IntRange(0, 10000), default=60, show_default=True, help="RRF constant k.")
 @filter_options
-@click.option("--weights", multiple=True, help="RRF weight per retriever, e.g. vector=1,bm25=0.5.")
+@click.option("--weights", multiple=True, help="Fusion weight per retriever, e.g. vector=1,bm25=0.5.")
 @click.option("--min-score", "min_scores", multiple=True,
               help="Drop a retriever's candidates scoring below this, e.g. vector=0.3 (repeatable).")
 @click.option("--explain", is_flag=True, help="Show each retriever's rank and score and the fused score.")
@@ -350,7 +353,7 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
               help="Output format (default table; --json is --format json).")
 @json_option
 @handle_errors
-def search(query, db, k, mode, candidates, rrf_k, where, path_globs, since, until, file_types, doc_ids, weights,
+def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, since, until, file_types, doc_ids, weights,
            min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt, as_json):
     """Search the index for QUERY."""
     import quarry
@@ -361,7 +364,7 @@ def search(query, db, k, mode, candidates, rrf_k, where, path_globs, since, unti
         raise UsageError(f"--json and --format {fmt} disagree; give one of them")
     fmt = "json" if as_json else (fmt or "table")
     with quarry.open(db) as idx:
-        response = idx.search(query, k, mode, candidates=candidates, rrf_k=rrf_k,
+        response = idx.search(query, k, mode, candidates=candidates, fusion=fusion, rrf_k=rrf_k,
                               filters=build_filter(where, path_globs, since, until, file_types, doc_ids),
                               weights=parse_pairs(weights, "--weights"),
                               min_scores=parse_pairs(min_scores, "--min-score"),

@@ -7,10 +7,13 @@ query path. Scores are cosine similarities.
 - **exact**: one matrix-vector product over every row (or over the rows a filter keeps). Costs
   about ``rows × dim × 4`` bytes of memory bandwidth per query: ~150 MB, 8–20 ms, at 100K × 384.
 - **IVF** (inverted file, "IVF-Flat"): at build time spherical k-means puts the rows into
-  ``nlist ≈ √rows`` clusters and the matrix is stored cluster by cluster; a query scores the
+  ``nlist ≈ 2 √rows`` clusters and the matrix is stored cluster by cluster; a query scores the
   centroids and then only the rows of the ``nprobe`` nearest clusters, contiguous slices of the
-  memory map (1/8 of the clusters by default). Built when a store has at least
-  :data:`IVF_MIN_ROWS` chunks; below that, exact search is fast enough.
+  memory map (:data:`MIN_PROBES` of them, or :data:`PROBE_SHARE` of them when that is more). Built when a
+  store has at least :data:`IVF_MIN_ROWS` chunks; below that, exact search is fast enough.
+  Finer lists read fewer rows for the same recall: at 1M rows, ``√rows`` lists probed 1/8
+  deep read 125,000 rows a query (31 ms); see docs/search-index.md for the measured choice and
+  why not HNSW (build time at commit on two cores).
 - **binary**: sign bits of every row (:mod:`quarry.index.binaryvec`, 48 bytes a row at 384-d), Hamming
   top ``20 n``, re-scored exactly (recall@10 0.978 on MiniLM). The bits are computed from the
   memory map on first use (about a second per million rows).
@@ -22,10 +25,10 @@ rows without a filter, and 1.5 times as many rows as an unfiltered search reads 
 kept rows lie further out than the k nearest rows); it scores whole clusters (contiguous slices)
 and drops the rows the filter excludes. When a filter keeps fewer rows than half of what IVF
 would read, ``auto`` searches exactly over those rows instead.
-Recall@10 on real MiniLM embeddings (bench/ann_recall.py): 0.966 unfiltered; 0.97 with a
-random 20% filter, 0.98 with a filter that keeps the queries' own part of the corpus, 0.87 with
-one that keeps only a part far from every query (the hard case for any IVF index;
-``vector_search="exact"`` is exact).
+Recall@10 against exact search (bench/ann_recall.py --rows, real MiniLM vectors and mixtures of
+them): 0.95-0.97 at 100K rows (632 lists, 32-51 probes) with or without a random 20% filter; a
+filter keeping only rows far from every query is the hard case for any IVF index (0.87 on the
+old 1/8 rule at 25K rows; ``vector_search="exact"`` is exact). docs/search-index.md has the table.
 
 Files: ``dense.vectors.npy`` (float32, rows in storage order), and with IVF
 ``dense.slot_rows.npy`` (int32: storage position -> row id), ``ivf.centroids.npy`` (float32,
@@ -44,10 +47,15 @@ import numpy as np
 from quarry.index.select import top_n
 
 IVF_MIN_ROWS = 20_000  # below this, exact search reads under 30 MB per query and IVF is not built
-PROBE_SHARE = 1 / 8  # clusters probed, as a share of nlist: recall@10 0.966 on MiniLM (bench/ann_recall.py)
+NLIST_FACTOR = 2.0  # nlist = NLIST_FACTOR * sqrt(rows): k-means cost grows with it (bench/ann_recall.py --rows)
+# Clusters probed: recall depends on the count far more than on the share of nlist (on real
+# MiniLM vectors at 100K rows, ~30 probes give 0.95 whether nlist is 316, 632 or 1,264), so a
+# floor of MIN_PROBES and a slow share on top (bench/ann_recall.py --rows).
+PROBE_SHARE = 1 / 64
+MIN_PROBES = 48
 FILTER_WORK = 1.5  # a filtered IVF search reads 1.5x the rows: its top k lie further out (recall, bench)
 METHODS = ("auto", "exact", "ivf", "binary")
-_BLOCK = 1 << 15
+_BLOCK = 1 << 13  # rows assigned at a time: the block x nlist score matrix stays at 64 MB at 2,000 lists
 _MATVEC_ROWS = 1024
 
 
@@ -58,6 +66,17 @@ def normalise(matrix: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return matrix / norms
+
+
+def normalise_inplace(matrix: np.ndarray) -> np.ndarray:
+    """Scale the float32 rows of ``matrix`` to unit length in place (zero rows stay zero), in
+    blocks, so that no full-size temporary is made."""
+    for start in range(0, matrix.shape[0], _BLOCK):
+        block = matrix[start:start + _BLOCK]
+        norms = np.linalg.norm(block, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        block /= norms
+    return matrix
 
 
 def matvec(matrix: np.ndarray, q: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
@@ -76,7 +95,7 @@ def matvec(matrix: np.ndarray, q: np.ndarray, rows: np.ndarray | None = None) ->
 
 
 def default_nlist(n_rows: int) -> int:
-    return max(8, int(round(math.sqrt(n_rows))))
+    return max(8, int(round(NLIST_FACTOR * math.sqrt(n_rows))))
 
 
 def build(vectors: np.ndarray, ivf_min_rows: int = IVF_MIN_ROWS, nlist: int | None = None,
@@ -110,7 +129,7 @@ def _assign(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     return out
 
 
-def kmeans(vectors: np.ndarray, k: int, iters: int = 12, sample_per_list: int = 64,
+def kmeans(vectors: np.ndarray, k: int, iters: int = 10, sample_per_list: int = 32,
            seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Spherical k-means: unit centroids (k × dim) trained on a sample, and every row's cluster."""
     rng = np.random.default_rng(seed)
@@ -139,7 +158,7 @@ def _scatter_sum(sums: np.ndarray, assign: np.ndarray, rows: np.ndarray) -> None
 class DenseIndex:
     """A loaded vector index. ``search`` returns row ids and cosine scores, best first."""
 
-    def __init__(self, arrays: dict[str, np.ndarray], probe_share: float = PROBE_SHARE):
+    def __init__(self, arrays: dict[str, np.ndarray], probe_share: float = PROBE_SHARE, min_probes: int = MIN_PROBES):
         self.vectors = arrays["dense.vectors.npy"]
         self.slot_rows = arrays.get("dense.slot_rows.npy")
         self.centroids = arrays.get("ivf.centroids.npy")
@@ -147,7 +166,9 @@ class DenseIndex:
         self.n_rows = self.vectors.shape[0]
         self.dim = self.vectors.shape[1] if self.vectors.ndim == 2 else 0
         self.probe_share = probe_share
+        self.min_probes = min_probes
         self._binary = None
+        self._masks: list[tuple] = []
 
     @classmethod
     def load(cls, folder: Path, **kwargs) -> DenseIndex:
@@ -161,7 +182,11 @@ class DenseIndex:
 
     def nprobe(self) -> int:
         """Clusters an IVF search scores at least."""
-        return min(len(self.centroids), max(1, math.ceil(len(self.centroids) * self.probe_share)))
+        return min(len(self.centroids), max(self.min_probes, math.ceil(len(self.centroids) * self.probe_share)))
+
+    def _scanned(self) -> int:
+        """About the rows an unfiltered IVF search reads."""
+        return math.ceil(self.n_rows * self.nprobe() / max(1, len(self.centroids)))
 
     def _rows(self, slots: np.ndarray) -> np.ndarray:
         return slots if self.slot_rows is None else self.slot_rows[slots].astype(np.int64)
@@ -169,7 +194,27 @@ class DenseIndex:
     def _slot_mask(self, mask: np.ndarray | None) -> np.ndarray | None:
         if mask is None:
             return None
-        return mask if self.slot_rows is None else mask[self.slot_rows]
+        if self.slot_rows is None:
+            return mask
+        return self._per_mask(mask)[0]
+
+    def _per_mask(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The mask in storage order and its kept rows per cluster, for the last few masks.
+
+        Both cost a pass over every row (a few ms at 1M); the query module caches masks per
+        filter, so the same array comes back query after query. The cache holds the mask itself,
+        so an ``id`` is never reused while it is cached.
+        """
+        for held, smask, per_cluster in self._masks:
+            if held is mask:
+                return smask, per_cluster
+        smask = mask[self.slot_rows]
+        per_cluster = None
+        if self.has_ivf:
+            counts = np.concatenate(([0], np.cumsum(smask, dtype=np.int64)))
+            per_cluster = counts[self.offsets[1:]] - counts[self.offsets[:-1]]
+        self._masks = [(mask, smask, per_cluster)] + self._masks[:3]
+        return smask, per_cluster
 
     def search(self, query: np.ndarray, n: int, mask: np.ndarray | None = None, method: str = "auto",
                kept: int | None = None, rescore_multiplier: int = 20) -> tuple[np.ndarray, np.ndarray]:
@@ -198,11 +243,10 @@ class DenseIndex:
             # With a filter, exact search gathers the kept rows, scattered over the matrix; IVF
             # reads about the rows of nprobe clusters, contiguously, several times faster per
             # row. Exact only when it gathers fewer rows than half of what IVF would read.
-            scanned = self.n_rows * self.probe_share
-            method = "ivf" if self.has_ivf and (mask is None or kept > scanned / 2) else "exact"
+            method = "ivf" if self.has_ivf and (mask is None or kept > self._scanned() / 2) else "exact"
         if method == "exact":
             return self._exact(q, n, smask, kept)
-        return self._ivf(q, n, smask)
+        return self._ivf(q, n, smask, mask)
 
     def _exact(self, q, n, smask, kept=None):
         if smask is not None and kept is not None and kept * 4 < self.n_rows:
@@ -218,7 +262,7 @@ class DenseIndex:
         pos = top_n(scores, n, rows)
         return rows[pos], scores[pos]
 
-    def _ivf(self, q, n, smask):
+    def _ivf(self, q, n, smask, mask=None):
         """Score the clusters nearest to ``q``: ``nprobe`` of them without a filter; with one,
         clusters holding kept rows, nearest first, until they held ``probe_share`` of the kept
         rows (and at least ``n``) and ``FILTER_WORK`` times the rows an unfiltered search reads,
@@ -227,10 +271,9 @@ class DenseIndex:
         if smask is None:
             order, per_cluster, target, work = order[: self.nprobe()], None, 0, 0
         else:
-            counts = np.concatenate(([0], np.cumsum(smask, dtype=np.int64)))
-            per_cluster = counts[self.offsets[1:]] - counts[self.offsets[:-1]]
-            target = max(n, math.ceil(int(counts[-1]) * self.probe_share))
-            work = math.ceil(self.n_rows * self.probe_share * FILTER_WORK)
+            per_cluster = self._per_mask(mask)[1]
+            target = max(n, math.ceil(int(per_cluster.sum()) * self.nprobe() / len(self.centroids)))
+            work = math.ceil(self._scanned() * FILTER_WORK)
         parts_s, parts_i, found, scanned = [], [], 0, 0
         for c in order:
             if per_cluster is not None:

@@ -1,6 +1,7 @@
 """Contextual chunk headers, in the spirit of dsRAG's AutoContext.
 
-A header tells the embedder and BM25 what a chunk is part of: the document's title and the
+A header tells the embedder and BM25 what a chunk is part of: the document's title (with its
+type and period where the parser found them, as for a filing's cover page) and the
 section's heading path, and optionally the document's summary, the section's summary and a
 per-chunk context line (:data:`HEADER_FIELDS`, composed by :func:`compose_header`). The
 :class:`ContextWriter` protocol is the seam; :class:`RuleContextWriter` needs no model, and the
@@ -75,6 +76,17 @@ def own_title(doc: ParsedDocument) -> str:
     return title
 
 
+def with_period(title: str, metadata: dict) -> str:
+    """The title followed by the document's type and period where its parser found them
+    (``metadata["doc_type"]``, ``metadata["period"]``, e.g. a filing's cover page):
+    ``3M Company (Form 10-K annual report, fiscal year 2018 (ended December 31, 2018))``.
+
+    Filings of one company from several years share their words; the period in every chunk's
+    header is what lets a question that names a year find that year's filing."""
+    extra = ", ".join(v for v in (metadata.get("doc_type"), metadata.get("period")) if v)
+    return f"{title} ({extra})" if extra and extra not in title else title
+
+
 def clean_summary(text: str | None, limit: int = SUMMARY_CHARS) -> str:
     """One line of at most ``limit`` characters."""
     text = " ".join((text or "").split())
@@ -124,7 +136,8 @@ class RuleContextWriter:
         self.fields = fields
 
     def document_context(self, doc: ParsedDocument, file: FileInfo, sections: list[Section]) -> tuple[str, str]:
-        return own_title(doc) or title_from_filename(file.rel_path), extractive_summary(doc.text)
+        title = own_title(doc) or title_from_filename(file.rel_path)
+        return with_period(title, doc.metadata), extractive_summary(doc.text)
 
     def section_summary(self, doc: ParsedDocument, section: Section) -> str:
         """The opening sentences of the section's prose (its heading line skipped)."""

@@ -7,7 +7,7 @@ one exists, so a long-lived reader follows re-indexing without ever seeing a hal
 
 A search: the query is embedded (cached) and tokenised; a filter, if any, becomes a boolean
 mask over rows (one DuckDB query, cached per generation); each retriever takes its top
-``candidates`` among the rows the mask keeps; reciprocal rank fusion merges them; the top ``k``
+``candidates`` among the rows the mask keeps; score fusion (:mod:`quarry.search.fusion`) merges them; the top ``k``
 are read back from the catalog.
 """
 
@@ -31,7 +31,7 @@ from quarry.core.sqlfiles import load_sql
 from quarry.index.dense import METHODS as VECTOR_SEARCH
 from quarry.ingest.embedders import describe, describe_backend, get_embedder
 from quarry.search.filters import Filter
-from quarry.search.fusion import DEFAULT_K, rrf
+from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, FUSIONS, fuse
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 from quarry.search.rerank import Reranker, get_reranker
 from quarry.search.segments import RseParams, Segment, get_params, segments_from_results
@@ -95,6 +95,7 @@ class SearchResponse:
     k: int = 10
     candidates: int = 0
     rrf_k: int = DEFAULT_K
+    fusion: str = DEFAULT_FUSION
     weights: dict[str, float] = field(default_factory=dict)
     min_scores: dict[str, float] = field(default_factory=dict)
     filter: str = ""
@@ -310,6 +311,7 @@ class Index:
         *,
         candidates: int | None = None,
         rrf_k: int = DEFAULT_K,
+        fusion: str = DEFAULT_FUSION,
         weights: dict[str, float] | None = None,
         min_scores: dict[str, float] | None = None,
         filters: Filter | str | None = None,
@@ -321,12 +323,13 @@ class Index:
         """Search the committed index: what ``quarry search`` does, flag for keyword.
 
         ``hybrid`` takes each retriever's top ``candidates`` (default ``max(50, 5k)``) and fuses
-        them by reciprocal rank fusion, ``Σ weight_r / (rrf_k + rank_r)`` (see
-        :mod:`quarry.search.fusion`); ``vector`` and ``bm25`` return one retriever's top ``k`` in the
-        same result shape.
+        them by ``fusion``: ``tmm`` (default), a convex combination of theoretically min-max
+        normalised scores, or ``rrf``, reciprocal rank fusion ``Σ weight_r / (rrf_k + rank_r)``
+        (see :mod:`quarry.search.fusion`); ``vector`` and ``bm25`` return one retriever's top
+        ``k`` in the same result shape.
 
-        ``weights``: per retriever (``vector``, ``bm25``; default 1.0 each); a weight of 0 skips
-        that retriever. ``min_scores``: drop a retriever's candidates scoring below its value
+        ``weights``: per retriever (``vector``, ``bm25``; default 1.0 each), multiplying RRF's
+        terms or TMM's tuned convex weights; a weight of 0 skips that retriever. ``min_scores``: drop a retriever's candidates scoring below its value
         (cosine for ``vector``, BM25 for ``bm25``) before fusion, and fused results below
         ``fused``. ``filters``: a :class:`~quarry.search.filters.Filter` (or a ``--where`` string),
         applied inside both retrievers before they pick candidates. Ties are broken by the best
@@ -363,7 +366,7 @@ class Index:
         else:
             pool = max(k, rerank_candidates) if reranker else k
         with self._pinned():
-            response = self._ranked(query, pool, mode, candidates=candidates, rrf_k=rrf_k, weights=weights,
+            response = self._ranked(query, pool, mode, candidates=candidates, rrf_k=rrf_k, fusion=fusion, weights=weights,
                                     min_scores=min_scores, filters=filters)
             if reranker is not None:
                 t = time.perf_counter()
@@ -380,7 +383,7 @@ class Index:
                 response.timings["window"] = _ms(t)
         return response
 
-    def _ranked(self, query: str, k: int, mode: str, *, candidates: int | None, rrf_k: int,
+    def _ranked(self, query: str, k: int, mode: str, *, candidates: int | None, rrf_k: int, fusion: str,
                 weights: dict[str, float] | None, min_scores: dict[str, float] | None,
                 filters: Filter | str | None) -> SearchResponse:
         """The top ``k`` of one retriever, or of the fused retrievers in ``hybrid`` mode."""
@@ -394,6 +397,8 @@ class Index:
             raise UsageError("candidates must be at least 1")
         if rrf_k < 0:
             raise UsageError("rrf_k must be 0 or more")
+        if fusion not in FUSIONS:
+            raise UsageError(f"unknown fusion {fusion!r}; choose one of {', '.join(FUSIONS)}")
         weights = {**{r: 1.0 for r in RETRIEVERS}, **_checked("weights", weights, RETRIEVERS)}
         if any(w < 0 for w in weights.values()):
             raise UsageError(f"weights must be 0 or more, got {weights}")
@@ -427,8 +432,8 @@ class Index:
             timings[name] = _ms(t)
 
         t = time.perf_counter()
-        fused = self._fuse(hits, k, rrf_k=rrf_k, weights=weights, min_fused=min_scores.get("fused")) \
-            if mode == "hybrid" else hits[mode][:k]
+        fused = self._fuse(hits, k, fusion=fusion, rrf_k=rrf_k, weights=weights, depth=n,
+                           min_fused=min_scores.get("fused")) if mode == "hybrid" else hits[mode][:k]
         timings["fuse"] = _ms(t)
         t = time.perf_counter()
         results = self._hydrate(snap, fused, hits, fused_scores=mode == "hybrid")
@@ -436,15 +441,17 @@ class Index:
         timings["total"] = _ms(t_start)
         return SearchResponse(
             query=query, mode=mode, results=results, k=k, candidates=n if mode == "hybrid" else k, rrf_k=rrf_k,
+            fusion=fusion if mode == "hybrid" else "",
             weights={r: weights[r] for r in active} if mode == "hybrid" else {}, min_scores=min_scores,
             filter=str(filters) if filters else "", counts=counts, timings=timings,
         )
 
     @staticmethod
-    def _fuse(hits: dict[str, list[tuple[int, float]]], k: int, *, rrf_k: int, weights: dict[str, float],
-              min_fused: float | None) -> list[tuple[int, float]]:
-        """The top ``k`` ``(row, fused score)`` of the retrievers' ``(row, score)`` rankings."""
-        fused = rrf({name: [row for row, _ in h] for name, h in hits.items()}, k=rrf_k, weights=weights)
+    def _fuse(hits: dict[str, list[tuple[int, float]]], k: int, *, fusion: str, rrf_k: int,
+              weights: dict[str, float], depth: int, min_fused: float | None) -> list[tuple[int, float]]:
+        """The top ``k`` ``(row, fused score)`` of the retrievers' ``(row, score)`` rankings
+        (``depth``: how many candidates each retriever was asked for)."""
+        fused = fuse(hits, fusion, k=rrf_k, weights=weights, depth=depth)
         if min_fused is not None:
             fused = [(row, s) for row, s in fused if s >= min_fused]
         return fused[:k]

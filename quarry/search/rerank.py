@@ -15,7 +15,7 @@
   ``(n - position) / n``.
 
 Every reranker returns the results re-ordered, ``rank`` renumbered from 1, ``score`` set to the
-rerank score and ``scores["rerank"]`` / ``ranks["rerank"]`` recorded; ``fused`` (the RRF score
+rerank score and ``scores["rerank"]`` / ``ranks["rerank"]`` recorded; ``fused`` (the fusion score
 in hybrid mode) is left as it was.
 """
 

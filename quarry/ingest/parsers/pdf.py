@@ -1,5 +1,12 @@
 """PDF via pypdf: text per page, page offsets, headings from the outline (bookmarks).
 
+Running page headers and footers (a line that opens or closes most pages, page numbers
+included) are removed before the text is joined, and table rows that pypdf splits into one line
+per cell are put back together, each value labelled with its column's year where the table's
+header names years (``Net sales | 2018: 32,765 | 2017: 31,657``), so they neither pad chunks nor match every
+query. A filing's type and period ("Form 10-K", "fiscal year 2018") are read from its opening
+pages into ``metadata`` (``doc_type``, ``period``) for the contextual header.
+
 Pages whose text layer is empty or garbage are OCRed (:mod:`quarry.ingest.parsers.ocr`) when OCR is
 on and the page carries an image; a PDF that still has no text is the failure
 "no text layer (N pages)".
@@ -16,6 +23,9 @@ from quarry.core.models import Heading, ParsedDocument
 from quarry.ingest.parsers import one_line
 
 PAGE_SEPARATOR = "\n\n"
+EDGE_LINES = 3  # lines at each end of a page that may be a running header or footer
+RUNNING_SHARE = 0.4  # ... when their form opens or closes at least this share of the pages
+FILING_CHARS = 8000  # the opening text read for a filing's type and period
 # Extracted text keeps typographic ligatures ("Uniﬁed"), which defeat search for "Unified".
 _LIGATURES = str.maketrans(
     {"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl", "\ufb05": "st", "\ufb06": "st"}
@@ -59,6 +69,7 @@ def parse_pdf(data: bytes, kind: str = "pdf", ocr: bool = True) -> ParsedDocumen
     if len(errors) == len(pages):
         raise ParseError(f"not valid PDF: {one_line(errors[0])}")
     stats = _ocr_pages(data, pages) if ocr else None
+    pages = [table_rows(p) for p in strip_running_lines(pages)]
 
     offsets, parts, length = [], [], 0
     for text in pages:
@@ -75,6 +86,7 @@ def parse_pdf(data: bytes, kind: str = "pdf", ocr: bool = True) -> ParsedDocumen
 
     headings = _outline_headings(reader, text, offsets)
     info = _metadata(reader)
+    info.update(filing_context(text[:FILING_CHARS]))
     return ParsedDocument(
         text=text,
         title=_clean_title(info.pop("title", "")),
@@ -84,6 +96,158 @@ def parse_pdf(data: bytes, kind: str = "pdf", ocr: bool = True) -> ParsedDocumen
         ocr_pages=stats.pages if stats else 0,
         ocr_seconds=stats.seconds if stats else 0.0,
     )
+
+
+def _edge_key(line: str) -> str:
+    """A line as a running header or footer repeats: case, spacing and numbers (page numbers,
+    dates) ignored."""
+    return re.sub(r"\d+", "#", " ".join(line.lower().split()))
+
+
+def strip_running_lines(pages: list[str], edge: int = EDGE_LINES, share: float = RUNNING_SHARE) -> list[str]:
+    """Remove running headers and footers: lines among the first or last ``edge`` lines of a page
+    whose form (:func:`_edge_key`) opens or closes at least ``share`` of the pages (and at least
+    three). Only lines at the page's edges go; the same words inside a page stay."""
+    texts = [p.splitlines() for p in pages]
+    if sum(1 for lines in texts if lines) < 4:
+        return pages
+    need = max(3, share * len(pages))
+    top: dict[str, int] = {}
+    bottom: dict[str, int] = {}
+    for lines in texts:
+        body = [ln for ln in lines if ln.strip()]
+        for key in {_edge_key(ln) for ln in body[:edge]}:
+            top[key] = top.get(key, 0) + 1
+        for key in {_edge_key(ln) for ln in body[-edge:]}:
+            bottom[key] = bottom.get(key, 0) + 1
+    heads = {k for k, n in top.items() if n >= need and k}
+    foots = {k for k, n in bottom.items() if n >= need and k}
+    if not heads and not foots:
+        return pages
+    out = []
+    for lines in texts:
+        first, last = 0, len(lines)
+        for _ in range(edge):  # header lines, blank lines between them skipped
+            while first < last and not lines[first].strip():
+                first += 1
+            if first < last and _edge_key(lines[first]) in heads:
+                first += 1
+            else:
+                break
+        for _ in range(edge):
+            while last > first and not lines[last - 1].strip():
+                last -= 1
+            if last > first and _edge_key(lines[last - 1]) in foots:
+                last -= 1
+            else:
+                break
+        out.append("\n".join(lines[first:last]).strip())
+    return out
+
+
+_VALUE = re.compile(r"^(\$|\(?\$?\s?[-–—]?\d[\d,]*(\.\d+)?\)?%?|[-–—]+|\$?\s?\(?[-–—]\)?)$")
+_YEAR = re.compile(r"^(19|20)\d\d$")
+
+
+def table_rows(page: str) -> str:
+    """Join a table row's cells, which pypdf puts one per line, back onto its label's line.
+
+    A line holding only a value (a number, a bracketed negative, a percentage, a dash, a lone
+    ``$``) belongs to the row above it; consecutive lines that are only years are the table's
+    column header, and a row with exactly one value per year gets each value labelled with it.
+    Prose is left as it is.
+    """
+    lines = page.split("\n")
+    out: list[str] = []
+    row: list[str] | None = None  # the label, then its values
+    years: list[str] = []
+    pending_years: list[str] = []
+
+    def flush():
+        nonlocal row
+        if row is not None:
+            label, values = row[0], row[1:]
+            if values and years and len(values) == len(years):
+                out.append(" | ".join([label] + [f"{y}: {v}" for y, v in zip(years, values)]))
+            elif values:
+                out.append(" | ".join(row))
+            else:
+                out.append(label)
+        row = None
+
+    dollar = blank = False
+    for raw in lines:
+        cell = raw.strip()
+        if not cell:
+            blank = True  # a paragraph break in prose, or the space between two cells
+            continue
+        if _YEAR.match(cell):
+            pending_years.append(cell)
+            continue
+        if pending_years:
+            blank = False
+            if len(pending_years) >= 2:
+                flush()
+                years = pending_years
+                out.append(" | ".join(years))
+            elif row is not None:
+                row.append(pending_years[0])
+            else:
+                out.append(pending_years[0])
+            pending_years = []
+        if _VALUE.match(cell) and row is not None:
+            if cell == "$":
+                dollar = True
+                continue
+            row.append(("$" + cell) if dollar else cell)
+            dollar = blank = False
+            continue
+        flush()
+        if blank and out and out[-1]:
+            out.append("")
+        dollar = blank = False
+        row = [" ".join(cell.split())]
+    if pending_years:
+        if len(pending_years) >= 2:
+            flush()
+            out.append(" | ".join(pending_years))
+        elif row is not None:
+            row.append(pending_years[0])
+        else:
+            out.append(pending_years[0])
+    flush()
+    return "\n".join(out)
+
+
+_MONTH = r"(?:January|February|March|April|May|June|July|August|September|October|November|December)"
+_DATE = rf"({_MONTH}\.?\s+\d{{1,2}},?\s+(\d{{4}}))"
+_PERIODS = (
+    (re.compile(rf"for\s+the\s+(?:fiscal\s+)?year\s+ended\s+{_DATE}", re.I), "fiscal year {year} (ended {date})"),
+    (re.compile(rf"for\s+the\s+quarterly\s+period\s+ended\s+{_DATE}", re.I), "quarter ended {date}"),
+)
+_TYPES = (
+    (re.compile(r"\bform\s+10-?k\b", re.I), "Form 10-K annual report"),
+    (re.compile(r"\bform\s+10-?q\b", re.I), "Form 10-Q quarterly report"),
+    (re.compile(r"\bform\s+8-?k\b", re.I), "Form 8-K current report"),
+    (re.compile(r"\bform\s+20-?f\b", re.I), "Form 20-F annual report"),
+)
+
+
+def filing_context(opening: str) -> dict[str, str]:
+    """``doc_type`` and ``period`` of a filing, where its opening text states them (the cover page
+    of a 10-K or 10-Q does); ``{}`` for anything else."""
+    text = " ".join(opening.split())
+    out = {}
+    kind = min(((m.start(), label) for rx, label in _TYPES if (m := rx.search(text))), default=None)
+    if kind:
+        out["doc_type"] = kind[1]
+    for rx, form in _PERIODS:
+        m = rx.search(text)
+        if m:
+            date = " ".join(m.group(1).replace(".", "").split())
+            out["period"] = form.format(year=m.group(2), date=date)
+            break
+    return out
 
 
 def no_text_layer(data: bytes, n_pages: int) -> ParsedDocument:

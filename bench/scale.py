@@ -1,0 +1,369 @@
+"""A whole index run at scale: the real flow on a synthetic tree, then a no-change re-run and queries.
+
+The tree is synthetic (nothing is copied from ../shared/data): ``--chunks / CHUNKS_PER_FILE``
+Markdown files under bench/results/scale/tree-<chunks>/, each a title and CHUNKS_PER_FILE
+sections of one ~700-character paragraph (one chunk each at the default 800-character chunk
+size). Words are drawn, with a fixed seed, from a Zipf distribution (s = 1.1) over 30,000
+pronounceable pseudo-words built from syllables, so BM25 sees a realistic long-tailed
+vocabulary; one paragraph in 20 carries a code such as FY2018 or v1.4.4. The tree is cached and
+reused when its parameters match.
+
+For each row it runs ``quarry.flows.index.index_flow`` in a child process (a fresh store, the
+given embedder; the ``hash`` embedder at 384 dimensions measures the pipeline without a model)
+and samples the resident memory of that process and all its descendants every 0.2 s (the
+peak of the sum is ``peak_rss_mb``; ``peak_rss_mb_batches`` and ``peak_rss_mb_commit`` split it
+at the start of the commit, ``peak_rss_mb_main_process`` is the flow's own process, without the
+Prefect API server and parse workers). Rows/s per stage are the run report's stage durations
+(``discover_plan``, ``process``, ``embed``, ``load``, ``commit``) divided into the chunk count.
+Then it runs the same flow again on the unchanged tree (``no_change_s``), opens the store with
+``quarry.search.query`` and times warm hybrid queries (200 queries of 2-5 words from the same
+vocabulary, k = 10; query embeddings computed before timing), and measures recall@10 of the
+index's default vector search against exact search over the same rows, for those queries.
+Query times are wall and CPU milliseconds (``hybrid_p50_cpu_ms``: what a query costs on an idle
+core; on a shared, loaded machine the wall time adds the wait for one). With the ``hash``
+embedder the vectors are feature hashes with no cluster structure, the worst case for IVF, so
+``recall_at_10`` there is far below what real embeddings get (bench/ann_recall.py --rows).
+
+``--embedder onnx-int8 --sample 2000`` runs the real default model on a 2,000-chunk tree and
+adds ``extrapolated_wall_s`` for ``--chunks`` chunks (the hash row's non-embedding stages plus
+the model's measured seconds per chunk, times the chunk count): labelled, never measured.
+
+    python bench/scale.py [--chunks 1000000] [--embedder hash|onnx-int8] [--sample N] [--json]
+
+Prints a table (stderr with --json) and writes bench/results/scale.json (rows are merged in by
+chunks and embedder, so a 1M hash row and a model sample row can be run separately).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("LANCEDB_LOG", "error")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "bench" / "results"
+WORK = RESULTS / "scale"
+CHUNKS_PER_FILE = 20
+TREE_FORMAT = 2
+DIM = 384
+CODES = ["FY2018", "E11000", "v1.4.4", "Q2", "HTTP 503", "ISO-8601", "RFC 7231", "x86_64", "utf-8"]
+STAGES = ("discover_plan", "process", "embed", "load", "commit")
+
+
+def log(*parts) -> None:
+    print(*parts, file=sys.stderr, flush=True)
+
+
+# --- the synthetic tree --------------------------------------------------------------------------
+
+
+def vocabulary(size: int = 30_000, seed: int = 1) -> list[str]:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    onsets = ["", "b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "st", "tr", "pl",
+              "ch", "sh", "gr", "br"]
+    vowels = ["a", "e", "i", "o", "u", "ai", "ea", "ou"]
+    codas = ["", "", "n", "r", "s", "t", "l", "m", "nd", "st", "ck"]
+    words: dict[str, None] = {}
+    while len(words) < size:
+        n = int(rng.integers(1, 4))
+        w = "".join(onsets[rng.integers(len(onsets))] + vowels[rng.integers(len(vowels))] + codas[rng.integers(len(codas))]
+                    for _ in range(n))
+        if len(w) >= 2:
+            words[w] = None
+    return sorted(words, key=len)  # frequent words short, as in English
+
+
+def zipf_words(rng, words: list[str], count: int):
+    import numpy as np
+
+    ranks = np.arange(1, len(words) + 1, dtype=np.float64)
+    p = ranks ** -1.1
+    return rng.choice(len(words), size=count, p=p / p.sum())
+
+
+def make_tree(chunks: int, seed: int = 7) -> Path:
+    """The cached synthetic tree for ``chunks`` chunks (built on first use)."""
+    import numpy as np
+
+    tree = WORK / f"tree-{chunks}"
+    marker = tree / ".tree.json"
+    params = {"format": TREE_FORMAT, "chunks": chunks, "per_file": CHUNKS_PER_FILE, "seed": seed}
+    if marker.exists() and json.loads(marker.read_text()) == params:
+        return tree
+    shutil.rmtree(tree, ignore_errors=True)
+    tree.mkdir(parents=True)
+    t0 = time.perf_counter()
+    words = np.array(vocabulary(), dtype=object)
+    rng = np.random.default_rng(seed)
+    n_files = max(1, chunks // CHUNKS_PER_FILE)
+    per_para = 150  # words: ~630 characters (frequent words are short), one chunk each
+    for f in range(n_files):
+        idx = zipf_words(rng, words, CHUNKS_PER_FILE * (per_para + 4) + 6)
+        w = words[idx]
+        parts = [f"# {' '.join(w[:6]).capitalize()}\n"]
+        pos = 6
+        for s in range(CHUNKS_PER_FILE):
+            heading = " ".join(w[pos:pos + 4]).capitalize()
+            body = w[pos + 4:pos + 4 + per_para].tolist()
+            pos += per_para + 4
+            for i in range(14, len(body), 15):  # sentences of 15 words
+                body[i] += "."
+            if rng.random() < 0.05:
+                body.insert(int(rng.integers(len(body))), CODES[int(rng.integers(len(CODES)))])
+            parts.append(f"\n## {heading}\n\n{' '.join(body).capitalize()}.\n")
+        folder = tree / f"part{f // 1000:04d}"
+        if f % 1000 == 0:
+            folder.mkdir(exist_ok=True)
+        (folder / f"doc{f:07d}.md").write_text("".join(parts), encoding="utf-8")
+        if f and f % 10000 == 0:
+            log(f"  tree: {f}/{n_files} files ({time.perf_counter() - t0:.0f} s)")
+    marker.write_text(json.dumps(params))
+    log(f"  tree of {n_files} files written in {time.perf_counter() - t0:.0f} s")
+    return tree
+
+
+def make_queries(n: int, seed: int = 3) -> list[str]:
+    import numpy as np
+
+    words = vocabulary()
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        if i % 10 == 0:
+            out.append(CODES[i // 10 % len(CODES)])
+        else:
+            # Mid-frequency words, as people type them: not the commonest, not hapaxes.
+            out.append(" ".join(words[int(j)] for j in rng.integers(20, 3000, size=int(rng.integers(2, 6)))))
+    return out
+
+
+# --- a run in a child process, with its memory sampled -------------------------------------------
+
+CHILD = """
+import json, sys, time
+from pathlib import Path
+from quarry.cli.main import run_index_flow  # what `quarry index` runs: index_flow under its Prefect API
+t = time.perf_counter()
+report = run_index_flow([sys.argv[1]], Path(sys.argv[2]), overrides=json.loads(sys.argv[3]))
+report = report if isinstance(report, dict) else {}
+report["wall_in_child_s"] = time.perf_counter() - t
+json.dump(report, open(sys.argv[4], "w"), default=str)
+"""
+
+
+def _tree_rss(root_pid: int) -> dict[int, int]:
+    """Resident bytes of ``root_pid`` and each of its descendants (from /proc), by pid."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            ppid, pages = int(fields[1]), int(fields[21])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+        rss[int(entry)] = pages * page
+    out, todo = {}, [root_pid]
+    while todo:
+        pid = todo.pop()
+        out[pid] = rss.get(pid, 0)
+        todo += children.get(pid, [])
+    return out
+
+
+def run_flow(tree: Path, store: Path, overrides: dict, out: Path) -> dict:
+    env = {**os.environ, "PREFECT_LOGGING_LEVEL": "WARNING", "LANCEDB_LOG": "error", "TOKENIZERS_PARALLELISM": "false"}
+    errlog = out.with_suffix(".log")
+    t0 = time.perf_counter()
+    with open(errlog, "w") as err_fh:  # a file, not a pipe: a full pipe would stall the run
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tree), str(store), json.dumps(overrides), str(out)],
+                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err_fh, text=True)
+        peak, at, main_peak, series = 0, 0.0, 0, []
+        while proc.poll() is None:
+            by_pid = _tree_rss(proc.pid)
+            total = sum(by_pid.values())
+            main_peak = max(main_peak, by_pid.get(proc.pid, 0))
+            series.append((time.perf_counter() - t0, total))
+            if total > peak:
+                peak, at = total, time.perf_counter() - t0
+            time.sleep(0.2)
+    wall = time.perf_counter() - t0
+    err = errlog.read_text(errors="replace")
+    if proc.returncode != 0:
+        sys.exit(f"the index run failed (exit {proc.returncode}):\n{err[-3000:]}")
+    report = json.loads(out.read_text())
+    report["wall_s"] = wall
+    report["peak_rss_mb"] = round(peak / 2**20)
+    # Where the peak falls: the commit is the run's last commit_s seconds (the batches before it).
+    commit_from = wall - report.get("durations", {}).get("commit", 0.0) - 1.0
+    report["peak_rss_at_s"] = round(at, 1)
+    report["peak_rss_mb_main_process"] = round(main_peak / 2**20)
+    report["peak_rss_mb_batches"] = round(max((r for t, r in series if t < commit_from), default=0) / 2**20)
+    report["peak_rss_mb_commit"] = round(max((r for t, r in series if t >= commit_from), default=0) / 2**20)
+    return report
+
+
+# --- queries -------------------------------------------------------------------------------------
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return round(statistics.median(ordered), 2), round(ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))], 2)
+
+
+def measure_queries(store: Path, embedder: str, n_queries: int) -> dict:
+    import numpy as np
+
+    import quarry.search.query
+    from quarry.core.settings import Settings
+    from quarry.index.searchindex import SearchIndex, folder_name
+    from quarry.ingest.embedders import get_embedder
+    from quarry.store.layout import read_pointer
+
+    settings = Settings.from_env(embed_backend=embedder, **({"embed_dim": DIM} if embedder == "hash" else {}))
+    queries = make_queries(n_queries)
+    qvecs = get_embedder(settings).embed(queries)
+    t = time.perf_counter()
+    idx = quarry.search.query.open(store, settings)
+    open_ms = (time.perf_counter() - t) * 1000
+    for q, v in zip(queries, qvecs):
+        idx._query_cache.put(q, v)  # embeddings are not what is timed
+    for q in queries[:20]:
+        idx.search(q, k=10, mode="hybrid")
+    samples, cpu = [], []
+    for q in queries:
+        t, c = time.perf_counter(), time.process_time()
+        idx.search(q, k=10, mode="hybrid")
+        samples.append((time.perf_counter() - t) * 1000)
+        cpu.append((time.process_time() - c) * 1000)
+    idx.close()
+    p50, p95 = percentiles(samples)
+    c50, c95 = percentiles(cpu)  # what a query costs on an idle core (see bench/query_latency.py)
+    index = SearchIndex.load(store / folder_name(read_pointer(store).generation))
+    hits = []
+    for v in qvecs:
+        want, _ = index.dense.search(v, 10, method="exact")
+        got, _ = index.dense.search(v, 10, method="auto")
+        hits.append(len(set(want.tolist()) & set(got.tolist())) / max(1, len(want)))
+    return {"hybrid_p50_ms": p50, "hybrid_p95_ms": p95, "hybrid_p50_cpu_ms": c50, "hybrid_p95_cpu_ms": c95,
+            "recall_at_10": round(float(np.mean(hits)), 4),
+            "open_ms": round(open_ms, 1), "queries": len(queries), "vector_index": _vector_index(index)}
+
+
+def _vector_index(index) -> str:
+    dense = index.manifest.get("dense", {})
+    for key in ("hnsw", "ivf"):
+        if dense.get(key):
+            return f"{key} {json.dumps(dense[key], sort_keys=True)}"
+    return "exact"
+
+
+# --- one row -------------------------------------------------------------------------------------
+
+
+def load_avg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def run_row(chunks: int, embedder: str, runner: str, n_queries: int, keep: bool) -> dict:
+    tree = make_tree(chunks)
+    folder = WORK / f"store-{chunks}-{embedder}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    store = folder / "store"
+    overrides = {"embed_backend": embedder, **({"embed_dim": DIM} if embedder == "hash" else {})}
+    if runner != "default":
+        overrides["runner"] = runner
+    log(f"indexing {chunks} chunks ({embedder}, load {load_avg()}) ...")
+    first = run_flow(tree, store, overrides, folder / "run1.json")
+    log(f"  {first['chunks']} chunks in {first['wall_s']:.0f} s, peak RSS {first['peak_rss_mb']} MB; "
+        f"stages {', '.join(f'{k} {v:.1f} s' for k, v in first['durations'].items())}")
+    log(f"re-indexing the unchanged tree (load {load_avg()}) ...")
+    second = run_flow(tree, store, overrides, folder / "run2.json")
+    log(f"  no-change run {second['wall_s']:.1f} s ({second['chunks']} chunks re-loaded); "
+        f"stages {', '.join(f'{k} {v:.1f} s' for k, v in second['durations'].items())}")
+    log(f"querying (load {load_avg()}) ...")
+    queries = measure_queries(store, embedder, n_queries)
+    n = first["chunks"]
+    row = {
+        "chunks": n, "files": first.get("added"), "runner": runner, "embedder": embedder,
+        "wall_s": round(first["wall_s"], 1), "peak_rss_mb": first["peak_rss_mb"],
+        "peak_rss_mb_batches": first["peak_rss_mb_batches"], "peak_rss_mb_commit": first["peak_rss_mb_commit"],
+        "peak_rss_mb_main_process": first["peak_rss_mb_main_process"],
+        "rows_per_s": {s: round(n / first["durations"][s]) for s in STAGES if first["durations"].get(s)},
+        "stage_s": {k: round(v, 1) for k, v in first["durations"].items()},
+        "commit_s": round(first["durations"].get("commit", 0.0), 1),
+        "no_change_s": round(second["wall_s"], 1), "no_change_peak_rss_mb": second["peak_rss_mb"],
+        # the no-change run inside its process, Prefect API server start included (the rest of
+        # no_change_s is starting Python and importing quarry, Prefect and friends)
+        "no_change_in_process_s": round(second.get("wall_in_child_s", 0.0), 1),
+        "no_change_stage_s": {k: round(v, 2) for k, v in second["durations"].items()},
+        **queries, "load_avg": load_avg(), "synthetic": True,
+    }
+    if not keep:
+        shutil.rmtree(folder, ignore_errors=True)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--chunks", type=int, default=1_000_000, help="chunks in the synthetic tree")
+    ap.add_argument("--embedder", default="hash", choices=["hash", "onnx-int8"],
+                    help="hash: the pipeline cost; onnx-int8: the real default model (use --sample)")
+    ap.add_argument("--sample", type=int, default=0,
+                    help="run the model on this many chunks and extrapolate to --chunks (labelled)")
+    ap.add_argument("--runner", default="default", help="the flow's task runner (a Settings field when not default)")
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--keep", action="store_true", help="keep the store under bench/results/scale/")
+    ap.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    args = ap.parse_args()
+    size = args.sample or args.chunks
+    row = run_row(size, args.embedder, args.runner, args.queries, args.keep)
+    path = RESULTS / "scale.json"
+    old = json.loads(path.read_text())["results"] if path.exists() else []
+    if args.sample:
+        row["sample_of"] = args.chunks
+        per_chunk = row["stage_s"].get("embed", 0.0) / max(1, row["chunks"])
+        hashed = [r for r in old if r["embedder"] == "hash"]
+        base = max(hashed, key=lambda r: r["chunks"]) if hashed else None
+        if base:
+            scale = args.chunks / base["chunks"]
+            rest = (base["wall_s"] - base["stage_s"].get("embed", 0.0)) * scale
+            row["extrapolated_wall_s"] = round(rest + per_chunk * args.chunks, 0)
+            row["extrapolated_note"] = (f"extrapolated, not measured: the {base['chunks']}-chunk hash run's time "
+                                        f"outside embedding x {scale:g} (linear) + {per_chunk * 1000:.2f} ms/chunk "
+                                        f"of model time x {args.chunks}")
+        row["model_ms_per_chunk"] = round(per_chunk * 1000, 3)
+    results = [r for r in old if (r["chunks"], r["embedder"]) != (row["chunks"], row["embedder"])] + [row]
+    results.sort(key=lambda r: (r["embedder"], r["chunks"]))
+    out = {"results": results}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2))
+    lines = [f"{'chunks':>8} {'embedder':<10} {'wall s':>7} {'peak MB':>8} {'commit s':>8} {'no-chg s':>8} "
+             f"{'p50 ms':>7} {'p95 ms':>7} {'recall':>6}  rows/s per stage"]
+    for r in results:
+        lines.append(f"{r['chunks']:>8} {r['embedder']:<10} {r['wall_s']:>7} {r['peak_rss_mb']:>8} {r['commit_s']:>8} "
+                     f"{r['no_change_s']:>8} {r['hybrid_p50_ms']:>7} {r['hybrid_p95_ms']:>7} {r['recall_at_10']:>6}  "
+                     + ", ".join(f"{k} {v}" for k, v in r["rows_per_s"].items())
+                     + (f"  [{r['extrapolated_note']}: {r['extrapolated_wall_s']} s]" if r.get("extrapolated_note") else ""))
+    print("\n".join(lines), file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
