@@ -231,11 +231,19 @@ def run_index_flow(paths: list[str], store: Path, **kwargs) -> dict:
     from quarry.cli.orchestration import prefect_api, prefect_environment
 
     prefect_environment()
-    with prefect_api(store / "logs"):
+    with prefect_api(store / "logs", check=_import_the_flow):
         from quarry.flows.index import index_flow
 
         progress.enable(True)
         return index_flow(paths, db=str(store), **kwargs)
+
+
+def _import_the_flow() -> None:
+    """Import the flow and LanceDB (about 2 s) while the private Prefect server starts (about 3 s):
+    called once ``PREFECT_API_URL`` is set, before waiting for the server, so the two overlap."""
+    import lancedb  # noqa: F401  (the writer's, imported on first use otherwise)
+
+    import quarry.flows.index  # noqa: F401
 
 
 def _print_report(report: dict) -> None:
