@@ -55,7 +55,6 @@ class Totals:
     ocr_pages: int = 0
     ocr_seconds: float = 0.0
     llm: dict = field(default_factory=dict)
-    max_in_flight: int = 0  # the most batches that were between submission and load at once
 
     def add_llm(self, report: dict) -> None:
         for key, value in report.items():
@@ -118,7 +117,6 @@ def run_batches(
                 more = False
                 break
             outstanding += 1
-            totals.max_in_flight = max(totals.max_in_flight, outstanding)
             submit(process_batch, {"items": items, "settings": settings, "workers": parse_workers, "store": store},
                    "process", _Batch(items))
         if outstanding == 0:
