@@ -38,7 +38,7 @@ import numpy as np
 
 from quarry.core.errors import UsageError
 from quarry.core.models import RETRIEVERS
-from quarry.search.windows import build_span
+from quarry.search.windows import ChunkRun, build_span
 
 RELEVANCE = ("auto", "scores", "rank", "rerank")
 RANK_ONLY_RELEVANCE = 0.8  # dsRAG's default similarity when absolute relevance is ignored
@@ -83,26 +83,13 @@ PRESETS: dict[str, RseParams] = {
 
 
 @dataclass
-class Segment:
+class Segment(ChunkRun):
     """A contiguous run of chunks of one document (``first_chunk``..``last_chunk`` inclusive).
 
     ``score`` is the segment's value (the sum of its chunk values); ``hits`` the ranks of the
     search results inside it; ``rank`` the order in which RSE chose it (best first).
     """
 
-    rank: int
-    doc_id: str
-    path: str
-    title: str
-    section: str
-    header: str
-    first_chunk: int
-    last_chunk: int
-    start_char: int
-    end_char: int
-    page_start: int | None
-    page_end: int | None
-    text: str
     score: float
     hits: list[int] = field(default_factory=list)
     chunk_ids: list[str] = field(default_factory=list)

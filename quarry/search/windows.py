@@ -20,12 +20,11 @@ GAP = "\n\n"  # stands for text between two chunks that no chunk covers (trimmed
 
 
 @dataclass
-class Window:
-    """A run of consecutive chunks of one document around one or more hits.
+class ChunkRun:
+    """A run of consecutive chunks of one document: what a window and a segment both are.
 
-    ``first_chunk``/``last_chunk`` are inclusive chunk indexes; ``start_char``/``end_char``
-    the span of the document text the window covers; ``hits`` the ranks of the search results
-    inside it (best first) and ``score`` the best of their scores.
+    ``first_chunk``/``last_chunk`` are inclusive chunk indexes; ``start_char``/``end_char`` the
+    span of the document text it covers.
     """
 
     rank: int
@@ -41,6 +40,17 @@ class Window:
     page_start: int | None
     page_end: int | None
     text: str
+
+
+@dataclass
+class Window(ChunkRun):
+    """A run of consecutive chunks of one document around one or more hits.
+
+    ``first_chunk``/``last_chunk`` are inclusive chunk indexes; ``start_char``/``end_char``
+    the span of the document text the window covers; ``hits`` the ranks of the search results
+    inside it (best first) and ``score`` the best of their scores.
+    """
+
     hits: list[int]
     score: float
     chunk_ids: list[str] = field(default_factory=list)
