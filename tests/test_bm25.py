@@ -178,3 +178,77 @@ def test_empty_catalog_builds_an_empty_index(tmp_path):
     con = catalog_with(tmp_path, [])
     index, info = index_of(con, 0)
     assert info["terms"] == 0 and search(index, "anything")[0].tolist() == []
+
+
+def reference_build(con, n_rows):
+    """The BM25 build before it streamed slices (every token occurrence of the corpus in memory
+    at once), kept as the reference the sliced build must equal byte for byte."""
+    import pyarrow.compute as pc
+
+    texts = con.execute(load_sql("bm25_texts")).fetch_arrow_table().column(0).combine_chunks()
+    lists = pc.split_pattern(pc.fill_null(texts, ""), " ")
+    flat = pc.list_flatten(lists)
+    occurrence_rows = pc.list_parent_indices(lists).to_numpy()
+    distinct = pc.unique(flat)
+    surface = distinct.to_pylist()
+    kept = [i for i, tok in enumerate(surface) if tok and tok not in bm25.STOPWORDS]
+    stems = stem_words([surface[i] for i in kept])
+    terms, kept_term = np.unique(np.array(stems, dtype=object), return_inverse=True) if stems else ([], [])
+    term_of = np.full(len(surface), -1, dtype=np.int64)
+    term_of[kept] = kept_term
+    occurrence_terms = term_of[pc.index_in(flat, value_set=distinct).to_numpy()]
+    counted = occurrence_terms >= 0
+    keys = occurrence_terms[counted] * max(n_rows, 1) + occurrence_rows[counted]
+    keys, tf = np.unique(keys, return_counts=True)
+    term_ids, rows = keys // max(n_rows, 1), (keys % max(n_rows, 1)).astype(np.int32)
+    weights, _ = bm25.bm25_weights(term_ids, rows, tf.astype(np.float64), len(terms), n_rows)
+    indptr = np.zeros(len(terms) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(term_ids, minlength=len(terms)), out=indptr[1:])
+    order = sorted(kept, key=lambda i: surface[i])
+    term_blob, term_offsets = bm25._pack([str(t) for t in terms])
+    surface_blob, surface_offsets = bm25._pack([surface[i] for i in order])
+    return {"bm25.terms.bin": term_blob, "bm25.term_offsets.npy": term_offsets, "bm25.surface.bin": surface_blob,
+            "bm25.surface_offsets.npy": surface_offsets, "bm25.surface_terms.npy": term_of[order].astype(np.int32),
+            "bm25.indptr.npy": indptr, "bm25.rows.npy": rows, "bm25.weights.npy": weights}
+
+
+def assert_same_files(got: dict, want: dict):
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        if isinstance(value, bytes):
+            assert got[name] == value, name
+        else:  # what np.save writes: dtype, shape and bytes
+            assert (got[name].dtype, got[name].shape) == (value.dtype, value.shape), name
+            assert got[name].tobytes() == value.tobytes(), name
+
+
+@pytest.mark.parametrize("slice_rows", [1, 3, 7, 64, 100_000])
+def test_sliced_build_equals_the_whole_corpus_build_on_real_text(tmp_path, scifact, slice_rows):
+    texts, queries = scifact
+    con = catalog_with(tmp_path, texts)
+    arrays, info = bm25.build(con, len(texts), slice_rows=slice_rows)
+    assert_same_files(arrays, reference_build(con, len(texts)))
+    assert info["postings"] > 40000
+    whole = BM25Index(bm25.build(con, len(texts), slice_rows=len(texts))[0], len(texts))
+    sliced = BM25Index(arrays, len(texts))
+    for q in queries:
+        cols = whole.columns(query_tokens(q))
+        assert sliced.columns(query_tokens(q)) == cols
+        assert np.array_equal(sliced.scores(cols), whole.scores(cols)), q
+
+
+def test_sliced_build_on_empty_and_stop_word_texts(tmp_path):
+    texts = ["the of and", "apple  banana", "", "banana apples apple", "", "the", "cherry banana apple"]
+    con = catalog_with(tmp_path, texts)
+    con.execute("UPDATE chunks SET search_text = 'apple  banana   ' WHERE chunk_id = '00000001:0'")
+    want = reference_build(con, len(texts))
+    for slice_rows in (1, 2, 3, len(texts)):
+        arrays, info = bm25.build(con, len(texts), slice_rows=slice_rows)
+        assert_same_files(arrays, want)
+        assert info["terms"] == 3 and info["tokens"] == 4  # appl, banana, cherri; apples is its own token
+
+
+def test_a_catalog_with_more_chunks_than_rows_is_refused(tmp_path):
+    con = catalog_with(tmp_path, ["apple", "banana", "cherry"])
+    with pytest.raises(ValueError, match="more chunks"):
+        bm25.build(con, 2, slice_rows=2)

@@ -66,51 +66,139 @@ def stem_words(words: list[str]) -> list[str]:
     return stemmer.stemWords(words)
 
 
-def build(con, n_rows: int) -> tuple[dict[str, np.ndarray | bytes], dict]:
+SLICE_ROWS = 32_768  # chunks tokenised at a time: bounds the working memory of a build
+
+
+def build(con, n_rows: int, slice_rows: int = SLICE_ROWS) -> tuple[dict[str, np.ndarray | bytes], dict]:
     """The BM25 arrays for the chunks in the catalog ``con``.
 
-    Returns ``(arrays, info)``; ``arrays`` maps file names to contents. Vectorised with Arrow
-    and numpy: split every chunk's tokens, find the distinct tokens, stem those (a few tens of
-    thousands, not the millions of occurrences), then count (term, row) pairs with one sort.
+    Returns ``(arrays, info)``; ``arrays`` maps file names to contents. The texts stream from
+    DuckDB ``slice_rows`` chunks at a time, so memory holds one slice's token occurrences plus
+    the compact postings of all slices (term, row in the slice, tf: 7-10 bytes a posting), never
+    every token occurrence of the corpus. A slice is vectorised with Arrow and numpy: split its
+    tokens, dictionary-encode them, give the distinct tokens new to the build a term (stemming
+    only those: a few tens of thousands, not the millions of occurrences), then count (term, row)
+    pairs with one sort. Terms are numbered as met and renumbered in sorted order at the end,
+    when the postings are scattered into CSC order with their weights. The files do not depend
+    on ``slice_rows`` (``tests/test_bm25.py`` compares them byte for byte).
     """
-    import pyarrow.compute as pc
-
     t0 = time.perf_counter()
-    texts = con.execute(load_sql("bm25_texts")).fetch_arrow_table().column(0).combine_chunks()
-    lists = pc.split_pattern(pc.fill_null(texts, ""), " ")
-    flat = pc.list_flatten(lists)
-    occurrence_rows = pc.list_parent_indices(lists).to_numpy()
-    distinct = pc.unique(flat)
-    surface = distinct.to_pylist()
-    kept = [i for i, tok in enumerate(surface) if tok and tok not in STOPWORDS]
-    stems = stem_words([surface[i] for i in kept])
-    terms, kept_term = np.unique(np.array(stems, dtype=object), return_inverse=True) if stems else ([], [])
-    term_of = np.full(len(surface), -1, dtype=np.int64)  # distinct token -> term id (-1: dropped)
-    term_of[kept] = kept_term
-    occurrence_terms = term_of[pc.index_in(flat, value_set=distinct).to_numpy()]
-    counted = occurrence_terms >= 0
-    keys = occurrence_terms[counted] * max(n_rows, 1) + occurrence_rows[counted]
-    keys, tf = np.unique(keys, return_counts=True)  # sorted by term, then row: CSC order
-    term_ids, rows = keys // max(n_rows, 1), (keys % max(n_rows, 1)).astype(np.int32)
-    weights, avgdl = bm25_weights(term_ids, rows, tf.astype(np.float64), len(terms), n_rows)
-    indptr = np.zeros(len(terms) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(term_ids, minlength=len(terms)), out=indptr[1:])
-    order = sorted(kept, key=lambda i: surface[i])
-    term_blob, term_offsets = _pack([str(t) for t in terms])
-    surface_blob, surface_offsets = _pack([surface[i] for i in order])
+    vocab = _Vocab()
+    slices: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+    length = np.zeros(n_rows, dtype=np.float64)  # terms per row (integers, exact in float64)
+    start = 0
+    for batch in con.execute(load_sql("bm25_texts")).fetch_record_batch(max(1, slice_rows)):
+        n = batch.num_rows
+        if start + n > n_rows:
+            raise ValueError(f"the catalog holds more chunks than the {n_rows} of its row table")
+        terms, rows, tf = _slice_postings(batch.column(0), vocab)
+        length[start:start + n] = np.bincount(rows, weights=tf, minlength=n)
+        vocab.count(terms)
+        slices.append((start, terms, rows, tf))
+        start += n
+    stems, final = vocab.sorted_terms()  # final[term as met] = its place in sorted order
+    df = np.zeros(len(stems), dtype=np.int64)
+    df[final] = vocab.df[:len(stems)]
+    indptr = np.zeros(len(stems) + 1, dtype=np.int64)
+    np.cumsum(df, out=indptr[1:])
+    avgdl = float(length.mean()) if n_rows else 0.0
+    idf = _idf(df, n_rows)
+    rows_out = np.empty(int(indptr[-1]), dtype=np.int32)
+    weights = np.empty(int(indptr[-1]), dtype=np.float32)
+    cursor = indptr[:-1].copy()
+    slices.reverse()
+    while slices:  # in row order, each slice freed once scattered
+        offset, terms, rows, tf = slices.pop()
+        terms = final[terms]
+        rows = rows.astype(np.int64) + offset
+        # A slice's postings are sorted by term, then row: each goes to its column's cursor plus
+        # its rank in the slice's run of that term, so the rows of a column stay ascending.
+        first = np.flatnonzero(np.r_[True, terms[1:] != terms[:-1]]) if len(terms) else np.zeros(0, np.int64)
+        run = np.diff(np.r_[first, len(terms)])
+        pos = cursor[terms] + (np.arange(len(terms)) - np.repeat(first, run))
+        cursor[terms[first]] += run
+        rows_out[pos] = rows
+        weights[pos] = _weights(idf[terms], tf.astype(np.float64), length[rows], avgdl)
+    surface, surface_terms = vocab.surface()
+    term_blob, term_offsets = _pack(stems)
+    surface_blob, surface_offsets = _pack(surface)
     arrays = {
         "bm25.terms.bin": term_blob,
         "bm25.term_offsets.npy": term_offsets,
         "bm25.surface.bin": surface_blob,
         "bm25.surface_offsets.npy": surface_offsets,
-        "bm25.surface_terms.npy": term_of[order].astype(np.int32),
+        "bm25.surface_terms.npy": final[surface_terms].astype(np.int32),
         "bm25.indptr.npy": indptr,
-        "bm25.rows.npy": rows,
+        "bm25.rows.npy": rows_out,
         "bm25.weights.npy": weights,
     }
-    info = {"terms": len(terms), "tokens": len(kept), "postings": int(len(rows)), "avgdl": round(avgdl, 3),
+    info = {"terms": len(stems), "tokens": len(surface), "postings": int(len(rows_out)), "avgdl": round(avgdl, 3),
             "k1": K1, "b": B, "seconds": round(time.perf_counter() - t0, 3)}
     return arrays, info
+
+
+def _slice_postings(texts, vocab: _Vocab) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (term as met, row in the slice, tf) of one slice of texts, sorted by term then row,
+    in small dtypes (they are held until the end of the build)."""
+    import pyarrow.compute as pc
+
+    n = len(texts)
+    lists = pc.split_pattern(pc.fill_null(texts, ""), " ")
+    occurrence_rows = pc.list_parent_indices(lists).to_numpy()
+    encoded = pc.dictionary_encode(pc.list_flatten(lists))
+    occurrence_terms = vocab.ids(encoded.dictionary.to_pylist())[encoded.indices.to_numpy()]
+    counted = occurrence_terms >= 0
+    keys, tf = np.unique(occurrence_terms[counted] * max(n, 1) + occurrence_rows[counted], return_counts=True)
+    terms, rows = (keys // max(n, 1)).astype(np.int32), keys % max(n, 1)
+    small = np.uint16 if n <= 1 << 16 else np.int32
+    return terms, rows.astype(small), tf.astype(np.min_scalar_type(int(tf.max()) if len(tf) else 0))
+
+
+class _Vocab:
+    """Surface tokens and stemmed terms met so far; terms are numbered in the order met."""
+
+    def __init__(self):
+        self.by_surface: dict[str, int] = {}  # token -> term, -1 for a stop word or ""
+        self.by_stem: dict[str, int] = {}
+        self.df = np.zeros(1024, dtype=np.int64)
+
+    def ids(self, words: list[str]) -> np.ndarray:
+        """The term of each distinct token (-1: not counted), stemming only tokens new here."""
+        out = np.empty(len(words), dtype=np.int64)
+        new = []
+        for i, word in enumerate(words):
+            term = self.by_surface.get(word)
+            if term is None:
+                new.append(i)
+            else:
+                out[i] = term
+        kept = [i for i in new if words[i] and words[i] not in STOPWORDS]
+        for i in new:
+            self.by_surface[words[i]] = out[i] = -1
+        for i, stem in zip(kept, stem_words([words[i] for i in kept])):
+            term = self.by_stem.setdefault(stem, len(self.by_stem))
+            self.by_surface[words[i]] = out[i] = term
+        return out
+
+    def count(self, terms: np.ndarray) -> None:
+        """Add a slice's postings (one per term and row) to the document frequencies."""
+        if len(self.by_stem) > len(self.df):
+            self.df = np.concatenate([self.df, np.zeros(max(len(self.by_stem), 2 * len(self.df)) - len(self.df),
+                                                        dtype=np.int64)])
+        self.df[:len(self.by_stem)] += np.bincount(terms, minlength=len(self.by_stem))
+
+    def sorted_terms(self) -> tuple[list[str], np.ndarray]:
+        """The stems in sorted order, and the sorted place of each term as met."""
+        stems = list(self.by_stem)
+        order = sorted(range(len(stems)), key=stems.__getitem__)
+        final = np.empty(len(stems), dtype=np.int64)
+        final[order] = np.arange(len(stems))
+        return [stems[i] for i in order], final
+
+    def surface(self) -> tuple[list[str], np.ndarray]:
+        """The counted tokens in sorted order and their terms as met."""
+        kept = sorted(w for w, t in self.by_surface.items() if t >= 0)
+        return kept, np.array([self.by_surface[w] for w in kept], dtype=np.int64)
 
 
 def _pack(words: list[str]) -> tuple[bytes, np.ndarray]:
@@ -127,10 +215,19 @@ def bm25_weights(term_ids: np.ndarray, rows: np.ndarray, tf: np.ndarray, n_terms
     """``w(t, d)`` for each posting (see the module docstring), float32, and avgdl."""
     length = np.bincount(rows, weights=tf, minlength=n_rows)
     avgdl = float(length.mean()) if n_rows else 0.0
-    df = np.bincount(term_ids, minlength=n_terms).astype(np.float64)
-    idf = np.log(1.0 + (n_rows - df + 0.5) / (df + 0.5))
-    norm = K1 * (1.0 - B + B * length[rows] / (avgdl or 1.0))
-    return (idf[term_ids] * tf * (K1 + 1.0) / (tf + norm)).astype(np.float32), avgdl
+    idf = _idf(np.bincount(term_ids, minlength=n_terms), n_rows)
+    return _weights(idf[term_ids], tf, length[rows], avgdl), avgdl
+
+
+def _idf(df: np.ndarray, n_rows: int) -> np.ndarray:
+    df = df.astype(np.float64)
+    return np.log(1.0 + (n_rows - df + 0.5) / (df + 0.5))
+
+
+def _weights(idf: np.ndarray, tf: np.ndarray, length: np.ndarray, avgdl: float) -> np.ndarray:
+    """``w(t, d)`` of postings from their term's idf, tf and row length (float64), as float32."""
+    norm = K1 * (1.0 - B + B * length / (avgdl or 1.0))
+    return (idf * tf * (K1 + 1.0) / (tf + norm)).astype(np.float32)
 
 
 def query_tokens(text: str) -> list[str]:
