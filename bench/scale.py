@@ -13,8 +13,8 @@ given embedder; the ``hash`` embedder at 384 dimensions measures the pipeline wi
 and samples the resident memory of that process and all its descendants every 0.2 s (the
 peak of the sum is ``peak_rss_mb``; ``peak_rss_mb_batches`` and ``peak_rss_mb_commit`` split it
 at the start of the commit, ``peak_rss_mb_main_process`` is the flow's own process, without the
-Prefect API server and parse workers). Rows/s per stage are the run report's stage durations
-(``discover_plan``, ``process``, ``embed``, ``load``, ``commit``) divided into the chunk count.
+Prefect API server and parse workers). Rows/s per stage are the chunk count over each stage's wall
+seconds in the run report (:data:`STAGES`: ``discover`` through ``commit``).
 Then it runs the same flow again on the unchanged tree (``no_change_s``), opens the store with
 ``quarry.search.query`` and times warm hybrid queries (200 queries of 2-5 words from the same
 vocabulary, k = 10; query embeddings computed before timing), and measures recall@10 of the
@@ -55,11 +55,21 @@ CHUNKS_PER_FILE = 20
 TREE_FORMAT = 2
 DIM = 384
 CODES = ["FY2018", "E11000", "v1.4.4", "Q2", "HTTP 503", "ISO-8601", "RFC 7231", "x86_64", "utf-8"]
-STAGES = ("discover_plan", "process", "embed", "load", "commit")
+STAGES = ("discover", "plan", "parse", "section", "context", "chunk", "embed", "load", "commit")
 
 
 def log(*parts) -> None:
     print(*parts, file=sys.stderr, flush=True)
+
+
+def stage_seconds(report: dict) -> dict[str, float]:
+    """Wall seconds per stage of a run report (``durations`` maps a stage to its ``seconds``)."""
+    out = {}
+    for stage, value in report.get("durations", {}).items():
+        seconds = value.get("seconds") if isinstance(value, dict) else value
+        if seconds is not None:
+            out[stage] = float(seconds)
+    return out
 
 
 # --- the synthetic tree --------------------------------------------------------------------------
@@ -209,7 +219,7 @@ def run_flow(tree: Path, store: Path, overrides: dict, out: Path) -> dict:
     report["wall_s"] = wall
     report["peak_rss_mb"] = round(peak / 2**20)
     # Where the peak falls: the commit is the run's last commit_s seconds (the batches before it).
-    commit_from = wall - report.get("durations", {}).get("commit", 0.0) - 1.0
+    commit_from = wall - stage_seconds(report).get("commit", 0.0) - 1.0
     report["peak_rss_at_s"] = round(at, 1)
     report["peak_rss_mb_main_process"] = round(main_peak / 2**20)
     report["peak_rss_mb_batches"] = round(max((r for t, r in series if t < commit_from), default=0) / 2**20)
@@ -291,27 +301,28 @@ def run_row(chunks: int, embedder: str, runner: str, n_queries: int, keep: bool)
     log(f"indexing {chunks} chunks ({embedder}, load {load_avg()}) ...")
     first = run_flow(tree, store, overrides, folder / "run1.json")
     log(f"  {first['chunks']} chunks in {first['wall_s']:.0f} s, peak RSS {first['peak_rss_mb']} MB; "
-        f"stages {', '.join(f'{k} {v:.1f} s' for k, v in first['durations'].items())}")
+        f"stages {', '.join(f'{k} {v:.1f} s' for k, v in stage_seconds(first).items())}")
     log(f"re-indexing the unchanged tree (load {load_avg()}) ...")
     second = run_flow(tree, store, overrides, folder / "run2.json")
     log(f"  no-change run {second['wall_s']:.1f} s ({second['chunks']} chunks re-loaded); "
-        f"stages {', '.join(f'{k} {v:.1f} s' for k, v in second['durations'].items())}")
+        f"stages {', '.join(f'{k} {v:.1f} s' for k, v in stage_seconds(second).items())}")
     log(f"querying (load {load_avg()}) ...")
     queries = measure_queries(store, embedder, n_queries)
     n = first["chunks"]
+    stages, stages2 = stage_seconds(first), stage_seconds(second)
     row = {
         "chunks": n, "files": first.get("added"), "runner": runner, "embedder": embedder,
         "wall_s": round(first["wall_s"], 1), "peak_rss_mb": first["peak_rss_mb"],
         "peak_rss_mb_batches": first["peak_rss_mb_batches"], "peak_rss_mb_commit": first["peak_rss_mb_commit"],
         "peak_rss_mb_main_process": first["peak_rss_mb_main_process"],
-        "rows_per_s": {s: round(n / first["durations"][s]) for s in STAGES if first["durations"].get(s)},
-        "stage_s": {k: round(v, 1) for k, v in first["durations"].items()},
-        "commit_s": round(first["durations"].get("commit", 0.0), 1),
+        "rows_per_s": {s: round(n / stages[s]) for s in STAGES if stages.get(s)},
+        "stage_s": {k: round(v, 1) for k, v in stages.items()},
+        "commit_s": round(stages.get("commit", 0.0), 1),
         "no_change_s": round(second["wall_s"], 1), "no_change_peak_rss_mb": second["peak_rss_mb"],
         # the no-change run inside its process, Prefect API server start included (the rest of
         # no_change_s is starting Python and importing quarry, Prefect and friends)
         "no_change_in_process_s": round(second.get("wall_in_child_s", 0.0), 1),
-        "no_change_stage_s": {k: round(v, 2) for k, v in second["durations"].items()},
+        "no_change_stage_s": {k: round(v, 2) for k, v in stages2.items()},
         **queries, "load_avg": load_avg(), "synthetic": True,
     }
     if not keep:
