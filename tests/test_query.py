@@ -293,6 +293,45 @@ def test_vector_search_methods(ivf_store, method):
         assert [r.title for r in kept] and {r.title for r in kept} <= {f"d{i}" for i in range(290, 300)}
 
 
+def test_committed_vectors_equal_a_whole_table_copy(ivf_store):
+    """The commit reads vectors in batches into one matrix and puts IVF's storage order in place;
+    the files equal what copying the whole table and then the matrix gives."""
+    from quarry.index import dense, searchindex
+    from quarry.store import vectors
+    from quarry.store.reader import open_snapshot
+
+    path, _ = ivf_store
+    folder = next(path.glob("index-*"))
+    committed = {p.name: np.load(p) for p in folder.glob("*.npy") if p.name.startswith(("dense.", "ivf."))}
+    snap = open_snapshot(path)
+    try:
+        ids = searchindex.rows.build_rows(snap.con).column("chunk_id").combine_chunks()
+        by_copy = searchindex._vectors_in_row_order(ids, *vectors.read_all(snap.table))
+        by_batch = vectors.read_in_row_order(snap.table, ids, batch_rows=7)
+        assert by_batch.dtype == np.float32 and np.array_equal(by_batch, by_copy)
+        partial = vectors.read_in_row_order(snap.table, ids.take(np.arange(0, len(ids), 3)))
+        assert np.array_equal(partial, by_copy[::3])  # vectors of chunks not asked for are skipped
+        dense.normalise_inplace(by_copy)
+        copied, _ = dense.build(by_copy.copy(), ivf_min_rows=100)
+        in_place, _ = dense.build(by_copy, ivf_min_rows=100, inplace=True)
+    finally:
+        snap.close()
+    assert in_place["dense.vectors.npy"] is by_copy
+    for name, value in committed.items():
+        assert np.array_equal(copied[name], value) and np.array_equal(in_place[name], value), name
+
+
+def test_permute_rows_in_place():
+    from quarry.index.dense import permute_rows
+
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 2, 10, 1000):
+        matrix = rng.normal(size=(n, 3)).astype(np.float32)
+        order = rng.permutation(n).astype(np.int32)
+        want = matrix[order]
+        assert np.array_equal(permute_rows(matrix, order), want)
+
+
 def test_unknown_vector_search_is_a_usage_error(store):
     with pytest.raises(UsageError, match="vector search"):
         open_index(store, vector_search="hnsw")

@@ -99,8 +99,12 @@ def default_nlist(n_rows: int) -> int:
 
 
 def build(vectors: np.ndarray, ivf_min_rows: int = IVF_MIN_ROWS, nlist: int | None = None,
-          seed: int = 0) -> tuple[dict[str, np.ndarray], dict]:
-    """Files for unit-length ``vectors`` in row order; IVF when there are ``ivf_min_rows`` or more."""
+          seed: int = 0, inplace: bool = False) -> tuple[dict[str, np.ndarray], dict]:
+    """Files for unit-length ``vectors`` in row order; IVF when there are ``ivf_min_rows`` or more.
+
+    ``inplace``: IVF reorders the rows of ``vectors`` itself into storage order (the caller's
+    matrix becomes ``dense.vectors.npy``) instead of copying them, one matrix less at commit.
+    """
     t0 = time.perf_counter()
     n = vectors.shape[0]
     info: dict = {"rows": n, "dim": int(vectors.shape[1]) if vectors.ndim == 2 else 0, "ivf": None}
@@ -114,12 +118,35 @@ def build(vectors: np.ndarray, ivf_min_rows: int = IVF_MIN_ROWS, nlist: int | No
     np.cumsum(np.bincount(assign, minlength=nlist), out=offsets[1:])
     info["ivf"] = {"nlist": nlist, "largest": int(np.diff(offsets).max()), "empty": int((np.diff(offsets) == 0).sum())}
     info["seconds"] = round(time.perf_counter() - t0, 3)
+    stored = permute_rows(vectors, order) if inplace else np.ascontiguousarray(vectors[order], dtype=np.float32)
     return {
-        "dense.vectors.npy": np.ascontiguousarray(vectors[order], dtype=np.float32),
+        "dense.vectors.npy": stored,
         "dense.slot_rows.npy": order,
         "ivf.centroids.npy": centroids,
         "ivf.offsets.npy": offsets,
     }, info
+
+
+def permute_rows(matrix: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Reorder the rows of ``matrix`` in place so that row ``i`` becomes the old row ``order[i]``
+    (``matrix[order]`` without a second matrix), following the permutation's cycles with one
+    row of scratch: about a microsecond a row, 1.5 GB less than a copy at 1M × 384."""
+    done = np.zeros(len(order), dtype=bool)
+    done[order == np.arange(len(order))] = True
+    scratch = np.empty(matrix.shape[1:], dtype=matrix.dtype)
+    for start in np.flatnonzero(~done).tolist():
+        if done[start]:
+            continue
+        scratch[...] = matrix[start]
+        i = start
+        nxt = int(order[i])
+        while nxt != start:
+            matrix[i] = matrix[nxt]
+            done[i] = True
+            i, nxt = nxt, int(order[nxt])
+        matrix[i] = scratch
+        done[i] = True
+    return matrix
 
 
 def _assign(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:

@@ -49,11 +49,14 @@ def ivf_min_rows() -> int:
     return int(raw) if raw.strip().isdigit() else dense.IVF_MIN_ROWS
 
 
-def build(con, vectors: tuple | None, model: str = "", dim: int = 0, ivf_rows: int | None = None) -> tuple[dict, dict]:
-    """Index arrays for the catalog ``con`` and ``vectors`` = ``(chunk_ids, matrix)`` of the same version.
+def build(con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = None) -> tuple[dict, dict]:
+    """Index arrays for the catalog ``con`` and the vectors of the same version.
 
-    ``vectors`` is what ``quarry.store.vectors.read_all`` returns, or None for a store without a
-    vector table. Returns ``(arrays, manifest)``; :func:`write` saves them.
+    ``vectors`` is a function of the row ids (chunk ids in row order, an Arrow array) returning
+    a float32 matrix in row order that the build may change in place
+    (``quarry.store.vectors.read_in_row_order`` bound to a table: one copy of the vectors in
+    memory), or ``(chunk_ids, matrix)`` as ``quarry.store.vectors.read_all`` returns, or None
+    for a store without a vector table. Returns ``(arrays, manifest)``; :func:`write` saves them.
     """
 
     t0 = time.perf_counter()
@@ -65,13 +68,18 @@ def build(con, vectors: tuple | None, model: str = "", dim: int = 0, ivf_rows: i
     bm25_arrays, bm25_info = bm25.build(con, n)
     arrays.update(bm25_arrays)
     t1 = time.perf_counter()
-    matrix = _vectors_in_row_order(ids, *vectors) if vectors is not None else np.zeros((n, dim), dtype=np.float32)
+    if vectors is None:
+        matrix = np.zeros((n, dim), dtype=np.float32)
+    elif callable(vectors):
+        matrix = vectors(ids)
+    else:
+        matrix = _vectors_in_row_order(ids, *vectors)
     read_seconds = time.perf_counter() - t1
     # In place: the matrix is ours, and at 1M x 384 each copy is 1.5 GB of the commit's peak.
     dense.normalise_inplace(matrix)
-    dense_arrays, dense_info = dense.build(matrix, ivf_min_rows() if ivf_rows is None else ivf_rows)
     out_dim = int(matrix.shape[1]) if matrix.ndim == 2 else dim
-    del matrix  # with IVF, dense.build stored its own storage-order copy
+    dense_arrays, dense_info = dense.build(matrix, ivf_min_rows() if ivf_rows is None else ivf_rows, inplace=True)
+    del matrix  # with IVF, now in storage order as dense.vectors.npy
     arrays.update(dense_arrays)
     manifest = {
         "version": INDEX_VERSION,

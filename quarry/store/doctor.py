@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 from quarry.core.errors import StoreCorrupt
@@ -191,7 +192,7 @@ def _check_index(store: Path, pointer, con, n_chunks: int, report: DoctorReport,
 
         table = vectors.open_for_read(store, pointer.vector_table, pointer.vector_version) if pointer.vector_table \
             else None
-        stored = vectors.read_all(table) if table is not None else None
+        stored = partial(vectors.read_in_row_order, table) if table is not None else None
         arrays, manifest = searchindex.build(con, stored, pointer.model, pointer.dim)
         searchindex.write(folder, arrays, manifest)
         finding.repaired = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -46,7 +47,7 @@ class Snapshot:
             logging.getLogger("quarry").warning(
                 "%s has no search index files (committed by an older quarry); indexing in memory. "
                 "The next `quarry index` run writes them.", self.store)
-            stored = vectors.read_all(self.table) if self.table is not None else None
+            stored = partial(vectors.read_in_row_order, self.table) if self.table is not None else None
             arrays, manifest = searchindex.build(self.con, stored, self.pointer.model, self.pointer.dim,
                                                ivf_rows=1 << 62)
             self._index = searchindex.SearchIndex(arrays, manifest)

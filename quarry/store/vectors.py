@@ -21,6 +21,7 @@ os.environ.setdefault("LANCEDB_LOG", "error")  # LanceDB warns once per query ot
 _HEX = re.compile(r"^[0-9a-f]+$")
 _ID = re.compile(r"^[0-9a-f]+(:[0-9]+)?$")
 LOOKUP_BATCH = 500
+READ_BATCH = 65_536  # vectors read at a time at commit (96 MB at 384 dimensions)
 
 
 def table_name(model: str, dim: int) -> str:
@@ -119,6 +120,29 @@ def read_all(table) -> tuple[pa.Array, np.ndarray]:
         return ids, np.zeros((0, 0), dtype=np.float32)
     flat = rows.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
     return ids, flat.astype(np.float32, copy=False).reshape(rows.num_rows, -1)
+
+
+def read_in_row_order(table, row_ids: pa.Array, batch_rows: int = READ_BATCH) -> np.ndarray:
+    """Every vector of ``table`` (at its checked-out version) at the row of its chunk id in
+    ``row_ids``: one float32 matrix, rows × dim. A row without a vector stays zero; a vector whose
+    chunk is not in ``row_ids`` is skipped. Read ``batch_rows`` at a time straight into the
+    matrix, so a commit never holds the whole table as Arrow beside it (1.5 GB at 1M × 384)."""
+    import pyarrow.compute as pc
+
+    dim = table.schema.field("vector").type.list_size if table.count_rows() else 0
+    out = np.zeros((len(row_ids), dim), dtype=np.float32)
+    if not dim or not len(row_ids):
+        return out
+    for batch in table.search().select(["chunk_id", "vector"]).limit(None).to_batches(batch_rows):
+        where = pc.index_in(batch.column("chunk_id"), value_set=row_ids)
+        flat = batch.column("vector").flatten().to_numpy(zero_copy_only=False)
+        matrix = flat.astype(np.float32, copy=False).reshape(batch.num_rows, dim)
+        if where.null_count:
+            known = where.is_valid().to_numpy(zero_copy_only=False)
+            out[where.filter(known).to_numpy()] = matrix[known]
+        else:
+            out[where.to_numpy()] = matrix
+    return out
 
 
 def delete_documents(table, doc_ids: list[str]) -> None:

@@ -20,6 +20,7 @@ import logging
 import shutil
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -189,7 +190,7 @@ class StoreWriter:
         if not self.dirty and not self.model_changed and base is not None and searchindex.is_complete(base):
             searchindex.link(base, folder, self.con)
             return
-        stored = vectors.read_all(self.table) if self.table is not None else None
+        stored = partial(vectors.read_in_row_order, self.table) if self.table is not None else None
         arrays, manifest = searchindex.build(self.con, stored, self.model, self.dim)
         searchindex.write(folder, arrays, manifest)
         logging.getLogger("quarry").info(
