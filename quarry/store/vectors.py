@@ -125,23 +125,28 @@ def read_all(table) -> tuple[pa.Array, np.ndarray]:
 def read_in_row_order(table, row_ids: pa.Array, batch_rows: int = READ_BATCH) -> np.ndarray:
     """Every vector of ``table`` (at its checked-out version) at the row of its chunk id in
     ``row_ids``: one float32 matrix, rows × dim. A row without a vector stays zero; a vector whose
-    chunk is not in ``row_ids`` is skipped. Read ``batch_rows`` at a time straight into the
-    matrix, so a commit never holds the whole table as Arrow beside it (1.5 GB at 1M × 384)."""
-    import pyarrow.compute as pc
+    chunk is not in ``row_ids`` is skipped. Read in batches straight into the matrix, so a
+    commit never holds the whole table as Arrow beside it (1.5 GB at 1M × 384).
 
+    Rows are found with one dict (about 120 MB at 1M ids), not ``pyarrow.compute.index_in``
+    per batch: LanceDB yields a batch per ~1,300 rows whatever ``batch_rows`` asks, and each
+    ``index_in`` hashes all of ``row_ids`` again (132 s at 1M rows in 782 fragments).
+    """
     dim = table.schema.field("vector").type.list_size if table.count_rows() else 0
     out = np.zeros((len(row_ids), dim), dtype=np.float32)
     if not dim or not len(row_ids):
         return out
+    row_of = {chunk_id: row for row, chunk_id in enumerate(row_ids.to_pylist())}
     for batch in table.search().select(["chunk_id", "vector"]).limit(None).to_batches(batch_rows):
-        where = pc.index_in(batch.column("chunk_id"), value_set=row_ids)
+        where = np.fromiter((row_of.get(c, -1) for c in batch.column("chunk_id").to_pylist()), dtype=np.int64,
+                            count=batch.num_rows)
         flat = batch.column("vector").flatten().to_numpy(zero_copy_only=False)
         matrix = flat.astype(np.float32, copy=False).reshape(batch.num_rows, dim)
-        if where.null_count:
-            known = where.is_valid().to_numpy(zero_copy_only=False)
-            out[where.filter(known).to_numpy()] = matrix[known]
+        known = where >= 0
+        if known.all():
+            out[where] = matrix
         else:
-            out[where.to_numpy()] = matrix
+            out[where[known]] = matrix[known]
     return out
 
 
