@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import os
 
 import numpy as np
@@ -319,6 +320,37 @@ def test_committed_vectors_equal_a_whole_table_copy(ivf_store):
     assert in_place["dense.vectors.npy"] is by_copy
     for name, value in committed.items():
         assert np.array_equal(copied[name], value) and np.array_equal(in_place[name], value), name
+
+
+def test_the_commit_saves_what_the_in_memory_build_returns(ivf_store):
+    """The commit builds part by part into the folder (build_into); the in-memory build of the same
+    snapshot (a store from before index files) gives the same files."""
+    from functools import partial
+
+    import pyarrow as pa
+
+    from quarry.index import searchindex
+    from quarry.store import vectors
+    from quarry.store.reader import open_snapshot
+
+    path, _ = ivf_store
+    folder = next(path.glob("index-*"))
+    snap = open_snapshot(path)
+    try:
+        arrays, manifest = searchindex.build(snap.con, partial(vectors.read_in_row_order, snap.table), ivf_rows=100)
+    finally:
+        snap.close()
+    assert sorted(arrays) == sorted(p.name for p in folder.iterdir() if p.name != searchindex.MANIFEST)
+    for name, value in arrays.items():
+        if isinstance(value, bytes):
+            assert (folder / name).read_bytes() == value, name
+        elif isinstance(value, pa.Table):
+            assert searchindex.rows.load(folder / name).equals(value), name
+        else:
+            saved = np.load(folder / name)
+            assert saved.dtype == value.dtype and np.array_equal(saved, value), name
+    saved = json.loads((folder / searchindex.MANIFEST).read_text())
+    assert (saved["rows"], saved["dim"], saved["dense"]["ivf"]) == (manifest["rows"], manifest["dim"], manifest["dense"]["ivf"])
 
 
 def test_permute_rows_in_place():

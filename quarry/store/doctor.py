@@ -193,8 +193,7 @@ def _check_index(store: Path, pointer, con, n_chunks: int, report: DoctorReport,
         table = vectors.open_for_read(store, pointer.vector_table, pointer.vector_version) if pointer.vector_table \
             else None
         stored = partial(vectors.read_in_row_order, table) if table is not None else None
-        arrays, manifest = searchindex.build(con, stored, pointer.model, pointer.dim)
-        searchindex.write(folder, arrays, manifest)
+        searchindex.build_into(folder, con, stored, pointer.model, pointer.dim)
         finding.repaired = True
 
 

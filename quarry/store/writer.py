@@ -191,8 +191,7 @@ class StoreWriter:
             searchindex.link(base, folder, self.con)
             return
         stored = partial(vectors.read_in_row_order, self.table) if self.table is not None else None
-        arrays, manifest = searchindex.build(self.con, stored, self.model, self.dim)
-        searchindex.write(folder, arrays, manifest)
+        manifest = searchindex.build_into(folder, self.con, stored, self.model, self.dim)
         logging.getLogger("quarry").info(
             "search index: %d chunks, %d terms, IVF %s, built in %.1f s", manifest["rows"],
             manifest["bm25"]["terms"], manifest["dense"]["ivf"] or "off", manifest["build_seconds"])
