@@ -198,7 +198,7 @@ def _tree_rss(root_pid: int) -> dict[int, int]:
 def run_flow(tree: Path, store: Path, overrides: dict, out: Path) -> dict:
     env = {**os.environ, "PREFECT_LOGGING_LEVEL": "WARNING", "LANCEDB_LOG": "error", "TOKENIZERS_PARALLELISM": "false"}
     errlog = out.with_suffix(".log")
-    t0 = time.perf_counter()
+    t0, epoch0 = time.perf_counter(), time.time()
     with open(errlog, "w") as err_fh:  # a file, not a pipe: a full pipe would stall the run
         proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tree), str(store), json.dumps(overrides), str(out)],
                                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err_fh, text=True)
@@ -218,13 +218,25 @@ def run_flow(tree: Path, store: Path, overrides: dict, out: Path) -> dict:
     report = json.loads(out.read_text())
     report["wall_s"] = wall
     report["peak_rss_mb"] = round(peak / 2**20)
-    # Where the peak falls: the commit is the run's last commit_s seconds (the batches before it).
-    commit_from = wall - stage_seconds(report).get("commit", 0.0) - 1.0
+    # Where the peak falls: the commit's stage ends when the run row is stamped (``finished``), so
+    # it began commit_s before that; what follows (LanceDB compaction, shutdown) counts as commit.
+    commit_from = _epoch(report.get("finished")) - epoch0 - stage_seconds(report).get("commit", 0.0)
+    if commit_from != commit_from:  # no finished time: the commit is the run's last commit_s seconds
+        commit_from = wall - stage_seconds(report).get("commit", 0.0) - 1.0
     report["peak_rss_at_s"] = round(at, 1)
     report["peak_rss_mb_main_process"] = round(main_peak / 2**20)
     report["peak_rss_mb_batches"] = round(max((r for t, r in series if t < commit_from), default=0) / 2**20)
     report["peak_rss_mb_commit"] = round(max((r for t, r in series if t >= commit_from), default=0) / 2**20)
     return report
+
+
+def _epoch(stamp) -> float:
+    """Epoch seconds of a run report's UTC time stamp; NaN when there is none."""
+    import datetime as dt
+
+    if not stamp:
+        return float("nan")
+    return dt.datetime.fromisoformat(str(stamp).replace("Z", "")).replace(tzinfo=dt.timezone.utc).timestamp()
 
 
 # --- queries -------------------------------------------------------------------------------------
