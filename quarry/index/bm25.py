@@ -73,10 +73,16 @@ def build(con, n_rows: int) -> tuple[dict[str, np.ndarray | bytes], dict]:
     and numpy: split every chunk's tokens, find the distinct tokens, stem those (a few tens of
     thousands, not the millions of occurrences), then count (term, row) pairs with one sort.
     """
+    texts = con.execute(load_sql("bm25_texts")).fetch_arrow_table().column(0).combine_chunks()
+    return build_texts(texts, n_rows)
+
+
+def build_texts(texts, n_rows: int) -> tuple[dict[str, np.ndarray | bytes], dict]:
+    """The BM25 arrays of ``texts``: an Arrow string array of space-separated
+    :func:`quarry.index.textnorm.bm25_text` tokens, one per row (see :func:`build`)."""
     import pyarrow.compute as pc
 
     t0 = time.perf_counter()
-    texts = con.execute(load_sql("bm25_texts")).fetch_arrow_table().column(0).combine_chunks()
     lists = pc.split_pattern(pc.fill_null(texts, ""), " ")
     flat = pc.list_flatten(lists)
     occurrence_rows = pc.list_parent_indices(lists).to_numpy()

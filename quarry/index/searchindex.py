@@ -6,6 +6,7 @@ before the pointer rename, so a reader sees both or neither::
     index-000007/
       index.json              manifest: version, rows, model, dim, build info
       rows.arrow, docs.arrow  what results show, by row and by document (rows.py)
+      cards.*                 BM25 over each document's path and facets, each row's document (cards.py)
       bm25.*                  BM25 term weights, a CSC sparse matrix (bm25.py)
       dense.*, ivf.*          unit vectors, cluster by cluster when IVF is built (dense.py)
 
@@ -14,7 +15,7 @@ rows in, so a filter is one DuckDB query returning row ids, turned into a boolea
 retrievers apply before they take their top candidates.
 
 A run that changes no chunk hard-links the previous generation's files instead of rebuilding
-(all but ``docs.arrow``, rewritten because a move changes a path).
+(all but ``docs.arrow`` and ``cards.*``, rewritten because a move changes a path).
 Readers ``np.load(..., mmap_mode="r")`` every file when they open a snapshot, so a later commit
 that deletes the folder cannot pull it from under them (an unlinked file lives while mapped).
 A store committed before these files existed is indexed in memory on first use.
@@ -32,7 +33,7 @@ import numpy as np
 
 import pyarrow as pa
 
-from quarry.index import bm25, dense, rows
+from quarry.index import bm25, cards, dense, rows
 
 INDEX_VERSION = 2
 MANIFEST = "index.json"
@@ -60,7 +61,10 @@ def build(con, vectors: tuple | None, model: str = "", dim: int = 0, ivf_rows: i
     row_table = rows.build_rows(con)
     ids = row_table.column("chunk_id").combine_chunks()
     n = len(ids)
-    arrays: dict = {rows.ROWS: row_table, rows.DOCS: rows.build_docs(con)}
+    docs = rows.build_docs(con)
+    arrays: dict = {rows.ROWS: row_table, rows.DOCS: docs}
+    card_arrays, card_info = cards.build(con, docs, row_table)
+    arrays.update(card_arrays)
     rows_seconds = time.perf_counter() - t0
     bm25_arrays, bm25_info = bm25.build(con, n)
     arrays.update(bm25_arrays)
@@ -79,6 +83,7 @@ def build(con, vectors: tuple | None, model: str = "", dim: int = 0, ivf_rows: i
         "model": model,
         "dim": out_dim,
         "bm25": bm25_info,
+        "cards": card_info,
         "dense": {**dense_info, "read_seconds": round(read_seconds, 3)},
         "rows_seconds": round(rows_seconds, 3),
         "build_seconds": round(time.perf_counter() - t0, 3),
@@ -107,15 +112,7 @@ def write(folder: Path, arrays: dict, manifest: dict) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     for name, value in arrays.items():
-        with open(tmp / name, "wb") as fh:
-            if isinstance(value, bytes):
-                fh.write(value)
-            elif isinstance(value, pa.Table):
-                rows.save(value, fh)
-            else:
-                np.save(fh, value, allow_pickle=False)
-            fh.flush()
-            os.fsync(fh.fileno())
+        _save(tmp / name, value)
     with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=2)
         fh.flush()
@@ -125,18 +122,37 @@ def write(folder: Path, arrays: dict, manifest: dict) -> None:
     _fsync_dir(folder.parent)
 
 
+def _save(path: Path, value) -> None:
+    with open(path, "wb") as fh:
+        if isinstance(value, bytes):
+            fh.write(value)
+        elif isinstance(value, pa.Table):
+            rows.save(value, fh)
+        else:
+            np.save(fh, value, allow_pickle=False)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
 def link(source: Path, folder: Path, con) -> None:
     """Give ``folder`` the files of ``source`` (hard links: no copy) for a run that changed no
     chunk; ``docs.arrow`` is rewritten from the catalog ``con``, since paths may have moved."""
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    docs = rows.build_docs(con)
     with open(tmp / rows.DOCS, "wb") as fh:
-        rows.save(rows.build_docs(con), fh)
+        rows.save(docs, fh)
         fh.flush()
         os.fsync(fh.fileno())
+    fresh = {rows.DOCS}
+    if (source / cards.ROW_DOC).exists():
+        card_arrays, _ = cards.build(con, docs, rows.load(source / rows.ROWS))
+        for name, value in card_arrays.items():
+            _save(tmp / name, value)
+        fresh.update(card_arrays)
     for path in source.iterdir():
-        if path.name == rows.DOCS:
+        if path.name in fresh:
             continue
         try:
             os.link(path, tmp / path.name)
@@ -182,6 +198,8 @@ class SearchIndex:
         self.results = rows.ResultRows(arrays[rows.ROWS], arrays[rows.DOCS])
         self.bm25 = bm25.BM25Index(arrays, self.n_rows)
         self.dense = dense.DenseIndex(arrays)
+        # None for a generation committed before cards existed: fusion then skips the documents
+        self.cards = cards.Cards(arrays, len(arrays[rows.DOCS])) if cards.Cards.present(arrays) else None
 
     @classmethod
     def load(cls, folder: Path) -> SearchIndex:
