@@ -1,9 +1,9 @@
 """Document cards: BM25 over what names each document, and every row's document.
 
-A card is a document's path under its indexed root and the company, type and period its parser
-found (``metadata.company``, ``doc_type``, ``period``; a filing's cover page states them):
-``3M_2018_10K.pdf Form 10-K annual report fiscal year 2018 (FY2018, ended December 31, 2018)``
-(``sql/index_cards.sql``). Not the title: a title summarises the content, which the chunks
+A card is a document's path under its indexed root and the company, type, period and fiscal year
+its parser found (``metadata.company``, ``doc_type``, ``period``, ``fiscal_year``; a filing's
+cover page states them): ``ADOBE_2017_10K.pdf ADOBE SYSTEMS INCORPORATED Form 10-K annual report
+fiscal year 2017 (ended December 1, 2017) FY2017`` (``sql/index_cards.sql``). Not the title: a title summarises the content, which the chunks
 already carry (SciFact's paper titles as cards cost its train queries 0.025 nDCG@10 at the
 weight below), while a path and a filing's facets say *which* document it is. A question that
 names a company and a year names a card; the chunks holding the answer (a table row, a

@@ -47,7 +47,7 @@ TMM_ALPHA = 0.85  # base weight of the vector retriever; bm25 gets 1 - TMM_ALPHA
 TMM_ADAPT = 0.0  # exponent of the per-query peak; 0 = fixed weights
 PEAK_TOP = 3
 # weight of the document evidence (with_documents) added to TMM's fused scores
-DOC_WEIGHT = 0.2
+DOC_WEIGHT = 0.15
 
 Scored = Sequence[tuple[Hashable, float]]
 

@@ -222,8 +222,7 @@ def table_rows(page: str) -> str:
 _MONTH = r"(?:January|February|March|April|May|June|July|August|September|October|November|December)"
 _DATE = rf"({_MONTH}\.?\s+\d{{1,2}}\s*,?\s*(\d{{4}}))"  # "December 31 , 2020" too
 _PERIODS = (
-    # "FY2018" as analysts write it, beside the words: a question naming the year finds it either way
-    (re.compile(rf"for\s+the\s+(?:fiscal\s+)?year\s+ended\s+{_DATE}", re.I), "fiscal year {year} (FY{year}, ended {date})"),
+    (re.compile(rf"for\s+the\s+(?:fiscal\s+)?year\s+ended\s+{_DATE}", re.I), "fiscal year {year} (ended {date})"),
     (re.compile(rf"for\s+the\s+quarterly\s+period\s+ended\s+{_DATE}", re.I), "quarter ended {date}"),
 )
 _TYPES = (
@@ -240,9 +239,12 @@ _COVER_NOISE = re.compile(r"^.*?(?:commission\s+file\s+(?:number|no\.?)\s*:?\s*[
 
 
 def filing_context(opening: str) -> dict[str, str]:
-    """``doc_type``, ``period`` and ``company`` of a filing, where its opening text states them
-    (the cover page of a 10-K or 10-Q does: the company is the registrant's name above the
-    "(Exact name of registrant as specified in its charter)" caption); ``{}`` for anything else."""
+    """``doc_type``, ``period``, ``fiscal_year`` (``FY2018``) and ``company`` of a filing, where its
+    opening text states them (the cover page of a 10-K or 10-Q does: the company is the
+    registrant's name above the "(Exact name of registrant as specified in its charter)"
+    caption); ``{}`` for anything else. The header's title line takes the type and period
+    (:func:`quarry.ingest.context.with_period`); the document's card, which names it to the
+    search (:mod:`quarry.index.cards`), takes all four."""
     text = " ".join(opening.split())
     out = {}
     kind = min(((m.start(), label) for rx, label in _TYPES if (m := rx.search(text))), default=None)
@@ -255,6 +257,8 @@ def filing_context(opening: str) -> dict[str, str]:
             month, rest = date.split(" ", 1)
             date = f"{month.capitalize()} {rest}"
             out["period"] = form.format(year=m.group(2), date=date)
+            if form.startswith("fiscal year"):
+                out["fiscal_year"] = f"FY{m.group(2)}"  # as questions write it
             break
     company = registrant(opening)
     if company and kind:
