@@ -37,6 +37,7 @@ BEIR = ROOT.parent / "shared" / "data" / "beir"
 STORES = ROOT / "bench" / "results" / "stores"
 ALPHAS = [round(0.05 * i, 2) for i in range(21)]
 ADAPTS = [0.0, 0.5, 1.0, 1.5, 2.0]
+DOC_WEIGHTS = [0.0, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3]
 
 
 def open_set(name: str, backend: str, index_flow):
@@ -68,22 +69,28 @@ def open_set(name: str, backend: str, index_flow):
     return store, to_doc
 
 
-def candidates(store: Path, to_doc, beir, pool: int) -> dict:
-    """``{qid: {"vector": [(chunk, score)], "bm25": [...]}}`` and ``{chunk: doc}``."""
+def candidates(store: Path, to_doc, beir, pool: int) -> tuple[dict, dict, dict, dict]:
+    """``{qid: {"vector": [(chunk, score)], "bm25": [...]}}``, ``{chunk: judged doc}``, and for
+    the document evidence: ``{qid: card scores}`` and ``{chunk: card position}``."""
     import quarry
+    from quarry.index.bm25 import query_tokens
 
-    lists, docs = {}, {}
+    lists, docs, card_scores, card_of = {}, {}, {}, {}
     with quarry.open(store) as idx:
+        index = idx.snapshot.index
+        position = {d: i for i, d in enumerate(index.results.docs.column("doc_id").to_pylist())}
         qids = sorted(beir.qrels)
         idx.prime_queries([beir.queries[q] for q in qids])
         for q in qids:
             lists[q] = {}
+            card_scores[q] = index.cards.doc_scores(query_tokens(beir.queries[q]))
             for mode in ("vector", "bm25"):
                 hits = idx.search(beir.queries[q], k=pool, mode=mode).results
                 lists[q][mode] = [(h.chunk_id, h.scores[mode]) for h in hits]
                 for h in hits:
                     docs.setdefault(h.chunk_id, to_doc(h.path, h.start_char, h.end_char))
-    return lists, docs
+                    card_of.setdefault(h.chunk_id, position[h.doc_id])
+    return lists, docs, card_scores, card_of
 
 
 def online(store: Path, to_doc, beir, k: int) -> dict:
@@ -105,14 +112,21 @@ def ranking(fused, docs) -> list[str]:
     return chunk_ranking_to_docs([d for d in (docs.get(c) for c, _ in fused) if d])
 
 
-def metrics(data: dict, method, **kw) -> dict:
+def metrics(data: dict, method, documents: float = 0.0, **kw) -> dict:
+    """``documents``: the weight of the document evidence added after TMM (with_documents)."""
     from quarry.eval.evaluation import evaluate
-    from quarry.search.fusion import fuse
+    from quarry.search.fusion import fuse, with_documents
 
     lists, docs, qrels = data["lists"], data["docs"], data["qrels"]
     if method in ("vector", "bm25"):
         return evaluate({q: ranking(lists[q][method], docs) for q in lists}, qrels)
-    return evaluate({q: ranking(fuse(lists[q], method, depth=data["pool"], **kw), docs) for q in lists}, qrels)
+    out = {}
+    for q in lists:
+        fused = fuse(lists[q], method, depth=data["pool"], **kw)
+        if documents:
+            fused = with_documents(fused, data["card_of"], data["card_scores"][q], documents)
+        out[q] = ranking(fused, docs)
+    return evaluate(out, qrels)
 
 
 def main() -> None:
@@ -146,9 +160,9 @@ def main() -> None:
             for split in splits:
                 beir = load_beir(str(BEIR / base), split)
                 t = time.perf_counter()
-                lists, docs = candidates(store, to_doc, beir, args.pool)
+                lists, docs, card_scores, card_of = candidates(store, to_doc, beir, args.pool)
                 data[(name, split)] = {"lists": lists, "docs": docs, "qrels": beir.qrels, "beir": beir,
-                                       "pool": args.pool}
+                                       "pool": args.pool, "card_scores": card_scores, "card_of": card_of}
                 print(f"{name} {split}: {len(lists)} queries read in {time.perf_counter() - t:.0f} s",
                       file=sys.stderr, flush=True)
 
@@ -166,10 +180,20 @@ def main() -> None:
               file=sys.stderr)
     else:
         best = fixed = {"alpha": fusion.TMM_ALPHA, "adapt": fusion.TMM_ADAPT}
+    # the document evidence's weight at the library's alpha, on every train split there is
+    doc_grid = []
+    for (name, split), d in data.items():
+        if split == "train":
+            for w in DOC_WEIGHTS:
+                m = metrics(d, "tmm", documents=w, alpha=fusion.TMM_ALPHA, adapt=0.0)
+                doc_grid.append({"set": name, "documents": w, "ndcg@10": m["ndcg@10"]})
+                print(f"{name} train, document weight {w}: nDCG@10 {m['ndcg@10']:.4f}", file=sys.stderr)
 
     methods = [("bm25", "bm25", {}), ("vector", "vector", {}), ("rrf", "rrf", {}),
                (f"tmm a={fixed['alpha']}", "tmm", {"alpha": fixed["alpha"], "adapt": 0.0}),
-               (f"tmm a={best['alpha']} adapt={best['adapt']}", "tmm", {"alpha": best["alpha"], "adapt": best["adapt"]})]
+               (f"tmm a={best['alpha']} adapt={best['adapt']}", "tmm", {"alpha": best["alpha"], "adapt": best["adapt"]}),
+               (f"tmm a={fusion.TMM_ALPHA} + documents {fusion.DOC_WEIGHT}", "tmm",
+                {"alpha": fusion.TMM_ALPHA, "adapt": fusion.TMM_ADAPT, "documents": fusion.DOC_WEIGHT})]
     rows = []
     for (name, split), d in data.items():
         for label, method, kw in methods:
@@ -189,13 +213,13 @@ def main() -> None:
     payload = {"tuned_on": "scifact train", "pool": args.pool, "backend": args.backend,
                "chosen": {"alpha": best["alpha"], "adapt": best["adapt"]},
                "library_default": {"fusion": fusion.DEFAULT_FUSION, "alpha": fusion.TMM_ALPHA,
-                                   "adapt": fusion.TMM_ADAPT},
-               "grid": grid, "results": rows}
+                                   "adapt": fusion.TMM_ADAPT, "documents": fusion.DOC_WEIGHT},
+               "grid": grid, "documents_grid": doc_grid, "results": rows}
     dest.write_text(json.dumps(payload, indent=2))
     out = sys.stderr if args.json else sys.stdout
-    print(f"{'set':<15} {'split':<5} {'method':<28} {'nDCG@10':>8} {'R@10':>7} {'R@100':>7} {'vs best':>8}", file=out)
+    print(f"{'set':<15} {'split':<5} {'method':<34} {'nDCG@10':>8} {'R@10':>7} {'R@100':>7} {'vs best':>8}", file=out)
     for r in rows:
-        print(f"{r['set']:<15} {r['split']:<5} {r['method']:<28} {r['ndcg@10']:>8.4f} {r['recall@10']:>7.4f} "
+        print(f"{r['set']:<15} {r['split']:<5} {r['method']:<34} {r['ndcg@10']:>8.4f} {r['recall@10']:>7.4f} "
               f"{r['recall@100']:>7.4f} {r['vs_best_single']:>+8.4f}", file=out)
     if args.json:
         print(json.dumps(payload, indent=2))

@@ -250,5 +250,5 @@ def test_sliced_build_on_empty_and_stop_word_texts(tmp_path):
 
 def test_a_catalog_with_more_chunks_than_rows_is_refused(tmp_path):
     con = catalog_with(tmp_path, ["apple", "banana", "cherry"])
-    with pytest.raises(ValueError, match="more chunks"):
+    with pytest.raises(ValueError, match="more texts"):
         bm25.build(con, 2, slice_rows=2)

@@ -1,6 +1,6 @@
 import pytest
 
-from quarry.search.fusion import FUSIONS, fuse, peak, rrf, tmm, tmm_weights
+from quarry.search.fusion import FUSIONS, fuse, peak, rrf, tmm, tmm_weights, with_documents
 
 
 def test_rrf_matches_hand_computed_scores():
@@ -86,3 +86,16 @@ def test_tmm_a_short_list_means_the_rest_scored_nothing():
     assert tmm(hits, alpha=0.85, adapt=0.0, depth=3)[0][0] == "a"
     assert dict(tmm(hits, alpha=0.85, adapt=0.0, depth=3))["b"] == pytest.approx(0.85)
     assert dict(tmm(hits, alpha=0.85, adapt=0.0))["b"] == pytest.approx(1.0)  # depth unknown: lowest listed
+
+
+def test_with_documents_adds_the_normalised_card_score_and_keeps_ties_in_fused_order():
+    fused = [("a", 0.9), ("b", 0.85), ("c", 0.8), ("d", 0.8)]
+    doc_of = {"a": 0, "b": 1, "c": 2, "d": -1}  # d: a chunk whose document has no card
+    out = with_documents(fused, doc_of, [0.0, 4.0, 2.0], weight=0.1)
+    assert out == [("b", pytest.approx(0.95)), ("a", pytest.approx(0.9)), ("c", pytest.approx(0.85)),
+                   ("d", pytest.approx(0.8))]
+    # nothing matches any card, or the weight is 0: the fused ranking unchanged
+    assert with_documents(fused, doc_of, [0.0, 0.0, 0.0], weight=0.1) == fused
+    assert with_documents(fused, doc_of, [0.0, 4.0, 2.0], weight=0.0) == fused
+    tied = [("x", 0.5), ("y", 0.5)]
+    assert [i for i, _ in with_documents(tied, {"x": 0, "y": 0}, [1.0], weight=0.1)] == ["x", "y"]

@@ -67,11 +67,25 @@ def test_prose_and_rows_without_year_columns_keep_their_shape():
 @pytest.mark.parametrize("cover, expected", [
     ("UNITED STATES SECURITIES AND EXCHANGE COMMISSION FORM 10-K ANNUAL REPORT PURSUANT TO SECTION 13 "
      "For the fiscal year ended\nDecember 31, 2018 Commission file number 1-3285",
-     {"doc_type": "Form 10-K annual report", "period": "fiscal year 2018 (ended December 31, 2018)"}),
+     {"doc_type": "Form 10-K annual report", "period": "fiscal year 2018 (ended December 31, 2018)",
+      "fiscal_year": "FY2018"}),
     ("FORM 10-Q QUARTERLY REPORT For the quarterly period ended July 2, 2023",
      {"doc_type": "Form 10-Q quarterly report", "period": "quarter ended July 2, 2023"}),
     ("FORM 10-K For the fiscal year ended May 31, 2019 NIKE, Inc.",
-     {"doc_type": "Form 10-K annual report", "period": "fiscal year 2019 (ended May 31, 2019)"}),
+     {"doc_type": "Form 10-K annual report", "period": "fiscal year 2019 (ended May 31, 2019)",
+      "fiscal_year": "FY2019"}),
+    # the registrant's name above its caption; a space before the comma and a capitalised month
+    ("FORM 10-K ANNUAL REPORT For the fiscal year ended\nDECEMBER 31 , 2020\nCommission file number: 1-3247\n \n"
+     "CORNING INCORPORATED\n(Exact name of registrant as specified in its charter)",
+     {"doc_type": "Form 10-K annual report", "period": "fiscal year 2020 (ended December 31, 2020)",
+      "fiscal_year": "FY2020", "company": "CORNING INCORPORATED"}),
+    ("FORM 10-K For the fiscal year ended May 31, 2020 Commission file number \n1-442 \u00a0\n"
+     "THE BOEING COMPANY \u00a0 (Exact name of registrant as specified in its charter)",
+     {"doc_type": "Form 10-K annual report", "period": "fiscal year 2020 (ended May 31, 2020)",
+      "fiscal_year": "FY2020", "company": "THE BOEING COMPANY"}),
+    # a caption with no name above it, or outside a filing, names no company
+    ("FORM 10-K\n(Exact name of registrant as specified in its charter)", {"doc_type": "Form 10-K annual report"}),
+    ("Minutes\nACME Corp\n(exact name of registrant)", {}),
     ("A research paper about fusion functions, 2023.", {}),
 ])
 def test_filing_type_and_period_from_the_cover(cover, expected):
@@ -79,7 +93,9 @@ def test_filing_type_and_period_from_the_cover(cover, expected):
 
 
 def test_period_goes_into_the_title_line_of_every_header():
-    meta = {"doc_type": "Form 10-K annual report", "period": "fiscal year 2018 (ended December 31, 2018)"}
+    meta = {"doc_type": "Form 10-K annual report", "period": "fiscal year 2018 (ended December 31, 2018)",
+            "fiscal_year": "FY2018", "company": "3M COMPANY"}
+    # the company and FY2018 are for the document's card (quarry/index/cards.py), not every header
     assert with_period("3M Company", meta) == \
         "3M Company (Form 10-K annual report, fiscal year 2018 (ended December 31, 2018))"
     assert with_period("3M Company", {}) == "3M Company"

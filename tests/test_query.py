@@ -437,3 +437,28 @@ def test_search_process_imports_no_heavy_module(store):
     done = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_document_evidence_ranks_the_named_documents_chunks_first(tmp_path):
+    # Two filings with the same text: only their cards (file name, period) tell the years apart.
+    text = f"Revenue grew in every segment and the margin held. {FILLER}"
+    store = tmp_path / "s"
+    filings = []
+    for name, year in (("acme_10k_a", "2019"), ("acme_10k_b", "2018")):
+        record = doc(name, [text], metadata={"company": "ACME Corp", "period": f"fiscal year {year}"})
+        record.title = "acme annual report"  # titles are no part of a card
+        for chunk in record.chunks:
+            chunk.header = "Document: acme annual report"  # chunk headers and text stay alike
+        filings.append(record)
+    commit(store, [*filings, doc("other", [f"Unrelated notes about the cafeteria. {FILLER}"])])
+    with open_index(store) as idx:
+        for year in ("2018", "2019"):
+            on = idx.search(f"acme {year} revenue", k=2)
+            assert on.results[0].path.endswith("_a.md" if year == "2019" else "_b.md")
+            assert on.weights["documents"] == 1.0
+            assert on.results[0].score > on.results[1].score
+            off = idx.search(f"acme {year} revenue", k=2, weights={"documents": 0})
+            assert "documents" not in off.weights and off.results[0].score == off.results[1].score
+        assert idx.snapshot.index.manifest["cards"]["documents"] == 3
+        # rrf has no normalised scale for the evidence to join: it is not applied there
+        assert "documents" not in idx.search("acme 2019 revenue", k=2, fusion="rrf").weights

@@ -341,7 +341,8 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
               help="How hybrid fuses: tmm (normalised scores) or rrf (ranks).")
 @click.option("--rrf-k", type=click.IntRange(0, 10000), default=60, show_default=True, help="RRF constant k.")
 @filter_options
-@click.option("--weights", multiple=True, help="Fusion weight per retriever, e.g. vector=1,bm25=0.5.")
+@click.option("--weights", multiple=True, help="Fusion weight per retriever, e.g. vector=1,bm25=0.5; documents=0 turns the "
+              "document evidence off.")
 @click.option("--min-score", "min_scores", multiple=True,
               help="Drop a retriever's candidates scoring below this, e.g. vector=0.3 (repeatable).")
 @click.option("--explain", is_flag=True, help="Show each retriever's rank and score and the fused score.")

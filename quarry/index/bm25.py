@@ -82,16 +82,29 @@ def build(con, n_rows: int, slice_rows: int = SLICE_ROWS) -> tuple[dict[str, np.
     when the postings are scattered into CSC order with their weights. The files do not depend
     on ``slice_rows`` (``tests/test_bm25.py`` compares them byte for byte).
     """
+    reader = con.execute(load_sql("bm25_texts")).fetch_record_batch(max(1, slice_rows))
+    return _build((batch.column(0) for batch in reader), n_rows)
+
+
+def build_texts(texts, n_rows: int, slice_rows: int = SLICE_ROWS) -> tuple[dict[str, np.ndarray | bytes], dict]:
+    """The BM25 arrays of ``texts``: an Arrow string array of space-separated
+    :func:`quarry.index.textnorm.bm25_text` tokens, one per row (see :func:`build`)."""
+    step = max(1, slice_rows)
+    texts = texts.combine_chunks() if hasattr(texts, "combine_chunks") else texts  # one dictionary per slice
+    return _build((texts.slice(i, step) for i in range(0, len(texts), step)), n_rows)
+
+
+def _build(slices_of_texts, n_rows: int) -> tuple[dict[str, np.ndarray | bytes], dict]:
     t0 = time.perf_counter()
     vocab = _Vocab()
     slices: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
     length = np.zeros(n_rows, dtype=np.float64)  # terms per row (integers, exact in float64)
     start = 0
-    for batch in con.execute(load_sql("bm25_texts")).fetch_record_batch(max(1, slice_rows)):
-        n = batch.num_rows
+    for texts in slices_of_texts:
+        n = len(texts)
         if start + n > n_rows:
-            raise ValueError(f"the catalog holds more chunks than the {n_rows} of its row table")
-        terms, rows, tf = _slice_postings(batch.column(0), vocab)
+            raise ValueError(f"more texts than the {n_rows} rows of the index (the catalog changed during the build?)")
+        terms, rows, tf = _slice_postings(texts, vocab)
         length[start:start + n] = np.bincount(rows, weights=tf, minlength=n)
         vocab.count(terms)
         slices.append((start, terms, rows, tf))

@@ -1,13 +1,14 @@
 """The search index of a committed generation: BM25 and vectors as memory-mapped files.
 
 At commit time the writer builds ``<store>/index-<gen>/`` next to ``catalog-<gen>.duckdb``,
-before the pointer rename, so a reader sees both or neither. It saves each part (result rows,
-BM25, vectors) as soon as it is built and drops it before building the next
+before the pointer rename, so a reader sees both or neither. It saves each part (result rows and
+document cards, BM25, vectors) as soon as it is built and drops it before building the next
 (:func:`build_into`), so a commit holds one part at a time::
 
     index-000007/
       index.json              manifest: version, rows, model, dim, build info
       rows.arrow, docs.arrow  what results show, by row and by document (rows.py)
+      cards.*                 BM25 over each document's path and facets, each row's document (cards.py)
       bm25.*                  BM25 term weights, a CSC sparse matrix (bm25.py)
       dense.*, ivf.*          unit vectors, cluster by cluster when IVF is built (dense.py)
 
@@ -16,7 +17,7 @@ rows in, so a filter is one DuckDB query returning row ids, turned into a boolea
 retrievers apply before they take their top candidates.
 
 A run that changes no chunk hard-links the previous generation's files instead of rebuilding
-(all but ``docs.arrow``, rewritten because a move changes a path).
+(all but ``docs.arrow`` and ``cards.*``, rewritten because a move changes a path).
 Readers ``np.load(..., mmap_mode="r")`` every file when they open a snapshot, so a later commit
 that deletes the folder cannot pull it from under them (an unlinked file lives while mapped).
 A store committed before these files existed is indexed in memory on first use.
@@ -35,7 +36,7 @@ import numpy as np
 
 import pyarrow as pa
 
-from quarry.index import bm25, dense, rows
+from quarry.index import bm25, cards, dense, rows
 
 INDEX_VERSION = 2
 MANIFEST = "index.json"
@@ -71,7 +72,8 @@ def build(con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = No
 
 def build_into(folder: Path, con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = None) -> dict:
     """Build the files of :func:`build` and save them into ``folder`` (as :func:`write` does),
-    each part as soon as it is built and dropped before the next: result rows, BM25, vectors.
+    each part as soon as it is built and dropped before the next: result rows and cards, BM25,
+    vectors.
     What a commit holds is then the largest part, not their sum (at 1M chunks: 0.8 GB of rows,
     0.7 GB of BM25 postings, 1.5 GB of vectors). Returns the manifest."""
     manifest: dict = {}
@@ -91,8 +93,10 @@ def _parts(con, vectors, model: str, dim: int, ivf_rows: int | None, manifest: d
     row_table = rows.build_rows(con)
     ids = row_table.column("chunk_id").combine_chunks()
     n = len(ids)
-    part: dict = {rows.ROWS: row_table, rows.DOCS: rows.build_docs(con)}
-    del row_table
+    docs = rows.build_docs(con)
+    card_arrays, card_info = cards.build(con, docs, row_table)
+    part: dict = {rows.ROWS: row_table, rows.DOCS: docs, **card_arrays}
+    del row_table, docs, card_arrays
     rows_seconds = time.perf_counter() - t0
     yield part
     del part
@@ -118,6 +122,7 @@ def _parts(con, vectors, model: str, dim: int, ivf_rows: int | None, manifest: d
         "model": model,
         "dim": out_dim,
         "bm25": bm25_info,
+        "cards": card_info,
         "dense": {**dense_info, "read_seconds": round(read_seconds, 3)},
         "rows_seconds": round(rows_seconds, 3),
         "build_seconds": round(time.perf_counter() - t0, 3),
@@ -186,12 +191,19 @@ def link(source: Path, folder: Path, con) -> None:
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    docs = rows.build_docs(con)
     with open(tmp / rows.DOCS, "wb") as fh:
-        rows.save(rows.build_docs(con), fh)
+        rows.save(docs, fh)
         fh.flush()
         os.fsync(fh.fileno())
+    fresh = {rows.DOCS}
+    if (source / cards.ROW_DOC).exists():
+        card_arrays, _ = cards.build(con, docs, rows.load(source / rows.ROWS))
+        for name, value in card_arrays.items():
+            _save(tmp / name, value)
+        fresh.update(card_arrays)
     for path in source.iterdir():
-        if path.name == rows.DOCS:
+        if path.name in fresh:
             continue
         try:
             os.link(path, tmp / path.name)
@@ -237,6 +249,8 @@ class SearchIndex:
         self.results = rows.ResultRows(arrays[rows.ROWS], arrays[rows.DOCS])
         self.bm25 = bm25.BM25Index(arrays, self.n_rows)
         self.dense = dense.DenseIndex(arrays)
+        # None for a generation committed before cards existed: fusion then skips the documents
+        self.cards = cards.Cards(arrays, len(arrays[rows.DOCS])) if cards.Cards.present(arrays) else None
 
     @classmethod
     def load(cls, folder: Path) -> SearchIndex:

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 
-__all__ = ["DEFAULT_FUSION", "DEFAULT_K", "FLOORS", "FUSIONS", "TMM_ADAPT", "TMM_ALPHA", "fuse", "peak", "rrf",
-           "tmm", "tmm_weights"]
+__all__ = ["DEFAULT_FUSION", "DEFAULT_K", "DOC_WEIGHT", "FLOORS", "FUSIONS", "TMM_ADAPT", "TMM_ALPHA", "fuse",
+           "peak", "rrf", "tmm", "tmm_weights", "with_documents"]
 
 DEFAULT_K = 60
 FUSIONS = ("tmm", "rrf")
@@ -46,6 +46,8 @@ FLOORS = {"vector": -1.0, "bm25": 0.0}
 TMM_ALPHA = 0.85  # base weight of the vector retriever; bm25 gets 1 - TMM_ALPHA
 TMM_ADAPT = 0.0  # exponent of the per-query peak; 0 = fixed weights
 PEAK_TOP = 3
+# weight of the document evidence (with_documents) added to TMM's fused scores
+DOC_WEIGHT = 0.15
 
 Scored = Sequence[tuple[Hashable, float]]
 
@@ -148,3 +150,30 @@ def fuse(
     if method == "tmm":
         return tmm(hits, weights, alpha, adapt, depth=depth)
     raise ValueError(f"unknown fusion {method!r}; choose one of {', '.join(FUSIONS)}")
+
+
+def with_documents(
+    fused: Sequence[tuple[Hashable, float]],
+    doc_of: Mapping[Hashable, int] | Sequence[int],
+    doc_scores: Sequence[float],
+    weight: float = DOC_WEIGHT,
+) -> list[tuple[Hashable, float]]:
+    """Add document evidence to fused chunk scores: ``score + weight · card(d) / max_q card``,
+    ``card(d)`` the BM25 score of the chunk's document's card for this query
+    (:mod:`quarry.index.cards`), normalised by the best card's score, as TMM normalises BM25
+    (floor 0, the query's maximum). A hierarchical prior in the spirit of Ogilvie and Callan's
+    mixture of document fields (Combining Document Representations for Known-Item Search, SIGIR
+    2003) and of parent-document retrieval: when a question names a document (a company and a
+    fiscal year), chunks of that document rise; when no card matches, nothing changes.
+
+    ``doc_of[item]``: the position in ``doc_scores`` of the item's document (negative: none).
+    Returns ``[(item, score)]``, best first; ties keep the fused order."""
+    best = max(doc_scores, default=0.0)
+    if weight <= 0 or best <= 0:
+        return list(fused)
+    out = []
+    for item, score in fused:
+        d = doc_of[item]
+        out.append((item, score + weight * doc_scores[d] / best if d >= 0 else score))
+    order = sorted(range(len(out)), key=lambda i: -out[i][1])
+    return [out[i] for i in order]

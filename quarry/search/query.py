@@ -31,7 +31,7 @@ from quarry.core.sqlfiles import load_sql
 from quarry.index.dense import METHODS as VECTOR_SEARCH
 from quarry.ingest.embedders import describe, describe_backend, get_embedder
 from quarry.search.filters import Filter
-from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, FUSIONS, fuse
+from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, DOC_WEIGHT, FUSIONS, fuse, with_documents
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 from quarry.search.rerank import Reranker, get_reranker
 from quarry.search.segments import RseParams, Segment, get_params, segments_from_results
@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Index", "SearchResponse", "SearchResult", "open", "MODES", "RETRIEVERS", "VECTOR_SEARCH",
            "DEFAULT_RERANK_CANDIDATES"]
+# what ``weights`` may name: the retrievers, and the document evidence TMM adds (with_documents)
+WEIGHTED = (*RETRIEVERS, "documents")
 
 MODES = SEARCH_MODES
 
@@ -329,7 +331,10 @@ class Index:
         ``k`` in the same result shape.
 
         ``weights``: per retriever (``vector``, ``bm25``; default 1.0 each), multiplying RRF's
-        terms or TMM's tuned convex weights; a weight of 0 skips that retriever. ``min_scores``: drop a retriever's candidates scoring below its value
+        terms or TMM's tuned convex weights; a weight of 0 skips that retriever. With ``tmm``,
+        ``documents`` (default 1.0) multiplies the weight of the document evidence added to the
+        fused scores (:func:`~quarry.search.fusion.with_documents`: chunks of the documents whose
+        title line, company, type and period match the query rise); 0 turns it off. ``min_scores``: drop a retriever's candidates scoring below its value
         (cosine for ``vector``, BM25 for ``bm25``) before fusion, and fused results below
         ``fused``. ``filters``: a :class:`~quarry.search.filters.Filter` (or a ``--where`` string),
         applied inside both retrievers before they pick candidates. Ties are broken by the best
@@ -399,7 +404,7 @@ class Index:
             raise UsageError("rrf_k must be 0 or more")
         if fusion not in FUSIONS:
             raise UsageError(f"unknown fusion {fusion!r}; choose one of {', '.join(FUSIONS)}")
-        weights = {**{r: 1.0 for r in RETRIEVERS}, **_checked("weights", weights, RETRIEVERS)}
+        weights = {**{r: 1.0 for r in WEIGHTED}, **_checked("weights", weights, WEIGHTED)}
         if any(w < 0 for w in weights.values()):
             raise UsageError(f"weights must be 0 or more, got {weights}")
         min_scores = _checked("min_scores", min_scores, (*RETRIEVERS, "fused"))
@@ -432,8 +437,14 @@ class Index:
             timings[name] = _ms(t)
 
         t = time.perf_counter()
-        fused = self._fuse(hits, k, fusion=fusion, rrf_k=rrf_k, weights=weights, depth=n,
-                           min_fused=min_scores.get("fused")) if mode == "hybrid" else hits[mode][:k]
+        documents = 0.0
+        if mode == "hybrid":
+            documents = weights["documents"] * DOC_WEIGHT if fusion == "tmm" and snap.index.cards else 0.0
+            fused = self._fuse(hits, k, fusion=fusion, rrf_k=rrf_k, weights=weights, depth=n,
+                               min_fused=min_scores.get("fused"),
+                               documents=(snap.index.cards, query, documents) if documents > 0 else None)
+        else:
+            fused = hits[mode][:k]
         timings["fuse"] = _ms(t)
         t = time.perf_counter()
         results = self._hydrate(snap, fused, hits, fused_scores=mode == "hybrid")
@@ -442,16 +453,24 @@ class Index:
         return SearchResponse(
             query=query, mode=mode, results=results, k=k, candidates=n if mode == "hybrid" else k, rrf_k=rrf_k,
             fusion=fusion if mode == "hybrid" else "",
-            weights={r: weights[r] for r in active} if mode == "hybrid" else {}, min_scores=min_scores,
+            weights={r: weights[r] for r in (*active, *(["documents"] if documents > 0 else []))}
+            if mode == "hybrid" else {}, min_scores=min_scores,
             filter=str(filters) if filters else "", counts=counts, timings=timings,
         )
 
     @staticmethod
     def _fuse(hits: dict[str, list[tuple[int, float]]], k: int, *, fusion: str, rrf_k: int,
-              weights: dict[str, float], depth: int, min_fused: float | None) -> list[tuple[int, float]]:
+              weights: dict[str, float], depth: int, min_fused: float | None,
+              documents: tuple | None = None) -> list[tuple[int, float]]:
         """The top ``k`` ``(row, fused score)`` of the retrievers' ``(row, score)`` rankings
-        (``depth``: how many candidates each retriever was asked for)."""
-        fused = fuse(hits, fusion, k=rrf_k, weights=weights, depth=depth)
+        (``depth``: how many candidates each retriever was asked for); ``documents`` =
+        ``(cards, query, weight)`` adds the document evidence of :func:`with_documents`."""
+        fused = fuse(hits, fusion, k=rrf_k, weights={r: weights[r] for r in RETRIEVERS}, depth=depth)
+        if documents is not None:
+            from quarry.index.bm25 import query_tokens
+
+            cards, query, weight = documents
+            fused = with_documents(fused, cards.row_doc, cards.doc_scores(query_tokens(query)), weight)
         if min_fused is not None:
             fused = [(row, s) for row, s in fused if s >= min_fused]
         return fused[:k]

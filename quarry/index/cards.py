@@ -1,0 +1,69 @@
+"""Document cards: BM25 over what names each document, and every row's document.
+
+A card is a document's path under its indexed root and the company, type, period and fiscal year
+its parser found (``metadata.company``, ``doc_type``, ``period``, ``fiscal_year``; a filing's
+cover page states them): ``ADOBE_2017_10K.pdf ADOBE SYSTEMS INCORPORATED Form 10-K annual report
+fiscal year 2017 (ended December 1, 2017) FY2017`` (``sql/index_cards.sql``). Not the title: a title summarises the content, which the chunks
+already carry (SciFact's paper titles as cards cost its train queries 0.025 nDCG@10 at the
+weight below), while a path and a filing's facets say *which* document it is. A question that
+names a company and a year names a card; the chunks holding the answer (a table row, a
+paragraph) rarely repeat either, and in chunk-level BM25 the header words that do repeat them in
+every chunk of a filing weigh little (hundreds of chunks share them). Scoring the cards as
+documents of their own gives that match its weight once per document;
+:func:`quarry.search.fusion.with_documents` adds it to the fused score of the document's chunks.
+
+Files (``cards.*`` in the generation's index folder, rewritten with ``docs.arrow`` at every
+commit, since a move changes a path):
+
+- ``cards.terms.bin`` … ``cards.weights.npy``: the BM25 arrays of :mod:`quarry.index.bm25`, one
+  row per document in ``docs.arrow`` order (doc_id order);
+- ``cards.row_doc.npy`` (int32, one per chunk row): the row's document, its position in
+  ``docs.arrow`` (-1 if the catalog lacks it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from quarry.core.sqlfiles import load_sql
+from quarry.index import bm25
+from quarry.index.textnorm import bm25_text
+
+PREFIX = "cards."
+ROW_DOC = "cards.row_doc.npy"
+
+
+def build(con, docs: pa.Table, rows: pa.Table) -> tuple[dict, dict]:
+    """The card arrays for the catalog ``con``, whose documents are ``docs`` (``docs.arrow``) and
+    chunk rows ``rows`` (``rows.arrow``)."""
+    import pyarrow.compute as pc
+
+    table = con.execute(load_sql("index_cards")).fetch_arrow_table()
+    if table.column("doc_id").to_pylist() != docs.column("doc_id").to_pylist():
+        raise ValueError("document cards and docs.arrow disagree on the documents")
+    texts = [bm25_text(t or "") for t in table.column("card").to_pylist()]
+    arrays, info = bm25.build_texts(pa.array(texts, type=pa.string()), len(texts))
+    out: dict = {PREFIX + name.removeprefix("bm25."): value for name, value in arrays.items()}
+    where = pc.index_in(rows.column("doc_id"), value_set=docs.column("doc_id").combine_chunks())
+    out[ROW_DOC] = where.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
+    return out, {"documents": len(texts), "terms": info["terms"]}
+
+
+class Cards:
+    """Loaded cards: the documents' BM25 scores for a query, and each row's document."""
+
+    def __init__(self, arrays: dict, n_docs: int):
+        renamed = {"bm25." + name.removeprefix(PREFIX): value for name, value in arrays.items()
+                   if name.startswith(PREFIX) and name != ROW_DOC}
+        self.row_doc = arrays[ROW_DOC]
+        self.n_docs = n_docs
+        self.bm25 = bm25.BM25Index(renamed, n_docs)
+
+    @staticmethod
+    def present(arrays: dict) -> bool:
+        return ROW_DOC in arrays
+
+    def doc_scores(self, query_tokens: list[str]) -> np.ndarray:
+        """BM25 of every document's card for the query's tokens (float32, 0 where none matches)."""
+        return self.bm25.scores(self.bm25.columns(query_tokens))
