@@ -103,7 +103,9 @@ def test_segments_json(db, preset):
 
 def test_weights_and_min_scores_reach_the_search(db):
     out = as_json(run("table", "--db", db, "--weights", "vector=0.5,bm25=1", "--min-score", "bm25=0.5", "--json"))
-    assert out["weights"] == {"vector": 0.5, "bm25": 1.0} and out["min_scores"] == {"bm25": 0.5}
+    assert out["weights"] == {"vector": 0.5, "bm25": 1.0, "documents": 1.0} and out["min_scores"] == {"bm25": 0.5}
+    off = as_json(run("table", "--db", db, "--weights", "documents=0", "--json"))
+    assert off["weights"] == {"vector": 1.0, "bm25": 1.0}  # the document evidence switched off
 
 
 def test_llm_rerank_through_the_cli(db):

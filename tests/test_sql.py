@@ -64,6 +64,7 @@ PARAMS = {
     "bm25_texts": None,
     "index_rows": None,
     "index_documents": None,
+    "index_cards": None,
     "run_ids": None,
 }
 

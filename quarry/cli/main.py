@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from quarry.core.errors import QuarryError
-from quarry.core.models import RETRIEVERS, SEARCH_MODES
+from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
 from quarry.cli.output import FORMATS as OUTPUT_FORMATS
 from quarry.core.settings import RUNNERS, default_db
 from quarry.search.fusion import DEFAULT_FUSION, FUSIONS
@@ -375,7 +375,7 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
     with quarry.open(db) as idx:
         response = idx.search(query, k, mode, candidates=candidates, fusion=fusion, rrf_k=rrf_k,
                               filters=build_filter(where, path_globs, since, until, file_types, doc_ids),
-                              weights=parse_pairs(weights, "--weights"),
+                              weights=parse_pairs(weights, "--weights", FUSION_WEIGHTS),
                               min_scores=parse_pairs(min_scores, "--min-score"),
                               rerank=rerank_spec, rerank_candidates=rerank_candidates, segments=segments,
                               window=window)

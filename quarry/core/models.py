@@ -16,13 +16,16 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
 
 __all__ = ["FileInfo", "Heading", "ParsedDocument", "Section", "Chunk", "DocumentRecord", "FileError", "join_header",
-           "HEADER_FIELDS", "RETRIEVERS", "SEARCH_MODES"]
+           "FUSION_WEIGHTS", "HEADER_FIELDS", "RETRIEVERS", "SEARCH_MODES"]
 
 # The lines a chunk header may hold, in the order they are written (quarry/ingest/context.py).
 HEADER_FIELDS = ("title", "summary", "section", "section_summary", "chunk_context")
 # The retrievers of a hybrid search, and the search modes: both fused, or one alone.
 RETRIEVERS = ("vector", "bm25")
 SEARCH_MODES = ("hybrid", *RETRIEVERS)
+# What a search's ``weights`` may name: the retrievers, and the document evidence TMM adds
+# (quarry/search/fusion.py, with_documents).
+FUSION_WEIGHTS = (*RETRIEVERS, "documents")
 
 
 @dataclass(frozen=True)

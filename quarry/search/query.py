@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from quarry.core.errors import ModelMismatch, UsageError
-from quarry.core.models import RETRIEVERS, SEARCH_MODES
+from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
 from quarry.core.settings import Settings, store_path
 from quarry.core.sqlfiles import load_sql
 from quarry.index.dense import METHODS as VECTOR_SEARCH
@@ -45,8 +45,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Index", "SearchResponse", "SearchResult", "open", "MODES", "RETRIEVERS", "VECTOR_SEARCH",
            "DEFAULT_RERANK_CANDIDATES"]
-# what ``weights`` may name: the retrievers, and the document evidence TMM adds (with_documents)
-WEIGHTED = (*RETRIEVERS, "documents")
 
 MODES = SEARCH_MODES
 
@@ -404,7 +402,7 @@ class Index:
             raise UsageError("rrf_k must be 0 or more")
         if fusion not in FUSIONS:
             raise UsageError(f"unknown fusion {fusion!r}; choose one of {', '.join(FUSIONS)}")
-        weights = {**{r: 1.0 for r in WEIGHTED}, **_checked("weights", weights, WEIGHTED)}
+        weights = {**{r: 1.0 for r in FUSION_WEIGHTS}, **_checked("weights", weights, FUSION_WEIGHTS)}
         if any(w < 0 for w in weights.values()):
             raise UsageError(f"weights must be 0 or more, got {weights}")
         min_scores = _checked("min_scores", min_scores, (*RETRIEVERS, "fused"))
