@@ -73,9 +73,8 @@ def build(con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = No
 def build_into(folder: Path, con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = None) -> dict:
     """Build the files of :func:`build` and save them into ``folder`` (as :func:`write` does),
     each part as soon as it is built and dropped before the next: result rows and cards, BM25,
-    vectors.
-    What a commit holds is then the largest part, not their sum (at 1M chunks: 0.8 GB of rows,
-    0.7 GB of BM25 postings, 1.5 GB of vectors). Returns the manifest."""
+    vectors. What a commit holds is then the largest part, not their sum (at 1M chunks: 0.8 GB
+    of rows, 0.7 GB of BM25 postings, 1.5 GB of vectors). Returns the manifest."""
     manifest: dict = {}
     with _staged(folder) as tmp:
         for part in _parts(con, vectors, model, dim, ivf_rows, manifest):
