@@ -332,7 +332,7 @@ class Index:
         terms or TMM's tuned convex weights; a weight of 0 skips that retriever. With ``tmm``,
         ``documents`` (default 1.0) multiplies the weight of the document evidence added to the
         fused scores (:func:`~quarry.search.fusion.with_documents`: chunks of the documents whose
-        title line, company, type and period match the query rise); 0 turns it off. ``min_scores``: drop a retriever's candidates scoring below its value
+        cards (path, company, type, period, fiscal year) match the query rise); 0 turns it off. ``min_scores``: drop a retriever's candidates scoring below its value
         (cosine for ``vector``, BM25 for ``bm25``) before fusion, and fused results below
         ``fused``. ``filters``: a :class:`~quarry.search.filters.Filter` (or a ``--where`` string),
         applied inside both retrievers before they pick candidates. Ties are broken by the best
