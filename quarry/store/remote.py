@@ -114,6 +114,10 @@ class Remote:
     def lance_uri(self) -> str:
         return self.url.join("lance")
 
+    def lance_options(self) -> dict[str, str] | None:
+        """LanceDB's ``storage_options`` for this store (None: the environment, as LanceDB reads it)."""
+        return self.objects.lance_options()
+
     # --- reading ---------------------------------------------------------------------------
 
     def read_pointer(self):
