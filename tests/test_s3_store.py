@@ -1,7 +1,8 @@
-"""A store on S3-compatible object storage: moto's server on 127.0.0.1, real ``quarry`` processes.
+"""A store on object storage, real ``quarry`` processes: every test runs on an ``s3://`` store on moto's
+S3 server and on an ``az://`` store on Azurite, both on 127.0.0.1.
 
 Each writer and reader gets its own ``QUARRY_STORE_CACHE``, as a process on another machine would:
-all they share is the bucket. Credentials are fake and must appear in no output, log or object.
+all they share is the bucket (container). Credentials are fake and must appear in no output, log or object.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from quarry.store.layout import Pointer, WriterLock, write_pointer
 from quarry.core.storeurl import local_dir, parse_url
 from quarry.store.objstore import open_store
 from quarry.store.remote import remote_of
+from azuriteserver import SECRET as AZ_SECRET, azurite_server, new_container
 from s3server import KEY, SECRET, aws_env, moto_server, new_bucket
 from test_crash import contents, edit_tree
 
@@ -35,10 +37,18 @@ def s3():
         yield endpoint
 
 
-@pytest.fixture
-def url(s3, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def az():
+    with azurite_server() as (endpoint, env), aws_env(env):
+        yield endpoint
+
+
+@pytest.fixture(params=["s3", "az"])
+def url(request, tmp_path, monkeypatch):
     monkeypatch.setenv("QUARRY_STORE_CACHE", str(tmp_path / "cache-here"))
-    return f"s3://{new_bucket(s3)}/store"
+    if request.param == "az":
+        return f"az://{new_container(request.getfixturevalue('az'))}/store"
+    return f"s3://{new_bucket(request.getfixturevalue('s3'))}/store"
 
 
 @pytest.fixture
@@ -62,7 +72,7 @@ def remote_keys(url: str) -> list[str]:
 
 def assert_no_secret(*texts):
     for text in texts:
-        assert SECRET not in text and KEY not in text
+        assert SECRET not in text and KEY not in text and AZ_SECRET not in text
 
 
 def test_index_reindex_runs_and_search_from_another_machine(url, tree, tmp_path, cli):
