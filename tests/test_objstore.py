@@ -277,3 +277,25 @@ def test_the_lease_is_renewed(store):
     assert json.loads(store.get(LEASE)[0])["expires"] > first
     lease.check()
     lease.release()
+
+
+def test_lancedb_writes_to_the_account_quarry_resolved(az, tmp_path, monkeypatch):
+    """LanceDB knows no connection string: it gets quarry's resolved account as storage_options."""
+    import numpy as np
+
+    from quarry.core.storeurl import local_dir
+    from quarry.store import vectors
+
+    for var in ("AZURE_STORAGE_USE_EMULATOR", "AZURITE_BLOB_STORAGE_URL", "AZURE_STORAGE_ACCOUNT_NAME",
+                "AZURE_STORAGE_ACCOUNT_KEY"):
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", f"DefaultEndpointsProtocol=http;AccountName=quarrytest;"
+                                                          f"AccountKey={AZ_SECRET};BlobEndpoint={az}/quarrytest;")
+    monkeypatch.setenv("QUARRY_STORE_CACHE", str(tmp_path / "cache"))
+    url = f"az://{new_container(az)}/store"
+    table = vectors.open_for_write(local_dir(url), "m", 4, 0)
+    table.add([{"chunk_id": "ab:0", "doc_id": "ab", "text_hash": "cd", "vector": np.ones(4, np.float32),
+                "path": "/a", "file_type": "md", "section": "", "chunk_index": 0, "page_start": 0, "page_end": 0}])
+    keys = open_store(parse_url(url)).list("lance/")
+    assert any(k.endswith(".manifest") for k in keys) and any(k.endswith(".lance") for k in keys), keys
+    assert vectors.open_for_read(local_dir(url), table.name, table.version).count_rows() == 1

@@ -104,6 +104,7 @@ def test_index_reindex_runs_and_search_from_another_machine(url, tree, tmp_path,
     assert "CURRENT" in keys and "catalog-000001.duckdb" in keys and "lease" not in keys
     assert any(k.startswith("index-000001/") for k in keys)
     store = open_store(parse_url(url))
+    assert any(k.endswith(".manifest") for k in store.list("lance/"))  # LanceDB wrote to the same bucket
     outputs += [store.get(k)[0].decode("utf-8", "replace") for k in keys if k.endswith((".json", "CURRENT"))]
     for folder in (tmp_path / "cache-writer", tmp_path / "cache-reader"):
         for path in folder.rglob("*"):
