@@ -81,6 +81,8 @@ AZURE_ENVS = [
      AzureAccount("acct", "https://acct.blob.core.windows.net", key=KEY)),
     ({"AZURE_STORAGE_CONNECTION_STRING": "BlobEndpoint=http://127.0.0.1:9/acct;SharedAccessSignature=sv=1&sig=abc"},
      AzureAccount("acct", "http://127.0.0.1:9/acct", sas="sv=1&sig=abc")),
+    ({"AZURE_STORAGE_CONNECTION_STRING": "BlobEndpoint=https://acct.blob.core.windows.net/;SharedAccessSignature=?sig=x"},
+     AzureAccount("acct", "https://acct.blob.core.windows.net", sas="sig=x")),
     ({"AZURE_STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true"},
      AzureAccount("devstoreaccount1", "http://127.0.0.1:10000/devstoreaccount1", key=objstore_azure.EMULATOR_KEY)),
     ({"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_ACCOUNT_KEY": KEY},

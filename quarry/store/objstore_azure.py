@@ -36,6 +36,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.storeurl import StoreURL
@@ -86,8 +87,9 @@ def _connection_string(text: str) -> AzureAccount:
     endpoint = parts.get("blobendpoint") or (name and "{}://{}.blob.{}".format(
         parts.get("defaultendpointsprotocol", "https"), name, parts.get("endpointsuffix", "core.windows.net")))
     key, sas = parts.get("accountkey"), parts.get("sharedaccesssignature")
-    if not name and endpoint:
-        name = endpoint.rstrip("/").rsplit("/", 1)[-1] if endpoint.count("/") > 2 else endpoint.split("//")[-1].split(".")[0]
+    if not name and endpoint:  # a SAS connection string: the account is in the endpoint
+        parsed = urlsplit(endpoint)
+        name = parsed.path.strip("/").split("/")[0] or parsed.hostname.split(".")[0]
     if not (name and endpoint and (key or sas)):
         raise UsageError("AZURE_STORAGE_CONNECTION_STRING names no account, blob endpoint and key or "
                          "SharedAccessSignature: copy it whole from the storage account's access keys")
