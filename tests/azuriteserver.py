@@ -81,6 +81,12 @@ def azurite_server(timeout: float = 60):
                 proc.wait()
 
 
+def connection_env(endpoint: str) -> dict:
+    """The same account as one ``AZURE_STORAGE_CONNECTION_STRING`` (what the portal hands out)."""
+    return {"AZURE_STORAGE_CONNECTION_STRING": f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};"
+                                               f"AccountKey={SECRET};BlobEndpoint={endpoint}/{ACCOUNT};"}
+
+
 def new_container(endpoint: str) -> str:
     """Create a container with a fresh name in the test account; returns the name."""
     from azure.storage.blob import BlobServiceClient

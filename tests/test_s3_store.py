@@ -1,5 +1,7 @@
 """A store on object storage, real ``quarry`` processes: every test runs on an ``s3://`` store on moto's
-S3 server and on an ``az://`` store on Azurite, both on 127.0.0.1.
+S3 server and on an ``az://`` store on Azurite, both on 127.0.0.1. The az:// processes know the
+account by a connection string only (test_objstore.py covers the emulator variables), which LanceDB
+gets from quarry as storage options.
 
 Each writer and reader gets its own ``QUARRY_STORE_CACHE``, as a process on another machine would:
 all they share is the bucket (container). Credentials are fake and must appear in no output, log or object.
@@ -24,7 +26,7 @@ from quarry.store.layout import Pointer, WriterLock, write_pointer
 from quarry.core.storeurl import local_dir, parse_url
 from quarry.store.objstore import open_store
 from quarry.store.remote import remote_of
-from azuriteserver import SECRET as AZ_SECRET, azurite_server, new_container
+from azuriteserver import SECRET as AZ_SECRET, azurite_server, connection_env, new_container
 from s3server import KEY, SECRET, aws_env, moto_server, new_bucket
 from test_crash import contents, edit_tree
 
@@ -39,7 +41,7 @@ def s3():
 
 @pytest.fixture(scope="module")
 def az():
-    with azurite_server() as (endpoint, env), aws_env(env):
+    with azurite_server() as (endpoint, _), aws_env(connection_env(endpoint)):
         yield endpoint
 
 
