@@ -136,6 +136,8 @@ def test_incremental_runs_reach_an_open_reader(url, tree, tmp_path, cli, monkeyp
                                                                            "catalog-000002.duckdb"}
 
 
+# On az:// a slow test: its deletes and lease conflicts also run in test_objstore.py and test_maintain.py on Azurite.
+@pytest.mark.parametrize("url", ["s3", pytest.param("az", marks=pytest.mark.slow)], indirect=True)
 def test_retention_keeps_the_last_generations(url, tree, tmp_path, cli):
     env = {**machine(tmp_path, "writer"), "QUARRY_KEEP_GENERATIONS": "1"}
     assert cli("index", tree, "--db", url, env=env).returncode == 0
@@ -190,6 +192,8 @@ def test_kill_then_rerun_equals_a_clean_run(fault, url, tree, tmp_path, cli, cle
     assert max(int(k[8:14]) for k in keys if k.startswith("catalog-")) == 2
 
 
+# On az:// a slow test: its deletes and lease conflicts also run in test_objstore.py and test_maintain.py on Azurite.
+@pytest.mark.parametrize("url", ["s3", pytest.param("az", marks=pytest.mark.slow)], indirect=True)
 def test_a_paused_writer_hides_its_upload_and_holds_the_lease(url, tree, tmp_path, cli, prefect_api):
     assert cli("index", tree, "--db", url, env=machine(tmp_path, "writer")).returncode == 0
     edit_tree(tree)
