@@ -18,6 +18,7 @@ object store uses: LanceDB tables cannot be written to either (the end-to-end st
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -61,9 +62,14 @@ def running() -> Emulator | None:
 
 @contextmanager
 def gcs_emulator(timeout: float = 60):
-    """Start an emulator; yields an :class:`Emulator`."""
-    port = _free_port()
+    """Start an emulator; yields an :class:`Emulator`. Skips the tests when the test extra is missing."""
+    import pytest
+
     testbench = os.environ.get("QUARRY_GCS_TESTBENCH")
+    for module in ["google.cloud.storage"] + ([] if testbench else ["gcp_storage_emulator"]):
+        if not _installed(module):
+            pytest.skip(f"{module} is not installed: pip install -e '.[test]'")
+    port = _free_port()
     if testbench:
         cmd = [testbench, "-m", "gunicorn", f"--bind=127.0.0.1:{port}", "--worker-class=sync", "--threads=16",
                "testbench:run()"]
@@ -96,6 +102,13 @@ def gcs_emulator(timeout: float = 60):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # its parent package is missing
+        return False
 
 
 def new_bucket(endpoint: str) -> str:
