@@ -1,8 +1,8 @@
 """``gs://bucket/prefix``: the object-store primitives on Google Cloud Storage.
 
-GCS has no etag precondition on writes, but it has a better one: every object has a
-*generation*, a number that changes with each write, and a write can require it
-(``ifGenerationMatch``). The generation plays the etag's part here, as a decimal string:
+GCS's JSON API makes a write conditional on a *generation*: every write of an object gives it a
+new generation number, and a write can require the current one (``ifGenerationMatch``). The
+generation plays the etag's part here, as a decimal string:
 
 - create-only (:meth:`put_if_absent`, :meth:`upload_file`): ``ifGenerationMatch=0``, "no live
   object";
@@ -10,8 +10,8 @@ GCS has no etag precondition on writes, but it has a better one: every object ha
   answers 412 when the object is gone, as the protocol wants.
 
 A failed precondition is HTTP 412, raised as :class:`PreconditionFailed`. Files above
-``objstore.MULTIPART_BYTES`` go up as a resumable upload in parts of that size; the precondition
-rides on the upload and GCS applies it when the object is finalised.
+``objstore.MULTIPART_BYTES`` go up as a resumable upload in parts of that size, the precondition
+sent when the upload starts (Google's storage-testbench checks it then and again at the last part).
 
 Credentials and endpoint come from the standard Google environment, read by google-auth and
 google-cloud-storage themselves: Application Default Credentials (``GOOGLE_APPLICATION_CREDENTIALS``,
