@@ -1,4 +1,4 @@
-"""Object storage primitives and the writer lease, on moto's S3 server and on a local folder."""
+"""Object storage primitives and the writer lease, on moto's S3 server, a GCS emulator and a local folder."""
 
 from __future__ import annotations
 
@@ -6,15 +6,19 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from quarry.core.errors import QuarryError, StoreLocked, UsageError
-from quarry.store import objstore
+from quarry.store import objstore, objstore_gcs
 from quarry.store.lease import LEASE, Lease
 from quarry.core.storeurl import StoreURL, is_url, parse_url
 from quarry.store.objstore import PreconditionFailed, open_store
+import gcsserver
+from gcsserver import conditional, gcs_emulator
+from gcsserver import new_bucket as new_gcs_bucket
 from s3server import aws_env, moto_server, new_bucket
 
 
@@ -24,10 +28,19 @@ def s3():
         yield endpoint
 
 
-@pytest.fixture(params=["s3", "file"])
+@pytest.fixture(scope="module")
+def gcs():
+    with gcs_emulator() as emulator, aws_env(emulator.env):
+        yield emulator
+
+
+@pytest.fixture(params=["s3", "gs", "file"])
 def store(request, tmp_path):
     if request.param == "file":
         return open_store(parse_url(f"file://{tmp_path}/objects"))
+    if request.param == "gs":
+        emulator = request.getfixturevalue("gcs")
+        return open_store(parse_url(f"gs://{new_gcs_bucket(emulator.endpoint)}/some/prefix"))
     endpoint = request.getfixturevalue("s3")
     return open_store(parse_url(f"s3://{new_bucket(endpoint)}/some/prefix"))
 
@@ -58,11 +71,6 @@ def test_plain_paths_are_not_urls(db):
     assert not is_url(db)
 
 
-def test_gs_and_az_name_what_is_missing():
-    with pytest.raises(UsageError, match="conditional put"):
-        open_store(parse_url("gs://bucket/prefix"))
-
-
 def test_get_put_list_delete(store):
     assert store.get("CURRENT") is None
     etag = store.put("a/x.json", b"1")
@@ -75,6 +83,7 @@ def test_get_put_list_delete(store):
 
 
 def test_put_if_absent_wins_once(store):
+    conditional(store)
     store.put_if_absent("CURRENT", b"first")
     with pytest.raises(PreconditionFailed):
         store.put_if_absent("CURRENT", b"second")
@@ -82,6 +91,7 @@ def test_put_if_absent_wins_once(store):
 
 
 def test_put_if_match_needs_the_etag_it_read(store):
+    conditional(store)
     etag = store.put_if_absent("CURRENT", b"1")
     etag2 = store.put_if_match("CURRENT", b"2", etag)
     with pytest.raises(PreconditionFailed):
@@ -94,16 +104,20 @@ def test_put_if_match_needs_the_etag_it_read(store):
 @pytest.mark.parametrize("size", [10, 11 << 20])
 def test_upload_is_create_only(store, tmp_path, monkeypatch, size):
     monkeypatch.setattr(objstore, "MULTIPART_BYTES", 5 << 20)  # S3's smallest part: 11 MiB is three parts
+    # (on gs:// a resumable upload in 5 MiB chunks)
     src = tmp_path / "f.bin"
     src.write_bytes(bytes(range(256)) * (size // 256 + 1))
     store.upload_file("catalog-000001.duckdb", src)
-    with pytest.raises(PreconditionFailed):
-        store.upload_file("catalog-000001.duckdb", src)
     out = tmp_path / "back.bin"
     store.download_file("catalog-000001.duckdb", out)
     assert out.read_bytes() == src.read_bytes()
     with pytest.raises(FileNotFoundError):
         store.download_file("catalog-000002.duckdb", out)
+    conditional(store)
+    with pytest.raises(PreconditionFailed):
+        store.upload_file("catalog-000001.duckdb", src)
+    store.download_file("catalog-000001.duckdb", out)
+    assert out.read_bytes() == src.read_bytes()
 
 
 def test_errors_name_the_url_and_never_the_secret(s3):
@@ -115,6 +129,82 @@ def test_errors_name_the_url_and_never_the_secret(s3):
     assert "s3://no-such-bucket-here/p/x" in str(err.value)
     assert os.environ["AWS_SECRET_ACCESS_KEY"] not in str(err.value)
 
+
+
+# --- gs:// only ---------------------------------------------------------------------------------
+
+def test_gs_generations_are_the_etags(gcs):
+    store = open_store(parse_url(f"gs://{new_gcs_bucket(gcs.endpoint)}/p"))
+    first = store.put("CURRENT", b"1")
+    second = store.put("CURRENT", b"2")
+    assert first.isdigit() and second.isdigit() and first != second
+    assert store.get("CURRENT") == (b"2", second)
+
+
+def test_gs_errors_name_the_url_and_never_the_secret(gcs, tmp_path, monkeypatch):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    bad = open_store(parse_url("gs://no-such-bucket-here/p"))
+    with pytest.raises(QuarryError) as err:
+        bad.put("x", b"1")
+    assert "gs://no-such-bucket-here/p/x" in str(err.value) and "404" in str(err.value)
+
+    # A service-account key that loads, and a token endpoint that refuses: the error names the
+    # URL and the failure, never the key.
+    pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    key = tmp_path / "service-account.json"
+    key.write_text(json.dumps({"type": "service_account", "project_id": "p", "private_key_id": "quarry-key-id-1234",
+                               "private_key": pem, "client_email": "quarry@p.iam.gserviceaccount.com",
+                               "client_id": "1", "token_uri": f"http://127.0.0.1:{_closed_port()}/token"}))
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    monkeypatch.setattr(objstore_gcs, "RETRY_SECONDS", 1.0)  # the refused token endpoint is retried
+    with pytest.raises(QuarryError) as err:
+        open_store(parse_url("gs://some-bucket/p")).get("CURRENT")
+    message = str(err.value)
+    assert "gs://some-bucket/p/CURRENT" in message
+    body = pem.split("-----")[2].strip()
+    assert all(line not in message for line in body.splitlines()) and "quarry-key-id-1234" not in message
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the block ends: connections are refused
+
+
+def test_gs_without_the_client_library_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "google.cloud.storage", None)
+    with pytest.raises(UsageError, match=r"pip install 'quarry\[gcs\]'"):
+        open_store(parse_url("gs://bucket/prefix"))
+
+
+def test_gs_create_only_race_has_one_winner(gcs):
+    """Many writers put one key create-only at the same moment: exactly one may win."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not gcs.preconditions:
+        pytest.skip(gcsserver.NO_PRECONDITIONS)
+    store = open_store(parse_url(f"gs://{new_gcs_bucket(gcs.endpoint)}/race"))
+    barrier = threading.Barrier(16)
+
+    def attempt(args):
+        key, i = args
+        barrier.wait()
+        try:
+            store.put_if_absent(key, str(i).encode())
+            return 1
+        except PreconditionFailed:
+            return 0
+
+    with ThreadPoolExecutor(16) as pool:
+        winners = [sum(pool.map(attempt, [(f"k{trial}", i) for i in range(16)])) for trial in range(RACE_TRIALS)]
+    assert winners == [1] * RACE_TRIALS, f"trials with more than one winner: {[w for w in winners if w != 1]}"
+
+
+RACE_TRIALS = 20
 
 # --- the lease ----------------------------------------------------------------------------------
 
@@ -151,6 +241,7 @@ def test_a_live_lease_elsewhere_is_respected(store):
 
 
 def test_a_lease_taken_over_is_lost_and_blocks_the_commit(store):
+    conditional(store)
     lease = Lease(store, ttl=30).acquire()
     # another writer decided this one was dead (it stalled past the expiry) and took over
     data, etag = store.get(LEASE)

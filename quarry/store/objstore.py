@@ -36,6 +36,10 @@ def open_store(url: StoreURL) -> ObjectStore:
     """The object store for ``url``."""
     if url.scheme == "s3":
         return S3ObjectStore(url)
+    if url.scheme == "gs":
+        from quarry.store.objstore_gcs import GCSObjectStore  # imports google-cloud-storage only here
+
+        return GCSObjectStore(url)
     if url.scheme == "file":
         return LocalObjectStore(Path("/" + url.prefix))
     raise UsageError(f"{url.scheme}:// stores are not supported yet: the commit needs a conditional put, which "
