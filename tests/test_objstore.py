@@ -260,3 +260,40 @@ def test_the_lease_is_renewed(store):
     assert json.loads(store.get(LEASE)[0])["expires"] > first
     lease.check()
     lease.release()
+
+
+class AnswerLost:
+    """An object store whose first conditional put on ``key`` lands and then fails its condition,
+    as the SDK's retry of a put whose answer was lost does."""
+
+    def __init__(self, inner, key: str):
+        self.inner, self.key, self.fired = inner, key, False
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def _lose(self, put, key, *args):
+        etag = put(key, *args)
+        if key == self.key and not self.fired:
+            self.fired = True
+            raise PreconditionFailed(key)
+        return etag
+
+    def put_if_absent(self, key, data):
+        return self._lose(self.inner.put_if_absent, key, data)
+
+    def put_if_match(self, key, data, etag):
+        return self._lose(self.inner.put_if_match, key, data, etag)
+
+
+def test_a_retried_put_that_landed_is_not_a_lost_race(store):
+    lost_answer = AnswerLost(store, LEASE)
+    lease = Lease(lost_answer, ttl=30).acquire()  # its put landed: the lease is ours, not StoreLocked
+    assert lost_answer.fired
+    assert lease.etag == store.get(LEASE)[1]
+    lost_answer.fired = False
+    lease.renew()  # a renewal that landed is not a take-over
+    assert lost_answer.fired and not lease.lost
+    lease.check()
+    lease.release()
+    assert store.get(LEASE) is None

@@ -309,3 +309,26 @@ def test_a_reader_elsewhere_gets_the_committed_files(url, tmp_path, monkeypatch)
     there = local_dir(url)
     assert remote_of(there).pull(there).generation == 1
     assert {name: (there / name).read_bytes() for name in files} == files
+
+
+@pytest.mark.parametrize("committed_before", [False, True])
+def test_a_commit_whose_answer_was_lost_is_committed(url, committed_before):
+    from test_objstore import AnswerLost
+
+    store = local_dir(url)
+    remote = remote_of(store)
+    if committed_before:
+        (store / "catalog-000001.duckdb").write_bytes(b"one")
+        with WriterLock(store):
+            write_pointer(store, _pointer(1))
+    mine = _pointer(2 if committed_before else 1)
+    with WriterLock(store):
+        remote._objects = lost_answer = AnswerLost(remote.objects, "CURRENT")
+        try:
+            (store / mine.catalog).write_bytes(b"mine")
+            write_pointer(store, mine)  # the put landed; its retry's 412 is our own write
+        finally:
+            remote._objects = lost_answer.inner
+    assert lost_answer.fired
+    assert remote.read_pointer()[0] == mine
+    assert mine.catalog in remote.objects.list("") and (store / mine.catalog).is_file()

@@ -123,11 +123,10 @@ class GCSObjectStore(ObjectStore):
 
     def _upload(self, key: str, data: bytes, **cond) -> str:
         blob = self.bucket.blob(self._key(key))
-        # Conditional puts are not retried: a retry of a put that landed but whose answer was lost
-        # would see its own write and report a lost race (for CURRENT: a commit taken for a failure).
-        retry = {"retry": None} if cond else {}
-        self._call("writing", key, blob.upload_from_string, data, content_type="application/octet-stream",
-                   **retry, **cond)
+        # Conditional puts are retried like the rest: a retry of a put that landed but whose answer
+        # was lost fails its condition against its own write, and the callers (Remote.commit, the
+        # lease) read the object back to tell that from a lost race.
+        self._call("writing", key, blob.upload_from_string, data, content_type="application/octet-stream", **cond)
         return _generation(blob)
 
     def put(self, key, data):
