@@ -1,4 +1,5 @@
-"""Object storage primitives and the writer lease, on moto's S3 server, on Azurite and on a local folder."""
+"""Object storage primitives and the writer lease, on moto's S3 server, a GCS emulator, Azurite and a local
+folder."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ import time
 import pytest
 
 from quarry.core.errors import QuarryError, StoreLocked, UsageError
-from quarry.store import objstore, objstore_azure
+from quarry.store import objstore, objstore_azure, objstore_gcs
 from quarry.store.lease import LEASE, Lease
 from quarry.core.storeurl import StoreURL, is_url, parse_url
 from quarry.store.objstore import PreconditionFailed, open_store
 from quarry.store.objstore_azure import AzureAccount, account_from_env
 from azuriteserver import SECRET as AZ_SECRET, azurite_server, new_container
+import gcsserver
+from gcsserver import conditional, gcs_emulator
+from gcsserver import new_bucket as new_gcs_bucket
 from s3server import aws_env, moto_server, new_bucket
 
 
@@ -28,17 +32,26 @@ def s3():
 
 
 @pytest.fixture(scope="module")
+def gcs():
+    with gcs_emulator() as emulator, aws_env(emulator.env):
+        yield emulator
+
+
+@pytest.fixture(scope="module")
 def az():
     with azurite_server() as (endpoint, env), aws_env(env):
         yield endpoint
 
 
-@pytest.fixture(params=["s3", "az", "file"])
+@pytest.fixture(params=["s3", "gs", "az", "file"])
 def store(request, tmp_path):
     if request.param == "file":
         return open_store(parse_url(f"file://{tmp_path}/objects"))
     if request.param == "az":
         return open_store(parse_url(f"az://{new_container(request.getfixturevalue('az'))}/some/prefix"))
+    if request.param == "gs":
+        emulator = request.getfixturevalue("gcs")
+        return open_store(parse_url(f"gs://{new_gcs_bucket(emulator.endpoint)}/some/prefix"))
     endpoint = request.getfixturevalue("s3")
     return open_store(parse_url(f"s3://{new_bucket(endpoint)}/some/prefix"))
 
@@ -69,10 +82,145 @@ def test_plain_paths_are_not_urls(db):
     assert not is_url(db)
 
 
-def test_gs_names_what_is_missing():
-    with pytest.raises(UsageError, match="conditional put"):
+def test_get_put_list_delete(store):
+    assert store.get("CURRENT") is None
+    etag = store.put("a/x.json", b"1")
+    assert store.get("a/x.json") == (b"1", etag)
+    store.put("b", b"2")
+    assert store.list("") == ["a/x.json", "b"]
+    assert store.list("a/") == ["a/x.json"]
+    store.delete(["a/x.json", "missing"])
+    assert store.list("") == ["b"]
+
+
+def test_put_if_absent_wins_once(store):
+    conditional(store)
+    store.put_if_absent("CURRENT", b"first")
+    with pytest.raises(PreconditionFailed):
+        store.put_if_absent("CURRENT", b"second")
+    assert store.get("CURRENT")[0] == b"first"
+
+
+def test_put_if_match_needs_the_etag_it_read(store):
+    conditional(store)
+    etag = store.put_if_absent("CURRENT", b"1")
+    etag2 = store.put_if_match("CURRENT", b"2", etag)
+    with pytest.raises(PreconditionFailed):
+        store.put_if_match("CURRENT", b"3", etag)  # a writer that read generation 1 lost the race
+    assert store.get("CURRENT") == (b"2", etag2)
+    with pytest.raises(PreconditionFailed):
+        store.put_if_match("never-written", b"x", etag)
+
+
+@pytest.mark.parametrize("size", [10, 11 << 20])
+def test_upload_is_create_only(store, tmp_path, monkeypatch, size):
+    monkeypatch.setattr(objstore, "MULTIPART_BYTES", 5 << 20)  # S3's smallest part: 11 MiB is three parts
+    # (on gs:// a resumable upload in 5 MiB chunks)
+    src = tmp_path / "f.bin"
+    src.write_bytes(bytes(range(256)) * (size // 256 + 1))
+    store.upload_file("catalog-000001.duckdb", src)
+    if store.url.scheme == "az" and size > objstore.MULTIPART_BYTES:  # went up as three blocks, one commit
+        blob = store.container.get_blob_client("some/prefix/catalog-000001.duckdb")
+        assert len(blob.get_block_list()[0]) == 3
+    out = tmp_path / "back.bin"
+    store.download_file("catalog-000001.duckdb", out)
+    assert out.read_bytes() == src.read_bytes()
+    with pytest.raises(FileNotFoundError):
+        store.download_file("catalog-000002.duckdb", out)
+    conditional(store)
+    with pytest.raises(PreconditionFailed):
+        store.upload_file("catalog-000001.duckdb", src)
+    store.download_file("catalog-000001.duckdb", out)
+    assert out.read_bytes() == src.read_bytes()
+
+
+def test_errors_name_the_url_and_never_the_secret(s3):
+    import os
+
+    bad = open_store(parse_url("s3://no-such-bucket-here/p"))
+    with pytest.raises(QuarryError) as err:
+        bad.put("x", b"1")
+    assert "s3://no-such-bucket-here/p/x" in str(err.value)
+    assert os.environ["AWS_SECRET_ACCESS_KEY"] not in str(err.value)
+
+
+
+# --- gs:// only ---------------------------------------------------------------------------------
+
+def test_gs_generations_are_the_etags(gcs):
+    store = open_store(parse_url(f"gs://{new_gcs_bucket(gcs.endpoint)}/p"))
+    first = store.put("CURRENT", b"1")
+    second = store.put("CURRENT", b"2")
+    assert first.isdigit() and second.isdigit() and first != second
+    assert store.get("CURRENT") == (b"2", second)
+
+
+def test_gs_errors_name_the_url_and_never_the_secret(gcs, tmp_path, monkeypatch):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    bad = open_store(parse_url("gs://no-such-bucket-here/p"))
+    with pytest.raises(QuarryError) as err:
+        bad.put("x", b"1")
+    assert "gs://no-such-bucket-here/p/x" in str(err.value) and "404" in str(err.value)
+
+    # A service-account key that loads, and a token endpoint that refuses: the error names the
+    # URL and the failure, never the key.
+    pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    key = tmp_path / "service-account.json"
+    key.write_text(json.dumps({"type": "service_account", "project_id": "p", "private_key_id": "quarry-key-id-1234",
+                               "private_key": pem, "client_email": "quarry@p.iam.gserviceaccount.com",
+                               "client_id": "1", "token_uri": f"http://127.0.0.1:{_closed_port()}/token"}))
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    monkeypatch.setattr(objstore_gcs, "RETRY_SECONDS", 1.0)  # the refused token endpoint is retried
+    with pytest.raises(QuarryError) as err:
+        open_store(parse_url("gs://some-bucket/p")).get("CURRENT")
+    message = str(err.value)
+    assert "gs://some-bucket/p/CURRENT" in message
+    body = pem.split("-----")[2].strip()
+    assert all(line not in message for line in body.splitlines()) and "quarry-key-id-1234" not in message
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the block ends: connections are refused
+
+
+def test_gs_without_the_client_library_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "google.cloud.storage", None)
+    with pytest.raises(UsageError, match=r"pip install 'quarry\[gcs\]'"):
         open_store(parse_url("gs://bucket/prefix"))
 
+
+def test_gs_create_only_race_has_one_winner(gcs):
+    """Many writers put one key create-only at the same moment: exactly one may win."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not gcs.preconditions:
+        pytest.skip(gcsserver.NO_PRECONDITIONS)
+    store = open_store(parse_url(f"gs://{new_gcs_bucket(gcs.endpoint)}/race"))
+    barrier = threading.Barrier(16)
+
+    def attempt(args):
+        key, i = args
+        barrier.wait()
+        try:
+            store.put_if_absent(key, str(i).encode())
+            return 1
+        except PreconditionFailed:
+            return 0
+
+    with ThreadPoolExecutor(16) as pool:
+        winners = [sum(pool.map(attempt, [(f"k{trial}", i) for i in range(16)])) for trial in range(RACE_TRIALS)]
+    assert winners == [1] * RACE_TRIALS, f"trials with more than one winner: {[w for w in winners if w != 1]}"
+
+
+RACE_TRIALS = 20
+
+# --- az:// only ---------------------------------------------------------------------------------
 
 KEY = "a2V5LWZvci10aGUtdGVzdA=="
 AZURE_ENVS = [
@@ -128,84 +276,6 @@ def test_az_without_the_azure_sdk_says_what_to_install(monkeypatch):
         objstore_azure.AzureObjectStore(parse_url("az://c/p"), AzureAccount("acct", "https://x", key=KEY))
 
 
-def test_get_put_list_delete(store):
-    assert store.get("CURRENT") is None
-    etag = store.put("a/x.json", b"1")
-    assert store.get("a/x.json") == (b"1", etag)
-    store.put("b", b"2")
-    assert store.list("") == ["a/x.json", "b"]
-    assert store.list("a/") == ["a/x.json"]
-    store.delete(["a/x.json", "missing"])
-    assert store.list("") == ["b"]
-
-
-def test_put_if_absent_wins_once(store):
-    store.put_if_absent("CURRENT", b"first")
-    with pytest.raises(PreconditionFailed):
-        store.put_if_absent("CURRENT", b"second")
-    assert store.get("CURRENT")[0] == b"first"
-
-
-def test_put_if_match_needs_the_etag_it_read(store):
-    etag = store.put_if_absent("CURRENT", b"1")
-    etag2 = store.put_if_match("CURRENT", b"2", etag)
-    with pytest.raises(PreconditionFailed):
-        store.put_if_match("CURRENT", b"3", etag)  # a writer that read generation 1 lost the race
-    assert store.get("CURRENT") == (b"2", etag2)
-    with pytest.raises(PreconditionFailed):
-        store.put_if_match("never-written", b"x", etag)
-
-
-@pytest.mark.parametrize("size", [10, 11 << 20])
-def test_upload_is_create_only(store, tmp_path, monkeypatch, size):
-    monkeypatch.setattr(objstore, "MULTIPART_BYTES", 5 << 20)  # S3's smallest part: 11 MiB is three parts
-    src = tmp_path / "f.bin"
-    src.write_bytes(bytes(range(256)) * (size // 256 + 1))
-    store.upload_file("catalog-000001.duckdb", src)
-    with pytest.raises(PreconditionFailed):
-        store.upload_file("catalog-000001.duckdb", src)
-    if store.url.scheme == "az" and size > objstore.MULTIPART_BYTES:  # went up as three blocks, one commit
-        blob = store.container.get_blob_client("some/prefix/catalog-000001.duckdb")
-        assert len(blob.get_block_list()[0]) == 3
-    out = tmp_path / "back.bin"
-    store.download_file("catalog-000001.duckdb", out)
-    assert out.read_bytes() == src.read_bytes()
-    with pytest.raises(FileNotFoundError):
-        store.download_file("catalog-000002.duckdb", out)
-
-
-def test_one_create_only_put_wins_a_race(store):
-    if store.url.scheme == "s3":
-        pytest.skip("moto's check-and-write holds no lock: two create-only puts can both win there")
-    for trial in range(10):
-        winners, start = [], threading.Barrier(8)
-
-        def put(i, key=f"CURRENT-{trial}"):
-            start.wait()
-            try:
-                store.put_if_absent(key, str(i).encode())
-                winners.append(i)
-            except PreconditionFailed:
-                pass
-
-        threads = [threading.Thread(target=put, args=(i,)) for i in range(8)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        assert len(winners) == 1 and store.get(f"CURRENT-{trial}")[0] == str(winners[0]).encode()
-
-
-def test_errors_name_the_url_and_never_the_secret(s3):
-    import os
-
-    bad = open_store(parse_url("s3://no-such-bucket-here/p"))
-    with pytest.raises(QuarryError) as err:
-        bad.put("x", b"1")
-    assert "s3://no-such-bucket-here/p/x" in str(err.value)
-    assert os.environ["AWS_SECRET_ACCESS_KEY"] not in str(err.value)
-
-
 def test_azure_errors_name_the_url_and_never_the_key_or_token(az):
     container = new_container(az)
     missing = open_store(parse_url("az://no-such-container/p"))
@@ -224,6 +294,49 @@ def test_azure_errors_name_the_url_and_never_the_key_or_token(az):
         text = str(err.value)
         assert f"az://{container}/p/x" in text and "403" in text, text
         assert secret not in text and "sig=" not in text and AZ_SECRET not in text
+
+
+def test_az_create_only_race_has_one_winner(az):
+    """Many writers put one key create-only at the same moment: exactly one may win."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = open_store(parse_url(f"az://{new_container(az)}/race"))
+    barrier = threading.Barrier(16)
+
+    def attempt(args):
+        key, i = args
+        barrier.wait()
+        try:
+            store.put_if_absent(key, str(i).encode())
+            return 1
+        except PreconditionFailed:
+            return 0
+
+    with ThreadPoolExecutor(16) as pool:
+        winners = [sum(pool.map(attempt, [(f"k{trial}", i) for i in range(16)])) for trial in range(RACE_TRIALS)]
+    assert winners == [1] * RACE_TRIALS, f"trials with more than one winner: {[w for w in winners if w != 1]}"
+
+
+def test_lancedb_writes_to_the_account_quarry_resolved(az, tmp_path, monkeypatch):
+    """LanceDB knows no connection string: it gets quarry's resolved account as storage_options."""
+    import numpy as np
+
+    from quarry.core.storeurl import local_dir
+    from quarry.store import vectors
+
+    for var in ("AZURE_STORAGE_USE_EMULATOR", "AZURITE_BLOB_STORAGE_URL", "AZURE_STORAGE_ACCOUNT_NAME",
+                "AZURE_STORAGE_ACCOUNT_KEY"):
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", f"DefaultEndpointsProtocol=http;AccountName=quarrytest;"
+                                                          f"AccountKey={AZ_SECRET};BlobEndpoint={az}/quarrytest;")
+    monkeypatch.setenv("QUARRY_STORE_CACHE", str(tmp_path / "cache"))
+    url = f"az://{new_container(az)}/store"
+    table = vectors.open_for_write(local_dir(url), "m", 4, 0)
+    table.add([{"chunk_id": "ab:0", "doc_id": "ab", "text_hash": "cd", "vector": np.ones(4, np.float32),
+                "path": "/a", "file_type": "md", "section": "", "chunk_index": 0, "page_start": 0, "page_end": 0}])
+    keys = open_store(parse_url(url)).list("lance/")
+    assert any(k.endswith(".manifest") for k in keys) and any(k.endswith(".lance") for k in keys), keys
+    assert vectors.open_for_read(local_dir(url), table.name, table.version).count_rows() == 1
 
 
 # --- the lease ----------------------------------------------------------------------------------
@@ -261,6 +374,7 @@ def test_a_live_lease_elsewhere_is_respected(store):
 
 
 def test_a_lease_taken_over_is_lost_and_blocks_the_commit(store):
+    conditional(store)
     lease = Lease(store, ttl=30).acquire()
     # another writer decided this one was dead (it stalled past the expiry) and took over
     data, etag = store.get(LEASE)
@@ -281,23 +395,38 @@ def test_the_lease_is_renewed(store):
     lease.release()
 
 
-def test_lancedb_writes_to_the_account_quarry_resolved(az, tmp_path, monkeypatch):
-    """LanceDB knows no connection string: it gets quarry's resolved account as storage_options."""
-    import numpy as np
+class AnswerLost:
+    """An object store whose first conditional put on ``key`` lands and then fails its condition,
+    as the SDK's retry of a put whose answer was lost does."""
 
-    from quarry.core.storeurl import local_dir
-    from quarry.store import vectors
+    def __init__(self, inner, key: str):
+        self.inner, self.key, self.fired = inner, key, False
 
-    for var in ("AZURE_STORAGE_USE_EMULATOR", "AZURITE_BLOB_STORAGE_URL", "AZURE_STORAGE_ACCOUNT_NAME",
-                "AZURE_STORAGE_ACCOUNT_KEY"):
-        monkeypatch.delenv(var)
-    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", f"DefaultEndpointsProtocol=http;AccountName=quarrytest;"
-                                                          f"AccountKey={AZ_SECRET};BlobEndpoint={az}/quarrytest;")
-    monkeypatch.setenv("QUARRY_STORE_CACHE", str(tmp_path / "cache"))
-    url = f"az://{new_container(az)}/store"
-    table = vectors.open_for_write(local_dir(url), "m", 4, 0)
-    table.add([{"chunk_id": "ab:0", "doc_id": "ab", "text_hash": "cd", "vector": np.ones(4, np.float32),
-                "path": "/a", "file_type": "md", "section": "", "chunk_index": 0, "page_start": 0, "page_end": 0}])
-    keys = open_store(parse_url(url)).list("lance/")
-    assert any(k.endswith(".manifest") for k in keys) and any(k.endswith(".lance") for k in keys), keys
-    assert vectors.open_for_read(local_dir(url), table.name, table.version).count_rows() == 1
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def _lose(self, put, key, *args):
+        etag = put(key, *args)
+        if key == self.key and not self.fired:
+            self.fired = True
+            raise PreconditionFailed(key)
+        return etag
+
+    def put_if_absent(self, key, data):
+        return self._lose(self.inner.put_if_absent, key, data)
+
+    def put_if_match(self, key, data, etag):
+        return self._lose(self.inner.put_if_match, key, data, etag)
+
+
+def test_a_retried_put_that_landed_is_not_a_lost_race(store):
+    lost_answer = AnswerLost(store, LEASE)
+    lease = Lease(lost_answer, ttl=30).acquire()  # its put landed: the lease is ours, not StoreLocked
+    assert lost_answer.fired
+    assert lease.etag == store.get(LEASE)[1]
+    lost_answer.fired = False
+    lease.renew()  # a renewal that landed is not a take-over
+    assert lost_answer.fired and not lease.lost
+    lease.check()
+    lease.release()
+    assert store.get(LEASE) is None

@@ -1,7 +1,10 @@
 """A store on object storage, real ``quarry`` processes: every test runs on an ``s3://`` store on moto's
-S3 server and on an ``az://`` store on Azurite, both on 127.0.0.1. The az:// processes know the
-account by a connection string only (test_objstore.py covers the emulator variables), which LanceDB
-gets from quarry as storage options.
+S3 server, on a ``gs://`` store on a GCS emulator and on an ``az://`` store on Azurite, all on 127.0.0.1.
+
+On ``gs://`` the tests that index write LanceDB tables, which no emulator here can hold, and skip
+(:func:`lance`); the commit protocol's own tests run. The ``az://`` processes know the account by a
+connection string only (test_objstore.py covers the emulator variables), which LanceDB gets from
+quarry as storage options: every test runs there.
 
 Each writer and reader gets its own ``QUARRY_STORE_CACHE``, as a process on another machine would:
 all they share is the bucket (container). Credentials are fake and must appear in no output, log or object.
@@ -27,6 +30,8 @@ from quarry.core.storeurl import local_dir, parse_url
 from quarry.store.objstore import open_store
 from quarry.store.remote import remote_of
 from azuriteserver import SECRET as AZ_SECRET, azurite_server, connection_env, new_container
+from gcsserver import NO_LANCE, conditional, gcs_emulator
+from gcsserver import new_bucket as new_gcs_bucket
 from s3server import KEY, SECRET, aws_env, moto_server, new_bucket
 from test_crash import contents, edit_tree
 
@@ -40,17 +45,31 @@ def s3():
 
 
 @pytest.fixture(scope="module")
+def gcs():
+    with gcs_emulator() as emulator, aws_env(emulator.env):
+        yield emulator
+
+
+@pytest.fixture(scope="module")
 def az():
     with azurite_server() as (endpoint, _), aws_env(connection_env(endpoint)):
         yield endpoint
 
 
-@pytest.fixture(params=["s3", "az"])
+@pytest.fixture(params=["s3", "gs", "az"])
 def url(request, tmp_path, monkeypatch):
     monkeypatch.setenv("QUARRY_STORE_CACHE", str(tmp_path / "cache-here"))
+    if request.param == "gs":
+        return f"gs://{new_gcs_bucket(request.getfixturevalue('gcs').endpoint)}/store"
     if request.param == "az":
         return f"az://{new_container(request.getfixturevalue('az'))}/store"
     return f"s3://{new_bucket(request.getfixturevalue('s3'))}/store"
+
+
+def lance(url: str) -> None:
+    """Skip the calling test on gs://, where LanceDB cannot write to the emulator."""
+    if url.startswith("gs://"):
+        pytest.skip(NO_LANCE)
 
 
 @pytest.fixture
@@ -78,6 +97,7 @@ def assert_no_secret(*texts):
 
 
 def test_index_reindex_runs_and_search_from_another_machine(url, tree, tmp_path, cli):
+    lance(url)
     outputs = []
     first = cli("index", tree, "--db", url, env=machine(tmp_path, "writer"))
     outputs += [first.stdout, first.stderr]
@@ -118,6 +138,7 @@ def test_index_reindex_runs_and_search_from_another_machine(url, tree, tmp_path,
 
 
 def test_incremental_runs_reach_an_open_reader(url, tree, tmp_path, cli, monkeypatch):
+    lance(url)
     assert cli("index", tree, "--db", url, env=machine(tmp_path, "writer")).returncode == 0
     monkeypatch.setenv("QUARRY_STORE_CACHE", str(tmp_path / "cache-reader"))
     with quarry.open(url) as idx:
@@ -139,6 +160,7 @@ def test_incremental_runs_reach_an_open_reader(url, tree, tmp_path, cli, monkeyp
 # On az:// a slow test: its deletes and lease conflicts also run in test_objstore.py and test_maintain.py on Azurite.
 @pytest.mark.parametrize("url", ["s3", pytest.param("az", marks=pytest.mark.slow)], indirect=True)
 def test_retention_keeps_the_last_generations(url, tree, tmp_path, cli):
+    lance(url)
     env = {**machine(tmp_path, "writer"), "QUARRY_KEEP_GENERATIONS": "1"}
     assert cli("index", tree, "--db", url, env=env).returncode == 0
     edit_tree(tree)
@@ -170,6 +192,7 @@ def reader_contents(url, tmp_path, name, monkeypatch):
     pytest.param("after-commit", marks=pytest.mark.slow),
 ])
 def test_kill_then_rerun_equals_a_clean_run(fault, url, tree, tmp_path, cli, clean_contents, monkeypatch):
+    lance(url)
     writer = machine(tmp_path, "writer")
     assert cli("index", tree, "--db", url, env=writer).returncode == 0
     before = reader_contents(url, tmp_path, "r1", monkeypatch)
@@ -195,6 +218,7 @@ def test_kill_then_rerun_equals_a_clean_run(fault, url, tree, tmp_path, cli, cle
 # On az:// a slow test: its deletes and lease conflicts also run in test_objstore.py and test_maintain.py on Azurite.
 @pytest.mark.parametrize("url", ["s3", pytest.param("az", marks=pytest.mark.slow)], indirect=True)
 def test_a_paused_writer_hides_its_upload_and_holds_the_lease(url, tree, tmp_path, cli, prefect_api):
+    lance(url)
     assert cli("index", tree, "--db", url, env=machine(tmp_path, "writer")).returncode == 0
     edit_tree(tree)
     gate = tmp_path / "go"
@@ -250,6 +274,7 @@ def test_the_lease_excludes_a_writer_with_another_cache(url, tmp_path, monkeypat
 def test_a_pointer_moved_behind_the_writer_fails_its_commit(url, committed_before):
     store = local_dir(url)
     remote = remote_of(store)
+    conditional(remote.objects)
     if committed_before:
         (store / "catalog-000001.duckdb").write_bytes(b"one")
         with WriterLock(store):
@@ -284,3 +309,42 @@ def test_a_reader_may_trust_current_for_a_while(url):
             assert remote.pull(store).generation == 1
     assert remote.pull(store, max_age=3600).generation == 1  # QUARRY_REMOTE_CHECK_SECONDS=3600: no GET
     assert remote.pull(store, max_age=0).generation == 2
+
+
+def test_a_reader_elsewhere_gets_the_committed_files(url, tmp_path, monkeypatch):
+    store = local_dir(url)
+    files = {"catalog-000001.duckdb": os.urandom(3000), "index-000001/vectors.f32": os.urandom(5000),
+             "index-000001/bm25/terms.json": b'{"kestrel": 1}'}
+    for name, data in files.items():
+        (store / name).parent.mkdir(parents=True, exist_ok=True)
+        (store / name).write_bytes(data)
+    with WriterLock(store):
+        write_pointer(store, _pointer(1))
+    assert {k for k in remote_keys(url) if k != "CURRENT"} == set(files)
+    monkeypatch.setenv("QUARRY_STORE_CACHE", str(tmp_path / "elsewhere"))
+    there = local_dir(url)
+    assert remote_of(there).pull(there).generation == 1
+    assert {name: (there / name).read_bytes() for name in files} == files
+
+
+@pytest.mark.parametrize("committed_before", [False, True])
+def test_a_commit_whose_answer_was_lost_is_committed(url, committed_before):
+    from test_objstore import AnswerLost
+
+    store = local_dir(url)
+    remote = remote_of(store)
+    if committed_before:
+        (store / "catalog-000001.duckdb").write_bytes(b"one")
+        with WriterLock(store):
+            write_pointer(store, _pointer(1))
+    mine = _pointer(2 if committed_before else 1)
+    with WriterLock(store):
+        remote._objects = lost_answer = AnswerLost(remote.objects, "CURRENT")
+        try:
+            (store / mine.catalog).write_bytes(b"mine")
+            write_pointer(store, mine)  # the put landed; its retry's 412 is our own write
+        finally:
+            remote._objects = lost_answer.inner
+    assert lost_answer.fired
+    assert remote.read_pointer()[0] == mine
+    assert mine.catalog in remote.objects.list("") and (store / mine.catalog).is_file()

@@ -95,8 +95,11 @@ class Lease:
                                       "wait for it to finish")
                 self.etag = self.store.put_if_match(LEASE, self._body(), etag)
         except PreconditionFailed:
-            raise StoreLocked(f"store {self.store.url}: another index run took the writer lease at the same moment; "
-                              "wait for it to finish") from None
+            mine = self._ours()
+            if mine is None:
+                raise StoreLocked(f"store {self.store.url}: another index run took the writer lease at the same "
+                                  "moment; wait for it to finish") from None
+            self.etag = mine
         self._stop.clear()
         self._thread = threading.Thread(target=self._renew_loop, name="quarry-lease", daemon=True)
         self._thread.start()
@@ -113,9 +116,26 @@ class Lease:
             try:
                 self.etag = self.store.put_if_match(LEASE, self._body(), self.etag)
             except PreconditionFailed:
-                self.lost = True
+                mine = self._ours()
+                if mine is None:
+                    self.lost = True
+                else:
+                    self.etag = mine
             except Exception:  # a network blip: the next renewal tries again before the expiry
                 pass
+
+    def _ours(self) -> str | None:
+        """The lease object's etag when it carries our owner token, else None.
+
+        SDKs retry a put whose answer was lost; the retry then fails its condition against what
+        the first attempt wrote. The owner token is random per lease, so a lease object holding
+        it was written by this process: the put won.
+        """
+        try:
+            got = self.store.get(LEASE)
+            return got[1] if got is not None and json.loads(got[0]).get("owner") == self.owner else None
+        except Exception:
+            return None
 
     def check(self) -> None:
         """Raise unless the lease is still ours: called right before the commit's pointer put."""

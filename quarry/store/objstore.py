@@ -37,14 +37,18 @@ def open_store(url: StoreURL) -> ObjectStore:
     """The object store for ``url``."""
     if url.scheme == "s3":
         return S3ObjectStore(url)
+    if url.scheme == "gs":
+        from quarry.store.objstore_gcs import GCSObjectStore  # imports google-cloud-storage only here
+
+        return GCSObjectStore(url)
     if url.scheme == "az":
-        from quarry.store.objstore_azure import AzureObjectStore
+        from quarry.store.objstore_azure import AzureObjectStore  # imports azure-storage-blob only here
 
         return AzureObjectStore(url)
     if url.scheme == "file":
         return LocalObjectStore(Path("/" + url.prefix))
     raise UsageError(f"{url.scheme}:// stores are not supported yet: the commit needs a conditional put, which "
-                     "quarry implements for s3:// (and S3-compatible servers), az:// and file:// only")
+                     "quarry implements for s3:// (and S3-compatible servers), gs://, az:// and file:// only")
 
 
 class ObjectStore:

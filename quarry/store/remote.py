@@ -275,9 +275,28 @@ class Remote:
             else:
                 self.etag = self.objects.put_if_match(POINTER, body, self.etag)
         except PreconditionFailed:
+            landed = self._landed(body)
+            if landed is not None:  # our own put, retried after its answer was lost: committed
+                self.etag = landed
+                return
             self.objects.delete([k for k, _ in files])
             raise QuarryError(f"{self.url.join(POINTER)} changed while this run held the lease (another writer "
                               "committed); nothing was committed by this run: run again") from None
+
+    def _landed(self, body: bytes) -> str | None:
+        """The etag of CURRENT when it holds exactly ``body``, else None.
+
+        A conditional put whose answer is lost (a dropped connection) is retried by the SDK; the
+        retry then fails its condition against the object the first attempt wrote. Telling that
+        apart from another writer's commit matters: deleting the generation's files would leave
+        CURRENT naming files that are gone. The body carries ``committed_at`` to the microsecond,
+        so another writer's pointer is never byte-equal to ours.
+        """
+        try:
+            got = self.objects.get(POINTER)
+        except Exception:  # cannot tell: treat it as lost, the safe side for the caller's message
+            return None
+        return got[1] if got is not None and got[0] == body else None
 
     def after_commit(self, pointer) -> None:
         """Best-effort tidying after the pointer moved: old generations beyond the retention."""
