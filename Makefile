@@ -27,7 +27,7 @@ TORCH_VENV := .venv-torch
 TORCH_VERSION := 2.13.0
 SENTENCE_TRANSFORMERS_VERSION := 6.2.0
 
-.PHONY: setup demo test test-slow test-reliability test-llm test-torch torch-venv peers wheel bench clean
+.PHONY: setup azurite demo test test-slow test-reliability test-llm test-torch torch-venv peers wheel bench clean
 
 setup: $(VENV)/.installed
 
@@ -40,15 +40,26 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
+# Azurite, the Azure Storage emulator the az:// store tests start (npm, pinned with its whole tree in
+# tests/azurite/package-lock.json). Without node and npm the az:// tests are skipped, saying why.
+AZURITE_DIR := tests/azurite
+
+azurite: $(AZURITE_DIR)/node_modules/.installed
+
+$(AZURITE_DIR)/node_modules/.installed: $(AZURITE_DIR)/package.json $(AZURITE_DIR)/package-lock.json
+	@if command -v node >/dev/null && command -v npm >/dev/null; then \
+		cd $(AZURITE_DIR) && npm ci --loglevel=error >/dev/null && touch node_modules/.installed; \
+	else echo "node and npm not found: the az:// store tests will be skipped"; fi
+
 demo: setup
 	$(BIN)/quarry index data/sample --db $(DEMO_DB)
 	$(BIN)/quarry status --db $(DEMO_DB)
 	$(BIN)/quarry search "$(DEMO_QUERY)" --db $(DEMO_DB) -k 5
 
-test: setup
+test: setup azurite
 	$(BIN)/python -m pytest -m "not slow and not llm_server" -q
 
-test-slow: setup
+test-slow: setup azurite
 	$(BIN)/python -m pytest -m "slow and not llm_server and not torch" -q --ignore=tests/reliability
 
 # The slow reliability cases: read-only store, full disk, readers during commits, random kill -9s.
@@ -101,4 +112,4 @@ test-llm: setup $(LLM_VENV)/.installed
 		$(BIN)/python -m pytest -m llm_server -q
 
 clean:
-	rm -rf $(VENV) $(LLM_VENV) $(TORCH_VENV) $(PEER_VENV) .quarry .pytest_cache dist build
+	rm -rf $(VENV) $(LLM_VENV) $(TORCH_VENV) $(PEER_VENV) $(AZURITE_DIR)/node_modules .quarry .pytest_cache dist build

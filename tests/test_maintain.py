@@ -1,4 +1,4 @@
-"""``quarry maintain`` on a local store and on one on moto's S3 server."""
+"""``quarry maintain`` on a local store, on one on moto's S3 server and on one on Azurite."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from quarry.core.storeurl import local_dir
 from quarry.store import maintain, vectors
 from quarry.store.layout import WriterLock, read_pointer
 from quarry.store.remote import remote_of
+from azuriteserver import azurite_server, new_container
 from s3server import aws_env, moto_server, new_bucket
 from test_crash import edit_tree
 
@@ -97,10 +98,12 @@ def _hold(db, held, release):
         release.wait(60)
 
 
-def test_maintain_on_s3_applies_the_retention(tree, tmp_path, run_flow, monkeypatch):
+@pytest.mark.parametrize("scheme", ["s3", "az"])
+def test_maintain_on_object_storage_applies_the_retention(scheme, tree, tmp_path, run_flow, monkeypatch):
     monkeypatch.setenv("QUARRY_STORE_CACHE", str(tmp_path / "cache"))
-    with moto_server() as (endpoint, env), aws_env(env):
-        url = f"s3://{new_bucket(endpoint)}/store"
+    server, container = (moto_server, new_bucket) if scheme == "s3" else (azurite_server, new_container)
+    with server() as (endpoint, env), aws_env(env):
+        url = f"{scheme}://{container(endpoint)}/store"
         run_flow([tree], url)
         edit_tree(tree)
         run_flow([tree], url)

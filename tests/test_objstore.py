@@ -1,4 +1,5 @@
-"""Object storage primitives and the writer lease, on moto's S3 server, a GCS emulator and a local folder."""
+"""Object storage primitives and the writer lease, on moto's S3 server, a GCS emulator, Azurite and a local
+folder."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import time
 import pytest
 
 from quarry.core.errors import QuarryError, StoreLocked, UsageError
-from quarry.store import objstore, objstore_gcs
+from quarry.store import objstore, objstore_azure, objstore_gcs
 from quarry.store.lease import LEASE, Lease
 from quarry.core.storeurl import StoreURL, is_url, parse_url
 from quarry.store.objstore import PreconditionFailed, open_store
+from quarry.store.objstore_azure import AzureAccount, account_from_env
+from azuriteserver import SECRET as AZ_SECRET, azurite_server, new_container
 import gcsserver
 from gcsserver import conditional, gcs_emulator
 from gcsserver import new_bucket as new_gcs_bucket
@@ -34,10 +37,18 @@ def gcs():
         yield emulator
 
 
-@pytest.fixture(params=["s3", "gs", "file"])
+@pytest.fixture(scope="module")
+def az():
+    with azurite_server() as (endpoint, env), aws_env(env):
+        yield endpoint
+
+
+@pytest.fixture(params=["s3", "gs", "az", "file"])
 def store(request, tmp_path):
     if request.param == "file":
         return open_store(parse_url(f"file://{tmp_path}/objects"))
+    if request.param == "az":
+        return open_store(parse_url(f"az://{new_container(request.getfixturevalue('az'))}/some/prefix"))
     if request.param == "gs":
         emulator = request.getfixturevalue("gcs")
         return open_store(parse_url(f"gs://{new_gcs_bucket(emulator.endpoint)}/some/prefix"))
@@ -108,6 +119,9 @@ def test_upload_is_create_only(store, tmp_path, monkeypatch, size):
     src = tmp_path / "f.bin"
     src.write_bytes(bytes(range(256)) * (size // 256 + 1))
     store.upload_file("catalog-000001.duckdb", src)
+    if store.url.scheme == "az" and size > objstore.MULTIPART_BYTES:  # went up as three blocks, one commit
+        blob = store.container.get_blob_client("some/prefix/catalog-000001.duckdb")
+        assert len(blob.get_block_list()[0]) == 3
     out = tmp_path / "back.bin"
     store.download_file("catalog-000001.duckdb", out)
     assert out.read_bytes() == src.read_bytes()
@@ -205,6 +219,125 @@ def test_gs_create_only_race_has_one_winner(gcs):
 
 
 RACE_TRIALS = 20
+
+# --- az:// only ---------------------------------------------------------------------------------
+
+KEY = "a2V5LWZvci10aGUtdGVzdA=="
+AZURE_ENVS = [
+    ({"AZURE_STORAGE_CONNECTION_STRING": f"DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={KEY};"
+                                         "EndpointSuffix=core.windows.net"},
+     AzureAccount("acct", "https://acct.blob.core.windows.net", key=KEY)),
+    ({"AZURE_STORAGE_CONNECTION_STRING": "BlobEndpoint=http://127.0.0.1:9/acct;SharedAccessSignature=sv=1&sig=abc"},
+     AzureAccount("acct", "http://127.0.0.1:9/acct", sas="sv=1&sig=abc")),
+    ({"AZURE_STORAGE_CONNECTION_STRING": "BlobEndpoint=https://acct.blob.core.windows.net/;SharedAccessSignature=?sig=x"},
+     AzureAccount("acct", "https://acct.blob.core.windows.net", sas="sig=x")),
+    ({"AZURE_STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true"},
+     AzureAccount("devstoreaccount1", "http://127.0.0.1:10000/devstoreaccount1", key=objstore_azure.EMULATOR_KEY)),
+    ({"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_ACCOUNT_KEY": KEY},
+     AzureAccount("acct", "https://acct.blob.core.windows.net", key=KEY)),
+    ({"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_SAS_TOKEN": "?sv=1&sig=abc",
+      "AZURE_STORAGE_ENDPOINT": "https://proxy.example/acct/"},
+     AzureAccount("acct", "https://proxy.example/acct", sas="sv=1&sig=abc")),
+    ({"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": "http://127.0.0.1:7/"},
+     AzureAccount("devstoreaccount1", "http://127.0.0.1:7/devstoreaccount1", key=objstore_azure.EMULATOR_KEY)),
+    ({"AZURE_STORAGE_USE_EMULATOR": "1", "AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_ACCESS_KEY": KEY},
+     AzureAccount("acct", "http://127.0.0.1:10000/acct", key=KEY)),
+]
+
+
+@pytest.mark.parametrize("env, expected", AZURE_ENVS)
+def test_the_azure_account_comes_from_the_standard_environment(env, expected):
+    account = account_from_env(env)
+    assert (account, account.key, account.sas) == (expected, expected.key, expected.sas)
+    assert KEY not in repr(account) and "sig=" not in repr(account)
+    # LanceDB gets the same account, endpoint and credential as quarry's own client
+    opts = account.lance_options()
+    assert opts["azure_storage_account_name"] == expected.name
+    assert opts["azure_storage_endpoint"] == expected.endpoint
+    assert opts.get("azure_storage_account_key") == expected.key
+    assert opts.get("azure_storage_sas_key") == (None if expected.key else expected.sas)
+    assert opts.get("allow_http") == ("true" if expected.endpoint.startswith("http://") else None)
+
+
+@pytest.mark.parametrize("env, message", [
+    ({}, "set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY"),
+    ({"AZURE_STORAGE_ACCOUNT_NAME": "acct"}, "AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN"),
+    ({"AZURE_STORAGE_CONNECTION_STRING": "AccountName=acct"}, "names no account, blob endpoint and key"),
+])
+def test_an_azure_environment_without_an_account_says_what_to_set(env, message):
+    with pytest.raises(UsageError, match=message):
+        account_from_env(env)
+
+
+def test_az_without_the_azure_sdk_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "azure.storage.blob", None)
+    monkeypatch.setattr(objstore_azure, "_clients", {})
+    with pytest.raises(UsageError, match=r"pip install 'quarry\[azure\]'"):
+        objstore_azure.AzureObjectStore(parse_url("az://c/p"), AzureAccount("acct", "https://x", key=KEY))
+
+
+def test_azure_errors_name_the_url_and_never_the_key_or_token(az):
+    container = new_container(az)
+    missing = open_store(parse_url("az://no-such-container/p"))
+    with pytest.raises(QuarryError, match="container 'no-such-container' does not exist in storage account") as err:
+        missing.put("x", b"1")
+    assert "az://no-such-container/p/x" in str(err.value) and AZ_SECRET not in str(err.value)
+
+    wrong_key = "d3Jvbmcta2V5LW5vdC1mb3Itb3V0cHV0"
+    token = "sv=2024-08-04&ss=b&srt=sco&sp=rwdl&se=2099-01-01T00:00:00Z&sig=bm90LWEtcmVhbC1zaWduYXR1cmU%3D"
+    endpoint = f"{az}/quarrytest"
+    for account, secret in [(AzureAccount("quarrytest", endpoint, key=wrong_key), wrong_key),
+                            (AzureAccount("quarrytest", endpoint, sas=token), token)]:
+        bad = objstore_azure.AzureObjectStore(parse_url(f"az://{container}/p"), account)
+        with pytest.raises(QuarryError) as err:
+            bad.put("x", b"1")
+        text = str(err.value)
+        assert f"az://{container}/p/x" in text and "403" in text, text
+        assert secret not in text and "sig=" not in text and AZ_SECRET not in text
+
+
+def test_az_create_only_race_has_one_winner(az):
+    """Many writers put one key create-only at the same moment: exactly one may win."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = open_store(parse_url(f"az://{new_container(az)}/race"))
+    barrier = threading.Barrier(16)
+
+    def attempt(args):
+        key, i = args
+        barrier.wait()
+        try:
+            store.put_if_absent(key, str(i).encode())
+            return 1
+        except PreconditionFailed:
+            return 0
+
+    with ThreadPoolExecutor(16) as pool:
+        winners = [sum(pool.map(attempt, [(f"k{trial}", i) for i in range(16)])) for trial in range(RACE_TRIALS)]
+    assert winners == [1] * RACE_TRIALS, f"trials with more than one winner: {[w for w in winners if w != 1]}"
+
+
+def test_lancedb_writes_to_the_account_quarry_resolved(az, tmp_path, monkeypatch):
+    """LanceDB knows no connection string: it gets quarry's resolved account as storage_options."""
+    import numpy as np
+
+    from quarry.core.storeurl import local_dir
+    from quarry.store import vectors
+
+    for var in ("AZURE_STORAGE_USE_EMULATOR", "AZURITE_BLOB_STORAGE_URL", "AZURE_STORAGE_ACCOUNT_NAME",
+                "AZURE_STORAGE_ACCOUNT_KEY"):
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", f"DefaultEndpointsProtocol=http;AccountName=quarrytest;"
+                                                          f"AccountKey={AZ_SECRET};BlobEndpoint={az}/quarrytest;")
+    monkeypatch.setenv("QUARRY_STORE_CACHE", str(tmp_path / "cache"))
+    url = f"az://{new_container(az)}/store"
+    table = vectors.open_for_write(local_dir(url), "m", 4, 0)
+    table.add([{"chunk_id": "ab:0", "doc_id": "ab", "text_hash": "cd", "vector": np.ones(4, np.float32),
+                "path": "/a", "file_type": "md", "section": "", "chunk_index": 0, "page_start": 0, "page_end": 0}])
+    keys = open_store(parse_url(url)).list("lance/")
+    assert any(k.endswith(".manifest") for k in keys) and any(k.endswith(".lance") for k in keys), keys
+    assert vectors.open_for_read(local_dir(url), table.name, table.version).count_rows() == 1
+
 
 # --- the lease ----------------------------------------------------------------------------------
 

@@ -1,11 +1,13 @@
-"""A store on S3-compatible object storage: moto's server on 127.0.0.1, real ``quarry`` processes.
+"""A store on object storage, real ``quarry`` processes: every test runs on an ``s3://`` store on moto's
+S3 server, on a ``gs://`` store on a GCS emulator and on an ``az://`` store on Azurite, all on 127.0.0.1.
 
-The ``url`` fixture runs each test on ``gs://`` too, against a GCS emulator (tests/gcsserver.py):
-the tests that index write LanceDB tables, which no emulator here can hold, and skip there
-(:func:`lance`); the commit protocol's own tests run.
+On ``gs://`` the tests that index write LanceDB tables, which no emulator here can hold, and skip
+(:func:`lance`); the commit protocol's own tests run. The ``az://`` processes know the account by a
+connection string only (test_objstore.py covers the emulator variables), which LanceDB gets from
+quarry as storage options: every test runs there.
 
 Each writer and reader gets its own ``QUARRY_STORE_CACHE``, as a process on another machine would:
-all they share is the bucket. Credentials are fake and must appear in no output, log or object.
+all they share is the bucket (container). Credentials are fake and must appear in no output, log or object.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from quarry.store.layout import Pointer, WriterLock, write_pointer
 from quarry.core.storeurl import local_dir, parse_url
 from quarry.store.objstore import open_store
 from quarry.store.remote import remote_of
+from azuriteserver import SECRET as AZ_SECRET, azurite_server, connection_env, new_container
 from gcsserver import NO_LANCE, conditional, gcs_emulator
 from gcsserver import new_bucket as new_gcs_bucket
 from s3server import KEY, SECRET, aws_env, moto_server, new_bucket
@@ -47,11 +50,19 @@ def gcs():
         yield emulator
 
 
-@pytest.fixture(params=["s3", "gs"])
+@pytest.fixture(scope="module")
+def az():
+    with azurite_server() as (endpoint, _), aws_env(connection_env(endpoint)):
+        yield endpoint
+
+
+@pytest.fixture(params=["s3", "gs", "az"])
 def url(request, tmp_path, monkeypatch):
     monkeypatch.setenv("QUARRY_STORE_CACHE", str(tmp_path / "cache-here"))
     if request.param == "gs":
         return f"gs://{new_gcs_bucket(request.getfixturevalue('gcs').endpoint)}/store"
+    if request.param == "az":
+        return f"az://{new_container(request.getfixturevalue('az'))}/store"
     return f"s3://{new_bucket(request.getfixturevalue('s3'))}/store"
 
 
@@ -82,7 +93,7 @@ def remote_keys(url: str) -> list[str]:
 
 def assert_no_secret(*texts):
     for text in texts:
-        assert SECRET not in text and KEY not in text
+        assert SECRET not in text and KEY not in text and AZ_SECRET not in text
 
 
 def test_index_reindex_runs_and_search_from_another_machine(url, tree, tmp_path, cli):
@@ -115,6 +126,7 @@ def test_index_reindex_runs_and_search_from_another_machine(url, tree, tmp_path,
     assert "CURRENT" in keys and "catalog-000001.duckdb" in keys and "lease" not in keys
     assert any(k.startswith("index-000001/") for k in keys)
     store = open_store(parse_url(url))
+    assert any(k.endswith(".manifest") for k in store.list("lance/"))  # LanceDB wrote to the same bucket
     outputs += [store.get(k)[0].decode("utf-8", "replace") for k in keys if k.endswith((".json", "CURRENT"))]
     for folder in (tmp_path / "cache-writer", tmp_path / "cache-reader"):
         for path in folder.rglob("*"):
@@ -145,6 +157,8 @@ def test_incremental_runs_reach_an_open_reader(url, tree, tmp_path, cli, monkeyp
                                                                            "catalog-000002.duckdb"}
 
 
+# On az:// a slow test: its deletes and lease conflicts also run in test_objstore.py and test_maintain.py on Azurite.
+@pytest.mark.parametrize("url", ["s3", pytest.param("az", marks=pytest.mark.slow)], indirect=True)
 def test_retention_keeps_the_last_generations(url, tree, tmp_path, cli):
     lance(url)
     env = {**machine(tmp_path, "writer"), "QUARRY_KEEP_GENERATIONS": "1"}
@@ -201,6 +215,8 @@ def test_kill_then_rerun_equals_a_clean_run(fault, url, tree, tmp_path, cli, cle
     assert max(int(k[8:14]) for k in keys if k.startswith("catalog-")) == 2
 
 
+# On az:// a slow test: its deletes and lease conflicts also run in test_objstore.py and test_maintain.py on Azurite.
+@pytest.mark.parametrize("url", ["s3", pytest.param("az", marks=pytest.mark.slow)], indirect=True)
 def test_a_paused_writer_hides_its_upload_and_holds_the_lease(url, tree, tmp_path, cli, prefect_api):
     lance(url)
     assert cli("index", tree, "--db", url, env=machine(tmp_path, "writer")).returncode == 0

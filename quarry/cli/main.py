@@ -75,7 +75,8 @@ db_option = click.option(
     "--db",
     type=click.Path(file_okay=False),
     default=None,
-    help=f"Store directory, or s3://bucket/prefix (AWS_* environment). Default: $QUARRY_DB or {default_db()}.",
+    help=f"Store directory, or s3://bucket/prefix (AWS_* environment) or az://container/prefix "
+         f"(AZURE_STORAGE_*). Default: $QUARRY_DB or {default_db()}.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 

@@ -2,7 +2,8 @@
 
 ``s3://bucket/prefix`` goes through boto3, which reads the endpoint and the credentials from the
 standard AWS environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-``AWS_DEFAULT_REGION``); ``file:///path`` is a local folder with the same semantics, for tests and
+``AWS_DEFAULT_REGION``); ``az://container/prefix`` through azure-storage-blob
+(:mod:`quarry.store.objstore_azure`); ``file:///path`` is a local folder with the same semantics, for tests and
 for stores on a shared file system. Object storage has no rename and no lock, so everything that
 must not be overwritten is written with a *conditional put*:
 
@@ -40,10 +41,14 @@ def open_store(url: StoreURL) -> ObjectStore:
         from quarry.store.objstore_gcs import GCSObjectStore  # imports google-cloud-storage only here
 
         return GCSObjectStore(url)
+    if url.scheme == "az":
+        from quarry.store.objstore_azure import AzureObjectStore  # imports azure-storage-blob only here
+
+        return AzureObjectStore(url)
     if url.scheme == "file":
         return LocalObjectStore(Path("/" + url.prefix))
     raise UsageError(f"{url.scheme}:// stores are not supported yet: the commit needs a conditional put, which "
-                     "quarry implements for s3:// (and S3-compatible servers) and file:// only")
+                     "quarry implements for s3:// (and S3-compatible servers), gs://, az:// and file:// only")
 
 
 class ObjectStore:
@@ -80,6 +85,10 @@ class ObjectStore:
     def delete(self, keys: list[str]) -> None:
         """Delete ``keys``; missing keys are not an error."""
         raise NotImplementedError
+
+    def lance_options(self) -> dict[str, str] | None:
+        """LanceDB ``storage_options`` naming the same account, or None: LanceDB reads the environment."""
+        return None
 
 
 # --- S3 ---------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ the committed state between it and the object store:
   append, and a unique key needs no lock.
 
 LanceDB writes the vector table straight to ``<url>/lance`` (it commits its versions with
-create-only manifest puts) and reads its endpoint and credentials from the same AWS environment.
+create-only manifest puts) and reads its endpoint and credentials from the same AWS environment;
+on Azure it gets the account quarry's own client resolved (:meth:`Remote.lance_options`).
 Readers never open LanceDB: search reads the catalog and the index files.
 """
 
@@ -113,6 +114,10 @@ class Remote:
 
     def lance_uri(self) -> str:
         return self.url.join("lance")
+
+    def lance_options(self) -> dict[str, str] | None:
+        """LanceDB's ``storage_options`` for this store (None: the environment, as LanceDB reads it)."""
+        return self.objects.lance_options()
 
     # --- reading ---------------------------------------------------------------------------
 

@@ -48,13 +48,16 @@ def schema(model: str, dim: int) -> pa.Schema:
 
 def connect(store: Path):
     """The LanceDB database of ``store``: ``<store>/lance``, or ``<url>/lance`` on object storage
-    (endpoint and credentials from the AWS environment, as LanceDB reads them)."""
+    (endpoint and credentials from the environment, as LanceDB reads them; on Azure, the account
+    quarry's own client resolved, passed as ``storage_options``)."""
     import lancedb
 
     from quarry.store.remote import remote_of
 
     remote = remote_of(store)
-    return lancedb.connect(remote.lance_uri() if remote else str(store / "lance"))
+    if remote is None:
+        return lancedb.connect(str(store / "lance"))
+    return lancedb.connect(remote.lance_uri(), storage_options=remote.lance_options())
 
 
 def _quoted(values: list[str], pattern: re.Pattern = _HEX) -> str:
