@@ -65,7 +65,12 @@ class AzureAccount:
 
     def lance_options(self) -> dict[str, str]:
         """The same account as LanceDB's ``storage_options`` (object_store's Azure keys)."""
-        opts = {"azure_storage_account_name": self.name, "azure_storage_endpoint": self.endpoint}
+        # The endpoint is always explicit and the emulator switch always off: with the switch on,
+        # object_store ignores the endpoint for AZURITE_BLOB_STORAGE_URL. Left to the environment, a
+        # connection in the test suite went to Azurite's default port although the switch had been
+        # unset since an earlier connection in the same process had it set.
+        opts = {"azure_storage_account_name": self.name, "azure_storage_endpoint": self.endpoint,
+                "azure_storage_use_emulator": "false"}
         if self.key:
             opts["azure_storage_account_key"] = self.key
         elif self.sas:
