@@ -174,3 +174,33 @@ def test_compaction_and_pruning_keep_the_committed_rows(tmp_path):
     finally:
         w.close()
     assert chunk_count(store) == (before, before) == (4, 4)
+
+
+@pytest.mark.parametrize("model", ["test-model", "other-model"])  # the committed table, and a new one
+def test_a_batch_retried_after_a_catalog_failure_is_written_once(tmp_path, monkeypatch, model):
+    # The writer deletes from LanceDB only the documents it may hold (catalog, or an earlier failed
+    # write); a batch whose vectors were added but whose catalog write failed must not leave two copies.
+    from quarry.store import catalog
+
+    store = tmp_path / "s"
+    write(store, [record("aa", "alpha")])
+    w = StoreWriter(store, model, DIM).open()
+    try:
+        real = catalog.replace_documents
+        monkeypatch.setattr(catalog, "replace_documents", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+        batch = [record("aa", "alpha v2"), record("bb", "beta")]
+        vecs = {("aa" * 8)[:64]: vec(1), ("bb" * 8)[:64]: vec(2)}
+        with pytest.raises(OSError):
+            w.write_documents(batch, vecs, "r2")
+        monkeypatch.setattr(catalog, "replace_documents", real)
+        w.write_documents(batch, vecs, "r2")  # what load_batch's retry does
+        assert w.table.count_rows() == 2
+        w.write_documents([record("bb", "beta v2")], {("bb" * 8)[:64]: vec(3)}, "r2")  # written twice in one run
+        w.commit(run_row("r2"), {})
+    finally:
+        w.close()
+    snap = open_snapshot(store)
+    lance_ids = sorted(snap.table.to_arrow().column("doc_id").to_pylist())
+    texts = sorted(r[0] for r in snap.con.execute("SELECT text FROM chunks").fetchall())
+    snap.close()
+    assert lance_ids == ["aa", "bb"] and texts == ["alpha v2", "beta v2"]
