@@ -187,7 +187,7 @@ def test_a_batch_retried_after_a_catalog_failure_is_written_once(tmp_path, monke
     w = StoreWriter(store, model, DIM).open()
     try:
         real = catalog.replace_documents
-        monkeypatch.setattr(catalog, "replace_documents", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+        monkeypatch.setattr(catalog, "replace_documents", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
         batch = [record("aa", "alpha v2"), record("bb", "beta")]
         vecs = {("aa" * 8)[:64]: vec(1), ("bb" * 8)[:64]: vec(2)}
         with pytest.raises(OSError):
@@ -204,3 +204,21 @@ def test_a_batch_retried_after_a_catalog_failure_is_written_once(tmp_path, monke
     texts = sorted(r[0] for r in snap.con.execute("SELECT text FROM chunks").fetchall())
     snap.close()
     assert lance_ids == ["aa", "bb"] and texts == ["alpha v2", "beta v2"]
+
+
+def test_the_writer_caps_duckdb_while_loading_and_lifts_the_cap_at_commit(tmp_path, monkeypatch):
+    import duckdb
+
+    from quarry.store import writer as writer_module
+
+    monkeypatch.setattr(writer_module, "LOAD_MEMORY_LIMIT", "16MB")
+    w = StoreWriter(tmp_path / "s", "test-model", DIM).open()
+    try:
+        w.con.execute("CREATE TEMP TABLE big AS SELECT repeat('x', 200) || i::VARCHAR AS s FROM range(300000) t(i)")
+        query = "SELECT s FROM big ORDER BY s DESC"  # ~60 MB sorted in memory
+        with pytest.raises(duckdb.OutOfMemoryException):
+            w.con.execute(query).fetch_arrow_table()
+        w.lift_cache_cap()
+        assert w.con.execute(query).fetch_arrow_table().num_rows == 300000
+    finally:
+        w.close()
