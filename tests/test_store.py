@@ -222,3 +222,17 @@ def test_the_writer_caps_duckdb_while_loading_and_lifts_the_cap_at_commit(tmp_pa
         assert w.con.execute(query).fetch_arrow_table().num_rows == 300000
     finally:
         w.close()
+
+
+def test_rows_arrow_written_in_batches_holds_the_table_built_whole(tmp_path):
+    from quarry.index import rows
+    from quarry.store import catalog
+
+    con = catalog.create(tmp_path / "c.duckdb")
+    catalog.replace_documents(con, [record(f"{i:02x}", f"text {i}") for i in range(50)], "r1")
+    ids, row_docs = rows.write_rows(con, tmp_path / rows.ROWS, batch_rows=7)
+    written, whole = rows.load(tmp_path / rows.ROWS), rows.build_rows(con)
+    con.close()
+    assert written.column("chunk_id").num_chunks > 1
+    assert written.schema == whole.schema and written.equals(whole)
+    assert ids.equals(whole.column("chunk_id").combine_chunks()) and row_docs.equals(whole.column("doc_id"))
