@@ -45,6 +45,7 @@ PARAMS = {
     "hydrate_chunks": [["d1:0"]],
     "plan_documents": None,
     "delete_documents": [["nope"]],
+    "stored_documents": [["d1", "nope"]],
     "move_document": ["d1", "/r/b.md", "/r", "b.md", dt.datetime(2024, 1, 1), "run1", b"/r/b\xe9.md"],
     "touch_document": ["d1", dt.datetime(2024, 1, 1)],
     "insert_documents": "arrow",

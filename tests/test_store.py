@@ -174,3 +174,65 @@ def test_compaction_and_pruning_keep_the_committed_rows(tmp_path):
     finally:
         w.close()
     assert chunk_count(store) == (before, before) == (4, 4)
+
+
+@pytest.mark.parametrize("model", ["test-model", "other-model"])  # the committed table, and a new one
+def test_a_batch_retried_after_a_catalog_failure_is_written_once(tmp_path, monkeypatch, model):
+    # The writer deletes from LanceDB only the documents it may hold (catalog, or an earlier failed
+    # write); a batch whose vectors were added but whose catalog write failed must not leave two copies.
+    from quarry.store import catalog
+
+    store = tmp_path / "s"
+    write(store, [record("aa", "alpha")])
+    w = StoreWriter(store, model, DIM).open()
+    try:
+        real = catalog.replace_documents
+        monkeypatch.setattr(catalog, "replace_documents", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+        batch = [record("aa", "alpha v2"), record("bb", "beta")]
+        vecs = {("aa" * 8)[:64]: vec(1), ("bb" * 8)[:64]: vec(2)}
+        with pytest.raises(OSError):
+            w.write_documents(batch, vecs, "r2")
+        monkeypatch.setattr(catalog, "replace_documents", real)
+        w.write_documents(batch, vecs, "r2")  # what load_batch's retry does
+        assert w.table.count_rows() == 2
+        w.write_documents([record("bb", "beta v2")], {("bb" * 8)[:64]: vec(3)}, "r2")  # written twice in one run
+        w.commit(run_row("r2"), {})
+    finally:
+        w.close()
+    snap = open_snapshot(store)
+    lance_ids = sorted(snap.table.to_arrow().column("doc_id").to_pylist())
+    texts = sorted(r[0] for r in snap.con.execute("SELECT text FROM chunks").fetchall())
+    snap.close()
+    assert lance_ids == ["aa", "bb"] and texts == ["alpha v2", "beta v2"]
+
+
+def test_the_writer_caps_duckdb_while_loading_and_lifts_the_cap_at_commit(tmp_path, monkeypatch):
+    import duckdb
+
+    from quarry.store import writer as writer_module
+
+    monkeypatch.setattr(writer_module, "LOAD_MEMORY_LIMIT", "16MB")
+    w = StoreWriter(tmp_path / "s", "test-model", DIM).open()
+    try:
+        w.con.execute("CREATE TEMP TABLE big AS SELECT repeat('x', 200) || i::VARCHAR AS s FROM range(300000) t(i)")
+        query = "SELECT s FROM big ORDER BY s DESC"  # ~60 MB sorted in memory
+        with pytest.raises(duckdb.OutOfMemoryException):
+            w.con.execute(query).fetch_arrow_table()
+        w.lift_cache_cap()
+        assert w.con.execute(query).fetch_arrow_table().num_rows == 300000
+    finally:
+        w.close()
+
+
+def test_rows_arrow_written_in_batches_holds_the_table_built_whole(tmp_path):
+    from quarry.index import rows
+    from quarry.store import catalog
+
+    con = catalog.create(tmp_path / "c.duckdb")
+    catalog.replace_documents(con, [record(f"{i:02x}", f"text {i}") for i in range(50)], "r1")
+    ids, row_docs = rows.write_rows(con, tmp_path / rows.ROWS, batch_rows=7)
+    written, whole = rows.load(tmp_path / rows.ROWS), rows.build_rows(con)
+    con.close()
+    assert written.column("chunk_id").num_chunks > 1
+    assert written.schema == whole.schema and written.equals(whole)
+    assert ids.equals(whole.column("chunk_id").combine_chunks()) and row_docs.equals(whole.column("doc_id"))

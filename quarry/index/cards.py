@@ -34,9 +34,9 @@ PREFIX = "cards."
 ROW_DOC = "cards.row_doc.npy"
 
 
-def build(con, docs: pa.Table, rows: pa.Table) -> tuple[dict, dict]:
+def build(con, docs: pa.Table, row_docs) -> tuple[dict, dict]:
     """The card arrays for the catalog ``con``, whose documents are ``docs`` (``docs.arrow``) and
-    chunk rows ``rows`` (``rows.arrow``)."""
+    whose chunk rows belong to the documents ``row_docs`` (``rows.arrow``'s doc_id column)."""
     import pyarrow.compute as pc
 
     table = con.execute(load_sql("index_cards")).fetch_arrow_table()
@@ -45,7 +45,7 @@ def build(con, docs: pa.Table, rows: pa.Table) -> tuple[dict, dict]:
     texts = [bm25_text(t or "") for t in table.column("card").to_pylist()]
     arrays, info = bm25.build_texts(pa.array(texts, type=pa.string()), len(texts))
     out: dict = {PREFIX + name.removeprefix("bm25."): value for name, value in arrays.items()}
-    where = pc.index_in(rows.column("doc_id"), value_set=docs.column("doc_id").combine_chunks())
+    where = pc.index_in(row_docs, value_set=docs.column("doc_id").combine_chunks())
     out[ROW_DOC] = where.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
     return out, {"documents": len(texts), "terms": info["terms"]}
 

@@ -77,7 +77,7 @@ def build_into(folder: Path, con, vectors, model: str = "", dim: int = 0, ivf_ro
     of rows, 0.7 GB of BM25 postings, 1.5 GB of vectors). Returns the manifest."""
     manifest: dict = {}
     with _staged(folder) as tmp:
-        for part in _parts(con, vectors, model, dim, ivf_rows, manifest):
+        for part in _parts(con, vectors, model, dim, ivf_rows, manifest, folder=tmp):
             for name in list(part):
                 _save(tmp / name, part.pop(name))
             del part  # before the generator builds the next part
@@ -85,17 +85,24 @@ def build_into(folder: Path, con, vectors, model: str = "", dim: int = 0, ivf_ro
     return manifest
 
 
-def _parts(con, vectors, model: str, dim: int, ivf_rows: int | None, manifest: dict):
+def _parts(con, vectors, model: str, dim: int, ivf_rows: int | None, manifest: dict, folder: Path | None = None):
     """The index files a part at a time (dicts of file name -> content); fills ``manifest`` once
-    the last part is out. Holds no part after yielding it."""
+    the last part is out. Holds no part after yielding it. With ``folder``, ``rows.arrow`` is
+    written there as the catalog streams it, and is not in a part."""
     t0 = time.perf_counter()
-    row_table = rows.build_rows(con)
-    ids = row_table.column("chunk_id").combine_chunks()
+    if folder is not None:
+        ids, row_docs = rows.write_rows(con, folder / rows.ROWS)
+        part: dict = {}
+    else:
+        row_table = rows.build_rows(con)
+        ids, row_docs = row_table.column("chunk_id").combine_chunks(), row_table.column("doc_id")
+        part = {rows.ROWS: row_table}
+        del row_table
     n = len(ids)
     docs = rows.build_docs(con)
-    card_arrays, card_info = cards.build(con, docs, row_table)
-    part: dict = {rows.ROWS: row_table, rows.DOCS: docs, **card_arrays}
-    del row_table, docs, card_arrays
+    card_arrays, card_info = cards.build(con, docs, row_docs)
+    part.update({rows.DOCS: docs, **card_arrays})
+    del row_docs, docs, card_arrays
     rows_seconds = time.perf_counter() - t0
     yield part
     del part
@@ -197,7 +204,7 @@ def link(source: Path, folder: Path, con) -> None:
         os.fsync(fh.fileno())
     fresh = {rows.DOCS}
     if (source / cards.ROW_DOC).exists():
-        card_arrays, _ = cards.build(con, docs, rows.load(source / rows.ROWS))
+        card_arrays, _ = cards.build(con, docs, rows.load(source / rows.ROWS).column("doc_id"))
         for name, value in card_arrays.items():
             _save(tmp / name, value)
         fresh.update(card_arrays)

@@ -189,13 +189,20 @@ def _section_pages(record: DocumentRecord, start: int, end: int) -> tuple[int | 
     return (min(pages), max(pages)) if pages else (None, None)
 
 
-def replace_documents(con: duckdb.DuckDBPyConnection, records: list[DocumentRecord], run_id: str) -> None:
-    """Insert ``records``, replacing any earlier rows of the same documents, in one transaction."""
+def replace_documents(con: duckdb.DuckDBPyConnection, records: list[DocumentRecord], run_id: str,
+                      stored=None) -> None:
+    """Insert ``records``, replacing any earlier rows of the same documents, in one transaction.
+
+    ``stored``: those of the documents the catalog holds, when the caller knows (only they are
+    deleted first: each delete scans the chunks table, a cost growing with the catalog).
+    """
     if not records:
         return
     con.begin()
     try:
-        delete_documents(con, [r.doc_id for r in records], in_transaction=True)
+        doc_ids = [r.doc_id for r in records]
+        delete_documents(con, doc_ids if stored is None else [d for d in doc_ids if d in stored],
+                         in_transaction=True)
         con.register("new_documents", documents_table(records, run_id))
         con.register("new_sections", sections_table(records, _section_pages))
         con.register("new_chunks", chunks_table(records))

@@ -20,7 +20,6 @@ import logging
 import shutil
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -33,6 +32,9 @@ from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.models import DocumentRecord, RunReport
 from quarry.store import catalog, journal, vectors
 from quarry.store.layout import DOCTOR_HINT, Pointer, WriterLock, read_pointer, remove_stale_generations, write_pointer
+
+
+LOAD_MEMORY_LIMIT = "256MB"  # DuckDB's cache while batches load (see StoreWriter._open)
 
 
 @dataclass
@@ -57,6 +59,10 @@ class StoreWriter:
         self.generation = 0
         self.model_changed = False
         self.dirty = False  # whether chunks changed, so that the BM25 index must be rebuilt
+        self.fresh_table = True  # the vector table holds no committed rows (new store or new model)
+        self.pending: set[str] = set()  # documents added to LanceDB whose catalog write has not finished
+        self.run_ids: set[str] = set()  # the runs this session wrote documents for
+        self.memory_limit = ""  # DuckDB's own, lifted back at commit (see cap_cache)
 
     def open(self) -> StoreWriter:
         self.lock.acquire()
@@ -95,6 +101,12 @@ class StoreWriter:
         name = vectors.table_name(self.model, self.dim)
         same_table = self.base is not None and self.base.vector_table == name
         self.model_changed = self.base is not None and bool(self.base.vector_table) and not same_table
+        self.fresh_table = not same_table
+        # DuckDB keeps every block it has read or written cached up to 80% of RAM, and loading reads
+        # and writes the whole catalog: the cache grew ~0.7 KB per chunk loaded (110 MB over 160K
+        # chunks). A cap evicts blocks already on disk; commit lifts it (its queries read all).
+        self.memory_limit = self.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        self.cap_cache()
         self.table = vectors.open_for_write(self.store, self.model, self.dim, self.base.vector_version if same_table else 0)
 
     @property
@@ -112,11 +124,26 @@ class StoreWriter:
         if not records:
             return
         self.dirty = True
-        vectors.delete_documents(self.table, [r.doc_id for r in records])
+        doc_ids = [r.doc_id for r in records]
+        self.run_ids.add(run_id)
+        stored = dict(self.con.execute(catalog.load_sql("stored_documents"), [doc_ids]).fetchall())
+        vectors.delete_documents(self.table, self._in_table(doc_ids, stored))
+        self.pending.update(doc_ids)
         vectors.add_rows(self.table, vectors.rows_table(self.model, self.dim, records, vecs))
         faults.point("after-vectors")
-        catalog.replace_documents(self.con, records, run_id)
+        catalog.replace_documents(self.con, records, run_id, stored=stored)
+        self.pending.difference_update(doc_ids)
         faults.point("after-catalog")
+
+    def _in_table(self, doc_ids: list[str], stored: dict[str, str]) -> list[str]:
+        """Those of ``doc_ids`` whose rows the vector table may hold: of the catalog's documents
+        (``stored``: doc_id -> the run that wrote it), all when the table carries the committed
+        version, else those this session wrote; and those a failed write may have added. A
+        LanceDB delete scans every fragment and makes a version even when nothing matches, so
+        deleting each batch's new documents cost time growing with the fragments the run had
+        added (quadratic over a run)."""
+        held = {d for d, run in stored.items() if not self.fresh_table or run in self.run_ids}
+        return sorted(held | (self.pending & set(doc_ids)))
 
     def delete_documents(self, doc_ids: list[str]) -> None:
         if doc_ids:
@@ -145,6 +172,7 @@ class StoreWriter:
         hold the commit's own duration and finish time.
         """
         t0 = time.perf_counter()
+        self.lift_cache_cap()
         # committed_generation marks a catalog whose commit finished writing it: `quarry doctor`
         # adopts only such a generation when it has to rebuild a lost CURRENT.
         for key, value in {**settings_meta, "model": self.model, "dim": str(self.dim),
@@ -190,11 +218,31 @@ class StoreWriter:
         if not self.dirty and not self.model_changed and base is not None and searchindex.is_complete(base):
             searchindex.link(base, folder, self.con)
             return
-        stored = partial(vectors.read_in_row_order, self.table) if self.table is not None else None
+        stored = self._vectors_in_row_order if self.table is not None else None
         manifest = searchindex.build_into(folder, self.con, stored, self.model, self.dim)
         logging.getLogger("quarry").info(
             "search index: %d chunks, %d terms, IVF %s, built in %.1f s", manifest["rows"],
             manifest["bm25"]["terms"], manifest["dense"]["ivf"] or "off", manifest["build_seconds"])
+
+    def _vectors_in_row_order(self, row_ids) -> np.ndarray:
+        """The build's vectors (its largest part), read once the catalog's parts are written: DuckDB
+        then holds the blocks its queries read (the whole catalog); the loading cap evicts them
+        before the vectors are read."""
+        self.cap_cache()
+        try:
+            return vectors.read_in_row_order(self.table, row_ids)
+        finally:
+            self.lift_cache_cap()
+
+    def cap_cache(self) -> None:
+        """Hold DuckDB's cache to :data:`LOAD_MEMORY_LIMIT` (evicting blocks already on disk)."""
+        self.con.execute(f"SET memory_limit = '{LOAD_MEMORY_LIMIT}'")
+
+    def lift_cache_cap(self) -> None:
+        """Give DuckDB back the memory limit it opened with. Not ``RESET memory_limit``: in DuckDB
+        1.4.4 that shows the default again but leaves the lower limit in force (a 1M-chunk commit
+        then failed with an out-of-memory error at 244 MiB)."""
+        self.con.execute(f"SET memory_limit = '{self.memory_limit}'")
 
     def _after_commit(self, pointer: Pointer) -> None:
         from quarry.index import searchindex
