@@ -15,22 +15,17 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from localserver import free_port, local_server
+
 AZURITE = Path(__file__).resolve().parent / "azurite"
 ACCOUNT = "quarrytest"
 SECRET = base64.b64encode(b"quarry-test-secret-not-for-output").decode()  # Azure keys are base64
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def azurite_bin() -> Path:
@@ -52,33 +47,16 @@ def azurite_bin() -> Path:
 def azurite_server(timeout: float = 60):
     """Start the blob service; yields ``(endpoint, env)`` where ``env`` holds the AZURE_* variables."""
     exe = azurite_bin()
-    port = _free_port()
-    with tempfile.TemporaryDirectory(prefix="quarry-azurite-") as work:
-        proc = subprocess.Popen([str(exe), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
-                                 "--silent", "--disableTelemetry", "--skipApiVersionCheck"],
-                                cwd=work, env={**os.environ, "AZURITE_ACCOUNTS": f"{ACCOUNT}:{SECRET}"},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        endpoint = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(f"Azurite did not start on {endpoint}")
-                    time.sleep(0.1)
-            env = {"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": endpoint,
-                   "AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": SECRET}
-            yield endpoint, env
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory(prefix="quarry-azurite-") as work, local_server(
+            [str(exe), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence", "--silent",
+             "--disableTelemetry", "--skipApiVersionCheck"],
+            lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close(), f"Azurite on {endpoint}",
+            timeout, cwd=work, env={**os.environ, "AZURITE_ACCOUNTS": f"{ACCOUNT}:{SECRET}"}):
+        env = {"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": endpoint,
+               "AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": SECRET}
+        yield endpoint, env
 
 
 def connection_env(endpoint: str) -> dict:

@@ -94,3 +94,24 @@ def pytest_collection_modifyitems(config, items):
         pytest.exit(f"QUARRY_REQUIRE_TORCH=1 but {why} in {sys.prefix}", returncode=1)
     for item in marked:
         item.add_marker(pytest.mark.skip(reason=f"needs quarry[torch]: {why} (make test-torch runs it)"))
+
+
+# --- object-storage emulators, one per test module --------------------------------------------
+
+@pytest.fixture(scope="module")
+def s3():
+    """moto's S3 server, with the AWS_* environment pointing at it; yields its endpoint."""
+    from s3server import aws_env, moto_server
+
+    with moto_server() as (endpoint, env), aws_env(env):
+        yield endpoint
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    """A GCS emulator (tests/gcsserver.py), with STORAGE_EMULATOR_HOST pointing at it."""
+    from gcsserver import gcs_emulator
+    from s3server import aws_env
+
+    with gcs_emulator() as emulator, aws_env(emulator.env):
+        yield emulator

@@ -21,16 +21,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import threading
-import time
 import urllib.request
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from s3server import _free_port
+from localserver import free_port, local_server
 
 PROJECT = "quarry-test"
 NO_PRECONDITIONS = ("gcp-storage-emulator ignores ifGenerationMatch (every conditional write wins): set "
@@ -69,7 +67,7 @@ def gcs_emulator(timeout: float = 60):
     for module in ["google.cloud.storage"] + ([] if testbench else ["gcp_storage_emulator"]):
         if not _installed(module):
             pytest.skip(f"{module} is not installed: pip install -e '.[test]'")
-    port = _free_port()
+    port = free_port()
     if testbench:
         cmd = [testbench, "-m", "gunicorn", f"--bind=127.0.0.1:{port}", "--worker-class=sync", "--threads=16",
                "testbench:run()"]
@@ -78,30 +76,15 @@ def gcs_emulator(timeout: float = 60):
         cmd = [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port),
                "--in-memory", "-q"]
         emulator = Emulator("gcp-storage-emulator", f"http://127.0.0.1:{port}", preconditions=False)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                urllib.request.urlopen(emulator.endpoint, timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{emulator.name} did not start on {emulator.endpoint} ({' '.join(cmd)})")
-                time.sleep(0.1)
+    with local_server(cmd, lambda: urllib.request.urlopen(emulator.endpoint, timeout=1).close(),
+                      f"{emulator.name} on {emulator.endpoint}", timeout):
         with _guard:
             _running.append(emulator)
-        yield emulator
-    finally:
-        with _guard:
-            if emulator in _running:
-                _running.remove(emulator)
-        proc.terminate()
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            yield emulator
+        finally:
+            with _guard:
+                _running.remove(emulator)
 
 
 def _installed(module: str) -> bool:

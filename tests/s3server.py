@@ -8,51 +8,28 @@ check-and-write holds no lock, so conflict paths are tested one at a time.
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from contextlib import contextmanager
+
+from localserver import free_port, local_server
 
 KEY = "quarry-test-key-id"  # fake credentials: tests check that they never reach any output
 SECRET = "quarry-test-secret-not-for-output"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def moto_server(timeout: float = 30):
     """Start the server; yields ``(endpoint, env)`` where ``env`` holds the AWS_* variables."""
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                urllib.request.urlopen(endpoint, timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto's server did not start on {endpoint}")
-                time.sleep(0.1)
+    with local_server([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                      lambda: urllib.request.urlopen(endpoint, timeout=1).close(), f"moto's server on {endpoint}",
+                      timeout):
         env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET,
                "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true"}
         yield endpoint, env
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def new_bucket(endpoint: str) -> str:

@@ -20,21 +20,9 @@ from quarry.store.objstore import PreconditionFailed, open_store
 from quarry.store.objstore_azure import AzureAccount, account_from_env
 from azuriteserver import SECRET as AZ_SECRET, azurite_server, new_container
 import gcsserver
-from gcsserver import conditional, gcs_emulator
+from gcsserver import conditional
 from gcsserver import new_bucket as new_gcs_bucket
-from s3server import aws_env, moto_server, new_bucket
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with moto_server() as (endpoint, env), aws_env(env):
-        yield endpoint
-
-
-@pytest.fixture(scope="module")
-def gcs():
-    with gcs_emulator() as emulator, aws_env(emulator.env):
-        yield emulator
+from s3server import aws_env, new_bucket
 
 
 @pytest.fixture(scope="module")
@@ -195,13 +183,10 @@ def test_gs_without_the_client_library_says_what_to_install(monkeypatch):
         open_store(parse_url("gs://bucket/prefix"))
 
 
-def test_gs_create_only_race_has_one_winner(gcs):
-    """Many writers put one key create-only at the same moment: exactly one may win."""
+def assert_one_winner_per_race(store) -> None:
+    """16 writers put one key create-only at the same moment, RACE_TRIALS times: one wins each time."""
     from concurrent.futures import ThreadPoolExecutor
 
-    if not gcs.preconditions:
-        pytest.skip(gcsserver.NO_PRECONDITIONS)
-    store = open_store(parse_url(f"gs://{new_gcs_bucket(gcs.endpoint)}/race"))
     barrier = threading.Barrier(16)
 
     def attempt(args):
@@ -216,6 +201,12 @@ def test_gs_create_only_race_has_one_winner(gcs):
     with ThreadPoolExecutor(16) as pool:
         winners = [sum(pool.map(attempt, [(f"k{trial}", i) for i in range(16)])) for trial in range(RACE_TRIALS)]
     assert winners == [1] * RACE_TRIALS, f"trials with more than one winner: {[w for w in winners if w != 1]}"
+
+
+def test_gs_create_only_race_has_one_winner(gcs):
+    if not gcs.preconditions:
+        pytest.skip(gcsserver.NO_PRECONDITIONS)
+    assert_one_winner_per_race(open_store(parse_url(f"gs://{new_gcs_bucket(gcs.endpoint)}/race")))
 
 
 RACE_TRIALS = 20
@@ -297,24 +288,7 @@ def test_azure_errors_name_the_url_and_never_the_key_or_token(az):
 
 
 def test_az_create_only_race_has_one_winner(az):
-    """Many writers put one key create-only at the same moment: exactly one may win."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    store = open_store(parse_url(f"az://{new_container(az)}/race"))
-    barrier = threading.Barrier(16)
-
-    def attempt(args):
-        key, i = args
-        barrier.wait()
-        try:
-            store.put_if_absent(key, str(i).encode())
-            return 1
-        except PreconditionFailed:
-            return 0
-
-    with ThreadPoolExecutor(16) as pool:
-        winners = [sum(pool.map(attempt, [(f"k{trial}", i) for i in range(16)])) for trial in range(RACE_TRIALS)]
-    assert winners == [1] * RACE_TRIALS, f"trials with more than one winner: {[w for w in winners if w != 1]}"
+    assert_one_winner_per_race(open_store(parse_url(f"az://{new_container(az)}/race")))
 
 
 def test_lancedb_writes_to_the_account_quarry_resolved(az, tmp_path, monkeypatch):

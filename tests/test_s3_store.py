@@ -30,24 +30,12 @@ from quarry.core.storeurl import local_dir, parse_url
 from quarry.store.objstore import open_store
 from quarry.store.remote import remote_of
 from azuriteserver import SECRET as AZ_SECRET, azurite_server, connection_env, new_container
-from gcsserver import NO_LANCE, conditional, gcs_emulator
+from gcsserver import NO_LANCE, conditional
 from gcsserver import new_bucket as new_gcs_bucket
-from s3server import KEY, SECRET, aws_env, moto_server, new_bucket
+from s3server import KEY, SECRET, aws_env, new_bucket
 from test_crash import contents, edit_tree
 
 QUERY = "deploy rollback expenses review"
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with moto_server() as (endpoint, env), aws_env(env):
-        yield endpoint
-
-
-@pytest.fixture(scope="module")
-def gcs():
-    with gcs_emulator() as emulator, aws_env(emulator.env):
-        yield emulator
 
 
 @pytest.fixture(scope="module")
