@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -22,6 +21,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from localserver import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_ALIAS = "smollm2-135m"
@@ -51,12 +52,6 @@ def find_model(python: Path) -> Path:
     return Path(done.stdout.strip()) / GGUF_NAME
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/models", timeout=2) as response:
@@ -70,7 +65,7 @@ class LlamaServer:
 
     def __init__(self, python: Path, model: Path, log: Path):
         self.python, self.model, self.log_path = python, model, log
-        self.port = _free_port()
+        self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.process: subprocess.Popen | None = None
 

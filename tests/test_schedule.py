@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, SAMPLE
+from localserver import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -129,17 +129,11 @@ def test_serve_fires_on_schedule_through_the_private_server(tmp_path):
     assert "Traceback" not in (tmp_path / "db" / "logs" / "prefect-server.log").read_text()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def prefect_server(tmp_path_factory):
     """A real `prefect server start` with its own home, as a team runs it."""
     home = tmp_path_factory.mktemp("prefect-home")
-    port = _free_port()
+    port = free_port()
     env = _env(PREFECT_HOME=str(home))
     log = home / "server.log"
     with open(log, "w") as out:
