@@ -105,20 +105,34 @@ def describe_formats() -> list[dict]:
     import importlib.util
     import shutil
 
-    from quarry.ingest.parsers.legacy import soffice
+    from quarry.ingest.parsers.legacy import INSTALL_HINT, soffice
     from quarry.ingest.parsers.ocr import engine_name
 
     rows = []
     for f in FORMATS:
         missing = [m for m in f.requires if importlib.util.find_spec(m) is None]
-        for program in f.binaries:
-            if (soffice() if program == "soffice" else shutil.which(program)) is None:
+        install = ["pip install -e . (the Python packages quarry depends on)"] if missing else []
+        programs = {p: soffice() if p == "soffice" else shutil.which(p) for p in f.binaries}
+        for program, where in programs.items():
+            if where is None:
                 missing.append(program)
+                install.append(INSTALL_HINT if program == "soffice" else f"install {program}")
         if f.ocr and not engine_name():
             missing.append("rapidocr_onnxruntime or tesseract")
+            install.append("pip install rapidocr-onnxruntime, or install tesseract")
         rows.append({"type": f.name, "extensions": list(f.extensions), "library": f.library,
-                     "structure": f.structure, "missing": missing, "readable": not missing})
+                     "programs": programs, "structure": f.structure, "missing": missing,
+                     "readable": not missing, "install": "; ".join(install)})
     return rows
+
+
+def formats_markdown() -> str:
+    """The table of docs/formats.md, from :data:`FORMATS` (``tests/test_docs_formats.py`` keeps them equal)."""
+    lines = ["| type | extensions | read by | structure kept |", "|---|---|---|---|"]
+    for f in FORMATS:
+        library = f.library + (f" (needs the program `{'`, `'.join(f.binaries)}`)" if f.binaries else "")
+        lines.append(f"| {f.name} | {' '.join(f'`{e}`' for e in f.extensions)} | {library} | {f.structure} |")
+    return "\n".join(lines)
 
 
 def file_type_for(path: str) -> str:

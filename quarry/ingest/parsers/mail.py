@@ -64,13 +64,18 @@ def as_8bit(data: bytes) -> bytes:
 def _headers(message) -> dict[str, str]:
     out: dict[str, str] = {}
     charset = _declared_charset(message)
+    raw = {}
+    for name, value in message.raw_items():
+        raw.setdefault(name.lower(), value)
     for key in ("from", "to", "cc", "subject", "message-id"):
         try:
             value = message.get(key)
         except Exception:  # a malformed header costs its own value only
             value = None
         if value:
-            out[key.replace("-", "_")] = " ".join(_unescape(str(value), charset).split())
+            # raw 8-bit bytes (no RFC 2047 encoding) come through as escape surrogates in the source
+            text = _unescape(raw[key], charset) if _escaped(raw.get(key, "")) else str(value)
+            out[key.replace("-", "_")] = " ".join(text.split())
     try:
         date = email.utils.parsedate_to_datetime(str(message.get("date"))) if message.get("date") else None
     except (TypeError, ValueError):
@@ -89,13 +94,14 @@ def _declared_charset(message) -> str | None:
         return None
 
 
+def _escaped(value) -> bool:
+    return isinstance(value, str) and any("\udc80" <= ch <= "\udcff" for ch in value)
+
+
 def _unescape(value: str, charset: str | None) -> str:
     """A header written in raw 8-bit bytes (no RFC 2047 encoding) reaches Python as escape
     surrogates: decode those bytes by the message's charset, else by detection."""
-    if not any("\udc80" <= ch <= "\udcff" for ch in value):
-        return value
-    raw = value.encode("utf-8", "surrogateescape")
-    return _decode_payload(raw, charset)
+    return _decode_payload(value.encode("utf-8", "surrogateescape"), charset)
 
 
 def _decode_payload(raw: bytes, charset: str | None) -> str:
@@ -109,10 +115,13 @@ def _decode_payload(raw: bytes, charset: str | None) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         pass
-    import charset_normalizer
+    if len(raw) >= 128:  # detection needs a sentence or two; a header is read as Windows' Western default
+        import charset_normalizer
 
-    best = charset_normalizer.from_bytes(raw).best()
-    return str(best) if best is not None else raw.decode("cp1252", "replace")
+        best = charset_normalizer.from_bytes(raw).best()
+        if best is not None:
+            return str(best)
+    return raw.decode("cp1252", "replace")
 
 
 def _codec(charset: str) -> str:
