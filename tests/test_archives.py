@@ -178,6 +178,27 @@ def test_a_member_over_the_file_limit_fails_alone(tmp_path, monkeypatch):
         ("big.txt", "file is over the 0 MB limit (QUARRY_MAX_FILE_MB); skipped")]
 
 
+def _mark_encrypted(path: Path, member: str) -> None:
+    """Set the "encrypted" flag of ``member`` in a ZIP's local and central headers (what zip -e writes)."""
+    data = bytearray(path.read_bytes())
+    for sig, flag_at, name_at in ((b"PK\x03\x04", 6, 30), (b"PK\x01\x02", 8, 46)):
+        at = data.find(sig)
+        while at >= 0:
+            if data[at + name_at:at + name_at + len(member)] == member.encode():
+                data[at + flag_at] |= 0x1
+            at = data.find(sig, at + 4)
+    path.write_bytes(bytes(data))
+
+
+def test_an_encrypted_member_is_named_as_such(tmp_path):
+    path = write_zip(tmp_path / "tree" / "mixed.zip", {"secret.md": b"# Secret\n", "open.md": b"# Open\n\nwords\n"})
+    _mark_encrypted(path, "secret.md")
+    errors = []
+    readable, _ = discover([tmp_path / "tree"], errors=errors)
+    assert [f.rel_path for f in readable] == ["mixed.zip!/open.md"]
+    assert [(e.path.rsplit("!/", 1)[1], e.error) for e in errors] == [("secret.md", "encrypted (password required)")]
+
+
 def test_a_corrupt_archive_is_one_named_failure(tmp_path):
     (tmp_path / "tree").mkdir()
     (tmp_path / "tree" / "broken.zip").write_bytes(b"PK\x03\x04 not really")
