@@ -199,6 +199,14 @@ def test_an_encrypted_member_is_named_as_such(tmp_path):
     assert [(e.path.rsplit("!/", 1)[1], e.error) for e in errors] == [("secret.md", "encrypted (password required)")]
 
 
+def test_a_member_whose_name_holds_the_separator_is_named_not_misread(tmp_path):
+    write_tar(tmp_path / "tree" / "odd.tar", {"odd!/name.md": b"# Odd\n", "fine.md": b"# Fine\n"}, mode="w")
+    errors = []
+    readable, _ = discover([tmp_path / "tree"], errors=errors)
+    assert [f.rel_path for f in readable] == ["odd.tar!/fine.md"]
+    assert len(errors) == 1 and "a member name holding '!/'" in errors[0].error
+
+
 def test_a_corrupt_archive_is_one_named_failure(tmp_path):
     (tmp_path / "tree").mkdir()
     (tmp_path / "tree" / "broken.zip").write_bytes(b"PK\x03\x04 not really")

@@ -41,6 +41,31 @@ def test_ppt_is_converted_with_a_page_per_slide(legacy_files):
     assert doc.page_offsets == [0] and doc.headings[0].title.startswith("Slide 1")
 
 
+def test_the_legacy_files_of_a_batch_take_one_libreoffice_call_per_format(legacy_files, tmp_path, monkeypatch):
+    from quarry.ingest.discover import discover
+    from quarry.ingest.parsers import legacy
+    from quarry.ingest.process import parse_files
+
+    for name, path in legacy_files.items():
+        (tmp_path / name).write_bytes(path.read_bytes())
+    (tmp_path / "copy.doc").write_bytes(legacy_files["simple.doc"].read_bytes())
+    (tmp_path / "damaged.doc").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 500)
+    files, _ = discover([tmp_path])
+    calls = []
+    real = legacy._run
+    monkeypatch.setattr(legacy, "_run", lambda program, target, srcs, *a: calls.append((target, len(srcs)))
+                        or real(program, target, srcs, *a))
+    results = dict(zip((f.path.rsplit("/", 1)[1] for f in files), parse_files(files, workers=2)))
+    # one call for the four DOCs, one for the PPT; the damaged DOC, which that call does not convert,
+    # alone afterwards in the parse pool (whose calls this process does not see), naming its failure
+    assert sorted(calls) == [("docx", 4), ("pptx", 1)]
+    assert results["damaged.doc"].startswith("LibreOffice could not convert this legacy Word file")
+    assert results["copy.doc"].text == results["simple.doc"].text == parse_file(str(legacy_files["simple.doc"])).text
+    assert "Tangerine | Pink | Aqua" in results["fake-power-point-table.ppt"].text
+    assert [results[f.path.rsplit("/", 1)[1]].sha256 for f in files if f.file_type != "doc" or "damaged" not in f.path] \
+        == [f.sha256 for f in files if "damaged" not in f.path]  # stamped with the original's hash
+
+
 def test_a_damaged_doc_is_a_named_failure(soffice, tmp_path):
     (tmp_path / "old.doc").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 500)
     with pytest.raises(ParseError, match="LibreOffice could not convert this legacy Word file"):

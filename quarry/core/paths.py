@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["display", "raw_bytes", "from_catalog", "is_clean", "printable"]
+__all__ = ["ARCHIVE_SEP", "display", "raw_bytes", "from_catalog", "is_clean", "printable"]
+
+# A member of an archive is named "<archive>!/<member>" (quarry/ingest/parsers/archive.py).
+ARCHIVE_SEP = "!/"
 
 
 def is_clean(path: str) -> bool:

@@ -13,8 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from quarry.core.models import FileInfo
-
-ARCHIVE_SEP = "!/"  # a member of an archive is "<archive>!/<member>" (quarry/ingest/parsers/archive.py)
+from quarry.core.paths import ARCHIVE_SEP
 
 
 @dataclass(frozen=True)

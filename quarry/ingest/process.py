@@ -80,12 +80,14 @@ def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, o
     """
     results: list[ParsedDocument | str | None] = [None] * len(files)
     members = _read_members(files, results)
+    kinds = [f.file_type for f in files]
+    _convert_legacy(files, results, members, kinds, timeout)
     heavy = [i for i, f in enumerate(files) if f.file_type in HEAVY_TYPES and results[i] is None]
     may_ocr = ocr and any(files[i].file_type in OCR_TYPES for i in heavy)
     if ((workers > 1 and len(heavy) > 1) or may_ocr) and not _daemonic():
         ctx = multiprocessing.get_context("spawn")  # fork is unsafe under Prefect's threads
         pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(heavy))), mp_context=ctx)
-        futures = {i: pool.submit(_parse_one, files[i].path, files[i].file_type, ocr, *members.pop(i, (None, None)))
+        futures = {i: pool.submit(_parse_one, files[i].path, kinds[i], ocr, *members.pop(i, (None, None)))
                    for i in heavy}
         hung = False
         for i, fut in futures.items():
@@ -102,8 +104,34 @@ def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, o
         pool.shutdown(wait=not hung, cancel_futures=True)
     for i, f in enumerate(files):
         if results[i] is None:
-            results[i] = _parse_one(f.path, f.file_type, ocr, *members.pop(i, (None, None)))
+            results[i] = _parse_one(f.path, kinds[i], ocr, *members.pop(i, (None, None)))
     return results  # type: ignore[return-value]
+
+
+def _convert_legacy(files: list[FileInfo], results: list, members: dict[int, tuple[bytes, str]], kinds: list[str],
+                    timeout: float) -> None:
+    """Convert the legacy DOC and PPT files of a batch with one LibreOffice call (its start is most of
+    a conversion's cost); each converted file then parses as the DOCX or PPTX it became (``kinds[i]``,
+    ``members[i]`` with the original's digest). Files it did not convert take the usual path."""
+    from quarry.core.safeio import read_regular
+    from quarry.ingest.parsers import max_file_bytes
+    from quarry.ingest.parsers.legacy import CONVERTED, convert_many, needs_conversion, soffice, target_of
+
+    todo = [i for i, f in enumerate(files) if f.file_type in CONVERTED and results[i] is None]
+    if len(todo) < 2 or soffice() is None:
+        return  # one file: converted in the pool like any other parse
+    items, digests = [], {}
+    for i in todo:
+        try:
+            data, digest = members[i] if i in members else read_regular(files[i].path, limit=max_file_bytes())
+        except ParseError:
+            continue  # the usual path reads it again and names the cause
+        if needs_conversion(data, files[i].file_type):
+            items.append((str(i), data, files[i].file_type))
+            digests[i] = digest
+    for key, converted in convert_many(items, max(1, int(timeout))).items():
+        i = int(key)
+        members[i], kinds[i] = (converted, digests[i]), target_of(files[i].file_type)
 
 
 def _daemonic() -> bool:

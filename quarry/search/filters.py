@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 
 from quarry.core.errors import UsageError
-from quarry.core.paths import display
+from quarry.core.paths import ARCHIVE_SEP, display
 
 # name -> (SQL expression, value type). The SQL text of a filter is built only from these.
 COLUMNS: dict[str, tuple[str, str]] = {
@@ -210,7 +210,7 @@ def _path_filter(patterns: list[str]) -> Filter:
         if not _GLOB_CHARS.search(pattern):
             forms.append(pattern.rstrip("/") + "/*")  # a directory: everything under it
             if not pattern.endswith("/"):
-                forms.append(pattern + "!/*")  # an archive: its members
+                forms.append(pattern + ARCHIVE_SEP + "*")  # an archive: its members
         for form in forms:
             if form.startswith("/"):
                 ors.append("d.path GLOB ?")

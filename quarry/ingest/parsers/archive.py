@@ -33,8 +33,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 
 from quarry.core.errors import ParseError
-
-SEP = "!/"
+from quarry.core.paths import ARCHIVE_SEP as SEP
 MAX_MEMBERS = 100_000
 MAX_DEPTH = 3  # an archive, one inside it, one inside that
 MAX_RATIO = 100  # unpacked : packed, over RATIO_FLOOR
@@ -200,9 +199,11 @@ def _one_line(exc: BaseException) -> str:
     return one_line(exc)
 
 
-def _member_error(size: int, packed: int | None) -> str:
+def _member_error(size: int, packed: int | None, name: str = "") -> str:
     from quarry.ingest.parsers import max_file_bytes
 
+    if SEP in name:
+        return f"a member name holding '{SEP}', which names members of archives: not read"
     limit = max_file_bytes()
     if limit and size > limit:
         return f"file is over the {limit >> 20} MB limit (QUARRY_MAX_FILE_MB); skipped"
@@ -222,8 +223,8 @@ def _zip_entries(fh, budget: _Budget, what: str):
         name = _clean_name(info.filename)
         if not name:
             continue
-        error = "encrypted (password required)" if info.flag_bits & 0x1 else _member_error(info.file_size,
-                                                                                           info.compress_size)
+        error = "encrypted (password required)" if info.flag_bits & 0x1 else _member_error(
+            info.file_size, info.compress_size, name)
         yield (name, info.file_size, _zip_time(info.date_time), f"crc32:{info.CRC:08x}:{info.file_size}", error,
                None)
 
@@ -243,7 +244,7 @@ def _tar_entries(fh, budget: _Budget, what: str):
             continue  # directories, links, devices: nothing of their own to read
         budget.take(info.size, f"{what} archive")
         name = _clean_name(info.name)
-        error = _member_error(info.size, None)
+        error = _member_error(info.size, None, name)
         if not name:
             continue
         if error:
@@ -278,7 +279,7 @@ def _7z_entries(fh, budget: _Budget, what: str):
         size = f.uncompressed or 0
         mtime = f.creationtime.timestamp() if getattr(f, "creationtime", None) else None
         digest = f"crc32:{f.crc32:08x}:{size}" if f.crc32 is not None else f"size:{size}"
-        yield name, size, mtime, digest, _member_error(size, None), None
+        yield name, size, mtime, digest, _member_error(size, None, name), None
 
 
 def _clean_name(name: str) -> str:
