@@ -252,7 +252,7 @@ def measure_queries(store: Path, embedder: str, n_queries: int) -> dict:
 
     import quarry.search.query
     from quarry.core.settings import Settings
-    from quarry.index.searchindex import SearchIndex, folder_name
+    from quarry.retrieval.searchindex import SearchIndex, folder_name
     from quarry.ingest.embedders import get_embedder
     from quarry.store.layout import read_pointer
 

@@ -21,7 +21,7 @@ SAMPLE = ROOT / "data" / "sample"
 _home = tempfile.mkdtemp(prefix="quarry-test-prefect-")
 os.environ["PREFECT_HOME"] = _home
 os.environ.setdefault("QUARRY_EMBED_BACKEND", "hash")
-from quarry.cli.orchestration import prefect_environment  # noqa: E402
+from quarry.flows.orchestration import prefect_environment  # noqa: E402
 
 prefect_environment()
 
@@ -37,7 +37,7 @@ def shared(*parts: str) -> Path:
 @pytest.fixture(scope="session")
 def prefect_api():
     """A real Prefect API server for the whole session (subprocess CLIs reuse it)."""
-    from quarry.cli.orchestration import prefect_api as api
+    from quarry.flows.orchestration import prefect_api as api
 
     with api(Path(_home) / "logs") as url:
         yield url

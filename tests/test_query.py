@@ -230,7 +230,7 @@ def test_bad_arguments_are_usage_errors(store, kwargs, message):
 
 
 def test_warm_index_follows_commits_and_never_sees_half_written_state(fresh_store):
-    from quarry.index import searchindex
+    from quarry.retrieval import searchindex
     store = fresh_store
     with open_index(store) as idx:
         assert idx.search("zebra", k=3, mode="bm25").results == []
@@ -277,7 +277,7 @@ def ivf_store(tmp_path_factory):
         commit(path, records)
     finally:
         del os.environ["QUARRY_IVF_MIN_ROWS"]
-    from quarry.index.dense import default_nlist
+    from quarry.retrieval.dense import default_nlist
 
     assert f'"nlist": {default_nlist(300)}' in next(path.glob("index-*/index.json")).read_text()
     return path, records
@@ -297,7 +297,7 @@ def test_vector_search_methods(ivf_store, method):
 def test_committed_vectors_equal_a_whole_table_copy(ivf_store):
     """The commit reads vectors in batches into one matrix and puts IVF's storage order in place;
     the files equal what copying the whole table and then the matrix gives."""
-    from quarry.index import dense, searchindex
+    from quarry.retrieval import dense, searchindex
     from quarry.store import vectors
     from quarry.store.reader import open_snapshot
 
@@ -329,7 +329,7 @@ def test_the_commit_saves_what_the_in_memory_build_returns(ivf_store):
 
     import pyarrow as pa
 
-    from quarry.index import searchindex
+    from quarry.retrieval import searchindex
     from quarry.store import vectors
     from quarry.store.reader import open_snapshot
 
@@ -354,7 +354,7 @@ def test_the_commit_saves_what_the_in_memory_build_returns(ivf_store):
 
 
 def test_permute_rows_in_place():
-    from quarry.index.dense import permute_rows
+    from quarry.retrieval.dense import permute_rows
 
     rng = np.random.default_rng(5)
     for n in (0, 1, 2, 10, 1000):

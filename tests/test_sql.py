@@ -92,7 +92,7 @@ def test_sql_file_runs(con, name):
 
 @pytest.mark.parametrize("query, hit", [("2018", True), ("FY2018", True), ("e11000", True), ("gardening", False)])
 def test_bm25_finds_numbers_and_codes(con, query, hit):
-    from quarry.index.textnorm import bm25_text
+    from quarry.retrieval.textnorm import bm25_text
 
     catalog.rebuild_fts(con)
     rows = con.execute(load_sql("bm25_search"), [bm25_text(query), 5]).fetchall()

@@ -225,7 +225,7 @@ def test_the_writer_caps_duckdb_while_loading_and_lifts_the_cap_at_commit(tmp_pa
 
 
 def test_rows_arrow_written_in_batches_holds_the_table_built_whole(tmp_path):
-    from quarry.index import rows
+    from quarry.retrieval import rows
     from quarry.store import catalog
 
     con = catalog.create(tmp_path / "c.duckdb")

@@ -175,7 +175,9 @@ class RunReport:
     run_id: str
     started: datetime
     finished: datetime | None = None
-    status: str = "completed"  # completed, partial (some files failed), skipped (the store was busy)
+    # completed; partial (some files or roots failed); skipped (the store was busy); refused (the
+    # deletion guard stopped it before it wrote anything); rollback (`quarry rollback`)
+    status: str = "completed"
     runner: str = ""  # the task runner that ran the batches: threads, processes, dask, ray
     roots: list = field(default_factory=list, metadata=_JSON)
     added: int = 0
@@ -200,6 +202,8 @@ class RunReport:
     errors: list = field(default_factory=list, metadata=_JSON)  # [{"path", "error"}]
     durations: dict = field(default_factory=dict, metadata=_JSON)
     settings: dict = field(default_factory=dict, metadata=_JSON)  # secrets masked
+    unsupported_files: list = field(default_factory=list, metadata=_JSON)  # [{"path", "reason"}], the first 1,000
+    message: str = ""  # why a run was skipped or refused, what a rollback did
 
     @classmethod
     def json_fields(cls) -> tuple[str, ...]:
@@ -259,7 +263,8 @@ class RunReport:
                     settings: dict) -> RunReport:
         """The report of a run that stood down because ``reason`` (the store was busy): every count zero."""
         return cls(run_id=run_id, started=started, finished=finished, status="skipped", roots=list(roots),
-                   runner=settings.get("runner", ""), errors=[{"path": None, "error": reason}], settings=settings)
+                   runner=settings.get("runner", ""), errors=[{"path": None, "error": reason}], settings=settings,
+                   message=reason)
 
 
 class StageClock:

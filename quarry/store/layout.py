@@ -115,23 +115,6 @@ def write_local_pointer(store: Path, pointer: Pointer) -> None:
     _fsync_dir(store)
 
 
-def remove_stale_generations(store: Path, keep: str | None) -> list[str]:
-    """Delete catalog files (and their WALs) other than ``keep``, plus temp files of dead runs.
-
-    A reader that still has an old catalog open keeps reading it: on POSIX an unlinked file
-    lives until its last descriptor closes.
-    """
-    removed = []
-    for path in store.glob("catalog-*.duckdb*"):
-        if keep and path.name in (keep, keep + ".wal"):
-            continue
-        path.unlink(missing_ok=True)
-        removed.append(path.name)
-    for path in store.glob(f".{POINTER}.*.tmp"):
-        path.unlink(missing_ok=True)
-    return removed
-
-
 # flock is per open file description, so one process taking the lock twice would deadlock
 # itself; a process-wide registry makes the lock re-entrant (the CLI and the flow both take it).
 _held: dict[str, tuple[int, int]] = {}
