@@ -29,8 +29,9 @@ def prefect_environment() -> None:
     # quarry prints its own one-line errors and summaries; Prefect's console output would
     # repeat them with tracebacks. Task retries still reach the Prefect API's run logs.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
-    # Prefect's internal services (the events worker draining at exit) log on their own logger
-    os.environ.setdefault("PREFECT_INTERNAL_LOGGING_LEVEL", os.environ["PREFECT_LOGGING_LEVEL"])
+    # Prefect's internal services (the events worker draining its queue at exit) log on a logger of
+    # their own, whatever PREFECT_LOGGING_LEVEL says: their warnings are no business of a user's
+    os.environ.setdefault("PREFECT_INTERNAL_LOGGING_LEVEL", "CRITICAL")
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
     os.environ.setdefault("PREFECT_UI_ENABLED", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -18,6 +18,7 @@ from quarry.core.errors import UsageError
 from quarry.search.filters import Filter
 from quarry.core.models import Chunk, DocumentRecord, FileInfo, Section, join_header
 from quarry.core.settings import Settings
+from quarry.store.layout import read_pointer
 from quarry.store.writer import StoreWriter
 
 DIM = 64
@@ -244,15 +245,16 @@ def test_warm_index_follows_commits_and_never_sees_half_written_state(fresh_stor
         w.close()
         commit(store, [doc("zoo", ["A zebra walks in."])], run_id="r3")
         assert titles(idx.search("zebra", k=3, mode="bm25")) == ["zoo"]
-        assert len(list(store.glob("index-*"))) == 1
+        current = read_pointer(store).generation  # the dead run's folder went; the kept generations stay
+        assert sorted(p.name for p in store.glob("index-*")) == [searchindex.folder_name(g) for g in (current - 1, current)]
         # A move changes no chunk: the index files are linked, only the paths are rewritten.
-        folder = next(store.glob("index-*"))
+        folder = store / searchindex.folder_name(current)
         inode = os.stat(folder / "bm25.rows.npy").st_ino
         zoo_id = hashlib.sha256(b"zoo").hexdigest()[:20]
         commit(store, moves=[(zoo_id, "/r/moved/zoo.md")], run_id="r4")
         hit = idx.search("zebra", k=1).results[0]
         assert hit.path == "/r/moved/zoo.md"
-        assert os.stat(next(store.glob("index-*")) / "bm25.rows.npy").st_ino == inode
+        assert os.stat(store / searchindex.folder_name(read_pointer(store).generation) / "bm25.rows.npy").st_ino == inode
 
 
 def test_store_without_index_files_is_indexed_in_memory(fresh_store):

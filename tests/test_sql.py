@@ -67,6 +67,7 @@ PARAMS = {
     "index_documents": None,
     "index_cards": None,
     "run_ids": None,
+    "sql_views": None,
 }
 
 
@@ -109,3 +110,11 @@ def test_hostile_strings_are_bound_not_executed(con):
 def test_metadata_column_holds_json(con):
     row = con.execute("SELECT metadata FROM documents").fetchone()[0]
     assert json.loads(row) == {}
+
+
+def test_the_sql_views_join_what_users_ask_for(con):
+    for stmt in statements("sql_views"):
+        con.execute(stmt)
+    row = con.execute("SELECT chunk_id, path, file_type, title, section FROM chunks_full").fetchone()
+    assert row == ("d1:0", "/r/a.md", "md", "Title", "Intro")
+    assert con.execute("SELECT path, title, n_chunks FROM sections_full").fetchone() == ("/r/a.md", "Intro", 1)

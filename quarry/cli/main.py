@@ -109,7 +109,6 @@ def configure_logging(level: str) -> None:
         raise click.UsageError(f"unknown log level {level!r}; choose one of {', '.join(LOG_LEVELS)}")
     # Prefect reads its level when first imported, which the commands do lazily, after this
     os.environ["PREFECT_LOGGING_LEVEL"] = name
-    os.environ["PREFECT_INTERNAL_LOGGING_LEVEL"] = name
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("quarry").setLevel(name)
 

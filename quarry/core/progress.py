@@ -75,10 +75,10 @@ class _State:
 class _LineBar:
     """A line on standard error every ``interval`` seconds, from a thread of its own."""
 
-    def __init__(self, description: str, total: int, interval: float = LINE_SECONDS):
+    def __init__(self, description: str, total: int, interval: float | None = None):
         self.description = description
         self.state = _State(total)
-        self.interval = interval
+        self.interval = interval or LINE_SECONDS
         self.printed = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="quarry-progress", daemon=True)

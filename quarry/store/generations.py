@@ -7,9 +7,12 @@ storage alike; ``quarry maintain --keep-generations N`` prunes to another count.
 than the current generation is debris of a run that never committed.
 
 Each catalog records the vector table and version it was committed with (meta ``vector_table``,
-``vector_version``), so a kept generation knows its whole state; the LanceDB versions of kept
-generations are never pruned (:func:`kept_versions`), and a table a kept generation names is
-never dropped. A catalog from before these keys cannot be rolled back to.
+``vector_version``) and the pointer of the generation it replaced as that pointer last stood
+(meta ``previous_pointer``: ``quarry maintain`` moves a current generation's pointer to a compacted
+version, which its own catalog cannot know). :func:`state_of` puts the two together, so a kept
+generation knows its whole state; the LanceDB versions of kept generations are never pruned
+(:func:`kept_versions`), and a table a kept generation names is never dropped. A catalog from
+before these keys cannot be rolled back to.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import shutil
 from pathlib import Path
 
 __all__ = ["keep_generations", "generation_of", "kept", "local_generations", "remove_unkept", "committed_state",
-           "kept_versions"]
+           "state_of", "kept_versions"]
 
 DEFAULT_KEEP = 2
 _NAME = re.compile(r"^(?:catalog-(\d+)\.duckdb(?:\.wal)?|index-(\d+)(?:\.tmp-\d+)?)$")
@@ -95,20 +98,36 @@ def committed_state(store: Path, generation: int) -> dict[str, str] | None:
         con.close()
 
 
+def state_of(store: Path, generation: int, pointer) -> tuple[str, int] | None:
+    """``(vector table, version)`` of generation ``generation`` as its pointer last named them, or
+    None when nothing recorded it: the committed ``pointer`` for the current generation; for an
+    older one, the ``previous_pointer`` the next generation's catalog recorded, else its own meta."""
+    import json
+
+    if pointer is not None and generation == pointer.generation:
+        return (pointer.vector_table, pointer.vector_version) if pointer.vector_table else None
+    later = committed_state(store, generation + 1) or {}
+    try:
+        previous = json.loads(later.get("previous_pointer") or "{}")
+    except ValueError:
+        previous = {}
+    if previous.get("generation") == generation and previous.get("vector_table"):
+        return previous["vector_table"], int(previous["vector_version"])
+    meta = committed_state(store, generation) or {}
+    table, version = meta.get("vector_table"), meta.get("vector_version", "")
+    return (table, int(version)) if table and version.isdigit() else None
+
+
 def kept_versions(store: Path, pointer, keep: int | None = None) -> dict[str, set[int]]:
-    """LanceDB versions, by table, that kept generations name: the committed pointer's, and those
-    recorded in the catalogs of the older kept generations. Pruning keeps these."""
+    """LanceDB versions, by table, that kept generations name (:func:`state_of`). Pruning keeps these."""
     keep = keep_generations() if keep is None else keep
     out: dict[str, set[int]] = {}
     if pointer is None:
         return out
-    if pointer.vector_table:
-        out.setdefault(pointer.vector_table, set()).add(pointer.vector_version)
-    for gen in local_generations(store):
+    for gen in {*local_generations(store), pointer.generation}:
         if not kept(gen, pointer.generation, keep):
             continue
-        meta = committed_state(store, gen) or {}
-        table, version = meta.get("vector_table"), meta.get("vector_version", "")
-        if table and version.isdigit():
-            out.setdefault(table, set()).add(int(version))
+        state = state_of(store, gen, pointer)
+        if state is not None:
+            out.setdefault(state[0], set()).add(state[1])
     return out

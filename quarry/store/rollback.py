@@ -17,8 +17,10 @@ before catalogs recorded their vector version cannot be a target.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -57,7 +59,6 @@ def _describe(store: Path, gen: int) -> dict:
         info["why_not"] = f"its catalog cannot be opened: {str(exc).splitlines()[0][:160]}"
         return info
     try:
-        meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
         info["documents"], info["chunks"] = con.execute(
             "SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM chunks)").fetchone()
         last = con.execute("SELECT run_id, status, finished FROM runs WHERE status <> 'skipped' "
@@ -67,7 +68,7 @@ def _describe(store: Path, gen: int) -> dict:
             info["committed"] = last[2].isoformat() + "Z" if last[2] else None
     finally:
         con.close()
-    if meta.get("vector_version", "").isdigit() and meta.get("vector_table"):
+    if generations.state_of(store, gen, require_pointer(store)) is not None:
         info["restorable"] = True
     else:
         info["why_not"] = "committed by an older quarry, which did not record its vector version"
@@ -107,12 +108,14 @@ def _rollback(store: Path, to: int | None) -> dict:
         raise UsageError(f"generation {to} is not kept (kept earlier generations: {kept_list}; the store keeps "
                          f"the last {keep}, QUARRY_KEEP_GENERATIONS)")
     if remote is not None:
-        remote.fetch_generation(store, to)
+        for gen in (to, to + 1):  # the next generation's catalog records the target's last pointer
+            remote.fetch_generation(store, gen)
     meta = generations.committed_state(store, to) or {}
-    if not (meta.get("vector_table") and meta.get("vector_version", "").isdigit()):
+    state = generations.state_of(store, to, current)
+    if state is None:
         raise UsageError(f"generation {to} was committed by an older quarry, which did not record its vector "
                          "version: it cannot be restored")
-    table_name, version = meta["vector_table"], int(meta["vector_version"])
+    table_name, version = state
     new = current.generation + 1
     target = store / Pointer.catalog_name(new)
     folder = None
@@ -128,7 +131,9 @@ def _rollback(store: Path, to: int | None) -> dict:
                 raise QuarryError(f"generation {to}'s vectors ({table_name} version {version}) are gone from the "
                                   f"vector table ({str(exc).splitlines()[0][:160]}); it cannot be restored") from exc
             catalog.set_meta(con, "committed_generation", str(new))
+            catalog.set_meta(con, "vector_table", table_name)
             catalog.set_meta(con, "vector_version", str(table.version))
+            catalog.set_meta(con, "previous_pointer", json.dumps(asdict(current)))
             folder = _index_files(store, to, new, con, table, meta)
             report = _history(store, con, current, new, to, started, t0)
             con.execute("CHECKPOINT")

@@ -218,8 +218,9 @@ def prune(table, keep_for: timedelta = timedelta(hours=1), keep_versions: set[in
     if keep_versions:
         stamps = {v["version"]: v["timestamp"] for v in table.list_versions()}
         oldest = min((stamps[v] for v in keep_versions if v in stamps), default=None)
-        if oldest is not None and stamps:
-            keep_for = max(keep_for, stamps[max(stamps)] - oldest + timedelta(minutes=5))
+        latest = stamps[max(stamps)] if stamps else None
+        if oldest is not None and oldest < latest:  # the margin covers the moments since the latest write
+            keep_for = max(keep_for, latest - oldest + timedelta(seconds=30))
     table.optimize(cleanup_older_than=keep_for)
 
 

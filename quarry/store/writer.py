@@ -17,10 +17,11 @@ A kill before step 4's rename leaves the old pointer, hence the old state, intac
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import duckdb
@@ -182,9 +183,11 @@ class StoreWriter:
         # committed_generation marks a catalog whose commit finished writing it: `quarry doctor`
         # adopts only such a generation when it has to rebuild a lost CURRENT. The vector table and
         # version make the catalog name its whole state, for `quarry rollback`.
-        for key, value in {**settings_meta, "model": self.model, "dim": str(self.dim),
-                           "committed_generation": str(self.generation), "vector_table": self.table.name,
-                           "vector_version": str(self.table.version)}.items():
+        meta = {**settings_meta, "model": self.model, "dim": str(self.dim), "committed_generation": str(self.generation),
+                "vector_table": self.table.name, "vector_version": str(self.table.version)}
+        if self.base is not None:  # the replaced generation's pointer as it stands now (maintain may have moved it)
+            meta["previous_pointer"] = json.dumps(asdict(self.base))
+        for key, value in meta.items():
             catalog.set_meta(self.con, key, value)
         faults.point("fts")
         self._write_search_index()
