@@ -45,15 +45,25 @@ def _free_port() -> int:
 
 
 def _flush_prefect_logs() -> None:
-    """Send buffered run logs while the server still listens (else Prefect prints errors at exit)."""
-    if "prefect.logging.handlers" not in sys.modules:
-        return
-    try:
-        from prefect.logging.handlers import APILogHandler
+    """Send buffered run logs and events while the server still listens, and stop the workers that
+    send them. Else Prefect retries them at exit against a server that is gone (minutes of
+    "EventsWorker - Still processing items"), and a later call in the same process (a notebook,
+    a scheduler's worker) finds workers still bound to that dead server."""
+    if "prefect.logging.handlers" in sys.modules:
+        try:
+            from prefect.logging.handlers import APILogHandler, APILogWorker
 
-        APILogHandler.flush()
-    except Exception:  # logs are a convenience; never fail a run over them
-        pass
+            APILogHandler.flush()
+            APILogWorker.drain_all(timeout=10, at_exit=False)
+        except Exception:  # logs are a convenience; never fail a run over them
+            pass
+    if "prefect.events.worker" in sys.modules:
+        try:
+            from prefect.events.worker import EventsWorker
+
+            EventsWorker.drain_all(timeout=10, at_exit=False)
+        except Exception:
+            pass
 
 
 SERVER_FILE = "server.json"  # <store>/prefect/server.json: the API of a running `quarry serve`

@@ -59,13 +59,18 @@ def index(paths: str | os.PathLike | Iterable[str | os.PathLike], db: str | os.P
             raise
         return _skipped(store, roots, exc, config)
     try:
-        with _secrets(settings), _history(store):
+        with _secrets(settings), _history(store) as api:
+            from prefect.settings import PREFECT_API_URL, temporary_settings
+
             from quarry.core import progress as bars
             from quarry.flows.index import index_flow
 
             bars.enable(progress)
+            # Prefect reads PREFECT_API_URL once, when first imported: a second call in the same
+            # process (a notebook, a scheduler's worker) must name this call's server itself
             try:
-                return index_flow(roots, db=str(store), full=full, overrides=overrides)
+                with temporary_settings(updates={PREFECT_API_URL: api}):
+                    return index_flow(roots, db=str(store), full=full, overrides=overrides)
             finally:
                 bars.enable(False)
     finally:

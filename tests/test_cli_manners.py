@@ -171,3 +171,53 @@ def test_a_one_shot_run_keeps_its_prefect_history_under_the_store(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (db / "prefect" / "prefect.db").is_file()
     assert not (tmp_path / "prefect-home" / "prefect.db").exists()
+
+
+def test_serve_indexes_at_start_not_at_the_first_tick(prefect_api, tmp_path):
+    """On the session's Prefect server: a schedule whose first tick is months away still indexes at
+    once (test_schedule.py runs the private server, --port and --no-initial-run, in the slow step)."""
+    import signal
+
+    tree, db, log = _tree(tmp_path / "tree", 3), tmp_path / "db", tmp_path / "serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "quarry.cli.main", "serve", str(tree), "--db", str(db),
+                                 "--cron", "0 0 1 1 *"], stdout=out, stderr=subprocess.STDOUT, env=os.environ, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while not (db / "CURRENT").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(1)
+        assert f"Prefect API: {os.environ['PREFECT_API_URL']}" in log.read_text()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()[-2000:]
+    import quarry
+
+    with quarry.open(db) as index:
+        assert index.status()["documents"] == 3
+
+
+def test_a_dry_run_needs_no_prefect(cli, store):
+    """A dry run discovers and plans in the CLI's process: no Prefect API is asked for (here the
+    one configured does not exist), so it starts fast and has nothing to drain at exit."""
+    done = cli("index", store.parent / "tree", "--db", store, "--dry-run", env={"PREFECT_API_URL": "http://127.0.0.1:9/api"})
+    assert done.returncode == 0 and done.stdout.startswith("dry run: would add 0, update 0"), done.stderr
+    assert "Prefect" not in done.stderr
+
+
+def test_quarry_index_twice_in_one_process_without_a_prefect_api(tmp_path):
+    """A notebook indexes two stores in a row: each call starts its own private server (history under
+    its store), and Prefect's log and event workers follow it instead of the first, gone server."""
+    for name in ("a", "b"):
+        _tree(tmp_path / f"tree-{name}", 2)
+    code = ("import sys, quarry\n"
+            "for name in ('a', 'b'):\n"
+            "    r = quarry.index(sys.argv[1] + '/tree-' + name, sys.argv[1] + '/db-' + name)\n"
+            "    print(name, r['added'], flush=True)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    t = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=400)
+    assert done.returncode == 0 and done.stdout.split() == ["a", "2", "b", "2"], done.stderr[-2000:]
+    assert "Still processing items" not in done.stderr and time.monotonic() - t < 300
+    assert (tmp_path / "db-a" / "prefect" / "prefect.db").exists() and (tmp_path / "db-b" / "prefect" / "prefect.db").exists()

@@ -83,6 +83,14 @@ def test_the_default_fusion_is_stated_truly():
     assert f'fusion="{DEFAULT_FUSION}"' in readme and f'fusion="{DEFAULT_FUSION}"' in query
 
 
+def test_the_fusion_constants_in_docs_are_the_code_s():
+    from quarry.search.fusion import DEFAULT_K, DOC_WEIGHT, TMM_ADAPT, TMM_ALPHA
+
+    query = (ROOT / "docs" / "query.md").read_text(encoding="utf-8")
+    assert f"α = {TMM_ALPHA:g}" in query and f"`w = {DOC_WEIGHT:g}`" in query
+    assert f"default is `a = {TMM_ADAPT:g}`" in query and f"[--rrf-k {DEFAULT_K}]" in query
+
+
 def test_every_file_type_is_in_the_column_reference():
     from quarry.ingest.parsers import describe_formats
 

@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from quarry.retrieval import bm25, cards, dense, rows
+from quarry.core.safeio import fsync_dir
 
 INDEX_VERSION = 2
 MANIFEST = "index.json"
@@ -169,7 +170,7 @@ def _staged(folder: Path):
     yield tmp
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
-    _fsync_dir(folder.parent)
+    fsync_dir(folder.parent)
 
 
 def _save(path: Path, value) -> None:
@@ -217,7 +218,7 @@ def link(source: Path, folder: Path, con) -> None:
             shutil.copy2(path, tmp / path.name)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
-    _fsync_dir(folder.parent)
+    fsync_dir(folder.parent)
 
 
 def is_complete(folder: Path) -> bool:
@@ -227,13 +228,6 @@ def is_complete(folder: Path) -> bool:
         return False
     return manifest.get("version") == INDEX_VERSION
 
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class SearchIndex:

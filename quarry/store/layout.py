@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from quarry.core.errors import StoreCorrupt, StoreLocked, StoreNotFound
+from quarry.core.safeio import fsync_dir
 
 POINTER = "CURRENT"
 LOCK = "lock"
@@ -78,13 +79,6 @@ def require_pointer(store: Path) -> Pointer:
     return pointer
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 
 def write_pointer(store: Path, pointer: Pointer, upload: bool = True) -> None:
     """Atomically replace CURRENT (write, fsync, rename, fsync the directory): the commit.
@@ -112,7 +106,7 @@ def write_local_pointer(store: Path, pointer: Pointer) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, store / POINTER)
-    _fsync_dir(store)
+    fsync_dir(store)
 
 
 # flock is per open file description, so one process taking the lock twice would deadlock
