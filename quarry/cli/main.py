@@ -414,20 +414,27 @@ def runs(db, limit, as_json):
 
 @cli.command()
 @json_option
+@click.option("--markdown", is_flag=True, help="Print the table of docs/formats.md (what quarry reads, whatever is installed).")
 @handle_errors
-def formats(as_json):
-    """File formats quarry reads, by which library, and which optional readers are missing."""
-    from quarry.ingest.parsers import describe_formats
+def formats(as_json, markdown):
+    """File formats quarry reads, by which library or program, and which of those are missing here."""
+    from quarry.ingest.parsers import describe_formats, formats_markdown
     from quarry.ingest.parsers.ocr import engine_name
 
+    if markdown:
+        click.echo(formats_markdown())
+        return
     rows = describe_formats()
     if as_json:
         click.echo(json.dumps({"formats": rows, "ocr_engine": engine_name() or None}, indent=2))
         return
     for r in rows:
-        state = "ok" if r["readable"] else ("missing " + ", ".join(r["missing"]) if r["missing"] else "named failure")
+        found = ", ".join(f"{name} at {where}" for name, where in r["programs"].items() if where)
+        state = ("ok" + (f": {found}" if found else "")) if r["readable"] else "missing " + ", ".join(r["missing"])
         click.echo(f"{r['type']:<7} {' '.join(r['extensions'])[:48]:<48}  {r['library']}  [{state}]")
         click.echo(f"{'':<7} {r['structure']}")
+        if r["install"]:
+            click.echo(f"{'':<7} to read these: {r['install']}")
     click.echo(f"OCR engine: {engine_name() or 'none (pip install rapidocr-onnxruntime, or install tesseract)'}; "
                "other extensions are sniffed by content")
 

@@ -30,7 +30,12 @@ FUSION_WEIGHTS = (*RETRIEVERS, "documents")
 
 @dataclass(frozen=True)
 class FileInfo:
-    """A file found by discovery."""
+    """A file found by discovery, or a member of an archive.
+
+    A member's ``path`` is ``<archive>!/<member>`` (nested: ``a.zip!/b.tar!/c.md``), ``archive`` the
+    archive file on disk that holds it, ``size`` and ``mtime`` its own, and ``sha256`` its identity
+    as the archive states it (``crc32:<hex>:<size>`` for ZIP and 7z; see parsers/archive.py).
+    """
 
     path: str  # absolute, resolved path
     root: str  # the root it was found under (absolute)
@@ -39,6 +44,7 @@ class FileInfo:
     size: int
     mtime: float
     sha256: str
+    archive: str = ""  # for a member of an archive: the archive's path on disk
 
 
 @dataclass(frozen=True)
