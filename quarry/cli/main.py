@@ -20,6 +20,7 @@ from quarry.cli import output, reports
 from quarry.cli.output import FORMATS as OUTPUT_FORMATS
 from quarry.core.settings import RUNNERS, default_db
 from quarry.search.fusion import DEFAULT_FUSION, FUSIONS
+from quarry.search.fusion import DEFAULT_K as DEFAULT_RRF_K
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 
 EXIT_PARTIAL = 3
@@ -270,7 +271,7 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
               help="Candidates per retriever before fusion (default max(50, 5k)).")
 @click.option("--fusion", type=click.Choice(FUSIONS), default=DEFAULT_FUSION, show_default=True,
               help="How hybrid fuses: tmm (normalised scores) or rrf (ranks).")
-@click.option("--rrf-k", type=click.IntRange(0, 10000), default=60, show_default=True, help="RRF constant k.")
+@click.option("--rrf-k", type=click.IntRange(0, 10000), default=DEFAULT_RRF_K, show_default=True, help="RRF constant k.")
 @filter_options
 @click.option("--weights", multiple=True, help="Fusion weight per retriever, e.g. vector=1,bm25=0.5; documents=0 turns the "
               "document evidence off.")
