@@ -29,6 +29,7 @@ from quarry.ingest.process import content_fingerprint
 from quarry.store import journal
 from quarry.store.layout import WriterLock, new_run_id, read_pointer
 from quarry.store.writer import StoreWriter, remove_debris
+from quarry.tasks.acl import apply_permissions, plan_run_permissions
 from quarry.tasks.discover import discover_files, plan_changes
 from quarry.tasks.embed import StoredVectors
 from quarry.tasks.load import apply_removals_and_moves, attach_writer, commit_run, detach_writer
@@ -146,8 +147,10 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
         with clock.timing("plan", len(files)):
             plan, rebuild_reason = plan_changes(store, unwalked(files), roots, full, content_fingerprint(settings), model,
                                                 dim, unwalked(frozenset(e.path for e in unreadable)))
+        permissions = plan_run_permissions(store, unwalked(files), roots, settings.acl, settings.acl_rules)
         if dry_run:
             return {"run_id": run_id, "dry_run": True, "plan": plan.counts(), "rebuild": rebuild_reason,
+                    "permissions": permissions.changed,
                     "unsupported": len(unsupported), "files": {
                         "add": [display(f.path) for f, _ in plan.new],
                         "update": [display(f.path) for f, _ in plan.changed],
@@ -177,10 +180,12 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
         empty_existing = [doc_id for f, doc_id in todo if f.path in empty_paths and doc_id in existing]
         errors = list(unreadable) + totals.errors
         with clock.timing("load"):
-            if writer is None and (not committed or rebuild_reason or plan.removed or plan.moved or empty_existing):
+            if writer is None and (not committed or rebuild_reason or plan.removed or plan.moved or empty_existing
+                                   or permissions.needs_writer):
                 open_writer()
             if writer is not None:
                 apply_removals_and_moves(run_id, unwalked(plan), empty_existing)
+                apply_permissions(run_id, unwalked(permissions))
         not_loaded = {e.path for e in errors} | empty_paths
         report = RunReport(
             run_id=run_id,
@@ -203,6 +208,7 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
             **_llm_counts(totals.llm),
             ocr_pages=totals.ocr_pages,
             ocr_seconds=round(totals.ocr_seconds, 3),
+            permissions_updated=permissions.changed,
             # Display form: a name that is not UTF-8 shows as \xNN (quarry/core/paths.py).
             errors=[{"path": display(e.path), "error": e.error} for e in errors],
             durations=clock.as_dict(),

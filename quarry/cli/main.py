@@ -369,6 +369,7 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
     import quarry
     from quarry.cli import output
     from quarry.core.errors import UsageError
+    from quarry.search import serialize
 
     if as_json and fmt not in (None, "json"):
         raise UsageError(f"--json and --format {fmt} disagree; give one of them")
@@ -381,10 +382,9 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
                               rerank=rerank_spec, rerank_candidates=rerank_candidates, segments=segments,
                               window=window)
     if fmt == "json":
-        click.echo(json.dumps(output.payload(response, explained=explain), indent=2, ensure_ascii=False,
-                              default=str))
+        click.echo(serialize.dumps(serialize.payload(response, explained=explain), indent=2))
     elif fmt == "jsonl":
-        for line in output.lines(response, explained=explain):
+        for line in serialize.lines(response, explained=explain):
             click.echo(line)
     elif response.windows is not None:
         output.print_blocks(response.windows, "window")
