@@ -160,12 +160,18 @@ def configure_logging(level: str) -> None:
 @click.option("--dask-address", default=None, metavar="URL",
               help="Scheduler of an existing Dask cluster, e.g. tcp://10.0.0.5:8786 (implies --runner dask; "
                    "$QUARRY_DASK_ADDRESS).")
+@click.option("--acl-rules", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Document permissions from a YAML list of {path: GLOB, principals: [...]} (globs relative to "
+                   "the root, first match wins; remembered for later runs; docs/api.md).")
+@click.option("--acl", "acl_source", type=click.Choice(["none", "posix", "rules"]), default=None,
+              help="Where permissions come from: posix (owner, group, mode), none (all public) or rules "
+                   "(--acl-rules). Default: what each root had, else none.")
 @json_option
 @handle_errors
 def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap, embed_backend, embed_model,
           sectioner, context_writer, header_fields, llm_base_url, llm_model, llm_api_key, llm_concurrency,
           llm_rate_limit, llm_section_summaries, llm_chunk_context, if_busy, ocr, runner, workers, dask_address,
-          as_json):
+          acl_rules, acl_source, as_json):
     """Index files under PATHS into the store (incremental: only what changed is redone)."""
     from quarry.core.errors import StoreLocked
     from quarry.core.settings import Settings, store_path
@@ -191,6 +197,8 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
         "runner": runner or ("dask" if dask_address else None),
         "workers": workers,
         "dask_address": dask_address,
+        "acl": acl_source,
+        "acl_rules": str(Path(acl_rules).expanduser().absolute()) if acl_rules else None,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if llm_api_key:
@@ -253,6 +261,7 @@ def _print_report(report: dict) -> None:
         click.echo(
             f"dry run: would add {plan['new']}, update {plan['changed']}, move {plan['moved']}, "
             f"delete {plan['removed']}; {plan['unchanged']} unchanged, {report['unsupported']} unsupported"
+            + (f"; new permissions for {report['permissions']}" if report.get("permissions") else "")
         )
         for verb, items in report["files"].items():
             for item in items:
@@ -278,6 +287,8 @@ def _print_report(report: dict) -> None:
     for fb in report.get("llm_fallback_windows") or []:
         where = f" window {fb['window']}" if fb.get("window") is not None else ""
         click.echo(f"llm fallback: {fb['path']} {fb['kind']}{where}: {fb['error']}", err=True)
+    if report.get("permissions_updated"):
+        click.echo(f"permissions: {report['permissions_updated']} documents changed who may read them (none re-parsed)")
     if report.get("rebuild"):
         click.echo(f"rebuilt: {report['rebuild']}")
     from quarry.core.paths import printable
@@ -296,6 +307,9 @@ def filter_options(fn):
         click.option("--until", default=None, help="Only files modified on or before this date (YYYY-MM-DD)."),
         click.option("--type", "file_types", multiple=True, help="Only this file type, e.g. pdf (repeatable)."),
         click.option("--doc", "doc_ids", multiple=True, help="Only this document id (repeatable)."),
+        click.option("--as", "as_principals", multiple=True, metavar="PRINCIPAL",
+                     help="Only documents this principal may read, e.g. group:finance (repeatable; public is "
+                          "implied; see docs/api.md)."),
     ]):
         fn = option(fn)
     return fn
@@ -363,8 +377,8 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
               help="Output format (default table; --json is --format json).")
 @json_option
 @handle_errors
-def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, since, until, file_types, doc_ids, weights,
-           min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt, as_json):
+def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, since, until, file_types, doc_ids,
+           as_principals, weights, min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt, as_json):
     """Search the index for QUERY."""
     import quarry
     from quarry.cli import output
@@ -380,7 +394,7 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
                               weights=parse_pairs(weights, "--weights", FUSION_WEIGHTS),
                               min_scores=parse_pairs(min_scores, "--min-score"),
                               rerank=rerank_spec, rerank_candidates=rerank_candidates, segments=segments,
-                              window=window)
+                              window=window, principals=list(as_principals) if as_principals else None)
     if fmt == "json":
         click.echo(serialize.dumps(serialize.payload(response, explained=explain), indent=2))
     elif fmt == "jsonl":
@@ -406,15 +420,16 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
 @click.option("--overwrite", is_flag=True, help="Write into OUT even if it is not empty (replaces the export files).")
 @json_option
 @handle_errors
-def export_cmd(out, db, fmt, vectors, where, path_globs, since, until, file_types, doc_ids, batch_rows, overwrite,
-               as_json):
+def export_cmd(out, db, fmt, vectors, where, path_globs, since, until, file_types, doc_ids, as_principals, batch_rows,
+               overwrite, as_json):
     """Write documents, sections and chunks of the committed index to OUT as Parquet or JSONL."""
     import quarry
 
     with quarry.open(db) as idx:
         report = idx.export(out, fmt, vectors=vectors, filters=build_filter(where, path_globs, since, until,
                                                                           file_types, doc_ids),
-                            batch_rows=batch_rows, overwrite=overwrite)
+                            batch_rows=batch_rows, overwrite=overwrite,
+                            principals=list(as_principals) if as_principals else None)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
         return
@@ -642,6 +657,11 @@ def eval_cmd(beir_dir, db, modes, split, limit, as_json):
     click.echo(f"{'mode':<8} {'nDCG@10':>8} {'R@10':>8} {'R@100':>8} {'MRR@10':>8}")
     for mode, m in result["modes"].items():
         click.echo(f"{mode:<8} {m['ndcg@10']:>8.4f} {m['recall@10']:>8.4f} {m['recall@100']:>8.4f} {m['mrr@10']:>8.4f}")
+
+
+from quarry.cli.serving import register as _register_serving  # noqa: E402 - after the shared options it takes
+
+_register_serving(cli, db_option=db_option, json_option=json_option, handle_errors=handle_errors)
 
 
 def main() -> None:

@@ -236,8 +236,9 @@ class Index:
         return self.snapshot.pointer.generation
 
     @contextmanager
-    def _pinned(self) -> Iterator[Snapshot]:
-        """Keep one snapshot for this thread's calls inside the block (nested blocks allowed)."""
+    def pinned(self) -> Iterator[Snapshot]:
+        """Keep one snapshot for this thread's calls inside the block (nested blocks allowed): what
+        they read comes from one committed generation, whatever commits meanwhile."""
         pinned = getattr(self._local, "snap", None)
         if pinned is not None:
             yield pinned
@@ -249,6 +250,8 @@ class Index:
         finally:
             self._local.snap = None
             self._release(snap)
+
+    _pinned = pinned
 
     def chunk_reader(self) -> ChunkReader:
         """Chunk positions and rows of the current generation, for windows and segments."""
