@@ -117,7 +117,9 @@ def json_response(data, status: int = 200) -> Response:
 
 
 class BodyLimit:
-    """413 for a body over ``limit`` bytes: by its Content-Length, or counted as it streams."""
+    """413 for a body over ``limit`` bytes: by its Content-Length, or counted as it streams in (the
+    body is read here, at most ``limit`` bytes of it, and handed on whole: request bodies of this API
+    are small JSON)."""
 
     def __init__(self, app, limit: int):
         self.app = app
@@ -130,36 +132,32 @@ class BodyLimit:
         too_big = respond(413, f"the body is over {self.limit} bytes")
         if length is not None:
             try:
-                if int(length) > self.limit:
-                    return await too_big(scope, receive, send)
+                declared = int(length)
             except ValueError:
                 return await respond(400, "the Content-Length header is not a number")(scope, receive, send)
-        seen = 0
-        started = False
-
-        async def counted():
-            nonlocal seen
+            if declared > self.limit:
+                return await too_big(scope, receive, send)
+        chunks, size = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooBig()
-            return message
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                return await too_big(scope, receive, send)
+            if not message.get("more_body", False):
+                break
+        body, replayed = b"".join(chunks), False
 
-        async def tracked(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
 
-        try:
-            await self.app(scope, counted, tracked)
-        except _TooBig:
-            if not started:
-                await too_big(scope, receive, send)
-
-
-class _TooBig(Exception):
-    pass
+        await self.app(scope, replay, send)
 
 
 def create_app(config: ApiConfig | None = None) -> FastAPI:
