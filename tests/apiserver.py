@@ -22,7 +22,8 @@ def api_server(db, *args: str, log: Path, env: dict | None = None, timeout: floa
     port = free_port()
     cmd = [sys.executable, "-m", "quarry.cli.main", "api", "--db", str(db), "--port", str(port), *args]
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
                                 cwd=ROOT)
     base = f"http://127.0.0.1:{port}"
     try:
