@@ -22,7 +22,7 @@ version of the generation it names (one whole generation per answer).
 model (onnx-int8 all-MiniLM-L6-v2), with 1 and 2 workers.
 
     python bench/api_load.py [--size 100000] [--clients 1,8,32] [--workers 2] [--seconds 20]
-                             [--commit-seconds 60] [--memory] [--json]
+                             [--commit-seconds 150] [--memory] [--json]
 
 Prints a table (stderr with --json) and writes bench/results/api_load.json.
 """
@@ -357,14 +357,22 @@ def worker_memory(server: Server) -> list[dict]:
     return out
 
 
-def measure_memory(store: Path, token: str, queries: list[str], logs: Path) -> list[dict]:
+def warm(port: int, token: str | None, queries: list[str]) -> None:
+    """Searches on fresh connections, so that every worker process (whichever accepts) serves some."""
     import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    for q in queries[:80]:
+        httpx.post(f"http://127.0.0.1:{port}/v1/search", json={"query": q}, headers=headers, timeout=60)
+
+
+def measure_memory(store: Path, token: str, queries: list[str], logs: Path) -> list[dict]:
 
     rows = []
     for workers in (1, 2):
         server = Server(store, workers, logs / f"api-mem-{workers}.log")
         try:
-            http_load(server.port, token, make_bodies(queries), 4, 5)
+            warm(server.port, token, queries)
             rows.append({"store": store.parent.name, "embedder": "hash", "workers": workers,
                          "processes": worker_memory(server)})
         finally:
@@ -380,8 +388,7 @@ def measure_memory(store: Path, token: str, queries: list[str], logs: Path) -> l
             server = Server(small / "db", workers, logs / f"api-mem-model-{workers}.log",
                             env={"QUARRY_EMBED_BACKEND": "onnx-int8", "QUARRY_EMBED_DIM": "0"})
             try:
-                for q in queries[:20]:
-                    httpx.post(f"http://127.0.0.1:{server.port}/v1/search", json={"query": q}, timeout=60)
+                warm(server.port, None, queries)
                 rows.append({"store": "data/sample", "embedder": "onnx-int8", "workers": workers,
                              "processes": worker_memory(server)})
             finally:
@@ -401,7 +408,7 @@ def main() -> None:
     ap.add_argument("--clients", default="1,8,32", help="concurrent clients, comma-separated")
     ap.add_argument("--workers", type=int, default=2, help="server processes (and in-process processes)")
     ap.add_argument("--seconds", type=float, default=20, help="length of each measurement")
-    ap.add_argument("--commit-seconds", type=float, default=60, help="load while quarry index commits (0: skip)")
+    ap.add_argument("--commit-seconds", type=float, default=150, help="load while quarry index commits (0: skip)")
     ap.add_argument("--queries", type=int, default=400)
     ap.add_argument("--memory", action="store_true", help="also measure worker memory")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the cached store")
@@ -435,7 +442,7 @@ def main() -> None:
             errors = sum(1 for a in answers if a[1] != 200)
             if errors:
                 log(f"  first error: {next(a for a in answers if a[1] != 200)[:3]}")
-            rows.append({"path": "http", "clients": c, "workers": args.workers,
+            rows.append({"path": "http", "clients": c, "workers": args.workers, "load": round(os.getloadavg()[0], 1),
                          **summary([a[0] for a in answers if a[1] == 200], args.seconds, errors)})
             log(f"  {rows[-1]}")
     finally:
@@ -444,7 +451,7 @@ def main() -> None:
         log(f"in-process, {c} callers in {min(c, args.workers)} processes, {args.seconds:.0f} s ...")
         samples = inprocess_load(store, queries, c, args.workers, args.seconds)
         rows.append({"path": "in-process", "clients": c, "workers": min(c, args.workers),
-                     **summary(samples, args.seconds)})
+                     "load": round(os.getloadavg()[0], 1), **summary(samples, args.seconds)})
         log(f"  {rows[-1]}")
     goals = []
     for c in clients:
@@ -468,10 +475,10 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "api_load.json").write_text(json.dumps(out, indent=2))
     lines = [f"{'path':<11} {'clients':>7} {'procs':>5} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
-             f"{'errors':>6}"]
+             f"{'errors':>6} {'load':>5}"]
     for r in rows:
         lines.append(f"{r['path']:<11} {r['clients']:>7} {r['workers']:>5} {r['rps']:>8} {r['p50_ms']:>8} "
-                     f"{r['p95_ms']:>8} {r['p99_ms']:>8} {r['errors']:>6}")
+                     f"{r['p95_ms']:>8} {r['p99_ms']:>8} {r['errors']:>6} {r['load']:>5}")
     lines.append("")
     for g in goals:
         lines.append(f"{g['clients']:>3} clients: HTTP/in-process throughput {g['throughput_ratio']} (goal >= 0.7); "
@@ -483,7 +490,8 @@ def main() -> None:
                      f"answers not from one generation; p95 {commits['p95_ms']} ms")
     for m in memory or []:
         lines.append(f"memory {m['store']} {m['embedder']} x{m['workers']}: "
-                     + ", ".join(f"rss {p['rss_mb']} MB uss {p['uss_mb']} MB" for p in m["processes"]))
+                     + ", ".join(f"rss {p['rss_mb']} MB, pss {p['pss_mb']} MB, uss {p['uss_mb']} MB"
+                                 for p in m["processes"]))
     print("\n".join(lines), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(out))

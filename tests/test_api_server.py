@@ -4,7 +4,9 @@ body limit on a streamed body, the error messages' scrubbing."""
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
+from pathlib import Path
 
 import httpx
 import pytest
@@ -83,3 +85,18 @@ def test_messages_lose_the_stores_paths_and_stay_one_short_line():
     assert scrub("catalog /srv/quarry/store/catalog-000001.duckdb is\ndamaged") == \
         "catalog <store>/catalog-000001.duckdb is damaged"
     assert len(scrub("x" * 5000)) == 500
+
+
+def test_the_docs_list_every_search_field_and_error_code():
+    """docs/api.md's tables of search fields and of error codes are the code's, in order."""
+    from quarry.api.errors import _STATUS_CODES
+    from quarry.api.schemas import SearchRequest
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
+    start = text.index("`POST /v1/search` takes")
+    fields = text[start:text.index("```bash", start)]
+    names = [n for line in fields.splitlines() if line.startswith("| `") for n in re.findall(r"`(\w+)`", line.split("|")[1])]
+    assert names == list(SearchRequest.model_fields)
+    errors = text[text.index("### Errors"):text.index("## Keys")]
+    codes = re.findall(r"^\| (\d{3}) \| `(\w+)`", errors, re.M)
+    assert {int(status): code for status, code in codes} == _STATUS_CODES
