@@ -293,7 +293,9 @@ def commit_loop(store: Path, tree: Path, stop: threading.Event, versions: dict, 
 
 
 def during_commits(store: Path, token: str, queries: list[str], workers: int, seconds: float, logs: Path) -> dict:
-    tree = Path(tempfile.mkdtemp(prefix="quarry-api-load-tree-"))
+    tree = store.parent / "live-tree"  # one root, run after run, so no older copy of live.md stays in the store
+    shutil.rmtree(tree, ignore_errors=True)
+    tree.mkdir(parents=True)
     for i in range(20):
         (tree / f"page{i}.md").write_text(f"# Page {i}\n\nA page of the small tree, number {i}, about okapis.\n")
     (tree / "live.md").write_text("# Live\n\nzebraquill livepage marker version v0 of the live page.\n")
@@ -318,7 +320,6 @@ def during_commits(store: Path, token: str, queries: list[str], workers: int, se
         stop.set()
         looper.join()
         server.stop()
-        shutil.rmtree(tree, ignore_errors=True)
     failed = sum(1 for _, status, _, _ in answers if status != 200)
     generations, mixed, unknown, checked = set(), 0, 0, 0
     for _, status, payload, _ in answers:
@@ -328,7 +329,7 @@ def during_commits(store: Path, token: str, queries: list[str], workers: int, se
         generations.add(body["generation"])
         if body["query"] != LIVE_QUERY:
             continue
-        found = {w for r in body["results"] if r["path"].endswith("live.md")
+        found = {w for r in body["results"] if r["path"] == str(tree / "live.md")
                  for w in re.findall(r"\bv\d+\b", r["text"])}
         checked += 1
         if len(found) != 1:
@@ -367,6 +368,8 @@ def warm(port: int, token: str | None, queries: list[str]) -> None:
 
 
 def measure_memory(store: Path, token: str, queries: list[str], logs: Path) -> list[dict]:
+    import httpx
+
 
     rows = []
     for workers in (1, 2):
@@ -388,9 +391,12 @@ def measure_memory(store: Path, token: str, queries: list[str], logs: Path) -> l
             server = Server(small / "db", workers, logs / f"api-mem-model-{workers}.log",
                             env={"QUARRY_EMBED_BACKEND": "onnx-int8", "QUARRY_EMBED_DIM": "0"})
             try:
+                for _ in range(40):  # the index opened in every worker, the model not loaded yet
+                    httpx.get(f"http://127.0.0.1:{server.port}/v1/status", timeout=60)
+                before = worker_memory(server)
                 warm(server.port, None, queries)
                 rows.append({"store": "data/sample", "embedder": "onnx-int8", "workers": workers,
-                             "processes": worker_memory(server)})
+                             "processes": worker_memory(server), "before_first_search": before})
             finally:
                 server.stop()
         finally:
@@ -433,26 +439,27 @@ def main() -> None:
 
     rows = []
     clients = [int(c) for c in args.clients.split(",") if c.strip()]
-    server = Server(store, args.workers, logs / "api.log")
-    try:
-        http_load(server.port, token, make_bodies(queries), args.workers * 2, 5)  # warm every worker
-        for c in clients:
-            log(f"HTTP, {c} clients, {args.seconds:.0f} s ...")
-            answers = http_load(server.port, token, make_bodies(queries), c, args.seconds)
-            errors = sum(1 for a in answers if a[1] != 200)
-            if errors:
-                log(f"  first error: {next(a for a in answers if a[1] != 200)[:3]}")
-            rows.append({"path": "http", "clients": c, "workers": args.workers, "load": round(os.getloadavg()[0], 1),
-                         **summary([a[0] for a in answers if a[1] == 200], args.seconds, errors)})
-            log(f"  {rows[-1]}")
-    finally:
-        server.stop()
-    for c in clients:
-        log(f"in-process, {c} callers in {min(c, args.workers)} processes, {args.seconds:.0f} s ...")
-        samples = inprocess_load(store, queries, c, args.workers, args.seconds)
-        rows.append({"path": "in-process", "clients": c, "workers": min(c, args.workers),
-                     "load": round(os.getloadavg()[0], 1), **summary(samples, args.seconds)})
-        log(f"  {rows[-1]}")
+    if clients:
+        server = Server(store, args.workers, logs / "api.log")
+        try:
+            http_load(server.port, token, make_bodies(queries), args.workers * 2, 5)  # warm every worker
+            for c in clients:  # HTTP and in-process back to back, so that both meet the same machine load
+                log(f"HTTP, {c} clients, {args.seconds:.0f} s ...")
+                answers = http_load(server.port, token, make_bodies(queries), c, args.seconds)
+                errors = sum(1 for a in answers if a[1] != 200)
+                if errors:
+                    log(f"  first error: {next(a for a in answers if a[1] != 200)[:3]}")
+                rows.append({"path": "http", "clients": c, "workers": args.workers,
+                             "load": round(os.getloadavg()[0], 1),
+                             **summary([a[0] for a in answers if a[1] == 200], args.seconds, errors)})
+                log(f"  {rows[-1]}")
+                log(f"in-process, {c} callers in {min(c, args.workers)} processes, {args.seconds:.0f} s ...")
+                samples = inprocess_load(store, queries, c, args.workers, args.seconds)
+                rows.append({"path": "in-process", "clients": c, "workers": min(c, args.workers),
+                             "load": round(os.getloadavg()[0], 1), **summary(samples, args.seconds)})
+                log(f"  {rows[-1]}")
+        finally:
+            server.stop()
     goals = []
     for c in clients:
         http = next(r for r in rows if r["path"] == "http" and r["clients"] == c)
@@ -491,7 +498,10 @@ def main() -> None:
     for m in memory or []:
         lines.append(f"memory {m['store']} {m['embedder']} x{m['workers']}: "
                      + ", ".join(f"rss {p['rss_mb']} MB, pss {p['pss_mb']} MB, uss {p['uss_mb']} MB"
-                                 for p in m["processes"]))
+                                 for p in m["processes"])
+                     + ("; before the first search: " + ", ".join(f"uss {p['uss_mb']} MB"
+                                                                   for p in m["before_first_search"])
+                        if m.get("before_first_search") else ""))
     print("\n".join(lines), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(out))

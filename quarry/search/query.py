@@ -14,6 +14,7 @@ are read back from the catalog.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import threading
@@ -188,6 +189,12 @@ class Index:
             # while the others keep answering from the generation they have.
             try:
                 remote.pull(self.store, max_age=check_seconds())
+            except Exception as exc:  # noqa: BLE001 - the bucket out of reach: serve what we have
+                if self._snap is None:
+                    raise
+                logging.getLogger("quarry").warning("%s: cannot check for a newer generation (%s); still "
+                                                    "answering from generation %d", remote.url, exc,
+                                                    self._snap.pointer.generation)
             finally:
                 self._pull.release()
         try:
