@@ -181,6 +181,10 @@ def problems_in(answer: dict, world: World, caller, want: int | None, where: str
     for word in world.forbidden_markers(caller):
         if word in text:
             out.append(f"LEAK {where}: text of a forbidden document ({word}) for {caller}")
+    if "counts" in answer and caller is not None:  # no count of rows the caller may not read
+        readable = sum(len(c) for d, c in world.chunks_of.items() if world.allowed(caller, d))
+        if answer["counts"]["rows"] != readable:
+            out.append(f"LEAK {where}: counts.rows {answer['counts']['rows']}, {readable} readable for {caller}")
     if want is not None and len(answer.get("results", [])) != want:
         out.append(f"k not filled {where}: {len(answer.get('results', []))} results, {want} readable for {caller}")
     return out

@@ -515,6 +515,7 @@ def runs(db, limit, as_json):
             + (f"; llm {r['llm_calls']} calls, {r['llm_cached']} cached, {len(r['llm_fallback_windows'])} fallbacks"
                if r["llm_calls"] or r["llm_cached"] or r["llm_fallback_windows"] else "")
             + (f"; ocr {r['ocr_pages']} pages in {r['ocr_seconds']:.0f} s" if r["ocr_pages"] else "")
+            + (f"; permissions of {r['permissions_updated']}" if r.get("permissions_updated") else "")
             + (f"  [{r['runner']}]" if r["runner"] else "")
         )
         stages = _stages_line(r["durations"])

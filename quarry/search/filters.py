@@ -131,6 +131,11 @@ class Filter:
         """Whether a permission clause (:meth:`readable_by`) is part of this filter."""
         return any(sql == ACL_SQL for sql, _ in self.clauses)
 
+    def permissions(self) -> Filter:
+        """Only the permission clauses of this filter (what the caller may read, whatever else is asked)."""
+        return Filter(tuple(c for c in self.clauses if c[0] == ACL_SQL),
+                      tuple(d for d in self.description if d.startswith("readable by ")))
+
     def without_permissions(self) -> Filter:
         """This filter less its permission clauses: for a catalog written before documents carried
         principals, where every document is public and the clause has no column to read."""

@@ -534,7 +534,10 @@ class Index:
         t = time.perf_counter()
         mask, kept = self.filter_mask(filters, snap)
         timings["filter"] = _ms(t)
-        counts = {"rows": snap.index.n_rows, "kept": kept}
+        rows = snap.index.n_rows
+        if filters and filters.restricted:  # a caller who may not read everything is told of its own rows only
+            rows = self.filter_mask(filters.permissions(), snap)[1]
+        counts = {"rows": rows, "kept": kept}
         hits = {}
         for name in active:
             t = time.perf_counter()
