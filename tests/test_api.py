@@ -395,10 +395,14 @@ def test_workers_and_a_store_on_object_storage(tmp_path, prefect_api, monkeypatc
         for _ in range(8):  # both workers, each pulling the new generation on its next request
             body = httpx.post(f"{base}/v1/search", json={"query": "okapi zebra", "k": 3}, headers=auth).json()
             assert body["generation"] == 2 and body["results"][0]["path"].endswith("news/extra.md")
-        (tmp_path / "bucket").rename(tmp_path / "bucket-away")  # the bucket out of reach: serve what is here
+        # CURRENT cannot be read (a damaged object here; an outage alike): serve the generation at hand
+        (tmp_path / "bucket" / "store" / "CURRENT").write_text("{not json")
         for _ in range(4):
             response = httpx.post(f"{base}/v1/search", json={"query": "okapi zebra", "k": 3}, headers=auth)
             assert response.status_code == 200 and response.json()["generation"] == 2
+        (tmp_path / "bucket" / "store" / "CURRENT").unlink()  # the store deleted: no index, and no path said
+        response = httpx.post(f"{base}/v1/search", json={"query": "okapi zebra", "k": 3}, headers=auth)
+        assert response.status_code == 503 and str(tmp_path) not in response.text, response.text
 
 
 # --- MCP ------------------------------------------------------------------------------------------

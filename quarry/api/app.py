@@ -85,6 +85,20 @@ class State:
         if self._index is not None:
             self._index.close()
 
+    def paths(self) -> list[str]:
+        """Where the store is, in every form a message could name it (never shown to a client)."""
+        from quarry.store.remote import remote_of
+
+        out = [str(self.store), str(Path(self.store).resolve())]
+        remote = remote_of(self.store)
+        if remote is not None:
+            out.append(str(remote.url))
+            if remote.url.scheme == "file":
+                out.append("/" + remote.url.prefix)
+        if self.config.keys_file:
+            out.append(str(Path(self.config.keys_file).expanduser().absolute()))
+        return out
+
 
 def state_of(request: Request) -> State:
     return request.app.state.quarry
@@ -184,7 +198,7 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
     app = FastAPI(title="quarry", summary="Hybrid search over a quarry index (BM25 + vectors), with "
                   "document permissions.", version=_version(), lifespan=lifespan)
     app.state.quarry = state
-    install(app, Scrubber(str(state.store), str(Path(state.store).resolve())))
+    install(app, Scrubber(*state.paths()))
     for router in (health.router, search.router, documents.router, admin.router):
         app.include_router(router)
     asgi = BodyLimit(app, config.max_body)

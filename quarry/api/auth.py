@@ -14,6 +14,7 @@ spread over the workers by the kernel, so the sum is the key's rate), rounded up
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -24,6 +25,7 @@ from quarry.api.errors import ApiError
 from quarry.api.keys import KeyRing
 
 DEFAULT_RATE_LIMIT = 600  # requests per minute per key
+log = logging.getLogger("quarry.api")
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,12 @@ class Authenticator:
             return
         with self._guard:
             if force or now - self._checked >= self.check_seconds:
-                self.ring.refresh()
+                try:
+                    self.ring.refresh()
+                except Exception as exc:  # noqa: BLE001 - keys out of reach (object storage down): keep the last
+                    if force:
+                        raise
+                    log.warning("cannot re-read the API keys (%s); checking against the last read", exc)
                 self._checked = now
 
     @property

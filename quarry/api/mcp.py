@@ -133,7 +133,7 @@ class McpHttp:
         from mcp.server.transport_security import TransportSecuritySettings
 
         self.state = state
-        scrub = Scrubber(str(state.store))
+        scrub = Scrubber(*state.paths())
         self.server = build(state.index, _request_caller, tuple(state.config.rerankers), scrub)
         host = state.config.host
         # a loopback server answers browsers too: refuse other Host headers (DNS rebinding)
