@@ -275,7 +275,7 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["QUARRY_EMBED_BACKEND"] = args.backend  # the query side embeds with the same model
 
-    from quarry.cli.orchestration import prefect_api, prefect_environment
+    from quarry.flows.orchestration import prefect_api, prefect_environment
 
     prefect_environment()
     if args.llm_cost:
@@ -326,7 +326,7 @@ def main() -> None:
 
 
 def _run(args, results: list[dict]) -> list[dict]:
-    from quarry.cli.orchestration import prefect_api
+    from quarry.flows.orchestration import prefect_api
 
     with prefect_api(STORES / "logs"):
         from quarry.flows.index import index_flow

@@ -145,7 +145,7 @@ def main() -> None:
     if args.rows:
         return compare_at_scale(args)
 
-    from quarry.index import dense
+    from quarry.retrieval import dense
 
     corpus = np.concatenate([handbook_vectors(), scifact_store_vectors()])
     corpus = dense.normalise(corpus)
@@ -201,7 +201,7 @@ def synthetic_corpus(real, rows: int, seed: int = 0):
     """``rows`` unit vectors: the real ones, then mixtures of two real ones plus noise (see above)."""
     import numpy as np
 
-    from quarry.index import dense
+    from quarry.retrieval import dense
 
     rng = np.random.default_rng(seed)
     out = np.empty((rows, real.shape[1]), dtype=np.float32)
@@ -255,7 +255,7 @@ def compare_at_scale(args) -> None:
 
     import numpy as np
 
-    from quarry.index import dense
+    from quarry.retrieval import dense
 
     k = args.k
     # The handbook's vectors when they are cached (embedding them takes minutes on a busy machine).

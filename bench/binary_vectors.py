@@ -42,7 +42,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 from embed import DATA, split_paragraphs  # noqa: E402
-from quarry.index.binaryvec import BinaryIndex  # noqa: E402
+from quarry.retrieval.binaryvec import BinaryIndex  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "binary_vectors.json")
 CACHE = os.path.join(HERE, "results", "binary_vectors")

@@ -38,7 +38,7 @@ def main() -> None:
     backend = os.environ.get("QUARRY_EMBED_BACKEND", "default")
 
     from quarry.eval.beir import run_beir_eval
-    from quarry.cli.orchestration import prefect_api
+    from quarry.flows.orchestration import prefect_api
 
     stores = ROOT / "bench" / "results" / "stores"
     results = []

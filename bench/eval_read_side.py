@@ -101,7 +101,7 @@ def ensure_store(name: str, backend: str) -> tuple[Path, dict[str, str]]:
     beir = load_beir(str(BEIR / name), "test")
     if not (store / "CURRENT").exists():
         from quarry.eval.beir import run_beir_eval
-        from quarry.cli.orchestration import prefect_api
+        from quarry.flows.orchestration import prefect_api
 
         os.environ["QUARRY_EMBED_BACKEND"] = backend
         with prefect_api(STORES / "logs"):

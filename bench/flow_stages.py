@@ -108,7 +108,7 @@ def main() -> None:
         os.environ["QUARRY_RUNNER"] = args.runner
 
     prefect_import = import_prefect_seconds()
-    from quarry.cli.orchestration import prefect_api, prefect_environment
+    from quarry.flows.orchestration import prefect_api, prefect_environment
 
     prefect_environment()
     if args.reuse:

@@ -35,7 +35,7 @@ def candidates(name: str, backend: str, splits: list[str]) -> dict:
     """{split: {qid: {"vector": [(doc, score)], "bm25": [...]}}}, plus qrels, for one set."""
     import quarry
     from quarry.eval.evaluation import load_beir, write_corpus_tree
-    from quarry.cli.orchestration import prefect_api
+    from quarry.flows.orchestration import prefect_api
 
     stores = ROOT / "bench" / "results" / "stores"
     store = stores / f"{name}-{backend}"

@@ -63,7 +63,7 @@ def main() -> None:
     if args.backend:
         os.environ["QUARRY_EMBED_BACKEND"] = args.backend
 
-    from quarry.cli.orchestration import prefect_api
+    from quarry.flows.orchestration import prefect_api
 
     work = Path(tempfile.mkdtemp(prefix="quarry-bench-inc-"))
     tree, db = work / "tree", work / "db"

@@ -105,9 +105,9 @@ class PageBM25:
     def __init__(self, units: list[str]):
         import numpy as np
 
-        from quarry.index.bm25 import bm25_weights, stem_words
-        from quarry.index.stopwords import STOPWORDS
-        from quarry.index.textnorm import tokens
+        from quarry.retrieval.bm25 import bm25_weights, stem_words
+        from quarry.retrieval.stopwords import STOPWORDS
+        from quarry.retrieval.textnorm import tokens
 
         self._tok = lambda text: stem_words([t for t in tokens(text) if t not in STOPWORDS])
         vocab: dict[str, int] = {}
@@ -171,8 +171,8 @@ def main() -> None:
     os.environ["QUARRY_EMBED_BACKEND"] = args.backend
 
     import quarry
-    from quarry.cli.orchestration import prefect_api, prefect_environment
-    from quarry.index.bm25 import query_tokens
+    from quarry.flows.orchestration import prefect_api, prefect_environment
+    from quarry.retrieval.bm25 import query_tokens
     from quarry.search.fusion import DOC_WEIGHT, fuse, with_documents
     from quarry.search.segments import relevant_segments
 

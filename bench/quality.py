@@ -73,7 +73,7 @@ def candidates(store: Path, to_doc, beir, pool: int) -> tuple[dict, dict, dict, 
     """``{qid: {"vector": [(chunk, score)], "bm25": [...]}}``, ``{chunk: judged doc}``, and for
     the document evidence: ``{qid: card scores}`` and ``{chunk: card position}``."""
     import quarry
-    from quarry.index.bm25 import query_tokens
+    from quarry.retrieval.bm25 import query_tokens
 
     lists, docs, card_scores, card_of = {}, {}, {}, {}
     with quarry.open(store) as idx:
@@ -139,7 +139,7 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["QUARRY_EMBED_BACKEND"] = args.backend
 
-    from quarry.cli.orchestration import prefect_api, prefect_environment
+    from quarry.flows.orchestration import prefect_api, prefect_environment
     from quarry.eval.evaluation import load_beir
     from quarry.search import fusion
 

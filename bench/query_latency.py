@@ -168,10 +168,10 @@ def ensure_store(size: int, sents, rebuild: bool) -> tuple[Path, dict]:
 
 def reindex_dense(store: Path) -> dict:
     """Rebuild only the vector files of the committed search index (the BM25 and row files do
-    not depend on quarry/index/dense.py): rows back into row order, then ``dense.build``."""
+    not depend on quarry/retrieval/dense.py): rows back into row order, then ``dense.build``."""
     import numpy as np
 
-    from quarry.index import dense, searchindex
+    from quarry.retrieval import dense, searchindex
     from quarry.store.layout import read_pointer
 
     folder = store / searchindex.folder_name(read_pointer(store).generation)
@@ -205,7 +205,7 @@ def reindex(store: Path) -> dict:
     """Rebuild the committed generation's search index folder in place, from its catalog and vectors."""
     import duckdb
 
-    from quarry.index import searchindex
+    from quarry.retrieval import searchindex
     from quarry.store import vectors as qvectors
     from quarry.store.layout import read_pointer
 
@@ -379,9 +379,9 @@ def main() -> None:
     ap.add_argument("--skip-cold", action="store_true", help="do not time a cold `quarry search` process")
     ap.add_argument("--rebuild", action="store_true", help="rebuild cached stores")
     ap.add_argument("--reindex", action="store_true",
-                    help="rebuild only the search index of cached stores (after a change to quarry/index)")
+                    help="rebuild only the search index of cached stores (after a change to quarry/retrieval)")
     ap.add_argument("--reindex-dense", action="store_true",
-                    help="rebuild only the vector files of cached stores (after a change to quarry/index/dense.py)")
+                    help="rebuild only the vector files of cached stores (after a change to quarry/retrieval/dense.py)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     args = ap.parse_args()
     import numpy as np

@@ -162,9 +162,9 @@ def make_queries(n: int, seed: int = 3) -> list[str]:
 CHILD = """
 import json, sys, time
 from pathlib import Path
-from quarry.cli.main import run_index_flow  # what `quarry index` runs: index_flow under its Prefect API
+import quarry  # quarry.index() is what `quarry index` runs: index_flow under its Prefect API
 t = time.perf_counter()
-report = run_index_flow([sys.argv[1]], Path(sys.argv[2]), overrides=json.loads(sys.argv[3]))
+report = quarry.index([sys.argv[1]], Path(sys.argv[2]), **json.loads(sys.argv[3]))
 report = report if isinstance(report, dict) else {}
 report["wall_in_child_s"] = time.perf_counter() - t
 json.dump(report, open(sys.argv[4], "w"), default=str)
@@ -252,7 +252,7 @@ def measure_queries(store: Path, embedder: str, n_queries: int) -> dict:
 
     import quarry.search.query
     from quarry.core.settings import Settings
-    from quarry.index.searchindex import SearchIndex, folder_name
+    from quarry.retrieval.searchindex import SearchIndex, folder_name
     from quarry.ingest.embedders import get_embedder
     from quarry.store.layout import read_pointer
 

@@ -1,6 +1,6 @@
 """Where an index run's memory goes while batches load: the flow in this process, sampled by chunks loaded.
 
-Runs ``quarry.cli.main.run_index_flow`` on ``bench/scale.py``'s synthetic tree (``--chunks``, the
+Runs ``quarry.index()`` on ``bench/scale.py``'s synthetic tree (``--chunks``, the
 ``hash`` embedder at 384 dimensions, a fresh store) in this process, and samples every 2 s: RSS,
 pyarrow's pool, glibc's main arena (``mallinfo2``: in use and free), and ``tracemalloc``'s total
 when tracing. At each of ``--snapshots`` (chunks loaded, counted in ``StoreWriter.write_documents``)
@@ -131,9 +131,9 @@ def main() -> None:
             time.sleep(2)
 
     threading.Thread(target=sampler, daemon=True).start()
-    from quarry.cli.main import run_index_flow
+    import quarry
 
-    report = run_index_flow([str(tree)], store, overrides={"embed_backend": "hash", "embed_dim": DIM})
+    report = quarry.index([str(tree)], store, embed_backend="hash", embed_dim=DIM)
     sample("end")
     (OUT / "samples.json").write_text(json.dumps(samples))
     print(json.dumps({"chunks": report.get("chunks"),

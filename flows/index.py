@@ -18,7 +18,8 @@ from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settin
 from prefect.states import Completed
 
 from quarry.core import progress
-from quarry.core.errors import StoreLocked, UsageError
+from quarry.core.errors import RunRefused, StoreLocked, UsageError
+from quarry.ingest.guard import GuardLimits, pattern_flags
 from quarry.core.models import RunReport, StageClock
 from quarry.core.paths import display
 from quarry.core.settings import Settings, store_path
@@ -37,12 +38,20 @@ from quarry.tasks.load import apply_removals_and_moves, attach_writer, commit_ru
 BYTES_PER_BATCH = 32 << 20
 
 
+FIRST_BATCH = 8  # files in the first batch; each next one doubles, up to files_per_batch
+
+
 def _batches(items, files_per_batch: int = FILES_PER_BATCH, bytes_per_batch: int = BYTES_PER_BATCH):
+    """Batches of at most ``files_per_batch`` files and ``bytes_per_batch`` bytes. The first ones are
+    smaller (8, 16, 32 … files): embedding starts sooner, and progress shows a rate and an ETA
+    after a few seconds rather than after the first full batch."""
     batch, size = [], 0
+    limit = min(FIRST_BATCH, files_per_batch)
     for item in items:
-        if batch and (len(batch) >= files_per_batch or size + item[0].size > bytes_per_batch):
+        if batch and (len(batch) >= limit or size + item[0].size > bytes_per_batch):
             yield batch
             batch, size = [], 0
+            limit = min(2 * limit, files_per_batch)
         batch.append(item)
         size += item[0].size
     if batch:
@@ -142,21 +151,25 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
     try:
         # unwalked(): these are plain lists of thousands of files; Prefect need not walk them for futures
         with clock.timing("discover"):
-            files, unsupported, unreadable = discover_files(roots, settings.include, settings.exclude)
-        clock.rows["discover"] += len(files) + len(unsupported) + len(unreadable)
+            found = discover_files(roots, settings.include, settings.exclude)
+        files, unsupported = found.files, found.unsupported
+        clock.rows["discover"] += len(files) + len(unsupported) + len(found.unreadable)
         with clock.timing("plan", len(files)):
-            plan, rebuild_reason = plan_changes(store, unwalked(files), roots, full, content_fingerprint(settings), model,
-                                                dim, unwalked(frozenset(e.path for e in unreadable)))
+            planned = plan_changes(store, unwalked(found), full, content_fingerprint(settings), model, dim,
+                                   GuardLimits.from_settings(settings), pattern_flags(settings.include, settings.exclude))
+        plan, rebuild_reason, verdict = planned.plan, planned.rebuild, planned.verdict
         permissions = plan_run_permissions(store, unwalked(files), roots, settings.acl, settings.acl_rules)
         if dry_run:
-            return {"run_id": run_id, "dry_run": True, "plan": plan.counts(), "rebuild": rebuild_reason,
-                    "permissions": permissions.changed,
-                    "unsupported": len(unsupported), "files": {
-                        "add": [display(f.path) for f, _ in plan.new],
-                        "update": [display(f.path) for f, _ in plan.changed],
-                        "move": [(display(old), display(f.path)) for f, _, old in plan.moved],
-                        "delete": [display(d.path) for d in plan.removed],
-                    }}
+            return {**planned.dry_run_report(run_id, found), "permissions": permissions.changed}
+        if verdict.refused:
+            report = RunReport(run_id=run_id, started=started, status="refused", runner=settings.runner,
+                               roots=[display(r) for r in roots], unsupported=len(unsupported),
+                               errors=[{"path": None, "error": r} for r in verdict.refusals],
+                               durations=clock.as_dict(), settings=settings.public_dict(),
+                               unsupported_files=found.unsupported_files(), message=verdict.message())
+            journal.record_run(store, report.finished_with(commit_seconds=0.0))
+            _artifact({**report.to_dict(), "plan": plan.counts()})
+            raise RunRefused(verdict.message())
 
         todo = plan.to_process
         totals = Totals()
@@ -171,16 +184,18 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
                         runner, _batches(todo, runner_plan.files_per_batch), settings=task_settings(settings, runner_plan),
                         run_id=run_id, in_flight=runner_plan.in_flight, parse_workers=runner_plan.parse_workers,
                         store=str(store), lookup=StoredVectors(store, model, dim).lookup, open_writer=open_writer,
-                        clock=clock, on_done=lambda n, chunks: bar.advance(n, chunks=chunks))
+                        clock=clock, on_done=lambda n, chunks, ocr: bar.advance(n, chunks=chunks, ocr_pages=ocr))
             finally:
                 bar.stop()
 
         existing = {doc_id for _, doc_id in plan.changed}
         empty_paths = {f.path for f in totals.empty}
         empty_existing = [doc_id for f, doc_id in todo if f.path in empty_paths and doc_id in existing]
-        errors = list(unreadable) + totals.errors
+        errors = verdict.failures + found.unreadable + totals.errors
         with clock.timing("load"):
-            if writer is None and (not committed or rebuild_reason or plan.removed or plan.moved or empty_existing
+            # A new store is committed even when empty (it then answers searches), unless every root failed.
+            new_store = not committed and (todo or not verdict.failures)
+            if writer is None and (new_store or rebuild_reason or plan.removed or plan.moved or empty_existing
                                    or permissions.needs_writer):
                 open_writer()
             if writer is not None:
@@ -199,6 +214,7 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
             deleted=len(plan.removed) + len(empty_existing),
             skipped=len(plan.unchanged) + len(empty_paths),
             unsupported=len(unsupported),
+            unsupported_files=found.unsupported_files(),
             failed=len(errors),
             chunks=totals.chunks,
             embedded_chunks=totals.embed.embedded,
@@ -251,15 +267,18 @@ def _llm_counts(llm: dict) -> dict:
 def _artifact(report: dict) -> None:
     rows = "\n".join(f"| {k} | {report[k]} |" for k in RunReport.counters())
     errors = "\n".join(f"- `{e['path']}`: {e['error']}" for e in report["errors"][:200]) or "none"
+    unsupported = "\n".join(f"- `{u['path']}`: {u['reason']}" for u in report.get("unsupported_files", [])[:200]) or "none"
     fallbacks = "\n".join(
         f"- `{f['path']}` {f['kind']}" + (f" window {f['window']}" if f["window"] is not None else "")
         + f": {f['error']}" for f in report.get("llm_fallback_windows", [])[:200]) or "none"
     timing = "\n".join(f"| {stage} | {d['seconds']:.2f} | {d['rows'] if d['rows'] is not None else ''} | "
                        f"{d['rows_per_s'] or ''} |" for stage, d in report["durations"].items())
+    message = f"**{report['status']}**: {report['message']}\n\n" if report.get("message") else ""
     create_markdown_artifact(
         key="quarry-index-run",
-        markdown=f"# quarry index run {report['run_id']} ({report['runner']} runner)\n\n| count | value |\n|---|---|\n"
-        f"{rows}\n\n## Stages\n\n| stage | seconds | rows | rows/s |\n|---|---|---|---|\n{timing}\n\n"
-        f"## Failed files\n{errors}\n\n## LLM fallbacks to local rules\n{fallbacks}\n",
+        markdown=f"# quarry index run {report['run_id']} ({report['runner']} runner)\n\n{message}| count | value |\n"
+        f"|---|---|\n{rows}\n\n## Stages\n\n| stage | seconds | rows | rows/s |\n|---|---|---|---|\n{timing}\n\n"
+        f"## Failed files\n{errors}\n\n## Unsupported files\n{unsupported}\n\n"
+        f"## LLM fallbacks to local rules\n{fallbacks}\n",
         description=f"quarry index run {report['run_id']}",
     )

@@ -83,13 +83,14 @@ def run_batches(
     lookup: Callable[[list[str]], dict],
     open_writer: Callable[[], object],
     clock: StageClock,
-    on_done: Callable[[int, int], None] = lambda files, chunks: None,
+    on_done: Callable[[int, int, int], None] = lambda files, chunks, ocr_pages: None,
 ) -> Totals:
     """Run every batch through process -> embed -> load; returns the totals.
 
     ``runner`` is a started Prefect task runner; ``lookup`` returns stored vectors by text hash;
     ``open_writer`` opens the run's writer (at the first batch with something to load);
-    ``on_done(files, chunks)`` is called after each batch (the progress bar).
+    ``on_done(files, chunks, ocr_pages)`` is called after each batch with the run's totals so far
+    (the progress display).
     """
     totals = Totals()
     done: queue.SimpleQueue = queue.SimpleQueue()
@@ -108,7 +109,7 @@ def run_batches(
             with clock.timing("load", sum(len(r.chunks) for r in batch.records)):
                 totals.chunks += load_batch(run_id, unwalked(batch.records), unwalked(vectors))
         outstanding -= 1
-        on_done(len(batch.items), totals.chunks)
+        on_done(len(batch.items), totals.chunks, totals.ocr_pages)
 
     while True:
         while more and outstanding < in_flight:

@@ -1,7 +1,7 @@
 """quarry: a batch indexer for document collections with hybrid search.
 
-``quarry.open(db).search("query")`` is the Python API (README, "Python API"); indexing runs as
-the Prefect flow in ``quarry.flows.index`` (``quarry index`` on the command line). The names in
+``quarry.index(paths, db)`` indexes (the Prefect flow in ``quarry.flows.index``, as ``quarry index``
+runs it) and ``quarry.open(db).search("query")`` searches (README, "Python API"). The names in
 ``__all__`` are imported on first use, so ``import quarry`` stays cheap.
 """
 
@@ -33,9 +33,11 @@ _EXPORTS = {
     "ConfigError": "quarry.core.errors",
     "StoreNotFound": "quarry.core.errors",
     "ModelMismatch": "quarry.core.errors",
+    "RunRefused": "quarry.core.errors",
+    "StoreLocked": "quarry.core.errors",
 }
 
-__all__ = ["open", "__version__", *_EXPORTS]
+__all__ = ["open", "index", "__version__", *_EXPORTS]
 
 
 def open(db=None, settings=None, **kwargs):  # noqa: A001 - mirrors the builtin on purpose: quarry.open(db)
@@ -47,6 +49,14 @@ def open(db=None, settings=None, **kwargs):  # noqa: A001 - mirrors the builtin 
     from quarry.search.query import open as _open
 
     return _open(db, settings, **kwargs)
+
+
+def index(paths, db=None, **kwargs):
+    """Index the files under ``paths`` into the store ``db``; returns the run report. What
+    ``quarry index`` does, flag for keyword: see :func:`quarry.flows.run.index`."""
+    from quarry.flows.run import index as _index
+
+    return _index(paths, db, **kwargs)
 
 
 def __getattr__(name: str):

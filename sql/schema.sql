@@ -58,7 +58,7 @@ CREATE TABLE IF NOT EXISTS runs (
     run_id          VARCHAR PRIMARY KEY,
     started         TIMESTAMP NOT NULL,
     finished        TIMESTAMP,
-    status          VARCHAR NOT NULL,  -- completed, partial (some files failed), skipped (the store was busy)
+    status          VARCHAR NOT NULL,  -- completed, partial, skipped (store busy), refused (deletion guard), rollback
     roots           JSON NOT NULL,
     added           INTEGER NOT NULL DEFAULT 0,
     updated         INTEGER NOT NULL DEFAULT 0,
@@ -83,6 +83,8 @@ CREATE TABLE IF NOT EXISTS runs (
     ocr_pages             INTEGER DEFAULT 0,  -- PDF pages and images read by OCR
     ocr_seconds           DOUBLE DEFAULT 0,   -- time spent in OCR (render + recognise), summed over workers
     runner                VARCHAR DEFAULT '', -- task runner of the run's batches: threads, processes, dask, ray
+    unsupported_files     JSON DEFAULT '[]',  -- [{"path", "reason"}] of files quarry does not read (the first 1,000)
+    message               VARCHAR DEFAULT '', -- why a run was skipped or refused; what a rollback did
     permissions_updated   INTEGER DEFAULT 0   -- documents whose principals this run changed (quarry/ingest/acl.py)
 );
 
@@ -104,8 +106,11 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS llm_fallback_windows JSON DEFAULT '[]'
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS path_bytes BLOB;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS ocr_pages INTEGER DEFAULT 0;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS ocr_seconds DOUBLE DEFAULT 0;
--- Catalogs made before the task runner was a setting (issue 17).
+-- Catalogs made before the task runner was a setting.
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS runner VARCHAR DEFAULT '';
+-- Catalogs made before unsupported files were named and refused runs had a reason.
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS unsupported_files JSON DEFAULT '[]';
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS message VARCHAR DEFAULT '';
 -- Catalogs made before documents carried principals: everything in them was public.
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS principals VARCHAR[] DEFAULT ['public'];
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS permissions_updated INTEGER DEFAULT 0;

@@ -6,10 +6,8 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from quarry.core.models import FileInfo
-from quarry.ingest.acl import PermissionPlan, plan_permissions, requested
+from quarry.ingest.acl import PermissionPlan
 from quarry.store import acl
-from quarry.store.layout import read_pointer
-from quarry.store.reader import open_snapshot
 from quarry.tasks.load import _writer
 
 
@@ -18,15 +16,7 @@ def plan_run_permissions(store, files: list[FileInfo], roots: list[str], acl_sou
                          acl_rules: str = "") -> PermissionPlan:
     """Principals for every discovered file (``--acl`` / ``--acl-rules``, else what each root had),
     compared with the committed catalog."""
-    asked = requested(acl_source, acl_rules)
-    stored_sources, stored = {}, {}
-    if read_pointer(store) is not None:
-        snap = open_snapshot(store)
-        try:
-            stored_sources, stored = acl.sources(snap.con), acl.stored(snap.con)
-        finally:
-            snap.close()
-    plan = plan_permissions(files, roots, asked, stored_sources, stored)
+    plan = acl.plan_for_run(store, files, roots, acl_source, acl_rules)
     get_run_logger().info("permissions: %d documents change; sources %s", plan.changed,
                           {root: str(s) for root, s in plan.sources.items()})
     return plan

@@ -322,3 +322,16 @@ def test_the_permission_clause_is_sql_with_a_bound_parameter():
     hostile = Filter.readable_by(["group:hr'); DROP TABLE documents; --"])
     assert hostile.sql()[0] == "(list_has_any(d.principals, string_split(?, chr(10))))"  # the text is a value
 
+
+
+def test_posix_reads_an_archive_member_as_its_archive(tmp_path):
+    root = write_tree(tmp_path / "t")
+    (root / "hr" / "pack.zip").write_bytes(b"PK")
+    member = FileInfo(path=str(root / "hr" / "pack.zip") + "!/inner/doc.md", root=str(root),
+                      rel_path="hr/pack.zip!/inner/doc.md", file_type="md", size=1, mtime=0.0, sha256="")
+    for path in [root, root / "hr"]:
+        os.chmod(path, 0o755)
+    os.chmod(root / "hr" / "pack.zip", 0o644)
+    assert PosixPermissions().principals(member) == ("public",)
+    os.chmod(root / "hr", 0o700)
+    assert "public" not in PosixPermissions().principals(member)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from quarry.index import binaryvec
-from quarry.index.binaryvec import BinaryIndex, exact_topk, hamming_distances, hamming_topk, pack
+from quarry.retrieval import binaryvec
+from quarry.retrieval.binaryvec import BinaryIndex, exact_topk, hamming_distances, hamming_topk, pack
 
 
 def unit(x: np.ndarray) -> np.ndarray:

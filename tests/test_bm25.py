@@ -12,12 +12,12 @@ import pyarrow as pa
 import pytest
 from conftest import shared
 
-from quarry.index import bm25
-from quarry.index.bm25 import BM25Index, Vocabulary, query_tokens, stem_words
+from quarry.retrieval import bm25
+from quarry.retrieval.bm25 import BM25Index, Vocabulary, query_tokens, stem_words
 from quarry.core.sqlfiles import load_sql
 from quarry.store import catalog
 from quarry.store.catalog import table_schema
-from quarry.index.textnorm import bm25_text, tokens
+from quarry.retrieval.textnorm import bm25_text, tokens
 
 
 def catalog_with(tmp_path, texts: list[str]):

@@ -12,9 +12,8 @@ import duckdb
 import pytest
 
 from conftest import SAMPLE
-from quarry.cli.croncheck import validate_cron
 from quarry.core.errors import StoreLocked, UsageError
-from quarry.cli.orchestration import deployment_name
+from quarry.flows.orchestration import deployment_name, validate_cron
 from quarry.store import journal
 from quarry.store.layout import WriterLock, new_run_id
 from quarry.store.writer import insert_run

@@ -68,7 +68,7 @@ def test_status_and_runs_json(cli, sample_db):
     [
         (["search", "x", "--db", "/nonexistent/store"], 1, "no index at /nonexistent/store"),
         (["search", "x", "--mode", "nope"], 2, "Invalid value for '--mode'"),
-        (["index", "/no/such/path"], 2, "does not exist"),
+        (["index", "/no/such/path"], 2, "path not found: /no/such/path"),
         (["index", str(SAMPLE), "--embed-backend", "bogus"], 2, "Invalid value for '--embed-backend'"),
     ],
 )

@@ -79,4 +79,6 @@ def test_kill_then_rerun_equals_a_clean_run(fault, tmp_path, cli, clean_contents
     report = json.loads(rerun.stdout)
     if fault == "after-commit":
         assert report["embedded_chunks"] == 0  # the committed run already did the work
-    assert len(list(db.glob("catalog-*.duckdb"))) == 1
+    # the dead run's generation is gone; the retention keeps the current generation and the one before
+    current = json.loads((db / "CURRENT").read_text())["generation"]
+    assert sorted(p.name for p in db.glob("catalog-*.duckdb")) == [f"catalog-{g:06d}.duckdb" for g in (current - 1, current)]

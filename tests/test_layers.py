@@ -1,6 +1,6 @@
 """The package layout is the architecture: every import points downward (docs/ARCHITECTURE.md).
 
-Layers, bottom first: ``core`` < ``index`` < ``ingest`` < ``store`` < ``search`` < ``eval`` <
+Layers, bottom first: ``core`` < ``retrieval`` < ``ingest`` < ``store`` < ``search`` < ``eval`` <
 ``api`` < ``tasks`` < ``flows`` < ``cli``. A module may import its own package and any package below it,
 never one above, including imports inside functions (a lazy import is still a dependency).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ["core", "index", "ingest", "store", "search", "eval", "api", "tasks", "flows", "cli"]
+LAYERS = ["core", "retrieval", "ingest", "store", "search", "eval", "api", "tasks", "flows", "cli"]
 # the package root only re-exports the public API (quarry.open, quarry.Index …), imported lazily
 TOP = {"quarry", "quarry._checkout"}
 

@@ -42,7 +42,12 @@ def test_maintain_compacts_and_moves_the_pointer(tree, tmp_path, run_flow, cli):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["status"] == "completed" and report["check"]["healthy"]
-    assert report["compaction"]["fragments_after"] == 1 and report["compaction"]["versions_after"] == 1
+    # the previous generation is kept (for `quarry rollback`), and with it the versions since its own
+    assert report["compaction"]["fragments_after"] == 1 and report["compaction"]["versions_after"] > 1
+    assert (db / "catalog-000001.duckdb").exists()
+    done = cli("maintain", "--db", db, "--keep-versions-hours", "0", "--keep-generations", "1", "--json")
+    report = json.loads(done.stdout)
+    assert report["compaction"]["versions_after"] == 1 and not (db / "catalog-000001.duckdb").exists()
     after, moved = _fragments(db)
     assert after == 1 and moved.generation == pointer.generation and moved.vector_version > pointer.vector_version
     # the next run builds on the compacted version instead of rolling it back

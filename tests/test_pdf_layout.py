@@ -95,7 +95,7 @@ def test_filing_type_and_period_from_the_cover(cover, expected):
 def test_period_goes_into_the_title_line_of_every_header():
     meta = {"doc_type": "Form 10-K annual report", "period": "fiscal year 2018 (ended December 31, 2018)",
             "fiscal_year": "FY2018", "company": "3M COMPANY"}
-    # the company and FY2018 are for the document's card (quarry/index/cards.py), not every header
+    # the company and FY2018 are for the document's card (quarry/retrieval/cards.py), not every header
     assert with_period("3M Company", meta) == \
         "3M Company (Form 10-K annual report, fiscal year 2018 (ended December 31, 2018))"
     assert with_period("3M Company", {}) == "3M Company"

@@ -18,6 +18,7 @@ from quarry.core.errors import UsageError
 from quarry.search.filters import Filter
 from quarry.core.models import Chunk, DocumentRecord, FileInfo, Section, join_header
 from quarry.core.settings import Settings
+from quarry.store.layout import read_pointer
 from quarry.store.writer import StoreWriter
 
 DIM = 64
@@ -230,7 +231,7 @@ def test_bad_arguments_are_usage_errors(store, kwargs, message):
 
 
 def test_warm_index_follows_commits_and_never_sees_half_written_state(fresh_store):
-    from quarry.index import searchindex
+    from quarry.retrieval import searchindex
     store = fresh_store
     with open_index(store) as idx:
         assert idx.search("zebra", k=3, mode="bm25").results == []
@@ -244,15 +245,16 @@ def test_warm_index_follows_commits_and_never_sees_half_written_state(fresh_stor
         w.close()
         commit(store, [doc("zoo", ["A zebra walks in."])], run_id="r3")
         assert titles(idx.search("zebra", k=3, mode="bm25")) == ["zoo"]
-        assert len(list(store.glob("index-*"))) == 1
+        current = read_pointer(store).generation  # the dead run's folder went; the kept generations stay
+        assert sorted(p.name for p in store.glob("index-*")) == [searchindex.folder_name(g) for g in (current - 1, current)]
         # A move changes no chunk: the index files are linked, only the paths are rewritten.
-        folder = next(store.glob("index-*"))
+        folder = store / searchindex.folder_name(current)
         inode = os.stat(folder / "bm25.rows.npy").st_ino
         zoo_id = hashlib.sha256(b"zoo").hexdigest()[:20]
         commit(store, moves=[(zoo_id, "/r/moved/zoo.md")], run_id="r4")
         hit = idx.search("zebra", k=1).results[0]
         assert hit.path == "/r/moved/zoo.md"
-        assert os.stat(next(store.glob("index-*")) / "bm25.rows.npy").st_ino == inode
+        assert os.stat(store / searchindex.folder_name(read_pointer(store).generation) / "bm25.rows.npy").st_ino == inode
 
 
 def test_store_without_index_files_is_indexed_in_memory(fresh_store):
@@ -277,7 +279,7 @@ def ivf_store(tmp_path_factory):
         commit(path, records)
     finally:
         del os.environ["QUARRY_IVF_MIN_ROWS"]
-    from quarry.index.dense import default_nlist
+    from quarry.retrieval.dense import default_nlist
 
     assert f'"nlist": {default_nlist(300)}' in next(path.glob("index-*/index.json")).read_text()
     return path, records
@@ -297,7 +299,7 @@ def test_vector_search_methods(ivf_store, method):
 def test_committed_vectors_equal_a_whole_table_copy(ivf_store):
     """The commit reads vectors in batches into one matrix and puts IVF's storage order in place;
     the files equal what copying the whole table and then the matrix gives."""
-    from quarry.index import dense, searchindex
+    from quarry.retrieval import dense, searchindex
     from quarry.store import vectors
     from quarry.store.reader import open_snapshot
 
@@ -329,7 +331,7 @@ def test_the_commit_saves_what_the_in_memory_build_returns(ivf_store):
 
     import pyarrow as pa
 
-    from quarry.index import searchindex
+    from quarry.retrieval import searchindex
     from quarry.store import vectors
     from quarry.store.reader import open_snapshot
 
@@ -354,7 +356,7 @@ def test_the_commit_saves_what_the_in_memory_build_returns(ivf_store):
 
 
 def test_permute_rows_in_place():
-    from quarry.index.dense import permute_rows
+    from quarry.retrieval.dense import permute_rows
 
     rng = np.random.default_rng(5)
     for n in (0, 1, 2, 10, 1000):

@@ -86,6 +86,6 @@ def test_quarry_runs_json_keys_are_the_report_fields_and_text_shows_the_stages(t
     ({}, ""),
 ])
 def test_stage_line(value, shown):
-    from quarry.cli.main import _stages_line
+    from quarry.cli.reports import _stages_line
 
     assert _stages_line(value) == shown

@@ -210,3 +210,49 @@ def _tracebacks(log: str) -> list[str]:
     Prefect's server logs and retries when the machine is loaded (seen with other test jobs on 2 cores)."""
     errors = [block for block in log.split("| ERROR")[1:] if "Traceback" in block]
     return [b for b in errors if not ("heartbeat" in b.split("\n", 1)[0] and "database is locked" in b)]
+
+
+def test_serve_indexes_at_start_names_its_api_and_lends_it_to_one_shot_runs(tmp_path):
+    """A schedule whose first tick is months away still indexes at once; `--port` fixes the private
+    API's address, which serve prints; a `quarry index` of the same store meanwhile records its
+    history on that server (one history per store); --no-initial-run waits for the schedule."""
+    import httpx
+
+    tree, db, log = tmp_path / "tree", tmp_path / "db", tmp_path / "serve.log"
+    shutil.copytree(SAMPLE, tree)
+    env, port = _env(), free_port()
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(BIN / "quarry"), "serve", str(tree), "--db", str(db), "--cron", "0 0 1 1 *",
+                                 "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    try:
+        _wait(lambda: [r for r in _runs(db, env) if r["status"] == "completed"], 120, "no run at start", log)
+        assert f"Prefect API: http://127.0.0.1:{port}/api" in log.read_text()
+        assert json.loads((db / "prefect" / "server.json").read_text())["url"] == f"http://127.0.0.1:{port}/api"
+        (tree / "extra.md").write_text("# Extra\n\nA one-shot run while serve runs.\n")
+        done = subprocess.run([str(BIN / "quarry"), "index", str(tree), "--db", str(db), "--json"],
+                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+        assert done.returncode == 0 and json.loads(done.stdout)["added"] == 1, done.stderr
+        flows = httpx.post(f"http://127.0.0.1:{port}/api/flow_runs/filter", json={}, timeout=10).json()
+        assert len([f for f in flows if f["state_type"] == "COMPLETED"]) >= 2  # serve's first run and the one-shot
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not (db / "prefect" / "server.json").exists()
+
+    db2, log2 = tmp_path / "db2", tmp_path / "serve2.log"
+    with open(log2, "w") as out:
+        proc = subprocess.Popen([str(BIN / "quarry"), "serve", str(tree), "--db", str(db2), "--cron", "0 0 1 1 *",
+                                 "--no-initial-run"], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    try:
+        _wait(lambda: "serving quarry-index/" in log2.read_text(), 120, "serve did not start", log2)
+        time.sleep(15)  # longer than the runner's poll: a run asked for at start would have begun
+        assert not (db2 / "CURRENT").exists()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

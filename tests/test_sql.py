@@ -67,6 +67,7 @@ PARAMS = {
     "index_documents": None,
     "index_cards": None,
     "run_ids": None,
+    "sql_views": None,
     "acl_sources": None,
     "acl_set_source": ["/r", "rules", "/etc/quarry/acl.yaml"],
     "acl_principals": None,
@@ -110,7 +111,7 @@ def test_sql_file_runs(con, name):
 
 @pytest.mark.parametrize("query, hit", [("2018", True), ("FY2018", True), ("e11000", True), ("gardening", False)])
 def test_bm25_finds_numbers_and_codes(con, query, hit):
-    from quarry.index.textnorm import bm25_text
+    from quarry.retrieval.textnorm import bm25_text
 
     catalog.rebuild_fts(con)
     rows = con.execute(load_sql("bm25_search"), [bm25_text(query), 5]).fetchall()
@@ -129,6 +130,12 @@ def test_metadata_column_holds_json(con):
     assert json.loads(row) == {}
 
 
+def test_the_sql_views_join_what_users_ask_for(con):
+    for stmt in statements("sql_views"):
+        con.execute(stmt)
+    row = con.execute("SELECT chunk_id, path, file_type, title, section FROM chunks_full").fetchone()
+    assert row == ("d1:0", "/r/a.md", "md", "Title", "Intro")
+    assert con.execute("SELECT path, title, n_chunks FROM sections_full").fetchone() == ("/r/a.md", "Intro", 1)
 def test_permission_clause_in_the_view_sql_keeps_readers_only(con):
     from quarry.search.filters import Filter, with_filter
 

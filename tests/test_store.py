@@ -94,7 +94,8 @@ def test_uncommitted_work_is_invisible_and_rolled_back(tmp_path):
     lance_ids = sorted(snap.table.to_arrow().column("doc_id").to_pylist())
     snap.close()
     assert ids == lance_ids == ["aa", "dd"]
-    assert len(list(store.glob("catalog-*.duckdb"))) == 1
+    # the dead run's catalog was replaced; generation 1 stays, kept for `quarry rollback`
+    assert sorted(p.name for p in store.glob("catalog-*.duckdb")) == ["catalog-000001.duckdb", "catalog-000002.duckdb"]
 
 
 def test_vector_cache_lookup_and_replace(tmp_path):
@@ -225,7 +226,7 @@ def test_the_writer_caps_duckdb_while_loading_and_lifts_the_cap_at_commit(tmp_pa
 
 
 def test_rows_arrow_written_in_batches_holds_the_table_built_whole(tmp_path):
-    from quarry.index import rows
+    from quarry.retrieval import rows
     from quarry.store import catalog
 
     con = catalog.create(tmp_path / "c.duckdb")

@@ -1,6 +1,6 @@
 import pytest
 
-from quarry.index.textnorm import bm25_text, tokens
+from quarry.retrieval.textnorm import bm25_text, tokens
 
 
 @pytest.mark.parametrize(

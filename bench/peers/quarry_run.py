@@ -36,7 +36,7 @@ WARMUP_TEXT = "# Warm-up\n\nOne paragraph that makes the embedder load its model
 def prefect_api(log_dir: Path):
     """quarry's private Prefect API server (the module moves in the package re-layout)."""
     try:
-        from quarry.cli.orchestration import prefect_api as api
+        from quarry.flows.orchestration import prefect_api as api
     except ImportError:
         from quarry.orchestration import prefect_api as api
     return api(log_dir)

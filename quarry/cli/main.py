@@ -16,6 +16,7 @@ import click
 
 from quarry.core.errors import QuarryError
 from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
+from quarry.cli import output, reports
 from quarry.cli.output import FORMATS as OUTPUT_FORMATS
 from quarry.core.settings import RUNNERS, default_db
 from quarry.search.fusion import DEFAULT_FUSION, FUSIONS
@@ -113,10 +114,16 @@ def configure_logging(level: str) -> None:
 
 
 @cli.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
 @db_option
 @click.option("--full", is_flag=True, help="Re-process every file (vectors are still reused where text is equal).")
-@click.option("--dry-run", is_flag=True, help="Print what would be added, updated, moved and deleted; change nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Print what would be added, updated, moved and deleted, and what the deletion guard would stop; "
+                   "change nothing.")
+@click.option("--allow-deletes", is_flag=True,
+              help="Let this run delete more than the deletion guard allows: more than half of a root's documents, "
+                   "all documents of an emptied or removed root, or everything a pattern no longer matches "
+                   "($QUARRY_ALLOW_DELETES).")
 @click.option("--include", multiple=True, help="Only files matching this glob (repeatable).")
 @click.option("--exclude", multiple=True, help="Skip files matching this glob (repeatable).")
 @click.option("--chunk-size", type=int, default=None, help="Chunk size in characters (default 800).")
@@ -171,13 +178,16 @@ def configure_logging(level: str) -> None:
 def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap, embed_backend, embed_model,
           sectioner, context_writer, header_fields, llm_base_url, llm_model, llm_api_key, llm_concurrency,
           llm_rate_limit, llm_section_summaries, llm_chunk_context, if_busy, ocr, runner, workers, dask_address,
-          acl_rules, acl_source, as_json):
-    """Index files under PATHS into the store (incremental: only what changed is redone)."""
-    from quarry.core.errors import StoreLocked
-    from quarry.core.settings import Settings, store_path
-    from quarry.store.layout import WriterLock
+          allow_deletes, acl_rules, acl_source, as_json):
+    """Index files under PATHS into the store (incremental: only what changed is redone).
 
-    overrides = {
+    A run never deletes by accident: a root that is missing, unreadable or empty keeps its
+    documents (and fails, exit 3); a run that would delete more than half of a root's documents,
+    or whose patterns match none of its files, stops before writing (exit 4) unless --allow-deletes.
+    """
+    from quarry.flows.run import index as run_index
+
+    settings = {
         "include": tuple(include) or None,
         "exclude": tuple(exclude) or None,
         "chunk_size": chunk_size,
@@ -189,6 +199,7 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
         "header_fields": tuple(f.strip() for f in header_fields.split(",") if f.strip()) if header_fields else None,
         "llm_base_url": llm_base_url,
         "llm_model": llm_model,
+        "llm_api_key": llm_api_key,
         "llm_concurrency": llm_concurrency,
         "llm_rate_limit": llm_rate_limit,
         "llm_section_summaries": llm_section_summaries,
@@ -197,104 +208,20 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
         "runner": runner or ("dask" if dask_address else None),
         "workers": workers,
         "dask_address": dask_address,
+        "allow_deletes": allow_deletes or None,
         "acl": acl_source,
         "acl_rules": str(Path(acl_rules).expanduser().absolute()) if acl_rules else None,
     }
-    overrides = {k: v for k, v in overrides.items() if v is not None}
-    if llm_api_key:
-        # Through the environment, never the flow's parameters, which Prefect records.
-        os.environ["QUARRY_LLM_API_KEY"] = llm_api_key
-    settings = Settings.from_env(**overrides)  # usage errors before any work starts
-    store = store_path(db)
-    try:
-        lock = None if dry_run else WriterLock(store).acquire()  # fail fast, before Prefect starts
-    except StoreLocked as exc:
-        if if_busy == "fail":
-            raise
-        from datetime import datetime, timezone
-
-        from quarry.store.layout import new_run_id
-        from quarry.store.journal import record_skip
-
-        started = datetime.now(timezone.utc).replace(tzinfo=None)
-        row = record_skip(store, new_run_id(), started, [str(store_path(p)) for p in paths], str(exc),
-                          settings.public_dict())
-        click.echo(json.dumps(row, indent=2, default=str) if as_json else f"skipped: {exc}")
-        return
-    try:
-        report = run_index_flow([str(p) for p in paths], store, full=full, dry_run=dry_run, overrides=overrides)
-    finally:
-        if lock:
-            lock.release()
+    report = run_index(list(paths), db, full=full, dry_run=dry_run, if_busy=if_busy, progress=not as_json,
+                       **{k: v for k, v in settings.items() if v is not None})
     if as_json:
-        click.echo(json.dumps(report, indent=2, default=str))
+        reports.echo_json(report)
+    elif report.get("status") == "skipped":
+        click.echo(f"skipped: {report.get('message') or report['errors'][0]['error']}")
     else:
-        _print_report(report)
+        reports.print_index_report(report)
     if report.get("failed"):
         sys.exit(EXIT_PARTIAL)
-
-
-def run_index_flow(paths: list[str], store: Path, **kwargs) -> dict:
-    """Run the Prefect index flow with a private API server unless one is configured."""
-    from quarry.core import progress
-    from quarry.cli.orchestration import prefect_api, prefect_environment
-
-    prefect_environment()
-    with prefect_api(store / "logs", check=_import_the_flow):
-        from quarry.flows.index import index_flow
-
-        progress.enable(True)
-        return index_flow(paths, db=str(store), **kwargs)
-
-
-def _import_the_flow() -> None:
-    """Import the flow and LanceDB (about 2 s) while the private Prefect server starts (about 3 s):
-    called once ``PREFECT_API_URL`` is set, before waiting for the server, so the two overlap."""
-    import lancedb  # noqa: F401  (the writer's, imported on first use otherwise)
-
-    import quarry.flows.index  # noqa: F401
-
-
-def _print_report(report: dict) -> None:
-    if report.get("dry_run"):
-        plan = report["plan"]
-        click.echo(
-            f"dry run: would add {plan['new']}, update {plan['changed']}, move {plan['moved']}, "
-            f"delete {plan['removed']}; {plan['unchanged']} unchanged, {report['unsupported']} unsupported"
-            + (f"; new permissions for {report['permissions']}" if report.get("permissions") else "")
-        )
-        for verb, items in report["files"].items():
-            for item in items:
-                click.echo(f"  {verb}: {' -> '.join(item) if isinstance(item, (list, tuple)) else item}")
-        return
-    click.echo(
-        f"indexed: {report['added']} added, {report['updated']} updated, {report['moved']} moved, "
-        f"{report['deleted']} deleted, {report['skipped']} unchanged or empty, "
-        f"{report['unsupported']} unsupported, {report['failed']} failed"
-    )
-    click.echo(
-        f"chunks: {report['chunks']} written, {report['embedded_chunks']} embedded in {report['model_calls']} "
-        f"model calls, {report['reused_vectors']} vectors reused"
-        + (f", {report['truncated']} truncated" if report.get("truncated") else "")
-    )
-    if report.get("ocr_pages"):
-        click.echo(f"ocr: {report['ocr_pages']} pages in {report['ocr_seconds']:.1f} s")
-    if report.get("llm_calls") or report.get("llm_cached") or report.get("llm_fallback_windows"):
-        click.echo(
-            f"llm: {report['llm_calls']} calls, {report['llm_cached']} answers from cache, "
-            f"{report['llm_prompt_tokens']} prompt + {report['llm_completion_tokens']} completion tokens"
-        )
-    for fb in report.get("llm_fallback_windows") or []:
-        where = f" window {fb['window']}" if fb.get("window") is not None else ""
-        click.echo(f"llm fallback: {fb['path']} {fb['kind']}{where}: {fb['error']}", err=True)
-    if report.get("permissions_updated"):
-        click.echo(f"permissions: {report['permissions_updated']} documents changed who may read them (none re-parsed)")
-    if report.get("rebuild"):
-        click.echo(f"rebuilt: {report['rebuild']}")
-    from quarry.core.paths import printable
-
-    for err in report["errors"]:
-        click.echo(f"failed: {printable(err['path'])}: {err['error']}", err=True)
 
 
 def filter_options(fn):
@@ -395,6 +322,8 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
                               min_scores=parse_pairs(min_scores, "--min-score"),
                               rerank=rerank_spec, rerank_candidates=rerank_candidates, segments=segments,
                               window=window, principals=list(as_principals) if as_principals else None)
+    for warning in response.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if fmt == "json":
         click.echo(serialize.dumps(serialize.payload(response, explained=explain), indent=2))
     elif fmt == "jsonl":
@@ -478,18 +407,6 @@ def _run_item(run: dict) -> dict:
     return RunReport.from_row(run).to_dict()
 
 
-def _stages_line(durations: dict) -> str:
-    """``discover 0.05s · parse 1.20s 740/s · … · total 3.10s`` (older runs: seconds only)."""
-    parts = []
-    for stage, d in (durations or {}).items():
-        if isinstance(d, dict):
-            rate = f" {d['rows_per_s']:.0f}/s" if d.get("rows_per_s") else ""
-            parts.append(f"{stage} {d['seconds']:.2f}s{rate}")
-        elif isinstance(d, (int, float)):
-            parts.append(f"{stage} {d:.2f}s")
-    return " · ".join(parts)
-
-
 @cli.command()
 @db_option
 @click.option("-n", "--limit", type=click.IntRange(1, 100000), default=20, show_default=True)
@@ -502,77 +419,119 @@ def runs(db, limit, as_json):
     with quarry.open(db) as idx:
         items = [_run_item(r) for r in idx.runs(limit)]
     if as_json:
-        click.echo(json.dumps(items, indent=2, default=str))
-        return
-    for r in items:
-        if r["status"] == "skipped":
-            reason = (r["errors"] or [{}])[0].get("error", "")
-            click.echo(f"{r['run_id']}  skipped   {reason}")
-            continue
-        click.echo(
-            f"{r['run_id']}  {r['status']:<9} +{r['added']} ~{r['updated']} >{r['moved']} -{r['deleted']} "
-            f"={r['skipped']} !{r['failed']}  embedded {r['embedded_chunks']}, reused {r['reused_vectors']}"
-            + (f"; llm {r['llm_calls']} calls, {r['llm_cached']} cached, {len(r['llm_fallback_windows'])} fallbacks"
-               if r["llm_calls"] or r["llm_cached"] or r["llm_fallback_windows"] else "")
-            + (f"; ocr {r['ocr_pages']} pages in {r['ocr_seconds']:.0f} s" if r["ocr_pages"] else "")
-            + (f"; permissions of {r['permissions_updated']}" if r.get("permissions_updated") else "")
-            + (f"  [{r['runner']}]" if r["runner"] else "")
-        )
-        stages = _stages_line(r["durations"])
-        if stages:
-            click.echo(f"    {stages}")
+        reports.echo_json(items)
+    else:
+        reports.print_runs(items)
 
 
 @cli.command()
 @json_option
+@click.option("--markdown", is_flag=True, help="Print the table of docs/formats.md (what quarry reads, whatever is installed).")
 @handle_errors
-def formats(as_json):
-    """File formats quarry reads, by which library, and which optional readers are missing."""
-    from quarry.ingest.parsers import describe_formats
+def formats(as_json, markdown):
+    """File formats quarry reads, by which library or program, and which of those are missing here."""
+    from quarry.ingest.parsers import describe_formats, formats_markdown
     from quarry.ingest.parsers.ocr import engine_name
 
+    if markdown:
+        click.echo(formats_markdown())
+        return
     rows = describe_formats()
     if as_json:
         click.echo(json.dumps({"formats": rows, "ocr_engine": engine_name() or None}, indent=2))
         return
     for r in rows:
-        state = "ok" if r["readable"] else ("missing " + ", ".join(r["missing"]) if r["missing"] else "named failure")
+        found = ", ".join(f"{name} at {where}" for name, where in r["programs"].items() if where)
+        state = ("ok" + (f": {found}" if found else "")) if r["readable"] else "missing " + ", ".join(r["missing"])
         click.echo(f"{r['type']:<7} {' '.join(r['extensions'])[:48]:<48}  {r['library']}  [{state}]")
         click.echo(f"{'':<7} {r['structure']}")
+        if r["install"]:
+            click.echo(f"{'':<7} to read these: {r['install']}")
     click.echo(f"OCR engine: {engine_name() or 'none (pip install rapidocr-onnxruntime, or install tesseract)'}; "
                "other extensions are sniffed by content")
 
 
 @cli.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
 @db_option
 @click.option("--cron", required=True, help='Schedule, e.g. "*/15 * * * *" (every 15 minutes) or "@hourly".')
 @click.option("--name", default=None,
               help="Deployment name (default quarry-index-<8 hex digits of the store path>, one per store).")
+@click.option("--initial-run/--no-initial-run", default=True, show_default=True,
+              help="Index once at start, not only at the first tick of --cron.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Port of the private Prefect API on 127.0.0.1 (default: a free one; printed at start).")
 @handle_errors
-def serve(paths, db, cron, name):
-    """Re-index PATHS on a cron schedule until SIGTERM or Ctrl-C.
+def serve(paths, db, cron, name, initial_run, port):
+    """Re-index PATHS on a cron schedule until SIGTERM or Ctrl-C; the first run starts at once.
 
     Without $PREFECT_API_URL, quarry runs a private Prefect server (with its scheduler) tied to
-    this process, its database in the store. A run that finds the store busy is skipped and
-    recorded as such in `quarry runs`.
+    this process, on 127.0.0.1, its history in the store (<store>/prefect/prefect.db); `quarry
+    index` runs of the same store record their history there too while it serves. A run that
+    finds the store busy is skipped, and one the deletion guard stops is failed; both are in
+    `quarry runs`.
     """
-    from quarry.cli.croncheck import validate_cron
-    from quarry.cli.orchestration import prefect_api, prefect_environment, serve_index
+    from quarry.flows.run import serve as run_serve
+
+    def started(deployment: str, url: str) -> None:
+        click.echo(f"serving quarry-index/{deployment}: indexing {', '.join(map(str, paths))} on '{cron}'"
+                   f"{', first run now' if initial_run else ''} (Ctrl-C or SIGTERM stops)")
+        click.echo(f"Prefect API: {url}")
+
+    run_serve(list(paths), db, cron=cron, name=name, port=port, initial_run=initial_run, on_start=started)
+    click.echo("stopped")
+
+
+@cli.command()
+@db_option
+@click.option("--to", "to", type=click.IntRange(min=1), default=None, metavar="GENERATION",
+              help="The generation to make current again (default: the one before the current one).")
+@click.option("--list", "list_only", is_flag=True, help="List the generations a rollback can go to; change nothing.")
+@json_option
+@handle_errors
+def rollback(db, to, list_only, as_json):
+    """Make an earlier committed generation current again, atomically (a new generation).
+
+    The store keeps the last $QUARRY_KEEP_GENERATIONS generations (default 2: the current one and
+    the one before it); `quarry maintain --keep-generations N` prunes to N. Refused while an index
+    run holds the store.
+    """
     from quarry.core.settings import store_path
+    from quarry.store.rollback import list_generations, rollback as run_rollback
 
     store = store_path(db)
-    roots = [str(store_path(p)) for p in paths]
-    prefect_environment()
+    if list_only:
+        items = list_generations(store)
+        if as_json:
+            reports.echo_json(items)
+        else:
+            reports.print_generations(items)
+        return
+    report = run_rollback(store, to)
+    if as_json:
+        reports.echo_json(report)
+    else:
+        click.echo(f"{report['message']}; `quarry rollback --to {report['from_generation']}` undoes it")
 
-    def started(deployment: str) -> None:
-        click.echo(f"serving quarry-index/{deployment}: indexing {', '.join(roots)} into {store} on '{cron}' "
-                   "(Ctrl-C or SIGTERM stops)")
 
-    with prefect_api(store / "logs", services=True, database=store / "prefect" / "prefect.db",
-                     check=lambda: validate_cron(cron)):
-        serve_index(roots, store, cron, name=name, on_start=started)
-    click.echo("stopped")
+@cli.command()
+@click.argument("query")
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl", "csv"]), default="table",
+              show_default=True, help="Output format.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Fetch at most this many rows.")
+@handle_errors
+def sql(query, db, fmt, limit):
+    """Run read-only SQL on the current catalog: tables documents, sections, chunks, runs, meta;
+    views chunks_full and sections_full (docs/export.md).
+
+    Example: quarry sql "SELECT file_type, count(*) FROM documents GROUP BY 1"
+    """
+    import quarry
+
+    with quarry.open(db) as idx:
+        result = idx.sql(query, limit=limit)
+    reports.print_sql(result, fmt)
 
 
 @cli.command()
@@ -593,8 +552,10 @@ def doctor(db, repair, as_json):
             mark = "ok" if f.ok else ("repaired" if f.repaired else "PROBLEM")
             click.echo(f"{mark:<9} {f.check}: {f.detail}" + (f" -> {f.repair}" if not f.ok else ""))
         if not report.healthy:
-            click.echo("run `quarry doctor --repair` to fix what is repairable" if not repair
-                       else "not repaired: see above for how to recover", err=True)
+            if report.repairable and not repair:
+                click.echo("run `quarry doctor --repair` to fix what is repairable", err=True)
+            elif not report.repairable:
+                click.echo("not repairable by quarry: see above for how to recover", err=True)
     if not report.healthy:
         sys.exit(1)
 
@@ -648,9 +609,10 @@ def maintain(db, keep_generations, keep_versions_hours, reindex_share, if_busy, 
 def eval_cmd(beir_dir, db, modes, split, limit, as_json):
     """Index a BEIR-layout folder and report nDCG@10, recall@10/100 and MRR@10 per mode."""
     from quarry.eval.beir import run_beir_eval
+    from quarry.flows.run import index as run_index
 
     result = run_beir_eval(beir_dir, db=db, modes=modes or ("bm25", "vector", "hybrid"), split=split,
-                           limit=limit, index=lambda paths, store: run_index_flow(paths, store))
+                           limit=limit, index=lambda paths, store: run_index(paths, store, progress=True))
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
@@ -670,6 +632,9 @@ def main() -> None:
     for key, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
                        ("TRANSFORMERS_VERBOSITY", "error"), ("TOKENIZERS_PARALLELISM", "false")):
         os.environ.setdefault(key, value)
+    from quarry.cli.pipes import guard_std_streams
+
+    guard_std_streams()
     cli()
 
 

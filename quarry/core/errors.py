@@ -28,6 +28,13 @@ class StoreLocked(QuarryError):
     """Another index run holds the store's writer lock."""
 
 
+class RunRefused(QuarryError):
+    """The run stopped before writing anything: it would have deleted more than the deletion guard
+    allows (quarry/ingest/guard.py). ``--allow-deletes`` lets it through."""
+
+    exit_code = 4
+
+
 class StoreCorrupt(QuarryError):
     """A store file (CURRENT, a catalog, the vectors, the index files) is damaged or missing:
     run `quarry doctor` to check and repair."""

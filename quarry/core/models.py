@@ -30,7 +30,12 @@ FUSION_WEIGHTS = (*RETRIEVERS, "documents")
 
 @dataclass(frozen=True)
 class FileInfo:
-    """A file found by discovery."""
+    """A file found by discovery, or a member of an archive.
+
+    A member's ``path`` is ``<archive>!/<member>`` (nested: ``a.zip!/b.tar!/c.md``), ``archive`` the
+    archive file on disk that holds it, ``size`` and ``mtime`` its own, and ``sha256`` its identity
+    as the archive states it (``crc32:<hex>:<size>`` for ZIP and 7z; see parsers/archive.py).
+    """
 
     path: str  # absolute, resolved path
     root: str  # the root it was found under (absolute)
@@ -39,6 +44,7 @@ class FileInfo:
     size: int
     mtime: float
     sha256: str
+    archive: str = ""  # for a member of an archive: the archive's path on disk
 
 
 @dataclass(frozen=True)
@@ -169,7 +175,9 @@ class RunReport:
     run_id: str
     started: datetime
     finished: datetime | None = None
-    status: str = "completed"  # completed, partial (some files failed), skipped (the store was busy)
+    # completed; partial (some files or roots failed); skipped (the store was busy); refused (the
+    # deletion guard stopped it before it wrote anything); rollback (`quarry rollback`)
+    status: str = "completed"
     runner: str = ""  # the task runner that ran the batches: threads, processes, dask, ray
     roots: list = field(default_factory=list, metadata=_JSON)
     added: int = 0
@@ -195,6 +203,8 @@ class RunReport:
     errors: list = field(default_factory=list, metadata=_JSON)  # [{"path", "error"}]
     durations: dict = field(default_factory=dict, metadata=_JSON)
     settings: dict = field(default_factory=dict, metadata=_JSON)  # secrets masked
+    unsupported_files: list = field(default_factory=list, metadata=_JSON)  # [{"path", "reason"}], the first 1,000
+    message: str = ""  # why a run was skipped or refused, what a rollback did
 
     @classmethod
     def json_fields(cls) -> tuple[str, ...]:
@@ -254,7 +264,8 @@ class RunReport:
                     settings: dict) -> RunReport:
         """The report of a run that stood down because ``reason`` (the store was busy): every count zero."""
         return cls(run_id=run_id, started=started, finished=finished, status="skipped", roots=list(roots),
-                   runner=settings.get("runner", ""), errors=[{"path": None, "error": reason}], settings=settings)
+                   runner=settings.get("runner", ""), errors=[{"path": None, "error": reason}], settings=settings,
+                   message=reason)
 
 
 class StageClock:

@@ -20,8 +20,14 @@ the stored document and sees the file as unchanged.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
-__all__ = ["display", "raw_bytes", "from_catalog", "is_clean", "printable"]
+from quarry.core.errors import UsageError
+
+__all__ = ["ARCHIVE_SEP", "display", "raw_bytes", "from_catalog", "is_clean", "printable", "check_patterns"]
+
+# A member of an archive is named "<archive>!/<member>" (quarry/ingest/parsers/archive.py).
+ARCHIVE_SEP = "!/"
 
 
 def is_clean(path: str) -> bool:
@@ -58,3 +64,24 @@ def printable(path: str) -> str:
         return text
     return "".join(ch.encode("unicode_escape").decode("ascii") if ch < " " or ch == "\x7f" else ch
                    for ch in text)
+
+
+def check_patterns(patterns: Iterable[str], flag: str = "") -> tuple[str, ...]:
+    """The glob patterns of ``flag`` (``--include``/``--exclude``), or :class:`UsageError` for one
+    that cannot mean what its author meant: empty, or a ``[`` never closed (fnmatch would take
+    it literally and match nothing)."""
+    out = tuple(patterns)
+    for pattern in out:
+        where = f"{flag} pattern {pattern!r}".strip()
+        if not pattern.strip():
+            raise UsageError(f"{where} is empty and matches nothing; remove it")
+        if "\0" in pattern:
+            raise UsageError(f"{where} holds a NUL byte")
+        i = pattern.find("[")
+        while i != -1:
+            close = pattern.find("]", i + 2)  # "[]x]": a ] right after [ is part of the set
+            if close == -1:
+                raise UsageError(f"{where} opens a character set with '[' that is never closed; "
+                                 "to match a literal '[', write '[[]'")
+            i = pattern.find("[", close + 1)
+    return out

@@ -16,7 +16,7 @@ import stat
 
 from quarry.core.errors import ParseError
 
-__all__ = ["open_regular", "read_regular", "hash_regular", "describe_os_error"]
+__all__ = ["open_regular", "read_regular", "hash_regular", "describe_os_error", "fsync_dir"]
 
 _BLOCK = 1 << 20
 
@@ -87,3 +87,12 @@ def hash_regular(path: str) -> str:
     except OSError as exc:
         raise ParseError(f"cannot read file: {describe_os_error(exc)}") from exc
     return h.hexdigest()
+
+
+def fsync_dir(path) -> None:
+    """Flush a directory's entries to disk: after a rename, so that the new name survives a crash."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -21,7 +21,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from quarry.core.errors import ConfigError
+from quarry.core.errors import ConfigError, UsageError
 from quarry.core.models import HEADER_FIELDS as HEADER_LINES
 
 DEFAULT_DB = ".quarry"
@@ -73,6 +73,11 @@ class Settings(BaseSettings):
     # discovery
     include: _Names = ()  # glob patterns; empty means every supported file
     exclude: _Names = ()
+    # the deletion guard (quarry/ingest/guard.py): a run that would delete more than this share of
+    # a root's documents, and more than free_deletes of them, stops unless allow_deletes
+    allow_deletes: bool = False
+    max_delete_share: float = Field(0.5, ge=0, le=1)
+    free_deletes: int = Field(5, ge=0)
     # sectioning and chunking
     sectioner: Sectioner = "structure"
     context: ContextWriter = "rules"
@@ -133,6 +138,16 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(p.strip() for p in value.split(",") if p.strip())
         return value
+
+    @field_validator("include", "exclude")
+    @classmethod
+    def _valid_globs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from quarry.core.paths import check_patterns
+
+        try:
+            return check_patterns(value)
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("header_fields")
     @classmethod
@@ -222,6 +237,8 @@ def _describe(exc: ValidationError, given: dict) -> str:
         return f"{source}={value!r} is not a boolean; use one of {_BOOL_WORDS}"
     if kind in ("int_parsing", "int_from_float", "int_type"):
         return f"{source}={value!r} is not an integer"
+    if kind in ("float_parsing", "float_type"):
+        return f"{source}={value!r} is not a number"
     if kind == "greater_than_equal":
         return f"{field} must be at least {ctx.get('ge')}, got {value}"
     if kind == "less_than_equal":

@@ -11,8 +11,8 @@ without the flags keeps applying them:
   against the document's whole path or URL instead (``*`` then matches ``/`` too). A file no rule
   matches is readable by no one (fail closed); end with ``{path: "**", principals: [public]}`` to
   make the rest public.
-- ``posix``: the file's owner, group and mode, and the modes of the folders from the root down
-  to it: a file is ``public`` when the world may read it and enter every one of those folders;
+- ``posix``: the file's owner, group and mode (an archive member's: the archive's), and the modes
+  of the folders from the root down to it: a file is ``public`` when the world may read it and enter every one of those folders;
   otherwise its owner (``user:NAME``) if the owner may read it, and its group (``group:NAME``) if
   the group may, each only if that owner or group may also enter the folders (a folder's owner
   and group are compared with the file's; membership is not looked up). This never grants more
@@ -37,6 +37,7 @@ from pathlib import Path
 
 from quarry.core.errors import UsageError
 from quarry.core.models import FileInfo
+from quarry.core.paths import ARCHIVE_SEP
 from quarry.core.principals import PUBLIC, normalise
 
 SOURCES = ("none", "posix", "rules")
@@ -216,11 +217,13 @@ class PosixPermissions:
     def principals(self, file: FileInfo) -> tuple[str, ...]:
         """The principals that may read ``file`` (see the module docstring); () when its mode
         cannot be read (fail closed)."""
+        # a member of an archive (``a.zip!/doc.md``) is read as the archive file is
+        path, rel = file.path.split(ARCHIVE_SEP, 1)[0], file.rel_path.split(ARCHIVE_SEP, 1)[0]
         try:
-            who = _who(os.stat(file.path), READ)
-            # the folders from the file's up to the root: as many as rel_path has parts
-            parents = Path(file.path).parents
-            for i in range(len(file.rel_path.split("/"))):
+            who = _who(os.stat(path), READ)
+            # the folders from the file's up to the root: as many as its path under the root has parts
+            parents = Path(path).parents
+            for i in range(len(rel.split("/"))):
                 who = _both(who, self._enter(str(parents[i])))
         except (OSError, IndexError):
             return ()

@@ -83,7 +83,7 @@ def with_period(title: str, metadata: dict) -> str:
 
     Filings of one company from several years share their words; the period in every chunk's
     header is what lets a question that names a year find that year's filing. The company and
-    ``FY2018`` go into the document's card only (:mod:`quarry.index.cards`): in every chunk's
+    ``FY2018`` go into the document's card only (:mod:`quarry.retrieval.cards`): in every chunk's
     header as well they lowered page recall on FinanceBench's training questions (0.500 →
     0.455 with the document evidence on; bench/longpdf.py)."""
     extra = ", ".join(v for v in (metadata.get("doc_type"), metadata.get("period")) if v)

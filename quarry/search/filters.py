@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 
 from quarry.core.errors import UsageError
-from quarry.core.paths import display
+from quarry.core.paths import ARCHIVE_SEP, display
 from quarry.core.principals import caller
 
 # name -> (SQL expression, value type). The SQL text of a filter is built only from these.
@@ -160,7 +160,8 @@ class Filter:
         ``where``: expressions in the syntax above (each one may join conditions with AND).
         ``path``: globs, any of which may match; an absolute pattern matches the file's path,
         a relative one its path under the indexed root or any tail of its path, and a pattern
-        without wildcards also matches everything under that directory.
+        without wildcards also matches everything under that directory (or in that archive:
+        members are ``archive.zip!/dir/file.pdf``).
         ``since``/``until``: the file's modification time, inclusive (an ISO date or datetime,
         UTC, or ``<n>h``/``<n>d``/``<n>w`` ago; ``until`` with a date includes that day).
         ``file_type``: types such as ``pdf`` or ``.md``, any of which may match.
@@ -251,6 +252,8 @@ def _path_filter(patterns: list[str]) -> Filter:
         forms = [pattern]
         if not _GLOB_CHARS.search(pattern):
             forms.append(pattern.rstrip("/") + "/*")  # a directory: everything under it
+            if not pattern.endswith("/"):
+                forms.append(pattern + ARCHIVE_SEP + "*")  # an archive: its members
         for form in forms:
             if form.startswith("/"):
                 ors.append("d.path GLOB ?")

@@ -160,7 +160,7 @@ def with_documents(
 ) -> list[tuple[Hashable, float]]:
     """Add document evidence to fused chunk scores: ``score + weight · card(d) / max_q card``,
     ``card(d)`` the BM25 score of the chunk's document's card for this query
-    (:mod:`quarry.index.cards`), normalised by the best card's score, as TMM normalises BM25
+    (:mod:`quarry.retrieval.cards`), normalised by the best card's score, as TMM normalises BM25
     (floor 0, the query's maximum). A hierarchical prior in the spirit of Ogilvie and Callan's
     mixture of document fields (Combining Document Representations for Known-Item Search, SIGIR
     2003) and of parent-document retrieval: when a question names a document (a company and a

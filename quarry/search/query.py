@@ -1,7 +1,7 @@
 """The query module: hybrid search over a committed index. Never imports Prefect.
 
 ``Index`` keeps its catalog connection, the memory-mapped search index of the committed
-generation (:mod:`quarry.index.searchindex`), the embedding model, query embeddings, stems and filter
+generation (:mod:`quarry.retrieval.searchindex`), the embedding model, query embeddings, stems and filter
 masks. Before each call it checks the commit pointer and moves to a newer committed state when
 one exists, so a long-lived reader follows re-indexing without ever seeing a half-written run.
 
@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from quarry.core.errors import ModelMismatch, NotFound, UsageError
-from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
+from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES, RunReport
 from quarry.core.principals import caller
 from quarry.core.settings import Settings, store_path
 from quarry.core.sqlfiles import load_sql
-from quarry.index.dense import METHODS as VECTOR_SEARCH
+from quarry.retrieval.dense import METHODS as VECTOR_SEARCH
 from quarry.ingest.embedders import describe, describe_backend, get_embedder
 from quarry.search.filters import Filter, with_filter
 from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, DOC_WEIGHT, FUSIONS, fuse, with_documents
@@ -107,6 +107,7 @@ class SearchResponse:
     timings: dict[str, float] = field(default_factory=dict)
     windows: list[Window] | None = None  # with search(..., window=): the results widened, best first
     segments: list[Segment] | None = None  # with search(..., segments=): relevant segments, best first
+    warnings: list[str] = field(default_factory=list)  # what the search could not do as asked
 
     def to_dict(self) -> dict:
         """Plain data for JSON; ``windows``/``segments`` only when they were asked for."""
@@ -150,8 +151,8 @@ class Index:
     ``vector_search`` (default ``$QUARRY_VECTOR_SEARCH`` or ``auto``) picks how vectors are
     searched: ``auto`` (IVF when the store has an IVF index, built from 20,000 chunks, unless a
     filter keeps so few rows that exact search over them is cheaper), ``exact``, ``ivf`` or
-    ``binary`` (sign-bit Hamming candidates re-scored exactly; see :mod:`quarry.index.binaryvec`).
-    See :mod:`quarry.index.dense`.
+    ``binary`` (sign-bit Hamming candidates re-scored exactly; see :mod:`quarry.retrieval.binaryvec`).
+    See :mod:`quarry.retrieval.dense`.
     """
 
     def __init__(self, store: Path, settings: Settings | None = None, *, vector_search: str | None = None,
@@ -390,7 +391,7 @@ class Index:
     def _bm25_rows(self, snap: Snapshot, query: str, n: int, mask):
         """BM25 over the query's terms: textnorm tokens, stop words dropped, Porter-stemmed
         (tokens the corpus contains map straight to their term; others are stemmed)."""
-        from quarry.index.bm25 import query_tokens
+        from quarry.retrieval.bm25 import query_tokens
 
         bm25 = snap.index.bm25
         return bm25.search(bm25.columns(query_tokens(query)), n, mask)
@@ -405,7 +406,7 @@ class Index:
 
     def bm25_search(self, query: str, n: int, filters: Filter | None = None,
                     principals=None) -> list[tuple[str, float]]:
-        """Top-``n`` chunk ids by BM25 over header + text (see :mod:`quarry.index.bm25`)."""
+        """Top-``n`` chunk ids by BM25 over header + text (see :mod:`quarry.retrieval.bm25`)."""
         with self._pinned() as snap:
             mask, _ = self.filter_mask(self._effective(filters, principals), snap)
             rows, scores = self._bm25_rows(snap, query, n, mask)
@@ -539,9 +540,11 @@ class Index:
             rows = self.filter_mask(filters.permissions(), snap)[1]
         counts = {"rows": rows, "kept": kept}
         hits = {}
+        warnings = []
         for name in active:
             t = time.perf_counter()
             if name == "vector":
+                warnings += self._query_fits(query)
                 rows, scores = self._vector_rows(snap, query, n, mask, kept)
             else:
                 rows, scores = self._bm25_rows(snap, query, n, mask)
@@ -575,8 +578,23 @@ class Index:
             fusion=fusion if mode == "hybrid" else "",
             weights={r: weights[r] for r in (*active, *(["documents"] if documents > 0 else []))}
             if mode == "hybrid" else {}, min_scores=min_scores,
-            filter=str(filters) if filters else "", counts=counts, timings=timings,
+            filter=str(filters) if filters else "", counts=counts, timings=timings, warnings=warnings,
         )
+
+    def _query_fits(self, query: str) -> list[str]:
+        """A warning when the embedding model reads only the start of ``query`` (BM25 reads all of it)."""
+        embedder = get_embedder(self.settings)
+        limit = getattr(embedder, "max_tokens", 0)
+        if not limit or len(query) < 2 * limit:  # a token is at least one character: short queries fit
+            return []
+        try:
+            tokens = embedder.count_tokens([query])[0]
+        except Exception:  # a backend that cannot count says nothing rather than fail the search
+            return []
+        if tokens <= limit:
+            return []
+        return [f"the query is {tokens} model tokens long; the vector search reads only its first {limit} "
+                f"(about {limit * 3 // 4} words), BM25 reads all of it"]
 
     @staticmethod
     def _fuse(hits: dict[str, list[tuple[int, float]]], k: int, *, fusion: str, rrf_k: int,
@@ -587,7 +605,7 @@ class Index:
         ``(cards, query, weight)`` adds the document evidence of :func:`with_documents`."""
         fused = fuse(hits, fusion, k=rrf_k, weights={r: weights[r] for r in RETRIEVERS}, depth=depth)
         if documents is not None:
-            from quarry.index.bm25 import query_tokens
+            from quarry.retrieval.bm25 import query_tokens
 
             cards, query, weight, keep = documents
             scores = cards.doc_scores(query_tokens(query))
@@ -632,6 +650,7 @@ class Index:
                 "model": snap.pointer.model,
                 "dim": snap.pointer.dim,
                 "generation": snap.pointer.generation,
+                "catalog": str(self.store / snap.pointer.catalog),
                 "vector_table": snap.pointer.vector_table,
                 "vector_version": snap.pointer.vector_version,
                 "search_index": _index_summary(snap.index_manifest) if snap.index_manifest is not None else None,
@@ -639,7 +658,7 @@ class Index:
                 "last_run": None,
             }
             if access is not None:
-                for key in ("store", "vector_table", "vector_version", "embedder", "last_run"):
+                for key in ("store", "catalog", "vector_table", "vector_version", "embedder", "last_run"):
                     info.pop(key)
             else:
                 last = self.runs(limit=1)
@@ -715,6 +734,14 @@ class Index:
                                    batch_rows=BATCH_ROWS if batch_rows is None else batch_rows,
                                    overwrite=overwrite)
 
+    def sql(self, query: str, limit: int | None = None):
+        """Run read-only SQL on the committed catalog: what ``quarry sql`` does (see
+        :mod:`quarry.search.sql`). Returns a :class:`~quarry.search.sql.SqlResult`."""
+        from quarry.search.sql import run_sql
+
+        with self._pinned() as snap:
+            return run_sql(snap.con, query, snap.pointer.generation, limit)
+
     def runs(self, limit: int = 50) -> list[dict]:
         """Index runs, newest first, with skipped runs the next commit has yet to record."""
         from quarry.store import journal
@@ -724,8 +751,9 @@ class Index:
         out = []
         for row in cur.fetchall():
             item = dict(zip(cols, row))
-            for key in ("roots", "errors", "durations", "settings"):
-                item[key] = json.loads(item[key]) if item.get(key) else None
+            for key in RunReport.json_fields():
+                if isinstance(item.get(key), str):
+                    item[key] = json.loads(item[key])
             for key in ("started", "finished"):
                 item[key] = item[key].isoformat() + "Z" if item.get(key) else None
             out.append(item)

@@ -2,7 +2,7 @@
 
 An update touches only those two: no chunk, vector or search index row changes, so a run whose
 only news is a permission change copies the catalog, updates the documents whose principals differ
-and links the previous generation's index files (:func:`quarry.index.searchindex.link`).
+and links the previous generation's index files (:func:`quarry.retrieval.searchindex.link`).
 """
 
 from __future__ import annotations
@@ -66,3 +66,21 @@ def apply(con, wanted: dict[str, tuple[str, ...]]) -> int:
 def apply_to_documents(con, wanted: dict[str, tuple[str, ...]]) -> int:
     """Set the principals of these documents (by doc_id) where they differ; returns how many changed."""
     return _update(con, "acl_apply_documents", "doc_id", {d: normalise(v) for d, v in wanted.items()})
+
+
+def plan_for_run(store, files, roots: list[str], acl_source: str = "", acl_rules: str = ""):
+    """Principals for every discovered file (``--acl`` / ``--acl-rules``, else what each root had),
+    compared with the committed catalog of ``store``: a :class:`~quarry.ingest.acl.PermissionPlan`."""
+    from quarry.ingest.acl import plan_permissions, requested
+    from quarry.store.layout import read_pointer
+    from quarry.store.reader import open_snapshot
+
+    asked = requested(acl_source, acl_rules)
+    stored_sources, stored_principals = {}, {}
+    if read_pointer(store) is not None:
+        snap = open_snapshot(store)
+        try:
+            stored_sources, stored_principals = sources(snap.con), stored(snap.con)
+        finally:
+            snap.close()
+    return plan_permissions(files, roots, asked, stored_sources, stored_principals)

@@ -1,6 +1,6 @@
 """The DuckDB catalog: documents, sections, chunks, runs, meta, and (when asked) DuckDB's FTS index.
 
-quarry searches its own memory-mapped BM25 files (quarry/index), so the catalog needs DuckDB's
+quarry searches its own memory-mapped BM25 files (quarry/retrieval), so the catalog needs DuckDB's
 FTS extension (the ``duckdb-ext-fts`` wheel, in the ``test`` and ``fts`` extras) only to build
 DuckDB's index: for the tests, which use ``match_bm25`` as an independent reference, and for SQL
 users who ask for it with ``QUARRY_DUCKDB_FTS=1`` (docs/export.md).
@@ -22,7 +22,7 @@ from quarry.core import paths
 from quarry.core.errors import QuarryError
 from quarry.core.models import DocumentRecord
 from quarry.core.sqlfiles import load_sql, statements
-from quarry.index.textnorm import bm25_text
+from quarry.retrieval.textnorm import bm25_text
 
 SCHEMA_VERSION = "1"
 TABLES = ("documents", "sections", "chunks", "runs", "meta", "acl_roots")
@@ -242,7 +242,7 @@ def delete_documents(con: duckdb.DuckDBPyConnection, doc_ids: list[str], in_tran
 def rebuild_fts(con: duckdb.DuckDBPyConnection) -> None:
     """Build DuckDB's own FTS index over ``chunks.search_text`` (``match_bm25`` in plain SQL).
 
-    quarry searches its index files instead (quarry/index); this index is the independent BM25
+    quarry searches its index files instead (quarry/retrieval); this index is the independent BM25
     reference the tests compare against, and is committed with the catalog when
     ``QUARRY_DUCKDB_FTS=1``. Raises QuarryError when the extension is not installed.
     """

@@ -39,6 +39,7 @@ class Finding:
     detail: str = ""
     repair: str = ""
     repaired: bool = False
+    repairable: bool = False  # whether `quarry doctor --repair` can fix it (else ``repair`` says what can)
 
 
 @dataclass
@@ -50,13 +51,19 @@ class DoctorReport:
     def healthy(self) -> bool:
         return all(f.ok or f.repaired for f in self.findings)
 
-    def add(self, check: str, ok: bool, detail: str = "", repair: str = "") -> Finding:
-        finding = Finding(check, ok, detail, repair)
+    @property
+    def repairable(self) -> bool:
+        """Whether ``--repair`` would fix something still wrong."""
+        return any(not f.ok and not f.repaired and f.repairable for f in self.findings)
+
+    def add(self, check: str, ok: bool, detail: str = "", repair: str = "", repairable: bool = False) -> Finding:
+        finding = Finding(check, ok, detail, repair, repairable=repairable)
         self.findings.append(finding)
         return finding
 
     def to_dict(self) -> dict:
-        return {"store": self.store, "healthy": self.healthy, "findings": [asdict(f) for f in self.findings]}
+        return {"store": self.store, "healthy": self.healthy, "repairable": self.repairable,
+                "findings": [asdict(f) for f in self.findings]}
 
 
 def _rebuild_hint(store: Path) -> str:
@@ -70,7 +77,8 @@ def diagnose(store: Path, repair: bool = False) -> DoctorReport:
     store = Path(store)
     report = DoctorReport(str(store))
     if not store.is_dir():
-        report.add("store", False, f"{store} is not a directory", "nothing to check: run `quarry index` first")
+        report.add("store", False, f"{store} does not exist" if not store.exists() else f"{store} is not a directory",
+                   "nothing to check: index into it first, `quarry index PATH --db STORE`")
         return report
     from quarry.store.remote import remote_of
 
@@ -102,7 +110,8 @@ def _diagnose(store: Path, report: DoctorReport, repair: bool) -> None:
         found = recover_pointer(store)
         finding = report.add("pointer", False, str(exc).split(": run `quarry doctor")[0],
                              f"rewrite CURRENT to generation {found.generation} (catalog and vectors agree)"
-                             if found else "no finished generation whose vectors agree: " + _rebuild_hint(store))
+                             if found else "no finished generation whose vectors agree: " + _rebuild_hint(store),
+                             repairable=found is not None)
         if found is None:
             return
         if repair:
@@ -111,36 +120,56 @@ def _diagnose(store: Path, report: DoctorReport, repair: bool) -> None:
         pointer = found
 
     catalog_path = store / pointer.catalog
-    con = _open_catalog(catalog_path, report)
-    if con is None:
+    opened = _open_catalog(catalog_path, report)
+    if opened is None:
         return
+    con, private = opened
     try:
-        chunk_ids = {r[0] for r in con.execute("SELECT chunk_id FROM chunks").fetchall()}
-        meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
-    except Exception as exc:
-        report.add("catalog", False, f"{catalog_path} cannot be read: {_line(exc)}", _rebuild_hint(store))
-        con.close()
-        return
-    report.add("catalog", True, f"{catalog_path.name}: {len(chunk_ids)} chunks")
-    try:
+        try:
+            chunk_ids = {r[0] for r in con.execute("SELECT chunk_id FROM chunks").fetchall()}
+            meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+        except Exception as exc:
+            report.add("catalog", False, f"{catalog_path} cannot be read: {_line(exc)}", _rebuild_hint(store))
+            return
+        report.add("catalog", True, f"{catalog_path.name}: {len(chunk_ids)} chunks")
         _check_vectors(store, pointer, chunk_ids, meta, report)
         _check_index(store, pointer, con, len(chunk_ids), report, repair)
     finally:
         con.close()
+        if private is not None:
+            import shutil
+
+            shutil.rmtree(private.parent, ignore_errors=True)
     _check_stale(store, pointer, report, repair)
 
 
 def _open_catalog(path: Path, report: DoctorReport):
-    from quarry.store import catalog
+    """``(connection, private copy or None)``, or None after a finding that says why not. Another
+    process holding the file read-write is named, and the check goes on with a private copy: that is
+    a SQL client's lock, not damage."""
+    import duckdb
+
+    from quarry.store.reader import connect_read_only, lock_holder
 
     if not path.exists():
         report.add("catalog", False, f"{path}, the catalog CURRENT names, is missing", _rebuild_hint(path.parent))
         return None
     try:
-        return catalog.connect(path, read_only=True, fts=False)
+        con, private, holder = connect_read_only(path)
+    except duckdb.IOException as exc:
+        if lock_holder(exc):  # a copy failed too (a full disk): still a lock, never damage
+            report.add("catalog lock", False, f"{path.name} is held open read-write by {lock_holder(exc)}",
+                       "close that connection, or open the file read-only (duckdb -readonly FILE)")
+            return None
+        report.add("catalog", False, f"{path} cannot be opened: {_line(exc)}", _rebuild_hint(path.parent))
+        return None
     except Exception as exc:
         report.add("catalog", False, f"{path} cannot be opened: {_line(exc)}", _rebuild_hint(path.parent))
         return None
+    if private is not None:
+        report.add("catalog lock", True, f"{path.name} is held open read-write by {holder}; quarry reads a private "
+                   "copy meanwhile. Close that connection, or open the file read-only (duckdb -readonly FILE)")
+    return con, private
 
 
 def _chunk_ids_at(store: Path, name: str, version: int) -> set[str] | None:
@@ -176,7 +205,7 @@ def _check_vectors(store: Path, pointer, chunk_ids: set[str], meta: dict, report
 def _check_index(store: Path, pointer, con, n_chunks: int, report: DoctorReport, repair: bool) -> None:
     import json
 
-    from quarry.index import searchindex
+    from quarry.retrieval import searchindex
     folder = store / searchindex.folder_name(pointer.generation)
     try:
         rows = json.loads((folder / searchindex.MANIFEST).read_text(encoding="utf-8")).get("rows")
@@ -186,7 +215,8 @@ def _check_index(store: Path, pointer, con, n_chunks: int, report: DoctorReport,
         report.add("index", True, f"{folder.name}: {rows} rows")
         return
     why = "missing or incomplete" if rows is None else f"holds {rows} rows, the catalog {n_chunks}"
-    finding = report.add("index", False, f"{folder} {why}", "rebuild the index files from catalog and vectors")
+    finding = report.add("index", False, f"{folder} {why}", "rebuild the index files from catalog and vectors",
+                         repairable=True)
     if repair:
         from quarry.store import vectors
 
@@ -198,20 +228,19 @@ def _check_index(store: Path, pointer, con, n_chunks: int, report: DoctorReport,
 
 
 def _check_stale(store: Path, pointer, report: DoctorReport, repair: bool) -> None:
-    from quarry.index import searchindex
-    from quarry.store.layout import remove_stale_generations
+    from quarry.store import generations
 
-    keep_index = searchindex.folder_name(pointer.generation)
-    stale = sorted(p.name for p in store.glob("catalog-*.duckdb*") if p.name not in (pointer.catalog,
-                                                                                     pointer.catalog + ".wal"))
-    stale += sorted(p.name for p in store.glob("index-*") if p.name != keep_index)
+    keep = generations.keep_generations()
+    stale = sorted(p.name for p in list(store.glob("catalog-*.duckdb*")) + list(store.glob("index-*"))
+                   if (gen := generations.generation_of(p.name)) is not None
+                   and (".tmp-" in p.name or not generations.kept(gen, pointer.generation, keep)))
     if not stale:
         return
-    finding = report.add("stale files", False, f"left by runs that never committed: {', '.join(stale)}",
-                         "remove them (the next index run would too)")
+    finding = report.add("stale files", False, f"left by runs that never committed or past the retention of "
+                         f"{keep} generations: {', '.join(stale)}", "remove them (the next index run would too)",
+                         repairable=True)
     if repair:
-        remove_stale_generations(store, keep=pointer.catalog)
-        searchindex.remove_stale(store, keep=keep_index)
+        generations.remove_unkept(store, pointer.generation, keep)
         finding.repaired = True
 
 

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from quarry.core.errors import StoreCorrupt, StoreLocked, StoreNotFound
+from quarry.core.safeio import fsync_dir
 
 POINTER = "CURRENT"
 LOCK = "lock"
@@ -78,13 +79,6 @@ def require_pointer(store: Path) -> Pointer:
     return pointer
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 
 def write_pointer(store: Path, pointer: Pointer, upload: bool = True) -> None:
     """Atomically replace CURRENT (write, fsync, rename, fsync the directory): the commit.
@@ -112,24 +106,7 @@ def write_local_pointer(store: Path, pointer: Pointer) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, store / POINTER)
-    _fsync_dir(store)
-
-
-def remove_stale_generations(store: Path, keep: str | None) -> list[str]:
-    """Delete catalog files (and their WALs) other than ``keep``, plus temp files of dead runs.
-
-    A reader that still has an old catalog open keeps reading it: on POSIX an unlinked file
-    lives until its last descriptor closes.
-    """
-    removed = []
-    for path in store.glob("catalog-*.duckdb*"):
-        if keep and path.name in (keep, keep + ".wal"):
-            continue
-        path.unlink(missing_ok=True)
-        removed.append(path.name)
-    for path in store.glob(f".{POINTER}.*.tmp"):
-        path.unlink(missing_ok=True)
-    return removed
+    fsync_dir(store)
 
 
 # flock is per open file description, so one process taking the lock twice would deadlock

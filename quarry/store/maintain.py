@@ -23,8 +23,10 @@ from pathlib import Path
 
 from quarry.core.errors import StoreLocked, StoreNotFound
 from quarry.store import vectors
-from quarry.store.layout import WriterLock, read_pointer, remove_stale_generations, write_pointer
-from quarry.store.remote import keep_generations, remote_of
+from quarry.store import generations as gens
+from quarry.store.generations import keep_generations
+from quarry.store.layout import WriterLock, read_pointer, write_pointer
+from quarry.store.remote import remote_of
 
 log = logging.getLogger("quarry")
 
@@ -69,9 +71,9 @@ def move_pointer(store: Path, pointer, version: int):
     return moved
 
 
-def compact(store: Path, keep: timedelta | None = None) -> dict:
+def compact(store: Path, keep: timedelta | None = None, generations_kept: int | None = None) -> dict:
     """Merge fragments, move the pointer to the compacted version, then prune versions older than
-    ``keep``. Caller holds the writer lock."""
+    ``keep`` that no kept generation names. Caller holds the writer lock."""
     pointer = _committed(store)
     table = _table(store, pointer)
     if table is None:
@@ -80,7 +82,9 @@ def compact(store: Path, keep: timedelta | None = None) -> dict:
     versions_before = len(table.list_versions())
     table.optimize(cleanup_older_than=vectors._NEVER)  # compaction and incremental index updates
     pointer = move_pointer(store, pointer, table.version)
-    table.optimize(cleanup_older_than=keep if keep is not None else keep_versions())
+    # versions the kept generations name stay, whatever their age: `quarry rollback` needs them
+    kept = gens.kept_versions(store, pointer, generations_kept).get(table.name, set())
+    vectors.prune(table, keep if keep is not None else keep_versions(), keep_versions=kept)
     pointer = move_pointer(store, pointer, table.version)
     return {"fragments_before": before, "fragments_after": table.stats()["fragment_stats"]["num_fragments"],
             "versions_before": versions_before, "versions_after": len(table.list_versions())}
@@ -114,13 +118,13 @@ def reindex(store: Path, threshold: float | None = None) -> list[dict]:
 
 
 def remove_generations(store: Path, keep: int | None = None) -> list[str]:
-    """Delete catalog generations and index folders no pointer needs: locally all but the committed
-    one, on object storage all but the last ``keep`` (``QUARRY_KEEP_GENERATIONS``)."""
-    from quarry.index import searchindex
-
+    """Delete catalog generations and index folders older than the last ``keep``
+    (``QUARRY_KEEP_GENERATIONS``, default 2), locally and on object storage, and the vector tables
+    no kept generation names."""
     pointer = _committed(store)
-    removed = remove_stale_generations(store, keep=pointer.catalog)
-    removed += searchindex.remove_stale(store, keep=searchindex.folder_name(pointer.generation))
+    keep = keep or keep_generations()
+    removed = gens.remove_unkept(store, pointer.generation, keep)
+    removed += vectors.drop_unreferenced(store, set(gens.kept_versions(store, pointer, keep)))
     remote = remote_of(store)
     if remote is not None:
         removed += [str(remote.url.join(k)) for k in remote.remove_old_generations(pointer.generation, keep)]
@@ -146,7 +150,7 @@ def maintain(store: Path, generations: int | None = None, keep: timedelta | None
         return {"store": str(store), "status": "skipped", "reason": str(exc)}
     try:
         report = {"store": str(remote_of(store).url) if remote_of(store) else str(store), "status": "completed"}
-        report["compaction"] = compact(store, keep)
+        report["compaction"] = compact(store, keep, generations)
         report["indices"] = reindex(store, threshold)
         report["removed"] = remove_generations(store, generations or keep_generations())
         report["generation"] = _committed(store).generation

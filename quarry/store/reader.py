@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import re
+import shutil
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,6 +39,7 @@ class Snapshot:
     _cursors: list = field(default_factory=list, repr=False)
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _columns: frozenset | None = field(default=None, repr=False)
+    private: Path | None = None  # a private copy of the catalog, read while another process held it
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -67,13 +71,13 @@ class Snapshot:
 
     @property
     def index(self):
-        """The :class:`~quarry.index.searchindex.SearchIndex` of this generation.
+        """The :class:`~quarry.retrieval.searchindex.SearchIndex` of this generation.
 
         Mapped when the snapshot opened; a store committed before index files existed is
         indexed in memory here, once (slow: it reads every vector from LanceDB).
         """
         if self._index is None:
-            from quarry.index import searchindex
+            from quarry.retrieval import searchindex
             logging.getLogger("quarry").warning(
                 "%s has no search index files (committed by an older quarry); indexing in memory. "
                 "The next `quarry index` run writes them.", self.store)
@@ -98,10 +102,12 @@ class Snapshot:
                     pass
             self._cursors.clear()
             self.connection.close()
+        if self.private is not None:
+            shutil.rmtree(self.private.parent, ignore_errors=True)
 
 
 def _load_index(store: Path, pointer: Pointer):
-    from quarry.index import searchindex
+    from quarry.retrieval import searchindex
     folder = store / searchindex.folder_name(pointer.generation)
     if not searchindex.is_complete(folder):
         return None
@@ -125,7 +131,7 @@ def open_snapshot(store: Path, attempts: int = 5) -> Snapshot:
             continue
         missing = None
         try:
-            con = catalog.connect(path, read_only=True, fts=False)
+            con, private, _ = connect_read_only(path)
         except (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException,
                 duckdb.InvalidInputException) as exc:
             last = exc
@@ -137,15 +143,52 @@ def open_snapshot(store: Path, attempts: int = 5) -> Snapshot:
             index, last = None, exc
         if index is None and read_pointer(store) != pointer:
             con.close()
+            if private is not None:
+                shutil.rmtree(private.parent, ignore_errors=True)
             time.sleep(0.05 * (attempt + 1))
             continue
-        return Snapshot(store, pointer, con, _index=index)
+        return Snapshot(store, pointer, con, _index=index, private=private)
     hint = DOCTOR_HINT.format(store=store)
     if missing is not None:
         raise StoreCorrupt(f"{missing}, the catalog CURRENT names, is missing: {hint}")
     if last is not None and not _is_lock_conflict(last):
         raise StoreCorrupt(f"{store / pointer.catalog} cannot be opened ({_first_line(last)}): {hint}")
     raise QuarryError(f"could not open the committed catalog in {store}: {last or 'it keeps changing'}")
+
+
+def lock_holder(exc: BaseException) -> str | None:
+    """The process DuckDB names as holding a file's lock (``PID 5072 (/usr/bin/python3)``), or None."""
+    m = re.search(r"Conflicting lock is held in (.*?) \(PID (\d+)\)", str(exc))
+    return f"PID {m.group(2)} ({m.group(1)})" if m else None
+
+
+def connect_read_only(path: Path) -> tuple[duckdb.DuckDBPyConnection, Path | None, str | None]:
+    """Open the catalog ``path`` read-only; returns the connection and, when another process held
+    the file read-write (a SQL client opened it without ``-readonly``), the private copy opened
+    instead and that process (``PID 5072 (/usr/bin/python3)``); else ``None, None``.
+
+    DuckDB lets many read-only connections share a file but none beside a read-write one. A
+    committed catalog never changes, so a copy of it is the same state: quarry keeps answering
+    and says who holds the file.
+    """
+    try:
+        return catalog.connect(path, read_only=True, fts=False), None, None
+    except duckdb.IOException as exc:
+        holder = lock_holder(exc)
+        if holder is None:
+            raise
+    folder = Path(tempfile.mkdtemp(prefix="quarry-catalog-"))
+    copy = folder / path.name
+    try:
+        shutil.copyfile(path, copy)
+        con = catalog.connect(copy, read_only=True, fts=False)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    logging.getLogger("quarry").warning(
+        "%s is held open read-write by %s; reading a private copy of it. Open catalogs read-only "
+        "(duckdb -readonly FILE, or read_only=True) so that quarry and other readers can share them.", path, holder)
+    return con, copy, holder
 
 
 def _first_line(exc: BaseException) -> str:

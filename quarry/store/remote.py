@@ -56,12 +56,6 @@ def check_seconds() -> float:
         return 0.0
 
 
-def keep_generations() -> int:
-    """How many committed generations stay on the object store (``QUARRY_KEEP_GENERATIONS``, ≥ 1)."""
-    raw = os.environ.get("QUARRY_KEEP_GENERATIONS", "")
-    return max(1, int(raw)) if raw.strip().isdigit() else 2
-
-
 _remotes: dict[str, Remote | None] = {}
 _remotes_guard = threading.Lock()
 
@@ -168,7 +162,7 @@ class Remote:
         raise QuarryError(f"could not read a complete generation of {self.url}: it keeps changing")
 
     def _fetch_generation(self, store: Path, pointer) -> None:
-        from quarry.index import searchindex as retrieval
+        from quarry.retrieval import searchindex as retrieval
 
         catalog = store / pointer.catalog
         if not catalog.is_file():
@@ -201,15 +195,29 @@ class Remote:
 
     @staticmethod
     def _prune_local(store: Path, generation: int) -> None:
-        """Drop cached generations older than the previous one (a reader may still map it)."""
+        """Drop cached generations the retention no longer keeps (a reader may still map the previous one)."""
+        from quarry.store.generations import keep_generations, kept
+
+        keep = max(2, keep_generations())
         for path in list(store.glob("catalog-*.duckdb")) + list(store.glob("index-*")):
             gen = _generation_of(path.name if path.suffix == ".duckdb" else path.name + "/")
-            if gen is not None and gen < generation - 1:
+            if gen is not None and not kept(gen, generation, keep) and gen < generation:
                 if path.is_dir():
                     shutil.rmtree(path, ignore_errors=True)
                 else:
                     path.unlink(missing_ok=True)
                     Path(str(path) + ".wal").unlink(missing_ok=True)
+
+    def generations(self) -> set[int]:
+        """The generations whose catalog is on the object store."""
+        return {g for k in self.objects.list("catalog-") if (g := _generation_of(k)) is not None}
+
+    def fetch_generation(self, store: Path, generation: int) -> None:
+        """Download generation ``generation``'s catalog and index files into ``store`` unless there
+        (``quarry rollback`` to a generation the local cache no longer holds)."""
+        from quarry.store.layout import Pointer
+
+        self._fetch_generation(store, Pointer(generation, Pointer.catalog_name(generation), "", 0, "", 0, 0.0))
 
     # --- writing (the caller holds the lease) ------------------------------------------------
 
@@ -239,7 +247,7 @@ class Remote:
         When it fails, the generation's local files go too: they must never pass for the files of
         a generation of the same number that another writer commits.
         """
-        from quarry.index import searchindex as retrieval
+        from quarry.retrieval import searchindex as retrieval
 
         try:
             self._commit(store, pointer, upload)
@@ -251,7 +259,7 @@ class Remote:
             raise
 
     def _commit(self, store: Path, pointer, upload: bool) -> None:
-        from quarry.index import searchindex as retrieval
+        from quarry.retrieval import searchindex as retrieval
 
         if self.lease is None:
             raise QuarryError(f"committing to {self.url} without the writer lease")
@@ -307,6 +315,8 @@ class Remote:
 
     def remove_old_generations(self, committed: int, keep: int | None = None) -> list[str]:
         """Delete remote generations older than the last ``keep`` and any newer than ``committed``."""
+        from quarry.store.generations import keep_generations
+
         keep = keep or keep_generations()
         doomed = []
         for key in self.objects.list(""):

@@ -24,10 +24,13 @@ LOOKUP_BATCH = 500
 READ_BATCH = 65_536  # vectors read at a time at commit (96 MB at 384 dimensions)
 
 
+TABLE_PREFIX = "chunks_"
+
+
 def table_name(model: str, dim: int) -> str:
     """The table holding vectors of ``model`` at ``dim`` dimensions."""
     slug = re.sub(r"[^a-z0-9]+", "_", model.lower()).strip("_") or "model"
-    return f"chunks_{slug}_{dim}"
+    return f"{TABLE_PREFIX}{slug}_{dim}"
 
 
 def schema(model: str, dim: int) -> pa.Schema:
@@ -204,10 +207,29 @@ def compact(table, max_fragments: int = 32) -> None:
         table.optimize(cleanup_older_than=_NEVER)
 
 
-def prune(table, keep_for: timedelta = timedelta(hours=1)) -> None:
-    """Drop versions older than ``keep_for``; call only after a commit.
+def prune(table, keep_for: timedelta = timedelta(hours=1), keep_versions: set[int] | frozenset = frozenset()) -> None:
+    """Drop versions older than ``keep_for``, but none as old as the oldest of ``keep_versions``
+    (those of the generations a store keeps for ``quarry rollback``); call only after a commit.
 
     Then the committed version is the latest, which is never removed; older versions stay a
-    while because a reader may still have one checked out.
+    while because a reader may still have one checked out. Ages are measured on LanceDB's own
+    clock (from the latest version), so a time zone between the two never matters.
     """
+    if keep_versions:
+        stamps = {v["version"]: v["timestamp"] for v in table.list_versions()}
+        oldest = min((stamps[v] for v in keep_versions if v in stamps), default=None)
+        latest = stamps[max(stamps)] if stamps else None
+        if oldest is not None and oldest < latest:  # the margin covers the moments since the latest write
+            keep_for = max(keep_for, latest - oldest + timedelta(seconds=30))
     table.optimize(cleanup_older_than=keep_for)
+
+
+def drop_unreferenced(store: Path, names: set[str]) -> list[str]:
+    """Drop quarry's vector tables that no kept generation names (an embedding model no longer used)."""
+    db = connect(store)
+    dropped = []
+    for name in db.table_names():
+        if name.startswith(TABLE_PREFIX) and name not in names:
+            db.drop_table(name)
+            dropped.append(name)
+    return dropped

@@ -3,8 +3,9 @@
 Order of work, and why it is crash-safe:
 
 1. take the writer lock (flock; released by the kernel if the process dies);
-2. remove what dead runs left: catalog generations CURRENT does not name, and LanceDB
-   versions after the committed one (restored back);
+2. remove what dead runs left: catalog generations newer than the one CURRENT names (and
+   those past the retention, quarry/store/generations.py), and LanceDB versions after the
+   committed one (restored back);
 3. copy the committed catalog to a new generation file and apply the run's changes there,
    while LanceDB gets the new rows as new table versions — readers keep using the committed
    catalog file and check out the committed table version, so they see none of it;
@@ -16,10 +17,11 @@ A kill before step 4's rename leaves the old pointer, hence the old state, intac
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import duckdb
@@ -31,7 +33,8 @@ from quarry.core import paths
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.models import DocumentRecord, RunReport
 from quarry.store import acl, catalog, journal, vectors
-from quarry.store.layout import DOCTOR_HINT, Pointer, WriterLock, read_pointer, remove_stale_generations, write_pointer
+from quarry.store import generations
+from quarry.store.layout import DOCTOR_HINT, Pointer, WriterLock, read_pointer, write_pointer
 
 
 LOAD_MEMORY_LIMIT = "256MB"  # DuckDB's cache while batches load (see StoreWriter._open)
@@ -184,10 +187,18 @@ class StoreWriter:
         """
         t0 = time.perf_counter()
         self.lift_cache_cap()
+        try:
+            vectors.compact(self.table)
+        except Exception as exc:  # a slower table is better than a lost run
+            logging.getLogger("quarry").warning("LanceDB compaction failed, will retry next run: %s", exc)
         # committed_generation marks a catalog whose commit finished writing it: `quarry doctor`
-        # adopts only such a generation when it has to rebuild a lost CURRENT.
-        for key, value in {**settings_meta, "model": self.model, "dim": str(self.dim),
-                           "committed_generation": str(self.generation)}.items():
+        # adopts only such a generation when it has to rebuild a lost CURRENT. The vector table and
+        # version make the catalog name its whole state, for `quarry rollback`.
+        meta = {**settings_meta, "model": self.model, "dim": str(self.dim), "committed_generation": str(self.generation),
+                "vector_table": self.table.name, "vector_version": str(self.table.version)}
+        if self.base is not None:  # the replaced generation's pointer as it stands now (maintain may have moved it)
+            meta["previous_pointer"] = json.dumps(asdict(self.base))
+        for key, value in meta.items():
             catalog.set_meta(self.con, key, value)
         faults.point("fts")
         self._write_search_index()
@@ -199,10 +210,6 @@ class StoreWriter:
         self.con.execute("CHECKPOINT")
         self.con.close()
         self.con = None
-        try:
-            vectors.compact(self.table)
-        except Exception as exc:  # a slower table is better than a lost run
-            logging.getLogger("quarry").warning("LanceDB compaction failed, will retry next run: %s", exc)
         pointer = Pointer(
             generation=self.generation,
             catalog=self.catalog_path.name,
@@ -220,9 +227,9 @@ class StoreWriter:
         return CommitInfo(self.generation, pointer.vector_version, time.perf_counter() - t0)
 
     def _write_search_index(self) -> None:
-        """Build ``index-<gen>/`` (BM25 + vectors, see quarry/index), or link the previous
+        """Build ``index-<gen>/`` (BM25 + vectors, see quarry/retrieval), or link the previous
         generation's files when no chunk changed (moves and touches leave chunks as they were)."""
-        from quarry.index import searchindex
+        from quarry.retrieval import searchindex
         catalog.sync_fts(self.con, self.duckdb_fts)  # dropped unless asked for: search never uses it
         folder = self.store / searchindex.folder_name(self.generation)
         base = self.store / searchindex.folder_name(self.base.generation) if self.base else None
@@ -256,15 +263,7 @@ class StoreWriter:
         self.con.execute(f"SET memory_limit = '{self.memory_limit}'")
 
     def _after_commit(self, pointer: Pointer) -> None:
-        from quarry.index import searchindex
-        remove_stale_generations(self.store, keep=pointer.catalog)
-        searchindex.remove_stale(self.store, keep=searchindex.folder_name(pointer.generation))
-        try:
-            vectors.prune(self.table)
-            if self.model_changed and self.base:
-                vectors.connect(self.store).drop_table(self.base.vector_table)
-        except Exception:  # tidying is best-effort; the next run tries again
-            pass
+        after_commit(self.store, pointer, self.table)
 
     def close(self) -> None:
         """Abandon uncommitted work (if any) and release the lock."""
@@ -291,13 +290,26 @@ class StoreWriter:
 
 
 def remove_debris(store: Path) -> Pointer | None:
-    """Delete catalog generations and index folders that CURRENT does not name (left by a killed
-    run); returns the pointer. The caller holds the writer lock."""
-    from quarry.index import searchindex
+    """Delete catalog generations and index folders that CURRENT does not name and the retention
+    does not keep (left by a killed run, or past ``QUARRY_KEEP_GENERATIONS``); returns the pointer.
+    The caller holds the writer lock."""
     base = read_pointer(store)
-    remove_stale_generations(store, keep=base.catalog if base else None)
-    searchindex.remove_stale(store, keep=searchindex.folder_name(base.generation) if base else None)
+    generations.remove_unkept(store, base.generation if base else None)
     return base
+
+
+def after_commit(store: Path, pointer: Pointer, table=None) -> None:
+    """Tidy after the pointer moved: generations past the retention, LanceDB versions no kept
+    generation names (older than an hour), vector tables no kept generation names. Best-effort:
+    the next commit tries again."""
+    generations.remove_unkept(store, pointer.generation)
+    try:
+        versions = generations.kept_versions(store, pointer)
+        if table is not None:
+            vectors.prune(table, keep_versions=versions.get(table.name, set()))
+        vectors.drop_unreferenced(store, set(versions))
+    except Exception as exc:
+        logging.getLogger("quarry").info("tidying the vector table after commit failed (retried next run): %s", exc)
 
 
 def insert_run(con, run_row: RunReport | dict) -> None:

@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from quarry.core.registry import Registry
-from quarry.index.dense import normalise  # noqa: F401 - part of this seam's surface
+from quarry.retrieval.dense import normalise  # noqa: F401 - part of this seam's surface
 
 # name -> factory(settings, **constructor keywords) -> Embedder; each backend module registers
 # its own, in this order (CLI choices, error messages). A new backend: one module, one line here.

@@ -11,7 +11,7 @@ import hashlib
 import numpy as np
 
 from quarry.ingest.embedders.base import EMBEDDERS, normalise
-from quarry.index.textnorm import tokens
+from quarry.retrieval.textnorm import tokens
 
 
 class HashEmbedder:

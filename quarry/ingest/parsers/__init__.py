@@ -31,10 +31,14 @@ class Format:
     structure: str = ""  # what structure is kept, for ``quarry formats`` and the README
     heavy: bool = False  # CPU-bound: parsed in the process pool, under the per-file timeout
     ocr: bool = False  # the parser takes ``ocr=`` (PDF pages without text, images)
+    binaries: tuple[str, ...] = ()  # system programs it runs; missing ones are reported by ``quarry formats``
+    archive: bool = False  # a container: its members are the documents (discovery lists them)
+    encryption: bool = False  # checked for a password before parsing (parsers/encrypted.py)
 
 
-_T, _S, _O, _M, _D, _E = ("quarry.ingest.parsers.text", "quarry.ingest.parsers.sheets", "quarry.ingest.parsers.office",
-                          "quarry.ingest.parsers.mail", "quarry.ingest.parsers.data", "quarry.ingest.parsers.unsupported")
+_T, _S, _O, _M, _D, _L, _A = ("quarry.ingest.parsers.text", "quarry.ingest.parsers.sheets",
+                              "quarry.ingest.parsers.office", "quarry.ingest.parsers.mail", "quarry.ingest.parsers.data",
+                              "quarry.ingest.parsers.legacy", "quarry.ingest.parsers.archive")
 FORMATS: tuple[Format, ...] = (
     Format("md", (".md", ".markdown", ".mdx"), f"{_T}:parse_text", "built in", (),
            "headings (ATX, setext), front matter"),
@@ -47,17 +51,17 @@ FORMATS: tuple[Format, ...] = (
     Format("pdf", (".pdf",), "quarry.ingest.parsers.pdf:parse_pdf", "pypdf; OCR: pypdfium2 + rapidocr-onnxruntime",
            ("pypdf",), "pages, outline headings; OCR of pages without text", heavy=True, ocr=True),
     Format("docx", (".docx",), "quarry.ingest.parsers.docx:parse_docx", "python-docx", ("docx",),
-           "heading styles, tables in body order", heavy=True),
+           "heading styles, tables in body order", heavy=True, encryption=True),
     Format("pptx", (".pptx", ".pptm"), f"{_O}:parse_pptx", "python-pptx", ("pptx",),
-           "a section per slide (title, body, tables, notes); page = slide", heavy=True),
-    Format("odt", (".odt",), f"{_O}:parse_odt", "odfpy", ("odf",), "headings, tables", heavy=True),
+           "a section per slide (title, body, tables, notes); page = slide", heavy=True, encryption=True),
+    Format("odt", (".odt",), f"{_O}:parse_odt", "odfpy", ("odf",), "headings, tables", heavy=True, encryption=True),
     Format("rtf", (".rtf",), f"{_O}:parse_rtf", "striprtf", ("striprtf",), "none (RTF keeps no heading marks)"),
     Format("epub", (".epub",), f"{_O}:parse_epub", "ebooklib + selectolax", ("ebooklib",),
            "chapters in spine order, their h1-h6", heavy=True),
     Format("xlsx", (".xlsx", ".xlsm"), f"{_S}:parse_sheets", "openpyxl", ("openpyxl",),
-           "a section per sheet; header row repeated on every row group", heavy=True),
-    Format("xls", (".xls",), f"{_S}:parse_sheets", "xlrd", ("xlrd",), "as xlsx", heavy=True),
-    Format("ods", (".ods",), f"{_S}:parse_sheets", "odfpy", ("odf",), "as xlsx", heavy=True),
+           "a section per sheet; header row repeated on every row group", heavy=True, encryption=True),
+    Format("xls", (".xls", ".xlt"), f"{_S}:parse_sheets", "xlrd", ("xlrd",), "as xlsx", heavy=True, encryption=True),
+    Format("ods", (".ods",), f"{_S}:parse_sheets", "odfpy", ("odf",), "as xlsx", heavy=True, encryption=True),
     Format("csv", (".csv",), f"{_S}:parse_sheets", "csv + charset-normalizer", (),
            "header row repeated on every row group"),
     Format("tsv", (".tsv", ".tab"), f"{_S}:parse_sheets", "csv + charset-normalizer", (), "as csv"),
@@ -79,35 +83,63 @@ FORMATS: tuple[Format, ...] = (
     Format("image", (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp", ".gif", ".heic", ".heif"),
            "quarry.ingest.parsers.ocr:parse_image", "Pillow + rapidocr-onnxruntime (HEIC: pillow-heif)",
            ("PIL", "rapidocr_onnxruntime"), "OCR text; a page per TIFF frame", heavy=True, ocr=True),
-    Format("doc", (".doc",), f"{_E}:parse_unsupported", "none (no pip-installable reader)", (),
-           "unsupported: legacy Word, convert to DOCX"),
-    Format("ppt", (".ppt",), f"{_E}:parse_unsupported", "none (no pip-installable reader)", (),
-           "unsupported: legacy PowerPoint, convert to PPTX"),
+    Format("doc", (".doc", ".dot"), f"{_L}:parse_legacy", "LibreOffice (headless) to DOCX, then python-docx", ("docx",),
+           "as docx (converted)", heavy=True, binaries=("soffice",), encryption=True),
+    Format("ppt", (".ppt", ".pps", ".pot"), f"{_L}:parse_legacy", "LibreOffice (headless) to PPTX, then python-pptx",
+           ("pptx",), "as pptx (converted): a section and a page per slide", heavy=True, binaries=("soffice",),
+           encryption=True),
+    Format("zip", (".zip",), f"{_A}:parse_archive", "zipfile (stdlib)", (),
+           "members indexed as documents: archive.zip!/dir/file.pdf", archive=True),
+    Format("tar", (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz"), f"{_A}:parse_archive",
+           "tarfile (stdlib)", (), "as zip", archive=True),
+    Format("7z", (".7z",), f"{_A}:parse_archive", "py7zr", ("py7zr",), "as zip", archive=True),
 )
 BY_TYPE: dict[str, Format] = {f.name: f for f in FORMATS}
 SUPPORTED: dict[str, str] = {ext: f.name for f in FORMATS for ext in f.extensions}
+ARCHIVE_TYPES = frozenset(f.name for f in FORMATS if f.archive)
 
 
 def describe_formats() -> list[dict]:
-    """Each format with its extensions, library, kept structure and missing imports (for ``quarry formats``)."""
+    """Each format with its extensions, library, kept structure, and the imports and programs it
+    lacks here (for ``quarry formats``)."""
     import importlib.util
+    import shutil
 
+    from quarry.ingest.parsers.legacy import INSTALL_HINT, soffice
     from quarry.ingest.parsers.ocr import engine_name
 
     rows = []
     for f in FORMATS:
         missing = [m for m in f.requires if importlib.util.find_spec(m) is None]
+        install = ["pip install -e . (the Python packages quarry depends on)"] if missing else []
+        programs = {p: soffice() if p == "soffice" else shutil.which(p) for p in f.binaries}
+        for program, where in programs.items():
+            if where is None:
+                missing.append(program)
+                install.append(INSTALL_HINT if program == "soffice" else f"install {program}")
         if f.ocr and not engine_name():
             missing.append("rapidocr_onnxruntime or tesseract")
+            install.append("pip install rapidocr-onnxruntime, or install tesseract")
         rows.append({"type": f.name, "extensions": list(f.extensions), "library": f.library,
-                     "structure": f.structure, "missing": missing,
-                     "readable": not missing and not f.parser.endswith("parse_unsupported")})
+                     "programs": programs, "structure": f.structure, "missing": missing,
+                     "readable": not missing, "install": "; ".join(install)})
     return rows
 
 
+def formats_markdown() -> str:
+    """The table of docs/formats.md, from :data:`FORMATS` (``tests/test_docs_formats.py`` keeps them equal)."""
+    lines = ["| type | extensions | read by | structure kept |", "|---|---|---|---|"]
+    for f in FORMATS:
+        library = f.library + (f" (needs the program `{'`, `'.join(f.binaries)}`)" if f.binaries else "")
+        lines.append(f"| {f.name} | {' '.join(f'`{e}`' for e in f.extensions)} | {library} | {f.structure} |")
+    return "\n".join(lines)
+
+
 def file_type_for(path: str) -> str:
-    """The file type quarry reads ``path`` as ("md", "pdf", ...) by its suffix, or "" when unknown."""
-    return SUPPORTED.get(os.path.splitext(path)[1].lower(), "")
+    """The file type quarry reads ``path`` as ("md", "pdf", "tar", ...) by its suffix, or "" when unknown."""
+    name = os.path.basename(path).lower()
+    stem, ext = os.path.splitext(name)
+    return SUPPORTED.get(os.path.splitext(stem)[1] + ext) or SUPPORTED.get(ext, "")
 
 
 def detect_type(path: str) -> str:
@@ -136,12 +168,24 @@ def parse_file(path: str, file_type: str | None = None, ocr: bool = True) -> Par
     ``ocr`` lets the PDF parser OCR pages without a text layer and the image parser read
     images at all. Raises UnsupportedFile for a type quarry does not read, and ParseError,
     with a one-line reason, for a supported file that cannot be read. No library exception escapes.
+    (A member of an archive is read with its archive's other members: ``parse_data``.)
     """
     kind = file_type if file_type is not None else file_type_for(path)
     if kind not in BY_TYPE:
         raise UnsupportedFile(f"unsupported file type: {display(os.path.basename(path))}")
     # Never blocks on a FIFO, refuses what is not a regular file, hashes exactly what is parsed.
     data, digest = read_regular(path, limit=max_file_bytes())
+    return parse_data(data, kind, digest, ocr=ocr)
+
+
+def parse_data(data: bytes, kind: str, digest: str | None, ocr: bool = True) -> ParsedDocument:
+    """Parse a whole file's bytes as ``kind`` and stamp the document with ``digest``, the identity
+    of those bytes (their sha256; an archive member's own, see parsers/archive.py)."""
+    if kind not in BY_TYPE:
+        raise UnsupportedFile(f"unsupported file type: {kind}")
+    limit = max_file_bytes()
+    if limit and len(data) > limit:
+        raise ParseError(f"file is over the {limit >> 20} MB limit (QUARRY_MAX_FILE_MB); skipped")
     if not data:  # empty, whatever the type: counted as an empty document, not a failure
         return ParsedDocument(text="", sha256=digest)
     doc = parse_bytes(data, kind, ocr=ocr)
@@ -156,6 +200,13 @@ def parse_bytes(data: bytes, kind: str, ocr: bool = True) -> ParsedDocument:
         raise UnsupportedFile(f"unsupported file type: {kind}")
     if not data:  # empty, whatever the type: counted as an empty document, not a failure
         return ParsedDocument(text="")
+    if fmt.encryption:
+        from quarry.ingest.parsers.encrypted import check_encrypted
+
+        check_encrypted(data, kind)
+    actual = _by_content(data, kind)
+    if actual != kind:  # a .doc that is an OOXML package, RTF or HTML; a .docx that is a legacy DOC
+        return parse_bytes(data, actual, ocr=ocr)
     module, name = fmt.parser.split(":")
     try:
         parse = getattr(importlib.import_module(module), name)
@@ -170,6 +221,27 @@ def parse_bytes(data: bytes, kind: str, ocr: bool = True) -> ParsedDocument:
         raise ParseError(f"cannot parse {kind}: nested too deeply") from exc
     except Exception as exc:  # anything a library raises on odd input is this file's problem
         raise ParseError(f"cannot parse {kind}: {one_line(exc)}") from exc
+
+
+# Types whose files carry a signature: a file named as one of them whose bytes say it is another
+# readable type is parsed as what it is (old shares hold many an RTF or HTML file named .doc).
+_SIGNED = frozenset("doc ppt xls docx pptx xlsx odt ods epub msg pdf rtf".split())
+
+
+def _by_content(data: bytes, kind: str) -> str:
+    if kind not in _SIGNED:
+        return kind
+    from quarry.ingest.parsers.sniff import sniff_bytes, sniff_text
+
+    actual = sniff_bytes(data)
+    if actual is None and kind in ("doc", "ppt", "xls", "rtf"):  # not a binary signature: maybe text
+        head = sniff_text(data[:8192])
+        actual = head if head in ("html", "xml", "rtf") else None
+    if not actual or actual not in BY_TYPE or actual == kind:
+        return kind
+    if actual == "xml" and kind != "xls":  # only an Excel 2003 XML sheet passes for a legacy file as XML
+        return kind
+    return actual
 
 
 def max_file_bytes() -> int:

@@ -244,7 +244,7 @@ def filing_context(opening: str) -> dict[str, str]:
     registrant's name above the "(Exact name of registrant as specified in its charter)"
     caption); ``{}`` for anything else. The header's title line takes the type and period
     (:func:`quarry.ingest.context.with_period`); the document's card, which names it to the
-    search (:mod:`quarry.index.cards`), takes all four."""
+    search (:mod:`quarry.retrieval.cards`), takes all four."""
     text = " ".join(opening.split())
     out = {}
     kind = min(((m.start(), label) for rx, label in _TYPES if (m := rx.search(text))), default=None)

@@ -36,7 +36,8 @@ import numpy as np
 
 import pyarrow as pa
 
-from quarry.index import bm25, cards, dense, rows
+from quarry.retrieval import bm25, cards, dense, rows
+from quarry.core.safeio import fsync_dir
 
 INDEX_VERSION = 2
 MANIFEST = "index.json"
@@ -162,14 +163,14 @@ def write(folder: Path, arrays: dict, manifest: dict) -> None:
 @contextmanager
 def _staged(folder: Path):
     """A fresh folder beside ``folder`` to write into; renamed into place when the block ends
-    without an error (a dead run's leftover is removed by :func:`remove_stale`)."""
+    without an error (a dead run's leftover is removed by :func:`quarry.store.generations.remove_unkept`)."""
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     yield tmp
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
-    _fsync_dir(folder.parent)
+    fsync_dir(folder.parent)
 
 
 def _save(path: Path, value) -> None:
@@ -217,7 +218,7 @@ def link(source: Path, folder: Path, con) -> None:
             shutil.copy2(path, tmp / path.name)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
-    _fsync_dir(folder.parent)
+    fsync_dir(folder.parent)
 
 
 def is_complete(folder: Path) -> bool:
@@ -227,23 +228,6 @@ def is_complete(folder: Path) -> bool:
         return False
     return manifest.get("version") == INDEX_VERSION
 
-
-def remove_stale(store: Path, keep: str | None) -> list[str]:
-    """Delete index folders other than ``keep`` (and temporary ones left by dead runs)."""
-    removed = []
-    for path in store.glob("index-*"):
-        if path.name != keep:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path.name)
-    return removed
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class SearchIndex:

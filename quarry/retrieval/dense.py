@@ -14,7 +14,7 @@ query path. Scores are cosine similarities.
   Finer lists read fewer rows for the same recall: at 1M rows, ``√rows`` lists probed 1/8
   deep read 125,000 rows a query (31 ms); see docs/search-index.md for the measured choice and
   why not HNSW (build time at commit on two cores).
-- **binary**: sign bits of every row (:mod:`quarry.index.binaryvec`, 48 bytes a row at 384-d), Hamming
+- **binary**: sign bits of every row (:mod:`quarry.retrieval.binaryvec`, 48 bytes a row at 384-d), Hamming
   top ``20 n``, re-scored exactly (recall@10 0.978 on MiniLM). The bits are computed from the
   memory map on first use (about a second per million rows).
 
@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from quarry.index.select import top_n
+from quarry.retrieval.select import top_n
 
 IVF_MIN_ROWS = 20_000  # below this, exact search reads under 30 MB per query and IVF is not built
 NLIST_FACTOR = 2.0  # nlist = NLIST_FACTOR * sqrt(rows): k-means cost grows with it (bench/ann_recall.py --rows)
@@ -330,7 +330,7 @@ class DenseIndex:
 
     def _binary_search(self, q, n, smask, rescore_multiplier):
         if self._binary is None:
-            from quarry.index.binaryvec import BinaryIndex
+            from quarry.retrieval.binaryvec import BinaryIndex
 
             self._binary = BinaryIndex(self.vectors)
         slots, scores = self._binary.search(q, n, rescore_multiplier=rescore_multiplier, mask=smask)

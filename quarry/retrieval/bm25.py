@@ -1,7 +1,7 @@
 """BM25 over a persisted sparse matrix of precomputed term weights.
 
 Built once per committed generation from the catalog (``build``), saved as ``.npy`` files and
-memory-mapped by readers (``quarry.index.searchindex.SearchIndex.load``), so opening costs milliseconds
+memory-mapped by readers (``quarry.retrieval.searchindex.SearchIndex.load``), so opening costs milliseconds
 and a query costs one slice of the matrix per query term.
 
 Scoring is Okapi BM25 with Lucene's non-negative IDF::
@@ -14,7 +14,7 @@ with k1 = 1.2, b = 0.75 and the natural logarithm. N is the number of chunks, ``
 number of terms of chunk ``d`` after stop words are dropped, ``avgdl`` the mean of ``len`` over
 all chunks. DuckDB's ``match_bm25`` computes the same formula with ``log()``, which is base 10
 there: its scores are these divided by ln 10, in the same order (``tests/test_bm25.py`` checks
-this on real text). Terms are the tokens of :mod:`quarry.index.textnorm` (numbers and codes kept,
+this on real text). Terms are the tokens of :mod:`quarry.retrieval.textnorm` (numbers and codes kept,
 compounds also split), minus the English stop words, Porter-stemmed by PyStemmer's ``porter``
 (Snowball's C code, the algorithm DuckDB's ``stem(word, 'porter')`` runs). It replaced a
 hand-written stemmer that gave the same stem for all 88,582 distinct non-stop-word tokens of
@@ -25,7 +25,7 @@ memory-mapped per committed generation, so a reader opens it in milliseconds wit
 DuckDB's FTS extension (about half a second to load) nor a Python object graph to unpickle,
 and a query costs one slice of a CSC matrix per term. Its scores equal ``match_bm25``'s up to
 the constant ln 10 (``tests/test_bm25.py`` on real text), and the file format is what
-``quarry.index.searchindex`` commits atomically with the catalog. DuckDB's own index remains
+``quarry.retrieval.searchindex`` commits atomically with the catalog. DuckDB's own index remains
 available to SQL users (``QUARRY_DUCKDB_FTS=1``, docs/export.md).
 
 Files (``bm25.*`` in the generation's index folder):
@@ -45,10 +45,10 @@ import time
 
 import numpy as np
 
-from quarry.index.select import top_n
-from quarry.index.stopwords import STOPWORDS
+from quarry.retrieval.select import top_n
+from quarry.retrieval.stopwords import STOPWORDS
 from quarry.core.sqlfiles import load_sql
-from quarry.index.textnorm import tokens
+from quarry.retrieval.textnorm import tokens
 
 K1 = 1.2
 B = 0.75
@@ -88,7 +88,7 @@ def build(con, n_rows: int, slice_rows: int = SLICE_ROWS) -> tuple[dict[str, np.
 
 def build_texts(texts, n_rows: int, slice_rows: int = SLICE_ROWS) -> tuple[dict[str, np.ndarray | bytes], dict]:
     """The BM25 arrays of ``texts``: an Arrow string array of space-separated
-    :func:`quarry.index.textnorm.bm25_text` tokens, one per row (see :func:`build`)."""
+    :func:`quarry.retrieval.textnorm.bm25_text` tokens, one per row (see :func:`build`)."""
     step = max(1, slice_rows)
     texts = texts.combine_chunks() if hasattr(texts, "combine_chunks") else texts  # one dictionary per slice
     return _build((texts.slice(i, step) for i in range(0, len(texts), step)), n_rows)

@@ -1,4 +1,4 @@
-"""``python -m quarry.cli.prefect_server PORT PARENT_PID [--services]``: Prefect's API server, for one parent.
+"""``python -m quarry.flows.prefect_server PORT PARENT_PID [--services]``: Prefect's API server, for one parent.
 
 A watchdog thread ends the server as soon as the parent process is gone, so a killed
 ``quarry index`` or ``quarry serve`` never leaves a server behind.

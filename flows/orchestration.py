@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from quarry.core.errors import QuarryError
+from quarry.core.errors import QuarryError, UsageError
 
 STARTUP_TIMEOUT = float(os.environ.get("QUARRY_PREFECT_STARTUP_TIMEOUT", "120"))
 
@@ -29,6 +29,9 @@ def prefect_environment() -> None:
     # quarry prints its own one-line errors and summaries; Prefect's console output would
     # repeat them with tracebacks. Task retries still reach the Prefect API's run logs.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
+    # Prefect's internal services (the events worker draining its queue at exit) log on a logger of
+    # their own, whatever PREFECT_LOGGING_LEVEL says: their warnings are no business of a user's
+    os.environ.setdefault("PREFECT_INTERNAL_LOGGING_LEVEL", "CRITICAL")
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
     os.environ.setdefault("PREFECT_UI_ENABLED", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -42,27 +45,61 @@ def _free_port() -> int:
 
 
 def _flush_prefect_logs() -> None:
-    """Send buffered run logs while the server still listens (else Prefect prints errors at exit)."""
-    if "prefect.logging.handlers" not in sys.modules:
-        return
-    try:
-        from prefect.logging.handlers import APILogHandler
+    """Send buffered run logs and events while the server still listens, and stop the workers that
+    send them. Else Prefect retries them at exit against a server that is gone (minutes of
+    "EventsWorker - Still processing items"), and a later call in the same process (a notebook,
+    a scheduler's worker) finds workers still bound to that dead server."""
+    if "prefect.logging.handlers" in sys.modules:
+        try:
+            from prefect.logging.handlers import APILogHandler, APILogWorker
 
-        APILogHandler.flush()
-    except Exception:  # logs are a convenience; never fail a run over them
-        pass
+            APILogHandler.flush()
+            APILogWorker.drain_all(timeout=10, at_exit=False)
+        except Exception:  # logs are a convenience; never fail a run over them
+            pass
+    if "prefect.events.worker" in sys.modules:
+        try:
+            from prefect.events.worker import EventsWorker
+
+            EventsWorker.drain_all(timeout=10, at_exit=False)
+        except Exception:
+            pass
+
+
+SERVER_FILE = "server.json"  # <store>/prefect/server.json: the API of a running `quarry serve`
+
+
+def serving_api(store: Path) -> str | None:
+    """The API URL of the private Prefect server a running ``quarry serve`` of ``store`` announced
+    (``<store>/prefect/server.json``), or None when there is none or it does not answer."""
+    import json
+
+    try:
+        info = json.loads((store / "prefect" / SERVER_FILE).read_text(encoding="utf-8"))
+        os.kill(int(info["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    import httpx
+
+    try:
+        return info["url"] if httpx.get(f"{info['url']}/health", timeout=2).status_code == 200 else None
+    except httpx.HTTPError:
+        return None
 
 
 @contextlib.contextmanager
-def prefect_api(log_dir: Path, services: bool = False, database: Path | None = None, check=None):
+def prefect_api(log_dir: Path, services: bool = False, database: Path | None = None, check=None,
+                port: int | None = None, announce: Path | None = None):
     """Yield with ``PREFECT_API_URL`` pointing at a reachable Prefect API.
 
-    Uses the user's server when ``PREFECT_API_URL`` is set; otherwise starts a private one.
-    ``services`` runs Prefect's background services in it (the scheduler that turns schedules
-    into flow runs: ``quarry serve`` needs it; a one-shot run does not). ``database`` is the
-    private server's SQLite file (default: Prefect's own, under ``PREFECT_HOME``). ``check`` is
-    called once ``PREFECT_API_URL`` is set and before waiting for the server: Prefect reads its
-    settings once, at import, so work that imports Prefect must not come earlier.
+    Uses the user's server when ``PREFECT_API_URL`` is set; otherwise starts a private one, on
+    127.0.0.1 at ``port`` (default: a free one). ``services`` runs Prefect's background services
+    in it (the scheduler that turns schedules into flow runs: ``quarry serve`` needs it; a one-shot
+    run does not). ``database`` is the private server's SQLite file (default: Prefect's own, under
+    ``PREFECT_HOME``). ``announce``: a file that names the private server (URL and this process)
+    while it runs, so that one-shot runs of the same store use it. ``check`` is called once
+    ``PREFECT_API_URL`` is set and before waiting for the server: Prefect reads its settings once,
+    at import, so work that imports Prefect must not come earlier.
     """
     prefect_environment()
     if os.environ.get("PREFECT_API_URL"):
@@ -73,14 +110,21 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
     import httpx
 
     log_dir.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    if port is not None:
+        with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError as exc:
+                raise QuarryError(f"cannot serve the Prefect API on 127.0.0.1:{port}: {exc.strerror or exc}; "
+                                  "choose another --port") from None
+    port = port or _free_port()
     log = open(log_dir / "prefect-server.log", "ab")
     env = dict(os.environ)
     if database is not None:
         database.parent.mkdir(parents=True, exist_ok=True)
         env["PREFECT_API_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{database}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "quarry.cli.prefect_server", str(port), str(os.getpid()),
+        [sys.executable, "-m", "quarry.flows.prefect_server", str(port), str(os.getpid()),
          *(["--services"] if services else [])],
         stdout=log,
         stderr=log,
@@ -105,8 +149,19 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
             if time.monotonic() > deadline:
                 raise QuarryError(f"the Prefect server did not start within {STARTUP_TIMEOUT:.0f} s")
             time.sleep(0.2)
+        if announce is not None:
+            import json
+
+            announce.parent.mkdir(parents=True, exist_ok=True)
+            tmp = announce.with_name(f".{announce.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}), encoding="utf-8")
+            os.replace(tmp, announce)
         yield url
     finally:
+        if announce is not None:
+            with contextlib.suppress(OSError):
+                if f'"pid": {os.getpid()}' in announce.read_text(encoding="utf-8"):
+                    announce.unlink()
         _flush_prefect_logs()
         os.environ.pop("PREFECT_API_URL", None)
         proc.terminate()
@@ -117,6 +172,20 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
         log.close()
 
 
+def validate_cron(expr: str, timezone: str | None = None) -> None:
+    """Raise :class:`UsageError` unless Prefect's scheduler accepts ``expr``: validating with the
+    schedule type the deployment uses accepts exactly what it runs, five-field expressions and the
+    ``@hourly``/``@daily``/… nicknames alike."""
+    from prefect.client.schemas.schedules import CronSchedule
+    from pydantic import ValidationError
+
+    try:
+        CronSchedule(cron=expr, timezone=timezone)
+    except ValidationError as exc:
+        reason = "; ".join(str(err.get("msg", "")).removeprefix("Value error, ") for err in exc.errors())
+        raise UsageError(f"--cron {expr!r} is not a valid cron schedule: {reason}") from None
+
+
 def deployment_name(store: Path) -> str:
     """A deployment name per store, so that two stores served by one Prefect server never share one."""
     import hashlib
@@ -125,8 +194,11 @@ def deployment_name(store: Path) -> str:
 
 
 def serve_index(roots: list[str], store: Path, cron: str, name: str | None = None,
-                overrides: dict | None = None, on_start=None) -> None:
+                overrides: dict | None = None, on_start=None, initial_run: bool = True) -> None:
     """Run the index flow on ``cron`` until SIGTERM or SIGINT (Ctrl-C); needs :func:`prefect_api`.
+
+    ``initial_run``: one run of the deployment starts now, not at the first tick of ``cron`` (a
+    store served ``@daily`` would otherwise stay empty, or stale, for up to a day).
 
     Each scheduled run skips, recorded as a ``skipped`` run, when the store is still busy (a run
     longer than the interval, or a manual ``quarry index``). SIGTERM takes the same path as
@@ -159,7 +231,12 @@ def serve_index(roots: list[str], store: Path, cron: str, name: str | None = Non
     if overrides:
         parameters["overrides"] = overrides
     runner = _Runner(name=name, pause_on_shutdown=False)
-    runner.add_flow(index_flow, name=name, cron=cron, parameters=parameters)
+    deployment_id = runner.add_flow(index_flow, name=name, cron=cron, parameters=parameters)
+    if initial_run:
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            client.create_flow_run_from_deployment(deployment_id, tags=["initial-run"])
     if on_start is not None:
         on_start(name)
 

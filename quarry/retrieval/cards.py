@@ -15,7 +15,7 @@ documents of their own gives that match its weight once per document;
 Files (``cards.*`` in the generation's index folder, rewritten with ``docs.arrow`` at every
 commit, since a move changes a path):
 
-- ``cards.terms.bin`` … ``cards.weights.npy``: the BM25 arrays of :mod:`quarry.index.bm25`, one
+- ``cards.terms.bin`` … ``cards.weights.npy``: the BM25 arrays of :mod:`quarry.retrieval.bm25`, one
   row per document in ``docs.arrow`` order (doc_id order);
 - ``cards.row_doc.npy`` (int32, one per chunk row): the row's document, its position in
   ``docs.arrow`` (-1 if the catalog lacks it).
@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 
 from quarry.core.sqlfiles import load_sql
-from quarry.index import bm25
-from quarry.index.textnorm import bm25_text
+from quarry.retrieval import bm25
+from quarry.retrieval.textnorm import bm25_text
 
 PREFIX = "cards."
 ROW_DOC = "cards.row_doc.npy"

@@ -1,0 +1,183 @@
+"""``quarry.index()``: index a tree in one call.
+
+The one place that takes the writer lock, records a run that found the store busy, runs the
+index flow with a Prefect API (the configured one, or a private server whose history lives in
+the store) and returns the run's report. ``quarry index``, the first run of ``quarry serve``, a
+notebook, an Airflow or Dagster task and the tests all call it; the CLI only renders what it
+returns. A dry run needs no Prefect at all: it discovers and plans in this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+from quarry.core.errors import StoreLocked, UsageError
+from quarry.core.settings import Settings, store_path
+
+__all__ = ["index", "preview", "serve", "SECRET_SETTINGS"]
+
+# Settings passed to the flow through the environment, never as its parameters (Prefect records those).
+SECRET_SETTINGS = {"llm_api_key": "QUARRY_LLM_API_KEY", "openai_api_key": "QUARRY_OPENAI_API_KEY"}
+
+
+def index(paths: str | os.PathLike | Iterable[str | os.PathLike], db: str | os.PathLike | None = None, *,
+          full: bool = False, dry_run: bool = False, if_busy: str = "fail", progress: bool = False,
+          **settings) -> dict:
+    """Index the files under ``paths`` into the store ``db`` (default ``$QUARRY_DB`` or ``./.quarry``).
+
+    Incremental: only what changed since the last commit is parsed and embedded, and the run
+    becomes visible whole or not at all. ``full`` re-processes every file (vectors are still
+    reused where the text is equal); ``dry_run`` returns what would be added, updated, moved and
+    deleted, and what the deletion guard would stop, changing nothing; ``if_busy="skip"`` records a
+    ``skipped`` run and returns instead of raising :class:`~quarry.core.errors.StoreLocked` when
+    another run holds the store; ``progress`` shows a progress bar on standard error. ``settings``
+    are :class:`~quarry.core.settings.Settings` fields (``include=("*.md",)``, ``allow_deletes=True``,
+    ``embed_backend="hash"`` …) over ``QUARRY_*`` variables.
+
+    Returns the run report: the fields of :class:`~quarry.core.models.RunReport` plus ``plan`` and
+    ``rebuild`` (a dry run: ``plan``, ``files``, ``guard``). Raises
+    :class:`~quarry.core.errors.RunRefused` when the deletion guard stops the run (nothing written).
+    """
+    if if_busy not in ("fail", "skip"):
+        raise UsageError(f"if_busy must be 'fail' or 'skip', got {if_busy!r}")
+    roots = _roots(paths)
+    config = Settings.from_env(**settings)  # usage errors before anything starts
+    store = store_path(db)
+    if dry_run:
+        return preview(roots, store, config, full=full)
+    overrides = {k: v for k, v in settings.items() if v is not None and k not in SECRET_SETTINGS}
+    from quarry.store.layout import WriterLock
+
+    try:
+        lock = WriterLock(store).acquire()  # fail fast, before Prefect starts
+    except StoreLocked as exc:
+        if if_busy == "fail":
+            raise
+        return _skipped(store, roots, exc, config)
+    try:
+        with _secrets(settings), _history(store) as api:
+            from prefect.settings import PREFECT_API_URL, temporary_settings
+
+            from quarry.core import progress as bars
+            from quarry.flows.index import index_flow
+
+            bars.enable(progress)
+            # Prefect reads PREFECT_API_URL once, when first imported: a second call in the same
+            # process (a notebook, a scheduler's worker) must name this call's server itself
+            try:
+                with temporary_settings(updates={PREFECT_API_URL: api}):
+                    return index_flow(roots, db=str(store), full=full, overrides=overrides)
+            finally:
+                bars.enable(False)
+    finally:
+        lock.release()
+
+
+def serve(paths, db: str | os.PathLike | None = None, *, cron: str, name: str | None = None,
+          port: int | None = None, initial_run: bool = True, on_start=None, **settings) -> None:
+    """Re-index ``paths`` into ``db`` on ``cron`` until SIGTERM or SIGINT (what ``quarry serve`` does).
+
+    The first run starts at once (``initial_run=False``: at the first tick). Without
+    ``PREFECT_API_URL`` a private Prefect server with its scheduler runs beside this process, on
+    127.0.0.1 at ``port`` (default: a free one), its database under the store
+    (``<store>/prefect/prefect.db``); one-shot :func:`index` calls on the same store use it while it
+    runs. ``on_start(deployment, api_url)`` is called once the deployment is registered. A
+    scheduled run that finds the store busy is recorded as ``skipped``.
+    """
+    roots = _roots(paths)
+    Settings.from_env(**settings)  # usage errors before the server starts
+    store = store_path(db)
+    overrides = {k: v for k, v in settings.items() if v is not None and k not in SECRET_SETTINGS} or None
+    from quarry.flows.orchestration import SERVER_FILE, prefect_api, serve_index, validate_cron
+
+    with _secrets(settings), prefect_api(store / "logs", services=True, database=store / "prefect" / "prefect.db",
+                                         check=lambda: validate_cron(cron), port=port,
+                                         announce=store / "prefect" / SERVER_FILE) as url:
+        serve_index(roots, store, cron, name=name, overrides=overrides, initial_run=initial_run,
+                    on_start=(lambda deployment: on_start(deployment, url)) if on_start else None)
+
+
+def preview(roots: list[str], store: Path, settings: Settings, *, full: bool = False) -> dict:
+    """What a run would do, without Prefect and without writing anything (see :func:`index`)."""
+    from quarry.ingest.embedders import describe
+    from quarry.ingest.guard import GuardLimits, pattern_flags
+    from quarry.ingest.process import content_fingerprint
+    from quarry.store.layout import new_run_id
+    from quarry.store.planning import discover_roots, plan_run
+
+    model, dim = describe(settings)
+    found = discover_roots(roots, settings.include, settings.exclude)
+    planned = plan_run(store, found, full=full, fingerprint=content_fingerprint(settings), model=model, dim=dim,
+                       limits=GuardLimits.from_settings(settings), patterns=pattern_flags(settings.include, settings.exclude))
+    from quarry.store.acl import plan_for_run
+
+    permissions = plan_for_run(store, found.files, roots, settings.acl, settings.acl_rules)
+    return {**planned.dry_run_report(new_run_id(), found), "permissions": permissions.changed}
+
+
+def _roots(paths) -> list[str]:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    roots = [str(store_path(p)) for p in paths]
+    if not roots:
+        raise UsageError("nothing to index: give at least one path")
+    return roots
+
+
+def _skipped(store: Path, roots: list[str], exc: StoreLocked, settings: Settings) -> dict:
+    from quarry.store.journal import record_skip
+    from quarry.store.layout import new_run_id
+
+    started = datetime.now(timezone.utc).replace(tzinfo=None)
+    return record_skip(store, new_run_id(), started, roots, str(exc), settings.public_dict())
+
+
+@contextlib.contextmanager
+def _secrets(settings: dict) -> Iterator[None]:
+    """Hand API keys given as keywords to the flow through the environment, for this call only."""
+    saved = {}
+    for name, var in SECRET_SETTINGS.items():
+        if settings.get(name):
+            saved[var] = os.environ.get(var)
+            os.environ[var] = settings[name]
+    try:
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+
+
+@contextlib.contextmanager
+def _history(store: Path) -> Iterator[str]:
+    """A Prefect API for the run: ``PREFECT_API_URL`` when set; else the private server of a
+    ``quarry serve`` of this store, when one is running; else a private server of this call's own,
+    its database under the store (``<store>/prefect/prefect.db``), so the run's history stays with
+    the index it describes."""
+    from quarry.flows.orchestration import prefect_api, serving_api
+
+    url = None if os.environ.get("PREFECT_API_URL") else serving_api(store)
+    if url is not None:
+        os.environ["PREFECT_API_URL"] = url
+        try:
+            with prefect_api(store / "logs", check=_import_the_flow) as found:
+                yield found
+        finally:
+            os.environ.pop("PREFECT_API_URL", None)
+        return
+    with prefect_api(store / "logs", database=store / "prefect" / "prefect.db", check=_import_the_flow) as found:
+        yield found
+
+
+def _import_the_flow() -> None:
+    """Import the flow and LanceDB (about 2 s) while the private Prefect server starts (about 3 s):
+    called once ``PREFECT_API_URL`` is set, before waiting for the server, so the two overlap."""
+    import lancedb  # noqa: F401  (the writer's, imported on first use otherwise)
+
+    import quarry.flows.index  # noqa: F401

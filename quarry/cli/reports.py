@@ -1,0 +1,180 @@
+"""Rendering run reports for people: `quarry index`, `quarry runs`, `quarry rollback`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from quarry.core.paths import printable
+
+SHOWN_UNSUPPORTED = 5  # unsupported files named in a run's summary (all of them are in the run row)
+RUNS_LEGEND = "+added ~updated >moved -deleted =unchanged ?unsupported !failed"
+
+
+def echo_json(value) -> None:
+    click.echo(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+
+
+def print_index_report(report: dict) -> None:
+    """The summary of an index run (or of a dry run) on stdout; failures on stderr."""
+    if report.get("dry_run"):
+        _print_dry_run(report)
+        return
+    click.echo(
+        f"indexed: {report['added']} added, {report['updated']} updated, {report['moved']} moved, "
+        f"{report['deleted']} deleted, {report['skipped']} unchanged or empty, "
+        f"{report['unsupported']} unsupported, {report['failed']} failed"
+    )
+    click.echo(
+        f"chunks: {report['chunks']} written, {report['embedded_chunks']} embedded in {report['model_calls']} "
+        f"model calls, {report['reused_vectors']} vectors reused"
+        + (f", {report['truncated']} truncated" if report.get("truncated") else "")
+    )
+    if report.get("ocr_pages"):
+        click.echo(f"ocr: {report['ocr_pages']} pages in {report['ocr_seconds']:.1f} s")
+    if report.get("llm_calls") or report.get("llm_cached") or report.get("llm_fallback_windows"):
+        click.echo(
+            f"llm: {report['llm_calls']} calls, {report['llm_cached']} answers from cache, "
+            f"{report['llm_prompt_tokens']} prompt + {report['llm_completion_tokens']} completion tokens"
+        )
+    for fb in report.get("llm_fallback_windows") or []:
+        where = f" window {fb['window']}" if fb.get("window") is not None else ""
+        click.echo(f"llm fallback: {fb['path']} {fb['kind']}{where}: {fb['error']}", err=True)
+    if report.get("permissions_updated"):
+        click.echo(f"permissions: {report['permissions_updated']} documents changed who may read them (none re-parsed)")
+    if report.get("rebuild"):
+        click.echo(f"rebuilt: {report['rebuild']}")
+    _print_unsupported(report.get("unsupported", 0), report.get("unsupported_files") or [])
+    for err in report["errors"]:
+        click.echo(f"failed: {printable(err['path'])}: {err['error']}", err=True)
+
+
+def _print_unsupported(count: int, files: list[dict]) -> None:
+    """The count of files quarry does not read, the first few by name and why."""
+    if not count:
+        return
+    where = " (all of them in `quarry runs --json`)" if count > SHOWN_UNSUPPORTED else ""
+    click.echo(f"unsupported: {count} file{'s' if count != 1 else ''} quarry does not read{where}; "
+               "`quarry formats` lists what it reads")
+    for f in files[:SHOWN_UNSUPPORTED]:
+        click.echo(f"  {printable(f['path'])}: {f['reason']}")
+    if count > SHOWN_UNSUPPORTED:
+        click.echo(f"  … and {count - SHOWN_UNSUPPORTED} more")
+
+
+def _print_dry_run(report: dict) -> None:
+    plan = report["plan"]
+    click.echo(
+        f"dry run: would add {plan['new']}, update {plan['changed']}, move {plan['moved']}, "
+        f"delete {plan['removed']}; {plan['unchanged']} unchanged, {report['unsupported']} unsupported"
+        + (f"; new permissions for {report['permissions']}" if report.get("permissions") else "")
+    )
+    guard = report.get("guard") or {}
+    for reason in guard.get("refused") or []:
+        click.echo(f"guard: the run would be refused: {reason} (--allow-deletes lets it through)")
+    for failure in guard.get("failed_roots") or []:
+        click.echo(f"guard: root {printable(failure['path'])} would fail, its documents kept: {failure['error']}")
+    for verb, items in report["files"].items():
+        for item in items:
+            click.echo(f"  {verb}: {' -> '.join(map(printable, item)) if isinstance(item, (list, tuple)) else printable(item)}")
+    _print_unsupported(report.get("unsupported", 0), report.get("unsupported_files") or [])
+
+
+def _stages_line(durations: dict) -> str:
+    """``discover 0.05s · parse 1.20s 740/s · … · total 3.10s`` (older runs: seconds only)."""
+    parts = []
+    for stage, d in (durations or {}).items():
+        if isinstance(d, dict):
+            rate = f" {d['rows_per_s']:.0f}/s" if d.get("rows_per_s") else ""
+            parts.append(f"{stage} {d['seconds']:.2f}s{rate}")
+        elif isinstance(d, (int, float)):
+            parts.append(f"{stage} {d:.2f}s")
+    return " · ".join(parts)
+
+
+def print_runs(items: list[dict]) -> None:
+    """``quarry runs``: one line per run (counts, embedding, the runner), the stages under it."""
+    if not items:
+        click.echo("no runs recorded")
+        return
+    click.echo(f"counts: {RUNS_LEGEND}")
+    for r in items:
+        if r["status"] in ("skipped", "refused", "rollback"):
+            reason = r.get("message") or (r["errors"] or [{}])[0].get("error", "")
+            click.echo(f"{r['run_id']}  {r['status']:<9} {reason}")
+            continue
+        click.echo(
+            f"{r['run_id']}  {r['status']:<9} +{r['added']} ~{r['updated']} >{r['moved']} -{r['deleted']} "
+            f"={r['skipped']} ?{r['unsupported']} !{r['failed']}  embedded {r['embedded_chunks']}, "
+            f"reused {r['reused_vectors']}"
+            + (f"; llm {r['llm_calls']} calls, {r['llm_cached']} cached, {len(r['llm_fallback_windows'])} fallbacks"
+               if r["llm_calls"] or r["llm_cached"] or r["llm_fallback_windows"] else "")
+            + (f"; ocr {r['ocr_pages']} pages in {r['ocr_seconds']:.0f} s" if r["ocr_pages"] else "")
+            + (f"; permissions of {r['permissions_updated']}" if r.get("permissions_updated") else "")
+            + (f"  [{r['runner']}]" if r["runner"] else "")
+        )
+        stages = _stages_line(r["durations"])
+        if stages:
+            click.echo(f"    {stages}")
+        for err in (r.get("errors") or [])[:3]:
+            click.echo(f"    failed: {printable(err.get('path') or '')}: {err.get('error')}")
+        if len(r.get("errors") or []) > 3:
+            click.echo(f"    … {len(r['errors']) - 3} more failures (`quarry runs --json`)")
+
+
+def print_generations(items: list[dict]) -> None:
+    """``quarry rollback --list``: the kept generations, newest first."""
+    for g in items:
+        mark = "current" if g["current"] else ("restorable" if g["restorable"] else "not restorable")
+        counts = f"{g['documents']} documents, {g['chunks']} chunks" if g["documents"] is not None else ""
+        last = f", last run {g['last_run']} ({g.get('last_status')})" if g.get("last_run") else ""
+        why = f": {g['why_not']}" if not g["current"] and not g["restorable"] and g.get("why_not") else ""
+        click.echo(f"generation {g['generation']:<6} {mark:<15} {counts}{last}{why}")
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return value.hex()
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def print_sql(result, fmt: str, width: int = 60) -> None:
+    """A :class:`~quarry.search.sql.SqlResult` as an aligned table (cells cut at ``width``
+    characters), JSON, JSON Lines or CSV (whole values)."""
+    if fmt == "json":
+        echo_json(result.records())
+        return
+    if fmt == "jsonl":
+        for record in result.records():
+            click.echo(json.dumps(record, default=str, ensure_ascii=False))
+        return
+    if fmt == "csv":
+        import csv
+        import io
+
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(result.columns)
+        for row in result.rows:
+            writer.writerow([_cell(v) for v in row])
+            if buf.tell() > 1 << 16:
+                click.echo(buf.getvalue(), nl=False)
+                buf.seek(0)
+                buf.truncate()
+        click.echo(buf.getvalue(), nl=False)
+        return
+    if not result.columns:
+        click.echo("(no result)")
+        return
+    cells = [[printable(_cell(v)).replace("\n", " ")[:width] for v in row] for row in result.rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(result.columns)]
+    click.echo("  ".join(c.ljust(w) for c, w in zip(result.columns, widths)).rstrip())
+    click.echo("  ".join("-" * w for w in widths))
+    for row in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+    click.echo(f"({len(result.rows)} row{'s' if len(result.rows) != 1 else ''})")

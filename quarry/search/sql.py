@@ -1,0 +1,58 @@
+"""``quarry sql``: read-only SQL over the committed catalog of a store.
+
+The catalog is a DuckDB file per generation (docs/export.md): ``documents``, ``sections``,
+``chunks``, ``runs``, ``meta``. A query runs on the read-only connection of the generation the
+index reads now (``CURRENT``), so it always sees the latest commit, never a run in progress, and
+cannot change the store. Two temporary views join what users ask for most: ``chunks_full`` (a
+chunk with its document's path, type and title and its section's title) and ``sections_full``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from quarry.core.errors import UsageError
+from quarry.core.sqlfiles import statements
+
+__all__ = ["SqlResult", "run_sql", "VIEWS"]
+
+VIEWS = ("chunks_full", "sections_full")
+
+
+@dataclass
+class SqlResult:
+    """The columns, their DuckDB types and the rows of a query, and the generation it read."""
+
+    columns: list[str]
+    types: list[str]
+    rows: list[tuple]
+    generation: int
+
+    def records(self) -> list[dict]:
+        return [dict(zip(self.columns, row)) for row in self.rows]
+
+
+def run_sql(con, query: str, generation: int, limit: int | None = None) -> SqlResult:
+    """Run ``query`` on the read-only catalog connection ``con``; at most ``limit`` rows are fetched.
+
+    A statement that would write (the connection is read-only) or that DuckDB cannot run is a
+    :class:`UsageError` carrying DuckDB's own message.
+    """
+    import duckdb
+
+    if not query or not query.strip():
+        raise UsageError("no SQL given: quarry sql \"SELECT count(*) FROM documents\"")
+    for stmt in statements("sql_views"):
+        con.execute(stmt)
+    try:
+        cur = con.execute(query)
+        if cur.description is None:
+            return SqlResult([], [], [], generation)
+        columns = [d[0] for d in cur.description]
+        types = [str(d[1]) for d in cur.description]
+        rows = cur.fetchall() if limit is None else cur.fetchmany(limit)
+    except duckdb.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = " (the catalog is read-only: quarry sql only reads)" if "read-only" in first.lower() else ""
+        raise UsageError(f"SQL: {first}{hint}") from None
+    return SqlResult(columns, types, rows, generation)

@@ -1,0 +1,133 @@
+"""Which committed generations a store keeps, so that ``quarry rollback`` can go back to them.
+
+Every commit makes generation ``N``: ``catalog-N.duckdb``, ``index-N/`` and a LanceDB table
+version. A store keeps the last ``QUARRY_KEEP_GENERATIONS`` (default 2: the current one and the
+one before it) — generations ``current - keep < N <= current`` — on a local disk and on object
+storage alike; ``quarry maintain --keep-generations N`` prunes to another count. Anything newer
+than the current generation is debris of a run that never committed.
+
+Each catalog records the vector table and version it was committed with (meta ``vector_table``,
+``vector_version``) and the pointer of the generation it replaced as that pointer last stood
+(meta ``previous_pointer``: ``quarry maintain`` moves a current generation's pointer to a compacted
+version, which its own catalog cannot know). :func:`state_of` puts the two together, so a kept
+generation knows its whole state; the LanceDB versions of kept generations are never pruned
+(:func:`kept_versions`), and a table a kept generation names is never dropped. A catalog from
+before these keys cannot be rolled back to.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+__all__ = ["keep_generations", "generation_of", "kept", "local_generations", "remove_unkept", "committed_state",
+           "state_of", "kept_versions"]
+
+DEFAULT_KEEP = 2
+_NAME = re.compile(r"^(?:catalog-(\d+)\.duckdb(?:\.wal)?|index-(\d+)(?:\.tmp-\d+)?)$")
+
+
+def keep_generations() -> int:
+    """How many committed generations a store keeps (``QUARRY_KEEP_GENERATIONS``, at least 1, default 2)."""
+    raw = os.environ.get("QUARRY_KEEP_GENERATIONS", "")
+    return max(1, int(raw)) if raw.strip().isdigit() else DEFAULT_KEEP
+
+
+def generation_of(name: str) -> int | None:
+    """The generation a store file or folder belongs to (``catalog-000007.duckdb`` -> 7), else None."""
+    m = _NAME.match(name)
+    return int(m.group(1) or m.group(2)) if m else None
+
+
+def kept(generation: int, current: int | None, keep: int) -> bool:
+    """Whether ``generation`` is kept when ``current`` is committed and ``keep`` generations stay."""
+    return current is not None and current - keep < generation <= current
+
+
+def local_generations(store: Path) -> list[int]:
+    """Generations with a catalog in the store folder, oldest first."""
+    gens = {generation_of(p.name) for p in store.glob("catalog-*.duckdb")}
+    return sorted(g for g in gens if g is not None)
+
+
+def remove_unkept(store: Path, current: int | None, keep: int | None = None) -> list[str]:
+    """Delete catalogs, WALs and index folders of generations not kept, the half-written folders and
+    pointer files dead runs left; returns the names removed. The caller holds the writer lock.
+
+    A reader that has an old catalog open keeps reading it: on POSIX an unlinked file lives until
+    its last descriptor closes (and an unlinked index file until it is unmapped).
+    """
+    keep = keep_generations() if keep is None else keep
+    removed = []
+    for path in list(store.glob("catalog-*.duckdb*")) + list(store.glob("index-*")):
+        gen = generation_of(path.name)
+        staged = ".tmp-" in path.name
+        if gen is None or (not staged and kept(gen, current, keep)):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path.name)
+    for path in store.glob(".CURRENT.*.tmp"):
+        path.unlink(missing_ok=True)
+    return sorted(removed)
+
+
+def committed_state(store: Path, generation: int) -> dict[str, str] | None:
+    """The meta of generation ``generation``'s catalog (``vector_table``, ``vector_version``,
+    ``model``, ``dim``, ``committed_generation`` …), or None when it is not in the folder or
+    cannot be read."""
+    from quarry.store import catalog
+    from quarry.store.layout import Pointer
+
+    path = store / Pointer.catalog_name(generation)
+    if not path.is_file():
+        return None
+    try:
+        con = catalog.connect(path, read_only=True, fts=False)
+    except Exception:  # held by another process, damaged: not a state we can vouch for
+        return None
+    try:
+        return dict(con.execute("SELECT key, value FROM meta").fetchall())
+    except Exception:
+        return None
+    finally:
+        con.close()
+
+
+def state_of(store: Path, generation: int, pointer) -> tuple[str, int] | None:
+    """``(vector table, version)`` of generation ``generation`` as its pointer last named them, or
+    None when nothing recorded it: the committed ``pointer`` for the current generation; for an
+    older one, the ``previous_pointer`` the next generation's catalog recorded, else its own meta."""
+    import json
+
+    if pointer is not None and generation == pointer.generation:
+        return (pointer.vector_table, pointer.vector_version) if pointer.vector_table else None
+    later = committed_state(store, generation + 1) or {}
+    try:
+        previous = json.loads(later.get("previous_pointer") or "{}")
+    except ValueError:
+        previous = {}
+    if previous.get("generation") == generation and previous.get("vector_table"):
+        return previous["vector_table"], int(previous["vector_version"])
+    meta = committed_state(store, generation) or {}
+    table, version = meta.get("vector_table"), meta.get("vector_version", "")
+    return (table, int(version)) if table and version.isdigit() else None
+
+
+def kept_versions(store: Path, pointer, keep: int | None = None) -> dict[str, set[int]]:
+    """LanceDB versions, by table, that kept generations name (:func:`state_of`). Pruning keeps these."""
+    keep = keep_generations() if keep is None else keep
+    out: dict[str, set[int]] = {}
+    if pointer is None:
+        return out
+    for gen in {*local_generations(store), pointer.generation}:
+        if not kept(gen, pointer.generation, keep):
+            continue
+        state = state_of(store, gen, pointer)
+        if state is not None:
+            out.setdefault(state[0], set()).add(state[1])
+    return out

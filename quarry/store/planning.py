@@ -1,0 +1,113 @@
+"""What a run will do: the discovered files against the committed catalog, through the deletion guard.
+
+Plain functions, shared by the index flow's tasks (``tasks/discover.py``) and ``--dry-run``,
+which runs them without Prefect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timezone
+from pathlib import Path
+
+from quarry.core import paths
+from quarry.core.models import FileError, FileInfo
+from quarry.core.sqlfiles import load_sql
+from quarry.ingest.discover import RootScan, discover, unsupported_reason
+from quarry.ingest.guard import GuardLimits, Verdict, check_deletes, check_roots
+from quarry.ingest.plan import CatalogDoc, Plan, make_plan
+from quarry.store.layout import read_pointer
+from quarry.store.reader import open_snapshot
+
+__all__ = ["Discovery", "RunPlan", "discover_roots", "committed_catalog", "plan_run", "UNSUPPORTED_LISTED"]
+
+# The run report names at most this many unsupported files (the count is always exact): a tree of
+# 100,000 images would otherwise put megabytes into every run row.
+UNSUPPORTED_LISTED = 1000
+
+
+@dataclass
+class Discovery:
+    """What discovery found under a run's roots."""
+
+    files: list[FileInfo]  # supported, hashed
+    unsupported: list[FileInfo]  # not read
+    unreadable: list[FileError]  # supported but could not be read, or a folder that could not be listed
+    scans: list[RootScan]  # one per root
+
+    def unsupported_files(self) -> list[dict]:
+        """``[{"path", "reason"}]`` of the first :data:`UNSUPPORTED_LISTED` unsupported files, by path."""
+        items = sorted(self.unsupported, key=lambda f: f.path)[:UNSUPPORTED_LISTED]
+        return [{"path": paths.display(f.path), "reason": unsupported_reason(f)} for f in items]
+
+
+def discover_roots(roots: list[str], include: tuple = (), exclude: tuple = ()) -> Discovery:
+    """Walk ``roots``; a root that is missing or cannot be listed is recorded, never raised."""
+    errors: list[FileError] = []
+    scans: list[RootScan] = []
+    files, unsupported = discover(roots, include, exclude, errors=errors, scans=scans)
+    return Discovery(files, unsupported, errors, scans)
+
+
+def committed_catalog(store: Path) -> tuple[list[CatalogDoc], dict[str, str]]:
+    """The committed documents and meta of a store (empty for a new store)."""
+    if read_pointer(store) is None:
+        return [], {}
+    snap = open_snapshot(store)
+    try:
+        columns = {r[0] for r in snap.con.execute("DESCRIBE documents").fetchall()}
+        sql = load_sql("plan_documents")
+        if "path_bytes" not in columns:  # a catalog committed before the column existed
+            sql = sql.replace(", path_bytes FROM", ", NULL AS path_bytes FROM")
+        rows = snap.con.execute(sql).fetchall()
+        meta = dict(snap.con.execute(load_sql("get_meta")).fetchall())
+    finally:
+        snap.close()
+    docs = [CatalogDoc(doc_id=r[0], path=paths.from_catalog(r[1], r[6]), sha256=r[3],
+                       mtime=r[4].replace(tzinfo=timezone.utc).timestamp()) for r in rows]
+    return docs, meta
+
+
+@dataclass
+class RunPlan:
+    """The plan of a run, why it rebuilds (if it does), and the guard's verdict."""
+
+    plan: Plan
+    rebuild: str = ""
+    verdict: Verdict = field(default_factory=Verdict)
+    documents: int = 0  # documents in the committed catalog
+
+    def dry_run_report(self, run_id: str, discovery: Discovery) -> dict:
+        """What ``--dry-run`` prints: the counts, every file by what would happen to it, the guard."""
+        plan = self.plan
+        return {"run_id": run_id, "dry_run": True, "plan": plan.counts(), "rebuild": self.rebuild,
+                "unsupported": len(discovery.unsupported), "unsupported_files": discovery.unsupported_files(),
+                "guard": self.verdict.to_dict(),
+                "files": {
+                    "add": [paths.display(f.path) for f, _ in plan.new],
+                    "update": [paths.display(f.path) for f, _ in plan.changed],
+                    "move": [(paths.display(old), paths.display(f.path)) for f, _, old in plan.moved],
+                    "delete": [paths.display(d.path) for d in plan.removed],
+                }}
+
+
+def plan_run(store: Path, discovery: Discovery, *, full: bool, fingerprint: str, model: str, dim: int,
+             limits: GuardLimits, patterns: tuple[str, ...] = ()) -> RunPlan:
+    """Diff the discovered files against the committed catalog and judge the result.
+
+    Documents under a root the guard fails (missing, unreadable, empty) are out of the plan's
+    scope, so they are kept; a plan that would delete too much gets the guard's refusals.
+    ``dim`` 0 (a hosted model of unknown size) skips the model comparison.
+    """
+    docs, meta = committed_catalog(store)
+    reason = "--full" if full else ""
+    if docs and not reason:
+        if meta.get("content_fingerprint") not in (None, fingerprint):
+            reason = "chunking settings changed"
+        elif meta.get("model") and dim and (meta.get("model"), meta.get("dim")) != (model, str(dim)):
+            reason = f"embedding model changed ({meta.get('model')} -> {model})"
+    verdict = check_roots(discovery.scans, docs, limits, patterns)
+    unreadable = frozenset(e.path for e in discovery.unreadable)
+    plan = make_plan(discovery.files, docs, verdict.scope, rebuild=bool(reason), unreadable=unreadable)
+    check_deletes(verdict, plan, docs, limits)
+    return RunPlan(plan, reason, verdict, len(docs))
