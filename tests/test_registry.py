@@ -163,3 +163,34 @@ def test_the_embedder_modules_import_in_any_order():
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
         assert done.returncode == 0, (first, done.stderr)
         assert done.stdout.strip() == "('torch', 'onnx', 'onnx-int8', 'openai', 'hash')", first
+
+
+def test_threads_looking_up_at_once_all_find_the_built_ins(tmp_path, monkeypatch):
+    """A server's first requests arrive together: none may see a registry half imported."""
+    import threading
+
+    from quarry.core.errors import ConfigError
+
+    (tmp_path / "slowreg.py").write_text(
+        "from quarry.core.registry import Registry\nREG = Registry('thing', ('slowreg_impl',))\n")
+    (tmp_path / "slowreg_impl.py").write_text(
+        "import time\nfrom slowreg import REG\n\n@REG.register('a')\ndef a():\n    return 'a'\n\n"
+        "time.sleep(0.3)\n\n@REG.register('b')\ndef b():\n    return 'b'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import slowreg
+
+    failures, barrier = [], threading.Barrier(8)
+
+    def look():
+        barrier.wait()
+        try:
+            slowreg.REG.get("b")
+        except ConfigError as exc:
+            failures.append(str(exc))
+
+    threads = [threading.Thread(target=look) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures

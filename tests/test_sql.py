@@ -21,7 +21,7 @@ def con(tmp_path):
     now = dt.datetime(2024, 1, 2, 3, 4, 5)
     c.execute(
         "INSERT INTO documents VALUES ('d1', '/r/a.md', '/r', 'a.md', 'md', 10, ?, 'sha', 'Title', 'Sum', NULL, 1, 1,"
-        " '{}', ?, 'run0', NULL)",
+        " '{}', ?, 'run0', NULL, ['group:hr'])",
         [now, now],
     )
     c.execute("INSERT INTO sections VALUES ('d1', 0, 'Intro', 1, 0, 10, NULL, NULL, NULL)")
@@ -68,6 +68,16 @@ PARAMS = {
     "index_cards": None,
     "run_ids": None,
     "sql_views": None,
+    "acl_sources": None,
+    "acl_set_source": ["/r", "rules", "/etc/quarry/acl.yaml"],
+    "acl_principals": None,
+    "acl_apply": "acl",
+    "acl_apply_documents": "acl",
+    "document_view": ["d1"],
+    "document_sections": ["d1"],
+    "document_chunks": ["d1"],
+    "chunk_view": ["d1:0"],
+    "status_readable": None,
 }
 
 
@@ -79,6 +89,14 @@ def test_sql_file_runs(con, name):
         insert_run(con, {"run_id": "r", "started": dt.datetime.now(), "status": "completed", "roots": ["/r"],
                          "errors": [], "durations": {}, "settings": {}})
         assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+        return
+    if params == "acl":
+        key = "doc_id" if name.endswith("documents") else "path"
+        con.register("wanted_acl", pa.table({key: [("d1" if key == "doc_id" else "/r/a.md"), "nope"],
+                                             "principals": [["public"], ["group:x"]]}))
+        assert con.execute(load_sql(name)).fetchone()[0] == 1  # the one document that exists, and differed
+        assert con.execute(load_sql(name)).fetchone()[0] == 0  # equal now: nothing to write
+        assert con.execute(load_sql("acl_principals")).fetchall() == [("/r/a.md", ["public"])]
         return
     if params == "arrow":
         for table in ("new_documents", "new_sections", "new_chunks"):
@@ -118,3 +136,19 @@ def test_the_sql_views_join_what_users_ask_for(con):
     row = con.execute("SELECT chunk_id, path, file_type, title, section FROM chunks_full").fetchone()
     assert row == ("d1:0", "/r/a.md", "md", "Title", "Intro")
     assert con.execute("SELECT path, title, n_chunks FROM sections_full").fetchone() == ("/r/a.md", "Intro", 1)
+def test_permission_clause_in_the_view_sql_keeps_readers_only(con):
+    from quarry.search.filters import Filter, with_filter
+
+    for who, found in ((["group:hr"], 1), (["group:eng"], 0), ([], 0)):
+        sql, params = with_filter(load_sql("document_view"), Filter.readable_by(who))
+        assert len(con.execute(sql, ["d1", *params]).fetchall()) == found, who
+        sql, params = with_filter(load_sql("chunk_view"), Filter.readable_by(who))
+        assert len(con.execute(sql, ["d1:0", *params]).fetchall()) == found, who
+        sql, params = with_filter(load_sql("status_readable"), Filter.readable_by(who))
+        assert con.execute(sql, params).fetchone()[:3] == (found, found, found), who
+
+
+def test_acl_sources_are_remembered_per_root(con):
+    con.execute(load_sql("acl_set_source"), ["/r", "posix", None])
+    con.execute(load_sql("acl_set_source"), ["/r", "rules", "/etc/acl.yaml"])
+    assert con.execute(load_sql("acl_sources")).fetchall() == [("/r", "rules", "/etc/acl.yaml")]

@@ -168,12 +168,18 @@ def configure_logging(level: str) -> None:
 @click.option("--dask-address", default=None, metavar="URL",
               help="Scheduler of an existing Dask cluster, e.g. tcp://10.0.0.5:8786 (implies --runner dask; "
                    "$QUARRY_DASK_ADDRESS).")
+@click.option("--acl-rules", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Document permissions from a YAML list of {path: GLOB, principals: [...]} (globs relative to "
+                   "the root, first match wins; remembered for later runs; docs/api.md).")
+@click.option("--acl", "acl_source", type=click.Choice(["none", "posix", "rules"]), default=None,
+              help="Where permissions come from: posix (owner, group, mode), none (all public) or rules "
+                   "(--acl-rules). Default: what each root had, else none.")
 @json_option
 @handle_errors
 def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap, embed_backend, embed_model,
           sectioner, context_writer, header_fields, llm_base_url, llm_model, llm_api_key, llm_concurrency,
           llm_rate_limit, llm_section_summaries, llm_chunk_context, if_busy, ocr, runner, workers, dask_address,
-          allow_deletes, as_json):
+          allow_deletes, acl_rules, acl_source, as_json):
     """Index files under PATHS into the store (incremental: only what changed is redone).
 
     A run never deletes by accident: a root that is missing, unreadable or empty keeps its
@@ -204,6 +210,8 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
         "workers": workers,
         "dask_address": dask_address,
         "allow_deletes": allow_deletes or None,
+        "acl": acl_source,
+        "acl_rules": str(Path(acl_rules).expanduser().absolute()) if acl_rules else None,
     }
     report = run_index(list(paths), db, full=full, dry_run=dry_run, if_busy=if_busy, progress=not as_json,
                        **{k: v for k, v in settings.items() if v is not None})
@@ -227,6 +235,9 @@ def filter_options(fn):
         click.option("--until", default=None, help="Only files modified on or before this date (YYYY-MM-DD)."),
         click.option("--type", "file_types", multiple=True, help="Only this file type, e.g. pdf (repeatable)."),
         click.option("--doc", "doc_ids", multiple=True, help="Only this document id (repeatable)."),
+        click.option("--as", "as_principals", multiple=True, metavar="PRINCIPAL",
+                     help="Only documents this principal may read, e.g. group:finance (repeatable; public is "
+                          "implied; see docs/api.md)."),
     ]):
         fn = option(fn)
     return fn
@@ -294,12 +305,13 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
               help="Output format (default table; --json is --format json).")
 @json_option
 @handle_errors
-def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, since, until, file_types, doc_ids, weights,
-           min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt, as_json):
+def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, since, until, file_types, doc_ids,
+           as_principals, weights, min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt, as_json):
     """Search the index for QUERY."""
     import quarry
     from quarry.cli import output
     from quarry.core.errors import UsageError
+    from quarry.search import serialize
 
     if as_json and fmt not in (None, "json"):
         raise UsageError(f"--json and --format {fmt} disagree; give one of them")
@@ -310,14 +322,13 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
                               weights=parse_pairs(weights, "--weights", FUSION_WEIGHTS),
                               min_scores=parse_pairs(min_scores, "--min-score"),
                               rerank=rerank_spec, rerank_candidates=rerank_candidates, segments=segments,
-                              window=window)
+                              window=window, principals=list(as_principals) if as_principals else None)
     for warning in response.warnings:
         click.echo(f"warning: {warning}", err=True)
     if fmt == "json":
-        click.echo(json.dumps(output.payload(response, explained=explain), indent=2, ensure_ascii=False,
-                              default=str))
+        click.echo(serialize.dumps(serialize.payload(response, explained=explain), indent=2))
     elif fmt == "jsonl":
-        for line in output.lines(response, explained=explain):
+        for line in serialize.lines(response, explained=explain):
             click.echo(line)
     elif response.windows is not None:
         output.print_blocks(response.windows, "window")
@@ -339,15 +350,16 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
 @click.option("--overwrite", is_flag=True, help="Write into OUT even if it is not empty (replaces the export files).")
 @json_option
 @handle_errors
-def export_cmd(out, db, fmt, vectors, where, path_globs, since, until, file_types, doc_ids, batch_rows, overwrite,
-               as_json):
+def export_cmd(out, db, fmt, vectors, where, path_globs, since, until, file_types, doc_ids, as_principals, batch_rows,
+               overwrite, as_json):
     """Write documents, sections and chunks of the committed index to OUT as Parquet or JSONL."""
     import quarry
 
     with quarry.open(db) as idx:
         report = idx.export(out, fmt, vectors=vectors, filters=build_filter(where, path_globs, since, until,
                                                                           file_types, doc_ids),
-                            batch_rows=batch_rows, overwrite=overwrite)
+                            batch_rows=batch_rows, overwrite=overwrite,
+                            principals=list(as_principals) if as_principals else None)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
         return
@@ -609,6 +621,11 @@ def eval_cmd(beir_dir, db, modes, split, limit, as_json):
     click.echo(f"{'mode':<8} {'nDCG@10':>8} {'R@10':>8} {'R@100':>8} {'MRR@10':>8}")
     for mode, m in result["modes"].items():
         click.echo(f"{mode:<8} {m['ndcg@10']:>8.4f} {m['recall@10']:>8.4f} {m['recall@100']:>8.4f} {m['mrr@10']:>8.4f}")
+
+
+from quarry.cli.serving import register as _register_serving  # noqa: E402 - after the shared options it takes
+
+_register_serving(cli, db_option=db_option, json_option=json_option, handle_errors=handle_errors)
 
 
 def main() -> None:

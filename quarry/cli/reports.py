@@ -41,6 +41,8 @@ def print_index_report(report: dict) -> None:
     for fb in report.get("llm_fallback_windows") or []:
         where = f" window {fb['window']}" if fb.get("window") is not None else ""
         click.echo(f"llm fallback: {fb['path']} {fb['kind']}{where}: {fb['error']}", err=True)
+    if report.get("permissions_updated"):
+        click.echo(f"permissions: {report['permissions_updated']} documents changed who may read them (none re-parsed)")
     if report.get("rebuild"):
         click.echo(f"rebuilt: {report['rebuild']}")
     _print_unsupported(report.get("unsupported", 0), report.get("unsupported_files") or [])
@@ -66,6 +68,7 @@ def _print_dry_run(report: dict) -> None:
     click.echo(
         f"dry run: would add {plan['new']}, update {plan['changed']}, move {plan['moved']}, "
         f"delete {plan['removed']}; {plan['unchanged']} unchanged, {report['unsupported']} unsupported"
+        + (f"; new permissions for {report['permissions']}" if report.get("permissions") else "")
     )
     guard = report.get("guard") or {}
     for reason in guard.get("refused") or []:
@@ -108,6 +111,7 @@ def print_runs(items: list[dict]) -> None:
             + (f"; llm {r['llm_calls']} calls, {r['llm_cached']} cached, {len(r['llm_fallback_windows'])} fallbacks"
                if r["llm_calls"] or r["llm_cached"] or r["llm_fallback_windows"] else "")
             + (f"; ocr {r['ocr_pages']} pages in {r['ocr_seconds']:.0f} s" if r["ocr_pages"] else "")
+            + (f"; permissions of {r['permissions_updated']}" if r.get("permissions_updated") else "")
             + (f"  [{r['runner']}]" if r["runner"] else "")
         )
         stages = _stages_line(r["durations"])

@@ -199,6 +199,7 @@ class RunReport:
     llm_fallback_windows: list = field(default_factory=list, metadata=_JSON)  # [{"path", "kind", "window", "error"}]
     ocr_pages: int = 0
     ocr_seconds: float = 0.0
+    permissions_updated: int = 0  # documents whose principals changed (rules, file modes), none re-parsed
     errors: list = field(default_factory=list, metadata=_JSON)  # [{"path", "error"}]
     durations: dict = field(default_factory=dict, metadata=_JSON)
     settings: dict = field(default_factory=dict, metadata=_JSON)  # secrets masked

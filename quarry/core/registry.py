@@ -17,6 +17,7 @@ it is called, so listing names or validating settings loads nothing.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from importlib import import_module
 from typing import Generic, TypeVar
@@ -40,6 +41,8 @@ class Registry(Generic[F]):
         self.kind = kind
         self._modules = modules
         self._loaded = not modules
+        self._loading = False
+        self._guard = threading.RLock()
         self._factories: dict[str, F] = {}
         self._info: dict[str, dict] = {}
 
@@ -57,10 +60,21 @@ class Registry(Generic[F]):
         return add
 
     def _load(self) -> None:
-        if not self._loaded:
-            self._loaded = True
-            for module in self._modules:
-                import_module(module)
+        # A server's threads may look a name up at the same moment: one imports the built-ins while
+        # the others wait, so none sees a half-filled registry. Re-entrant: importing a built-in may
+        # look up another name of this registry.
+        if self._loaded:
+            return
+        with self._guard:
+            if self._loaded or self._loading:
+                return
+            self._loading = True
+            try:
+                for module in self._modules:
+                    import_module(module)
+                self._loaded = True
+            finally:
+                self._loading = False
 
     def get(self, name: str) -> F:
         """The factory registered as ``name``; :class:`ConfigError` listing the known names if none."""

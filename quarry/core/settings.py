@@ -127,6 +127,10 @@ class Settings(BaseSettings):
     dask_address: str = ""  # an existing Dask scheduler (tcp://host:8786); "" = a LocalCluster for the run
     ray_address: str = ""  # an existing Ray cluster (ray://host:10001, "auto"); "" = a local Ray for the run
     embed_threads: int = Field(0, ge=0)  # threads of a local embedding model (onnx); 0 = one per CPU
+    # document permissions (quarry/ingest/acl.py): "" keeps each root's remembered source; not in
+    # content_fingerprint, since a change re-parses nothing
+    acl: Literal["", "none", "posix", "rules"] = ""
+    acl_rules: str = ""  # a YAML rules file; implies acl "rules"
 
     @field_validator("include", "exclude", "header_fields", mode="before")
     @classmethod

@@ -14,8 +14,10 @@ are read back from the catalog.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -24,13 +26,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quarry.core.errors import ModelMismatch, UsageError
+from quarry.core.errors import ModelMismatch, NotFound, UsageError
 from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES, RunReport
+from quarry.core.principals import caller
 from quarry.core.settings import Settings, store_path
 from quarry.core.sqlfiles import load_sql
 from quarry.retrieval.dense import METHODS as VECTOR_SEARCH
 from quarry.ingest.embedders import describe, describe_backend, get_embedder
-from quarry.search.filters import Filter
+from quarry.search.filters import Filter, with_filter
 from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, DOC_WEIGHT, FUSIONS, fuse, with_documents
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 from quarry.search.rerank import Reranker, get_reranker
@@ -92,6 +95,7 @@ class SearchResponse:
     query: str
     mode: str
     results: list[SearchResult]
+    generation: int = 0  # the committed generation every part of this answer was read from
     k: int = 10
     candidates: int = 0
     rrf_k: int = DEFAULT_K
@@ -115,21 +119,30 @@ class SearchResponse:
 
 
 class _LRU(OrderedDict):
+    """A bounded mapping, least recently used out first; safe to share between threads."""
+
     def __init__(self, size: int):
         super().__init__()
         self.size = size
+        self._guard = threading.Lock()
 
     def get(self, key, default=None):
-        if key in self:
-            self.move_to_end(key)
-            return self[key]
-        return default
+        with self._guard:
+            if key in self:
+                self.move_to_end(key)
+                return self[key]
+            return default
 
     def put(self, key, value) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        while len(self) > self.size:
-            self.popitem(last=False)
+        with self._guard:
+            self[key] = value
+            self.move_to_end(key)
+            while len(self) > self.size:
+                self.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._guard:
+            super().clear()
 
 
 class Index:
@@ -143,66 +156,124 @@ class Index:
     """
 
     def __init__(self, store: Path, settings: Settings | None = None, *, vector_search: str | None = None,
-                 cache_size: int = 10_000):
+                 cache_size: int = 10_000, principals=None):
         vector_search = vector_search or os.environ.get("QUARRY_VECTOR_SEARCH") or "auto"
         if vector_search not in VECTOR_SEARCH:
             raise UsageError(f"unknown vector search {vector_search!r}; choose one of {', '.join(VECTOR_SEARCH)}")
         self.store = store
         self.settings = settings or Settings.from_env()
         self.vector_search_method = vector_search
+        # who this handle reads as: None = everything (the store's owner); a list of principals
+        # restricts every call, on top of what a call's own ``principals=`` asks
+        self.principals = None if principals is None else caller(principals)
         self._snap: Snapshot | None = None
         self._pointer_stat: tuple[int, int] | None = None
         self._query_cache = _LRU(cache_size)  # query text -> embedding
         self._masks = _LRU(64)  # (generation, Filter) -> (mask, rows kept)
+        self._doc_masks = _LRU(64)  # (generation, Filter) -> documents the filter keeps a row of
         self._model_checked: tuple | None = None
-        self._pins = 0  # while > 0 the snapshot stays put (one search, one generation)
+        self._guard = threading.RLock()  # swaps of the current snapshot
+        self._pull = threading.Lock()  # one download of a remote generation at a time
+        self._local = threading.local()  # .snap: the snapshot this thread's call is pinned to
 
     # --- snapshot management ---------------------------------------------------------------
 
+    # A call pins the current snapshot (Index._pinned) and reads only it, however long it takes and
+    # whatever commits meanwhile; other threads' calls pin their own. A snapshot a commit replaced
+    # is closed when its last pinned call ends. So a server answers every request from one
+    # generation and picks up a new one at the next request, without a restart or a pause.
+
     def _current_stat(self) -> tuple[int, int] | None:
         remote = remote_of(self.store)
-        if remote is not None:  # one GET of the remote CURRENT; a new generation is downloaded once
-            remote.pull(self.store, max_age=check_seconds())
+        if remote is not None and self._pull.acquire(blocking=False):
+            # One GET of the remote CURRENT; a new generation is downloaded once, by one thread,
+            # while the others keep answering from the generation they have.
+            try:
+                remote.pull(self.store, max_age=check_seconds())
+            except Exception as exc:  # noqa: BLE001 - the bucket out of reach: serve what we have
+                if self._snap is None:
+                    raise
+                logging.getLogger("quarry").warning("%s: cannot check for a newer generation (%s); still "
+                                                    "answering from generation %d", remote.url, exc,
+                                                    self._snap.pointer.generation)
+            finally:
+                self._pull.release()
         try:
             st = os.stat(self.store / POINTER)
         except FileNotFoundError:
             return None
         return (st.st_ino, st.st_mtime_ns)
 
+    def _acquire(self, pin: bool) -> Snapshot:
+        """The current snapshot, after moving to a newer committed one if CURRENT changed; with
+        ``pin``, counted as in use until :meth:`_release`."""
+        stat = self._current_stat()  # outside the lock: on object storage it is a GET
+        with self._guard:
+            if self._snap is None or stat != self._pointer_stat:
+                fresh = open_snapshot(self.store)
+                old, self._snap, self._pointer_stat = self._snap, fresh, stat
+                self._masks.clear()
+                self._doc_masks.clear()
+                if old is not None:
+                    old.retired = True
+                    if old.users == 0:
+                        old.close()
+            snap = self._snap
+            if pin:
+                snap.users += 1
+            return snap
+
+    def _release(self, snap: Snapshot) -> None:
+        with self._guard:
+            snap.users -= 1
+            if snap.retired and snap.users == 0:
+                snap.close()
+
     @property
     def snapshot(self) -> Snapshot:
-        """The committed state this index reads now; moves to a newer one after a commit."""
-        if self._snap is not None and self._pins:
-            return self._snap
-        stat = self._current_stat()
-        if self._snap is None or stat != self._pointer_stat:
-            old = self._snap
-            self._snap = open_snapshot(self.store)
-            self._pointer_stat = stat
-            self._masks.clear()
-            if old is not None:
-                old.close()
-        return self._snap
+        """The committed state this index reads now; moves to a newer one after a commit. Inside a
+        call, the snapshot that call pinned."""
+        pinned = getattr(self._local, "snap", None)
+        if pinned is not None:
+            return pinned
+        return self._acquire(pin=False)
+
+    @property
+    def generation(self) -> int:
+        """The committed generation a call made now reads."""
+        return self.snapshot.pointer.generation
 
     @contextmanager
-    def _pinned(self) -> Iterator[Snapshot]:
-        """Keep the current snapshot for the calls inside the block (nested blocks allowed)."""
-        snap = self.snapshot
-        self._pins += 1
+    def pinned(self) -> Iterator[Snapshot]:
+        """Keep one snapshot for this thread's calls inside the block (nested blocks allowed): what
+        they read comes from one committed generation, whatever commits meanwhile."""
+        pinned = getattr(self._local, "snap", None)
+        if pinned is not None:
+            yield pinned
+            return
+        snap = self._acquire(pin=True)
+        self._local.snap = snap
         try:
             yield snap
         finally:
-            self._pins -= 1
+            self._local.snap = None
+            self._release(snap)
+
+    _pinned = pinned
 
     def chunk_reader(self) -> ChunkReader:
         """Chunk positions and rows of the current generation, for windows and segments."""
         return ChunkReader(self.snapshot.con)
 
     def close(self) -> None:
-        """Close the catalog connection and unmap the index files."""
-        if self._snap is not None:
-            self._snap.close()
-            self._snap = None
+        """Close the catalog connection and unmap the index files (calls in flight keep theirs
+        until they end)."""
+        with self._guard:
+            if self._snap is not None:
+                self._snap.retired = True
+                if self._snap.users == 0:
+                    self._snap.close()
+                self._snap = None
 
     def __enter__(self) -> Index:
         return self
@@ -249,6 +320,8 @@ class Index:
         ``(None, rows)`` without a filter. Cached per generation and filter."""
         snap = snap or self.snapshot
         n_rows = snap.index.n_rows
+        if filters and filters.restricted and not snap.has_principals:
+            filters = filters.without_permissions()  # a catalog from before principals: all public
         if not filters:
             return None, n_rows
         key = (snap.pointer.generation, filters)
@@ -273,6 +346,39 @@ class Index:
         self._masks.put(key, result)
         return result
 
+    def _document_mask(self, filters: Filter, snap: Snapshot, mask):
+        """A bool per document (``docs.arrow`` order): whether the filter keeps a row of it."""
+        import numpy as np
+
+        key = (snap.pointer.generation, filters)
+        hit = self._doc_masks.get(key)
+        if hit is None:
+            cards = snap.index.cards
+            docs = cards.row_doc[mask]
+            hit = np.zeros(cards.n_docs, dtype=bool)
+            hit[docs[docs >= 0]] = True
+            self._doc_masks.put(key, hit)
+        return hit
+
+    def access_filter(self, principals=None) -> Filter | None:
+        """The permission filter of a call made with ``principals`` (None: no restriction of its
+        own), on top of this handle's (:attr:`principals`); None when neither restricts."""
+        out = None
+        for who in (self.principals, principals):
+            if who is not None:
+                access = Filter.readable_by(who)
+                out = access if out is None else out & access
+        return out
+
+    def _effective(self, filters: Filter | str | None, principals) -> Filter | None:
+        """The user's filter and the caller's permissions, as one filter (None: neither)."""
+        if isinstance(filters, str):
+            filters = Filter.build(where=[filters])
+        access = self.access_filter(principals)
+        if access is None:
+            return filters or None
+        return filters & access if filters else access
+
     # --- retrieval ---------------------------------------------------------------------------
 
     # Each search takes the snapshot once and passes it down: a commit during the search must
@@ -290,19 +396,21 @@ class Index:
         bm25 = snap.index.bm25
         return bm25.search(bm25.columns(query_tokens(query)), n, mask)
 
-    def vector_search(self, query: str, n: int, filters: Filter | None = None) -> list[tuple[str, float]]:
+    def vector_search(self, query: str, n: int, filters: Filter | None = None,
+                      principals=None) -> list[tuple[str, float]]:
         """Top-``n`` chunk ids by cosine similarity, with the similarity."""
-        snap = self.snapshot
-        mask, kept = self.filter_mask(filters, snap)
-        rows, scores = self._vector_rows(snap, query, n, mask, kept)
-        return list(zip(snap.index.chunk_ids(rows), map(float, scores)))
+        with self._pinned() as snap:
+            mask, kept = self.filter_mask(self._effective(filters, principals), snap)
+            rows, scores = self._vector_rows(snap, query, n, mask, kept)
+            return list(zip(snap.index.chunk_ids(rows), map(float, scores)))
 
-    def bm25_search(self, query: str, n: int, filters: Filter | None = None) -> list[tuple[str, float]]:
+    def bm25_search(self, query: str, n: int, filters: Filter | None = None,
+                    principals=None) -> list[tuple[str, float]]:
         """Top-``n`` chunk ids by BM25 over header + text (see :mod:`quarry.retrieval.bm25`)."""
-        snap = self.snapshot
-        mask, _ = self.filter_mask(filters, snap)
-        rows, scores = self._bm25_rows(snap, query, n, mask)
-        return list(zip(snap.index.chunk_ids(rows), map(float, scores)))
+        with self._pinned() as snap:
+            mask, _ = self.filter_mask(self._effective(filters, principals), snap)
+            rows, scores = self._bm25_rows(snap, query, n, mask)
+            return list(zip(snap.index.chunk_ids(rows), map(float, scores)))
 
     def search(
         self,
@@ -320,6 +428,7 @@ class Index:
         rerank_candidates: int = DEFAULT_RERANK_CANDIDATES,
         segments: str | RseParams | None = None,
         window: tuple[int, int] | int | str | None = None,
+        principals=None,
     ) -> SearchResponse:
         """Search the committed index: what ``quarry search`` does, flag for keyword.
 
@@ -353,7 +462,13 @@ class Index:
            of the ``k`` results, merged where they meet, in ``response.windows``.
 
         ``window`` and ``segments`` are alternatives. Every stage reads the same committed
-        generation, whatever commits meanwhile.
+        generation (``response.generation``), whatever commits meanwhile.
+
+        ``principals``: who the caller is (``["user:alice", "group:hr"]``; ``public`` is implied).
+        Only documents one of them may read are searched: the permission check is part of the
+        filter both retrievers apply before they pick candidates, so a document the caller may not
+        read never takes a place among the ``k``, a window or a segment. None: no restriction
+        beyond the handle's own (``quarry.open(db, principals=...)``).
         """
         if k < 1:
             raise UsageError("k must be at least 1")
@@ -371,7 +486,7 @@ class Index:
             pool = max(k, rerank_candidates) if reranker else k
         with self._pinned():
             response = self._ranked(query, pool, mode, candidates=candidates, rrf_k=rrf_k, fusion=fusion, weights=weights,
-                                    min_scores=min_scores, filters=filters)
+                                    min_scores=min_scores, filters=self._effective(filters, principals))
             if reranker is not None:
                 t = time.perf_counter()
                 response.results = reranker.rerank(response.query, response.results)
@@ -420,7 +535,10 @@ class Index:
         t = time.perf_counter()
         mask, kept = self.filter_mask(filters, snap)
         timings["filter"] = _ms(t)
-        counts = {"rows": snap.index.n_rows, "kept": kept}
+        rows = snap.index.n_rows
+        if filters and filters.restricted:  # a caller who may not read everything is told of its own rows only
+            rows = self.filter_mask(filters.permissions(), snap)[1]
+        counts = {"rows": rows, "kept": kept}
         hits = {}
         warnings = []
         for name in active:
@@ -441,9 +559,12 @@ class Index:
         documents = 0.0
         if mode == "hybrid":
             documents = weights["documents"] * DOC_WEIGHT if fusion == "tmm" and snap.index.cards else 0.0
+            # the document evidence counts only documents the filter keeps a row of: a document the
+            # caller may not read (or filtered out) never moves the scores of the ones returned
+            keep = self._document_mask(filters, snap, mask) if documents > 0 and mask is not None else None
             fused = self._fuse(hits, k, fusion=fusion, rrf_k=rrf_k, weights=weights, depth=n,
                                min_fused=min_scores.get("fused"),
-                               documents=(snap.index.cards, query, documents) if documents > 0 else None)
+                               documents=(snap.index.cards, query, documents, keep) if documents > 0 else None)
         else:
             fused = hits[mode][:k]
         timings["fuse"] = _ms(t)
@@ -452,7 +573,8 @@ class Index:
         timings["hydrate"] = _ms(t)
         timings["total"] = _ms(t_start)
         return SearchResponse(
-            query=query, mode=mode, results=results, k=k, candidates=n if mode == "hybrid" else k, rrf_k=rrf_k,
+            query=query, mode=mode, results=results, generation=snap.pointer.generation, k=k,
+            candidates=n if mode == "hybrid" else k, rrf_k=rrf_k,
             fusion=fusion if mode == "hybrid" else "",
             weights={r: weights[r] for r in (*active, *(["documents"] if documents > 0 else []))}
             if mode == "hybrid" else {}, min_scores=min_scores,
@@ -485,8 +607,11 @@ class Index:
         if documents is not None:
             from quarry.retrieval.bm25 import query_tokens
 
-            cards, query, weight = documents
-            fused = with_documents(fused, cards.row_doc, cards.doc_scores(query_tokens(query)), weight)
+            cards, query, weight, keep = documents
+            scores = cards.doc_scores(query_tokens(query))
+            if keep is not None:
+                scores = scores * keep
+            fused = with_documents(fused, cards.row_doc, scores, weight)
         if min_fused is not None:
             fused = [(row, s) for row, s in fused if s >= min_fused]
         return fused[:k]
@@ -505,39 +630,109 @@ class Index:
 
     # --- catalog views -------------------------------------------------------------------------
 
-    def status(self) -> dict:
-        """Counts, the embedding model and dimension, and the last run."""
-        snap = self.snapshot
-        docs, sections, chunks, size = snap.con.execute(load_sql("status")).fetchone()
-        last = self.runs(limit=1)
-        return {
-            "store": str(remote.url) if (remote := remote_of(self.store)) else str(self.store),
-            "documents": docs,
-            "sections": sections,
-            "chunks": chunks,
-            "bytes": int(size),
-            "model": snap.pointer.model,
-            "dim": snap.pointer.dim,
-            "generation": snap.pointer.generation,
-            "catalog": str(self.store / snap.pointer.catalog),
-            "vector_table": snap.pointer.vector_table,
-            "vector_version": snap.pointer.vector_version,
-            "search_index": _index_summary(snap.index_manifest) if snap.index_manifest is not None else None,
-            "embedder": describe_backend(self.settings),
-            "last_run": last[0] if last else None,
-        }
+    def status(self, principals=None) -> dict:
+        """Counts, the embedding model and dimension, and the last run. With ``principals`` (or a
+        restricted handle), the counts are of the documents the caller may read, and the store's
+        location and last run (whose rows name files) are left out."""
+        with self._pinned() as snap:
+            access = self.access_filter(principals)
+            if access is not None and snap.has_principals:
+                sql, params = with_filter(load_sql("status_readable"), access)
+                docs, sections, chunks, size = snap.con.execute(sql, params).fetchone()
+            else:
+                docs, sections, chunks, size = snap.con.execute(load_sql("status")).fetchone()
+            info = {
+                "store": str(remote.url) if (remote := remote_of(self.store)) else str(self.store),
+                "documents": docs,
+                "sections": sections,
+                "chunks": chunks,
+                "bytes": int(size),
+                "model": snap.pointer.model,
+                "dim": snap.pointer.dim,
+                "generation": snap.pointer.generation,
+                "catalog": str(self.store / snap.pointer.catalog),
+                "vector_table": snap.pointer.vector_table,
+                "vector_version": snap.pointer.vector_version,
+                "search_index": _index_summary(snap.index_manifest) if snap.index_manifest is not None else None,
+                "embedder": describe_backend(self.settings),
+                "last_run": None,
+            }
+            if access is not None:
+                for key in ("store", "catalog", "vector_table", "vector_version", "embedder", "last_run"):
+                    info.pop(key)
+            else:
+                last = self.runs(limit=1)
+                info["last_run"] = last[0] if last else None
+            return info
+
+    def document(self, doc_id: str, principals=None) -> dict:
+        """One document: its catalog row (metadata, principals), its sections and its chunks' ids and
+        spans (no text), read from one generation. :class:`NotFound` when there is no such document
+        or the caller may not read it (the two look the same)."""
+        with self._pinned() as snap:
+            sql, params = with_filter(load_sql("document_view"), self._readable(snap, principals))
+            cur = snap.con.execute(sql, [str(doc_id), *params])
+            row = cur.fetchone()
+            if row is None:
+                raise NotFound(f"no document {_short_id(doc_id)} in this index")
+            out = dict(zip([d[0] for d in cur.description], row))
+            out["metadata"] = json.loads(out["metadata"]) if out.get("metadata") else {}
+            for key in ("mtime", "indexed_at"):
+                out[key] = out[key].isoformat() + "Z" if out.get(key) else None
+            if self.access_filter(principals) is None:  # who else may read it is the owner's business
+                out["principals"] = list(out["principals"]) if out.get("principals") is not None else None
+            else:
+                out.pop("principals")
+            cur = snap.con.execute(load_sql("document_sections"), [str(doc_id)])
+            out["sections"] = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
+            cur = snap.con.execute(load_sql("document_chunks"), [str(doc_id)])
+            out["chunks"] = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
+            out["generation"] = snap.pointer.generation
+            return out
+
+    def chunk(self, chunk_id: str, neighbours: int | tuple[int, int] = 0, principals=None) -> dict:
+        """One chunk: text, header, section, page span; with ``neighbours`` (``n`` or ``(before,
+        after)``), the chunks around it in its document as a window (``"window"``, the shape of
+        ``search(window=)``'s). :class:`NotFound` when there is no such chunk or the caller may not
+        read its document."""
+        before_after = _window(neighbours) if neighbours else None
+        with self._pinned() as snap:
+            sql, params = with_filter(load_sql("chunk_view"), self._readable(snap, principals))
+            cur = snap.con.execute(sql, [str(chunk_id), *params])
+            row = cur.fetchone()
+            if row is None:
+                raise NotFound(f"no chunk {_short_id(chunk_id)} in this index")
+            out = dict(zip([d[0] for d in cur.description], row))
+            out["generation"] = snap.pointer.generation
+            if before_after is not None and before_after != (0, 0):
+                hit = SearchResult(rank=1, score=0.0, **{k: out[k] for k in (
+                    "chunk_id", "doc_id", "path", "title", "section", "header", "text", "page_start", "page_end",
+                    "chunk_index", "section_index", "file_type", "start_char", "end_char")})
+                windows = expand(self, [hit], *before_after)
+                out["window"] = windows[0].to_dict() if windows else None
+            return out
+
+    def _readable(self, snap: Snapshot, principals) -> Filter | None:
+        access = self.access_filter(principals)
+        if access is not None and not snap.has_principals:
+            return None  # a catalog from before principals: every document is public
+        return access
 
     def export(self, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool = False,
                filters: Filter | str | None = None, batch_rows: int | None = None,
-               overwrite: bool = False) -> ExportReport:
+               overwrite: bool = False, principals=None) -> ExportReport:
         """Write documents, sections and chunks of the committed generation to the folder ``out``
-        as ``parquet`` or ``jsonl`` files: what ``quarry export`` does (see :mod:`quarry.search.export`)."""
+        as ``parquet`` or ``jsonl`` files: what ``quarry export`` does (see :mod:`quarry.search.export`).
+        With ``principals``, only what the caller may read."""
         from quarry.search.export import BATCH_ROWS, export_snapshot
 
-        if isinstance(filters, str):
-            filters = Filter.build(where=[filters])
-        return export_snapshot(self.snapshot, out, fmt, vectors=vectors, filters=filters,
-                               batch_rows=BATCH_ROWS if batch_rows is None else batch_rows, overwrite=overwrite)
+        with self._pinned() as snap:
+            filters = self._effective(filters, principals)
+            if filters and filters.restricted and not snap.has_principals:
+                filters = filters.without_permissions() or None
+            return export_snapshot(snap, out, fmt, vectors=vectors, filters=filters,
+                                   batch_rows=BATCH_ROWS if batch_rows is None else batch_rows,
+                                   overwrite=overwrite)
 
     def sql(self, query: str, limit: int | None = None):
         """Run read-only SQL on the committed catalog: what ``quarry sql`` does (see
@@ -630,6 +825,12 @@ def _checked(name: str, value: dict | None, allowed: tuple[str, ...]) -> dict[st
         if not math.isfinite(out[key]):
             raise UsageError(f"{name}: {key} must be finite, got {v!r}")
     return out
+
+
+def _short_id(value: str) -> str:
+    """An id as an error message may show it: printable, at most 80 characters."""
+    text = "".join(ch if ch.isprintable() else "?" for ch in str(value))
+    return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
 def _index_summary(manifest: dict) -> dict:

@@ -6,8 +6,9 @@ import logging
 import re
 import shutil
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -21,14 +22,43 @@ from quarry.store.layout import DOCTOR_HINT, Pointer, read_pointer, require_poin
 @dataclass
 class Snapshot:
     """One committed state: its pointer, a read-only catalog connection, the vector table and
-    the search index files of the same generation."""
+    the search index files of the same generation.
+
+    Safe to share between threads: :attr:`con` is a cursor of the catalog connection per thread
+    (one DuckDB connection used by two threads at once can crash the process).
+    """
 
     store: Path
     pointer: Pointer
-    con: duckdb.DuckDBPyConnection
+    connection: duckdb.DuckDBPyConnection
     _table: object = None
     _index: object = None
+    users: int = 0  # calls pinned to this snapshot now (quarry.search.query.Index)
+    retired: bool = False  # a newer generation replaced it: closed when its last user leaves
+    _local: threading.local = field(default_factory=threading.local, repr=False)
+    _cursors: list = field(default_factory=list, repr=False)
+    _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _columns: frozenset | None = field(default=None, repr=False)
     private: Path | None = None  # a private copy of the catalog, read while another process held it
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """This thread's cursor on the catalog (made on first use, closed with the snapshot)."""
+        cursor = getattr(self._local, "cursor", None)
+        if cursor is None:
+            with self._guard:
+                cursor = self.connection.cursor()
+                self._cursors.append(cursor)
+            self._local.cursor = cursor
+        return cursor
+
+    @property
+    def has_principals(self) -> bool:
+        """Whether the catalog's documents carry principals (a catalog committed before they did
+        has none, and every document in it is public)."""
+        if self._columns is None:
+            self._columns = frozenset(r[0] for r in self.con.execute("DESCRIBE documents").fetchall())
+        return "principals" in self._columns
 
     @property
     def table(self):
@@ -64,7 +94,14 @@ class Snapshot:
         return self._index.manifest if self._index is not None else None
 
     def close(self) -> None:
-        self.con.close()
+        with self._guard:
+            for cursor in self._cursors:
+                try:
+                    cursor.close()
+                except duckdb.Error:
+                    pass
+            self._cursors.clear()
+            self.connection.close()
         if self.private is not None:
             shutil.rmtree(self.private.parent, ignore_errors=True)
 

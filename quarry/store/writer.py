@@ -32,7 +32,7 @@ from quarry.core import faults
 from quarry.core import paths
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.models import DocumentRecord, RunReport
-from quarry.store import catalog, journal, vectors
+from quarry.store import acl, catalog, journal, vectors
 from quarry.store import generations
 from quarry.store.layout import DOCTOR_HINT, Pointer, WriterLock, read_pointer, write_pointer
 
@@ -164,6 +164,17 @@ class StoreWriter:
         """Record new mtimes of unchanged files (bookkeeping only)."""
         if items:
             self.con.executemany(catalog.load_sql("touch_document"), [[doc_id, mtime] for doc_id, mtime in items])
+
+    def set_principals(self, by_path: dict[str, tuple[str, ...]], sources: dict | None = None) -> int:
+        """Set who may read the documents at these paths where it differs (nothing is re-parsed or
+        re-embedded), and remember each root's permission source; returns the documents changed."""
+        if sources:
+            acl.set_sources(self.con, sources)
+        return acl.apply(self.con, by_path)
+
+    def set_document_principals(self, by_doc: dict[str, list[str] | tuple[str, ...]]) -> int:
+        """Set who may read these documents (by doc_id); returns how many changed."""
+        return acl.apply_to_documents(self.con, by_doc)
 
     # --- commit ------------------------------------------------------------------------------
 
