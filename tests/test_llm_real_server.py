@@ -21,8 +21,8 @@ import time
 import duckdb
 import pytest
 
-from conftest import ROOT, shared
-from llamaserver import MODEL_ALIAS, live_server, llama_server  # noqa: F401 - the fixtures
+from conftest import ROOT, SHARED
+from llamaserver import MODEL_ALIAS, live_server, llama_server, required  # noqa: F401 - the fixtures
 from quarry.ingest.context import clean_summary
 from quarry.ingest.llm.cache import CACHE_FILE
 from quarry.ingest.llm import LLMFailure, LLMRuntime
@@ -37,6 +37,15 @@ FILES = ("policies/acceptable-use-policy.md", "working-at-sourcegraph/switching-
 WINDOW = 3000  # characters: several windows per file, so boundaries are crossed
 
 
+def handbook(*parts: str):
+    """A path in the shared handbook tree; missing, it skips the test, or fails it where the real
+    LLM tests are required (``make test-llm``, CI): a required step never passes by skipping."""
+    path = SHARED.joinpath(*HANDBOOK, *parts)
+    if not path.exists():
+        (pytest.fail if required() else pytest.skip)(f"shared data not found: {path}")
+    return path
+
+
 def llm_settings(server, **kw) -> Settings:
     values = dict(embed_backend="hash", sectioner="llm", context="llm", llm_base_url=server.base_url,
                   llm_model=MODEL_ALIAS, llm_api_key="", llm_window_chars=WINDOW, llm_concurrency=2)
@@ -45,7 +54,7 @@ def llm_settings(server, **kw) -> Settings:
 
 @pytest.fixture
 def corpus(tmp_path):
-    root = shared(*HANDBOOK)
+    root = handbook()
     tree = tmp_path / "tree"
     for rel in FILES:
         (tree / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -178,7 +187,7 @@ def test_section_summaries_and_chunk_context_end_to_end(cli, live_server, tmp_pa
     """--llm-section-summaries and --llm-chunk-context: what the model wrote is in the headers."""
     tree = tmp_path / "tree"
     tree.mkdir()
-    shutil.copy(shared(*HANDBOOK, SHORT), tree / "1-1.md")
+    shutil.copy(handbook(SHORT), tree / "1-1.md")
     db = tmp_path / "db"
     env = llm_env(live_server, QUARRY_LLM_INPUT_TOKENS="600")  # short prompts: one per chunk
     done = cli("index", tree, "--db", db, "--sectioner", "structure", "--context", "llm",
