@@ -309,7 +309,6 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
            as_principals, weights, min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt, as_json):
     """Search the index for QUERY."""
     import quarry
-    from quarry.cli import output
     from quarry.core.errors import UsageError
     from quarry.search import serialize
 
