@@ -92,7 +92,7 @@ def test_the_fusion_constants_in_docs_are_the_code_s():
 
 
 def test_every_file_type_is_in_the_column_reference():
-    from quarry.ingest.parsers import describe_formats
+    from quarry.ingest.parsers.describe import describe_formats
 
     export = (ROOT / "docs" / "export.md").read_text(encoding="utf-8")
     row = next(line for line in export.splitlines() if line.startswith("| `file_type` |"))

@@ -19,7 +19,7 @@ from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
 from quarry.cli import output, reports
 from quarry.cli.output import FORMATS as OUTPUT_FORMATS
 from quarry.core.settings import RUNNERS, default_db
-from quarry.search.fusion import DEFAULT_FUSION, FUSIONS
+from quarry.search.fusion import DEFAULT_FUSION
 from quarry.search.fusion import DEFAULT_K as DEFAULT_RRF_K
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 
@@ -280,7 +280,7 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
 @click.option("--mode", type=click.Choice(SEARCH_MODES), default="hybrid", show_default=True)
 @click.option("--candidates", type=click.IntRange(1, 10000), default=None,
               help="Candidates per retriever before fusion (default max(50, 5k)).")
-@click.option("--fusion", type=click.Choice(FUSIONS), default=DEFAULT_FUSION, show_default=True,
+@click.option("--fusion", type=RegistryChoice("quarry.core.registry:FUSIONS"), default=DEFAULT_FUSION, show_default=True,
               help="How hybrid fuses: tmm (normalised scores) or rrf (ranks).")
 @click.option("--rrf-k", type=click.IntRange(0, 10000), default=DEFAULT_RRF_K, show_default=True, help="RRF constant k.")
 @filter_options
@@ -309,7 +309,6 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
            as_principals, weights, min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt, as_json):
     """Search the index for QUERY."""
     import quarry
-    from quarry.cli import output
     from quarry.core.errors import UsageError
     from quarry.search import serialize
 
@@ -431,7 +430,7 @@ def runs(db, limit, as_json):
 @handle_errors
 def formats(as_json, markdown):
     """File formats quarry reads, by which library or program, and which of those are missing here."""
-    from quarry.ingest.parsers import describe_formats, formats_markdown
+    from quarry.ingest.parsers.describe import describe_formats, formats_markdown
     from quarry.ingest.parsers.ocr import engine_name
 
     if markdown:
@@ -444,12 +443,36 @@ def formats(as_json, markdown):
     for r in rows:
         found = ", ".join(f"{name} at {where}" for name, where in r["programs"].items() if where)
         state = ("ok" + (f": {found}" if found else "")) if r["readable"] else "missing " + ", ".join(r["missing"])
-        click.echo(f"{r['type']:<7} {' '.join(r['extensions'])[:48]:<48}  {r['library']}  [{state}]")
+        plugin = f"  (plugin {r['plugin']})" if r.get("plugin") else ""
+        click.echo(f"{r['type']:<7} {' '.join(r['extensions'])[:48]:<48}  {r['library']}  [{state}]{plugin}")
         click.echo(f"{'':<7} {r['structure']}")
         if r["install"]:
             click.echo(f"{'':<7} to read these: {r['install']}")
     click.echo(f"OCR engine: {engine_name() or 'none (pip install rapidocr-onnxruntime, or install tesseract)'}; "
                "other extensions are sniffed by content")
+
+
+@cli.command()
+@json_option
+@handle_errors
+def plugins(as_json):
+    """Every extension point's components, which plugin (entry point) added each, and plugins that
+    failed to load."""
+    from quarry.core.registry import REGISTRIES
+
+    out = {}
+    for kind, registry in REGISTRIES.items():
+        names = registry.names()
+        out[kind] = {"components": [{"name": n, "plugin": registry.origin(n)} for n in names],
+                     "errors": list(registry.errors), "entry_point_group": registry.group}
+    if as_json:
+        reports.echo_json(out)
+        return
+    for kind, item in out.items():
+        names = ", ".join(c["name"] + (f" [{c['plugin']}]" if c["plugin"] else "") for c in item["components"])
+        click.echo(f"{kind:<16} {names}")
+        for error in item["errors"]:
+            click.echo(f"{'':<16} failed: {error}", err=True)
 
 
 @cli.command()

@@ -25,19 +25,9 @@ from quarry.core.errors import ConfigError, UsageError
 from quarry.core.models import HEADER_FIELDS as HEADER_LINES
 
 DEFAULT_DB = ".quarry"
-# The names a run may ask for. Each names a factory registered next to its implementation
-# (EMBEDDERS in quarry/ingest/embedders/base.py, SECTIONERS in quarry/ingest/sectioning.py,
-# CONTEXT_WRITERS in quarry/ingest/context.py); this layer cannot import those, so the names are
-# declared here for validation and tests/test_registry.py checks that they equal the registries'.
-EmbedBackend = Literal["torch", "onnx", "onnx-int8", "openai", "hash"]
-Sectioner = Literal["structure", "semantic", "llm"]
-ContextWriter = Literal["rules", "llm"]
 HeaderField = Literal[(*HEADER_LINES, "none")]  # the header lines (quarry/core/models.py), or none
 # How the LLM is asked for JSON (quarry/ingest/llm/prompts.py builds each); "auto" tries them in order.
 ResponseFormat = Literal["json_schema", "json_object_schema", "json_object", "none"]
-EMBED_BACKENDS: tuple[str, ...] = get_args(EmbedBackend)
-SECTIONERS: tuple[str, ...] = get_args(Sectioner)
-CONTEXT_WRITERS: tuple[str, ...] = get_args(ContextWriter)
 HEADER_FIELDS: tuple[str, ...] = get_args(HeaderField)
 RESPONSE_FORMATS: tuple[str, ...] = get_args(ResponseFormat)
 # Where the batches of a run execute (quarry/flows/runners.py): threads of the flow's process (the
@@ -79,8 +69,8 @@ class Settings(BaseSettings):
     max_delete_share: float = Field(0.5, ge=0, le=1)
     free_deletes: int = Field(5, ge=0)
     # sectioning and chunking
-    sectioner: Sectioner = "structure"
-    context: ContextWriter = "rules"
+    sectioner: str = "structure"  # a name of the SECTIONERS registry (quarry/core/registry.py)
+    context: str = "rules"  # a name of the CONTEXT_WRITERS registry
     chunk_size: int = Field(800, ge=100)  # characters
     chunk_overlap: int = Field(0, ge=0)  # characters, less than half of chunk_size
     min_chunk: int = 200  # a tail shorter than this merges into its neighbour
@@ -103,7 +93,7 @@ class Settings(BaseSettings):
     llm_section_summaries: bool = False  # one call per section for a one-sentence summary
     llm_chunk_context: bool = False  # one call per chunk (contextual retrieval); costly
     # embedding
-    embed_backend: EmbedBackend = "onnx-int8"  # the fastest local backend that passes the SciFact quality guard
+    embed_backend: str = "onnx-int8"  # an EMBEDDERS name; the fastest local backend that passes the SciFact quality guard
     embed_model: str = ""  # "" = the backend's default model
     embed_dim: int = Field(0, ge=0)  # 0 = the model's native dimension
     embed_budget: int = Field(8192, ge=1)  # tokens per embedding batch (local backends)
@@ -148,6 +138,17 @@ class Settings(BaseSettings):
             return check_patterns(value)
         except UsageError as exc:
             raise ValueError(str(exc)) from None
+
+    @field_validator("embed_backend", "sectioner", "context")
+    @classmethod
+    def _registered(cls, value: str, info) -> str:
+        """A name the component's registry knows: quarry's own or a plugin's."""
+        from quarry.core.registry import CONTEXT_WRITERS, EMBEDDERS, SECTIONERS
+
+        registry = {"embed_backend": EMBEDDERS, "sectioner": SECTIONERS, "context": CONTEXT_WRITERS}[info.field_name]
+        if value not in registry:
+            raise ValueError(f"is not a known {registry.kind}; choose one of {', '.join(registry.names())}")
+        return value
 
     @field_validator("header_fields")
     @classmethod
@@ -229,7 +230,10 @@ def _describe(exc: ValidationError, given: dict) -> str:
     kind = error.get("type", "")
     ctx = error.get("ctx") or {}
     if kind == "value_error":
-        return f"{source}: {str(error['msg']).removeprefix('Value error, ')}"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if message.startswith("is not a known "):  # a registry's name: say which value
+            return f"{source}={value!r} {message}"
+        return f"{source}: {message}"
     if kind == "literal_error":
         choices = ", ".join(a.strip("'") for a in str(ctx.get("expected", "")).replace(" or ", ", ").split(", "))
         return f"{source}={value!r} is not a known {field}; choose one of {choices}"

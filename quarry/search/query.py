@@ -34,7 +34,7 @@ from quarry.core.sqlfiles import load_sql
 from quarry.retrieval.dense import METHODS as VECTOR_SEARCH
 from quarry.ingest.embedders import describe, describe_backend, get_embedder
 from quarry.search.filters import Filter, with_filter
-from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, DOC_WEIGHT, FUSIONS, fuse, with_documents
+from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, DOC_WEIGHT, FUSIONS, fuse, normalised, with_documents
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 from quarry.search.rerank import Reranker, get_reranker
 from quarry.search.segments import RseParams, Segment, get_params, segments_from_results
@@ -558,7 +558,7 @@ class Index:
         t = time.perf_counter()
         documents = 0.0
         if mode == "hybrid":
-            documents = weights["documents"] * DOC_WEIGHT if fusion == "tmm" and snap.index.cards else 0.0
+            documents = weights["documents"] * DOC_WEIGHT if normalised(fusion) and snap.index.cards else 0.0
             # the document evidence counts only documents the filter keeps a row of: a document the
             # caller may not read (or filtered out) never moves the scores of the ones returned
             keep = self._document_mask(filters, snap, mask) if documents > 0 and mask is not None else None

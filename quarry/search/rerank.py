@@ -31,7 +31,7 @@ from typing import Protocol
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.models import join_header
-from quarry.core.registry import Registry
+from quarry.core.registry import RERANKERS
 
 DEFAULT_CANDIDATES = 30  # fused candidates a reranker sees unless told otherwise
 PASSAGE_CHARS = 1200  # per passage in the LLM prompt: enough to judge, bounded prompt size
@@ -245,7 +245,6 @@ class LLMReranker:
 # --- factory ---------------------------------------------------------------------------------
 
 # ``--rerank KIND[:ARG]``: KIND -> factory(ARG) -> Reranker. A new reranker registers its kind here.
-RERANKERS: Registry = Registry("reranker")
 
 
 @RERANKERS.register("cross-encoder")
