@@ -19,6 +19,7 @@ from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
 from quarry.cli import output, reports
 from quarry.cli.output import FORMATS as OUTPUT_FORMATS
 from quarry.core.settings import RUNNERS, default_db
+from quarry.core.settings import environment as _environment
 from quarry.search.fusion import DEFAULT_FUSION
 from quarry.search.fusion import DEFAULT_K as DEFAULT_RRF_K
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
@@ -96,7 +97,7 @@ def cli(log_level, verbose):
 
     Shell completion: eval "$(_QUARRY_COMPLETE=bash_source quarry)" (zsh_source, fish_source).
     """
-    level = log_level or {0: None, 1: "info"}.get(verbose, "debug") or os.environ.get("QUARRY_LOG_LEVEL")
+    level = log_level or {0: None, 1: "info"}.get(verbose, "debug") or _environment().log_level
     if level:
         configure_logging(level)
 

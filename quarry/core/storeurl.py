@@ -66,7 +66,9 @@ def parse_url(db: str) -> StoreURL:
 
 def cache_root() -> Path:
     """Where remote stores are worked on: ``$QUARRY_STORE_CACHE`` or ``~/.cache/quarry/stores``."""
-    return Path(os.environ.get("QUARRY_STORE_CACHE") or Path.home() / ".cache" / "quarry" / "stores").expanduser()
+    from quarry.core.settings import environment
+
+    return Path(environment().store_cache or Path.home() / ".cache" / "quarry" / "stores").expanduser()
 
 
 def local_dir(db: str) -> Path:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from quarry.core.errors import ModelMismatch, NotFound, UsageError
 from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
 from quarry.core.principals import caller
-from quarry.core.settings import Settings, store_path
+from quarry.core.settings import Settings, environment, store_path
 from quarry.core.sqlfiles import load_sql
 from quarry.retrieval.dense import METHODS as VECTOR_SEARCH
 from quarry.ingest.embedders import describe, describe_backend, get_embedder
@@ -65,7 +65,7 @@ class Index:
 
     def __init__(self, store: Path, settings: Settings | None = None, *, vector_search: str | None = None,
                  cache_size: int = 10_000, principals=None):
-        vector_search = vector_search or os.environ.get("QUARRY_VECTOR_SEARCH") or "auto"
+        vector_search = vector_search or environment().vector_search
         if vector_search not in VECTOR_SEARCH:
             raise UsageError(f"unknown vector search {vector_search!r}; choose one of {', '.join(VECTOR_SEARCH)}")
         self.store = store

@@ -42,6 +42,7 @@ from quarry.core import faults
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.storeurl import MARKER, StoreURL, parse_url
 from quarry.store.objstore import ObjectStore, PreconditionFailed, open_store
+from quarry.core.settings import environment
 
 POINTER = "CURRENT"
 JOURNAL_PREFIX = "journal/"
@@ -50,10 +51,7 @@ _GEN = re.compile(r"^(?:catalog-(\d+)\.duckdb|index-(\d+)/.*)$")
 
 def check_seconds() -> float:
     """How long a reader trusts its last read of CURRENT: ``QUARRY_REMOTE_CHECK_SECONDS`` (0: every call)."""
-    try:
-        return max(0.0, float(os.environ.get("QUARRY_REMOTE_CHECK_SECONDS") or 0))
-    except ValueError:
-        return 0.0
+    return environment().remote_check_seconds
 
 
 _remotes: dict[str, Remote | None] = {}

@@ -21,6 +21,7 @@ from quarry.core.safeio import read_regular
 
 from quarry.core.registry import FORMATS
 from quarry.ingest.parsers.formats import Format  # noqa: F401 - what a plugin builds its format with
+from quarry.core.settings import environment
 
 
 class _View:
@@ -178,10 +179,7 @@ def max_file_bytes() -> int:
     """The largest file quarry reads (``QUARRY_MAX_FILE_MB``, default 256; 0 = no limit).
 
     A parser holds a file's bytes and text at once, so this bounds a worker's memory."""
-    try:
-        return int(float(os.environ.get("QUARRY_MAX_FILE_MB", "256")) * (1 << 20))
-    except ValueError:
-        return 256 << 20
+    return int(environment().max_file_mb * (1 << 20))
 
 
 # NUL (some exporters leave them; DuckDB strings and C libraries stop at them) becomes a space

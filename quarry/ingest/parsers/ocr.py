@@ -15,7 +15,6 @@ Two-column pages are read column by column (:func:`_lines`). README "Formats" ha
 from __future__ import annotations
 
 import io
-import os
 import re
 import shutil
 import subprocess
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 
 from quarry.core.errors import ParseError
 from quarry.core.models import ParsedDocument
+from quarry.core.settings import environment
 
 DPI = 200
 MAX_IMAGE_PIXELS = 60_000_000  # a decompression bomb is refused, not OCRed
@@ -38,7 +38,7 @@ class OcrStats:
 
 def engine_name() -> str:
     """The OCR engine this process would use: "rapidocr", "tesseract" or "" when none is installed."""
-    wanted = os.environ.get("QUARRY_OCR_ENGINE", "").strip().lower()
+    wanted = environment().ocr_engine.strip().lower()
     if wanted == "tesseract" and shutil.which("tesseract"):
         return "tesseract"
     try:
