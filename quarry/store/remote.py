@@ -41,10 +41,10 @@ from pathlib import Path
 from quarry.core import faults
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.storeurl import MARKER, StoreURL, parse_url
+from quarry.store.layout import POINTER
 from quarry.store.objstore import ObjectStore, PreconditionFailed, open_store
 from quarry.core.settings import environment
 
-POINTER = "CURRENT"
 JOURNAL_PREFIX = "journal/"
 _GEN = re.compile(r"^(?:catalog-(\d+)\.duckdb|index-(\d+)/.*)$")
 

@@ -121,7 +121,12 @@ def parse_data(data: bytes, kind: str, digest: str | None, ocr: bool = True) -> 
         return ParsedDocument(text="", sha256=digest)
     doc = parse_bytes(data, kind, ocr=ocr)
     del data
-    return sanitize(doc, digest)
+    doc = sanitize(doc, digest)
+    from quarry.ingest.facets import stated_facets  # a filing states its type, period and company
+
+    for key, value in stated_facets(doc.text).items():
+        doc.metadata.setdefault(key, value)
+    return doc
 
 
 def parse_bytes(data: bytes, kind: str, ocr: bool = True) -> ParsedDocument:
