@@ -40,7 +40,7 @@ from typing import Any, Generic, TypeVar
 from quarry.core.errors import ConfigError
 
 __all__ = ["Registry", "EMBEDDERS", "SECTIONERS", "CONTEXT_WRITERS", "RERANKERS", "FUSIONS", "FORMATS", "STORES",
-           "REGISTRIES"]
+           "REGISTRIES", "components"]
 
 F = TypeVar("F")
 
@@ -211,6 +211,16 @@ FUSIONS: Registry = Registry("fusion", modules=("quarry.search.fusion",), group=
 FORMATS: Registry = Registry("file format", modules=("quarry.ingest.parsers.formats",), group="quarry.formats")
 STORES: Registry = Registry("object store", modules=("quarry.store.objstore", "quarry.store.objstore_gcs",
                                                     "quarry.store.objstore_azure"), group="quarry.stores")
+
+def components() -> dict[str, dict]:
+    """Every extension point's components and the plugin (entry point) that added each (None for
+    quarry's own), with the plugins that failed to load: what ``quarry plugins`` prints."""
+    out = {}
+    for kind, registry in REGISTRIES.items():
+        out[kind] = {"components": [{"name": n, "plugin": registry.origin(n)} for n in registry.names()],
+                     "errors": list(registry.errors), "entry_point_group": registry.group}
+    return out
+
 
 REGISTRIES: dict[str, Registry] = {"embedders": EMBEDDERS, "sectioners": SECTIONERS,
                                    "context_writers": CONTEXT_WRITERS, "rerankers": RERANKERS, "fusions": FUSIONS,
