@@ -28,7 +28,8 @@ from quarry.flows.runners import FILES_PER_BATCH, plan_runner, task_runner, task
 from quarry.ingest.embedders import describe, get_embedder
 from quarry.ingest.process import content_fingerprint
 from quarry.store import journal
-from quarry.store.layout import WriterLock, new_run_id, read_pointer
+from quarry.store.layout import WriterLock, new_run_id
+from quarry.store.pointer import read_pointer
 from quarry.store.writer import StoreWriter, remove_debris
 from quarry.tasks.acl import apply_permissions, plan_run_permissions
 from quarry.tasks.discover import discover_files, plan_changes

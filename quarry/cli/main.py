@@ -19,7 +19,7 @@ from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
 from quarry.cli import output, reports
 from quarry.cli.output import FORMATS as OUTPUT_FORMATS
 from quarry.core.settings import RUNNERS, default_db
-from quarry.core.settings import environment as _environment
+from quarry.core.environment import environment as _environment
 from quarry.search.fusion import DEFAULT_FUSION
 from quarry.search.fusion import DEFAULT_K as DEFAULT_RRF_K
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES

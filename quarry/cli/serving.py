@@ -58,7 +58,7 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
         from quarry.core.settings import store_path
 
         if rate_limit is None:
-            from quarry.core.settings import environment
+            from quarry.core.environment import environment
 
             rate_limit = environment().api_rate_limit
         ring = KeyRing(key_store(store_path(db), keys_file))

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from quarry.core.environment import environment
 from quarry.core.errors import UsageError
 
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
@@ -66,8 +67,6 @@ def parse_url(db: str) -> StoreURL:
 
 def cache_root() -> Path:
     """Where remote stores are worked on: ``$QUARRY_STORE_CACHE`` or ``~/.cache/quarry/stores``."""
-    from quarry.core.settings import environment
-
     return Path(environment().store_cache or Path.home() / ".cache" / "quarry" / "stores").expanduser()
 
 

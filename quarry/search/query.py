@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 from quarry.core.errors import ModelMismatch, NotFound, UsageError
 from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
 from quarry.core.principals import caller
-from quarry.core.settings import Settings, environment, store_path
+from quarry.core.environment import environment
+from quarry.core.settings import Settings, store_path
 from quarry.core.sqlfiles import load_sql
 from quarry.retrieval.dense import METHODS as VECTOR_SEARCH
 from quarry.ingest.embedders import describe, describe_backend, get_embedder

@@ -16,7 +16,8 @@ import duckdb
 
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.store import catalog, vectors
-from quarry.store.layout import DOCTOR_HINT, Pointer, read_pointer, require_pointer
+from quarry.store.layout import require_pointer
+from quarry.store.pointer import DOCTOR_HINT, Pointer, read_pointer
 
 
 @dataclass

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 
 from quarry.core.errors import ParseError
 from quarry.core.paths import ARCHIVE_SEP as SEP
-from quarry.core.settings import environment
+from quarry.core.environment import environment
 MAX_MEMBERS = 100_000
 MAX_DEPTH = 3  # an archive, one inside it, one inside that
 MAX_RATIO = 100  # unpacked : packed, over RATIO_FLOOR

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from quarry.core.errors import ParseError
 from quarry.core.models import ParsedDocument
-from quarry.core.settings import environment
+from quarry.core.environment import environment
 
 DPI = 200
 MAX_IMAGE_PIXELS = 60_000_000  # a decompression bomb is refused, not OCRed
