@@ -124,7 +124,7 @@ def test_search_page_highlights_terms_and_links_each_result_to_its_chunk(app, st
     empty = c.get("/")
     assert empty.status_code == 200 and 'id="q"' in empty.text and 'role="search"' in empty.text
     r = c.get("/", params={"q": "rollback deploy", "explain": "1"})
-    assert r.status_code == 200
+    assert r.status_code == 200 and r.headers["content-encoding"] == "gzip"  # httpx asked for it, and unpacked it
     results = r.text.count('<li class="result">')
     assert results >= 3
     assert "<mark>rollback</mark>" in r.text.lower() or "<mark>rollback" in r.text.lower()

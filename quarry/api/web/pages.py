@@ -14,6 +14,7 @@ pages do and answer 401 when it is gone.
 from __future__ import annotations
 
 import functools
+import gzip
 import hashlib
 import logging
 from importlib import resources
@@ -40,6 +41,7 @@ POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'sel
           "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 HEADERS = {"Content-Security-Policy": POLICY, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
            "Cache-Control": "no-store", "X-Frame-Options": "DENY"}
+COMPRESS_FROM = 4096  # bytes of HTML: smaller pages go as they are
 SEARCH_FIELDS = ("q", "k", "mode", "fusion", "where", "path", "type", "since", "until", "window", "segments",
                  "explain", "rerank")
 
@@ -69,8 +71,12 @@ def render(request: Request, template: str, status: int = 200, **context) -> HTM
     context.setdefault("who", getattr(request.state, "caller", None))
     context.setdefault("auth_required", state_of(request).auth.required)
     context["path"] = request.url.path
-    html = environment().get_template(template).render(**context)
-    return HTMLResponse(html, status_code=status, headers=HEADERS)
+    html = environment().get_template(template).render(**context).encode("utf-8")
+    headers = dict(HEADERS)
+    if len(html) > COMPRESS_FROM and "gzip" in request.headers.get("accept-encoding", ""):
+        html = gzip.compress(html, compresslevel=5)  # pages of runs and long documents shrink 5-10 times
+        headers.update({"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+    return HTMLResponse(html, status_code=status, headers=headers)
 
 
 def html_errors(fragment: bool = False):
@@ -301,10 +307,18 @@ async def logout(request: Request):
 
 
 @router.get("/static/{name}")
-async def static(name: str):
+async def static(request: Request, name: str):
     if name not in STATIC:
         raise ApiError(404, "no such file")
+    data, packed = _static_file(name)
+    headers = {"Cache-Control": "public, max-age=31536000, immutable", "X-Content-Type-Options": "nosniff",
+               "Vary": "Accept-Encoding"}
+    if "gzip" in request.headers.get("accept-encoding", ""):
+        data, headers["Content-Encoding"] = packed, "gzip"
+    return Response(data, media_type=_TYPES[name.rsplit(".", 1)[1]], headers=headers)
+
+
+@functools.cache
+def _static_file(name: str) -> tuple[bytes, bytes]:
     data = (resources.files(__package__) / "static" / name).read_bytes()
-    return Response(data, media_type=_TYPES[name.rsplit(".", 1)[1]],
-                    headers={"Cache-Control": "public, max-age=31536000, immutable",
-                             "X-Content-Type-Options": "nosniff"})
+    return data, gzip.compress(data, compresslevel=9, mtime=0)

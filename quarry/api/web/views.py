@@ -232,7 +232,7 @@ def stage_chart(runs: list[dict], width: float = 960, lane: float = 30, left: fl
             x = left + j * slot + (slot - bar_width) / 2
             bars.append(Bar(stage=stage, run_id=run["run_id"], x=round(x, 1), y=round(top + lane - 6 - height, 1),
                             width=round(bar_width, 1), height=round(height, 1), seconds=value,
-                            label=f"{stage}: {seconds(value)} · run {run['run_id']} · {when(run.get('started'))}"))
+                            label=f"{stage} {seconds(value)}, {when(run.get('started'))}"))
         lanes.append(Lane(stage=stage, top=top, height=lane, peak=peak, bars=bars))
     height = 8 + len(stages) * lane + 18
     step = max(1, math.ceil(len(timed) / 6))
