@@ -184,6 +184,24 @@ def test_document_view_draws_chunks_headers_pages_and_marks_the_linked_chunk(app
     assert "Parse warnings" in r.text and "could not read the file again" in r.text and "/runs/" in r.text
 
 
+def test_the_library_keeps_a_documents_pages_warnings_and_later_failures(store):
+    from quarry.core.errors import NotFound
+    from webstore import REPORT_PAGES
+
+    with quarry.open(store.db) as idx:
+        hit = idx.search("incident review payments", k=1, filters="file_type = 'pdf'").results[0]
+        doc = idx.document(hit.doc_id, text=(0, 0))
+        runs = idx.runs(5)
+        assert idx.run(runs[0]["run_id"]) == runs[0]
+        with pytest.raises(NotFound):
+            idx.run("nope")
+    assert doc["n_pages"] == 2 and len(doc["page_offsets"]) == 2 and doc["page_offsets"][0] == 0
+    assert doc["chunks"][0]["text"].startswith(REPORT_PAGES[0].splitlines()[0])
+    assert doc["ocr_page_numbers"] == [] and doc["warnings"] == []
+    assert [f["run_id"] for f in doc["failures"]] == [runs[0]["run_id"]]
+    assert "not valid PDF" in doc["failures"][0]["error"]
+
+
 def hit_doc_chunks(store, doc_id: str) -> int:
     with quarry.open(store.db) as idx:
         return len(idx.document(doc_id)["chunks"])
