@@ -33,7 +33,6 @@ import os
 import platform
 import random
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
