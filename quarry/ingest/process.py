@@ -248,10 +248,19 @@ def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, to
         DocumentRecord(doc_id=docs[i][1], file=docs[i][0], title=contexts[i][0], summary=contexts[i][1],
                        sections=sections[i], chunks=chunks[i], metadata=dict(docs[i][2].metadata),
                        n_pages=len(docs[i][2].page_offsets) or None, ocr_pages=docs[i][2].ocr_pages,
-                       ocr_seconds=docs[i][2].ocr_seconds)
+                       ocr_seconds=docs[i][2].ocr_seconds, page_offsets=list(docs[i][2].page_offsets),
+                       ocr_page_numbers=list(docs[i][2].ocr_page_numbers),
+                       warnings=[*docs[i][2].warnings, *_truncation_warnings(chunks[i], tokenizer)])
         for i in alive
     ]
     return records, [FileError(docs[i][0].path, error) for i, error in sorted(failed.items())]
+
+
+def _truncation_warnings(chunks: list[Chunk], tokenizer) -> list[str]:
+    """One line per chunk the model reads only the start of (a chunk that could not be re-split to fit)."""
+    limit = getattr(tokenizer, "max_tokens", 0) if tokenizer is not None else 0
+    return [f"chunk {c.chunk_index}: {c.n_tokens} tokens, over the model's {limit}: its vector reads only the start"
+            for c in chunks if c.truncated]
 
 
 def _lap(clock: StageClock, stage: str, started: float, rows: int) -> float:

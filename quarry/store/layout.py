@@ -145,6 +145,19 @@ class WriterLock:
         self.release()
 
 
+def disk_usage(store: Path) -> int:
+    """Bytes of every file in the store folder (the generations kept for rollback included; for a
+    store on object storage, its local cache)."""
+    total = 0
+    for folder, _, names in os.walk(store):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_size
+            except OSError:  # removed by a commit meanwhile
+                pass
+    return total
+
+
 def new_run_id() -> str:
     """A run id: sortable by start time (UTC), unique across processes."""
     import datetime as _dt
