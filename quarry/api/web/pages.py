@@ -25,7 +25,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 from pydantic import ValidationError
 
-from quarry.api.app import state_of
+from quarry.api.deps import state_of
 from quarry.api.routes.documents import checked_id
 from quarry.api.errors import ApiError, Scrubber, status_of
 from quarry.api.web import session, views

@@ -15,7 +15,7 @@ from urllib.parse import quote, urlsplit
 
 from fastapi import Request
 
-from quarry.api.app import state_of
+from quarry.api.deps import state_of
 from quarry.api.auth import Caller
 from quarry.api.errors import ApiError
 
