@@ -17,6 +17,7 @@ from pathlib import Path
 
 from quarry.core.errors import StoreLocked, UsageError
 from quarry.core.settings import Settings, store_path
+from quarry.core.storeurl import root_path
 
 __all__ = ["index", "preview", "serve", "SECRET_SETTINGS"]
 
@@ -122,7 +123,7 @@ def preview(roots: list[str], store: Path, settings: Settings, *, full: bool = F
 def _roots(paths) -> list[str]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    roots = [str(store_path(p)) for p in paths]
+    roots = [root_path(p) for p in paths]  # a folder, a file, or s3:// gs:// az:// URL
     if not roots:
         raise UsageError("nothing to index: give at least one path")
     return roots
