@@ -291,13 +291,13 @@ def _object_file(source, root: str, rel: str, obj) -> FileInfo:
 
 def _object_ignore(source, under: str):
     """The ``.quarryignore`` object at the top of a root on object storage, as a matcher (None when
-    there is none). One metadata request a run; the rules are read only when their identity is new
+    there is none). One listing request a run; the rules are read only when their identity is new
     (kept in ``$QUARRY_CACHE_DIR/sources``)."""
     import hashlib
 
     from quarry.ingest.sources import cache_dir, fetch
 
-    info = source.head(under + IGNORE_FILE)
+    info = next((o for o in source.list(under + IGNORE_FILE) if o.key == under + IGNORE_FILE), None)
     if info is None:
         return None
     url = source.url(info.key)

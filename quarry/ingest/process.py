@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from quarry.ingest.chunking import chunk_document, text_hash
 from quarry.ingest.context import compose_header, get_context_writer, header_fields
+from quarry.core import faults
 from quarry.core.errors import ParseError, QuarryError, UnsupportedFile
 from quarry.core.models import Chunk, DocumentRecord, FileError, FileInfo, ParsedDocument, StageClock, join_header
 from quarry.ingest.parsers import FORMATS, parse_data, parse_file
@@ -107,6 +108,8 @@ def _read_objects(files: list[FileInfo], results: list, members: dict[int, tuple
     from quarry.ingest.parsers import max_file_bytes
 
     todo = {f.path: i for i, f in enumerate(files) if not f.archive and results[i] is None and is_object(f.path)}
+    if todo:
+        faults.point("before-read")
     spilled: dict[int, Fetched] = {}
     meta: dict[int, dict[str, str]] = {}
     for url, got in fetch_many(todo, limit=max_file_bytes()):
