@@ -272,11 +272,10 @@ def _objects(root: str, found: _Found) -> RootScan:
             found.add(rel, source.url(obj.key), lambda obj=obj, rel=rel: _object_file(source, root, rel, obj))
         if found.walked == 0 and prefix:
             single = source.head(prefix)
-            if single is not None:
-                parent = root.rsplit("/", 1)[0]
+            if single is not None:  # its root stays the object's URL: permissions are kept per root
                 name = prefix.rsplit("/", 1)[-1]
                 found.ignore = None
-                found.add(name, root, lambda: _object_file(source, parent, name, single))
+                found.add(name, root, lambda: _object_file(source, root, name, single))
     except sources.BucketMissing as exc:
         return RootScan(root, "missing", error=str(exc))
     except sources.ListingFailed as exc:
