@@ -35,6 +35,7 @@ from __future__ import annotations
 import io
 import os
 import random
+import re
 import tempfile
 import threading
 import time
@@ -48,7 +49,8 @@ from quarry.core.registry import Registry
 from quarry.core.storeurl import SOURCE_SCHEMES, is_source_url
 
 __all__ = ["SOURCES", "ObjectInfo", "Fetched", "Source", "BucketMissing", "ListingFailed", "is_object",
-           "split_url", "object_url", "open_source", "fetch", "fetch_many", "open_object", "reads", "spill_bytes"]
+           "split_url", "object_url", "open_source", "fetch", "fetch_many", "open_object", "reads", "spill_bytes",
+           "scrub"]
 
 # scheme -> factory(bucket) -> Source; each backend registers itself in its module
 SOURCES: Registry = Registry("object source", modules=(
@@ -287,10 +289,29 @@ def fetch_many(urls: Iterable[str], limit: int = 0) -> Iterator[tuple[str, Fetch
         except ParseError as exc:
             return exc
         except QuarryError as exc:
-            return ParseError(str(exc))
+            return ParseError(scrub(str(exc)))
+        except Exception as exc:  # an SDK error no backend names: still this object's failure alone
+            first = str(exc).strip().splitlines()
+            return ParseError(scrub(f"cannot read object: {type(exc).__name__}: {first[0][:300] if first else ''}"))
 
     with ThreadPoolExecutor(max_workers=min(reads(), len(urls)), thread_name_prefix="quarry-read") as pool:
         yield from zip(urls, pool.map(one, urls))
+
+
+# What may follow a credential in a URL or a connection string an SDK put into a message.
+_SECRET_PARAMS = re.compile(r"(?i)((?:^|[?&;\s])(?:sig|signature|x-amz-signature|x-amz-credential"
+                            r"|x-amz-security-token|sharedaccesssignature|accountkey)=)[^&;\s\"']+")
+_SECRET_VARS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_ACCESS_KEY",
+                "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_SAS_KEY", "AZURE_STORAGE_CONNECTION_STRING")
+
+
+def scrub(text: str) -> str:
+    """``text`` without the credentials of the environment or a signature in a URL it may quote."""
+    for var in _SECRET_VARS:
+        value = os.environ.get(var)
+        if value and len(value) >= 8:
+            text = text.replace(value, "***")
+    return _SECRET_PARAMS.sub(r"\1***", text)
 
 
 @contextmanager
