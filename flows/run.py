@@ -30,6 +30,10 @@ def index(paths: str | os.PathLike | Iterable[str | os.PathLike], db: str | os.P
           **settings) -> dict:
     """Index the files under ``paths`` into the store ``db`` (default ``$QUARRY_DB`` or ``./.quarry``).
 
+    A path is a folder, a file, or a tree on object storage (``s3://bucket/prefix``,
+    ``gs://bucket/prefix``, ``az://container/prefix``), read where it lives: its documents' paths are
+    their URLs, and an unchanged object is never downloaded (docs/sources.md).
+
     Incremental: only what changed since the last commit is parsed and embedded, and the run
     becomes visible whole or not at all. ``full`` re-processes every file (vectors are still
     reused where the text is equal); ``dry_run`` returns what would be added, updated, moved and
