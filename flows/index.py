@@ -20,7 +20,7 @@ from prefect.states import Completed
 from quarry.core import progress
 from quarry.core.errors import RunRefused, StoreLocked, UsageError
 from quarry.ingest.guard import GuardLimits, pattern_flags
-from quarry.core.models import RunReport, StageClock
+from quarry.core.models import LLM_COUNTERS, RunReport, StageClock
 from quarry.core.paths import display
 from quarry.core.settings import Settings, store_path
 from quarry.core.storeurl import root_path
@@ -260,7 +260,7 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
 
 def _llm_counts(llm: dict) -> dict:
     """The run's LLM counters: the sum of its batches' (zeros when no LLM was used)."""
-    out = {k: llm.get(k, 0) for k in ("llm_calls", "llm_prompt_tokens", "llm_completion_tokens", "llm_cached")}
+    out = {k: llm.get(k, 0) for k in LLM_COUNTERS}
     out["llm_fallback_windows"] = [{**f, "path": display(f["path"])} for f in llm.get("llm_fallback_windows", [])]
     return out
 

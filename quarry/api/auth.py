@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import time
 from dataclasses import dataclass
 
 from quarry.api.errors import ApiError
 from quarry.api.keys import KeyRing
+from quarry.core.settings import environment
 
 DEFAULT_RATE_LIMIT = 600  # requests per minute per key
 log = logging.getLogger("quarry.api")
@@ -86,7 +86,8 @@ class Authenticator:
             from quarry.api.keys import ObjectKeys
 
             default = 5.0 if isinstance(ring.where, ObjectKeys) else 0.0
-            check_seconds = float(os.environ.get("QUARRY_KEYS_CHECK_SECONDS") or default)
+            configured = environment().keys_check_seconds
+            check_seconds = default if configured is None else configured
         self.check_seconds = check_seconds
         self._checked = float("-inf")
         self._guard = threading.Lock()

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.principals import normalise
+from quarry.core.settings import environment
 
 KEYS_FILE = "keys.json"
 FORMAT = 1
@@ -218,7 +219,7 @@ def _dump(records: list[dict]) -> str:
 
 def key_store(store: Path, keys_file: str | None = None):
     """Where the keys of ``store`` (a store folder, local or the cache of a remote one) are kept."""
-    keys_file = keys_file or os.environ.get("QUARRY_KEYS_FILE") or None
+    keys_file = keys_file or environment().keys_file or None
     if keys_file:
         return FileKeys(Path(keys_file).expanduser().absolute())
     from quarry.store.remote import remote_of

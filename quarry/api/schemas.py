@@ -60,7 +60,7 @@ class SearchRequest(BaseModel):
     mode: Literal["hybrid", "vector", "bm25"] = "hybrid"
     candidates: int | None = Field(None, ge=1, le=MAX_CANDIDATES,
                                    description="Candidates per retriever before fusion (default max(50, 5k)).")
-    fusion: Literal["tmm", "rrf"] = "tmm"
+    fusion: str = Field("tmm", max_length=64, description="A fusion method: tmm, rrf, or a plugin's.")
     rrf_k: int = Field(60, ge=0, le=10_000)
     weights: dict[Literal["vector", "bm25", "documents"], Annotated[float, Field(ge=0, le=1000)]] | None = None
     min_scores: dict[Literal["vector", "bm25", "fused"], Annotated[float, Field(ge=-1e6, le=1e6)]] | None = None
@@ -79,6 +79,15 @@ class SearchRequest(BaseModel):
                                                                  "--rerank).")
     rerank_candidates: int = Field(30, ge=1, le=MAX_K)
     explain: bool = Field(False, description="Each result's retriever ranks and scores.")
+
+    @field_validator("fusion", mode="after")
+    @classmethod
+    def _fusion(cls, value: str) -> str:
+        from quarry.core.registry import FUSIONS
+
+        if value not in FUSIONS:
+            raise ValueError(f"unknown fusion {value!r}; choose one of {', '.join(FUSIONS)}")
+        return value
 
     @field_validator("where", "path", "type", mode="after")
     @classmethod

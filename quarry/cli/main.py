@@ -19,7 +19,8 @@ from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
 from quarry.cli import output, reports
 from quarry.cli.output import FORMATS as OUTPUT_FORMATS
 from quarry.core.settings import RUNNERS, default_db
-from quarry.search.fusion import DEFAULT_FUSION, FUSIONS
+from quarry.core.settings import environment as _environment
+from quarry.search.fusion import DEFAULT_FUSION
 from quarry.search.fusion import DEFAULT_K as DEFAULT_RRF_K
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 
@@ -96,7 +97,7 @@ def cli(log_level, verbose):
 
     Shell completion: eval "$(_QUARRY_COMPLETE=bash_source quarry)" (zsh_source, fish_source).
     """
-    level = log_level or {0: None, 1: "info"}.get(verbose, "debug") or os.environ.get("QUARRY_LOG_LEVEL")
+    level = log_level or {0: None, 1: "info"}.get(verbose, "debug") or _environment().log_level
     if level:
         configure_logging(level)
 
@@ -284,7 +285,7 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
 @click.option("--mode", type=click.Choice(SEARCH_MODES), default="hybrid", show_default=True)
 @click.option("--candidates", type=click.IntRange(1, 10000), default=None,
               help="Candidates per retriever before fusion (default max(50, 5k)).")
-@click.option("--fusion", type=click.Choice(FUSIONS), default=DEFAULT_FUSION, show_default=True,
+@click.option("--fusion", type=RegistryChoice("quarry.core.registry:FUSIONS"), default=DEFAULT_FUSION, show_default=True,
               help="How hybrid fuses: tmm (normalised scores) or rrf (ranks).")
 @click.option("--rrf-k", type=click.IntRange(0, 10000), default=DEFAULT_RRF_K, show_default=True, help="RRF constant k.")
 @filter_options
@@ -313,7 +314,6 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
            as_principals, weights, min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt, as_json):
     """Search the index for QUERY."""
     import quarry
-    from quarry.cli import output
     from quarry.core.errors import UsageError
     from quarry.search import serialize
 
@@ -382,26 +382,7 @@ def status(db, as_json):
 
     with quarry.open(db) as idx:
         info = idx.status()
-    if as_json:
-        click.echo(json.dumps(info, indent=2, default=str))
-        return
-    click.echo(f"store:     {info['store']} (generation {info['generation']})")
-    click.echo(f"documents: {info['documents']}  sections: {info['sections']}  chunks: {info['chunks']}")
-    click.echo(f"model:     {info['model']} ({info['dim']}-d)")
-    embedder = info.get("embedder") or {}
-    if embedder.get("variant"):
-        check = embedder.get("self_check") or {}
-        detail = f", self-check cosine min {check['cosine_min']:.4f} vs fp32" if check else ""
-        click.echo(f"embedder:  {embedder['backend']}, {embedder['variant']} model{detail} ({embedder['path']})")
-    elif embedder:
-        built = "" if embedder.get("path") is None else " (model not built yet)"
-        click.echo(f"embedder:  {embedder['backend']}{built}")
-    last = info["last_run"]
-    if last:
-        click.echo(
-            f"last run:  {last['run_id']} {last['status']} at {last['finished']}: {last['added']} added, "
-            f"{last['updated']} updated, {last['deleted']} deleted, {last['failed']} failed"
-        )
+    reports.echo_json(info) if as_json else reports.print_status(info)
 
 
 def _run_item(run: dict) -> dict:
@@ -435,25 +416,26 @@ def runs(db, limit, as_json):
 @handle_errors
 def formats(as_json, markdown):
     """File formats quarry reads, by which library or program, and which of those are missing here."""
-    from quarry.ingest.parsers import describe_formats, formats_markdown
+    from quarry.ingest.parsers.describe import describe_formats, formats_markdown
     from quarry.ingest.parsers.ocr import engine_name
 
     if markdown:
         click.echo(formats_markdown())
         return
-    rows = describe_formats()
-    if as_json:
-        click.echo(json.dumps({"formats": rows, "ocr_engine": engine_name() or None}, indent=2))
-        return
-    for r in rows:
-        found = ", ".join(f"{name} at {where}" for name, where in r["programs"].items() if where)
-        state = ("ok" + (f": {found}" if found else "")) if r["readable"] else "missing " + ", ".join(r["missing"])
-        click.echo(f"{r['type']:<7} {' '.join(r['extensions'])[:48]:<48}  {r['library']}  [{state}]")
-        click.echo(f"{'':<7} {r['structure']}")
-        if r["install"]:
-            click.echo(f"{'':<7} to read these: {r['install']}")
-    click.echo(f"OCR engine: {engine_name() or 'none (pip install rapidocr-onnxruntime, or install tesseract)'}; "
-               "other extensions are sniffed by content")
+    rows, engine = describe_formats(), engine_name() or None
+    reports.echo_json({"formats": rows, "ocr_engine": engine}) if as_json else reports.print_formats(rows, engine)
+
+
+@cli.command()
+@json_option
+@handle_errors
+def plugins(as_json):
+    """Every extension point's components, which plugin (entry point) added each, and plugins that
+    failed to load."""
+    from quarry.core.registry import components
+
+    out = components()
+    reports.echo_json(out) if as_json else reports.print_plugins(out)
 
 
 @cli.command()
@@ -551,17 +533,7 @@ def doctor(db, repair, as_json):
     from quarry.core.settings import store_path
 
     report = diagnose(store_path(db), repair=repair)
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
-    else:
-        for f in report.findings:
-            mark = "ok" if f.ok else ("repaired" if f.repaired else "PROBLEM")
-            click.echo(f"{mark:<9} {f.check}: {f.detail}" + (f" -> {f.repair}" if not f.ok else ""))
-        if not report.healthy:
-            if report.repairable and not repair:
-                click.echo("run `quarry doctor --repair` to fix what is repairable", err=True)
-            elif not report.repairable:
-                click.echo("not repairable by quarry: see above for how to recover", err=True)
+    reports.echo_json(report.to_dict()) if as_json else reports.print_doctor(report, repair)
     if not report.healthy:
         sys.exit(1)
 
@@ -587,18 +559,7 @@ def maintain(db, keep_generations, keep_versions_hours, reindex_share, if_busy, 
 
     keep = timedelta(hours=keep_versions_hours) if keep_versions_hours is not None else None
     report = run(store_path(db), keep_generations, keep, reindex_share, if_busy=if_busy)
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
-    elif report["status"] == "skipped":
-        click.echo(f"skipped: {report['reason']}")
-    else:
-        c = report["compaction"]
-        click.echo(f"store:       {report['store']} (generation {report['generation']})")
-        click.echo(f"compaction:  {c['fragments_before']} -> {c['fragments_after']} fragments, "
-                   f"{c['versions_before']} -> {c['versions_after']} LanceDB versions")
-        click.echo(f"indices:     {len(report['indices'])}, rebuilt {sum(i['rebuilt'] for i in report['indices'])}")
-        click.echo(f"removed:     {len(report['removed'])} old generation files")
-        click.echo(f"check:       {'healthy' if report['check']['healthy'] else 'PROBLEMS: run quarry doctor'}")
+    reports.echo_json(report) if as_json else reports.print_maintain(report)
     if report["status"] == "completed" and not report["check"]["healthy"]:
         sys.exit(1)
 
@@ -619,13 +580,7 @@ def eval_cmd(beir_dir, db, modes, split, limit, as_json):
 
     result = run_beir_eval(beir_dir, db=db, modes=modes or ("bm25", "vector", "hybrid"), split=split,
                            limit=limit, index=lambda paths, store: run_index(paths, store, progress=True))
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-        return
-    click.echo(f"{result['dataset']} ({result['split']}, {result['queries']} queries)")
-    click.echo(f"{'mode':<8} {'nDCG@10':>8} {'R@10':>8} {'R@100':>8} {'MRR@10':>8}")
-    for mode, m in result["modes"].items():
-        click.echo(f"{mode:<8} {m['ndcg@10']:>8.4f} {m['recall@10']:>8.4f} {m['recall@100']:>8.4f} {m['mrr@10']:>8.4f}")
+    reports.echo_json(result) if as_json else reports.print_eval(result)
 
 
 from quarry.cli.serving import register as _register_serving  # noqa: E402 - after the shared options it takes

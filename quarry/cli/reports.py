@@ -1,4 +1,4 @@
-"""Rendering run reports for people: `quarry index`, `quarry runs`, `quarry rollback`."""
+"""Rendering for people: what every command but `quarry search` prints (search: output.py)."""
 
 from __future__ import annotations
 
@@ -178,3 +178,81 @@ def print_sql(result, fmt: str, width: int = 60) -> None:
     for row in cells:
         click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
     click.echo(f"({len(result.rows)} row{'s' if len(result.rows) != 1 else ''})")
+
+
+def print_status(info: dict) -> None:
+    """``quarry status``."""
+    click.echo(f"store:     {info['store']} (generation {info['generation']})")
+    click.echo(f"documents: {info['documents']}  sections: {info['sections']}  chunks: {info['chunks']}")
+    click.echo(f"model:     {info['model']} ({info['dim']}-d)")
+    embedder = info.get("embedder") or {}
+    if embedder.get("variant"):
+        check = embedder.get("self_check") or {}
+        detail = f", self-check cosine min {check['cosine_min']:.4f} vs fp32" if check else ""
+        click.echo(f"embedder:  {embedder['backend']}, {embedder['variant']} model{detail} ({embedder['path']})")
+    elif embedder:
+        built = "" if embedder.get("path") is None else " (model not built yet)"
+        click.echo(f"embedder:  {embedder['backend']}{built}")
+    last = info["last_run"]
+    if last:
+        click.echo(
+            f"last run:  {last['run_id']} {last['status']} at {last['finished']}: {last['added']} added, "
+            f"{last['updated']} updated, {last['deleted']} deleted, {last['failed']} failed"
+        )
+
+
+def print_formats(rows: list[dict], engine: str | None) -> None:
+    """``quarry formats``."""
+    for r in rows:
+        found = ", ".join(f"{name} at {where}" for name, where in r["programs"].items() if where)
+        state = ("ok" + (f": {found}" if found else "")) if r["readable"] else "missing " + ", ".join(r["missing"])
+        plugin = f"  (plugin {r['plugin']})" if r.get("plugin") else ""
+        click.echo(f"{r['type']:<7} {' '.join(r['extensions'])[:48]:<48}  {r['library']}  [{state}]{plugin}")
+        click.echo(f"{'':<7} {r['structure']}")
+        if r["install"]:
+            click.echo(f"{'':<7} to read these: {r['install']}")
+    click.echo(f"OCR engine: {engine or 'none (pip install rapidocr-onnxruntime, or install tesseract)'}; "
+               "other extensions are sniffed by content")
+
+
+def print_plugins(out: dict) -> None:
+    """``quarry plugins``: each extension point's names, a plugin's marked; failures on stderr."""
+    for kind, item in out.items():
+        names = ", ".join(c["name"] + (f" [{c['plugin']}]" if c["plugin"] else "") for c in item["components"])
+        click.echo(f"{kind:<16} {names}")
+        for error in item["errors"]:
+            click.echo(f"{'':<16} failed: {error}", err=True)
+
+
+def print_doctor(report, repair: bool) -> None:
+    """``quarry doctor``: a line per check; what to do next, on stderr, when something is wrong."""
+    for f in report.findings:
+        mark = "ok" if f.ok else ("repaired" if f.repaired else "PROBLEM")
+        click.echo(f"{mark:<9} {f.check}: {f.detail}" + (f" -> {f.repair}" if not f.ok else ""))
+    if not report.healthy:
+        if report.repairable and not repair:
+            click.echo("run `quarry doctor --repair` to fix what is repairable", err=True)
+        elif not report.repairable:
+            click.echo("not repairable by quarry: see above for how to recover", err=True)
+
+
+def print_maintain(report: dict) -> None:
+    """``quarry maintain``."""
+    if report["status"] == "skipped":
+        click.echo(f"skipped: {report['reason']}")
+        return
+    c = report["compaction"]
+    click.echo(f"store:       {report['store']} (generation {report['generation']})")
+    click.echo(f"compaction:  {c['fragments_before']} -> {c['fragments_after']} fragments, "
+               f"{c['versions_before']} -> {c['versions_after']} LanceDB versions")
+    click.echo(f"indices:     {len(report['indices'])}, rebuilt {sum(i['rebuilt'] for i in report['indices'])}")
+    click.echo(f"removed:     {len(report['removed'])} old generation files")
+    click.echo(f"check:       {'healthy' if report['check']['healthy'] else 'PROBLEMS: run quarry doctor'}")
+
+
+def print_eval(result: dict) -> None:
+    """``quarry eval``: a line per mode."""
+    click.echo(f"{result['dataset']} ({result['split']}, {result['queries']} queries)")
+    click.echo(f"{'mode':<8} {'nDCG@10':>8} {'R@10':>8} {'R@100':>8} {'MRR@10':>8}")
+    for mode, m in result["modes"].items():
+        click.echo(f"{mode:<8} {m['ndcg@10']:>8.4f} {m['recall@10']:>8.4f} {m['recall@100']:>8.4f} {m['mrr@10']:>8.4f}")

@@ -51,7 +51,6 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
         OpenAPI at /docs. Needs `Authorization: Bearer <token>` from `quarry keys create` once the store
         has a key; see docs/api.md.
         """
-        import os
 
         from quarry.api.app import ApiConfig
         from quarry.api.keys import KeyRing, key_store
@@ -59,8 +58,9 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
         from quarry.core.settings import store_path
 
         if rate_limit is None:
-            raw = os.environ.get("QUARRY_API_RATE_LIMIT", "").strip()
-            rate_limit = int(raw) if raw.isdigit() else 600
+            from quarry.core.settings import environment
+
+            rate_limit = environment().api_rate_limit
         ring = KeyRing(key_store(store_path(db), keys_file))
         ring.refresh()
         warning = check_host(host, ring.required, insecure_no_auth)

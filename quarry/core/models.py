@@ -89,6 +89,23 @@ class ParsedDocument:
                 hi = mid - 1
         return lo + 1
 
+    @classmethod
+    def from_pages(cls, pages: list[str], separator: str = "\n\n", **fields) -> ParsedDocument:
+        """Pages joined by ``separator``, with ``page_offsets`` at each page's start (PDF pages,
+        OCRed frames); empty text (offsets all 0) when no page has any."""
+        offsets, parts, length = [], [], 0
+        for text in pages:
+            if parts:
+                parts.append(separator)
+                length += len(separator)
+            offsets.append(length)
+            parts.append(text)
+            length += len(text)
+        text = "".join(parts)
+        if not text.strip():
+            return cls(text="", page_offsets=[0] * len(pages), **fields)
+        return cls(text=text, page_offsets=offsets, **fields)
+
 
 @dataclass(frozen=True)
 class Section:
@@ -160,6 +177,11 @@ class FileError:
 # Pipeline stages in the order a batch meets them; ``durations`` holds one entry per stage that ran.
 STAGES = ("discover", "plan", "parse", "section", "context", "chunk", "embed", "load", "commit")
 _JSON = {"json": True}  # field metadata: stored as a JSON column, a list or dict in Python
+
+
+# The LLM counters of a run report, in the order logs print them (one list: the LLM runtime fills
+# them, tasks log them, the flow sums them, the CLI shows them).
+LLM_COUNTERS = ("llm_calls", "llm_cached", "llm_prompt_tokens", "llm_completion_tokens")
 
 
 @dataclass

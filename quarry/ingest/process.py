@@ -28,13 +28,10 @@ from quarry.ingest.context import compose_header, get_context_writer, header_fie
 from quarry.core import faults
 from quarry.core.errors import ParseError, QuarryError, UnsupportedFile
 from quarry.core.models import Chunk, DocumentRecord, FileError, FileInfo, ParsedDocument, StageClock, join_header
-from quarry.ingest.parsers import FORMATS, parse_data, parse_file
+from quarry.ingest.parsers import BY_TYPE, parse_data, parse_file
 from quarry.ingest.parsers.archive import read_members, split_member
 from quarry.ingest.sectioning import get_sectioner
 from quarry.ingest.sources import Fetched, fetch_many, is_object, open_object
-
-HEAVY_TYPES = {f.name for f in FORMATS if f.heavy}
-OCR_TYPES = {f.name for f in FORMATS if f.ocr}
 
 
 def _parse_one(path: str, file_type: str, ocr: bool = True, data: bytes | None = None,
@@ -147,8 +144,9 @@ def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, o
 
     try:
         _convert_legacy(files, results, members, kinds, timeout, paths, stamps)
-        heavy = [i for i, f in enumerate(files) if f.file_type in HEAVY_TYPES and results[i] is None]
-        may_ocr = ocr and any(files[i].file_type in OCR_TYPES for i in heavy)
+        heavy = [i for i, f in enumerate(files)
+                 if (fmt := BY_TYPE.get(f.file_type)) is not None and fmt.heavy and results[i] is None]
+        may_ocr = ocr and any(BY_TYPE[files[i].file_type].ocr for i in heavy)
         if ((workers > 1 and len(heavy) > 1) or may_ocr) and not _daemonic():
             ctx = multiprocessing.get_context("spawn")  # fork is unsafe under Prefect's threads
             pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(heavy))), mp_context=ctx)

@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from quarry.retrieval import bm25, cards, dense, rows
 from quarry.core.safeio import fsync_dir
+from quarry.core.settings import environment
 
 INDEX_VERSION = 2
 MANIFEST = "index.json"
@@ -49,9 +50,8 @@ def folder_name(generation: int) -> str:
 
 
 def ivf_min_rows() -> int:
-    """Rows from which IVF is built: ``$QUARRY_IVF_MIN_ROWS`` or :data:`dense.IVF_MIN_ROWS`."""
-    raw = os.environ.get("QUARRY_IVF_MIN_ROWS", "")
-    return int(raw) if raw.strip().isdigit() else dense.IVF_MIN_ROWS
+    """Rows from which IVF is built: ``$QUARRY_IVF_MIN_ROWS`` (default :data:`dense.IVF_MIN_ROWS`)."""
+    return environment().ivf_min_rows
 
 
 def build(con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = None) -> tuple[dict, dict]:

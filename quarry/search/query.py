@@ -9,39 +9,40 @@ A search: the query is embedded (cached) and tokenised; a filter, if any, become
 mask over rows (one DuckDB query, cached per generation); each retriever takes its top
 ``candidates`` among the rows the mask keeps; score fusion (:mod:`quarry.search.fusion`) merges them; the top ``k``
 are read back from the catalog.
+
+The rooms around it: the result types (:mod:`quarry.search.results`), following commits
+(:mod:`quarry.search.follower`), the caller's arguments (:mod:`quarry.search.arguments`), the
+store's runs and index summary (:mod:`quarry.store.views`), SQL (:mod:`quarry.search.sql`).
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import math
 import os
-import threading
 import time
-from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from quarry.core.errors import ModelMismatch, NotFound, UsageError
-from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES, RunReport
+from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
 from quarry.core.principals import caller
-from quarry.core.settings import Settings, store_path
+from quarry.core.settings import Settings, environment, store_path
 from quarry.core.sqlfiles import load_sql
 from quarry.retrieval.dense import METHODS as VECTOR_SEARCH
 from quarry.ingest.embedders import describe, describe_backend, get_embedder
 from quarry.search.filters import Filter, with_filter
-from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, DOC_WEIGHT, FUSIONS, fuse, with_documents
+from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, DOC_WEIGHT, FUSIONS, fuse, normalised, with_documents
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
-from quarry.search.rerank import Reranker, get_reranker
-from quarry.search.segments import RseParams, Segment, get_params, segments_from_results
-from quarry.search.windows import ChunkReader, Window, expand, parse_window
-from quarry.store.layout import POINTER
-from quarry.store.reader import Snapshot, open_snapshot
-from quarry.store.remote import check_seconds, remote_of
+from quarry.search.rerank import Reranker
+from quarry.search.segments import RseParams
+from quarry.search.arguments import checked_numbers, reranker_of, segment_params, short_id, window_of
+from quarry.search.follower import LRU, Follower
+from quarry.search.results import SearchResponse, SearchResult
+from quarry.search.segments import segments_from_results
+from quarry.search.windows import ChunkReader, expand
+from quarry.store import views
+from quarry.store.reader import Snapshot
+from quarry.store.remote import remote_of
 
 if TYPE_CHECKING:
     from quarry.search.export import ExportReport  # imported when exporting: pyarrow stays off the query path
@@ -50,99 +51,6 @@ __all__ = ["Index", "SearchResponse", "SearchResult", "open", "MODES", "RETRIEVE
            "DEFAULT_RERANK_CANDIDATES"]
 
 MODES = SEARCH_MODES
-
-
-@dataclass
-class SearchResult:
-    """One hit.
-
-    ``score`` is what the results are ranked by: the fused score in ``hybrid`` mode, the
-    retriever's own score otherwise. ``fused`` is the fused score (None outside ``hybrid``).
-    ``scores``/``ranks`` hold each retriever's raw score and 1-based rank among its candidates
-    (None where that retriever did not return the chunk), for ``--explain``.
-    """
-
-    rank: int
-    score: float
-    chunk_id: str
-    doc_id: str
-    path: str
-    title: str
-    section: str
-    header: str
-    text: str
-    page_start: int | None
-    page_end: int | None
-    chunk_index: int = 0
-    section_index: int = 0
-    file_type: str = ""
-    start_char: int = 0
-    end_char: int = 0
-    fused: float | None = None
-    scores: dict[str, float | None] = field(default_factory=dict)
-    ranks: dict[str, int | None] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class SearchResponse:
-    """The results and the settings that produced them (``filter`` is the filter in words,
-    ``timings`` milliseconds per stage, ``counts`` candidates per retriever and rows the filter
-    kept)."""
-
-    query: str
-    mode: str
-    results: list[SearchResult]
-    generation: int = 0  # the committed generation every part of this answer was read from
-    k: int = 10
-    candidates: int = 0
-    rrf_k: int = DEFAULT_K
-    fusion: str = DEFAULT_FUSION
-    weights: dict[str, float] = field(default_factory=dict)
-    min_scores: dict[str, float] = field(default_factory=dict)
-    filter: str = ""
-    counts: dict[str, int] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    windows: list[Window] | None = None  # with search(..., window=): the results widened, best first
-    segments: list[Segment] | None = None  # with search(..., segments=): relevant segments, best first
-    warnings: list[str] = field(default_factory=list)  # what the search could not do as asked
-
-    def to_dict(self) -> dict:
-        """Plain data for JSON; ``windows``/``segments`` only when they were asked for."""
-        out = asdict(self)
-        for name in ("windows", "segments"):
-            if out[name] is None:
-                del out[name]
-        return out
-
-
-class _LRU(OrderedDict):
-    """A bounded mapping, least recently used out first; safe to share between threads."""
-
-    def __init__(self, size: int):
-        super().__init__()
-        self.size = size
-        self._guard = threading.Lock()
-
-    def get(self, key, default=None):
-        with self._guard:
-            if key in self:
-                self.move_to_end(key)
-                return self[key]
-            return default
-
-    def put(self, key, value) -> None:
-        with self._guard:
-            self[key] = value
-            self.move_to_end(key)
-            while len(self) > self.size:
-                self.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._guard:
-            super().clear()
 
 
 class Index:
@@ -157,7 +65,7 @@ class Index:
 
     def __init__(self, store: Path, settings: Settings | None = None, *, vector_search: str | None = None,
                  cache_size: int = 10_000, principals=None):
-        vector_search = vector_search or os.environ.get("QUARRY_VECTOR_SEARCH") or "auto"
+        vector_search = vector_search or environment().vector_search
         if vector_search not in VECTOR_SEARCH:
             raise UsageError(f"unknown vector search {vector_search!r}; choose one of {', '.join(VECTOR_SEARCH)}")
         self.store = store
@@ -166,100 +74,35 @@ class Index:
         # who this handle reads as: None = everything (the store's owner); a list of principals
         # restricts every call, on top of what a call's own ``principals=`` asks
         self.principals = None if principals is None else caller(principals)
-        self._snap: Snapshot | None = None
-        self._pointer_stat: tuple[int, int] | None = None
-        self._query_cache = _LRU(cache_size)  # query text -> embedding
-        self._masks = _LRU(64)  # (generation, Filter) -> (mask, rows kept)
-        self._doc_masks = _LRU(64)  # (generation, Filter) -> documents the filter keeps a row of
+        self._query_cache = LRU(cache_size)  # query text -> embedding
+        self._masks = LRU(64)  # (generation, Filter) -> (mask, rows kept)
+        self._doc_masks = LRU(64)  # (generation, Filter) -> documents the filter keeps a row of
         self._model_checked: tuple | None = None
-        self._guard = threading.RLock()  # swaps of the current snapshot
-        self._pull = threading.Lock()  # one download of a remote generation at a time
-        self._local = threading.local()  # .snap: the snapshot this thread's call is pinned to
+        self._follower = Follower(store, on_change=self._forget_masks)
 
-    # --- snapshot management ---------------------------------------------------------------
-
-    # A call pins the current snapshot (Index._pinned) and reads only it, however long it takes and
-    # whatever commits meanwhile; other threads' calls pin their own. A snapshot a commit replaced
-    # is closed when its last pinned call ends. So a server answers every request from one
-    # generation and picks up a new one at the next request, without a restart or a pause.
-
-    def _current_stat(self) -> tuple[int, int] | None:
-        remote = remote_of(self.store)
-        if remote is not None and self._pull.acquire(blocking=False):
-            # One GET of the remote CURRENT; a new generation is downloaded once, by one thread,
-            # while the others keep answering from the generation they have.
-            try:
-                remote.pull(self.store, max_age=check_seconds())
-            except Exception as exc:  # noqa: BLE001 - the bucket out of reach: serve what we have
-                if self._snap is None:
-                    raise
-                logging.getLogger("quarry").warning("%s: cannot check for a newer generation (%s); still "
-                                                    "answering from generation %d", remote.url, exc,
-                                                    self._snap.pointer.generation)
-            finally:
-                self._pull.release()
-        try:
-            st = os.stat(self.store / POINTER)
-        except FileNotFoundError:
-            return None
-        return (st.st_ino, st.st_mtime_ns)
-
-    def _acquire(self, pin: bool) -> Snapshot:
-        """The current snapshot, after moving to a newer committed one if CURRENT changed; with
-        ``pin``, counted as in use until :meth:`_release`."""
-        stat = self._current_stat()  # outside the lock: on object storage it is a GET
-        with self._guard:
-            if self._snap is None or stat != self._pointer_stat:
-                fresh = open_snapshot(self.store)
-                old, self._snap, self._pointer_stat = self._snap, fresh, stat
-                self._masks.clear()
-                self._doc_masks.clear()
-                if old is not None:
-                    old.retired = True
-                    if old.users == 0:
-                        old.close()
-            snap = self._snap
-            if pin:
-                snap.users += 1
-            return snap
-
-    def _release(self, snap: Snapshot) -> None:
-        with self._guard:
-            snap.users -= 1
-            if snap.retired and snap.users == 0:
-                snap.close()
+    # --- snapshot management: quarry/search/follower.py -----------------------------------------
 
     @property
     def snapshot(self) -> Snapshot:
         """The committed state this index reads now; moves to a newer one after a commit. Inside a
         call, the snapshot that call pinned."""
-        pinned = getattr(self._local, "snap", None)
-        if pinned is not None:
-            return pinned
-        return self._acquire(pin=False)
+        return self._follower.current
 
     @property
     def generation(self) -> int:
         """The committed generation a call made now reads."""
         return self.snapshot.pointer.generation
 
-    @contextmanager
-    def pinned(self) -> Iterator[Snapshot]:
+    def pinned(self):
         """Keep one snapshot for this thread's calls inside the block (nested blocks allowed): what
         they read comes from one committed generation, whatever commits meanwhile."""
-        pinned = getattr(self._local, "snap", None)
-        if pinned is not None:
-            yield pinned
-            return
-        snap = self._acquire(pin=True)
-        self._local.snap = snap
-        try:
-            yield snap
-        finally:
-            self._local.snap = None
-            self._release(snap)
+        return self._follower.pinned()
 
     _pinned = pinned
+
+    def _forget_masks(self) -> None:
+        self._masks.clear()
+        self._doc_masks.clear()
 
     def chunk_reader(self) -> ChunkReader:
         """Chunk positions and rows of the current generation, for windows and segments."""
@@ -268,12 +111,7 @@ class Index:
     def close(self) -> None:
         """Close the catalog connection and unmap the index files (calls in flight keep theirs
         until they end)."""
-        with self._guard:
-            if self._snap is not None:
-                self._snap.retired = True
-                if self._snap.users == 0:
-                    self._snap.close()
-                self._snap = None
+        self._follower.close()
 
     def __enter__(self) -> Index:
         return self
@@ -472,9 +310,9 @@ class Index:
         """
         if k < 1:
             raise UsageError("k must be at least 1")
-        reranker = _reranker(rerank)
-        params = _segment_params(segments)
-        before_after = _window(window)
+        reranker = reranker_of(rerank)
+        params = segment_params(segments)
+        before_after = window_of(window)
         if before_after is not None and params is not None:
             raise UsageError("window and segments are alternatives; give one of them")
         if rerank_candidates < 1:
@@ -518,10 +356,10 @@ class Index:
             raise UsageError("rrf_k must be 0 or more")
         if fusion not in FUSIONS:
             raise UsageError(f"unknown fusion {fusion!r}; choose one of {', '.join(FUSIONS)}")
-        weights = {**{r: 1.0 for r in FUSION_WEIGHTS}, **_checked("weights", weights, FUSION_WEIGHTS)}
+        weights = {**{r: 1.0 for r in FUSION_WEIGHTS}, **checked_numbers("weights", weights, FUSION_WEIGHTS)}
         if any(w < 0 for w in weights.values()):
             raise UsageError(f"weights must be 0 or more, got {weights}")
-        min_scores = _checked("min_scores", min_scores, (*RETRIEVERS, "fused"))
+        min_scores = checked_numbers("min_scores", min_scores, (*RETRIEVERS, "fused"))
         if isinstance(filters, str):
             filters = Filter.build(where=[filters])
         query = query.strip()
@@ -558,7 +396,7 @@ class Index:
         t = time.perf_counter()
         documents = 0.0
         if mode == "hybrid":
-            documents = weights["documents"] * DOC_WEIGHT if fusion == "tmm" and snap.index.cards else 0.0
+            documents = weights["documents"] * DOC_WEIGHT if normalised(fusion) and snap.index.cards else 0.0
             # the document evidence counts only documents the filter keeps a row of: a document the
             # caller may not read (or filtered out) never moves the scores of the ones returned
             keep = self._document_mask(filters, snap, mask) if documents > 0 and mask is not None else None
@@ -653,7 +491,7 @@ class Index:
                 "catalog": str(self.store / snap.pointer.catalog),
                 "vector_table": snap.pointer.vector_table,
                 "vector_version": snap.pointer.vector_version,
-                "search_index": _index_summary(snap.index_manifest) if snap.index_manifest is not None else None,
+                "search_index": views.index_summary(snap.index_manifest) if snap.index_manifest is not None else None,
                 "embedder": describe_backend(self.settings),
                 "last_run": None,
             }
@@ -674,7 +512,7 @@ class Index:
             cur = snap.con.execute(sql, [str(doc_id), *params])
             row = cur.fetchone()
             if row is None:
-                raise NotFound(f"no document {_short_id(doc_id)} in this index")
+                raise NotFound(f"no document {short_id(doc_id)} in this index")
             out = dict(zip([d[0] for d in cur.description], row))
             out["metadata"] = json.loads(out["metadata"]) if out.get("metadata") else {}
             for key in ("mtime", "indexed_at"):
@@ -695,13 +533,13 @@ class Index:
         after)``), the chunks around it in its document as a window (``"window"``, the shape of
         ``search(window=)``'s). :class:`NotFound` when there is no such chunk or the caller may not
         read its document."""
-        before_after = _window(neighbours) if neighbours else None
+        before_after = window_of(neighbours) if neighbours else None
         with self._pinned() as snap:
             sql, params = with_filter(load_sql("chunk_view"), self._readable(snap, principals))
             cur = snap.con.execute(sql, [str(chunk_id), *params])
             row = cur.fetchone()
             if row is None:
-                raise NotFound(f"no chunk {_short_id(chunk_id)} in this index")
+                raise NotFound(f"no chunk {short_id(chunk_id)} in this index")
             out = dict(zip([d[0] for d in cur.description], row))
             out["generation"] = snap.pointer.generation
             if before_after is not None and before_after != (0, 0):
@@ -744,23 +582,7 @@ class Index:
 
     def runs(self, limit: int = 50) -> list[dict]:
         """Index runs, newest first, with skipped runs the next commit has yet to record."""
-        from quarry.store import journal
-
-        cur = self.snapshot.con.execute(load_sql("list_runs"), [limit])
-        cols = [d[0] for d in cur.description]
-        out = []
-        for row in cur.fetchall():
-            item = dict(zip(cols, row))
-            for key in RunReport.json_fields():
-                if isinstance(item.get(key), str):
-                    item[key] = json.loads(item[key])
-            for key in ("started", "finished"):
-                item[key] = item[key].isoformat() + "Z" if item.get(key) else None
-            out.append(item)
-        known = {item["run_id"] for item in out}
-        out += [row for row in journal.pending(self.store) if row.get("run_id") not in known]
-        out.sort(key=lambda item: (item.get("started") or "", item.get("run_id") or ""), reverse=True)
-        return out[:limit]
+        return views.runs(self.snapshot.con, self.store, limit)
 
 
 def open(db: str | os.PathLike | None = None, settings: Settings | None = None, **kwargs) -> Index:  # noqa: A001
@@ -771,72 +593,6 @@ def open(db: str | os.PathLike | None = None, settings: Settings | None = None, 
     index = Index(store_path(db), settings, **kwargs)
     index.snapshot  # noqa: B018 - fail now, with a clear message, if there is no index
     return index
-
-
-def _reranker(rerank) -> Reranker | None:
-    """A reranker from a spec string or a ready object; None for no rerank."""
-    if rerank is None or rerank == "":
-        return None
-    if isinstance(rerank, str):
-        return get_reranker(rerank)
-    if not callable(getattr(rerank, "rerank", None)):
-        raise UsageError(f"rerank takes a spec (llm, llm:MODEL, cross-encoder:PATH) or an object with "
-                         f"rerank(query, results), got {type(rerank).__name__}")
-    return rerank
-
-
-def _segment_params(segments) -> RseParams | None:
-    """Segment parameters from a preset name or :class:`RseParams`; None for no segments."""
-    if segments is None:
-        return None
-    if isinstance(segments, RseParams):
-        return segments.validate()
-    if isinstance(segments, str):
-        return get_params(segments)
-    raise UsageError(f"segments takes a preset name or RseParams, got {type(segments).__name__}")
-
-
-def _window(window) -> tuple[int, int] | None:
-    """``(before, after)`` from ``(b, a)``, one int for both sides, or ``"B,A"``; None for no window."""
-    if window is None:
-        return None
-    if isinstance(window, int) and not isinstance(window, bool):
-        window = (window, window)
-    if isinstance(window, str):
-        return parse_window(window)
-    pair = tuple(window) if isinstance(window, (tuple, list)) else ()
-    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in pair):
-        raise UsageError(f"window takes (before, after) as two non-negative integers, got {window!r}")
-    return pair[0], pair[1]
-
-
-def _checked(name: str, value: dict | None, allowed: tuple[str, ...]) -> dict[str, float]:
-    if not value:
-        return {}
-    unknown = set(value) - set(allowed)
-    if unknown:
-        raise UsageError(f"{name}: unknown key {', '.join(sorted(unknown))}; use {', '.join(allowed)}")
-    out = {}
-    for key, v in value.items():
-        try:
-            out[key] = float(v)
-        except (TypeError, ValueError):
-            raise UsageError(f"{name}: {key} must be a number, got {v!r}") from None
-        if not math.isfinite(out[key]):
-            raise UsageError(f"{name}: {key} must be finite, got {v!r}")
-    return out
-
-
-def _short_id(value: str) -> str:
-    """An id as an error message may show it: printable, at most 80 characters."""
-    text = "".join(ch if ch.isprintable() else "?" for ch in str(value))
-    return repr(text if len(text) <= 80 else text[:77] + "...")
-
-
-def _index_summary(manifest: dict) -> dict:
-    dense = manifest.get("dense") or {}
-    return {"rows": manifest.get("rows"), "terms": (manifest.get("bm25") or {}).get("terms"),
-            "ivf_lists": (dense.get("ivf") or {}).get("nlist"), "build_seconds": manifest.get("build_seconds")}
 
 
 def _ms(since: float) -> float:

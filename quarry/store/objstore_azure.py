@@ -36,6 +36,7 @@ from pathlib import Path
 from quarry.core.cloud import (EMULATOR_ACCOUNT, EMULATOR_KEY, EMULATOR_URL, AzureAccount,  # noqa: F401  (re-exported)
                                account_from_env, blob_service)
 from quarry.core.errors import QuarryError
+from quarry.core.registry import STORES
 from quarry.core.storeurl import StoreURL
 from quarry.store import objstore
 from quarry.store.objstore import ObjectStore, PreconditionFailed
@@ -154,3 +155,8 @@ class AzureObjectStore(ObjectStore):
 def _code(exc) -> str:
     code = getattr(exc, "error_code", None) or ""
     return str(getattr(code, "value", code))
+
+
+@STORES.register("az")
+def _az(url: StoreURL) -> ObjectStore:
+    return AzureObjectStore(url)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query
 
-from quarry.api.app import admin_of, caller_of, index_of, json_response
+from quarry.api.deps import admin_of, caller_of, index_of, json_response
 from quarry.api.auth import Caller
 
 router = APIRouter(prefix="/v1", tags=["admin"])

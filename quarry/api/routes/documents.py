@@ -7,7 +7,7 @@ import re
 
 from fastapi import APIRouter, Depends, Query
 
-from quarry.api.app import caller_of, index_of, json_response
+from quarry.api.deps import caller_of, index_of, json_response
 from quarry.api.auth import Caller
 from quarry.api.schemas import MAX_WINDOW
 from quarry.core.errors import NotFound

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from quarry.api.app import json_response, state_of
+from quarry.api.deps import json_response, state_of
 from quarry.api.errors import ApiError
 
 router = APIRouter(tags=["health"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
-from quarry.api.app import caller_of, index_of, json_response, state_of
+from quarry.api.deps import caller_of, index_of, json_response, state_of
 from quarry.api.auth import Caller
 from quarry.api.schemas import SearchRequest
 

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 
 from quarry.core.errors import ParseError
 from quarry.core.paths import ARCHIVE_SEP as SEP
+from quarry.core.settings import environment
 MAX_MEMBERS = 100_000
 MAX_DEPTH = 3  # an archive, one inside it, one inside that
 MAX_RATIO = 100  # unpacked : packed, over RATIO_FLOOR
@@ -67,10 +68,7 @@ def archive_kind(name: str) -> str:
 
 def max_archive_bytes() -> int:
     """The most an archive may unpack to (``QUARRY_MAX_ARCHIVE_MB``, default 4096; 0 = no limit)."""
-    try:
-        return int(float(os.environ.get("QUARRY_MAX_ARCHIVE_MB", "4096")) * (1 << 20))
-    except ValueError:
-        return 4096 << 20
+    return int(environment().max_archive_mb * (1 << 20))
 
 
 def split_member(path: str, archive: str) -> list[str]:
@@ -158,7 +156,7 @@ def listing(path: str, kind: str, sha256: str, opener=None) -> list[Member]:
 def _cache_dir():
     from pathlib import Path
 
-    base = os.environ.get("QUARRY_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "quarry")
+    base = environment().cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "quarry")
     return Path(base) / "archives"
 
 

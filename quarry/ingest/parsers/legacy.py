@@ -33,6 +33,7 @@ import tempfile
 from pathlib import Path
 
 from quarry.core.errors import ParseError
+from quarry.core.settings import environment
 
 _TARGET = {"doc": "docx", "ppt": "pptx"}
 CONVERTED = frozenset(_TARGET)
@@ -43,7 +44,7 @@ INSTALL_HINT = "install LibreOffice (Debian: apt install libreoffice-writer-nogu
 
 def soffice() -> str | None:
     """The LibreOffice program: ``$QUARRY_SOFFICE`` when set, else ``soffice`` or ``libreoffice`` on the PATH."""
-    configured = os.environ.get("QUARRY_SOFFICE")
+    configured = environment().soffice
     if configured:
         return configured if os.path.isfile(configured) and os.access(configured, os.X_OK) else None
     return shutil.which("soffice") or shutil.which("libreoffice")
@@ -140,7 +141,7 @@ def target_of(kind: str) -> str:
 
 
 def _timeout() -> int:
-    try:
-        return max(1, int(float(os.environ.get("QUARRY_PARSE_TIMEOUT", "120"))))
-    except ValueError:
-        return 120
+    """The per-file parse timeout of the run's settings (``QUARRY_PARSE_TIMEOUT``)."""
+    from quarry.core.settings import Settings
+
+    return Settings.from_env().parse_timeout
