@@ -86,16 +86,20 @@ def local_dir(db: str) -> Path:
 
 # --- roots on object storage ------------------------------------------------------------------
 
-# Schemes a root of an index run may have: its documents are read where they live (quarry.ingest.sources).
-SOURCE_SCHEMES = ("s3", "gs", "az")
+def _source_schemes():
+    """The schemes a root of an index run may have (``s3``, ``gs``, ``az``, a plugin's): the
+    :data:`~quarry.core.registry.SOURCES` registry, whose readers list and read them where they live."""
+    from quarry.core.registry import SOURCES
+
+    return SOURCES
 
 
 def is_source_url(root: object) -> bool:
-    """Whether ``root`` names a tree on object storage (``s3://``, ``gs://``, ``az://``)."""
+    """Whether ``root`` names a tree on object storage (a scheme of the ``SOURCES`` registry)."""
     if not isinstance(root, str):
         return False
     m = _URL.match(root)
-    return m is not None and m.group(1).lower() in SOURCE_SCHEMES
+    return m is not None and m.group(1).lower() in _source_schemes()
 
 
 def root_path(root: str | os.PathLike) -> str:
@@ -113,9 +117,9 @@ def root_path(root: str | os.PathLike) -> str:
     scheme, rest = m.group(1).lower(), m.group(2)
     if scheme == "file":
         return os.path.abspath(os.path.expanduser(rest or "/"))
-    if scheme not in SOURCE_SCHEMES:
-        raise UsageError(f"cannot index {text!r}: quarry reads local paths and {', '.join(s + '://' for s in SOURCE_SCHEMES)} "
-                         "URLs")
+    if scheme not in _source_schemes():
+        raise UsageError(f"cannot index {text!r}: quarry reads local paths and "
+                         f"{', '.join(s + '://' for s in _source_schemes())} URLs")
     if "?" in rest or "#" in rest:
         raise UsageError(f"{scheme}://{rest.split('?')[0].split('#')[0]}: remove the query string; credentials "
                          "(keys, SAS tokens) come from the environment, never from the URL")

@@ -45,16 +45,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from quarry.core.errors import ParseError, QuarryError
-from quarry.core.registry import Registry
-from quarry.core.storeurl import SOURCE_SCHEMES, is_source_url
+from quarry.core.registry import SOURCES
+from quarry.core.settings import environment
+from quarry.core.storeurl import is_source_url
 
 __all__ = ["SOURCES", "ObjectInfo", "Fetched", "Source", "BucketMissing", "ListingFailed", "is_object",
            "split_url", "object_url", "open_source", "fetch", "fetch_many", "open_object", "reads", "spill_bytes",
            "scrub"]
-
-# scheme -> factory(bucket) -> Source; each backend registers itself in its module
-SOURCES: Registry = Registry("object source", modules=(
-    "quarry.ingest.sources.s3", "quarry.ingest.sources.gcs", "quarry.ingest.sources.azure"))
 
 READ_ATTEMPTS = 3  # a body cut off mid-stream is read again whole, at most this many times in all
 _CHUNK = 1 << 20
@@ -164,7 +161,7 @@ _sources_guard = threading.Lock()
 
 def open_source(scheme: str, bucket: str) -> Source:
     """The :class:`Source` of ``scheme://bucket`` (one per process, scheme, bucket and environment)."""
-    if scheme not in SOURCE_SCHEMES:
+    if scheme not in SOURCES:
         raise QuarryError(f"{scheme}:// is not a source quarry reads")
     key = (scheme, bucket, os.getpid(), _environment_key())
     with _sources_guard:
@@ -188,24 +185,18 @@ def cache_dir():
     """Where what was read once is kept by identity (``$QUARRY_CACHE_DIR/sources``)."""
     from pathlib import Path
 
-    base = os.environ.get("QUARRY_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "quarry")
+    base = environment().cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "quarry")
     return Path(base) / "sources"
 
 
 def reads() -> int:
     """How many objects a batch reads at once (``QUARRY_OBJECT_READS``, default 8)."""
-    try:
-        return max(1, int(os.environ.get("QUARRY_OBJECT_READS", "8")))
-    except ValueError:
-        return 8
+    return environment().object_reads
 
 
 def spill_bytes() -> int:
     """Objects larger than this are read into a temporary file, not memory (``QUARRY_OBJECT_SPILL_MB``, 16)."""
-    try:
-        return int(float(os.environ.get("QUARRY_OBJECT_SPILL_MB", "16")) * (1 << 20))
-    except ValueError:
-        return 16 << 20
+    return int(environment().object_spill_mb * (1 << 20))
 
 
 class _Spool:
