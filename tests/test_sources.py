@@ -264,9 +264,34 @@ def test_a_root_url_is_kept_in_one_form(raw, expected):
     ("s3:///docs", "names no bucket"), ("http://host/docs", "quarry reads local paths and s3://"),
 ])
 def test_a_root_url_that_cannot_be_right_is_a_usage_error(raw, message):
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises(UsageError, match=message) as caught:
         root_path(raw)
-    assert "abc" not in message
+    assert "abc" not in str(caught.value)  # a signature in the URL is never repeated
+
+
+def test_root_schemes_are_the_sources_registry_and_each_is_also_a_store_scheme(monkeypatch):
+    from quarry.core.registry import SOURCES, STORES
+
+    # one URL form for stores and roots: a scheme quarry reads documents from can hold a store too
+    assert set(SOURCES.names()) == {"s3", "gs", "az"} and set(SOURCES.names()) <= set(STORES.names())
+    with pytest.raises(UsageError, match=r"local paths and s3://, gs://, az:// URLs"):
+        root_path("ftp://host/docs")
+    monkeypatch.setitem(SOURCES._items, "demo", lambda bucket: None)  # a plugin's scheme is a root scheme
+    assert root_path("DEMO://b/p/") == "demo://b/p"
+
+
+@pytest.mark.parametrize("var, value, message", [
+    ("QUARRY_OBJECT_READS", "many", "QUARRY_OBJECT_READS='many' is not an integer"),
+    ("QUARRY_OBJECT_READS", "0", "object_reads must be at least 1"),
+    ("QUARRY_OBJECT_SPILL_MB", "lots", "QUARRY_OBJECT_SPILL_MB='lots' is not a number"),
+])
+def test_a_bad_read_setting_names_its_variable(monkeypatch, var, value, message):
+    from quarry.core.errors import ConfigError
+    from quarry.ingest import sources
+
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        sources.reads() if "READS" in var else sources.spill_bytes()
 
 
 def test_serve_and_the_library_take_url_roots_as_the_cli_does(tmp_path, monkeypatch):
