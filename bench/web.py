@@ -56,7 +56,7 @@ def add_runs(store: Path, n: int = RUNS) -> None:
     import duckdb
 
     from quarry.core.models import STAGES
-    from quarry.store.layout import read_pointer
+    from quarry.store.pointer import read_pointer
     from quarry.store.writer import insert_run
 
     pointer = read_pointer(store)

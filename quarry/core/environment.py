@@ -38,6 +38,8 @@ class Environment(BaseSettings):
     ivf_min_rows: int = Field(20_000, ge=1)  # chunks from which a commit builds IVF
     max_file_mb: float = Field(256.0, ge=0)  # larger files are failures, not read (0: no limit)
     max_archive_mb: float = Field(4096.0, ge=0)  # what an archive may unpack to (0: no limit)
+    object_reads: int = Field(8, ge=1)  # objects of a root on object storage a batch reads at once
+    object_spill_mb: float = Field(16.0, ge=0)  # an object larger than this is read into a temporary file
     ocr_engine: str = ""  # rapidocr (default when installed) or tesseract
     soffice: str = ""  # the LibreOffice program ("" = soffice or libreoffice on the PATH)
     keys_file: str = ""  # API keys outside the store
