@@ -151,3 +151,13 @@ def test_cycle_finder_finds_a_cycle():
 def test_no_module_imports_itself_back():
     """Within a layer, too, no two modules import each other (not even from inside a function)."""
     assert _cycles(_module_graph()) == []
+
+
+def test_every_package_is_in_the_wheel_list():
+    """Each package under quarry/ is named in pyproject's [tool.setuptools] packages (the wheel
+    leaves out any that is not; tests/test_wheel.py then proves it on a built wheel, slowly)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "quarry").rglob("__init__.py")}
+    assert found <= listed, f"missing from [tool.setuptools] packages: {sorted(found - listed)}"

@@ -14,11 +14,13 @@ import pytest
 
 from quarry.core.errors import QuarryError, StoreLocked, UsageError
 from quarry.core import cloud
-from quarry.store import objstore, objstore_azure, objstore_gcs
+from quarry.store import objstore
+from quarry.store.objstore import azure as objstore_azure
+from quarry.store.objstore import gcs as objstore_gcs
 from quarry.store.lease import LEASE, Lease
 from quarry.core.storeurl import StoreURL, is_url, parse_url
 from quarry.store.objstore import PreconditionFailed, open_store
-from quarry.store.objstore_azure import AzureAccount, account_from_env
+from quarry.store.objstore.azure import AzureAccount, account_from_env
 from azuriteserver import SECRET as AZ_SECRET, azurite_server, new_container
 import gcsserver
 from gcsserver import conditional

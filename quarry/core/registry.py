@@ -210,8 +210,8 @@ CONTEXT_WRITERS: Registry = Registry("context writer", modules=("quarry.ingest.c
 RERANKERS: Registry = Registry("reranker", modules=("quarry.search.rerank",), group="quarry.rerankers")
 FUSIONS: Registry = Registry("fusion", modules=("quarry.search.fusion",), group="quarry.fusions")
 FORMATS: Registry = Registry("file format", modules=("quarry.ingest.parsers.formats",), group="quarry.formats")
-STORES: Registry = Registry("object store", modules=("quarry.store.objstore", "quarry.store.objstore_gcs",
-                                                    "quarry.store.objstore_azure"), group="quarry.stores")
+STORES: Registry = Registry("object store", modules=("quarry.store.objstore.s3", "quarry.store.objstore.local",
+                                                    "quarry.store.objstore.gcs", "quarry.store.objstore.azure"), group="quarry.stores")
 # Roots of an index run on object storage: scheme -> factory(bucket) -> quarry.ingest.sources.Source.
 # A scheme here is also a STORES scheme (tests/test_sources.py): one URL form for stores and roots.
 SOURCES: Registry = Registry("object source", modules=("quarry.ingest.sources.s3", "quarry.ingest.sources.gcs",

@@ -33,8 +33,7 @@ import os
 import uuid
 from pathlib import Path
 
-from quarry.core.cloud import (EMULATOR_ACCOUNT, EMULATOR_KEY, EMULATOR_URL, AzureAccount,  # noqa: F401  (re-exported)
-                               account_from_env, blob_service)
+from quarry.core.cloud import EMULATOR_ACCOUNT, EMULATOR_KEY, EMULATOR_URL, AzureAccount, account_from_env, blob_service  # noqa: F401  (re-exported)
 from quarry.core.errors import QuarryError
 from quarry.core.registry import STORES
 from quarry.core.storeurl import StoreURL
