@@ -47,7 +47,7 @@ def build(con, docs: pa.Table, row_docs) -> tuple[dict, dict]:
     out: dict = {PREFIX + name.removeprefix("bm25."): value for name, value in arrays.items()}
     where = pc.index_in(row_docs, value_set=docs.column("doc_id").combine_chunks())
     out[ROW_DOC] = where.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
-    return out, {"documents": len(texts), "terms": info["terms"]}
+    return out, {"documents": len(texts), "terms": info["terms"], "length": info["length"]}
 
 
 class Cards:
@@ -67,3 +67,26 @@ class Cards:
     def doc_scores(self, query_tokens: list[str]) -> np.ndarray:
         """BM25 of every document's card for the query's tokens (float32, 0 where none matches)."""
         return self.bm25.scores(self.bm25.columns(query_tokens))
+
+
+class SegmentedCards:
+    """The cards of a generation of several segments: BM25 over its live documents' cards
+    (:class:`~quarry.retrieval.segmented.SegmentedBM25`, exact) and each chunk row's document
+    (:meth:`quarry.retrieval.rows.SegmentedRows.doc_rows`)."""
+
+    def __init__(self, bm25_index, results):
+        self.bm25 = bm25_index
+        self.results = results
+
+    def evidence(self, chunk_rows: list[int], query_tokens: list[str]) -> tuple[dict, list[float]]:
+        """What :func:`quarry.search.fusion.with_documents` needs for these chunk rows:
+        ``(doc_of, doc_scores)``, ``doc_of[row]`` the position in ``doc_scores`` of the row's
+        document's card score (-1: none); the last of ``doc_scores`` is the best card score over
+        all live documents, so ``max(doc_scores)`` is the query's maximum, as over every card."""
+        doc_rows = self.results.doc_rows(chunk_rows)
+        known = sorted({int(d) for d in doc_rows if d >= 0})
+        scores = self.bm25.exact_scores(query_tokens, np.array(known, dtype=np.int64)).tolist() if known else []
+        _, top = self.bm25.search_tokens(query_tokens, 1)
+        place = {d: i for i, d in enumerate(known)}
+        doc_of = {row: place.get(int(d), -1) for row, d in zip(chunk_rows, doc_rows)}
+        return doc_of, scores + [float(top[0]) if len(top) else 0.0]

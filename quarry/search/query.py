@@ -245,12 +245,13 @@ class Index:
                 self._query_cache.put(q, vec)
 
     def filter_mask(self, filters: Filter | None, snap: Snapshot | None = None):
-        """``(mask, rows kept)`` for a filter: a bool per row of the current generation, or
-        ``(None, rows)`` without a filter. Cached per generation and filter."""
+        """``(mask, rows kept)`` for a filter: a bool per row of the current generation's search
+        index (its row space, deleted rows included), or ``(None, live rows)`` without a filter.
+        Cached per generation and filter."""
         snap = snap or self.snapshot
         n_rows = snap.index.n_rows
         if not filters:
-            return None, n_rows
+            return None, snap.index.live_rows
         key = (snap.pointer.generation, filters)
         hit = self._masks.get(key)
         if hit is not None:
@@ -258,6 +259,7 @@ class Index:
         import numpy as np
 
         where, params = filters.bound_sql()
+        snap.chunk_rows()  # the temporary view the filter query numbers rows with
         sql = load_sql("filter_rows").replace("TRUE /* filter */", where)
         try:
             rows = snap.con.execute(sql, params).fetchnumpy()["row_id"]
@@ -287,8 +289,7 @@ class Index:
         (tokens the corpus contains map straight to their term; others are stemmed)."""
         from quarry.retrieval.bm25 import query_tokens
 
-        bm25 = snap.index.bm25
-        return bm25.search(bm25.columns(query_tokens(query)), n, mask)
+        return snap.index.bm25.search_tokens(query_tokens(query), n, mask)
 
     def vector_search(self, query: str, n: int, filters: Filter | None = None) -> list[tuple[str, float]]:
         """Top-``n`` chunk ids by cosine similarity, with the similarity."""
@@ -420,7 +421,7 @@ class Index:
         t = time.perf_counter()
         mask, kept = self.filter_mask(filters, snap)
         timings["filter"] = _ms(t)
-        counts = {"rows": snap.index.n_rows, "kept": kept}
+        counts = {"rows": snap.index.live_rows, "kept": kept}
         hits = {}
         warnings = []
         for name in active:
@@ -486,7 +487,8 @@ class Index:
             from quarry.retrieval.bm25 import query_tokens
 
             cards, query, weight = documents
-            fused = with_documents(fused, cards.row_doc, cards.doc_scores(query_tokens(query)), weight)
+            doc_of, doc_scores = cards.evidence([row for row, _ in fused], query_tokens(query))
+            fused = with_documents(fused, doc_of, doc_scores, weight)
         if min_fused is not None:
             fused = [(row, s) for row, s in fused if s >= min_fused]
         return fused[:k]
@@ -633,8 +635,14 @@ def _checked(name: str, value: dict | None, allowed: tuple[str, ...]) -> dict[st
 
 
 def _index_summary(manifest: dict) -> dict:
+    """The search index in ``quarry status``: live rows, segments (oldest first: generation and
+    rows), rows deleted from them, and this generation's own segment (terms, IVF lists, build time)."""
     dense = manifest.get("dense") or {}
-    return {"rows": manifest.get("rows"), "terms": (manifest.get("bm25") or {}).get("terms"),
+    segments = manifest.get("segments") or [{"generation": manifest.get("generation"), "rows": manifest.get("rows")}]
+    return {"rows": manifest.get("rows"), "segments": [{"generation": s.get("generation"), "rows": s.get("rows")}
+                                                       for s in segments],
+            "deleted_rows": (manifest.get("deleted") or {}).get("rows", 0),
+            "terms": (manifest.get("bm25") or {}).get("terms"),
             "ivf_lists": (dense.get("ivf") or {}).get("nlist"), "build_seconds": manifest.get("build_seconds")}
 
 

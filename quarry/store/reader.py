@@ -7,28 +7,32 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 import duckdb
 
 from quarry.core.errors import QuarryError, StoreCorrupt
-from quarry.store import catalog, vectors
+from quarry.store import catalog, layers, vectors
 from quarry.store.layout import DOCTOR_HINT, Pointer, read_pointer, require_pointer
 
 
 @dataclass
 class Snapshot:
-    """One committed state: its pointer, a read-only catalog connection, the vector table and
-    the search index files of the same generation."""
+    """One committed state: its pointer, a read-only catalog connection (the generation's file with
+    the earlier layers it builds on attached, quarry/store/layers.py), the vector table and the
+    search index of the same generation."""
 
     store: Path
     pointer: Pointer
     con: duckdb.DuckDBPyConnection
     _table: object = None
     _index: object = None
-    private: Path | None = None  # a private copy of the catalog, read while another process held it
+    private: list[Path] = field(default_factory=list)  # folders of private copies of catalog files another process held
+    chain: tuple[int, ...] = ()  # the catalog's layers, base first, this generation last
+    _rows_view: bool = False
+    _in_memory: bool = False
 
     @property
     def table(self):
@@ -53,9 +57,26 @@ class Snapshot:
                 "The next `quarry index` run writes them.", self.store)
             stored = partial(vectors.read_in_row_order, self.table) if self.table is not None else None
             arrays, manifest = searchindex.build(self.con, stored, self.pointer.model, self.pointer.dim,
-                                               ivf_rows=1 << 62)
-            self._index = searchindex.SearchIndex(arrays, manifest)
+                                                 ivf_rows=1 << 62)
+            self._index = searchindex.SearchIndex.from_arrays(arrays, manifest)
+            self._in_memory = True
         return self._index
+
+    def chunk_rows(self) -> str:
+        """The name of a temporary view of the live chunks with their search index row ids
+        (``sql/filter_rows.sql`` reads it), created on first use."""
+        if not self._rows_view:
+            segments = self.index.row_offsets()
+            if len(segments) <= 1:  # one segment of every live row, numbered over the catalog's chunks
+                chain, offsets = (self.pointer.generation,), {self.pointer.generation: 0}
+            elif [g for g, _ in segments] == list(self.chain):
+                chain, offsets = self.chain, dict(segments)
+            else:
+                raise StoreCorrupt(f"the search index of generation {self.pointer.generation} in {self.store} does not "
+                                   f"match its catalog's layers: {DOCTOR_HINT.format(store=self.store)}")
+            self.con.execute(layers.chunk_rows_sql(chain, offsets))
+            self._rows_view = True
+        return "chunk_rows"
 
     @property
     def index_manifest(self) -> dict | None:
@@ -65,14 +86,14 @@ class Snapshot:
 
     def close(self) -> None:
         self.con.close()
-        if self.private is not None:
-            shutil.rmtree(self.private.parent, ignore_errors=True)
+        for folder in self.private:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _load_index(store: Path, pointer: Pointer):
     from quarry.retrieval import searchindex
     folder = store / searchindex.folder_name(pointer.generation)
-    if not searchindex.is_complete(folder):
+    if searchindex.read_manifest(folder) is None:
         return None
     return searchindex.SearchIndex.load(folder)
 
@@ -100,17 +121,29 @@ def open_snapshot(store: Path, attempts: int = 5) -> Snapshot:
             last = exc
             time.sleep(0.05 * (attempt + 1))
             continue
+        folders = [private.parent] if private is not None else []
+        try:
+            chain = pointer.layers or layers.chain_of(con, pointer.generation)
+            folders += layers.attach(con, store, chain[:-1])
+        except (FileNotFoundError, duckdb.Error) as exc:  # a layer removed by a newer commit, or damaged
+            con.close()
+            for folder in folders:
+                shutil.rmtree(folder, ignore_errors=True)
+            if read_pointer(store) != pointer:
+                time.sleep(0.05 * (attempt + 1))
+                continue
+            raise StoreCorrupt(f"{path} cannot be opened ({_first_line(exc)}): {DOCTOR_HINT.format(store=store)}") from exc
         try:
             index = _load_index(store, pointer)
         except (OSError, ValueError) as exc:  # removed while being mapped: a newer commit
             index, last = None, exc
         if index is None and read_pointer(store) != pointer:
             con.close()
-            if private is not None:
-                shutil.rmtree(private.parent, ignore_errors=True)
+            for folder in folders:
+                shutil.rmtree(folder, ignore_errors=True)
             time.sleep(0.05 * (attempt + 1))
             continue
-        return Snapshot(store, pointer, con, _index=index, private=private)
+        return Snapshot(store, pointer, con, _index=index, private=folders, chain=tuple(chain))
     hint = DOCTOR_HINT.format(store=store)
     if missing is not None:
         raise StoreCorrupt(f"{missing}, the catalog CURRENT names, is missing: {hint}")

@@ -161,8 +161,11 @@ def delete_documents(table, doc_ids: list[str]) -> None:
         table.delete(f"doc_id IN ({_quoted(doc_ids[i : i + LOOKUP_BATCH])})")
 
 
-def move_document(table, doc_id: str, path: str) -> None:
-    table.update(where=f"doc_id = {_quoted([doc_id])}", values={"path": path})
+def move_documents(table, moved: pa.Table) -> None:
+    """Set the ``path`` of rows by chunk id (``moved``: ``chunk_id``, ``path``): one merge on
+    chunk_id, one table version, however many files of a run moved; vectors stay as they are."""
+    if moved.num_rows:
+        table.merge_insert("chunk_id").when_matched_update_all().execute(moved)
 
 
 def add_rows(table, rows: pa.Table) -> None:
