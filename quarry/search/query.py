@@ -36,6 +36,7 @@ from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 from quarry.search.rerank import Reranker, get_reranker
 from quarry.search.segments import RseParams, Segment, get_params, segments_from_results
 from quarry.search.windows import ChunkReader, Window, expand, parse_window
+from quarry.store.layers import attach_sql
 from quarry.store.layout import POINTER
 from quarry.store.reader import Snapshot, open_snapshot
 from quarry.store.remote import check_seconds, remote_of
@@ -522,6 +523,8 @@ class Index:
             "dim": snap.pointer.dim,
             "generation": snap.pointer.generation,
             "catalog": str(self.store / snap.pointer.catalog),
+            # what a plain DuckDB connection to `catalog` runs first to read a layered catalog
+            "catalog_attach": attach_sql(self.store, snap.chain),
             "vector_table": snap.pointer.vector_table,
             "vector_version": snap.pointer.vector_version,
             "search_index": _index_summary(snap.index_manifest) if snap.index_manifest is not None else None,

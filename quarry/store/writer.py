@@ -329,8 +329,9 @@ class StoreWriter:
                 self.chain = layers.merge(self.con, self.chain, plan)
                 earlier = [segments[g] for g in self.chain[:-1]]
                 dead_rows, dead_docs = self._deletions(prev, earlier)
+        faults.point("after-merge")
         if self.delta:
-            stored = _VectorSource(self, [s for s in prev.segments if s.generation in set(self.merged)])
+            stored = _VectorSource(self, prev, set(self.merged))
             manifest = searchindex.build_into(folder, self.con, stored, self.model, self.dim, source=layers.LAYER,
                                               generation=self.generation, earlier=earlier, deleted_rows=dead_rows,
                                               deleted_docs=dead_docs)
@@ -465,16 +466,19 @@ class StoreWriter:
 class _VectorSource:
     """The vectors of a new layer's segment, in its row order: the run's own (held in memory),
     those of rows a merge brought from earlier segments (read from their files, already unit
-    length), and any other from LanceDB. Returns the matrix and which rows are unit already."""
+    length: the rows live in the previous generation, of documents this run did not change), and
+    any other from LanceDB. Returns the matrix and which rows are unit already."""
 
-    def __init__(self, writer: StoreWriter, merged_segments: list):
+    def __init__(self, writer: StoreWriter, prev, merged: set[int]):
         self.writer = writer
-        self.merged = merged_segments
+        self.prev = prev
+        self.merged = merged
 
     def __call__(self, row_ids):
+        import pyarrow as pa
+
         ids = row_ids.to_pylist()
-        dim = self.writer.dim
-        out = np.zeros((len(ids), dim), dtype=np.float32)
+        out = np.zeros((len(ids), self.writer.dim), dtype=np.float32)
         unit = np.zeros(len(ids), dtype=bool)
         if not ids:
             return out, unit
@@ -487,23 +491,26 @@ class _VectorSource:
                 found[i] = True
         if not found.all() and self.merged:
             where = {c: i for i, c in enumerate(ids)}
-            for seg in self.merged:
-                if not seg.n_rows:
+            changed = self.writer.content_changed
+            deleted = set(self.prev.bm25.deleted.tolist())
+            start = 0
+            for seg in self.prev.segments:
+                first, start = start, start + seg.n_rows
+                if seg.generation not in self.merged or not seg.n_rows:
                     continue
-                slots = np.empty(seg.n_rows, dtype=np.int64)
+                slots = np.arange(seg.n_rows)
                 if seg.dense.slot_rows is not None:  # IVF stores rows cluster by cluster
+                    slots = np.empty(seg.n_rows, dtype=np.int64)
                     slots[seg.dense.slot_rows] = np.arange(seg.n_rows)
-                else:
-                    slots = np.arange(seg.n_rows)
+                docs = seg.rows.column("doc_id").to_pylist()
                 for local, chunk_id in enumerate(seg.rows.column("chunk_id").to_pylist()):
                     i = where.get(chunk_id)
-                    if i is not None and not found[i]:
-                        out[i] = seg.dense.vectors[slots[local]]
-                        unit[i] = found[i] = True
+                    if i is None or found[i] or first + local in deleted or docs[local] in changed:
+                        continue  # a row an older version, or this run, replaced
+                    out[i] = seg.dense.vectors[slots[local]]
+                    unit[i] = found[i] = True
         if not found.all():
             missing = np.flatnonzero(~found)
-            import pyarrow as pa
-
             out[missing] = self.writer._vectors_in_row_order(pa.array([ids[i] for i in missing], type=pa.string()))
         return out, unit
 
