@@ -554,7 +554,8 @@ def doctor(db, repair, as_json):
 @json_option
 @handle_errors
 def maintain(db, keep_generations, keep_versions_hours, reindex_share, if_busy, as_json):
-    """Compact the vectors, drop old generations and versions, rebuild stale indices, check the store."""
+    """Compact the vectors, rebuild stale indices, merge catalog layers and index segments, drop old
+    generations and versions, check the store."""
     from datetime import timedelta
 
     from quarry.core.settings import store_path
@@ -572,6 +573,9 @@ def maintain(db, keep_generations, keep_versions_hours, reindex_share, if_busy, 
         click.echo(f"compaction:  {c['fragments_before']} -> {c['fragments_after']} fragments, "
                    f"{c['versions_before']} -> {c['versions_after']} LanceDB versions")
         click.echo(f"indices:     {len(report['indices'])}, rebuilt {sum(i['rebuilt'] for i in report['indices'])}")
+        m = report["merge"]
+        click.echo(f"layers:      {m['layers_before']} -> {1 if m['merged'] else m['layers_before']} catalog layers "
+                   f"and index segments" + (f" (merged as generation {m['generation']})" if m["merged"] else ""))
         click.echo(f"removed:     {len(report['removed'])} old generation files")
         click.echo(f"check:       {'healthy' if report['check']['healthy'] else 'PROBLEMS: run quarry doctor'}")
     if report["status"] == "completed" and not report["check"]["healthy"]:
