@@ -93,6 +93,10 @@ PARAMS = {
     "layer_touch_documents": "touched_documents",
     "layer_set_meta": ["k", "v"],
     "layer_insert_run": "run",
+    "layer_kind": [None],
+    "layer_rows": None,
+    "layer_previous_owners": [["d1"]],
+    "catalog_columns": ["c"],
 }
 
 MOVED = [("d1", "/r/b\udce9.md", "/r", "b.md", dt.datetime(2024, 1, 1), "run1")]

@@ -96,8 +96,7 @@ def _cols(table: str) -> str:
 
 def is_delta(con, db: str | None = None) -> bool:
     """Whether the catalog ``db`` (default: the connection's current one) is a delta layer."""
-    sql = "SELECT count(*) FROM duckdb_schemas() WHERE schema_name = ? AND database_name = coalesce(?, current_database())"
-    return bool(con.execute(sql, [LAYER, db]).fetchone()[0])
+    return bool(con.execute(load_sql("layer_kind"), [db]).fetchone()[0])
 
 
 def chain_of(con, generation: int, db: str | None = None) -> tuple[int, ...]:
@@ -174,9 +173,7 @@ def attach_sql(store: Path, chain: Sequence[int]) -> list[str]:
 def missing_columns(con, db: str) -> list[str]:
     """Columns of the current schema that the base catalog ``db`` lacks (an older quarry's): such a
     base cannot sit under views of today's columns."""
-    have = {(t, c) for t, c in con.execute(
-        "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = ? AND schema_name = 'main'",
-        [db]).fetchall()}
+    have = {(t, c) for t, c in con.execute(load_sql("catalog_columns"), [db]).fetchall()}
     return [f"{t}.{c}" for t in TABLES for c in catalog.table_schema(t).names if (t, c) not in have]
 
 
@@ -284,7 +281,8 @@ def set_any_meta(con, key: str, value: str) -> None:
 def create_delta(con, chain: Sequence[int]) -> None:
     """Make the connection's current catalog (attached read-write, ``USE``-d) the delta layer
     ``chain[-1]`` over the attached layers before it: its tables, its owners and meta carried
-    from the layer before it, and its views."""
+    from the layer before it, and its views. A temporary view ``previous_owners`` keeps the
+    owners as the layer before it left them."""
     gen, prev = chain[-1], chain[-2]
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {LAYER}")
     con.execute(f"USE {_q(alias(gen))}.{LAYER}")
@@ -298,6 +296,10 @@ def create_delta(con, chain: Sequence[int]) -> None:
         con.execute(stmt)
     if is_delta(con, alias(prev)):
         con.execute(f"INSERT INTO {LAYER}.owners SELECT * FROM {_q(alias(prev))}.{LAYER}.owners")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW previous_owners AS SELECT * FROM {_q(alias(prev))}.{LAYER}.owners")
+    else:
+        con.execute("CREATE OR REPLACE TEMP VIEW previous_owners AS "
+                    f"SELECT * FROM {LAYER}.owners WHERE FALSE")
     con.execute(f"INSERT INTO {LAYER}.meta SELECT key, value FROM {_q(alias(prev))}.main.meta")
     set_chain(con, chain)
 

@@ -318,7 +318,7 @@ class StoreWriter:
             segments = {s.generation: s for s in prev.segments}
             base_rows = segments[self.prev_chain[0]].n_rows
             deleted = prev.bm25.deleted
-            own_rows = self.con.execute(f"SELECT count(*) FROM {layers.LAYER}.chunks").fetchone()[0]
+            own_rows = self.con.execute(catalog.load_sql("layer_rows")).fetchone()[0]
             plan = layers.plan_merge(base_rows, int(np.count_nonzero(deleted < base_rows)),
                                      [(g, segments[g].n_rows) for g in self.prev_chain[1:]], own_rows,
                                      force=force_base or self.model_changed)
@@ -351,10 +351,8 @@ class StoreWriter:
         base = self.prev_chain[0]
         changed = sorted(self.content_changed | self.row_changed)
         owners: dict[str, tuple] = {}
-        if changed and len(self.prev_chain) > 1:
-            prev_alias = layers.alias(self.prev_chain[-1])
-            rows = self.con.execute(f"SELECT doc_id, doc_layer, content_layer FROM \"{prev_alias}\".{layers.LAYER}.owners "
-                                    "WHERE doc_id IN (SELECT unnest(?::VARCHAR[]))", [changed]).fetchall()
+        if changed:
+            rows = self.con.execute(catalog.load_sql("layer_previous_owners"), [changed]).fetchall()
             owners = {d: (dl, cl) for d, dl, cl in rows}
         position = {s.generation: i for i, s in enumerate(earlier)}
         row_off = np.cumsum([0] + [s.n_rows for s in earlier])
