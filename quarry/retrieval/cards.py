@@ -78,6 +78,17 @@ class SegmentedCards:
         self.bm25 = bm25_index
         self.results = results
 
+    def doc_scores(self, query_tokens: list[str]) -> np.ndarray:
+        """Exact card scores of every document row (float32; 0 for rows no longer live)."""
+        live = np.setdiff1d(np.arange(self.bm25.n_rows), self.bm25.deleted)
+        out = np.zeros(self.bm25.n_rows, dtype=np.float32)
+        out[live] = self.bm25.exact_scores(query_tokens, live)
+        return out
+
+    def doc_position(self, doc_id: str) -> int:
+        """The live document row of ``doc_id`` (its place in :meth:`doc_scores`), -1 when none."""
+        return self.results.doc_position(doc_id)
+
     def evidence(self, chunk_rows: list[int], query_tokens: list[str]) -> tuple[dict, list[float]]:
         """What :func:`quarry.search.fusion.with_documents` needs for these chunk rows:
         ``(doc_of, doc_scores)``, ``doc_of[row]`` the position in ``doc_scores`` of the row's

@@ -176,6 +176,10 @@ class SegmentedRows:
             out.append(g)
         return out
 
+    def doc_position(self, doc_id: str) -> int:
+        """The live global document row of ``doc_id``; -1 when none."""
+        return self._find_doc(doc_id)
+
     def _find_doc(self, doc_id: str) -> int:
         g = self._by_doc_id().get(doc_id)
         if g is not None:

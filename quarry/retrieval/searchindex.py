@@ -225,12 +225,13 @@ def _vectors_in_row_order(row_ids, lance_ids, matrix: np.ndarray) -> np.ndarray:
 
 
 def write(folder: Path, arrays: dict, manifest: dict) -> None:
-    """Save ``arrays`` and the manifest of a one-segment generation into ``folder`` (written aside,
-    then renamed into place)."""
+    """Save ``arrays`` and the manifest of a one-segment generation (the folder's, ``index-<gen>``)
+    into ``folder`` (written aside, then renamed into place)."""
+    generation = int(folder.name.removeprefix("index-")) if folder.name.removeprefix("index-").isdigit() else None
     with _staged(folder) as tmp:
         for name, value in arrays.items():
             _save(tmp / name, value)
-        _save_manifest(tmp, generation_manifest(manifest, manifest.get("generation"), [], None, None))
+        _save_manifest(tmp, generation_manifest(manifest, generation, [], None, None))
 
 
 @contextmanager

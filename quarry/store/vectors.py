@@ -200,14 +200,34 @@ def rows_table(model: str, dim: int, records, vectors: dict[str, np.ndarray]) ->
 _NEVER = timedelta(days=36500)
 
 
-def compact(table, max_fragments: int = 32) -> None:
+COMPACT_FRAGMENTS = 64  # fragments past which a commit compacts the table (QUARRY_COMPACT_FRAGMENTS)
+PRUNE_VERSIONS = 100  # versions past which a commit prunes old ones (QUARRY_PRUNE_VERSIONS)
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw.isdigit() else default
+
+
+def compact(table, max_fragments: int | None = None) -> None:
     """Merge small fragments once there are many (each run's add makes one).
 
     Runs before the commit, so the committed version is the compacted one. Never prunes:
-    pruning before the pointer moves could delete the version the pointer still names.
+    pruning before the pointer moves could delete the version the pointer still names. LanceDB's
+    compaction rewrites every fragment smaller than a million rows next to a small one — the whole
+    table of a store below that size — so a commit compacts only past ``QUARRY_COMPACT_FRAGMENTS``
+    (64) fragments; ``quarry maintain`` compacts whatever there is.
     """
-    if table.stats()["fragment_stats"]["num_fragments"] > max_fragments:
+    limit = _env_int("QUARRY_COMPACT_FRAGMENTS", COMPACT_FRAGMENTS) if max_fragments is None else max_fragments
+    if table.stats()["fragment_stats"]["num_fragments"] > limit:
         table.optimize(cleanup_older_than=_NEVER)
+
+
+def prune_due(table) -> bool:
+    """Whether the table holds more than ``QUARRY_PRUNE_VERSIONS`` (100) versions: a commit prunes
+    then, not every time, because LanceDB's ``optimize`` (the only pruning without the separate
+    pylance package) also compacts, which rewrites the table (see :func:`compact`)."""
+    return len(table.list_versions()) > _env_int("QUARRY_PRUNE_VERSIONS", PRUNE_VERSIONS)
 
 
 def prune(table, keep_for: timedelta = timedelta(hours=1), keep_versions: set[int] | frozenset = frozenset()) -> None:

@@ -548,12 +548,12 @@ def remove_debris(store: Path) -> Pointer | None:
 
 def after_commit(store: Path, pointer: Pointer, table=None) -> None:
     """Tidy after the pointer moved: generations past the retention, LanceDB versions no kept
-    generation names (older than an hour), vector tables no kept generation names. Best-effort:
-    the next commit tries again."""
+    generation names (older than an hour, once there are many: :func:`quarry.store.vectors.prune_due`),
+    vector tables no kept generation names. Best-effort: the next commit tries again."""
     generations.remove_unkept(store, pointer.generation)
     try:
         versions = generations.kept_versions(store, pointer)
-        if table is not None:
+        if table is not None and vectors.prune_due(table):
             vectors.prune(table, keep_versions=versions.get(table.name, set()))
         vectors.drop_unreferenced(store, set(versions))
     except Exception as exc:
