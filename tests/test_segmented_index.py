@@ -353,3 +353,20 @@ def test_a_plain_duckdb_client_reads_a_layered_catalog_with_the_attach_recipe(st
                          "(SELECT count(*) FROM chunks)").fetchone()
     plain.close()
     assert counts[:3] == want and counts[3] == 9  # every run of the layered store's history
+
+
+def test_doctor_sql_and_export_read_a_layered_store(stores, tmp_path):
+    from quarry.store.doctor import diagnose
+
+    _, layered, whole, _ = stores
+    report = diagnose(layered)
+    assert report.healthy, report.to_dict()
+    detail = {f.check: f.detail for f in report.findings}
+    assert "a layer over catalog-000001.duckdb" in detail["catalog"] and "in 5 segments" in detail["index"]
+    counts = {}
+    for name, store in (("layered", layered), ("whole", whole)):
+        with quarry.search.query.open(store, SETTINGS) as idx:
+            rows = idx.sql("SELECT count(*), count(DISTINCT path) FROM chunks_full").rows[0]
+            exported = idx.export(tmp_path / name, "jsonl")
+            counts[name] = (rows, exported.rows)
+    assert counts["layered"] == counts["whole"]

@@ -371,6 +371,10 @@ def status(db, as_json):
     click.echo(f"store:     {info['store']} (generation {info['generation']})")
     click.echo(f"documents: {info['documents']}  sections: {info['sections']}  chunks: {info['chunks']}")
     click.echo(f"model:     {info['model']} ({info['dim']}-d)")
+    index = info.get("search_index") or {}
+    if len(index.get("segments") or []) > 1:
+        click.echo(f"index:     {len(index['segments'])} segments (catalog layers), {index['deleted_rows']} rows "
+                   "replaced since the oldest: `quarry maintain` merges them")
     embedder = info.get("embedder") or {}
     if embedder.get("variant"):
         check = embedder.get("self_check") or {}

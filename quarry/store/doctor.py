@@ -1,15 +1,22 @@
 """``quarry doctor``: check that a store's pointer, catalog, vectors and index files agree, and
 repair what can be repaired without guessing.
 
+A generation's catalog may be a layer over earlier catalog files and its index several segments
+(quarry/store/layers.py, quarry/retrieval/searchindex.py): the checks open the catalog with its
+layers attached, name them, and count the index's live rows over all its segments; a missing
+layer is a missing catalog.
+
 What is repairable, and how:
 
 - ``CURRENT`` missing or damaged: the pointer is rebuilt from the newest catalog generation that
   a commit finished (``meta.committed_generation``, written by the commit itself) and the newest
   LanceDB version of its model's table whose chunk ids equal the catalog's. Nothing is adopted
   unless catalog and vectors agree row for row.
-- ``index-<gen>/`` missing, incomplete or of another size than the catalog: rebuilt from the
-  catalog and the vectors, as a commit builds it.
-- files no pointer names (a dead run's catalog generation or index folder): removed.
+- ``index-<gen>/`` missing, incomplete (a segment it names missing) or of another size than the
+  catalog: rebuilt from the catalog and the vectors as one segment of every live row, as a
+  commit of a whole catalog builds it (the next index run then writes a whole catalog too).
+- files no pointer names (a dead run's catalog generation or index folder) and generations past the
+  retention that no kept generation reads: removed.
 
 Not repairable (the data is gone): the committed catalog file missing or unreadable, or vectors
 that disagree with it. Then the report says to rebuild from the source files with
