@@ -135,7 +135,7 @@ class SegmentedBM25:
         terms = self.terms(toks)
         if not terms or n <= 0 or not self.live_rows:
             return empty
-        idf = self.idf(terms)
+        idf = None if self.exact else self.idf(terms)  # exact: the stored weights already are the store's
         approx, lo, hi = self._approx(terms, idf)
         if len(self.deleted):
             approx[self.deleted] = 0
@@ -166,7 +166,7 @@ class SegmentedBM25:
         terms = self.terms(toks)
         if not terms or not len(rows) or not self.live_rows:
             return np.zeros(len(rows), dtype=np.float32)
-        return self._exact_scores(terms, self.idf(terms), rows)
+        return self._exact_scores(terms, None if self.exact else self.idf(terms), rows)
 
     def _approx(self, terms, idf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Scaled stored weights summed per row, and per segment the factors that make them a
@@ -246,7 +246,7 @@ class SegmentedBM25:
                 if c is None or s not in by_segment:
                     continue
                 part = self.parts[s]
-                if part.tf is None:
+                if part.tf is None and not self.exact:
                     raise ValueError("a segment without term frequencies (an index from an older quarry) cannot be "
                                      "rescored: rebuild it with `quarry maintain`")
                 sel = by_segment[s]
@@ -258,6 +258,9 @@ class SegmentedBM25:
                 hit = np.zeros(len(local), dtype=bool)
                 hit[inside] = col_rows[pos[inside]] == local[inside]
                 if not hit.any():
+                    continue
+                if self.exact:  # the stored weights are the store's
+                    out[sel[hit]] += part.weights[a + pos[hit]]
                     continue
                 tf = part.tf[a + pos[hit]].astype(np.float64)
                 length = part.length[local[hit]].astype(np.float64)

@@ -26,6 +26,10 @@ deltas fold into the commit's own layer while they are no bigger than what it ho
 counter: a row is rewritten about log2 of the commits since the base times, and a generation has
 about log2 of them layers), and everything becomes a new base once the deltas hold more than
 :data:`REBASE_SHARE` of the base's rows. ``quarry maintain`` merges everything.
+
+Fixed statements are in ``sql/layer_*.sql``; the views, attaches and merges are built here,
+because they name attached catalogs (identifiers, which a bound parameter cannot be) — only
+generation numbers and names derived from them, never a value from a document.
 """
 
 from __future__ import annotations
@@ -43,8 +47,10 @@ from quarry.core import paths
 from quarry.core.sqlfiles import load_sql, statements
 from quarry.store import catalog
 
-__all__ = ["LAYER", "alias", "chain_of", "is_delta", "attach", "create_delta", "views", "chunk_rows_sql",
-           "plan_merge", "merge", "write_base", "missing_columns", "merge_min_rows", "rebase_share", "max_layers"]
+__all__ = ["LAYER", "alias", "chain_of", "is_delta", "attach", "attach_sql", "connect", "open_over", "create_delta",
+           "views", "chunk_rows_sql", "replace_documents", "delete_documents", "rewrite_documents", "moves_table",
+           "touches_table", "set_meta", "set_any_meta", "insert_run", "plan_merge", "merge", "write_base",
+           "missing_columns", "merge_min_rows", "rebase_share", "max_layers"]
 
 LAYER = "layer"
 TABLES = ("documents", "sections", "chunks", "runs", "meta")
