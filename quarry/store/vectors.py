@@ -223,11 +223,16 @@ def compact(table, max_fragments: int | None = None) -> None:
         table.optimize(cleanup_older_than=_NEVER)
 
 
-def prune_due(table) -> bool:
-    """Whether the table holds more than ``QUARRY_PRUNE_VERSIONS`` (100) versions: a commit prunes
-    then, not every time, because LanceDB's ``optimize`` (the only pruning without the separate
-    pylance package) also compacts, which rewrites the table (see :func:`compact`)."""
-    return len(table.list_versions()) > _env_int("QUARRY_PRUNE_VERSIONS", PRUNE_VERSIONS)
+def prune_due(table, keep_for: timedelta = timedelta(hours=1)) -> bool:
+    """Whether more than ``QUARRY_PRUNE_VERSIONS`` (100) versions are older than ``keep_for``:
+    a commit prunes then, not every time, because LanceDB's ``optimize`` (the only pruning without
+    the separate pylance package) also compacts, which rewrites the table (see :func:`compact`);
+    and counting only versions old enough to go keeps a burst of commits from compacting at each."""
+    stamps = sorted(v["timestamp"] for v in table.list_versions())
+    if not stamps:
+        return False
+    old = sum(1 for t in stamps if t < stamps[-1] - keep_for)
+    return old > _env_int("QUARRY_PRUNE_VERSIONS", PRUNE_VERSIONS)
 
 
 def prune(table, keep_for: timedelta = timedelta(hours=1), keep_versions: set[int] | frozenset = frozenset()) -> None:
