@@ -66,8 +66,11 @@ def _tokens(text: str) -> str:
 
 def _vectors(ids):
     """Deterministic vectors per chunk id (what a commit would read from LanceDB)."""
-    out = np.stack([np.random.default_rng(abs(hash(c)) % (1 << 32)).standard_normal(8).astype(np.float32)
-                    for c in ids.to_pylist()]) if len(ids) else np.zeros((0, 8), np.float32)
+    import hashlib
+
+    seeds = [int.from_bytes(hashlib.sha256(c.encode()).digest()[:4], "little") for c in ids.to_pylist()]
+    out = np.stack([np.random.default_rng(s).standard_normal(8).astype(np.float32) for s in seeds]) \
+        if seeds else np.zeros((0, 8), np.float32)
     return out
 
 

@@ -261,18 +261,28 @@ def query_tokens(text: str) -> list[str]:
 class Vocabulary:
     """Sorted strings packed as a blob plus offsets (in memory or memory-mapped)."""
 
+    DICT_MAX = 1 << 16  # a vocabulary this small is looked up through a dict, built on first use
+
     def __init__(self, blob, offsets: np.ndarray):
         self.blob = blob
         self.offsets = offsets
         self.size = len(offsets) - 1
+        self._dict: dict[bytes, int] | None = None
 
     def _at(self, i: int) -> bytes:
         part = self.blob[int(self.offsets[i]):int(self.offsets[i + 1])]
         return part if isinstance(part, bytes) else part.tobytes()
 
     def find(self, word: str) -> int | None:
-        """The position of ``word``, by binary search; None when absent."""
+        """The position of ``word``, by binary search (a dict for a small vocabulary, such as a
+        small segment's: a query looks its words up in every segment); None when absent."""
         key = word.encode("utf-8")
+        if self.size <= self.DICT_MAX:
+            if self._dict is None:
+                blob = self.blob if isinstance(self.blob, bytes) else self.blob.tobytes()
+                bounds = self.offsets.tolist()
+                self._dict = {blob[bounds[i]:bounds[i + 1]]: i for i in range(self.size)}
+            return self._dict.get(key)
         lo, hi = 0, self.size
         while lo < hi:
             mid = (lo + hi) // 2

@@ -166,15 +166,23 @@ class SegmentedRows:
     def doc_rows(self, rows) -> list[int]:
         """The global document row (in docs.arrow order, segment after segment) of each chunk row;
         -1 when the document is unknown."""
-        out = []
-        for r in rows:
-            s, i = self._locate(int(r), self.offsets)
-            local = int(self.row_docs[s][i]) if self.row_docs[s] is not None else -1
-            g = int(self.doc_offsets[s]) + local if local >= 0 else -1
-            if g < 0 or (len(self.deleted_docs) and _contains(self.deleted_docs, g)):
-                g = self._find_doc(self._cols(s)["doc_id"][i].as_py())
-            out.append(g)
-        return out
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows):
+            return []
+        seg = np.searchsorted(self.offsets, rows, side="right") - 1
+        out = np.full(len(rows), -1, dtype=np.int64)
+        for s in np.unique(seg).tolist():
+            where = np.flatnonzero(seg == s)
+            if self.row_docs[s] is not None:
+                local = np.asarray(self.row_docs[s])[rows[where] - self.offsets[s]].astype(np.int64)
+                out[where] = np.where(local >= 0, local + self.doc_offsets[s], -1)
+        stale = out < 0
+        if len(self.deleted_docs):
+            stale |= np.isin(out, self.deleted_docs)
+        for i in np.flatnonzero(stale).tolist():  # moved documents: found by doc_id in a later segment
+            s = int(seg[i])
+            out[i] = self._find_doc(self._cols(s)["doc_id"][int(rows[i] - self.offsets[s])].as_py())
+        return out.tolist()
 
     def doc_position(self, doc_id: str) -> int:
         """The live global document row of ``doc_id``; -1 when none."""
@@ -200,8 +208,9 @@ class SegmentedRows:
         """One dict of :data:`COLUMNS` per row id, in the order given."""
         out = []
         docs = self.doc_rows(rows)
-        for r, g in zip(rows, docs):
-            s, i = self._locate(int(r), self.offsets)
+        segs = np.searchsorted(self.offsets, np.asarray(rows, dtype=np.int64), side="right") - 1 if len(rows) else []
+        for r, g, s in zip(rows, docs, np.asarray(segs).tolist()):
+            i = int(r) - int(self.offsets[s])
             item = {n: c[i].as_py() for n, c in self._cols(s).items()}
             if g >= 0:
                 ds, di = self._locate(g, self.doc_offsets)

@@ -26,8 +26,8 @@ segment without deletions needs no rescoring: its stored weights are exact.
 
 **Vectors.** Each segment has its own vectors (with IVF once it has ``IVF_MIN_ROWS`` rows, else
 searched exactly); a query takes each segment's top ``n`` and keeps the best ``n`` overall.
-Deleted rows are left out by asking a segment for ``n`` plus its deleted rows and dropping them,
-or, past :data:`DELETED_SKIP` deleted rows or with a filter, through the filter mask.
+Deleted rows are left out of the scores a segment computes (they never compete for its top
+``n``), or, past :data:`DELETED_SKIP` deleted rows or with a filter, through the filter mask.
 """
 
 from __future__ import annotations
@@ -77,27 +77,43 @@ class SegmentedBM25:
         self.exact = (len(parts) == 1 and not len(self.deleted) and parts[0].n_rows == self.live_rows
                       and parts[0].length_total == live_length)
         self._deleted_masks: dict[int, np.ndarray] = {}
+        self._terms: dict[tuple, tuple] = {}
+        self._idf: dict[tuple, np.ndarray] = {}
 
     # --- terms -------------------------------------------------------------------------------
 
     def terms(self, toks: list[str]) -> list[list[int | None]]:
         """Per distinct query term (in the order a build over all rows would sum them: tokens the
         corpus holds first, then the stems of the others), its column in each segment (None where
-        a segment lacks it). Terms no segment holds are left out."""
+        a segment lacks it). Terms no segment holds are left out. Cached for the last queries."""
+        key = tuple(toks)
+        hit = self._terms.get(key)
+        if hit is None:
+            hit = self._terms_of(toks)
+            if len(self._terms) >= 512:
+                self._terms.pop(next(iter(self._terms)))
+            self._terms[key] = hit
+        return hit
+
+    def _terms_of(self, toks: list[str]) -> list[list[int | None]]:
         if len(self.parts) == 1:
             return [[c] for c in self.parts[0].columns(toks)]
         stem_of: dict[str, str] = {}
+        known: dict[str, dict[int, int]] = {}  # stem -> segment -> column, from surface hits
         for tok in toks:
-            for part in self.parts:
+            for s, part in enumerate(self.parts):
                 pos = part.surface.find(tok)
                 if pos is not None:
-                    stem_of[tok] = part.term_text(int(part.surface_terms[pos]))
+                    col = int(part.surface_terms[pos])
+                    stem = stem_of.setdefault(tok, part.term_text(col))
+                    known.setdefault(stem, {})[s] = col
                     break
         missing = [t for t in toks if t not in stem_of]
         stems = dict.fromkeys([stem_of[t] for t in toks if t in stem_of] + stem_words(missing))
         out = []
         for stem in stems:
-            cols = [part.term_id(stem) for part in self.parts]
+            found = known.get(stem, {})
+            cols = [found[s] if s in found else part.term_id(stem) for s, part in enumerate(self.parts)]
             if any(c is not None for c in cols):
                 out.append(cols)
         return out
@@ -121,10 +137,17 @@ class SegmentedBM25:
         return b - a - int(np.count_nonzero(self._deleted_mask(s)[part.rows[a:b]]))
 
     def idf(self, terms: list[list[int | None]]) -> np.ndarray:
-        """Each term's idf over the live rows (float64, :func:`quarry.retrieval.bm25._idf`)."""
-        df = np.array([sum(self._live_df(s, c) for s, c in enumerate(cols) if c is not None) for cols in terms],
-                      dtype=np.int64)
-        return _idf(df, self.live_rows)
+        """Each term's idf over the live rows (float64, :func:`quarry.retrieval.bm25._idf`); cached."""
+        key = tuple(tuple(cols) for cols in terms)
+        got = self._idf.get(key)
+        if got is None:
+            df = np.array([sum(self._live_df(s, c) for s, c in enumerate(cols) if c is not None) for cols in terms],
+                          dtype=np.int64)
+            got = _idf(df, self.live_rows)
+            if len(self._idf) >= 512:
+                self._idf.pop(next(iter(self._idf)))
+            self._idf[key] = got
+        return got
 
     # --- search ------------------------------------------------------------------------------
 
@@ -169,16 +192,32 @@ class SegmentedBM25:
         return self._exact_scores(terms, None if self.exact else self.idf(terms), rows)
 
     def _approx(self, terms, idf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Scaled stored weights summed per row, and per segment the factors that make them a
-        lower and an upper bound of the exact score."""
+        """Stored weights summed per row — scaled by ``idf_live / idf_segment`` per term, or, in a
+        segment where that ratio is the same for every query term to a thousandth (a big segment
+        after small commits), unscaled with the ratio's range folded into the bounds — and per
+        segment the factors that make the sums a lower and an upper bound of the exact score."""
         approx = np.zeros(self.n_rows, dtype=np.float32)
         k = len(self.parts)
         lo, hi = np.ones(k), np.ones(k)
+        ratio: dict[tuple[int, int], float] = {}
+        scaled = [False] * k
         if not self.exact:
             slack = (8 * len(terms) + 16) * _SLACK
             for s, part in enumerate(self.parts):
+                held = [(i, cols[s]) for i, cols in enumerate(terms) if cols[s] is not None]
+                mine = []
+                if held:
+                    cols_s = np.array([c for _, c in held], dtype=np.int64)
+                    built = _idf(part.indptr[cols_s + 1] - part.indptr[cols_s], part.n_rows)
+                    for (i, _), value in zip(held, (idf[[i for i, _ in held]] / built).tolist()):
+                        ratio[(i, s)] = value
+                        mine.append(value)
                 a = self.avgdl / part.avgdl_built if part.avgdl_built else 1.0
-                lo[s], hi[s] = min(1.0, a) * (1 - slack), max(1.0, a) * (1 + slack)
+                r_lo, r_hi = (min(mine), max(mine)) if mine else (1.0, 1.0)
+                scaled[s] = r_hi > r_lo * 1.001
+                if scaled[s]:
+                    r_lo = r_hi = 1.0
+                lo[s], hi[s] = min(1.0, a) * r_lo * (1 - slack), max(1.0, a) * r_hi * (1 + slack)
         for i, cols in enumerate(terms):
             for s, c in enumerate(cols):
                 if c is None:
@@ -186,11 +225,10 @@ class SegmentedBM25:
                 part = self.parts[s]
                 a, b = int(part.indptr[c]), int(part.indptr[c + 1])
                 target = approx[self.offsets[s]:self.offsets[s + 1]]
-                if self.exact:
-                    target[part.rows[a:b]] += part.weights[a:b]
+                if scaled[s]:
+                    target[part.rows[a:b]] += part.weights[a:b] * np.float32(ratio[(i, s)])
                 else:
-                    built = _idf(np.array([b - a]), part.n_rows)[0]
-                    target[part.rows[a:b]] += part.weights[a:b] * np.float32(idf[i] / built)
+                    target[part.rows[a:b]] += part.weights[a:b]
         return approx, lo, hi
 
     def _floor(self, terms, approx: np.ndarray, lo: np.ndarray, n: int, zeroed: bool) -> float:
@@ -222,17 +260,13 @@ class SegmentedBM25:
         return 0.0
 
     def _listed(self, approx: np.ndarray, floor: float, hi: np.ndarray) -> np.ndarray:
-        """Rows whose upper bound reaches ``floor`` (every row scoring above 0 when it is 0)."""
+        """Rows whose upper bound may reach ``floor`` (every row scoring above 0 when it is 0): one
+        pass with the largest upper factor; the exact pass ranks what it lists."""
         if floor <= 0:
             return np.flatnonzero(approx)
         if self.exact:
             return np.flatnonzero(approx >= floor)
-        out = []
-        for s in range(len(self.parts)):
-            part = approx[self.offsets[s]:self.offsets[s + 1]]
-            # a lower threshold only lists more rows, which the exact pass then ranks
-            out.append(self.offsets[s] + np.flatnonzero(part >= floor / hi[s] * (1 - 4 * _SLACK)))
-        return np.concatenate(out)
+        return np.flatnonzero(approx >= floor / float(hi.max()) * (1 - 4 * _SLACK))
 
     def _exact_scores(self, terms, idf: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Scores of sorted global ``rows``, computed as a build over all live rows computes them:
@@ -329,10 +363,8 @@ class SegmentedDense:
                                     rescore_multiplier=rescore_multiplier)
             elif not len(dead):
                 r, sc = part.search(query, n, method=method, rescore_multiplier=rescore_multiplier)
-            elif len(dead) <= DELETED_SKIP:
-                r, sc = part.search(query, n + len(dead), method=method, rescore_multiplier=rescore_multiplier)
-                alive = ~np.isin(r, dead)
-                r, sc = r[alive][:n], sc[alive][:n]
+            elif len(dead) <= DELETED_SKIP and method != "binary":
+                r, sc = part.search(query, n, method=method, rescore_multiplier=rescore_multiplier, dead=dead)
             else:
                 live, count = self._live_mask(s)
                 if not count:
