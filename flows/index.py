@@ -20,7 +20,7 @@ from prefect.states import Completed
 from quarry.core import progress
 from quarry.core.errors import RunRefused, StoreLocked, UsageError
 from quarry.ingest.guard import GuardLimits, pattern_flags
-from quarry.core.models import RunReport, StageClock
+from quarry.core.models import LLM_COUNTERS, RunReport, StageClock
 from quarry.core.paths import display
 from quarry.core.settings import Settings, store_path
 from quarry.flows.pipeline import Totals, run_batches, unwalked
@@ -30,6 +30,7 @@ from quarry.ingest.process import content_fingerprint
 from quarry.store import journal
 from quarry.store.layout import WriterLock, new_run_id, read_pointer
 from quarry.store.writer import StoreWriter, remove_debris
+from quarry.tasks.acl import apply_permissions, plan_run_permissions
 from quarry.tasks.discover import discover_files, plan_changes
 from quarry.tasks.embed import StoredVectors
 from quarry.tasks.load import apply_removals_and_moves, attach_writer, commit_run, detach_writer
@@ -157,8 +158,9 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
             planned = plan_changes(store, unwalked(found), full, content_fingerprint(settings), model, dim,
                                    GuardLimits.from_settings(settings), pattern_flags(settings.include, settings.exclude))
         plan, rebuild_reason, verdict = planned.plan, planned.rebuild, planned.verdict
+        permissions = plan_run_permissions(store, unwalked(files), roots, settings.acl, settings.acl_rules)
         if dry_run:
-            return planned.dry_run_report(run_id, found)
+            return {**planned.dry_run_report(run_id, found), "permissions": permissions.changed}
         if verdict.refused:
             report = RunReport(run_id=run_id, started=started, status="refused", runner=settings.runner,
                                roots=[display(r) for r in roots], unsupported=len(unsupported),
@@ -193,10 +195,12 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
         with clock.timing("load"):
             # A new store is committed even when empty (it then answers searches), unless every root failed.
             new_store = not committed and (todo or not verdict.failures)
-            if writer is None and (new_store or rebuild_reason or plan.removed or plan.moved or empty_existing):
+            if writer is None and (new_store or rebuild_reason or plan.removed or plan.moved or empty_existing
+                                   or permissions.needs_writer):
                 open_writer()
             if writer is not None:
                 apply_removals_and_moves(run_id, unwalked(plan), empty_existing)
+                apply_permissions(run_id, unwalked(permissions))
         not_loaded = {e.path for e in errors} | empty_paths
         report = RunReport(
             run_id=run_id,
@@ -220,6 +224,7 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
             **_llm_counts(totals.llm),
             ocr_pages=totals.ocr_pages,
             ocr_seconds=round(totals.ocr_seconds, 3),
+            permissions_updated=permissions.changed,
             # Display form: a name that is not UTF-8 shows as \xNN (quarry/core/paths.py).
             errors=[{"path": display(e.path), "error": e.error} for e in errors],
             durations=clock.as_dict(),
@@ -254,7 +259,7 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
 
 def _llm_counts(llm: dict) -> dict:
     """The run's LLM counters: the sum of its batches' (zeros when no LLM was used)."""
-    out = {k: llm.get(k, 0) for k in ("llm_calls", "llm_prompt_tokens", "llm_completion_tokens", "llm_cached")}
+    out = {k: llm.get(k, 0) for k in LLM_COUNTERS}
     out["llm_fallback_windows"] = [{**f, "path": display(f["path"])} for f in llm.get("llm_fallback_windows", [])]
     return out
 

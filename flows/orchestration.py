@@ -18,14 +18,18 @@ from pathlib import Path
 
 from quarry.core.errors import QuarryError, UsageError
 
-STARTUP_TIMEOUT = float(os.environ.get("QUARRY_PREFECT_STARTUP_TIMEOUT", "120"))
+def startup_timeout() -> float:
+    """Seconds to wait for a private Prefect server (``QUARRY_PREFECT_startup_timeout()``)."""
+    from quarry.core.settings import environment
+
+    return environment().prefect_startup_timeout
 
 
 def prefect_environment() -> None:
     """Settings that keep Prefect quiet and offline; the user's explicit values win."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_startup_timeout()_SECONDS", "120")
     # quarry prints its own one-line errors and summaries; Prefect's console output would
     # repeat them with tracebacks. Task retries still reach the Prefect API's run logs.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
@@ -133,7 +137,7 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
         start_new_session=True,  # Ctrl-C goes to quarry, which then stops the server cleanly
     )
     url = f"http://127.0.0.1:{port}/api"
-    deadline = time.monotonic() + STARTUP_TIMEOUT
+    deadline = time.monotonic() + startup_timeout()
     try:
         os.environ["PREFECT_API_URL"] = url
         if check is not None:
@@ -147,7 +151,7 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise QuarryError(f"the Prefect server did not start within {STARTUP_TIMEOUT:.0f} s")
+                raise QuarryError(f"the Prefect server did not start within {startup_timeout():.0f} s")
             time.sleep(0.2)
         if announce is not None:
             import json

@@ -113,7 +113,10 @@ def preview(roots: list[str], store: Path, settings: Settings, *, full: bool = F
     found = discover_roots(roots, settings.include, settings.exclude)
     planned = plan_run(store, found, full=full, fingerprint=content_fingerprint(settings), model=model, dim=dim,
                        limits=GuardLimits.from_settings(settings), patterns=pattern_flags(settings.include, settings.exclude))
-    return planned.dry_run_report(new_run_id(), found)
+    from quarry.store.acl import plan_for_run
+
+    permissions = plan_for_run(store, found.files, roots, settings.acl, settings.acl_rules)
+    return {**planned.dry_run_report(new_run_id(), found), "permissions": permissions.changed}
 
 
 def _roots(paths) -> list[str]:

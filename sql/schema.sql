@@ -21,7 +21,8 @@ CREATE TABLE IF NOT EXISTS documents (
     metadata   JSON,
     indexed_at TIMESTAMP NOT NULL,
     run_id     VARCHAR NOT NULL,
-    path_bytes BLOB                -- the exact bytes of path when it is not valid UTF-8, else NULL
+    path_bytes BLOB,               -- the exact bytes of path when it is not valid UTF-8, else NULL
+    principals VARCHAR[]           -- who may read it (quarry/core/principals.py); NULL (no one) until the run sets it
 );
 
 CREATE TABLE IF NOT EXISTS sections (
@@ -83,7 +84,16 @@ CREATE TABLE IF NOT EXISTS runs (
     ocr_seconds           DOUBLE DEFAULT 0,   -- time spent in OCR (render + recognise), summed over workers
     runner                VARCHAR DEFAULT '', -- task runner of the run's batches: threads, processes, dask, ray
     unsupported_files     JSON DEFAULT '[]',  -- [{"path", "reason"}] of files quarry does not read (the first 1,000)
-    message               VARCHAR DEFAULT ''  -- why a run was skipped or refused; what a rollback did
+    message               VARCHAR DEFAULT '', -- why a run was skipped or refused; what a rollback did
+    permissions_updated   INTEGER DEFAULT 0   -- documents whose principals this run changed (quarry/ingest/acl.py)
+);
+
+-- Where each indexed root's document permissions come from (quarry index --acl-rules / --acl),
+-- remembered so that a later run without the flags keeps applying them.
+CREATE TABLE IF NOT EXISTS acl_roots (
+    root   VARCHAR PRIMARY KEY,  -- an indexed root, as documents.root
+    source VARCHAR NOT NULL,     -- none (every document public), posix, or rules
+    rules  VARCHAR               -- the rules file (absolute path) when source = rules
 );
 
 -- Catalogs made before the LLM columns existed gain them here (run again before each run row).
@@ -101,3 +111,6 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS runner VARCHAR DEFAULT '';
 -- Catalogs made before unsupported files were named and refused runs had a reason.
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS unsupported_files JSON DEFAULT '[]';
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS message VARCHAR DEFAULT '';
+-- Catalogs made before documents carried principals: everything in them was public.
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS principals VARCHAR[] DEFAULT ['public'];
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS permissions_updated INTEGER DEFAULT 0;

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from quarry.core.models import FileInfo
+from quarry.core.models import LLM_COUNTERS, FileInfo
 from quarry.core.settings import Settings
 from quarry.ingest import process
 
@@ -27,6 +27,6 @@ def process_batch(items: list[tuple[FileInfo, str]], settings: Settings, workers
                 len(batch.errors), len(batch.empty))
     if batch.llm:
         logger.info("LLM: %d calls, %d answers from cache, %d prompt + %d completion tokens, %d fallbacks",
-                    *(batch.llm[k] for k in ("llm_calls", "llm_cached", "llm_prompt_tokens", "llm_completion_tokens")),
+                    *(batch.llm[k] for k in LLM_COUNTERS),
                     len(batch.llm["llm_fallback_windows"]))
     return batch

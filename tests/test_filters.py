@@ -104,10 +104,12 @@ def test_build_combines_every_part():
                      file_type=["PDF", ".md"], doc_id="abc")
     sql, params = f.sql()
     assert sql == (
-        "(d.size > ?) AND (d.path GLOB ? OR d.rel_path GLOB ? OR d.path GLOB ? OR d.rel_path GLOB ? OR d.path GLOB ?)"
+        "(d.size > ?) AND (d.path GLOB ? OR d.rel_path GLOB ? OR d.path GLOB ? OR d.rel_path GLOB ? OR d.path GLOB ?"
+        " OR d.rel_path GLOB ? OR d.path GLOB ?)"
         " AND (d.mtime >= ?) AND (d.mtime < ?) AND (d.file_type IN (?, ?)) AND (d.doc_id = ?)"
     )
-    assert params == [10, "/docs/*.md", "notes", "*/notes", "notes/*", "*/notes/*", dt.datetime(2024, 1, 1),
+    assert params == [10, "/docs/*.md", "notes", "*/notes", "notes/*", "*/notes/*", "notes!/*", "*/notes!/*",
+                      dt.datetime(2024, 1, 1),
                       dt.datetime(2024, 2, 1), "pdf", "md", "abc"]
     assert bool(f) and not Filter.build() and Filter.build(where=[], path=None) == Filter()
 

@@ -1,7 +1,7 @@
 """The package layout is the architecture: every import points downward (docs/ARCHITECTURE.md).
 
 Layers, bottom first: ``core`` < ``retrieval`` < ``ingest`` < ``store`` < ``search`` < ``eval`` <
-``tasks`` < ``flows`` < ``cli``. A module may import its own package and any package below it,
+``api`` < ``tasks`` < ``flows`` < ``cli``. A module may import its own package and any package below it,
 never one above, including imports inside functions (a lazy import is still a dependency).
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ["core", "retrieval", "ingest", "store", "search", "eval", "tasks", "flows", "cli"]
+LAYERS = ["core", "retrieval", "ingest", "store", "search", "eval", "api", "tasks", "flows", "cli"]
 # the package root only re-exports the public API (quarry.open, quarry.Index …), imported lazily
 TOP = {"quarry", "quarry._checkout"}
 
@@ -68,7 +68,9 @@ def test_the_query_path_imports_no_prefect_lancedb_or_torch():
     import subprocess
     import sys
 
-    code = ("import sys, quarry.search.query, quarry.search.rerank, quarry.search.windows, quarry.search.segments; "
+    code = ("import sys, quarry.search.query, quarry.search.rerank, quarry.search.windows, quarry.search.segments, "
+            "quarry.search.serialize, quarry.api.app, quarry.api.mcp, quarry.api.server; "
+            "quarry.api.app.create_app(quarry.api.app.ApiConfig(db='/nonexistent-store')); "
             "bad = [m for m in ('prefect', 'lancedb', 'torch') if m in sys.modules]; print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == ""

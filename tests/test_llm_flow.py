@@ -103,7 +103,7 @@ def test_flow_caches_every_answer_across_full_and_switches(run_flow, server, tmp
 
 
 def test_failures_are_reported_per_window_and_retried_next_time(run_flow, server, notes, tmp_path, monkeypatch):
-    from quarry.core.openai_common import RetryPolicy
+    from quarry.core.openai.retry import RetryPolicy
 
     monkeypatch.setattr("quarry.ingest.llm.client.RETRY", RetryPolicy(attempts=2, base=0.001, cap=0.01))
     monkeypatch.setenv("QUARRY_LLM_API_KEY", KEY)

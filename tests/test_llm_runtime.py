@@ -13,7 +13,7 @@ from quarry.ingest.llm.cache import CACHE_FILE
 from quarry.ingest.llm.client import parse_json
 from quarry.ingest.llm.prompts import RESPONSE_FORMATS, SECTIONS_SCHEMA
 from quarry.core.models import FileInfo, ParsedDocument
-from quarry.core.openai_common import RetryPolicy
+from quarry.core.openai.retry import RetryPolicy
 from quarry.core.settings import Settings
 
 KEY = "sk-test-secret-4242"

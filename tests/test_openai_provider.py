@@ -16,23 +16,15 @@ import pytest
 from fakeopenai import FakeOpenAI, fake_tokens, fake_vector
 from quarry.ingest.embedders.openai_provider import OpenAIEmbedder
 from quarry.core.errors import EmbeddingError
-from quarry.core.openai_common import (
-    BadResponse,
-    RateLimiter,
-    RetryPolicy,
-    Usage,
-    call_with_retries,
-    describe_error,
-    is_retryable,
-    redact,
-    retry_after,
-)
+from quarry.core.openai.ratelimit import RateLimiter, Usage
+from quarry.core.openai.redaction import describe_error, redact
+from quarry.core.openai.retry import BadResponse, RetryPolicy, call_with_retries, is_retryable, retry_after
 
 KEY = "sk-test-0123456789abcdef"
 FAST = RetryPolicy(attempts=4, base=0.01, cap=0.05)
 
 
-# -- openai_common -------------------------------------------------------------------------------
+# -- quarry.core.openai ----------------------------------------------------------------------------
 
 
 def status_error(status: int, headers: dict | None = None, body: object = None):

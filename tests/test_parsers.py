@@ -51,11 +51,14 @@ def heading_tuples(doc) -> list[tuple[int, str]]:
         ("page.xhtml", "html"),
         ("paper.pdf", "pdf"),
         ("memo.docx", "docx"),
-        ("old.doc", "doc"),  # recognised, to fail with "legacy Word, convert to DOCX"
+        ("old.doc", "doc"),  # converted by LibreOffice
         ("deck.pptx", "pptx"),
         ("data.csv", "csv"),
         ("Makefile", ""),
-        ("archive.tar.gz", ""),
+        ("archive.tar.gz", "tar"),  # two suffixes: a tar, not a gzip
+        ("Backup.TGZ", "tar"),
+        ("notes.txt.gz", ""),
+        ("bundle.zip!/dir/memo.docx", "docx"),  # an archive member by its own name
     ],
 )
 def test_file_type_for(path, expected):

@@ -9,7 +9,8 @@ from conftest import shared
 from quarry.core.models import ParsedDocument
 from quarry.ingest.context import RuleContextWriter, with_period
 from quarry.ingest.parsers import parse_file
-from quarry.ingest.parsers.pdf import filing_context, strip_running_lines, table_rows
+from quarry.ingest.facets import filing_context
+from quarry.ingest.parsers.pdf import strip_running_lines, table_rows
 
 
 def _pages(n: int) -> list[str]:

@@ -14,6 +14,7 @@ import inspect
 import pkgutil
 import shutil
 import threading
+import zipfile
 
 import cloudpickle
 import numpy as np
@@ -200,6 +201,9 @@ def test_a_distributed_runner_builds_the_store_a_threads_run_builds(runner, tmp_
     tree = tmp_path / "tree"
     shutil.copytree(SAMPLE, tree)
     shutil.copy(shared("pdf", "levels_of_agi.pdf"), tree / "agi.pdf")  # a heavy format: the parse pool in a worker
+    with zipfile.ZipFile(tree / "bundle.zip", "w") as zf:  # members travel as paths; each worker reads the archive
+        zf.write(shared("formats", "docx-tables.docx"), "docs/tables.docx")
+        zf.write(shared("formats", "fake-email.eml"), "mail/fake-email.eml")
     threads = run_flow([tree], tmp_path / "threads")
     monkeypatch.setattr("quarry.flows.runners.FILES_PER_BATCH", 2)  # three batches: both workers get some
     other = run_flow([tree], tmp_path / runner, overrides={"runner": runner, "workers": 2})
@@ -212,6 +216,7 @@ def test_a_distributed_runner_builds_the_store_a_threads_run_builds(runner, tmp_
     for chunk_id, vec in a_vectors.items():
         np.testing.assert_allclose(b_vectors[chunk_id], vec, atol=1e-6)
     assert (a_runner, b_runner) == ("threads", runner)
+    assert {"bundle.zip!/docs/tables.docx", "bundle.zip!/mail/fake-email.eml"} <= {d[0] for d in b_docs}
     # a re-run with nothing to do starts no workers and embeds nothing
     again = run_flow([tree], tmp_path / runner, overrides={"runner": runner, "workers": 2})
     assert again["embedded_chunks"] == 0 and again["skipped"] == threads["added"]

@@ -14,7 +14,6 @@ from conftest import ROOT
 from quarry.cli.main import cli
 from quarry.core.errors import ConfigError
 from quarry.core.registry import Registry
-from quarry.core import settings as settings_module
 from quarry.core.settings import Settings
 from quarry.ingest.context import CONTEXT_WRITERS, RuleContextWriter, get_context_writer
 from quarry.ingest.embedders import EMBEDDERS, get_embedder
@@ -79,13 +78,16 @@ def test_factories_build_the_components(monkeypatch):
     assert get_reranker("llm:some-model").model == "some-model"
 
 
-@pytest.mark.parametrize("registry, declared", [
-    (EMBEDDERS, settings_module.EMBED_BACKENDS),
-    (SECTIONERS, settings_module.SECTIONERS),
-    (CONTEXT_WRITERS, settings_module.CONTEXT_WRITERS),
+@pytest.mark.parametrize("field, registry", [
+    ("embed_backend", EMBEDDERS), ("sectioner", SECTIONERS), ("context", CONTEXT_WRITERS),
 ])
-def test_settings_declare_exactly_the_registered_names(registry, declared):
-    assert registry.names() == declared
+def test_settings_accept_exactly_the_registered_names(field, registry):
+    for name in registry.names():
+        ok = Settings.from_env(**{field: name}, llm_base_url="http://127.0.0.1:9", openai_base_url="http://127.0.0.1:9")
+        assert getattr(ok, field) == name
+    with pytest.raises(ConfigError, match=f"'no-such-thing' is not a known {registry.kind}; choose one of "
+                                          f"{', '.join(registry.names())}"):
+        Settings.from_env(**{field: "no-such-thing"})
 
 
 @pytest.mark.parametrize("registry, name, message", [
@@ -128,12 +130,12 @@ def _counting(settings, **kw):
 
 def test_a_new_embedder_is_one_module(tmp_path):
     (tmp_path / "counting_embedder.py").write_text(PLUGIN, encoding="utf-8")
-    # Settings declares the names a run may use (a Literal); the registry needs nothing else
+    # Settings take the registry's names: nothing else to edit
     code = ("import counting_embedder\n"
             "from quarry.core.settings import Settings\n"
             "from quarry.ingest.embedders import describe, get_embedder\n"
             "from quarry.cli.main import cli\n"
-            "settings = Settings.model_construct(embed_backend='counting', embed_model='', embed_dim=0)\n"
+            "settings = Settings.from_env(embed_backend='counting')\n"
             "print(describe(settings), get_embedder(settings).embed(['a b']).shape)\n"
             "option = next(p for p in cli.commands['index'].params if p.name == 'embed_backend')\n"
             "print(option.type.choices)\n")
@@ -163,3 +165,34 @@ def test_the_embedder_modules_import_in_any_order():
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
         assert done.returncode == 0, (first, done.stderr)
         assert done.stdout.strip() == "('torch', 'onnx', 'onnx-int8', 'openai', 'hash')", first
+
+
+def test_threads_looking_up_at_once_all_find_the_built_ins(tmp_path, monkeypatch):
+    """A server's first requests arrive together: none may see a registry half imported."""
+    import threading
+
+    from quarry.core.errors import ConfigError
+
+    (tmp_path / "slowreg.py").write_text(
+        "from quarry.core.registry import Registry\nREG = Registry('thing', ('slowreg_impl',))\n")
+    (tmp_path / "slowreg_impl.py").write_text(
+        "import time\nfrom slowreg import REG\n\n@REG.register('a')\ndef a():\n    return 'a'\n\n"
+        "time.sleep(0.3)\n\n@REG.register('b')\ndef b():\n    return 'b'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import slowreg
+
+    failures, barrier = [], threading.Barrier(8)
+
+    def look():
+        barrier.wait()
+        try:
+            slowreg.REG.get("b")
+        except ConfigError as exc:
+            failures.append(str(exc))
+
+    threads = [threading.Thread(target=look) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures

@@ -9,7 +9,7 @@ import pytest
 
 from fakeopenai import FakeOpenAI
 from quarry.core.errors import QuarryError, UsageError
-from quarry.core.openai_common import RetryPolicy
+from quarry.core.openai.retry import RetryPolicy
 from quarry.search.rerank import (
     CrossEncoderReranker,
     LLMReranker,

@@ -201,6 +201,8 @@ def test_rollback_on_a_store_on_object_storage(cli, tmp_path, s3):
     reader = {"QUARRY_STORE_CACHE": str(tmp_path / "cache-reader")}
     assert _status(cli, url, reader)["documents"] == 12 and _status(cli, url, reader)["generation"] == 3
     assert "note03.md" in _paths(cli, url, env=reader)
+    done = cli("sql", "SELECT count(*) AS n FROM chunks_full", "--db", url, "--format", "json", env=reader)
+    assert json.loads(done.stdout) == [{"n": 12}], done.stderr  # quarry sql reads the current generation of a bucket
     (tree / "new.md").write_text("# New\n\nA heron colony appears.\n")
     done = cli("index", tree, "--db", url, "--allow-deletes", env=writer)
     assert done.returncode == 0, done.stderr

@@ -116,7 +116,7 @@ def export_doc_columns() -> dict[str, list[tuple[str, str]]]:
 
 
 def _base_type(t: pa.DataType) -> str:
-    return str(t).split("[")[0]
+    return "list" if pa.types.is_list(t) else str(t).split("[")[0]
 
 
 @pytest.mark.parametrize("table", ["documents", "sections", "chunks"])

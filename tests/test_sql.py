@@ -22,7 +22,7 @@ def con(tmp_path):
     now = dt.datetime(2024, 1, 2, 3, 4, 5)
     c.execute(
         "INSERT INTO documents VALUES ('d1', '/r/a.md', '/r', 'a.md', 'md', 10, ?, 'sha', 'Title', 'Sum', NULL, 1, 1,"
-        " '{}', ?, 'run0', NULL)",
+        " '{}', ?, 'run0', NULL, ['group:hr'])",
         [now, now],
     )
     c.execute("INSERT INTO sections VALUES ('d1', 0, 'Intro', 1, 0, 10, NULL, NULL, NULL)")
@@ -97,6 +97,19 @@ PARAMS = {
     "layer_rows": None,
     "layer_previous_owners": [["d1"]],
     "catalog_columns": ["c"],
+    "acl_sources": None,
+    "acl_set_source": ["/r", "rules", "/etc/quarry/acl.yaml"],
+    "acl_principals": None,
+    "acl_apply": "acl",
+    "acl_apply_documents": "acl",
+    "layer_acl_apply": "acl",
+    "layer_acl_apply_documents": "acl",
+    "layer_acl_set_source": ["/r", "rules", "/etc/quarry/acl.yaml"],
+    "document_view": ["d1"],
+    "document_sections": ["d1"],
+    "document_chunks": ["d1"],
+    "chunk_view": ["d1:0"],
+    "status_readable": None,
 }
 
 MOVED = [("d1", "/r/b\udce9.md", "/r", "b.md", dt.datetime(2024, 1, 1), "run1")]
@@ -116,6 +129,19 @@ def test_sql_file_runs(request, con, name):
         insert_run(con, {"run_id": "r", "started": dt.datetime.now(), "status": "completed", "roots": ["/r"],
                          "errors": [], "durations": {}, "settings": {}})
         assert con.execute("SELECT count(*) FROM runs WHERE run_id = 'r'").fetchone()[0] == 1
+        return
+    if params == "acl":
+        key = "doc_id" if name.endswith("documents") else "path"
+        con.register("wanted_acl", pa.table({key: [("d1" if key == "doc_id" else "/r/a.md"), "nope"],
+                                             "principals": [["public"], ["group:x"]]}))
+        if name.startswith("layer_"):  # the documents rows go into the layer, which then owns them
+            assert layers.rewrite_principals(con, name, 2, 1) == ["d1"]
+            assert layers.rewrite_principals(con, name, 2, 1) == []  # equal now: nothing to write
+            assert con.execute("SELECT doc_id, doc_layer, content_layer FROM layer.owners").fetchall() == [("d1", 2, 1)]
+        else:
+            assert con.execute(load_sql(name)).fetchall() == [("d1",)]  # the one document that exists, and differed
+            assert con.execute(load_sql(name)).fetchall() == []  # equal now: nothing to write
+        assert con.execute(load_sql("acl_principals")).fetchall() == [("/r/a.md", ["public"])]
         return
     if params == "arrow":
         for table in ("new_documents", "new_sections", "new_chunks"):
@@ -172,3 +198,19 @@ def test_the_sql_views_join_what_users_ask_for(con):
     row = con.execute("SELECT chunk_id, path, file_type, title, section FROM chunks_full").fetchone()
     assert row == ("d1:0", "/r/a.md", "md", "Title", "Intro")
     assert con.execute("SELECT path, title, n_chunks FROM sections_full").fetchone() == ("/r/a.md", "Intro", 1)
+def test_permission_clause_in_the_view_sql_keeps_readers_only(con):
+    from quarry.search.filters import Filter, with_filter
+
+    for who, found in ((["group:hr"], 1), (["group:eng"], 0), ([], 0)):
+        sql, params = with_filter(load_sql("document_view"), Filter.readable_by(who))
+        assert len(con.execute(sql, ["d1", *params]).fetchall()) == found, who
+        sql, params = with_filter(load_sql("chunk_view"), Filter.readable_by(who))
+        assert len(con.execute(sql, ["d1:0", *params]).fetchall()) == found, who
+        sql, params = with_filter(load_sql("status_readable"), Filter.readable_by(who))
+        assert con.execute(sql, params).fetchone()[:3] == (found, found, found), who
+
+
+def test_acl_sources_are_remembered_per_root(con):
+    con.execute(load_sql("acl_set_source"), ["/r", "posix", None])
+    con.execute(load_sql("acl_set_source"), ["/r", "rules", "/etc/acl.yaml"])
+    assert con.execute(load_sql("acl_sources")).fetchall() == [("/r", "rules", "/etc/acl.yaml")]

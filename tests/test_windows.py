@@ -24,7 +24,7 @@ def make_index(tmp_path, docs: dict[str, tuple[str, list[tuple[int, int]]]], n_c
     for doc_id, (text, spans) in docs.items():
         n = (n_chunks or {}).get(doc_id, len(spans))
         con.execute(
-            "INSERT INTO documents VALUES (?, ?, '/r', ?, 'md', ?, ?, 'sha', ?, '', NULL, 1, ?, '{}', ?, 'run', NULL)",
+            "INSERT INTO documents VALUES (?, ?, '/r', ?, 'md', ?, ?, 'sha', ?, '', NULL, 1, ?, '{}', ?, 'run', NULL, ['public'])",
             [doc_id, f"/r/{doc_id}.md", f"{doc_id}.md", len(text), now, f"Title {doc_id}", n, now],
         )
         con.execute("INSERT INTO sections VALUES (?, 0, 'Intro', 1, 0, ?, NULL, NULL, NULL)", [doc_id, len(text)])

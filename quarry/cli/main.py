@@ -19,7 +19,9 @@ from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
 from quarry.cli import output, reports
 from quarry.cli.output import FORMATS as OUTPUT_FORMATS
 from quarry.core.settings import RUNNERS, default_db
-from quarry.search.fusion import DEFAULT_FUSION, FUSIONS
+from quarry.core.settings import environment as _environment
+from quarry.search.fusion import DEFAULT_FUSION
+from quarry.search.fusion import DEFAULT_K as DEFAULT_RRF_K
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 
 EXIT_PARTIAL = 3
@@ -95,7 +97,7 @@ def cli(log_level, verbose):
 
     Shell completion: eval "$(_QUARRY_COMPLETE=bash_source quarry)" (zsh_source, fish_source).
     """
-    level = log_level or {0: None, 1: "info"}.get(verbose, "debug") or os.environ.get("QUARRY_LOG_LEVEL")
+    level = log_level or {0: None, 1: "info"}.get(verbose, "debug") or _environment().log_level
     if level:
         configure_logging(level)
 
@@ -167,12 +169,18 @@ def configure_logging(level: str) -> None:
 @click.option("--dask-address", default=None, metavar="URL",
               help="Scheduler of an existing Dask cluster, e.g. tcp://10.0.0.5:8786 (implies --runner dask; "
                    "$QUARRY_DASK_ADDRESS).")
+@click.option("--acl-rules", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Document permissions from a YAML list of {path: GLOB, principals: [...]} (globs relative to "
+                   "the root, first match wins; remembered for later runs; docs/api.md).")
+@click.option("--acl", "acl_source", type=click.Choice(["none", "posix", "rules"]), default=None,
+              help="Where permissions come from: posix (owner, group, mode), none (all public) or rules "
+                   "(--acl-rules). Default: what each root had, else none.")
 @json_option
 @handle_errors
 def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap, embed_backend, embed_model,
           sectioner, context_writer, header_fields, llm_base_url, llm_model, llm_api_key, llm_concurrency,
           llm_rate_limit, llm_section_summaries, llm_chunk_context, if_busy, ocr, runner, workers, dask_address,
-          allow_deletes, as_json):
+          allow_deletes, acl_rules, acl_source, as_json):
     """Index files under PATHS into the store (incremental: only what changed is redone).
 
     A run never deletes by accident: a root that is missing, unreadable or empty keeps its
@@ -203,6 +211,8 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
         "workers": workers,
         "dask_address": dask_address,
         "allow_deletes": allow_deletes or None,
+        "acl": acl_source,
+        "acl_rules": str(Path(acl_rules).expanduser().absolute()) if acl_rules else None,
     }
     report = run_index(list(paths), db, full=full, dry_run=dry_run, if_busy=if_busy, progress=not as_json,
                        **{k: v for k, v in settings.items() if v is not None})
@@ -226,6 +236,9 @@ def filter_options(fn):
         click.option("--until", default=None, help="Only files modified on or before this date (YYYY-MM-DD)."),
         click.option("--type", "file_types", multiple=True, help="Only this file type, e.g. pdf (repeatable)."),
         click.option("--doc", "doc_ids", multiple=True, help="Only this document id (repeatable)."),
+        click.option("--as", "as_principals", multiple=True, metavar="PRINCIPAL",
+                     help="Only documents this principal may read, e.g. group:finance (repeatable; public is "
+                          "implied; see docs/api.md)."),
     ]):
         fn = option(fn)
     return fn
@@ -268,9 +281,9 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
 @click.option("--mode", type=click.Choice(SEARCH_MODES), default="hybrid", show_default=True)
 @click.option("--candidates", type=click.IntRange(1, 10000), default=None,
               help="Candidates per retriever before fusion (default max(50, 5k)).")
-@click.option("--fusion", type=click.Choice(FUSIONS), default=DEFAULT_FUSION, show_default=True,
+@click.option("--fusion", type=RegistryChoice("quarry.core.registry:FUSIONS"), default=DEFAULT_FUSION, show_default=True,
               help="How hybrid fuses: tmm (normalised scores) or rrf (ranks).")
-@click.option("--rrf-k", type=click.IntRange(0, 10000), default=60, show_default=True, help="RRF constant k.")
+@click.option("--rrf-k", type=click.IntRange(0, 10000), default=DEFAULT_RRF_K, show_default=True, help="RRF constant k.")
 @filter_options
 @click.option("--weights", multiple=True, help="Fusion weight per retriever, e.g. vector=1,bm25=0.5; documents=0 turns the "
               "document evidence off.")
@@ -293,12 +306,12 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
               help="Output format (default table; --json is --format json).")
 @json_option
 @handle_errors
-def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, since, until, file_types, doc_ids, weights,
-           min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt, as_json):
+def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, since, until, file_types, doc_ids,
+           as_principals, weights, min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt, as_json):
     """Search the index for QUERY."""
     import quarry
-    from quarry.cli import output
     from quarry.core.errors import UsageError
+    from quarry.search import serialize
 
     if as_json and fmt not in (None, "json"):
         raise UsageError(f"--json and --format {fmt} disagree; give one of them")
@@ -309,14 +322,13 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
                               weights=parse_pairs(weights, "--weights", FUSION_WEIGHTS),
                               min_scores=parse_pairs(min_scores, "--min-score"),
                               rerank=rerank_spec, rerank_candidates=rerank_candidates, segments=segments,
-                              window=window)
+                              window=window, principals=list(as_principals) if as_principals else None)
     for warning in response.warnings:
         click.echo(f"warning: {warning}", err=True)
     if fmt == "json":
-        click.echo(json.dumps(output.payload(response, explained=explain), indent=2, ensure_ascii=False,
-                              default=str))
+        click.echo(serialize.dumps(serialize.payload(response, explained=explain), indent=2))
     elif fmt == "jsonl":
-        for line in output.lines(response, explained=explain):
+        for line in serialize.lines(response, explained=explain):
             click.echo(line)
     elif response.windows is not None:
         output.print_blocks(response.windows, "window")
@@ -338,15 +350,16 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
 @click.option("--overwrite", is_flag=True, help="Write into OUT even if it is not empty (replaces the export files).")
 @json_option
 @handle_errors
-def export_cmd(out, db, fmt, vectors, where, path_globs, since, until, file_types, doc_ids, batch_rows, overwrite,
-               as_json):
+def export_cmd(out, db, fmt, vectors, where, path_globs, since, until, file_types, doc_ids, as_principals, batch_rows,
+               overwrite, as_json):
     """Write documents, sections and chunks of the committed index to OUT as Parquet or JSONL."""
     import quarry
 
     with quarry.open(db) as idx:
         report = idx.export(out, fmt, vectors=vectors, filters=build_filter(where, path_globs, since, until,
                                                                           file_types, doc_ids),
-                            batch_rows=batch_rows, overwrite=overwrite)
+                            batch_rows=batch_rows, overwrite=overwrite,
+                            principals=list(as_principals) if as_principals else None)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
         return
@@ -365,30 +378,7 @@ def status(db, as_json):
 
     with quarry.open(db) as idx:
         info = idx.status()
-    if as_json:
-        click.echo(json.dumps(info, indent=2, default=str))
-        return
-    click.echo(f"store:     {info['store']} (generation {info['generation']})")
-    click.echo(f"documents: {info['documents']}  sections: {info['sections']}  chunks: {info['chunks']}")
-    click.echo(f"model:     {info['model']} ({info['dim']}-d)")
-    index = info.get("search_index") or {}
-    if len(index.get("segments") or []) > 1:
-        click.echo(f"index:     {len(index['segments'])} segments (catalog layers), {index['deleted_rows']} rows "
-                   "replaced since the oldest: `quarry maintain` merges them")
-    embedder = info.get("embedder") or {}
-    if embedder.get("variant"):
-        check = embedder.get("self_check") or {}
-        detail = f", self-check cosine min {check['cosine_min']:.4f} vs fp32" if check else ""
-        click.echo(f"embedder:  {embedder['backend']}, {embedder['variant']} model{detail} ({embedder['path']})")
-    elif embedder:
-        built = "" if embedder.get("path") is None else " (model not built yet)"
-        click.echo(f"embedder:  {embedder['backend']}{built}")
-    last = info["last_run"]
-    if last:
-        click.echo(
-            f"last run:  {last['run_id']} {last['status']} at {last['finished']}: {last['added']} added, "
-            f"{last['updated']} updated, {last['deleted']} deleted, {last['failed']} failed"
-        )
+    reports.echo_json(info) if as_json else reports.print_status(info)
 
 
 def _run_item(run: dict) -> dict:
@@ -418,22 +408,30 @@ def runs(db, limit, as_json):
 
 @cli.command()
 @json_option
+@click.option("--markdown", is_flag=True, help="Print the table of docs/formats.md (what quarry reads, whatever is installed).")
 @handle_errors
-def formats(as_json):
-    """File formats quarry reads, by which library, and which optional readers are missing."""
-    from quarry.ingest.parsers import describe_formats
+def formats(as_json, markdown):
+    """File formats quarry reads, by which library or program, and which of those are missing here."""
+    from quarry.ingest.parsers.describe import describe_formats, formats_markdown
     from quarry.ingest.parsers.ocr import engine_name
 
-    rows = describe_formats()
-    if as_json:
-        click.echo(json.dumps({"formats": rows, "ocr_engine": engine_name() or None}, indent=2))
+    if markdown:
+        click.echo(formats_markdown())
         return
-    for r in rows:
-        state = "ok" if r["readable"] else ("missing " + ", ".join(r["missing"]) if r["missing"] else "named failure")
-        click.echo(f"{r['type']:<7} {' '.join(r['extensions'])[:48]:<48}  {r['library']}  [{state}]")
-        click.echo(f"{'':<7} {r['structure']}")
-    click.echo(f"OCR engine: {engine_name() or 'none (pip install rapidocr-onnxruntime, or install tesseract)'}; "
-               "other extensions are sniffed by content")
+    rows, engine = describe_formats(), engine_name() or None
+    reports.echo_json({"formats": rows, "ocr_engine": engine}) if as_json else reports.print_formats(rows, engine)
+
+
+@cli.command()
+@json_option
+@handle_errors
+def plugins(as_json):
+    """Every extension point's components, which plugin (entry point) added each, and plugins that
+    failed to load."""
+    from quarry.core.registry import components
+
+    out = components()
+    reports.echo_json(out) if as_json else reports.print_plugins(out)
 
 
 @cli.command()
@@ -530,17 +528,7 @@ def doctor(db, repair, as_json):
     from quarry.core.settings import store_path
 
     report = diagnose(store_path(db), repair=repair)
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
-    else:
-        for f in report.findings:
-            mark = "ok" if f.ok else ("repaired" if f.repaired else "PROBLEM")
-            click.echo(f"{mark:<9} {f.check}: {f.detail}" + (f" -> {f.repair}" if not f.ok else ""))
-        if not report.healthy:
-            if report.repairable and not repair:
-                click.echo("run `quarry doctor --repair` to fix what is repairable", err=True)
-            elif not report.repairable:
-                click.echo("not repairable by quarry: see above for how to recover", err=True)
+    reports.echo_json(report.to_dict()) if as_json else reports.print_doctor(report, repair)
     if not report.healthy:
         sys.exit(1)
 
@@ -567,21 +555,7 @@ def maintain(db, keep_generations, keep_versions_hours, reindex_share, if_busy, 
 
     keep = timedelta(hours=keep_versions_hours) if keep_versions_hours is not None else None
     report = run(store_path(db), keep_generations, keep, reindex_share, if_busy=if_busy)
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
-    elif report["status"] == "skipped":
-        click.echo(f"skipped: {report['reason']}")
-    else:
-        c = report["compaction"]
-        click.echo(f"store:       {report['store']} (generation {report['generation']})")
-        click.echo(f"compaction:  {c['fragments_before']} -> {c['fragments_after']} fragments, "
-                   f"{c['versions_before']} -> {c['versions_after']} LanceDB versions")
-        click.echo(f"indices:     {len(report['indices'])}, rebuilt {sum(i['rebuilt'] for i in report['indices'])}")
-        m = report["merge"]
-        click.echo(f"layers:      {m['layers_before']} -> {1 if m['merged'] else m['layers_before']} catalog layers "
-                   f"and index segments" + (f" (merged as generation {m['generation']})" if m["merged"] else ""))
-        click.echo(f"removed:     {len(report['removed'])} old generation files")
-        click.echo(f"check:       {'healthy' if report['check']['healthy'] else 'PROBLEMS: run quarry doctor'}")
+    reports.echo_json(report) if as_json else reports.print_maintain(report)
     if report["status"] == "completed" and not report["check"]["healthy"]:
         sys.exit(1)
 
@@ -602,13 +576,12 @@ def eval_cmd(beir_dir, db, modes, split, limit, as_json):
 
     result = run_beir_eval(beir_dir, db=db, modes=modes or ("bm25", "vector", "hybrid"), split=split,
                            limit=limit, index=lambda paths, store: run_index(paths, store, progress=True))
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-        return
-    click.echo(f"{result['dataset']} ({result['split']}, {result['queries']} queries)")
-    click.echo(f"{'mode':<8} {'nDCG@10':>8} {'R@10':>8} {'R@100':>8} {'MRR@10':>8}")
-    for mode, m in result["modes"].items():
-        click.echo(f"{mode:<8} {m['ndcg@10']:>8.4f} {m['recall@10']:>8.4f} {m['recall@100']:>8.4f} {m['mrr@10']:>8.4f}")
+    reports.echo_json(result) if as_json else reports.print_eval(result)
+
+
+from quarry.cli.serving import register as _register_serving  # noqa: E402 - after the shared options it takes
+
+_register_serving(cli, db_option=db_option, json_option=json_option, handle_errors=handle_errors)
 
 
 def main() -> None:

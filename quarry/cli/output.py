@@ -1,14 +1,9 @@
-"""Rendering search output: a rich table for people, JSON and JSON Lines for programs.
-
-JSON keeps the shape ``{"query", "mode", ..., "results": [...]}`` whatever else is asked;
-``--window`` adds ``"windows"`` and ``--segments`` adds ``"segments"`` next to it, and
-``--explain`` adds an ``"explain"`` object to every result. JSON Lines writes one object per
-line: the windows when windows were asked for, else the segments, else the results.
+"""Rendering search output: a rich table for people; JSON and JSON Lines for programs come from
+the library's one serialiser (:mod:`quarry.search.serialize`, which the HTTP API and MCP use too).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from quarry.core.models import RETRIEVERS
@@ -17,41 +12,6 @@ from quarry.core.paths import printable  # a newline or tab in a file name must 
 FORMATS = ("table", "json", "jsonl")
 SNIPPET = 300  # characters of a result's text in the table
 BLOCK = 2000  # characters of a window's or segment's text in the table
-
-
-def explain(result) -> dict:
-    """Each retriever's rank and score, the fused score and, when reranked, the rerank score."""
-    out = {name: {"rank": result.ranks.get(name), "score": result.scores.get(name)} for name in RETRIEVERS}
-    out["fused"] = getattr(result, "fused", None)
-    if "rerank" in result.scores:
-        out["rerank"] = {"rank": result.ranks.get("rerank"), "score": result.scores.get("rerank")}
-    return out
-
-
-def payload(response, *, explained: bool = False, extra: dict | None = None) -> dict:
-    """The JSON document for a search (windows and segments included when the search made them)."""
-    out = response.to_dict()
-    if explained:
-        for item, result in zip(out["results"], response.results):
-            item["explain"] = explain(result)
-    out.update(extra or {})
-    return out
-
-
-def lines(response, *, explained: bool = False) -> list[str]:
-    """JSON Lines: one window, segment or result per line."""
-    if response.windows is not None:
-        items = [w.to_dict() for w in response.windows]
-    elif response.segments is not None:
-        items = [s.to_dict() for s in response.segments]
-    else:
-        items = []
-        for r in response.results:
-            item = r.to_dict()
-            if explained:
-                item["explain"] = explain(r)
-            items.append(item)
-    return [json.dumps(item, ensure_ascii=False, default=str) for item in items]
 
 
 # --- people ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Rendering run reports for people: `quarry index`, `quarry runs`, `quarry rollback`."""
+"""Rendering for people: what every command but `quarry search` prints (search: output.py)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ def print_index_report(report: dict) -> None:
     for fb in report.get("llm_fallback_windows") or []:
         where = f" window {fb['window']}" if fb.get("window") is not None else ""
         click.echo(f"llm fallback: {fb['path']} {fb['kind']}{where}: {fb['error']}", err=True)
+    if report.get("permissions_updated"):
+        click.echo(f"permissions: {report['permissions_updated']} documents changed who may read them (none re-parsed)")
     if report.get("rebuild"):
         click.echo(f"rebuilt: {report['rebuild']}")
     _print_unsupported(report.get("unsupported", 0), report.get("unsupported_files") or [])
@@ -66,6 +68,7 @@ def _print_dry_run(report: dict) -> None:
     click.echo(
         f"dry run: would add {plan['new']}, update {plan['changed']}, move {plan['moved']}, "
         f"delete {plan['removed']}; {plan['unchanged']} unchanged, {report['unsupported']} unsupported"
+        + (f"; new permissions for {report['permissions']}" if report.get("permissions") else "")
     )
     guard = report.get("guard") or {}
     for reason in guard.get("refused") or []:
@@ -108,6 +111,7 @@ def print_runs(items: list[dict]) -> None:
             + (f"; llm {r['llm_calls']} calls, {r['llm_cached']} cached, {len(r['llm_fallback_windows'])} fallbacks"
                if r["llm_calls"] or r["llm_cached"] or r["llm_fallback_windows"] else "")
             + (f"; ocr {r['ocr_pages']} pages in {r['ocr_seconds']:.0f} s" if r["ocr_pages"] else "")
+            + (f"; permissions of {r['permissions_updated']}" if r.get("permissions_updated") else "")
             + (f"  [{r['runner']}]" if r["runner"] else "")
         )
         stages = _stages_line(r["durations"])
@@ -174,3 +178,88 @@ def print_sql(result, fmt: str, width: int = 60) -> None:
     for row in cells:
         click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
     click.echo(f"({len(result.rows)} row{'s' if len(result.rows) != 1 else ''})")
+
+
+def print_status(info: dict) -> None:
+    """``quarry status``."""
+    click.echo(f"store:     {info['store']} (generation {info['generation']})")
+    click.echo(f"documents: {info['documents']}  sections: {info['sections']}  chunks: {info['chunks']}")
+    click.echo(f"model:     {info['model']} ({info['dim']}-d)")
+    index = info.get("search_index") or {}
+    if len(index.get("segments") or []) > 1:
+        click.echo(f"index:     {len(index['segments'])} segments (catalog layers), {index['deleted_rows']} rows "
+                   "replaced since the oldest: `quarry maintain` merges them")
+    embedder = info.get("embedder") or {}
+    if embedder.get("variant"):
+        check = embedder.get("self_check") or {}
+        detail = f", self-check cosine min {check['cosine_min']:.4f} vs fp32" if check else ""
+        click.echo(f"embedder:  {embedder['backend']}, {embedder['variant']} model{detail} ({embedder['path']})")
+    elif embedder:
+        built = "" if embedder.get("path") is None else " (model not built yet)"
+        click.echo(f"embedder:  {embedder['backend']}{built}")
+    last = info["last_run"]
+    if last:
+        click.echo(
+            f"last run:  {last['run_id']} {last['status']} at {last['finished']}: {last['added']} added, "
+            f"{last['updated']} updated, {last['deleted']} deleted, {last['failed']} failed"
+        )
+
+
+def print_formats(rows: list[dict], engine: str | None) -> None:
+    """``quarry formats``."""
+    for r in rows:
+        found = ", ".join(f"{name} at {where}" for name, where in r["programs"].items() if where)
+        state = ("ok" + (f": {found}" if found else "")) if r["readable"] else "missing " + ", ".join(r["missing"])
+        plugin = f"  (plugin {r['plugin']})" if r.get("plugin") else ""
+        click.echo(f"{r['type']:<7} {' '.join(r['extensions'])[:48]:<48}  {r['library']}  [{state}]{plugin}")
+        click.echo(f"{'':<7} {r['structure']}")
+        if r["install"]:
+            click.echo(f"{'':<7} to read these: {r['install']}")
+    click.echo(f"OCR engine: {engine or 'none (pip install rapidocr-onnxruntime, or install tesseract)'}; "
+               "other extensions are sniffed by content")
+
+
+def print_plugins(out: dict) -> None:
+    """``quarry plugins``: each extension point's names, a plugin's marked; failures on stderr."""
+    for kind, item in out.items():
+        names = ", ".join(c["name"] + (f" [{c['plugin']}]" if c["plugin"] else "") for c in item["components"])
+        click.echo(f"{kind:<16} {names}")
+        for error in item["errors"]:
+            click.echo(f"{'':<16} failed: {error}", err=True)
+
+
+def print_doctor(report, repair: bool) -> None:
+    """``quarry doctor``: a line per check; what to do next, on stderr, when something is wrong."""
+    for f in report.findings:
+        mark = "ok" if f.ok else ("repaired" if f.repaired else "PROBLEM")
+        click.echo(f"{mark:<9} {f.check}: {f.detail}" + (f" -> {f.repair}" if not f.ok else ""))
+    if not report.healthy:
+        if report.repairable and not repair:
+            click.echo("run `quarry doctor --repair` to fix what is repairable", err=True)
+        elif not report.repairable:
+            click.echo("not repairable by quarry: see above for how to recover", err=True)
+
+
+def print_maintain(report: dict) -> None:
+    """``quarry maintain``."""
+    if report["status"] == "skipped":
+        click.echo(f"skipped: {report['reason']}")
+        return
+    c = report["compaction"]
+    click.echo(f"store:       {report['store']} (generation {report['generation']})")
+    click.echo(f"compaction:  {c['fragments_before']} -> {c['fragments_after']} fragments, "
+               f"{c['versions_before']} -> {c['versions_after']} LanceDB versions")
+    click.echo(f"indices:     {len(report['indices'])}, rebuilt {sum(i['rebuilt'] for i in report['indices'])}")
+    m = report["merge"]
+    click.echo(f"layers:      {m['layers_before']} -> {1 if m['merged'] else m['layers_before']} catalog layers "
+               f"and index segments" + (f" (merged as generation {m['generation']})" if m["merged"] else ""))
+    click.echo(f"removed:     {len(report['removed'])} old generation files")
+    click.echo(f"check:       {'healthy' if report['check']['healthy'] else 'PROBLEMS: run quarry doctor'}")
+
+
+def print_eval(result: dict) -> None:
+    """``quarry eval``: a line per mode."""
+    click.echo(f"{result['dataset']} ({result['split']}, {result['queries']} queries)")
+    click.echo(f"{'mode':<8} {'nDCG@10':>8} {'R@10':>8} {'R@100':>8} {'MRR@10':>8}")
+    for mode, m in result["modes"].items():
+        click.echo(f"{mode:<8} {m['ndcg@10']:>8.4f} {m['recall@10']:>8.4f} {m['recall@100']:>8.4f} {m['mrr@10']:>8.4f}")

@@ -19,6 +19,11 @@ class StoreNotFound(QuarryError):
     """No index exists at the given store directory: run `quarry index` first."""
 
 
+class NotFound(QuarryError):
+    """No such document or chunk in the committed index, or none the caller may read (the two
+    are never told apart, so that an id says nothing about documents a caller cannot read)."""
+
+
 class StoreLocked(QuarryError):
     """Another index run holds the store's writer lock."""
 

@@ -30,7 +30,12 @@ FUSION_WEIGHTS = (*RETRIEVERS, "documents")
 
 @dataclass(frozen=True)
 class FileInfo:
-    """A file found by discovery."""
+    """A file found by discovery, or a member of an archive.
+
+    A member's ``path`` is ``<archive>!/<member>`` (nested: ``a.zip!/b.tar!/c.md``), ``archive`` the
+    archive file on disk that holds it, ``size`` and ``mtime`` its own, and ``sha256`` its identity
+    as the archive states it (``crc32:<hex>:<size>`` for ZIP and 7z; see parsers/archive.py).
+    """
 
     path: str  # absolute, resolved path
     root: str  # the root it was found under (absolute)
@@ -39,6 +44,7 @@ class FileInfo:
     size: int
     mtime: float
     sha256: str
+    archive: str = ""  # for a member of an archive: the archive's path on disk
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,23 @@ class ParsedDocument:
             else:
                 hi = mid - 1
         return lo + 1
+
+    @classmethod
+    def from_pages(cls, pages: list[str], separator: str = "\n\n", **fields) -> ParsedDocument:
+        """Pages joined by ``separator``, with ``page_offsets`` at each page's start (PDF pages,
+        OCRed frames); empty text (offsets all 0) when no page has any."""
+        offsets, parts, length = [], [], 0
+        for text in pages:
+            if parts:
+                parts.append(separator)
+                length += len(separator)
+            offsets.append(length)
+            parts.append(text)
+            length += len(text)
+        text = "".join(parts)
+        if not text.strip():
+            return cls(text="", page_offsets=[0] * len(pages), **fields)
+        return cls(text=text, page_offsets=offsets, **fields)
 
 
 @dataclass(frozen=True)
@@ -156,6 +179,11 @@ STAGES = ("discover", "plan", "parse", "section", "context", "chunk", "embed", "
 _JSON = {"json": True}  # field metadata: stored as a JSON column, a list or dict in Python
 
 
+# The LLM counters of a run report, in the order logs print them (one list: the LLM runtime fills
+# them, tasks log them, the flow sums them, the CLI shows them).
+LLM_COUNTERS = ("llm_calls", "llm_cached", "llm_prompt_tokens", "llm_completion_tokens")
+
+
 @dataclass
 class RunReport:
     """What one index run did: the ``runs`` row, the journal line, ``quarry runs --json`` and the
@@ -193,6 +221,7 @@ class RunReport:
     llm_fallback_windows: list = field(default_factory=list, metadata=_JSON)  # [{"path", "kind", "window", "error"}]
     ocr_pages: int = 0
     ocr_seconds: float = 0.0
+    permissions_updated: int = 0  # documents whose principals changed (rules, file modes), none re-parsed
     errors: list = field(default_factory=list, metadata=_JSON)  # [{"path", "error"}]
     durations: dict = field(default_factory=dict, metadata=_JSON)
     settings: dict = field(default_factory=dict, metadata=_JSON)  # secrets masked

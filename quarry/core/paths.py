@@ -24,7 +24,10 @@ from collections.abc import Iterable
 
 from quarry.core.errors import UsageError
 
-__all__ = ["display", "raw_bytes", "from_catalog", "is_clean", "printable", "check_patterns"]
+__all__ = ["ARCHIVE_SEP", "display", "raw_bytes", "from_catalog", "is_clean", "printable", "check_patterns"]
+
+# A member of an archive is named "<archive>!/<member>" (quarry/ingest/parsers/archive.py).
+ARCHIVE_SEP = "!/"
 
 
 def is_clean(path: str) -> bool:

@@ -1,79 +1,160 @@
-"""Name -> factory registries, one per extension point (embedders, sectioners, context writers,
-rerankers).
+"""Registries, one per extension point, and plugins by entry point.
 
-Each registry is defined next to the seam's protocol and each built-in registers itself where
-it is implemented, so a new embedder or sectioner is one module, not an edit to an if/elif chain
-and to the lists of names that CLI choices and settings validation used to copy::
+Each extension point has one :class:`Registry` (name -> factory or record), defined here so that
+every layer — settings validation included — can read its names without importing the
+implementations. quarry's own components register themselves in the module that implements
+them, the way a plugin does::
 
-    EMBEDDERS = Registry("embedding backend")
+    from quarry.core.registry import EMBEDDERS
 
     @EMBEDDERS.register("hash")
     def _hash(settings):
         return HashEmbedder(dim=settings.embed_dim or 64)
 
+and a registry imports those modules (``modules``) on its first lookup. A package outside
+quarry adds components the same way, plus one line in its own ``pyproject.toml`` (the convention
+of llm, pytest and Datasette)::
+
+    [project.entry-points."quarry.embedders"]
+    my-embedder = "my_package.embedder"        # a module whose import registers, or
+    my-other = "my_package.embedder:register"  # a function called with the registry
+
+Entry point groups: ``quarry.embedders``, ``quarry.sectioners``, ``quarry.context_writers``,
+``quarry.rerankers``, ``quarry.fusions``, ``quarry.formats`` (a :class:`~quarry.ingest.parsers.Format`,
+a list of them, or a module that registers) and ``quarry.stores`` (object-store backends by URL
+scheme). A plugin that fails to load is named in a warning and left out; it never stops quarry.
+
 A factory is a plain function: it imports what is heavy (torch, onnxruntime, a client SDK) when
-it is called, so listing names or validating settings loads nothing.
+it is called, so listing names or validating settings loads nothing heavy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import threading
+from collections.abc import Callable, Iterator
 from importlib import import_module
-from typing import Generic, TypeVar
+from types import ModuleType
+from typing import Any, Generic, TypeVar
 
 from quarry.core.errors import ConfigError
 
-__all__ = ["Registry"]
+__all__ = ["Registry", "EMBEDDERS", "SECTIONERS", "CONTEXT_WRITERS", "RERANKERS", "FUSIONS", "FORMATS", "STORES",
+           "REGISTRIES", "components"]
 
-F = TypeVar("F", bound=Callable)
+F = TypeVar("F")
 
 
 class Registry(Generic[F]):
-    """Factories by name for one kind of component (``kind`` names it in error messages).
+    """Components by name for one extension point (``kind`` names it in error messages).
 
-    ``modules`` are the modules whose import registers the built-ins; they are imported on the
-    first lookup, not when the registry is defined, so a seam module never imports its
-    implementations (no import cycles) and defining a registry costs nothing.
+    ``modules`` are the modules whose import registers the built-ins, and ``group`` the entry
+    point group plugins declare themselves in; both are loaded on the first lookup, not when the
+    registry is defined, so defining a registry imports nothing and no seam module imports its
+    implementations (no import cycles).
     """
 
-    def __init__(self, kind: str, modules: tuple[str, ...] = ()):
+    def __init__(self, kind: str, modules: tuple[str, ...] = (), group: str | None = None):
         self.kind = kind
+        self.group = group
         self._modules = modules
-        self._loaded = not modules
-        self._factories: dict[str, F] = {}
+        self._loaded = not modules and group is None
+        self._loading = False
+        self._guard = threading.RLock()
+        self._items: dict[str, F] = {}
         self._info: dict[str, dict] = {}
+        self._origin: dict[str, str] = {}  # name -> the plugin (entry point) that registered it
+        self._plugin: str | None = None  # the entry point being loaded
+        self.errors: list[str] = []  # plugins that failed to load, and why
+        self.version = 0  # grows with every registration (views cache by it)
+
+    # --- registering --------------------------------------------------------------------------
 
     def register(self, name: str, **info) -> Callable[[F], F]:
-        """Decorator: register the decorated factory under ``name`` (each name once); ``info``
-        is kept for :meth:`info` (a backend's ``describe`` function, say)."""
+        """Decorator: register the decorated factory under ``name`` (each name once); ``info`` is
+        kept for :meth:`info` (a backend's ``describe`` function, a fusion's properties …)."""
 
         def add(factory: F) -> F:
-            if name in self._factories and self._factories[name] is not factory:
-                raise ValueError(f"{self.kind} {name!r} is registered twice")
-            self._factories[name] = factory
-            self._info[name] = info
+            self.add(name, factory, **info)
             return factory
 
         return add
 
+    def add(self, name: str, item: F, **info) -> F:
+        """Register ``item`` (a factory, or a record such as a file format) under ``name``."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a {self.kind} needs a name, got {name!r}")
+        if name in self._items and self._items[name] is not item:
+            raise ValueError(f"{self.kind} {name!r} is registered twice"
+                             + (f" (by plugin {self._origin[name]})" if name in self._origin else ""))
+        self._items[name] = item
+        self._info[name] = info
+        if self._plugin is not None:
+            self._origin[name] = self._plugin
+        self.version += 1
+        return item
+
+    # --- loading ------------------------------------------------------------------------------
+
     def _load(self) -> None:
-        if not self._loaded:
-            self._loaded = True
-            for module in self._modules:
-                import_module(module)
+        # A server's threads may look a name up at the same moment: one imports the built-ins while
+        # the others wait, so none sees a half-filled registry. Re-entrant: importing a built-in may
+        # look up another name of this registry.
+        if self._loaded:
+            return
+        with self._guard:
+            if self._loaded or self._loading:
+                return
+            self._loading = True
+            try:
+                for module in self._modules:
+                    import_module(module)
+                if self.group:
+                    self._load_plugins()
+                self._loaded = True
+            finally:
+                self._loading = False
+
+    def _load_plugins(self) -> None:
+        from importlib.metadata import entry_points
+
+        for ep in sorted(entry_points(group=self.group), key=lambda e: e.name):
+            self._plugin = f"{ep.name} ({ep.value})"
+            try:
+                loaded = ep.load()
+                if isinstance(loaded, ModuleType):
+                    pass  # importing it registered what it holds
+                elif callable(loaded) and not _is_record(loaded):
+                    loaded(self)
+                else:
+                    for record in loaded if isinstance(loaded, (list, tuple)) else [loaded]:
+                        self.add(getattr(record, "name"), record)
+            except Exception as exc:  # a broken plugin is named, never fatal
+                message = f"{self.kind} plugin {self._plugin} failed to load: {type(exc).__name__}: {exc}"
+                self.errors.append(message)
+                logging.getLogger("quarry").warning("%s", message)
+            finally:
+                self._plugin = None
+
+    # --- reading ------------------------------------------------------------------------------
 
     def get(self, name: str) -> F:
-        """The factory registered as ``name``; :class:`ConfigError` listing the known names if none."""
+        """The component registered as ``name``; :class:`ConfigError` listing the known names if none."""
         self._load()
         try:
-            return self._factories[name]
+            return self._items[name]
         except (KeyError, TypeError):
             raise ConfigError(f"unknown {self.kind} {name!r}; choose one of {', '.join(self.names())}") from None
 
     def info(self, name: str) -> dict:
-        """What ``name`` was registered with besides its factory."""
+        """What ``name`` was registered with besides its component."""
         self.get(name)
         return self._info[name]
+
+    def origin(self, name: str) -> str | None:
+        """The plugin (entry point) that registered ``name``; None for quarry's own."""
+        self.get(name)
+        return self._origin.get(name)
 
     def check(self, name: str) -> str:
         """``name`` if it is registered, else the :class:`ConfigError` of :meth:`get`."""
@@ -81,16 +162,66 @@ class Registry(Generic[F]):
         return name
 
     def names(self) -> tuple[str, ...]:
-        """Registered names: built-ins in the order of ``modules`` (then of registration), whatever
-        imported first; others after them."""
+        """Registered names: built-ins in the order of ``modules`` (then of registration), plugins after."""
         self._load()
         rank = {m: i for i, m in enumerate(self._modules)}
-        return tuple(sorted(self._factories,
-                            key=lambda n: rank.get(getattr(self._factories[n], "__module__", ""), len(rank))))
+        order = {n: i for i, n in enumerate(self._items)}
+
+        def key(name: str):
+            if name in self._origin:
+                return (len(rank) + 1, order[name])
+            return (rank.get(getattr(self._items[name], "__module__", ""), len(rank)), order[name])
+
+        return tuple(sorted(self._items, key=key))
+
+    def values(self) -> list[F]:
+        """The components, in the order of :meth:`names`."""
+        return [self._items[n] for n in self.names()]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
 
     def __contains__(self, name: object) -> bool:
         self._load()
-        return name in self._factories
+        return name in self._items
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}: {', '.join(self.names())})"
+
+
+def _is_record(obj: Any) -> bool:
+    """A registered record (a file format), as opposed to a registration function."""
+    return hasattr(obj, "name") and not isinstance(obj, type) and not hasattr(obj, "__code__")
+
+
+# --- the extension points ----------------------------------------------------------------------
+
+EMBEDDERS: Registry = Registry("embedding backend", modules=(
+    "quarry.ingest.embedders.local", "quarry.ingest.embedders.onnx_backend",
+    "quarry.ingest.embedders.openai_provider", "quarry.ingest.embedders.hashing"), group="quarry.embedders")
+SECTIONERS: Registry = Registry("sectioner", modules=("quarry.ingest.sectioning", "quarry.ingest.llm.sections"),
+                                group="quarry.sectioners")
+CONTEXT_WRITERS: Registry = Registry("context writer", modules=("quarry.ingest.context", "quarry.ingest.llm.context"),
+                                     group="quarry.context_writers")
+RERANKERS: Registry = Registry("reranker", modules=("quarry.search.rerank",), group="quarry.rerankers")
+FUSIONS: Registry = Registry("fusion", modules=("quarry.search.fusion",), group="quarry.fusions")
+FORMATS: Registry = Registry("file format", modules=("quarry.ingest.parsers.formats",), group="quarry.formats")
+STORES: Registry = Registry("object store", modules=("quarry.store.objstore", "quarry.store.objstore_gcs",
+                                                    "quarry.store.objstore_azure"), group="quarry.stores")
+
+def components() -> dict[str, dict]:
+    """Every extension point's components and the plugin (entry point) that added each (None for
+    quarry's own), with the plugins that failed to load: what ``quarry plugins`` prints."""
+    out = {}
+    for kind, registry in REGISTRIES.items():
+        out[kind] = {"components": [{"name": n, "plugin": registry.origin(n)} for n in registry.names()],
+                     "errors": list(registry.errors), "entry_point_group": registry.group}
+    return out
+
+
+REGISTRIES: dict[str, Registry] = {"embedders": EMBEDDERS, "sectioners": SECTIONERS,
+                                   "context_writers": CONTEXT_WRITERS, "rerankers": RERANKERS, "fusions": FUSIONS,
+                                   "formats": FORMATS, "stores": STORES}

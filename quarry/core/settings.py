@@ -25,19 +25,9 @@ from quarry.core.errors import ConfigError, UsageError
 from quarry.core.models import HEADER_FIELDS as HEADER_LINES
 
 DEFAULT_DB = ".quarry"
-# The names a run may ask for. Each names a factory registered next to its implementation
-# (EMBEDDERS in quarry/ingest/embedders/base.py, SECTIONERS in quarry/ingest/sectioning.py,
-# CONTEXT_WRITERS in quarry/ingest/context.py); this layer cannot import those, so the names are
-# declared here for validation and tests/test_registry.py checks that they equal the registries'.
-EmbedBackend = Literal["torch", "onnx", "onnx-int8", "openai", "hash"]
-Sectioner = Literal["structure", "semantic", "llm"]
-ContextWriter = Literal["rules", "llm"]
 HeaderField = Literal[(*HEADER_LINES, "none")]  # the header lines (quarry/core/models.py), or none
 # How the LLM is asked for JSON (quarry/ingest/llm/prompts.py builds each); "auto" tries them in order.
 ResponseFormat = Literal["json_schema", "json_object_schema", "json_object", "none"]
-EMBED_BACKENDS: tuple[str, ...] = get_args(EmbedBackend)
-SECTIONERS: tuple[str, ...] = get_args(Sectioner)
-CONTEXT_WRITERS: tuple[str, ...] = get_args(ContextWriter)
 HEADER_FIELDS: tuple[str, ...] = get_args(HeaderField)
 RESPONSE_FORMATS: tuple[str, ...] = get_args(ResponseFormat)
 # Where the batches of a run execute (quarry/flows/runners.py): threads of the flow's process (the
@@ -54,7 +44,7 @@ _Names = Annotated[tuple[str, ...], NoDecode]
 
 def default_db() -> str:
     """The store directory: ``$QUARRY_DB`` or ``./.quarry``."""
-    return os.environ.get("QUARRY_DB") or DEFAULT_DB
+    return environment().db
 
 
 def _secret(name: str, fallback: str):
@@ -79,8 +69,8 @@ class Settings(BaseSettings):
     max_delete_share: float = Field(0.5, ge=0, le=1)
     free_deletes: int = Field(5, ge=0)
     # sectioning and chunking
-    sectioner: Sectioner = "structure"
-    context: ContextWriter = "rules"
+    sectioner: str = "structure"  # a name of the SECTIONERS registry (quarry/core/registry.py)
+    context: str = "rules"  # a name of the CONTEXT_WRITERS registry
     chunk_size: int = Field(800, ge=100)  # characters
     chunk_overlap: int = Field(0, ge=0)  # characters, less than half of chunk_size
     min_chunk: int = 200  # a tail shorter than this merges into its neighbour
@@ -103,7 +93,7 @@ class Settings(BaseSettings):
     llm_section_summaries: bool = False  # one call per section for a one-sentence summary
     llm_chunk_context: bool = False  # one call per chunk (contextual retrieval); costly
     # embedding
-    embed_backend: EmbedBackend = "onnx-int8"  # the fastest local backend that passes the SciFact quality guard
+    embed_backend: str = "onnx-int8"  # an EMBEDDERS name; the fastest local backend that passes the SciFact quality guard
     embed_model: str = ""  # "" = the backend's default model
     embed_dim: int = Field(0, ge=0)  # 0 = the model's native dimension
     embed_budget: int = Field(8192, ge=1)  # tokens per embedding batch (local backends)
@@ -127,6 +117,10 @@ class Settings(BaseSettings):
     dask_address: str = ""  # an existing Dask scheduler (tcp://host:8786); "" = a LocalCluster for the run
     ray_address: str = ""  # an existing Ray cluster (ray://host:10001, "auto"); "" = a local Ray for the run
     embed_threads: int = Field(0, ge=0)  # threads of a local embedding model (onnx); 0 = one per CPU
+    # document permissions (quarry/ingest/acl.py): "" keeps each root's remembered source; not in
+    # content_fingerprint, since a change re-parses nothing
+    acl: Literal["", "none", "posix", "rules"] = ""
+    acl_rules: str = ""  # a YAML rules file; implies acl "rules"
 
     @field_validator("include", "exclude", "header_fields", mode="before")
     @classmethod
@@ -144,6 +138,17 @@ class Settings(BaseSettings):
             return check_patterns(value)
         except UsageError as exc:
             raise ValueError(str(exc)) from None
+
+    @field_validator("embed_backend", "sectioner", "context")
+    @classmethod
+    def _registered(cls, value: str, info) -> str:
+        """A name the component's registry knows: quarry's own or a plugin's."""
+        from quarry.core.registry import CONTEXT_WRITERS, EMBEDDERS, SECTIONERS
+
+        registry = {"embed_backend": EMBEDDERS, "sectioner": SECTIONERS, "context": CONTEXT_WRITERS}[info.field_name]
+        if value not in registry:
+            raise ValueError(f"is not a known {registry.kind}; choose one of {', '.join(registry.names())}")
+        return value
 
     @field_validator("header_fields")
     @classmethod
@@ -210,22 +215,80 @@ class Settings(BaseSettings):
         return d
 
 
-def _describe(exc: ValidationError, given: dict) -> str:
+class Environment(BaseSettings):
+    """The ``QUARRY_*`` variables of a machine rather than of a run: where caches and stores live,
+    how long a store keeps generations and versions, limits of the readers, the API and the
+    workers. Read by :func:`environment` (the one place that reads them), checked like
+    :class:`Settings` (a value that cannot be read is a :class:`ConfigError` naming the variable),
+    and listed in docs/settings.md."""
+
+    model_config = SettingsConfigDict(env_prefix=_PREFIX, env_file=".env", env_file_encoding="utf-8",
+                                      env_ignore_empty=True, extra="ignore", frozen=True)
+
+    db: str = DEFAULT_DB  # the default store
+    store_cache: str = ""  # local folders of stores on object storage ("" = ~/.cache/quarry/stores)
+    cache_dir: str = ""  # built ONNX models and archive listings ("" = ~/.cache/quarry)
+    keep_generations: int = Field(2, ge=1)  # committed generations a store keeps (quarry rollback)
+    keep_versions_hours: float = Field(24.0, ge=0)  # LanceDB versions quarry maintain keeps
+    reindex_share: float = Field(0.2, ge=0, le=1)  # quarry maintain rebuilds an index past this share
+    remote_check_seconds: float = Field(0.0, ge=0)  # a reader of a remote store reads CURRENT at most this often
+    lease_seconds: float = Field(60.0, gt=0)  # the writer lease on object storage
+    vector_search: str = "auto"  # how readers search vectors: auto, exact, ivf, binary
+    ivf_min_rows: int = Field(20_000, ge=1)  # chunks from which a commit builds IVF
+    merge_min_rows: int = Field(2_000, ge=1)  # catalog layers / index segments smaller count as this big
+    rebase_share: float = Field(0.25, ge=0)  # layers past this share of the base's rows: a new base
+    max_layers: int = Field(16, ge=2)  # most catalog layers (index segments) a generation reads
+    compact_fragments: int = Field(64, ge=0)  # LanceDB fragments past which a commit compacts
+    prune_versions: int = Field(100, ge=0)  # LanceDB versions past which a commit prunes old ones
+    max_file_mb: float = Field(256.0, ge=0)  # larger files are failures, not read (0: no limit)
+    max_archive_mb: float = Field(4096.0, ge=0)  # what an archive may unpack to (0: no limit)
+    ocr_engine: str = ""  # rapidocr (default when installed) or tesseract
+    soffice: str = ""  # the LibreOffice program ("" = soffice or libreoffice on the PATH)
+    keys_file: str = ""  # API keys outside the store
+    keys_check_seconds: float | None = Field(None, ge=0)  # how often a server re-reads its keys
+    api_rate_limit: int = Field(600, ge=0)  # requests per minute per API key (0: unlimited)
+    prefect_startup_timeout: float = Field(120.0, gt=0)  # seconds to wait for a private Prefect server
+    log_level: str = ""  # quarry's and Prefect's log level (the CLI's --log-level)
+
+
+_env_cache: tuple[tuple, Environment] | None = None
+
+
+def environment() -> Environment:
+    """The machine's ``QUARRY_*`` variables (:class:`Environment`), read again when they change."""
+    global _env_cache
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_PREFIX)))
+    cached = _env_cache
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    try:
+        value = Environment()
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, {}, Environment)) from None
+    _env_cache = (key, value)
+    return value
+
+
+def _describe(exc: ValidationError, given: dict, model: type[BaseSettings] | None = None) -> str:
     """One line for the first error: where the value came from, what it was, what is accepted."""
+    model = model or Settings
     error = exc.errors(include_url=False)[0]
     loc = error.get("loc") or ()
     field = loc[0] if loc and isinstance(loc[0], str) else None
     if field is None:  # a check between fields: its message says it all
         return str(error["msg"]).removeprefix("Value error, ")
-    if field not in Settings.model_fields:  # an alias such as OPENAI_API_KEY
-        field = next((name for name, f in Settings.model_fields.items()
+    if field not in model.model_fields:  # an alias such as OPENAI_API_KEY
+        field = next((name for name, f in model.model_fields.items()
                       if f.validation_alias and field in getattr(f.validation_alias, "choices", ())), field)
     source = field if field in given else f"{_PREFIX}{field.upper()}"
     value = error.get("input")
     kind = error.get("type", "")
     ctx = error.get("ctx") or {}
     if kind == "value_error":
-        return f"{source}: {str(error['msg']).removeprefix('Value error, ')}"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if message.startswith("is not a known "):  # a registry's name: say which value
+            return f"{source}={value!r} {message}"
+        return f"{source}: {message}"
     if kind == "literal_error":
         choices = ", ".join(a.strip("'") for a in str(ctx.get("expected", "")).replace(" or ", ", ").split(", "))
         return f"{source}={value!r} is not a known {field}; choose one of {choices}"
@@ -235,6 +298,8 @@ def _describe(exc: ValidationError, given: dict) -> str:
         return f"{source}={value!r} is not an integer"
     if kind in ("float_parsing", "float_type"):
         return f"{source}={value!r} is not a number"
+    if kind == "greater_than":
+        return f"{source} must be more than {ctx.get('gt')}, got {value}"
     if kind == "greater_than_equal":
         return f"{field} must be at least {ctx.get('ge')}, got {value}"
     if kind == "less_than_equal":

@@ -18,7 +18,6 @@ from pathlib import Path
 from quarry.core.errors import UsageError
 
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
-SCHEMES = ("s3", "gs", "az", "file")
 MARKER = "REMOTE"
 
 
@@ -51,8 +50,10 @@ def parse_url(db: str) -> StoreURL:
     if not m:
         raise UsageError(f"{db!r} is not a store URL (s3://bucket/prefix)")
     scheme, rest = m.group(1).lower(), m.group(2)
-    if scheme not in SCHEMES:
-        raise UsageError(f"unknown store URL scheme {scheme!r} in {db!r}; use one of {', '.join(SCHEMES)} "
+    from quarry.core.registry import STORES  # the schemes of the object-store backends, plugins' included
+
+    if scheme not in STORES:
+        raise UsageError(f"unknown store URL scheme {scheme!r} in {db!r}; use one of {', '.join(STORES)} "
                          "or a local directory")
     if scheme == "file":
         path = os.path.abspath(os.path.expanduser(rest or "/"))
@@ -65,7 +66,9 @@ def parse_url(db: str) -> StoreURL:
 
 def cache_root() -> Path:
     """Where remote stores are worked on: ``$QUARRY_STORE_CACHE`` or ``~/.cache/quarry/stores``."""
-    return Path(os.environ.get("QUARRY_STORE_CACHE") or Path.home() / ".cache" / "quarry" / "stores").expanduser()
+    from quarry.core.settings import environment
+
+    return Path(environment().store_cache or Path.home() / ".cache" / "quarry" / "stores").expanduser()
 
 
 def local_dir(db: str) -> Path:

@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 from typing import Protocol
 
 from quarry.core.models import HEADER_FIELDS, FileInfo, ParsedDocument, Section
-from quarry.core.registry import Registry
+from quarry.core.registry import CONTEXT_WRITERS
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])")
 _HEADING_LINE = re.compile(r"^\s*(#{1,6}\s|[=\-~^*+#]{3,}\s*$)")
@@ -150,8 +150,8 @@ class RuleContextWriter:
         return compose_header(self.fields, title, summary, section)
 
 
-# name -> factory(fields) -> ContextWriter; each writer registers itself where it is written.
-CONTEXT_WRITERS: Registry = Registry("context writer", modules=("quarry.ingest.context", "quarry.ingest.llm.context"))
+# name -> factory(fields) -> ContextWriter; each writer registers itself where it is written
+# (quarry/core/registry.py: CONTEXT_WRITERS; plugins by entry point).
 
 
 @CONTEXT_WRITERS.register("rules")

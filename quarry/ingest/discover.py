@@ -10,7 +10,8 @@ from pathlib import Path
 
 from quarry.core.errors import ParseError, UsageError
 from quarry.core.models import FileError, FileInfo
-from quarry.ingest.parsers import detect_type
+from quarry.ingest.parsers import ARCHIVE_TYPES, detect_type, file_type_for
+from quarry.ingest.parsers.archive import SEP, listing
 from quarry.core.paths import check_patterns, display
 from quarry.core.safeio import describe_os_error, hash_regular
 
@@ -161,11 +162,15 @@ def discover(
             walked += 1
             if ignore is not None and ignore.match_file(rel):
                 continue
-            if include and not _matches(rel, include):
-                continue
             if exclude and _matches(rel, exclude):
                 continue
-            matched += 1
+            # An archive that --include does not name may still hold members it names.
+            member_include = ()
+            if include and not _matches(rel, include):
+                if file_type_for(str(path)) not in ARCHIVE_TYPES:
+                    continue
+                member_include = include
+            matched += not member_include  # an archive opened for --include counts the members it yields
             key = str(path)
             if key in readable:
                 continue  # reached twice (overlapping roots or an in-root symlink)
@@ -188,7 +193,14 @@ def discover(
                 mtime=stat.st_mtime,
                 sha256=digest,
             )
-            if ftype:
+            if ftype in ARCHIVE_TYPES:
+                for member in _members(info, rel, member_include, exclude, ignore, errors):
+                    matched += bool(member_include)
+                    if member.file_type:
+                        readable.setdefault(member.path, member)
+                    else:
+                        skipped.append(member)
+            elif ftype:
                 readable[key] = info
             else:
                 skipped.append(info)
@@ -203,6 +215,39 @@ def discover(
                 status = "ok"
             scans.append(RootScan(str(root.resolve()), status, walked, matched, "; ".join(root_errors)))
     return sorted(readable.values(), key=lambda f: f.path), skipped
+
+
+def _members(archive: FileInfo, rel: str, include: tuple, exclude: tuple, ignore,
+             errors: list[FileError] | None) -> Iterator[FileInfo]:
+    """The members of ``archive`` as files (``<archive>!/<member>``), filtered like files on disk.
+
+    An archive that cannot be listed, or that a bound refuses, is one failure (its members
+    indexed before stay, as for any file that cannot be read); a member that cannot be read (over
+    a bound, encrypted, an archive nested too deep) is a failure of its own.
+    """
+    try:
+        members = listing(archive.path, archive.file_type, archive.sha256)
+    except ParseError as exc:
+        if errors is not None:
+            errors.append(FileError(archive.path, str(exc)))
+        return
+    for m in members:
+        member_rel = f"{rel}{SEP}{m.name}"
+        if include and not _matches(member_rel, include):
+            continue
+        if exclude and _matches(member_rel, exclude):
+            continue
+        if ignore is not None and ignore.match_file(member_rel):
+            continue
+        info = FileInfo(path=f"{archive.path}{SEP}{m.name}", root=archive.root, rel_path=display(member_rel),
+                        file_type=file_type_for(m.name), size=m.size,
+                        mtime=m.mtime if m.mtime is not None else archive.mtime, sha256=m.digest,
+                        archive=archive.path)
+        if m.error and info.file_type:
+            if errors is not None:
+                errors.append(FileError(info.path, m.error))
+            continue
+        yield info
 
 
 def unsupported_reason(file: FileInfo) -> str:

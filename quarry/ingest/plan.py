@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from quarry.core.models import FileInfo
+from quarry.core.paths import ARCHIVE_SEP
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,15 @@ def new_doc_id(file: FileInfo) -> str:
 
 
 def in_scope(path: str, roots: list[str]) -> bool:
-    """Whether ``path`` lies under one of ``roots`` (a root may itself be a file)."""
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+    """Whether ``path`` lies under one of ``roots`` (a root may itself be a file, or an archive
+    whose members are ``<root>!/<member>``)."""
+    return any(path == r or path.startswith(r.rstrip("/") + "/") or path.startswith(r + ARCHIVE_SEP) for r in roots)
+
+
+def _containers(path: str) -> list[str]:
+    """The archives ``path`` lies in, outermost first: ``a.zip!/b.zip!/c.md`` -> [a.zip, a.zip!/b.zip]."""
+    parts = path.split(ARCHIVE_SEP)
+    return [ARCHIVE_SEP.join(parts[:i]) for i in range(1, len(parts))]
 
 
 def make_plan(
@@ -75,7 +83,8 @@ def make_plan(
     ``rebuild`` (``--full``, or settings that shape chunks changed) turns every existing
     document into a changed one; vectors are still reused where the embedded text is equal.
     ``unreadable`` paths exist but could not be read this run (a permission error, a file being
-    rewritten): their documents are kept as they are, not removed.
+    rewritten): their documents are kept as they are, not removed; so are the members of an
+    unreadable archive (or of an archive member that could not be opened).
     """
     plan = Plan()
     by_path = {d.path: d for d in catalog}
@@ -83,8 +92,11 @@ def make_plan(
     # Documents whose path vanished within scope are candidates for a move target.
     vanished: dict[str, list[CatalogDoc]] = defaultdict(list)
     for d in catalog:
-        if d.path not in seen_paths and in_scope(d.path, roots):
-            vanished[d.sha256].append(d)
+        if d.path in seen_paths or not in_scope(d.path, roots):
+            continue
+        if ARCHIVE_SEP in d.path and any(c in unreadable for c in _containers(d.path)):
+            continue
+        vanished[d.sha256].append(d)
 
     for f in files:
         old = by_path.get(f.path)

@@ -26,23 +26,46 @@ from quarry.ingest.chunking import chunk_document, text_hash
 from quarry.ingest.context import compose_header, get_context_writer, header_fields
 from quarry.core.errors import ParseError, QuarryError, UnsupportedFile
 from quarry.core.models import Chunk, DocumentRecord, FileError, FileInfo, ParsedDocument, StageClock, join_header
-from quarry.ingest.parsers import FORMATS, parse_file
+from quarry.ingest.parsers import BY_TYPE, parse_data, parse_file
+from quarry.ingest.parsers.archive import read_members, split_member
 from quarry.ingest.sectioning import get_sectioner
 
-HEAVY_TYPES = {f.name for f in FORMATS if f.heavy}
-OCR_TYPES = {f.name for f in FORMATS if f.ocr}
 
 
-def _parse_one(path: str, file_type: str, ocr: bool = True) -> ParsedDocument | str:
-    """Parse in a worker; errors come back as a string so they cross the process boundary."""
+def _parse_one(path: str, file_type: str, ocr: bool = True, data: bytes | None = None,
+               digest: str | None = None) -> ParsedDocument | str:
+    """Parse in a worker; errors come back as a string so they cross the process boundary.
+
+    ``data`` and ``digest``: the bytes of an archive member, read by the batch (``_read_members``)."""
     # pypdf logs every repair it makes to a damaged file; the run reports real failures itself
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
+        if data is not None:
+            return parse_data(data, file_type, digest, ocr=ocr)
         return parse_file(path, file_type, ocr=ocr)
     except (ParseError, UnsupportedFile) as exc:
         return str(exc)
     except Exception as exc:  # a parser bug must not take the batch down
         return f"{type(exc).__name__}: {exc}"
+
+
+def _read_members(files: list[FileInfo], results: list) -> dict[int, tuple[bytes, str]]:
+    """The bytes and identity of each archive member among ``files``, one pass per archive; a
+    member that cannot be read gets its reason in ``results``. Plain bytes, so a member parses in
+    the process pool like a file (the per-file timeout holds) and in any task runner's worker."""
+    by_archive: dict[str, dict[tuple[str, ...], int]] = {}
+    for i, f in enumerate(files):
+        if f.archive:
+            by_archive.setdefault(f.archive, {})[tuple(split_member(f.path, f.archive))] = i
+    out: dict[int, tuple[bytes, str]] = {}
+    for archive, members in by_archive.items():
+        for names, data, digest in read_members(archive, [list(n) for n in members]):
+            i = members[tuple(names)]
+            if isinstance(data, bytes):
+                out[i] = (data, digest)
+            else:
+                results[i] = str(data)
+    return out
 
 
 def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, ocr: bool = True
@@ -51,14 +74,19 @@ def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, o
 
     With ``ocr``, a batch holding a PDF or an image always uses the pool, even for one file,
     so that OCR (tens of seconds a page on a small machine) stays under the per-file timeout.
+    Members of archives are read first, each archive once (``_read_members``), then parsed as files.
     """
     results: list[ParsedDocument | str | None] = [None] * len(files)
-    heavy = [i for i, f in enumerate(files) if f.file_type in HEAVY_TYPES]
-    may_ocr = ocr and any(files[i].file_type in OCR_TYPES for i in heavy)
+    members = _read_members(files, results)
+    kinds = [f.file_type for f in files]
+    _convert_legacy(files, results, members, kinds, timeout)
+    heavy = [i for i, f in enumerate(files) if (fmt := BY_TYPE.get(f.file_type)) is not None and fmt.heavy and results[i] is None]
+    may_ocr = ocr and any(BY_TYPE[files[i].file_type].ocr for i in heavy)
     if ((workers > 1 and len(heavy) > 1) or may_ocr) and not _daemonic():
         ctx = multiprocessing.get_context("spawn")  # fork is unsafe under Prefect's threads
         pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(heavy))), mp_context=ctx)
-        futures = {i: pool.submit(_parse_one, files[i].path, files[i].file_type, ocr) for i in heavy}
+        futures = {i: pool.submit(_parse_one, files[i].path, kinds[i], ocr, *members.pop(i, (None, None)))
+                   for i in heavy}
         hung = False
         for i, fut in futures.items():
             try:
@@ -74,8 +102,34 @@ def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, o
         pool.shutdown(wait=not hung, cancel_futures=True)
     for i, f in enumerate(files):
         if results[i] is None:
-            results[i] = _parse_one(f.path, f.file_type, ocr)
+            results[i] = _parse_one(f.path, kinds[i], ocr, *members.pop(i, (None, None)))
     return results  # type: ignore[return-value]
+
+
+def _convert_legacy(files: list[FileInfo], results: list, members: dict[int, tuple[bytes, str]], kinds: list[str],
+                    timeout: float) -> None:
+    """Convert the legacy DOC and PPT files of a batch with one LibreOffice call (its start is most of
+    a conversion's cost); each converted file then parses as the DOCX or PPTX it became (``kinds[i]``,
+    ``members[i]`` with the original's digest). Files it did not convert take the usual path."""
+    from quarry.core.safeio import read_regular
+    from quarry.ingest.parsers import max_file_bytes
+    from quarry.ingest.parsers.legacy import CONVERTED, convert_many, needs_conversion, soffice, target_of
+
+    todo = [i for i, f in enumerate(files) if f.file_type in CONVERTED and results[i] is None]
+    if len(todo) < 2 or soffice() is None:
+        return  # one file: converted in the pool like any other parse
+    items, digests = [], {}
+    for i in todo:
+        try:
+            data, digest = members[i] if i in members else read_regular(files[i].path, limit=max_file_bytes())
+        except ParseError:
+            continue  # the usual path reads it again and names the cause
+        if needs_conversion(data, files[i].file_type):
+            items.append((str(i), data, files[i].file_type))
+            digests[i] = digest
+    for key, converted in convert_many(items, max(1, int(timeout))).items():
+        i = int(key)
+        members[i], kinds[i] = (converted, digests[i]), target_of(files[i].file_type)
 
 
 def _daemonic() -> bool:

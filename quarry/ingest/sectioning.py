@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from quarry.core.models import ParsedDocument, Section
-from quarry.core.registry import Registry
+from quarry.core.registry import SECTIONERS
 
 _PARAGRAPH = re.compile(r"\n\s*\n")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*")
@@ -245,8 +245,7 @@ def boundary_distances(vectors: np.ndarray, window: int = 2) -> np.ndarray:
 
 
 # name -> factory(*, max_section, embed, min_section, percentile) -> Sectioner. Each sectioner
-# registers itself where it is written; a new one is one module and one entry in ``modules``.
-SECTIONERS: Registry = Registry("sectioner", modules=("quarry.ingest.sectioning", "quarry.ingest.llm.sections"))
+# registers itself where it is written (quarry/core/registry.py: SECTIONERS; plugins by entry point).
 
 
 @SECTIONERS.register("structure")

@@ -89,15 +89,31 @@ class SegmentedCards:
         """The live document row of ``doc_id`` (its place in :meth:`doc_scores`), -1 when none."""
         return self.results.doc_position(doc_id)
 
-    def evidence(self, chunk_rows: list[int], query_tokens: list[str]) -> tuple[dict, list[float]]:
+    @property
+    def n_docs(self) -> int:
+        """Document rows (every segment's, deleted ones included: the row space of :meth:`doc_scores`)."""
+        return self.bm25.n_rows
+
+    def doc_mask(self, chunk_mask: np.ndarray) -> np.ndarray:
+        """A bool per document row: whether ``chunk_mask`` (a bool per chunk row) keeps a row of it."""
+        docs = np.asarray(self.results.doc_rows(np.flatnonzero(chunk_mask)), dtype=np.int64)
+        out = np.zeros(self.bm25.n_rows, dtype=bool)
+        out[docs[docs >= 0]] = True
+        return out
+
+    def evidence(self, chunk_rows: list[int], query_tokens: list[str],
+                 keep: np.ndarray | None = None) -> tuple[dict, list[float]]:
         """What :func:`quarry.search.fusion.with_documents` needs for these chunk rows:
         ``(doc_of, doc_scores)``, ``doc_of[row]`` the position in ``doc_scores`` of the row's
         document's card score (-1: none); the last of ``doc_scores`` is the best card score over
-        all live documents, so ``max(doc_scores)`` is the query's maximum, as over every card."""
+        all live documents, so ``max(doc_scores)`` is the query's maximum, as over every card.
+        ``keep`` (a bool per document row, :meth:`doc_mask`): only those documents count, for
+        their own rows and for the maximum (a document a filter or a caller's permissions leave
+        out never moves the scores of the ones returned)."""
         doc_rows = self.results.doc_rows(chunk_rows)
-        known = sorted({int(d) for d in doc_rows if d >= 0})
+        known = sorted({int(d) for d in doc_rows if d >= 0 and (keep is None or keep[int(d)])})
         scores = self.bm25.exact_scores(query_tokens, np.array(known, dtype=np.int64)).tolist() if known else []
-        _, top = self.bm25.search_tokens(query_tokens, 1)
+        _, top = self.bm25.search_tokens(query_tokens, 1, keep)
         place = {d: i for i, d in enumerate(known)}
         doc_of = {row: place.get(int(d), -1) for row, d in zip(chunk_rows, doc_rows)}
         return doc_of, scores + [float(top[0]) if len(top) else 0.0]

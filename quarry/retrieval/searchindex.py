@@ -47,6 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from quarry.core.safeio import fsync_dir
+from quarry.core.settings import environment
 from quarry.retrieval import bm25, cards, dense, rows
 from quarry.retrieval.segmented import SegmentedBM25, SegmentedDense, split_rows
 
@@ -64,9 +65,8 @@ def folder_name(generation: int) -> str:
 
 
 def ivf_min_rows() -> int:
-    """Rows from which IVF is built: ``$QUARRY_IVF_MIN_ROWS`` or :data:`dense.IVF_MIN_ROWS`."""
-    raw = os.environ.get("QUARRY_IVF_MIN_ROWS", "")
-    return int(raw) if raw.strip().isdigit() else dense.IVF_MIN_ROWS
+    """Rows from which IVF is built: ``$QUARRY_IVF_MIN_ROWS`` (default :data:`dense.IVF_MIN_ROWS`)."""
+    return environment().ivf_min_rows
 
 
 def use_source(con, source: str) -> None:

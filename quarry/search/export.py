@@ -27,12 +27,12 @@ import pyarrow.parquet as pq
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.sqlfiles import load_sql
+from quarry.search.filters import with_filter
 from quarry.search.windows import id_lines
 
 FORMATS = ("parquet", "jsonl")
 TABLES = ("documents", "sections", "chunks")
 BATCH_ROWS = 8192
-FILTER_MARKER = "TRUE /* filter */"
 
 
 @dataclass
@@ -51,16 +51,6 @@ class ExportReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def with_filter(sql: str, filters) -> tuple[str, list]:
-    """``sql`` with its filter marker replaced by the filter's condition, and the filter's parameters."""
-    if FILTER_MARKER not in sql:
-        raise AssertionError("export SQL has no filter marker")
-    if not filters:
-        return sql, []
-    condition, params = filters.bound_sql()
-    return sql.replace(FILTER_MARKER, f"({condition})"), params
 
 
 def _batches(con, sql: str, params: list, batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -209,6 +199,8 @@ def export_snapshot(snap, out: str | os.PathLike, fmt: str = "parquet", *, vecto
             rows = _copy_chunks_with_vectors(snap, filters, path, fmt, batch_rows)
         else:
             sql, params = with_filter(load_sql(f"export_{name}"), filters)
+            if name == "documents" and not snap.has_principals:  # a catalog from before principals
+                sql = sql.replace(", principals\nFROM documents", ", ['public'] AS principals\nFROM documents")
             lead = [None, None] if name == "chunks" else [everything]
             try:
                 rows = _copy_query(con, sql, [*lead, *params], path, fmt, batch_rows)

@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 
 from quarry.core.errors import UsageError
-from quarry.core.paths import display
+from quarry.core.paths import ARCHIVE_SEP, display
+from quarry.core.principals import caller
 
 # name -> (SQL expression, value type). The SQL text of a filter is built only from these.
 COLUMNS: dict[str, tuple[str, str]] = {
@@ -74,6 +75,9 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "page": ("c.page_start", "page"),  # a chunk "is on" every page from page_start to page_end
 }
 ALIASES = {"type": "file_type", "modified": "mtime"}
+# The permission clause (Filter.readable_by): the document shares a principal with the caller.
+# One parameter, the caller's principals joined by newlines (principals hold no control characters).
+ACL_SQL = "list_has_any(d.principals, string_split(?, chr(10)))"
 _METADATA_KEY = re.compile(r"^[A-Za-z0-9_\-]+$")
 _COMPARE = {"=": "=", "==": "=", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 _KEYWORDS = {"and", "or", "not", "in", "like", "ilike", "glob", "is", "null"}
@@ -113,6 +117,31 @@ class Filter:
     def __and__(self, other: Filter) -> Filter:
         return Filter(self.clauses + other.clauses, self.description + other.description)
 
+    @classmethod
+    def readable_by(cls, principals) -> Filter:
+        """Only documents that one of ``principals`` (``public`` is implied) may read: the
+        permission check, a clause like any other, so it holds inside both retrievers before
+        they take their top candidates, and in exports. A document whose principals are NULL
+        (not yet decided) matches no caller."""
+        names = caller(principals)
+        return cls(((ACL_SQL, ("\n".join(names),)),), (f"readable by {', '.join(names)}",))
+
+    @property
+    def restricted(self) -> bool:
+        """Whether a permission clause (:meth:`readable_by`) is part of this filter."""
+        return any(sql == ACL_SQL for sql, _ in self.clauses)
+
+    def permissions(self) -> Filter:
+        """Only the permission clauses of this filter (what the caller may read, whatever else is asked)."""
+        return Filter(tuple(c for c in self.clauses if c[0] == ACL_SQL),
+                      tuple(d for d in self.description if d.startswith("readable by ")))
+
+    def without_permissions(self) -> Filter:
+        """This filter less its permission clauses: for a catalog written before documents carried
+        principals, where every document is public and the clause has no column to read."""
+        return Filter(tuple(c for c in self.clauses if c[0] != ACL_SQL),
+                      tuple(d for d in self.description if not d.startswith("readable by ")))
+
     def __str__(self) -> str:
         return " AND ".join(self.description) or "(none)"
 
@@ -131,7 +160,8 @@ class Filter:
         ``where``: expressions in the syntax above (each one may join conditions with AND).
         ``path``: globs, any of which may match; an absolute pattern matches the file's path,
         a relative one its path under the indexed root or any tail of its path, and a pattern
-        without wildcards also matches everything under that directory.
+        without wildcards also matches everything under that directory (or in that archive:
+        members are ``archive.zip!/dir/file.pdf``).
         ``since``/``until``: the file's modification time, inclusive (an ISO date or datetime,
         UTC, or ``<n>h``/``<n>d``/``<n>w`` ago; ``until`` with a date includes that day).
         ``file_type``: types such as ``pdf`` or ``.md``, any of which may match.
@@ -158,6 +188,20 @@ class Filter:
         if ids:
             result = result & _in("doc_id", ids)
         return result
+
+
+FILTER_MARKER = "TRUE /* filter */"
+
+
+def with_filter(sql: str, filters: Filter | None) -> tuple[str, list]:
+    """``sql`` (a file of ``sql/`` holding the marker ``TRUE /* filter */``) with the marker replaced
+    by the filter's condition, and the filter's parameters; unchanged without a filter."""
+    if FILTER_MARKER not in sql:
+        raise AssertionError("the SQL has no filter marker")
+    if not filters:
+        return sql, []
+    condition, params = filters.bound_sql()
+    return sql.replace(FILTER_MARKER, f"({condition})"), params
 
 
 def _bindable(value):
@@ -208,6 +252,8 @@ def _path_filter(patterns: list[str]) -> Filter:
         forms = [pattern]
         if not _GLOB_CHARS.search(pattern):
             forms.append(pattern.rstrip("/") + "/*")  # a directory: everything under it
+            if not pattern.endswith("/"):
+                forms.append(pattern + ARCHIVE_SEP + "*")  # an archive: its members
         for form in forms:
             if form.startswith("/"):
                 ors.append("d.path GLOB ?")

@@ -28,17 +28,24 @@ scored below fixed weights there, so adaptation ships off. Nothing was tuned on 
 
 Ties are broken by the best single rank, then by id, so the same query always gives the same
 order.
+
+Each method is registered in :data:`FUSIONS` (quarry/core/registry.py) as a function
+``(hits, *, k, weights, alpha, adapt, depth) -> [(id, fused)]`` with its properties:
+``normalised=True`` when its fused scores share TMM's 0–1 scale, so that the document evidence
+(:func:`with_documents`) can be added to them. A plugin adds a method the same way
+(entry point group ``quarry.fusions``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 
+from quarry.core.registry import FUSIONS
+
 __all__ = ["DEFAULT_FUSION", "DEFAULT_K", "DOC_WEIGHT", "FLOORS", "FUSIONS", "TMM_ADAPT", "TMM_ALPHA", "fuse",
-           "peak", "rrf", "tmm", "tmm_weights", "with_documents"]
+           "normalised", "peak", "rrf", "tmm", "tmm_weights", "with_documents"]
 
 DEFAULT_K = 60
-FUSIONS = ("tmm", "rrf")
 DEFAULT_FUSION = "tmm"
 # The lowest score each retriever can give: cosine similarity, and BM25 (a sum of non-negative
 # term weights). A retriever not listed here is normalised by its list's own minimum.
@@ -132,6 +139,16 @@ def tmm(
     return sorted(fused.items(), key=lambda kv: (-kv[1], best[kv[0]], kv[0]))
 
 
+@FUSIONS.register("tmm", normalised=True)
+def _tmm(hits: Mapping[str, Scored], *, k: int, weights, alpha: float, adapt: float, depth: int | None):
+    return tmm(hits, weights, alpha, adapt, depth=depth)
+
+
+@FUSIONS.register("rrf", normalised=False)
+def _rrf(hits: Mapping[str, Scored], *, k: int, weights, alpha: float, adapt: float, depth: int | None):
+    return rrf({name: [item for item, _ in items] for name, items in hits.items()}, k=k, weights=weights)
+
+
 def fuse(
     hits: Mapping[str, Scored],
     method: str = DEFAULT_FUSION,
@@ -142,14 +159,17 @@ def fuse(
     adapt: float = TMM_ADAPT,
     depth: int | None = None,
 ) -> list[tuple[Hashable, float]]:
-    """Fuse scored lists ``{retriever: [(id, raw score)]}`` (best first) by ``method``
-    (:data:`FUSIONS`); ``k`` is RRF's constant, ``alpha``/``adapt``/``depth`` TMM's settings
+    """Fuse scored lists ``{retriever: [(id, raw score)]}`` (best first) by ``method`` (a name of
+    :data:`FUSIONS`); ``k`` is RRF's constant, ``alpha``/``adapt``/``depth`` TMM's settings
     (``depth``: how many candidates each retriever was asked for)."""
-    if method == "rrf":
-        return rrf({name: [item for item, _ in items] for name, items in hits.items()}, k=k, weights=weights)
-    if method == "tmm":
-        return tmm(hits, weights, alpha, adapt, depth=depth)
-    raise ValueError(f"unknown fusion {method!r}; choose one of {', '.join(FUSIONS)}")
+    if method not in FUSIONS:
+        raise ValueError(f"unknown fusion {method!r}; choose one of {', '.join(FUSIONS)}")
+    return FUSIONS.get(method)(hits, k=k, weights=weights, alpha=alpha, adapt=adapt, depth=depth)
+
+
+def normalised(method: str) -> bool:
+    """Whether ``method``'s fused scores are on TMM's 0–1 scale (the document evidence adds to those)."""
+    return bool(FUSIONS.info(method).get("normalised"))
 
 
 def with_documents(

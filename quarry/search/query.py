@@ -9,37 +9,41 @@ A search: the query is embedded (cached) and tokenised; a filter, if any, become
 mask over rows (one DuckDB query, cached per generation); each retriever takes its top
 ``candidates`` among the rows the mask keeps; score fusion (:mod:`quarry.search.fusion`) merges them; the top ``k``
 are read back from the catalog.
+
+The rooms around it: the result types (:mod:`quarry.search.results`), following commits
+(:mod:`quarry.search.follower`), the caller's arguments (:mod:`quarry.search.arguments`), the
+store's runs and index summary (:mod:`quarry.store.views`), SQL (:mod:`quarry.search.sql`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
-from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quarry.core.errors import ModelMismatch, UsageError
-from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES, RunReport
-from quarry.core.settings import Settings, store_path
+from quarry.core.errors import ModelMismatch, NotFound, UsageError
+from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
+from quarry.core.principals import caller
+from quarry.core.settings import Settings, environment, store_path
 from quarry.core.sqlfiles import load_sql
 from quarry.retrieval.dense import METHODS as VECTOR_SEARCH
 from quarry.ingest.embedders import describe, describe_backend, get_embedder
-from quarry.search.filters import Filter
-from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, DOC_WEIGHT, FUSIONS, fuse, with_documents
+from quarry.search.filters import Filter, with_filter
+from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, DOC_WEIGHT, FUSIONS, fuse, normalised, with_documents
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
-from quarry.search.rerank import Reranker, get_reranker
-from quarry.search.segments import RseParams, Segment, get_params, segments_from_results
-from quarry.search.windows import ChunkReader, Window, expand, parse_window
+from quarry.search.rerank import Reranker
+from quarry.search.segments import RseParams
+from quarry.search.arguments import checked_numbers, reranker_of, segment_params, short_id, window_of
+from quarry.search.follower import LRU, Follower
+from quarry.search.results import SearchResponse, SearchResult
+from quarry.search.segments import segments_from_results
+from quarry.search.windows import ChunkReader, expand
+from quarry.store import views
 from quarry.store.layers import attach_sql
-from quarry.store.layout import POINTER
-from quarry.store.reader import Snapshot, open_snapshot
-from quarry.store.remote import check_seconds, remote_of
+from quarry.store.reader import Snapshot
+from quarry.store.remote import remote_of
 
 if TYPE_CHECKING:
     from quarry.search.export import ExportReport  # imported when exporting: pyarrow stays off the query path
@@ -48,89 +52,6 @@ __all__ = ["Index", "SearchResponse", "SearchResult", "open", "MODES", "RETRIEVE
            "DEFAULT_RERANK_CANDIDATES"]
 
 MODES = SEARCH_MODES
-
-
-@dataclass
-class SearchResult:
-    """One hit.
-
-    ``score`` is what the results are ranked by: the fused score in ``hybrid`` mode, the
-    retriever's own score otherwise. ``fused`` is the fused score (None outside ``hybrid``).
-    ``scores``/``ranks`` hold each retriever's raw score and 1-based rank among its candidates
-    (None where that retriever did not return the chunk), for ``--explain``.
-    """
-
-    rank: int
-    score: float
-    chunk_id: str
-    doc_id: str
-    path: str
-    title: str
-    section: str
-    header: str
-    text: str
-    page_start: int | None
-    page_end: int | None
-    chunk_index: int = 0
-    section_index: int = 0
-    file_type: str = ""
-    start_char: int = 0
-    end_char: int = 0
-    fused: float | None = None
-    scores: dict[str, float | None] = field(default_factory=dict)
-    ranks: dict[str, int | None] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class SearchResponse:
-    """The results and the settings that produced them (``filter`` is the filter in words,
-    ``timings`` milliseconds per stage, ``counts`` candidates per retriever and rows the filter
-    kept)."""
-
-    query: str
-    mode: str
-    results: list[SearchResult]
-    k: int = 10
-    candidates: int = 0
-    rrf_k: int = DEFAULT_K
-    fusion: str = DEFAULT_FUSION
-    weights: dict[str, float] = field(default_factory=dict)
-    min_scores: dict[str, float] = field(default_factory=dict)
-    filter: str = ""
-    counts: dict[str, int] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    windows: list[Window] | None = None  # with search(..., window=): the results widened, best first
-    segments: list[Segment] | None = None  # with search(..., segments=): relevant segments, best first
-    warnings: list[str] = field(default_factory=list)  # what the search could not do as asked
-
-    def to_dict(self) -> dict:
-        """Plain data for JSON; ``windows``/``segments`` only when they were asked for."""
-        out = asdict(self)
-        for name in ("windows", "segments"):
-            if out[name] is None:
-                del out[name]
-        return out
-
-
-class _LRU(OrderedDict):
-    def __init__(self, size: int):
-        super().__init__()
-        self.size = size
-
-    def get(self, key, default=None):
-        if key in self:
-            self.move_to_end(key)
-            return self[key]
-        return default
-
-    def put(self, key, value) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        while len(self) > self.size:
-            self.popitem(last=False)
 
 
 class Index:
@@ -144,66 +65,54 @@ class Index:
     """
 
     def __init__(self, store: Path, settings: Settings | None = None, *, vector_search: str | None = None,
-                 cache_size: int = 10_000):
-        vector_search = vector_search or os.environ.get("QUARRY_VECTOR_SEARCH") or "auto"
+                 cache_size: int = 10_000, principals=None):
+        vector_search = vector_search or environment().vector_search
         if vector_search not in VECTOR_SEARCH:
             raise UsageError(f"unknown vector search {vector_search!r}; choose one of {', '.join(VECTOR_SEARCH)}")
         self.store = store
         self.settings = settings or Settings.from_env()
         self.vector_search_method = vector_search
-        self._snap: Snapshot | None = None
-        self._pointer_stat: tuple[int, int] | None = None
-        self._query_cache = _LRU(cache_size)  # query text -> embedding
-        self._masks = _LRU(64)  # (generation, Filter) -> (mask, rows kept)
+        # who this handle reads as: None = everything (the store's owner); a list of principals
+        # restricts every call, on top of what a call's own ``principals=`` asks
+        self.principals = None if principals is None else caller(principals)
+        self._query_cache = LRU(cache_size)  # query text -> embedding
+        self._masks = LRU(64)  # (generation, Filter) -> (mask, rows kept)
+        self._doc_masks = LRU(64)  # (generation, Filter) -> documents the filter keeps a row of
         self._model_checked: tuple | None = None
-        self._pins = 0  # while > 0 the snapshot stays put (one search, one generation)
+        self._follower = Follower(store, on_change=self._forget_masks)
 
-    # --- snapshot management ---------------------------------------------------------------
-
-    def _current_stat(self) -> tuple[int, int] | None:
-        remote = remote_of(self.store)
-        if remote is not None:  # one GET of the remote CURRENT; a new generation is downloaded once
-            remote.pull(self.store, max_age=check_seconds())
-        try:
-            st = os.stat(self.store / POINTER)
-        except FileNotFoundError:
-            return None
-        return (st.st_ino, st.st_mtime_ns)
+    # --- snapshot management: quarry/search/follower.py -----------------------------------------
 
     @property
     def snapshot(self) -> Snapshot:
-        """The committed state this index reads now; moves to a newer one after a commit."""
-        if self._snap is not None and self._pins:
-            return self._snap
-        stat = self._current_stat()
-        if self._snap is None or stat != self._pointer_stat:
-            old = self._snap
-            self._snap = open_snapshot(self.store)
-            self._pointer_stat = stat
-            self._masks.clear()
-            if old is not None:
-                old.close()
-        return self._snap
+        """The committed state this index reads now; moves to a newer one after a commit. Inside a
+        call, the snapshot that call pinned."""
+        return self._follower.current
 
-    @contextmanager
-    def _pinned(self) -> Iterator[Snapshot]:
-        """Keep the current snapshot for the calls inside the block (nested blocks allowed)."""
-        snap = self.snapshot
-        self._pins += 1
-        try:
-            yield snap
-        finally:
-            self._pins -= 1
+    @property
+    def generation(self) -> int:
+        """The committed generation a call made now reads."""
+        return self.snapshot.pointer.generation
+
+    def pinned(self):
+        """Keep one snapshot for this thread's calls inside the block (nested blocks allowed): what
+        they read comes from one committed generation, whatever commits meanwhile."""
+        return self._follower.pinned()
+
+    _pinned = pinned
+
+    def _forget_masks(self) -> None:
+        self._masks.clear()
+        self._doc_masks.clear()
 
     def chunk_reader(self) -> ChunkReader:
         """Chunk positions and rows of the current generation, for windows and segments."""
         return ChunkReader(self.snapshot.con)
 
     def close(self) -> None:
-        """Close the catalog connection and unmap the index files."""
-        if self._snap is not None:
-            self._snap.close()
-            self._snap = None
+        """Close the catalog connection and unmap the index files (calls in flight keep theirs
+        until they end)."""
+        self._follower.close()
 
     def __enter__(self) -> Index:
         return self
@@ -251,6 +160,8 @@ class Index:
         Cached per generation and filter."""
         snap = snap or self.snapshot
         n_rows = snap.index.n_rows
+        if filters and filters.restricted and not snap.has_principals:
+            filters = filters.without_permissions()  # a catalog from before principals: all public
         if not filters:
             return None, snap.index.live_rows
         key = (snap.pointer.generation, filters)
@@ -276,6 +187,34 @@ class Index:
         self._masks.put(key, result)
         return result
 
+    def _document_mask(self, filters: Filter, snap: Snapshot, mask):
+        """A bool per document row of the search index: whether the filter keeps a row of it."""
+        key = (snap.pointer.generation, filters)
+        hit = self._doc_masks.get(key)
+        if hit is None:
+            hit = snap.index.cards.doc_mask(mask)
+            self._doc_masks.put(key, hit)
+        return hit
+
+    def access_filter(self, principals=None) -> Filter | None:
+        """The permission filter of a call made with ``principals`` (None: no restriction of its
+        own), on top of this handle's (:attr:`principals`); None when neither restricts."""
+        out = None
+        for who in (self.principals, principals):
+            if who is not None:
+                access = Filter.readable_by(who)
+                out = access if out is None else out & access
+        return out
+
+    def _effective(self, filters: Filter | str | None, principals) -> Filter | None:
+        """The user's filter and the caller's permissions, as one filter (None: neither)."""
+        if isinstance(filters, str):
+            filters = Filter.build(where=[filters])
+        access = self.access_filter(principals)
+        if access is None:
+            return filters or None
+        return filters & access if filters else access
+
     # --- retrieval ---------------------------------------------------------------------------
 
     # Each search takes the snapshot once and passes it down: a commit during the search must
@@ -292,19 +231,21 @@ class Index:
 
         return snap.index.bm25.search_tokens(query_tokens(query), n, mask)
 
-    def vector_search(self, query: str, n: int, filters: Filter | None = None) -> list[tuple[str, float]]:
+    def vector_search(self, query: str, n: int, filters: Filter | None = None,
+                      principals=None) -> list[tuple[str, float]]:
         """Top-``n`` chunk ids by cosine similarity, with the similarity."""
-        snap = self.snapshot
-        mask, kept = self.filter_mask(filters, snap)
-        rows, scores = self._vector_rows(snap, query, n, mask, kept)
-        return list(zip(snap.index.chunk_ids(rows), map(float, scores)))
+        with self._pinned() as snap:
+            mask, kept = self.filter_mask(self._effective(filters, principals), snap)
+            rows, scores = self._vector_rows(snap, query, n, mask, kept)
+            return list(zip(snap.index.chunk_ids(rows), map(float, scores)))
 
-    def bm25_search(self, query: str, n: int, filters: Filter | None = None) -> list[tuple[str, float]]:
+    def bm25_search(self, query: str, n: int, filters: Filter | None = None,
+                    principals=None) -> list[tuple[str, float]]:
         """Top-``n`` chunk ids by BM25 over header + text (see :mod:`quarry.retrieval.bm25`)."""
-        snap = self.snapshot
-        mask, _ = self.filter_mask(filters, snap)
-        rows, scores = self._bm25_rows(snap, query, n, mask)
-        return list(zip(snap.index.chunk_ids(rows), map(float, scores)))
+        with self._pinned() as snap:
+            mask, _ = self.filter_mask(self._effective(filters, principals), snap)
+            rows, scores = self._bm25_rows(snap, query, n, mask)
+            return list(zip(snap.index.chunk_ids(rows), map(float, scores)))
 
     def search(
         self,
@@ -322,6 +263,7 @@ class Index:
         rerank_candidates: int = DEFAULT_RERANK_CANDIDATES,
         segments: str | RseParams | None = None,
         window: tuple[int, int] | int | str | None = None,
+        principals=None,
     ) -> SearchResponse:
         """Search the committed index: what ``quarry search`` does, flag for keyword.
 
@@ -355,13 +297,19 @@ class Index:
            of the ``k`` results, merged where they meet, in ``response.windows``.
 
         ``window`` and ``segments`` are alternatives. Every stage reads the same committed
-        generation, whatever commits meanwhile.
+        generation (``response.generation``), whatever commits meanwhile.
+
+        ``principals``: who the caller is (``["user:alice", "group:hr"]``; ``public`` is implied).
+        Only documents one of them may read are searched: the permission check is part of the
+        filter both retrievers apply before they pick candidates, so a document the caller may not
+        read never takes a place among the ``k``, a window or a segment. None: no restriction
+        beyond the handle's own (``quarry.open(db, principals=...)``).
         """
         if k < 1:
             raise UsageError("k must be at least 1")
-        reranker = _reranker(rerank)
-        params = _segment_params(segments)
-        before_after = _window(window)
+        reranker = reranker_of(rerank)
+        params = segment_params(segments)
+        before_after = window_of(window)
         if before_after is not None and params is not None:
             raise UsageError("window and segments are alternatives; give one of them")
         if rerank_candidates < 1:
@@ -373,7 +321,7 @@ class Index:
             pool = max(k, rerank_candidates) if reranker else k
         with self._pinned():
             response = self._ranked(query, pool, mode, candidates=candidates, rrf_k=rrf_k, fusion=fusion, weights=weights,
-                                    min_scores=min_scores, filters=filters)
+                                    min_scores=min_scores, filters=self._effective(filters, principals))
             if reranker is not None:
                 t = time.perf_counter()
                 response.results = reranker.rerank(response.query, response.results)
@@ -405,10 +353,10 @@ class Index:
             raise UsageError("rrf_k must be 0 or more")
         if fusion not in FUSIONS:
             raise UsageError(f"unknown fusion {fusion!r}; choose one of {', '.join(FUSIONS)}")
-        weights = {**{r: 1.0 for r in FUSION_WEIGHTS}, **_checked("weights", weights, FUSION_WEIGHTS)}
+        weights = {**{r: 1.0 for r in FUSION_WEIGHTS}, **checked_numbers("weights", weights, FUSION_WEIGHTS)}
         if any(w < 0 for w in weights.values()):
             raise UsageError(f"weights must be 0 or more, got {weights}")
-        min_scores = _checked("min_scores", min_scores, (*RETRIEVERS, "fused"))
+        min_scores = checked_numbers("min_scores", min_scores, (*RETRIEVERS, "fused"))
         if isinstance(filters, str):
             filters = Filter.build(where=[filters])
         query = query.strip()
@@ -422,7 +370,10 @@ class Index:
         t = time.perf_counter()
         mask, kept = self.filter_mask(filters, snap)
         timings["filter"] = _ms(t)
-        counts = {"rows": snap.index.live_rows, "kept": kept}
+        rows = snap.index.live_rows
+        if filters and filters.restricted:  # a caller who may not read everything is told of its own rows only
+            rows = self.filter_mask(filters.permissions(), snap)[1]
+        counts = {"rows": rows, "kept": kept}
         hits = {}
         warnings = []
         for name in active:
@@ -442,10 +393,13 @@ class Index:
         t = time.perf_counter()
         documents = 0.0
         if mode == "hybrid":
-            documents = weights["documents"] * DOC_WEIGHT if fusion == "tmm" and snap.index.cards else 0.0
+            documents = weights["documents"] * DOC_WEIGHT if normalised(fusion) and snap.index.cards else 0.0
+            # the document evidence counts only documents the filter keeps a row of: a document the
+            # caller may not read (or filtered out) never moves the scores of the ones returned
+            keep = self._document_mask(filters, snap, mask) if documents > 0 and mask is not None else None
             fused = self._fuse(hits, k, fusion=fusion, rrf_k=rrf_k, weights=weights, depth=n,
                                min_fused=min_scores.get("fused"),
-                               documents=(snap.index.cards, query, documents) if documents > 0 else None)
+                               documents=(snap.index.cards, query, documents, keep) if documents > 0 else None)
         else:
             fused = hits[mode][:k]
         timings["fuse"] = _ms(t)
@@ -454,7 +408,8 @@ class Index:
         timings["hydrate"] = _ms(t)
         timings["total"] = _ms(t_start)
         return SearchResponse(
-            query=query, mode=mode, results=results, k=k, candidates=n if mode == "hybrid" else k, rrf_k=rrf_k,
+            query=query, mode=mode, results=results, generation=snap.pointer.generation, k=k,
+            candidates=n if mode == "hybrid" else k, rrf_k=rrf_k,
             fusion=fusion if mode == "hybrid" else "",
             weights={r: weights[r] for r in (*active, *(["documents"] if documents > 0 else []))}
             if mode == "hybrid" else {}, min_scores=min_scores,
@@ -487,8 +442,8 @@ class Index:
         if documents is not None:
             from quarry.retrieval.bm25 import query_tokens
 
-            cards, query, weight = documents
-            doc_of, doc_scores = cards.evidence([row for row, _ in fused], query_tokens(query))
+            cards, query, weight, keep = documents
+            doc_of, doc_scores = cards.evidence([row for row, _ in fused], query_tokens(query), keep)
             fused = with_documents(fused, doc_of, doc_scores, weight)
         if min_fused is not None:
             fused = [(row, s) for row, s in fused if s >= min_fused]
@@ -508,41 +463,111 @@ class Index:
 
     # --- catalog views -------------------------------------------------------------------------
 
-    def status(self) -> dict:
-        """Counts, the embedding model and dimension, and the last run."""
-        snap = self.snapshot
-        docs, sections, chunks, size = snap.con.execute(load_sql("status")).fetchone()
-        last = self.runs(limit=1)
-        return {
-            "store": str(remote.url) if (remote := remote_of(self.store)) else str(self.store),
-            "documents": docs,
-            "sections": sections,
-            "chunks": chunks,
-            "bytes": int(size),
-            "model": snap.pointer.model,
-            "dim": snap.pointer.dim,
-            "generation": snap.pointer.generation,
-            "catalog": str(self.store / snap.pointer.catalog),
-            # what a plain DuckDB connection to `catalog` runs first to read a layered catalog
-            "catalog_attach": attach_sql(self.store, snap.chain),
-            "vector_table": snap.pointer.vector_table,
-            "vector_version": snap.pointer.vector_version,
-            "search_index": _index_summary(snap.index_manifest) if snap.index_manifest is not None else None,
-            "embedder": describe_backend(self.settings),
-            "last_run": last[0] if last else None,
-        }
+    def status(self, principals=None) -> dict:
+        """Counts, the embedding model and dimension, and the last run. With ``principals`` (or a
+        restricted handle), the counts are of the documents the caller may read, and the store's
+        location and last run (whose rows name files) are left out."""
+        with self._pinned() as snap:
+            access = self.access_filter(principals)
+            if access is not None and snap.has_principals:
+                sql, params = with_filter(load_sql("status_readable"), access)
+                docs, sections, chunks, size = snap.con.execute(sql, params).fetchone()
+            else:
+                docs, sections, chunks, size = snap.con.execute(load_sql("status")).fetchone()
+            info = {
+                "store": str(remote.url) if (remote := remote_of(self.store)) else str(self.store),
+                "documents": docs,
+                "sections": sections,
+                "chunks": chunks,
+                "bytes": int(size),
+                "model": snap.pointer.model,
+                "dim": snap.pointer.dim,
+                "generation": snap.pointer.generation,
+                "catalog": str(self.store / snap.pointer.catalog),
+                # what a plain DuckDB connection to `catalog` runs first to read a layered catalog
+                "catalog_attach": attach_sql(self.store, snap.chain),
+                "vector_table": snap.pointer.vector_table,
+                "vector_version": snap.pointer.vector_version,
+                "search_index": views.index_summary(snap.index_manifest) if snap.index_manifest is not None else None,
+                "embedder": describe_backend(self.settings),
+                "last_run": None,
+            }
+            if access is not None:
+                for key in ("store", "catalog", "catalog_attach", "vector_table", "vector_version", "embedder", "last_run"):
+                    info.pop(key)
+            else:
+                last = self.runs(limit=1)
+                info["last_run"] = last[0] if last else None
+            return info
+
+    def document(self, doc_id: str, principals=None) -> dict:
+        """One document: its catalog row (metadata, principals), its sections and its chunks' ids and
+        spans (no text), read from one generation. :class:`NotFound` when there is no such document
+        or the caller may not read it (the two look the same)."""
+        with self._pinned() as snap:
+            sql, params = with_filter(load_sql("document_view"), self._readable(snap, principals))
+            cur = snap.con.execute(sql, [str(doc_id), *params])
+            row = cur.fetchone()
+            if row is None:
+                raise NotFound(f"no document {short_id(doc_id)} in this index")
+            out = dict(zip([d[0] for d in cur.description], row))
+            out["metadata"] = json.loads(out["metadata"]) if out.get("metadata") else {}
+            for key in ("mtime", "indexed_at"):
+                out[key] = out[key].isoformat() + "Z" if out.get(key) else None
+            if self.access_filter(principals) is None:  # who else may read it is the owner's business
+                out["principals"] = list(out["principals"]) if out.get("principals") is not None else None
+            else:
+                out.pop("principals")
+            cur = snap.con.execute(load_sql("document_sections"), [str(doc_id)])
+            out["sections"] = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
+            cur = snap.con.execute(load_sql("document_chunks"), [str(doc_id)])
+            out["chunks"] = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
+            out["generation"] = snap.pointer.generation
+            return out
+
+    def chunk(self, chunk_id: str, neighbours: int | tuple[int, int] = 0, principals=None) -> dict:
+        """One chunk: text, header, section, page span; with ``neighbours`` (``n`` or ``(before,
+        after)``), the chunks around it in its document as a window (``"window"``, the shape of
+        ``search(window=)``'s). :class:`NotFound` when there is no such chunk or the caller may not
+        read its document."""
+        before_after = window_of(neighbours) if neighbours else None
+        with self._pinned() as snap:
+            sql, params = with_filter(load_sql("chunk_view"), self._readable(snap, principals))
+            cur = snap.con.execute(sql, [str(chunk_id), *params])
+            row = cur.fetchone()
+            if row is None:
+                raise NotFound(f"no chunk {short_id(chunk_id)} in this index")
+            out = dict(zip([d[0] for d in cur.description], row))
+            out["generation"] = snap.pointer.generation
+            if before_after is not None and before_after != (0, 0):
+                hit = SearchResult(rank=1, score=0.0, **{k: out[k] for k in (
+                    "chunk_id", "doc_id", "path", "title", "section", "header", "text", "page_start", "page_end",
+                    "chunk_index", "section_index", "file_type", "start_char", "end_char")})
+                windows = expand(self, [hit], *before_after)
+                out["window"] = windows[0].to_dict() if windows else None
+            return out
+
+    def _readable(self, snap: Snapshot, principals) -> Filter | None:
+        access = self.access_filter(principals)
+        if access is not None and not snap.has_principals:
+            return None  # a catalog from before principals: every document is public
+        return access
 
     def export(self, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool = False,
                filters: Filter | str | None = None, batch_rows: int | None = None,
-               overwrite: bool = False) -> ExportReport:
+               overwrite: bool = False, principals=None) -> ExportReport:
         """Write documents, sections and chunks of the committed generation to the folder ``out``
-        as ``parquet`` or ``jsonl`` files: what ``quarry export`` does (see :mod:`quarry.search.export`)."""
+        as ``parquet`` or ``jsonl`` files: what ``quarry export`` does (see :mod:`quarry.search.export`).
+        With ``principals``, only what the caller may read."""
         from quarry.search.export import BATCH_ROWS, export_snapshot
 
-        if isinstance(filters, str):
-            filters = Filter.build(where=[filters])
-        return export_snapshot(self.snapshot, out, fmt, vectors=vectors, filters=filters,
-                               batch_rows=BATCH_ROWS if batch_rows is None else batch_rows, overwrite=overwrite)
+        with self._pinned() as snap:
+            filters = self._effective(filters, principals)
+            if filters and filters.restricted and not snap.has_principals:
+                filters = filters.without_permissions() or None
+            return export_snapshot(snap, out, fmt, vectors=vectors, filters=filters,
+                                   batch_rows=BATCH_ROWS if batch_rows is None else batch_rows,
+                                   overwrite=overwrite)
 
     def sql(self, query: str, limit: int | None = None):
         """Run read-only SQL on the committed catalog: what ``quarry sql`` does (see
@@ -554,23 +579,7 @@ class Index:
 
     def runs(self, limit: int = 50) -> list[dict]:
         """Index runs, newest first, with skipped runs the next commit has yet to record."""
-        from quarry.store import journal
-
-        cur = self.snapshot.con.execute(load_sql("list_runs"), [limit])
-        cols = [d[0] for d in cur.description]
-        out = []
-        for row in cur.fetchall():
-            item = dict(zip(cols, row))
-            for key in RunReport.json_fields():
-                if isinstance(item.get(key), str):
-                    item[key] = json.loads(item[key])
-            for key in ("started", "finished"):
-                item[key] = item[key].isoformat() + "Z" if item.get(key) else None
-            out.append(item)
-        known = {item["run_id"] for item in out}
-        out += [row for row in journal.pending(self.store) if row.get("run_id") not in known]
-        out.sort(key=lambda item: (item.get("started") or "", item.get("run_id") or ""), reverse=True)
-        return out[:limit]
+        return views.runs(self.snapshot.con, self.store, limit)
 
 
 def open(db: str | os.PathLike | None = None, settings: Settings | None = None, **kwargs) -> Index:  # noqa: A001
@@ -581,72 +590,6 @@ def open(db: str | os.PathLike | None = None, settings: Settings | None = None, 
     index = Index(store_path(db), settings, **kwargs)
     index.snapshot  # noqa: B018 - fail now, with a clear message, if there is no index
     return index
-
-
-def _reranker(rerank) -> Reranker | None:
-    """A reranker from a spec string or a ready object; None for no rerank."""
-    if rerank is None or rerank == "":
-        return None
-    if isinstance(rerank, str):
-        return get_reranker(rerank)
-    if not callable(getattr(rerank, "rerank", None)):
-        raise UsageError(f"rerank takes a spec (llm, llm:MODEL, cross-encoder:PATH) or an object with "
-                         f"rerank(query, results), got {type(rerank).__name__}")
-    return rerank
-
-
-def _segment_params(segments) -> RseParams | None:
-    """Segment parameters from a preset name or :class:`RseParams`; None for no segments."""
-    if segments is None:
-        return None
-    if isinstance(segments, RseParams):
-        return segments.validate()
-    if isinstance(segments, str):
-        return get_params(segments)
-    raise UsageError(f"segments takes a preset name or RseParams, got {type(segments).__name__}")
-
-
-def _window(window) -> tuple[int, int] | None:
-    """``(before, after)`` from ``(b, a)``, one int for both sides, or ``"B,A"``; None for no window."""
-    if window is None:
-        return None
-    if isinstance(window, int) and not isinstance(window, bool):
-        window = (window, window)
-    if isinstance(window, str):
-        return parse_window(window)
-    pair = tuple(window) if isinstance(window, (tuple, list)) else ()
-    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in pair):
-        raise UsageError(f"window takes (before, after) as two non-negative integers, got {window!r}")
-    return pair[0], pair[1]
-
-
-def _checked(name: str, value: dict | None, allowed: tuple[str, ...]) -> dict[str, float]:
-    if not value:
-        return {}
-    unknown = set(value) - set(allowed)
-    if unknown:
-        raise UsageError(f"{name}: unknown key {', '.join(sorted(unknown))}; use {', '.join(allowed)}")
-    out = {}
-    for key, v in value.items():
-        try:
-            out[key] = float(v)
-        except (TypeError, ValueError):
-            raise UsageError(f"{name}: {key} must be a number, got {v!r}") from None
-        if not math.isfinite(out[key]):
-            raise UsageError(f"{name}: {key} must be finite, got {v!r}")
-    return out
-
-
-def _index_summary(manifest: dict) -> dict:
-    """The search index in ``quarry status``: live rows, segments (oldest first: generation and
-    rows), rows deleted from them, and this generation's own segment (terms, IVF lists, build time)."""
-    dense = manifest.get("dense") or {}
-    segments = manifest.get("segments") or [{"generation": manifest.get("generation"), "rows": manifest.get("rows")}]
-    return {"rows": manifest.get("rows"), "segments": [{"generation": s.get("generation"), "rows": s.get("rows")}
-                                                       for s in segments],
-            "deleted_rows": (manifest.get("deleted") or {}).get("rows", 0),
-            "terms": (manifest.get("bm25") or {}).get("terms"),
-            "ivf_lists": (dense.get("ivf") or {}).get("nlist"), "build_seconds": manifest.get("build_seconds")}
 
 
 def _ms(since: float) -> float:

@@ -9,7 +9,7 @@
   configured as the indexing LLM is, by :class:`~quarry.core.settings.Settings`
   (``QUARRY_LLM_BASE_URL``, ``QUARRY_LLM_MODEL``, ``QUARRY_LLM_API_KEY`` falling back to
   ``OPENAI_API_KEY``, ``QUARRY_LLM_TIMEOUT``, or ``.env``), and called through the same client and
-  retries (:mod:`quarry.core.openai_common`). The prompt numbers the passages and asks for a JSON ranking; the answer is
+  retries (:mod:`quarry.core.openai`). The prompt numbers the passages and asks for a JSON ranking; the answer is
   repaired rather than trusted: unknown or repeated numbers are dropped and passages it left out
   follow in their original order. An LLM gives an order, not scores, so ``scores["rerank"]`` is
   ``(n - position) / n``.
@@ -31,7 +31,7 @@ from typing import Protocol
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.models import join_header
-from quarry.core.registry import Registry
+from quarry.core.registry import RERANKERS
 
 DEFAULT_CANDIDATES = 30  # fused candidates a reranker sees unless told otherwise
 PASSAGE_CHARS = 1200  # per passage in the LLM prompt: enough to judge, bounded prompt size
@@ -191,7 +191,7 @@ class LLMReranker:
     def __init__(self, model: str = "", base_url: str | None = None, api_key: str | None = None,
                  timeout: float | None = None, passage_chars: int = PASSAGE_CHARS, policy=None, settings=None):
         """Arguments left as None come from ``settings`` (default: ``Settings.from_env()``)."""
-        from quarry.core.openai_common import RetryPolicy
+        from quarry.core.openai.retry import RetryPolicy
         from quarry.core.settings import Settings
 
         if settings is None:
@@ -212,14 +212,16 @@ class LLMReranker:
     @property
     def client(self):
         if self._client is None:
-            from quarry.core.openai_common import make_client
+            from quarry.core.openai.client import make_client
 
             self._client = make_client(self.base_url, self.api_key, timeout=self.timeout)
         return self._client
 
     def ask(self, query: str, results: Sequence) -> str:
         """The model's raw answer for these passages."""
-        from quarry.core.openai_common import call_with_retries, describe_error, host_of
+        from quarry.core.openai.client import host_of
+        from quarry.core.openai.redaction import describe_error
+        from quarry.core.openai.retry import call_with_retries
 
         messages = [{"role": "system", "content": SYSTEM_PROMPT},
                     {"role": "user", "content": build_prompt(query, results, self.passage_chars)}]
@@ -245,7 +247,6 @@ class LLMReranker:
 # --- factory ---------------------------------------------------------------------------------
 
 # ``--rerank KIND[:ARG]``: KIND -> factory(ARG) -> Reranker. A new reranker registers its kind here.
-RERANKERS: Registry = Registry("reranker")
 
 
 @RERANKERS.register("cross-encoder")

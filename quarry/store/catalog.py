@@ -25,7 +25,7 @@ from quarry.core.sqlfiles import load_sql, statements
 from quarry.retrieval.textnorm import bm25_text
 
 SCHEMA_VERSION = "1"
-TABLES = ("documents", "sections", "chunks", "runs", "meta")
+TABLES = ("documents", "sections", "chunks", "runs", "meta", "acl_roots")
 
 
 @cache
@@ -93,10 +93,11 @@ def create(path: Path) -> duckdb.DuckDBPyConnection:
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> None:
-    """Bring a catalog copied from an older generation up to this schema (its ALTER statements)."""
+    """Bring a catalog copied from an older generation up to this schema: its ALTER statements, and
+    the tables it lacks (every statement of ``sql/schema.sql`` is idempotent)."""
     for stmt in statements("schema"):
         code = "\n".join(line for line in stmt.splitlines() if not line.startswith("--"))
-        if code.startswith("ALTER TABLE"):
+        if code.startswith(("ALTER TABLE", "CREATE TABLE IF NOT EXISTS")):
             con.execute(code)
 
 
@@ -133,6 +134,7 @@ def documents_table(records: list[DocumentRecord], run_id: str) -> pa.Table:
             "indexed_at": now,
             "run_id": run_id,
             "path_bytes": paths.raw_bytes(r.file.path),
+            "principals": None,  # set by the run's permissions step (quarry/store/acl.py) before it commits
         }
         for r in records
     ]

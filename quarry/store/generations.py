@@ -17,9 +17,9 @@ before these keys cannot be rolled back to.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
+from quarry.core.settings import environment
 from pathlib import Path
 
 __all__ = ["keep_generations", "generation_of", "kept", "local_generations", "remove_unkept", "committed_state",
@@ -31,8 +31,7 @@ _NAME = re.compile(r"^(?:catalog-(\d+)\.duckdb(?:\.rebase)?(?:\.wal)?|index-(\d+
 
 def keep_generations() -> int:
     """How many committed generations a store keeps (``QUARRY_KEEP_GENERATIONS``, at least 1, default 2)."""
-    raw = os.environ.get("QUARRY_KEEP_GENERATIONS", "")
-    return max(1, int(raw)) if raw.strip().isdigit() else DEFAULT_KEEP
+    return environment().keep_generations
 
 
 def generation_of(name: str) -> int | None:

@@ -35,7 +35,6 @@ generation numbers and names derived from them, never a value from a document.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,6 +43,7 @@ import duckdb
 import pyarrow as pa
 
 from quarry.core import paths
+from quarry.core.settings import environment
 from quarry.core.sqlfiles import load_sql, statements
 from quarry.store import catalog
 
@@ -53,34 +53,26 @@ __all__ = ["LAYER", "alias", "chain_of", "is_delta", "attach", "attach_sql", "co
            "missing_columns", "merge_min_rows", "rebase_share", "max_layers"]
 
 LAYER = "layer"
-TABLES = ("documents", "sections", "chunks", "runs", "meta")
+TABLES = ("documents", "sections", "chunks", "runs", "meta", "acl_roots")
 _OWNER = {"documents": "doc_layer", "sections": "content_layer", "chunks": "content_layer"}
 MERGE_MIN_ROWS = 2_000  # deltas smaller than this count as this big: the first ones merge on every commit
 REBASE_SHARE = 0.25  # deltas holding more rows than this share of the base's: everything becomes a new base
 MAX_LAYERS = 16  # a generation of more layers merges its newest ones anyway
 
 
-def _env_number(name: str, default, kind=int):
-    raw = os.environ.get(name, "").strip()
-    try:
-        return kind(raw) if raw else default
-    except ValueError:
-        return default
-
-
 def merge_min_rows() -> int:
     """``QUARRY_MERGE_MIN_ROWS`` (:data:`MERGE_MIN_ROWS`)."""
-    return max(1, _env_number("QUARRY_MERGE_MIN_ROWS", MERGE_MIN_ROWS))
+    return environment().merge_min_rows
 
 
 def rebase_share() -> float:
     """``QUARRY_REBASE_SHARE`` (:data:`REBASE_SHARE`)."""
-    return max(0.0, _env_number("QUARRY_REBASE_SHARE", REBASE_SHARE, float))
+    return environment().rebase_share
 
 
 def max_layers() -> int:
     """``QUARRY_MAX_LAYERS`` (:data:`MAX_LAYERS`), at least 2."""
-    return max(2, _env_number("QUARRY_MAX_LAYERS", MAX_LAYERS))
+    return environment().max_layers
 
 
 def alias(generation: int) -> str:
@@ -221,6 +213,7 @@ def views(chain: Sequence[int]) -> list[str]:
     for table in ("documents", "sections", "chunks", "runs"):
         out.append(f"CREATE OR REPLACE VIEW main.{table} AS\n" + "\nUNION ALL ".join(_branches(table, chain)))
     out.append(f"CREATE OR REPLACE VIEW main.meta AS SELECT key, value FROM {LAYER}.meta")
+    out.append(f"CREATE OR REPLACE VIEW main.acl_roots AS SELECT {_cols('acl_roots')} FROM {LAYER}.acl_roots")
     return out
 
 
@@ -307,6 +300,7 @@ def create_delta(con, chain: Sequence[int]) -> None:
         con.execute("CREATE OR REPLACE TEMP VIEW previous_owners AS "
                     f"SELECT * FROM {LAYER}.owners WHERE FALSE")
     con.execute(f"INSERT INTO {LAYER}.meta SELECT key, value FROM {_q(alias(prev))}.main.meta")
+    con.execute(f"INSERT INTO {LAYER}.acl_roots SELECT {_cols('acl_roots')} FROM {_q(alias(prev))}.main.acl_roots")
     set_chain(con, chain)
 
 
@@ -400,6 +394,25 @@ def rewrite_documents(con, name: str, table: pa.Table, generation: int, base: in
             con.unregister(view)
         except duckdb.Error:
             pass
+
+
+def rewrite_principals(con, name: str, generation: int, base: int) -> list[str]:
+    """New principals of documents (the registered Arrow table ``wanted_acl``, by path or doc_id as
+    ``sql/<name>.sql`` says): their documents rows with the new principals go into the layer;
+    chunks and sections stay where they are. Returns the doc_ids changed."""
+    changed: list[str] = []
+    con.begin()
+    try:
+        for stmt in statements(name):
+            code = "\n".join(line for line in stmt.splitlines() if not line.lstrip().startswith("--"))
+            cur = con.execute(code, [generation, base]) if "$1" in code else con.execute(code)
+            if code.lstrip().upper().startswith("SELECT"):
+                changed = [d for (d,) in cur.fetchall()]
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    return changed
 
 
 def moves_table(moves: list[tuple]) -> pa.Table:

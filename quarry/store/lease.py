@@ -29,12 +29,14 @@ import uuid
 
 from quarry.core.errors import QuarryError, StoreLocked
 from quarry.store.objstore import ObjectStore, PreconditionFailed
+from quarry.core.settings import environment
 
 LEASE = "lease"
 
 
 def lease_seconds() -> float:
-    return float(os.environ.get("QUARRY_LEASE_SECONDS") or 60)
+    """How long a writer's lease lasts (``QUARRY_LEASE_SECONDS``)."""
+    return environment().lease_seconds
 
 
 def _pid_alive(pid: int) -> bool:

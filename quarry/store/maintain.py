@@ -15,7 +15,6 @@ Prefect tasks and ``quarry/flows/maintain.py`` is the schedulable flow.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
 from dataclasses import replace
@@ -28,25 +27,19 @@ from quarry.store import generations as gens
 from quarry.store.generations import keep_generations
 from quarry.store.layout import WriterLock, read_pointer, write_pointer
 from quarry.store.remote import remote_of
+from quarry.core.settings import environment
 
 log = logging.getLogger("quarry")
 
 
 def keep_versions() -> timedelta:
     """How long LanceDB versions stay: ``QUARRY_KEEP_VERSIONS_HOURS`` (default 24)."""
-    raw = os.environ.get("QUARRY_KEEP_VERSIONS_HOURS", "")
-    try:
-        return timedelta(hours=max(0.0, float(raw))) if raw.strip() else timedelta(hours=24)
-    except ValueError:
-        return timedelta(hours=24)
+    return timedelta(hours=environment().keep_versions_hours)
 
 
 def reindex_share() -> float:
     """Unindexed share of rows above which a LanceDB index is rebuilt: ``QUARRY_REINDEX_SHARE`` (0.2)."""
-    try:
-        return float(os.environ.get("QUARRY_REINDEX_SHARE") or 0.2)
-    except ValueError:
-        return 0.2
+    return environment().reindex_share
 
 
 def _committed(store: Path):

@@ -13,6 +13,11 @@ must not be overwritten is written with a *conditional put*:
 
 Both raise :class:`PreconditionFailed` when the condition does not hold. Keys are relative to the
 store's prefix. Nothing here logs; credentials never leave boto3.
+
+Each backend registers a factory ``(StoreURL) -> ObjectStore`` for its scheme in
+:data:`~quarry.core.registry.STORES` where it is written (a plugin: entry point group
+``quarry.stores``); a backend must implement the primitives of :class:`ObjectStore`, the
+conditional puts included, and pass ``tests/test_objstore.py``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import threading
 from pathlib import Path
 
 from quarry.core.errors import QuarryError, UsageError
+from quarry.core.registry import STORES
 from quarry.core.storeurl import StoreURL
 
 MULTIPART_BYTES = 64 << 20  # objects above this go up in parts of this size
@@ -34,21 +40,9 @@ class PreconditionFailed(Exception):
 
 
 def open_store(url: StoreURL) -> ObjectStore:
-    """The object store for ``url``."""
-    if url.scheme == "s3":
-        return S3ObjectStore(url)
-    if url.scheme == "gs":
-        from quarry.store.objstore_gcs import GCSObjectStore  # imports google-cloud-storage only here
-
-        return GCSObjectStore(url)
-    if url.scheme == "az":
-        from quarry.store.objstore_azure import AzureObjectStore  # imports azure-storage-blob only here
-
-        return AzureObjectStore(url)
-    if url.scheme == "file":
-        return LocalObjectStore(Path("/" + url.prefix))
-    raise UsageError(f"{url.scheme}:// stores are not supported yet: the commit needs a conditional put, which "
-                     "quarry implements for s3:// (and S3-compatible servers), gs://, az:// and file:// only")
+    """The object store for ``url``: the backend registered for its scheme in
+    :data:`~quarry.core.registry.STORES` (quarry's s3, gs, az and file, or a plugin's)."""
+    return STORES.get(url.scheme)(url)
 
 
 class ObjectStore:
@@ -318,3 +312,13 @@ class LocalObjectStore(ObjectStore):
     def delete(self, keys):
         for key in keys:
             self._path(key).unlink(missing_ok=True)
+
+
+@STORES.register("s3")
+def _s3(url: StoreURL) -> ObjectStore:
+    return S3ObjectStore(url)
+
+
+@STORES.register("file")
+def _file(url: StoreURL) -> ObjectStore:
+    return LocalObjectStore(Path("/" + url.prefix))

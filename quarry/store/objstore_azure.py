@@ -39,6 +39,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from quarry.core.errors import QuarryError, UsageError
+from quarry.core.registry import STORES
 from quarry.core.storeurl import StoreURL
 from quarry.store import objstore
 from quarry.store.objstore import ObjectStore, PreconditionFailed
@@ -259,3 +260,8 @@ class AzureObjectStore(ObjectStore):
 def _code(exc) -> str:
     code = getattr(exc, "error_code", None) or ""
     return str(getattr(code, "value", code))
+
+
+@STORES.register("az")
+def _az(url: StoreURL) -> ObjectStore:
+    return AzureObjectStore(url)

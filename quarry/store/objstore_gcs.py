@@ -27,6 +27,7 @@ import os
 import threading
 
 from quarry.core.errors import QuarryError, UsageError
+from quarry.core.registry import STORES
 from quarry.core.storeurl import StoreURL
 from quarry.store import objstore
 from quarry.store.objstore import ObjectStore, PreconditionFailed
@@ -189,3 +190,8 @@ def _reason(exc) -> str:
 def _first_line(value) -> str:
     text = str(value).strip().splitlines()
     return text[0][:300] if text else ""
+
+
+@STORES.register("gs")
+def _gs(url: StoreURL) -> ObjectStore:
+    return GCSObjectStore(url)

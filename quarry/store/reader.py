@@ -6,6 +6,7 @@ import logging
 import re
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -22,17 +23,46 @@ from quarry.store.layout import DOCTOR_HINT, Pointer, read_pointer, require_poin
 class Snapshot:
     """One committed state: its pointer, a read-only catalog connection (the generation's file with
     the earlier layers it builds on attached, quarry/store/layers.py), the vector table and the
-    search index of the same generation."""
+    search index of the same generation.
+
+    Safe to share between threads: :attr:`con` is a cursor of the catalog connection per thread
+    (one DuckDB connection used by two threads at once can crash the process). Attached layers are
+    the connection's, seen by every cursor; temporary views (``chunk_rows``) are made per cursor.
+    """
 
     store: Path
     pointer: Pointer
-    con: duckdb.DuckDBPyConnection
+    connection: duckdb.DuckDBPyConnection
     _table: object = None
     _index: object = None
+    users: int = 0  # calls pinned to this snapshot now (quarry.search.query.Index)
+    retired: bool = False  # a newer generation replaced it: closed when its last user leaves
     private: list[Path] = field(default_factory=list)  # folders of private copies of catalog files another process held
     chain: tuple[int, ...] = ()  # the catalog's layers, base first, this generation last
-    _rows_view: bool = False
     _in_memory: bool = False
+    _local: threading.local = field(default_factory=threading.local, repr=False)
+    _cursors: list = field(default_factory=list, repr=False)
+    _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _columns: frozenset | None = field(default=None, repr=False)
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """This thread's cursor on the catalog (made on first use, closed with the snapshot)."""
+        cursor = getattr(self._local, "cursor", None)
+        if cursor is None:
+            with self._guard:
+                cursor = self.connection.cursor()
+                self._cursors.append(cursor)
+            self._local.cursor = cursor
+        return cursor
+
+    @property
+    def has_principals(self) -> bool:
+        """Whether the catalog's documents carry principals (a catalog committed before they did
+        has none, and every document in it is public)."""
+        if self._columns is None:
+            self._columns = frozenset(r[0] for r in self.con.execute("DESCRIBE documents").fetchall())
+        return "principals" in self._columns
 
     @property
     def table(self):
@@ -65,7 +95,7 @@ class Snapshot:
     def chunk_rows(self) -> str:
         """The name of a temporary view of the live chunks with their search index row ids
         (``sql/filter_rows.sql`` reads it), created on first use."""
-        if not self._rows_view:
+        if not getattr(self._local, "rows_view", False):
             segments = self.index.row_offsets()
             if len(segments) <= 1:  # one segment of every live row, numbered over the catalog's chunks
                 chain, offsets = (self.pointer.generation,), {self.pointer.generation: 0}
@@ -75,7 +105,7 @@ class Snapshot:
                 raise StoreCorrupt(f"the search index of generation {self.pointer.generation} in {self.store} does not "
                                    f"match its catalog's layers: {DOCTOR_HINT.format(store=self.store)}")
             self.con.execute(layers.chunk_rows_sql(chain, offsets))
-            self._rows_view = True
+            self._local.rows_view = True
         return "chunk_rows"
 
     @property
@@ -85,7 +115,14 @@ class Snapshot:
         return self._index.manifest if self._index is not None else None
 
     def close(self) -> None:
-        self.con.close()
+        with self._guard:
+            for cursor in self._cursors:
+                try:
+                    cursor.close()
+                except duckdb.Error:
+                    pass
+            self._cursors.clear()
+            self.connection.close()
         for folder in self.private:
             shutil.rmtree(folder, ignore_errors=True)
 

@@ -41,19 +41,17 @@ from pathlib import Path
 from quarry.core import faults
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.storeurl import MARKER, StoreURL, parse_url
+from quarry.store.layout import POINTER
 from quarry.store.objstore import ObjectStore, PreconditionFailed, open_store
+from quarry.core.settings import environment
 
-POINTER = "CURRENT"
 JOURNAL_PREFIX = "journal/"
 _GEN = re.compile(r"^(?:catalog-(\d+)\.duckdb|index-(\d+)/.*)$")
 
 
 def check_seconds() -> float:
     """How long a reader trusts its last read of CURRENT: ``QUARRY_REMOTE_CHECK_SECONDS`` (0: every call)."""
-    try:
-        return max(0.0, float(os.environ.get("QUARRY_REMOTE_CHECK_SECONDS") or 0))
-    except ValueError:
-        return 0.0
+    return environment().remote_check_seconds
 
 
 _remotes: dict[str, Remote | None] = {}

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from quarry.core import paths
+from quarry.core.settings import environment
 os.environ.setdefault("LANCEDB_LOG", "error")  # LanceDB warns once per query otherwise
 
 _HEX = re.compile(r"^[0-9a-f]+$")
@@ -204,11 +205,6 @@ COMPACT_FRAGMENTS = 64  # fragments past which a commit compacts the table (QUAR
 PRUNE_VERSIONS = 100  # versions past which a commit prunes old ones (QUARRY_PRUNE_VERSIONS)
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    return int(raw) if raw.isdigit() else default
-
-
 def compact(table, max_fragments: int | None = None) -> None:
     """Merge small fragments once there are many (each run's add makes one).
 
@@ -218,7 +214,7 @@ def compact(table, max_fragments: int | None = None) -> None:
     table of a store below that size — so a commit compacts only past ``QUARRY_COMPACT_FRAGMENTS``
     (64) fragments; ``quarry maintain`` compacts whatever there is.
     """
-    limit = _env_int("QUARRY_COMPACT_FRAGMENTS", COMPACT_FRAGMENTS) if max_fragments is None else max_fragments
+    limit = environment().compact_fragments if max_fragments is None else max_fragments
     if table.stats()["fragment_stats"]["num_fragments"] > limit:
         table.optimize(cleanup_older_than=_NEVER)
 
@@ -232,7 +228,7 @@ def prune_due(table, keep_for: timedelta = timedelta(hours=1)) -> bool:
     if not stamps:
         return False
     old = sum(1 for t in stamps if t < stamps[-1] - keep_for)
-    return old > _env_int("QUARRY_PRUNE_VERSIONS", PRUNE_VERSIONS)
+    return old > environment().prune_versions
 
 
 def prune(table, keep_for: timedelta = timedelta(hours=1), keep_versions: set[int] | frozenset = frozenset()) -> None:

@@ -41,7 +41,7 @@ from quarry.core import faults
 from quarry.core import paths
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.models import DocumentRecord, RunReport
-from quarry.store import catalog, journal, layers, vectors
+from quarry.store import acl, catalog, journal, layers, vectors
 from quarry.store import generations
 from quarry.store.layout import DOCTOR_HINT, Pointer, WriterLock, read_pointer, write_pointer
 
@@ -245,6 +245,26 @@ class StoreWriter:
         else:
             _classic_rewrite(self.con, "touch_documents", "touched_documents", table)
         self.row_changed.update(d for d, _ in items)
+
+    def set_principals(self, by_path: dict[str, tuple[str, ...]], sources: dict | None = None) -> int:
+        """Set who may read the documents at these paths where it differs (nothing is re-parsed or
+        re-embedded), and remember each root's permission source; returns the documents changed."""
+        if sources:
+            acl.set_sources(self.con, sources, delta=self.delta)
+        changed = acl.apply(self.con, by_path, self._acl_layer())
+        self.row_changed.update(changed)
+        return len(changed)
+
+    def set_document_principals(self, by_doc: dict[str, list[str] | tuple[str, ...]]) -> int:
+        """Set who may read these documents (by doc_id); returns how many changed."""
+        changed = acl.apply_to_documents(self.con, by_doc, self._acl_layer())
+        self.row_changed.update(changed)
+        return len(changed)
+
+    def _acl_layer(self) -> tuple[int, int] | None:
+        """``(generation, base)`` where the run writes a delta layer (its documents rows then carry
+        new principals, quarry/store/layers.py); None for a whole catalog."""
+        return (self.generation, self.prev_chain[0]) if self.delta else None
 
     # --- commit ------------------------------------------------------------------------------
 

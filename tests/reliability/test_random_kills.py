@@ -39,8 +39,9 @@ def state(tree: Path, which: int) -> None:
 
 def kill_run(tree: Path, db: Path, delay: float) -> int | None:
     """Start `quarry index`, SIGKILL it after ``delay`` s; its exit status (None if it finished)."""
-    proc = subprocess.Popen([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # the two states differ by most of the tree: that churn is intended, so deletes are allowed
+    proc = subprocess.Popen([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db),
+                             "--allow-deletes"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + delay
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.01)
@@ -71,6 +72,6 @@ def test_random_kills_then_rerun_equal_a_clean_run(tmp_path, run_flow):
         state(tree, which)
         if kill_run(tree, db, rng.uniform(0.3, 9.0)) is not None:
             killed += 1
-        run_flow([tree], db)
+        run_flow([tree], db, overrides={"allow_deletes": True})
         assert contents(db) == clean[which], f"kill {n}: store differs from a clean run"
     assert killed >= KILLS // 2  # most kills landed mid-run, not after it had finished

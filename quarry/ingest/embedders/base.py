@@ -7,17 +7,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from quarry.core.registry import Registry
+from quarry.core.registry import EMBEDDERS  # noqa: F401 - name -> factory(settings, **keywords) -> Embedder
 from quarry.retrieval.dense import normalise  # noqa: F401 - part of this seam's surface
-
-# name -> factory(settings, **constructor keywords) -> Embedder; each backend module registers
-# its own, in this order (CLI choices, error messages). A new backend: one module, one line here.
-EMBEDDERS: Registry = Registry("embedding backend", modules=(
-    "quarry.ingest.embedders.local",  # torch
-    "quarry.ingest.embedders.onnx_backend",  # onnx, onnx-int8
-    "quarry.ingest.embedders.openai_provider",  # openai
-    "quarry.ingest.embedders.hashing",  # hash (tests, smoke runs)
-))
 
 
 @runtime_checkable

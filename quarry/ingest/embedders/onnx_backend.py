@@ -35,6 +35,7 @@ import numpy as np
 from quarry.ingest.embedders.base import EMBEDDERS, normalise
 from quarry.ingest.embedders.minilm import DIM, MAX_TOKENS, MODEL_NAME, TokenCounter, bundled_model_path, load_tokenizer
 from quarry.core.errors import EmbeddingError
+from quarry.core.settings import environment
 
 # Bump when the graph writer, fusion, quantisation or self-check change what the cached file holds.
 EXPORT_VERSION = "3"
@@ -47,7 +48,7 @@ INT8_MIN_COSINE = 0.99
 
 def default_cache_dir() -> str:
     """Where built models live: ``$QUARRY_CACHE_DIR`` or ``~/.cache/quarry/onnx``."""
-    return os.environ.get("QUARRY_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "quarry", "onnx")
+    return environment().cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "quarry", "onnx")
 
 
 def _version(dist: str) -> str:

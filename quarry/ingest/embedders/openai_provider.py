@@ -27,19 +27,10 @@ import numpy as np
 
 from quarry.ingest.embedders.base import EMBEDDERS, normalise
 from quarry.core.errors import EmbeddingError
-from quarry.core.openai_common import (
-    BadResponse,
-    RateLimiter,
-    RetryPolicy,
-    Usage,
-    call_with_retries,
-    describe_error,
-    host_of,
-    is_retryable,
-    make_client,
-    redact,
-    status_of,
-)
+from quarry.core.openai.client import host_of, make_client
+from quarry.core.openai.ratelimit import RateLimiter, Usage
+from quarry.core.openai.redaction import describe_error, redact
+from quarry.core.openai.retry import BadResponse, RetryPolicy, call_with_retries, is_retryable, status_of
 
 log = logging.getLogger("quarry.ingest.embedders.openai")
 

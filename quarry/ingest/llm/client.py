@@ -3,7 +3,7 @@
 :class:`LLMRuntime` is created for each batch of files, in the process that processes it (the
 flow's, or a Dask or Ray worker's; ``quarry.ingest.process.process_batch``). It answers a batch of
 :class:`Job` s with a bounded thread pool (``llm_concurrency`` requests in flight over every file
-of the batch), a rate limiter, retries on 429/5xx/timeouts only (``quarry.core.openai_common``), and
+of the batch), a rate limiter, retries on 429/5xx/timeouts only (``quarry.core.openai``), and
 the persistent answer cache: a job whose answer is cached makes no call at all.
 
 Structured output is asked for in the most precise form the endpoint accepts: OpenAI's
@@ -29,18 +29,10 @@ from pathlib import Path
 
 from quarry.ingest.llm.cache import CACHE_FILE, LLMCache, cache_key
 from quarry.ingest.llm.prompts import RESPONSE_FORMATS, VERSIONS, response_format
-from quarry.core.openai_common import (
-    BadResponse,
-    RateLimiter,
-    RetryPolicy,
-    Usage,
-    call_with_retries,
-    describe_error,
-    host_of,
-    make_client,
-    redact,
-    status_of,
-)
+from quarry.core.openai.client import host_of, make_client
+from quarry.core.openai.ratelimit import RateLimiter, Usage
+from quarry.core.openai.redaction import describe_error, redact
+from quarry.core.openai.retry import BadResponse, RetryPolicy, call_with_retries, status_of
 
 log = logging.getLogger("quarry.ingest.llm")
 

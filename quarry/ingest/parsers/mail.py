@@ -5,6 +5,11 @@ Headers become document metadata, so they filter: ``from`` ("Name <addr>", as wr
 ``to``, ``cc``, ``date`` (ISO 8601), ``subject``, ``message_id``. The body is the text/plain
 part; HTML only when there is no plain part (read by the HTML parser).
 
+A message saved in a Unicode form (UTF-16 LE/BE with or without a byte-order mark, as Outlook
+and Windows tools write it, or UTF-8 with a BOM) is read as the same message in UTF-8; parts and
+headers in legacy charsets are decoded by the charset they declare, else by detection
+(charset-normalizer), never left as escape bytes.
+
 Attachments of a supported format are parsed with their own parser and appended as sections
 titled ``Attachment: <name>``, so their words find the message; ``metadata.attachments`` lists
 every attachment by name. (Indexing each as its own linked document needs derived documents
@@ -31,6 +36,9 @@ def parse_mail(data: bytes, kind: str = "eml") -> ParsedDocument:
     """Parse an ``eml``, ``msg`` or ``mbox`` file (see the module docstring)."""
     if kind == "msg":
         return _msg(data)
+    data = as_8bit(data)
+    if not data.strip():
+        return ParsedDocument(text="")  # blank: an empty message, not a broken one
     if kind == "mbox":
         return _mbox(data)
     message = email.message_from_bytes(data, policy=email.policy.default)
@@ -41,15 +49,33 @@ def parse_mail(data: bytes, kind: str = "eml") -> ParsedDocument:
     return _document(headers, body, _attachments(message))
 
 
+def as_8bit(data: bytes) -> bytes:
+    """Mail bytes as the ``email`` package reads them: a message stored as UTF-16 (with or without
+    a BOM) or UTF-8 with a BOM becomes the same message in UTF-8 (its parts' declared charsets
+    were written for the text, which now is UTF-8 again)."""
+    from quarry.ingest.parsers.text import unicode_codec
+
+    codec = unicode_codec(data[:8192])
+    if codec is None:
+        return data
+    return data.decode(codec, errors="replace").lstrip("\ufeff").encode("utf-8")
+
+
 def _headers(message) -> dict[str, str]:
     out: dict[str, str] = {}
+    charset = _declared_charset(message)
+    raw = {}
+    for name, value in message.raw_items():
+        raw.setdefault(name.lower(), value)
     for key in ("from", "to", "cc", "subject", "message-id"):
         try:
             value = message.get(key)
         except Exception:  # a malformed header costs its own value only
             value = None
         if value:
-            out[key.replace("-", "_")] = " ".join(str(value).split())
+            # raw 8-bit bytes (no RFC 2047 encoding) come through as escape surrogates in the source
+            text = _unescape(raw[key], charset) if _escaped(raw.get(key, "")) else str(value)
+            out[key.replace("-", "_")] = " ".join(text.split())
     try:
         date = email.utils.parsedate_to_datetime(str(message.get("date"))) if message.get("date") else None
     except (TypeError, ValueError):
@@ -58,6 +84,53 @@ def _headers(message) -> dict[str, str]:
         out["date"] = date.isoformat()
     _address(out)
     return out
+
+
+def _declared_charset(message) -> str | None:
+    try:
+        return message.get_content_charset() or next(
+            (p.get_content_charset() for p in message.walk() if p.get_content_charset()), None)
+    except Exception:
+        return None
+
+
+def _escaped(value) -> bool:
+    return isinstance(value, str) and any("\udc80" <= ch <= "\udcff" for ch in value)
+
+
+def _unescape(value: str, charset: str | None) -> str:
+    """A header written in raw 8-bit bytes (no RFC 2047 encoding) reaches Python as escape
+    surrogates: decode those bytes by the message's charset, else by detection."""
+    return _decode_payload(value.encode("utf-8", "surrogateescape"), charset)
+
+
+def _decode_payload(raw: bytes, charset: str | None) -> str:
+    """Bytes of a part (or header) in the charset it declares, else the one detected."""
+    if charset:
+        try:
+            return raw.decode(_codec(charset))
+        except (LookupError, UnicodeDecodeError):
+            pass
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    if len(raw) >= 128:  # detection needs a sentence or two; a header is read as Windows' Western default
+        import charset_normalizer
+
+        best = charset_normalizer.from_bytes(raw).best()
+        if best is not None:
+            return str(best)
+    return raw.decode("cp1252", "replace")
+
+
+def _codec(charset: str) -> str:
+    import codecs
+
+    name = charset.strip().strip('"').lower()
+    aliases = {"ks_c_5601-1987": "cp949", "x-sjis": "shift_jis", "x-gbk": "gbk", "iso-8859-8-i": "iso-8859-8",
+               "windows-874": "cp874", "x-mac-roman": "mac_roman", "unicode-1-1-utf-7": "utf-7"}
+    return codecs.lookup(aliases.get(name, name)).name
 
 
 def _address(out: dict[str, str]) -> None:
@@ -76,10 +149,12 @@ def _body(message) -> str:
         return ""
     try:
         content = part.get_content()
-    except Exception:  # unknown charset or broken transfer encoding
-        content = (part.get_payload(decode=True) or b"").decode("utf-8", "replace")
+        if isinstance(content, str) and "\ufffd" in content:  # a charset the text does not match
+            raise UnicodeError
+    except Exception:  # unknown or wrong charset, or a broken transfer encoding
+        content = _decode_payload(part.get_payload(decode=True) or b"", part.get_content_charset())
     if isinstance(content, bytes):
-        content = content.decode("utf-8", "replace")
+        content = _decode_payload(content, part.get_content_charset())
     if part.get_content_subtype() == "html":
         from quarry.ingest.parsers.html import parse_html
 

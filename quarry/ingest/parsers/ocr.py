@@ -15,7 +15,6 @@ Two-column pages are read column by column (:func:`_lines`). README "Formats" ha
 from __future__ import annotations
 
 import io
-import os
 import re
 import shutil
 import subprocess
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 
 from quarry.core.errors import ParseError
 from quarry.core.models import ParsedDocument
+from quarry.core.settings import environment
 
 DPI = 200
 MAX_IMAGE_PIXELS = 60_000_000  # a decompression bomb is refused, not OCRed
@@ -38,7 +38,7 @@ class OcrStats:
 
 def engine_name() -> str:
     """The OCR engine this process would use: "rapidocr", "tesseract" or "" when none is installed."""
-    wanted = os.environ.get("QUARRY_OCR_ENGINE", "").strip().lower()
+    wanted = environment().ocr_engine.strip().lower()
     if wanted == "tesseract" and shutil.which("tesseract"):
         return "tesseract"
     try:
@@ -169,7 +169,7 @@ def parse_image(data: bytes, kind: str = "image", ocr: bool = True) -> ParsedDoc
         pages.append(ocr_image(frame.copy()))
         stats.pages += 1
         stats.seconds += time.perf_counter() - t
-    doc = join_pages(pages)
+    doc = ParsedDocument.from_pages(pages)
     if not doc.text:
         return ParsedDocument(text="", ocr_pages=stats.pages, ocr_seconds=stats.seconds)
     doc.ocr_pages, doc.ocr_seconds = stats.pages, stats.seconds
@@ -182,22 +182,6 @@ def _register_heif() -> None:
     except ImportError:
         return  # HEIC then fails as "not a readable image"
     register_heif_opener()
-
-
-def join_pages(pages: list[str], separator: str = "\n\n") -> ParsedDocument:
-    """Pages joined by ``separator`` with ``page_offsets``; empty text when no page has any."""
-    offsets, parts, length = [], [], 0
-    for text in pages:
-        if parts:
-            parts.append(separator)
-            length += len(separator)
-        offsets.append(length)
-        parts.append(text)
-        length += len(text)
-    text = "".join(parts)
-    if not text.strip():
-        return ParsedDocument(text="", page_offsets=[0] * len(pages))
-    return ParsedDocument(text=text, page_offsets=offsets)
 
 
 _WORDISH = re.compile(r"[^\W_]{2,}")

@@ -25,7 +25,6 @@ from quarry.ingest.parsers import one_line
 PAGE_SEPARATOR = "\n\n"
 EDGE_LINES = 3  # lines at each end of a page that may be a running header or footer
 RUNNING_SHARE = 0.4  # ... when their form opens or closes at least this share of the pages
-FILING_CHARS = 8000  # the opening text read for a filing's type and period
 # Extracted text keeps typographic ligatures ("Uniﬁed"), which defeat search for "Unified".
 _LIGATURES = str.maketrans(
     {"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl", "\ufb05": "st", "\ufb06": "st"}
@@ -71,22 +70,14 @@ def parse_pdf(data: bytes, kind: str = "pdf", ocr: bool = True) -> ParsedDocumen
     stats = _ocr_pages(data, pages) if ocr else None
     pages = [table_rows(p) for p in strip_running_lines(pages)]
 
-    offsets, parts, length = [], [], 0
-    for text in pages:
-        if parts:
-            parts.append(PAGE_SEPARATOR)
-            length += len(PAGE_SEPARATOR)
-        offsets.append(length)
-        parts.append(text)
-        length += len(text)
-    text = "".join(parts)
+    joined = ParsedDocument.from_pages(pages, PAGE_SEPARATOR)
+    text, offsets = joined.text, joined.page_offsets
     if not text.strip():
         # A scanned PDF that OCR could not read (or OCR is off): named, not silently empty.
         return no_text_layer(data, len(pages))
 
     headings = _outline_headings(reader, text, offsets)
     info = _metadata(reader)
-    info.update(filing_context(text[:FILING_CHARS]))
     return ParsedDocument(
         text=text,
         title=_clean_title(info.pop("title", "")),
@@ -217,69 +208,6 @@ def table_rows(page: str) -> str:
             out.append(pending_years[0])
     flush()
     return "\n".join(out)
-
-
-_MONTH = r"(?:January|February|March|April|May|June|July|August|September|October|November|December)"
-_DATE = rf"({_MONTH}\.?\s+\d{{1,2}}\s*,?\s*(\d{{4}}))"  # "December 31 , 2020" too
-_PERIODS = (
-    (re.compile(rf"for\s+the\s+(?:fiscal\s+)?year\s+ended\s+{_DATE}", re.I), "fiscal year {year} (ended {date})"),
-    (re.compile(rf"for\s+the\s+quarterly\s+period\s+ended\s+{_DATE}", re.I), "quarter ended {date}"),
-)
-_TYPES = (
-    (re.compile(r"\bform\s+10-?k\b", re.I), "Form 10-K annual report"),
-    (re.compile(r"\bform\s+10-?q\b", re.I), "Form 10-Q quarterly report"),
-    (re.compile(r"\bform\s+8-?k\b", re.I), "Form 8-K current report"),
-    (re.compile(r"\bform\s+20-?f\b", re.I), "Form 20-F annual report"),
-)
-
-
-# The cover of an SEC filing names the company on the line above this caption.
-_REGISTRANT = re.compile(r"\(\s*exact\s+name\s+of\s+(?:the\s+)?registrant", re.I)
-_COVER_NOISE = re.compile(r"^.*?(?:commission\s+file\s+(?:number|no\.?)\s*:?\s*[\d-]+|[_.]{3,})\s*", re.I)
-
-
-def filing_context(opening: str) -> dict[str, str]:
-    """``doc_type``, ``period``, ``fiscal_year`` (``FY2018``) and ``company`` of a filing, where its
-    opening text states them (the cover page of a 10-K or 10-Q does: the company is the
-    registrant's name above the "(Exact name of registrant as specified in its charter)"
-    caption); ``{}`` for anything else. The header's title line takes the type and period
-    (:func:`quarry.ingest.context.with_period`); the document's card, which names it to the
-    search (:mod:`quarry.retrieval.cards`), takes all four."""
-    text = " ".join(opening.split())
-    out = {}
-    kind = min(((m.start(), label) for rx, label in _TYPES if (m := rx.search(text))), default=None)
-    if kind:
-        out["doc_type"] = kind[1]
-    for rx, form in _PERIODS:
-        m = rx.search(text)
-        if m:
-            date = re.sub(r"\s+,", ",", " ".join(m.group(1).replace(".", "").split()))
-            month, rest = date.split(" ", 1)
-            date = f"{month.capitalize()} {rest}"
-            out["period"] = form.format(year=m.group(2), date=date)
-            if form.startswith("fiscal year"):
-                out["fiscal_year"] = f"FY{m.group(2)}"  # as questions write it
-            break
-    company = registrant(opening)
-    if company and kind:
-        out["company"] = company
-    return out
-
-
-def registrant(opening: str) -> str:
-    """The registrant's name on a filing's cover: the text just before the "(Exact name of
-    registrant ...)" caption, on its own line or ahead of the caption on the same one; "" when
-    the caption is absent or what precedes it does not look like a name."""
-    m = _REGISTRANT.search(opening)
-    if not m:
-        return ""
-    before = opening[:m.start()].replace("\u00a0", " ").rstrip()
-    lines = [ln.strip() for ln in before.splitlines() if ln.strip()]
-    name = _COVER_NOISE.sub("", lines[-1]).strip(" ,;:") if lines else ""
-    if (not (2 <= len(name) <= 80) or not re.search(r"[A-Za-z]", name) or re.search(r"\d{3}", name)
-            or any(rx.search(name) for rx, _ in _TYPES)):
-        return ""
-    return name
 
 
 def no_text_layer(data: bytes, n_pages: int) -> ParsedDocument:

@@ -45,8 +45,18 @@ def sniff_file(path: str) -> str:
     return sniff_text(head)
 
 
-def sniff_binary(head: bytes, path: str) -> str | None:
-    """A type for a known binary signature; "" for a binary quarry cannot read; None for not binary."""
+def sniff_bytes(data: bytes) -> str | None:
+    """The type of a whole file's bytes by their signature (``sniff_binary`` on bytes in memory)."""
+    import io
+
+    return sniff_binary(data[:HEAD], io.BytesIO(data))
+
+
+def sniff_binary(head: bytes, path) -> str | None:
+    """A type for a known binary signature; "" for a binary quarry cannot read; None for not binary.
+
+    ``path`` is the file's path or a binary file object holding it (ZIP and OLE files are told
+    apart by their member names)."""
     if head.startswith(b"%PDF-"):
         return "pdf"
     if head.startswith(b"{\\rtf"):
@@ -60,7 +70,7 @@ def sniff_binary(head: bytes, path: str) -> str | None:
     return None
 
 
-def _zip_type(path: str) -> str:
+def _zip_type(path) -> str:
     try:
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
@@ -75,7 +85,7 @@ def _zip_type(path: str) -> str:
     return ""
 
 
-def _ole_type(path: str) -> str:
+def _ole_type(path) -> str:
     try:
         import olefile
 

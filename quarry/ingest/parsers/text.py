@@ -5,7 +5,7 @@ line numbers they start on) and front matter from PyYAML; a line scanner used be
 disagreed with CommonMark on 5 of the 10 cases in ``tests/test_parsers.py``.
 reStructuredText titles are still found by :func:`rst_headings`.
 
-Also home to :func:`decode_bytes`, the encoding detection the HTML parser shares.
+Also home to :func:`decode_bytes`, the encoding detection the HTML and mail parsers share.
 """
 
 from __future__ import annotations
@@ -98,6 +98,15 @@ def _codec(name: str) -> str:
     # HTML5 reads latin-1 and ASCII declarations as windows-1252, as browsers do.
     name = codecs.lookup(name.strip()).name
     return "cp1252" if name in ("latin-1", "iso8859-1", "ascii") else name
+
+
+def unicode_codec(data: bytes) -> str | None:
+    """The codec of text stored as UTF-8 with a BOM, UTF-16/32 with a BOM, or BOM-less UTF-16
+    (what Windows tools write), else None: the bytes are an 8-bit encoding."""
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            return codec
+    return _sniff_utf16(data[:_SNIFF])
 
 
 def _sniff_utf16(head: bytes) -> str | None:

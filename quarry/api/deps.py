@@ -1,0 +1,119 @@
+"""What the endpoints of ``quarry api`` are handed (FastAPI dependencies): the server's
+configuration and shared state, the opened index, the authenticated caller, and the JSON response
+of the library's serialiser. Routers import these; :mod:`quarry.api.app` assembles routers and
+state, so no router imports the app.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from fastapi import Depends, Request
+from fastapi.responses import Response
+from quarry.api.auth import DEFAULT_RATE_LIMIT, Authenticator, Caller
+from quarry.api.errors import ApiError
+from quarry.api.keys import KeyRing, key_store
+
+log = logging.getLogger("quarry.api")
+CONFIG_ENV = "QUARRY_API_CONFIG"  # how `quarry api --workers N` hands the config to its worker processes
+DEFAULT_MAX_BODY = 1 << 20  # bytes
+
+
+@dataclass
+class ApiConfig:
+    """What a server serves and how: everything ``quarry api`` takes besides host and port."""
+
+    db: str | None = None
+    host: str = "127.0.0.1"  # where it listens (a loopback server refuses other Host headers at /mcp)
+    keys_file: str | None = None
+    rate_limit: int = DEFAULT_RATE_LIMIT  # requests per minute per key (a key's own limit wins)
+    workers: int = 1
+    max_body: int = DEFAULT_MAX_BODY
+    rerankers: list[str] = field(default_factory=list)  # rerank specs requests may name
+    mcp: bool = True
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_env(cls) -> ApiConfig:
+        raw = os.environ.get(CONFIG_ENV)
+        if not raw:
+            raise RuntimeError(f"{CONFIG_ENV} is not set: start the server with `quarry api`")
+        return cls(**json.loads(raw))
+
+
+class State:
+    """What the endpoints share in one worker process: the index (opened on first need, so a
+    server can start before the first index run) and the authenticator."""
+
+    def __init__(self, config: ApiConfig):
+        from quarry.core.settings import store_path
+
+        self.config = config
+        self.store = store_path(config.db)
+        self.auth = Authenticator(KeyRing(key_store(self.store, config.keys_file)), config.rate_limit,
+                                  config.workers)
+        self._index = None
+        self._guard = threading.Lock()
+
+    def index(self):
+        if self._index is None:
+            with self._guard:
+                if self._index is None:
+                    from quarry.search.query import open as open_index
+
+                    self._index = open_index(self.store)
+        return self._index
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+
+    def paths(self) -> list[str]:
+        """Where the store is, in every form a message could name it (never shown to a client)."""
+        from quarry.store.remote import remote_of
+
+        out = [str(self.store), str(Path(self.store).resolve())]
+        remote = remote_of(self.store)
+        if remote is not None:
+            out.append(str(remote.url))
+            if remote.url.scheme == "file":
+                out.append("/" + remote.url.prefix)
+        if self.config.keys_file:
+            out.append(str(Path(self.config.keys_file).expanduser().absolute()))
+        return out
+
+
+def state_of(request: Request) -> State:
+    return request.app.state.quarry
+
+
+def index_of(request: Request):
+    """The opened index (a dependency of every endpoint that reads it)."""
+    return state_of(request).index()
+
+
+def caller_of(request: Request) -> Caller:
+    """The authenticated caller (401 without a valid key once the store has keys; 429 over its rate)."""
+    return state_of(request).auth.caller(request.headers.get("authorization"))
+
+
+def admin_of(caller: Caller = Depends(caller_of)) -> Caller:
+    if not caller.admin:
+        raise ApiError(403, "this endpoint needs an admin key (`quarry keys create NAME --admin`)")
+    return caller
+
+
+def json_response(data, status: int = 200) -> Response:
+    """JSON from the library's serialiser, with the generation it was read from in a header."""
+    from quarry.search.serialize import dumps
+
+    headers = {}
+    if isinstance(data, dict) and data.get("generation") is not None:
+        headers["X-Quarry-Generation"] = str(data["generation"])
+    return Response(dumps(data), status_code=status, media_type="application/json", headers=headers)

@@ -1,0 +1,70 @@
+"""Running the API: the host check and uvicorn (one process, or ``workers`` processes sharing the socket)."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import socket
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from quarry.api.app import CONFIG_ENV, ApiConfig
+from quarry.core.errors import UsageError
+
+log = logging.getLogger("quarry.api")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve anywhere
+
+
+def check_host(host: str, keys_required: bool, insecure_no_auth: bool) -> str | None:
+    """Refuse a host others can reach when the store has no keys, unless told ``insecure_no_auth``;
+    returns a warning to print, or None."""
+    if is_loopback(host):
+        return None if keys_required else ("the store has no API keys: every caller is anonymous and reads public "
+                                           "documents only (`quarry keys create` makes a key)")
+    if keys_required:
+        return None
+    if not insecure_no_auth:
+        raise UsageError(f"refusing to serve {host} without API keys: anyone who reaches it could search the index. "
+                         "Create one with `quarry keys create NAME`, bind 127.0.0.1, or pass --insecure-no-auth")
+    return (f"serving {host} WITHOUT authentication (--insecure-no-auth): anyone who reaches it reads the public "
+            "documents")
+
+
+class NoDelayH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, setting TCP_NODELAY on every connection.
+
+    With ``--workers N`` uvicorn hands its workers the listening socket through multiprocessing,
+    which rebuilds it with ``proto`` 0; asyncio then skips TCP_NODELAY on the connections it accepts
+    (it checks ``proto == IPPROTO_TCP``), and Nagle's algorithm meeting the client's delayed ACK
+    added ~40 ms to every answer (measured: 44 ms against 0.3 ms per request on an empty endpoint).
+    """
+
+    def connection_made(self, transport) -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        super().connection_made(transport)
+
+
+def serve(config: ApiConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+    """Run the API until SIGTERM or Ctrl-C."""
+    import uvicorn
+
+    config.host = host
+    os.environ[CONFIG_ENV] = config.to_env()  # each worker process builds its app from it
+    uvicorn.run("quarry.api.app:app_from_env", factory=True, host=host, port=port, workers=config.workers,
+                http="quarry.api.server:NoDelayH11Protocol", log_level=log_level, proxy_headers=False, server_header=False,
+                timeout_graceful_shutdown=10)

@@ -1,0 +1,178 @@
+"""``quarry api``, ``quarry keys`` and ``quarry mcp``: flags in, the library (``quarry.api``) out.
+
+Registered on the ``quarry`` group by :func:`register` (one line in ``main.py``), which hands over
+main's shared options, so that this module never imports ``quarry.cli.main`` (``python -m
+quarry.cli.main`` runs that module as ``__main__``; importing it again would build a second group).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+def register(group: click.Group, *, db_option, json_option, handle_errors) -> None:
+    """Add ``api``, ``keys`` and ``mcp`` to the ``quarry`` group, with main's ``--db``, ``--json`` and
+    error handling."""
+    keys_file_option = click.option(
+        "--keys-file", default=None, envvar="QUARRY_KEYS_FILE", metavar="FILE",
+        help="Keep the keys in FILE instead of with the store ($QUARRY_KEYS_FILE).")
+
+
+    @click.command()
+    @db_option
+    @click.option("--host", default="127.0.0.1", show_default=True,
+                  help="Address to listen on. Anything but loopback needs API keys (or --insecure-no-auth).")
+    @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+    @click.option("--workers", type=click.IntRange(1, 256), default=1, show_default=True,
+                  help="Server processes; each maps the index once (docs/api.md, Deployment).")
+    @click.option("--rate-limit", type=click.IntRange(0, 10_000_000), default=None,
+                  help="Requests per minute per key unless the key has its own (default 600; 0 = unlimited; "
+                       "$QUARRY_API_RATE_LIMIT).")
+    @click.option("--rerank", "rerankers", multiple=True, metavar="SPEC",
+                  help="A reranker requests may ask for, e.g. cross-encoder:/models/ms-marco (repeatable; none by "
+                       "default).")
+    @click.option("--max-body", type=click.IntRange(1024, 1 << 30), default=1 << 20, show_default=True,
+                  help="Largest request body in bytes (413 above).")
+    @click.option("--no-mcp", is_flag=True, help="Do not serve MCP at /mcp.")
+    @click.option("--insecure-no-auth", is_flag=True,
+                  help="Allow a non-loopback --host for a store without API keys (every caller anonymous: public "
+                       "documents only).")
+    @keys_file_option
+    @click.option("--log-level", "server_log_level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+                  default="info", show_default=True, help="uvicorn's log level (info logs each request).")
+    @handle_errors
+    def api(db, host, port, workers, rate_limit, rerankers, max_body, no_mcp, insecure_no_auth, keys_file,
+            server_log_level):
+        """Serve the index over HTTP: /v1/search, /v1/documents, /v1/chunks, /v1/status, /v1/runs, /mcp.
+
+        OpenAPI at /docs. Needs `Authorization: Bearer <token>` from `quarry keys create` once the store
+        has a key; see docs/api.md.
+        """
+
+        from quarry.api.app import ApiConfig
+        from quarry.api.keys import KeyRing, key_store
+        from quarry.api.server import check_host, serve
+        from quarry.core.settings import store_path
+
+        if rate_limit is None:
+            from quarry.core.settings import environment
+
+            rate_limit = environment().api_rate_limit
+        ring = KeyRing(key_store(store_path(db), keys_file))
+        ring.refresh()
+        warning = check_host(host, ring.required, insecure_no_auth)
+        if warning:
+            click.echo(f"warning: {warning}", err=True)
+        config = ApiConfig(db=db, keys_file=keys_file, rate_limit=rate_limit, workers=workers, max_body=max_body,
+                           rerankers=list(rerankers), mcp=not no_mcp)
+        click.echo(f"serving {store_path(db) if db is None else db} on http://{host}:{port} "
+                   f"({workers} worker{'s' if workers > 1 else ''}; keys {'required' if ring.required else 'none'})",
+                   err=True)
+        serve(config, host=host, port=port, log_level=server_log_level)
+
+
+    @click.group()
+    def keys():
+        """API keys for `quarry api` (only a salted hash of each is stored)."""
+
+
+    @keys.command(name="create")
+    @click.argument("name")
+    @db_option
+    @click.option("--principal", "principals", multiple=True, metavar="PRINCIPAL",
+                  help="Who the key reads as, e.g. group:finance or user:alice (repeatable; public is implied).")
+    @click.option("--admin", is_flag=True, help="Read every document and list runs.")
+    @click.option("--expires", default=None, metavar="WHEN",
+                  help="Expiry: 30d, 12h, 2w, 90m from now, or a date (2027-01-31). Default: never.")
+    @click.option("--rate-limit", type=click.IntRange(0, 10_000_000), default=None,
+                  help="Requests per minute for this key (0 = unlimited; default: the server's).")
+    @keys_file_option
+    @json_option
+    @handle_errors
+    def keys_create(name, db, principals, admin, expires, rate_limit, keys_file, as_json):
+        """Create a key NAME and print its token (shown once)."""
+        from quarry.api.keys import KeyRing, key_store, parse_expiry
+        from quarry.core.settings import store_path
+
+        ring = KeyRing(key_store(store_path(db), keys_file))
+        key, token = ring.create(name, principals, admin=admin, expires=parse_expiry(expires), rate_limit=rate_limit)
+        if as_json:
+            click.echo(json.dumps({"name": key.name, "token": token, **{k: v for k, v in key.public().items()
+                                                                        if k not in ("name",)}}, indent=2))
+            return
+        click.echo(token)
+        who = "everything (admin)" if key.admin else ", ".join(key.principals + ["public"])
+        click.echo(f"key {key.name} ({key.id}) reads as {who}"
+                   + (f", expires {key.public()['expires']}" if key.expires else "")
+                   + ". The token above is shown once: store it now.", err=True)
+
+
+    @keys.command(name="list")
+    @db_option
+    @keys_file_option
+    @json_option
+    @handle_errors
+    def keys_list(db, keys_file, as_json):
+        """Keys of the store: name, id, principals, status; never a token."""
+        from quarry.api.keys import KeyRing, key_store
+        from quarry.core.settings import store_path
+
+        items = [k.public() for k in KeyRing(key_store(store_path(db), keys_file)).list()]
+        if as_json:
+            click.echo(json.dumps(items, indent=2))
+            return
+        if not items:
+            click.echo("no keys (`quarry keys create NAME` makes one)")
+        for k in items:
+            who = "admin" if k["admin"] else ",".join(k["principals"] + ["public"])
+            click.echo(f"{k['name']:<20} {k['id']}  {k['status']:<8} {who}"
+                       + (f"  expires {k['expires']}" if k["expires"] else "")
+                       + (f"  {k['rate_limit']}/min" if k["rate_limit"] is not None else ""))
+
+
+    @keys.command(name="revoke")
+    @click.argument("name")
+    @db_option
+    @keys_file_option
+    @json_option
+    @handle_errors
+    def keys_revoke(name, db, keys_file, as_json):
+        """Revoke the key NAME (or of that id): refused from the next request on."""
+        from quarry.api.keys import KeyRing, key_store
+        from quarry.core.settings import store_path
+
+        revoked = KeyRing(key_store(store_path(db), keys_file)).revoke(name)
+        if as_json:
+            click.echo(json.dumps([k.public() for k in revoked], indent=2))
+            return
+        for k in revoked:
+            click.echo(f"revoked {k.name} ({k.id})")
+
+
+    @click.command()
+    @db_option
+    @click.option("--as", "as_principals", multiple=True, metavar="PRINCIPAL",
+                  help="Read as this principal (repeatable; public is implied). Default: everything, as the "
+                       "store's owner.")
+    @handle_errors
+    def mcp(db, as_principals):
+        """Serve the index to an MCP client over stdio (tools: search, get_document, get_context, status)."""
+        from quarry.api.auth import Caller
+        from quarry.api.mcp import build
+        from quarry.core.settings import store_path
+        from quarry.search.query import open as open_index
+
+        index = open_index(store_path(db))
+        caller = Caller.owner(list(as_principals) or None)
+        server = build(lambda: index, lambda ctx: caller)
+        try:
+            server.run("stdio")
+        finally:
+            index.close()
+        sys.stdout.flush()
+
+    for command in (api, keys, mcp):
+        group.add_command(command)

@@ -1,0 +1,93 @@
+"""Document permissions in the catalog: ``documents.principals`` and each root's source (``acl_roots``).
+
+An update touches only those two: no chunk or vector changes. In a whole catalog the documents
+rows are updated in place; in a delta layer (quarry/store/layers.py) the changed documents rows are
+written to the layer, as for a move, and the commit's index segment holds those documents (their
+chunks stay in the segments that had them).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from quarry.core import paths
+from quarry.core.principals import normalise
+from quarry.core.sqlfiles import load_sql
+from quarry.ingest.acl import AclSource
+
+_WANTED = "wanted_acl"
+
+
+def _columns(con, table: str) -> set[str]:
+    try:
+        return {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
+    except Exception:  # noqa: BLE001 - a catalog from before the table existed
+        return set()
+
+
+def sources(con) -> dict[str, AclSource]:
+    """``{root: AclSource}`` the catalog remembers (empty for a catalog from before permissions)."""
+    if not _columns(con, "acl_roots"):
+        return {}
+    return {root: AclSource(source, rules) for root, source, rules in con.execute(load_sql("acl_sources")).fetchall()}
+
+
+def set_sources(con, changed: dict[str, AclSource], delta: bool = False) -> None:
+    """Remember each root's source (``delta``: in the catalog layer ``con`` writes,
+    quarry/store/layers.py)."""
+    for root, source in changed.items():
+        con.execute(load_sql("layer_acl_set_source" if delta else "acl_set_source"), [root, source.source, source.rules])
+
+
+def stored(con) -> dict[str, tuple[str, ...] | None]:
+    """``{document path: principals}`` (None: not decided; a catalog from before permissions: all public)."""
+    if "principals" not in _columns(con, "documents"):
+        return {path: ("public",) for (path,) in con.execute("SELECT path FROM documents").fetchall()}
+    return {path: (tuple(p) if p is not None else None) for path, p in con.execute(load_sql("acl_principals")).fetchall()}
+
+
+def _update(con, sql: str, key: str, wanted: dict[str, tuple[str, ...]], layer: tuple[int, int] | None) -> list[str]:
+    if not wanted:
+        return []
+    table = pa.table({key: list(wanted), "principals": [list(p) for p in wanted.values()]},
+                     schema=pa.schema([(key, pa.string()), ("principals", pa.list_(pa.string()))]))
+    con.register(_WANTED, table)
+    try:
+        if layer is None:
+            return [d for (d,) in con.execute(load_sql(sql)).fetchall()]
+        from quarry.store import layers
+
+        return layers.rewrite_principals(con, f"layer_{sql}", *layer)
+    finally:
+        con.unregister(_WANTED)
+
+
+def apply(con, wanted: dict[str, tuple[str, ...]], layer: tuple[int, int] | None = None) -> list[str]:
+    """Set the principals of the documents at these paths (real file names; stored in display form)
+    where they differ; returns the doc_ids changed. ``layer``: ``(generation, base)`` of the delta
+    layer ``con`` writes (quarry/store/layers.py), which then holds those documents rows."""
+    return _update(con, "acl_apply", "path", {paths.display(p): tuple(v) for p, v in wanted.items()}, layer)
+
+
+def apply_to_documents(con, wanted: dict[str, tuple[str, ...]], layer: tuple[int, int] | None = None) -> list[str]:
+    """Set the principals of these documents (by doc_id) where they differ; returns the doc_ids
+    changed (``layer`` as for :func:`apply`)."""
+    return _update(con, "acl_apply_documents", "doc_id", {d: normalise(v) for d, v in wanted.items()}, layer)
+
+
+def plan_for_run(store, files, roots: list[str], acl_source: str = "", acl_rules: str = ""):
+    """Principals for every discovered file (``--acl`` / ``--acl-rules``, else what each root had),
+    compared with the committed catalog of ``store``: a :class:`~quarry.ingest.acl.PermissionPlan`."""
+    from quarry.ingest.acl import plan_permissions, requested
+    from quarry.store.layout import read_pointer
+    from quarry.store.reader import open_snapshot
+
+    asked = requested(acl_source, acl_rules)
+    stored_sources, stored_principals = {}, {}
+    if read_pointer(store) is not None:
+        snap = open_snapshot(store)
+        try:
+            stored_sources, stored_principals = sources(snap.con), stored(snap.con)
+        finally:
+            snap.close()
+    return plan_permissions(files, roots, asked, stored_sources, stored_principals)

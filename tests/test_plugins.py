@@ -1,0 +1,78 @@
+"""Plugins by entry point: a package outside quarry (tests/plugin/quarry-demo-plugin) adds a file
+format, an embedding backend and a fusion method without touching quarry/, and the CLI lists and
+uses them; a plugin that fails to load is named, not fatal."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+PLUGIN = ROOT / "tests" / "plugin" / "quarry-demo-plugin"
+
+
+@pytest.fixture(scope="module")
+def plugin_path(tmp_path_factory):
+    """The plugin installed as pip installs it (its dist-info holds the entry points), into a
+    folder of its own that only the subprocesses below see."""
+    target = tmp_path_factory.mktemp("plugin-site")
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--no-index", "--target", str(target), str(PLUGIN)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    return target
+
+
+@pytest.fixture
+def quarry_with_plugin(plugin_path, prefect_api):
+    def run(*args, **env_vars):
+        env = {**os.environ, "PYTHONPATH": str(plugin_path), **env_vars}
+        return subprocess.run([sys.executable, "-m", "quarry.cli.main", *map(str, args)], capture_output=True,
+                              text=True, env=env, cwd=ROOT, timeout=300)
+
+    return run
+
+
+def test_the_cli_lists_the_plugin_components_and_names_the_broken_one(quarry_with_plugin):
+    done = quarry_with_plugin("plugins", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    owned = {kind: {c["name"]: c["plugin"] for c in item["components"]} for kind, item in out.items()}
+    assert owned["formats"]["demo"].startswith("demo (quarry_demo_plugin")
+    assert owned["embedders"]["demo"].startswith("demo (quarry_demo_plugin.embedder")
+    assert owned["fusions"]["max"].startswith("max (quarry_demo_plugin.fusion:register")
+    assert owned["formats"]["md"] is None and owned["fusions"]["tmm"] is None  # quarry's own
+    assert "broken" not in owned["sectioners"] and "on purpose" in out["sectioners"]["errors"][0]
+    formats = quarry_with_plugin("formats").stdout
+    assert any(line.startswith("demo") and "(plugin demo" in line for line in formats.splitlines())
+    helped = quarry_with_plugin("index", "--help").stdout + quarry_with_plugin("search", "--help").stdout
+    assert "demo" in helped and "max" in helped
+
+
+def test_a_store_indexed_and_searched_through_plugins(quarry_with_plugin, tmp_path):
+    tree, db = tmp_path / "tree", tmp_path / "db"
+    tree.mkdir()
+    (tree / "birds.demo").write_text("== Herons\nThe grey heron fishes at dawn.\n== Owls\nBarn owls hunt at night.\n")
+    (tree / "notes.md").write_text("# Notes\n\nA plain Markdown page about compost.\n")
+    done = quarry_with_plugin("index", tree, "--db", db, "--embed-backend", "demo", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["added"] == 2
+    done = quarry_with_plugin("search", "barn owls hunting", "--db", db, "--fusion", "max", "--json", "-k", "3",
+                              QUARRY_EMBED_BACKEND="demo")
+    assert done.returncode == 0, done.stderr
+    top = json.loads(done.stdout)["results"][0]
+    assert top["path"].endswith("birds.demo") and top["section"] == "Owls" and top["file_type"] == "demo"
+    assert json.loads(done.stdout)["fusion"] == "max"
+    sql = quarry_with_plugin("sql", "SELECT metadata->>'parsed_by' AS by FROM documents WHERE file_type = 'demo'",
+                             "--db", db, "--format", "json")
+    assert json.loads(sql.stdout) == [{"by": "quarry-demo-plugin"}]
+
+
+def test_without_the_plugin_its_names_are_unknown(cli, tmp_path):
+    done = cli("search", "x", "--db", tmp_path / "none", "--fusion", "max")
+    assert done.returncode == 2 and "'max' is not one of 'tmm', 'rrf'" in done.stderr
