@@ -121,6 +121,9 @@ class SegmentedRows:
         self.doc_offsets = np.zeros(len(parts) + 1, dtype=np.int64)
         np.cumsum([t.num_rows for t in self.doc_tables], out=self.doc_offsets[1:])
         self.deleted_docs = np.asarray(deleted_docs if deleted_docs is not None else [], dtype=np.int64)
+        self._dead_docs = np.zeros(int(self.doc_offsets[-1]) + 1, dtype=bool)  # the last: "unknown" (-1)
+        self._dead_docs[self.deleted_docs] = True
+        self._dead_docs[-1] = True
         self._columns: dict[int, dict] = {}
         self._doc_columns: dict[int, dict] = {}
         self._moved: dict[str, int] | None = None
@@ -176,9 +179,7 @@ class SegmentedRows:
             if self.row_docs[s] is not None:
                 local = np.asarray(self.row_docs[s])[rows[where] - self.offsets[s]].astype(np.int64)
                 out[where] = np.where(local >= 0, local + self.doc_offsets[s], -1)
-        stale = out < 0
-        if len(self.deleted_docs):
-            stale |= np.isin(out, self.deleted_docs)
+        stale = self._dead_docs[out]  # -1 reads the last entry, True
         for i in np.flatnonzero(stale).tolist():  # moved documents: found by doc_id in a later segment
             s = int(seg[i])
             out[i] = self._find_doc(self._cols(s)["doc_id"][int(rows[i] - self.offsets[s])].as_py())

@@ -27,7 +27,8 @@ segment without deletions needs no rescoring: its stored weights are exact.
 **Vectors.** Each segment has its own vectors (with IVF once it has ``IVF_MIN_ROWS`` rows, else
 searched exactly); a query takes each segment's top ``n`` and keeps the best ``n`` overall.
 Deleted rows are left out of the scores a segment computes (they never compete for its top
-``n``), or, past :data:`DELETED_SKIP` deleted rows or with a filter, through the filter mask.
+``n``; a bool per row, so as cheap for many deleted rows as for few), or, with a filter or the
+``binary`` method past :data:`DELETED_SKIP` deleted rows, through the filter mask.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import numpy as np
 from quarry.retrieval.bm25 import BM25Index, _idf, _weights, stem_words
 from quarry.retrieval.select import top_n
 
-DELETED_SKIP = 4096  # a segment with more deleted rows is searched with a mask of its live rows
+DELETED_SKIP = 4096  # binary search: a segment with more deleted rows is searched with a mask of its live rows
 _SLACK = 2.0 ** -24  # float32's unit roundoff: the rounding of a stored weight, a scaling, a sum
 
 
@@ -363,8 +364,12 @@ class SegmentedDense:
                                     rescore_multiplier=rescore_multiplier)
             elif not len(dead):
                 r, sc = part.search(query, n, method=method, rescore_multiplier=rescore_multiplier)
-            elif len(dead) <= DELETED_SKIP and method != "binary":
+            elif method != "binary":
                 r, sc = part.search(query, n, method=method, rescore_multiplier=rescore_multiplier, dead=dead)
+            elif len(dead) <= DELETED_SKIP:  # binary: ask for n plus the deleted rows, drop them
+                r, sc = part.search(query, n + len(dead), method=method, rescore_multiplier=rescore_multiplier)
+                alive = ~np.isin(r, dead)
+                r, sc = r[alive][:n], sc[alive][:n]
             else:
                 live, count = self._live_mask(s)
                 if not count:
