@@ -13,6 +13,7 @@ import time
 import pytest
 
 from quarry.core.errors import QuarryError, StoreLocked, UsageError
+from quarry.core import cloud
 from quarry.store import objstore, objstore_azure, objstore_gcs
 from quarry.store.lease import LEASE, Lease
 from quarry.core.storeurl import StoreURL, is_url, parse_url
@@ -262,7 +263,7 @@ def test_an_azure_environment_without_an_account_says_what_to_set(env, message):
 
 def test_az_without_the_azure_sdk_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "azure.storage.blob", None)
-    monkeypatch.setattr(objstore_azure, "_clients", {})
+    monkeypatch.setattr(cloud, "_clients", {})
     with pytest.raises(UsageError, match=r"pip install 'quarry\[azure\]'"):
         objstore_azure.AzureObjectStore(parse_url("az://c/p"), AzureAccount("acct", "https://x", key=KEY))
 

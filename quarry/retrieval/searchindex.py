@@ -47,7 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from quarry.core.safeio import fsync_dir
-from quarry.core.settings import environment
+from quarry.core.environment import environment
 from quarry.retrieval import bm25, cards, dense, rows
 from quarry.retrieval.segmented import SegmentedBM25, SegmentedDense, split_rows
 

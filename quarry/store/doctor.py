@@ -102,7 +102,8 @@ def diagnose(store: Path, repair: bool = False) -> DoctorReport:
 
 
 def _diagnose(store: Path, report: DoctorReport, repair: bool) -> None:
-    from quarry.store.layout import POINTER, read_pointer, write_pointer
+    from quarry.store.layout import write_pointer
+    from quarry.store.pointer import POINTER, read_pointer
 
     try:
         pointer = read_pointer(store)
@@ -159,7 +160,7 @@ def _open_catalog(path: Path, report: DoctorReport, pointer):
     import duckdb
 
     from quarry.store import layers
-    from quarry.store.reader import lock_holder
+    from quarry.store.catalog import lock_holder
 
     if not path.exists():
         report.add("catalog", False, f"{path}, the catalog CURRENT names, is missing", _rebuild_hint(path.parent))
@@ -267,8 +268,8 @@ def recover_pointer(store: Path):
     import os
     import shutil
 
-    from quarry.store import layers, vectors
-    from quarry.store.layout import Pointer
+    from quarry.store import catalog, layers, vectors
+    from quarry.store.pointer import Pointer
 
     gens = sorted(((int(m.group(1)), p) for p in store.glob("catalog-*.duckdb")
                    if (m := _GENERATION.match(p.name))), reverse=True)

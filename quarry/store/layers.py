@@ -43,7 +43,7 @@ import duckdb
 import pyarrow as pa
 
 from quarry.core import paths
-from quarry.core.settings import environment
+from quarry.core.environment import environment
 from quarry.core.sqlfiles import load_sql, statements
 from quarry.store import catalog
 
@@ -112,7 +112,6 @@ def attach(con, store: Path, generations: Sequence[int], read_only: bool = True)
     another process holds read-write (a SQL client opened it without ``-readonly``) is attached
     from a private copy: a committed layer never changes, so the copy is the same state. Returns
     the folders of such copies (the caller removes them after closing the connection)."""
-    from quarry.store.reader import lock_holder
 
     private = []
     for gen in generations:
@@ -123,7 +122,7 @@ def attach(con, store: Path, generations: Sequence[int], read_only: bool = True)
         try:
             con.execute(f"ATTACH {_literal(path)} AS {_q(alias(gen))}{mode}")
         except duckdb.IOException as exc:
-            if lock_holder(exc) is None:
+            if catalog.lock_holder(exc) is None:
                 raise
             import logging
             import tempfile
@@ -135,17 +134,16 @@ def attach(con, store: Path, generations: Sequence[int], read_only: bool = True)
             logging.getLogger("quarry").warning(
                 "%s is held open read-write by %s; reading a private copy of it. Open catalogs read-only "
                 "(duckdb -readonly FILE, or read_only=True) so that quarry and other readers can share them.",
-                path, lock_holder(exc))
+                path, catalog.lock_holder(exc))
     return private
 
 
 def connect(store: Path, generation: int, chain: Sequence[int] | None = None):
     """A read-only connection to generation ``generation``'s catalog with the layers it reads
     attached, and the folders of private copies to remove after closing it (see :func:`attach`
-    and :func:`quarry.store.reader.connect_read_only`)."""
-    from quarry.store.reader import connect_read_only
+    and :func:`quarry.store.catalog.connect_read_only`)."""
 
-    con, private, _ = connect_read_only(store / f"{alias(generation)}.duckdb")
+    con, private, _ = catalog.connect_read_only(store / f"{alias(generation)}.duckdb")
     folders = [private.parent] if private is not None else []
     try:
         chain = tuple(chain or chain_of(con, generation))

@@ -28,7 +28,8 @@ import os
 import threading
 from pathlib import Path
 
-from quarry.core.errors import QuarryError, UsageError
+from quarry.core.cloud import s3_client
+from quarry.core.errors import QuarryError
 from quarry.core.registry import STORES
 from quarry.core.storeurl import StoreURL
 
@@ -86,32 +87,6 @@ class ObjectStore:
 
 
 # --- S3 ---------------------------------------------------------------------------------------
-
-_clients: dict[tuple, object] = {}
-_clients_guard = threading.Lock()
-
-
-def s3_client():
-    """A boto3 S3 client configured from the AWS environment (one per process and endpoint)."""
-    try:
-        import boto3
-        from botocore.config import Config
-    except ImportError as exc:  # pragma: no cover - boto3 is in the default install
-        raise UsageError("s3:// stores need boto3: pip install boto3") from exc
-    # boto3 reads AWS_ENDPOINT_URL itself; AWS_ENDPOINT is the name object_store (LanceDB) also reads.
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") \
-        or os.environ.get("AWS_ENDPOINT") or None
-    region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION") or None
-    key = (endpoint, region, os.getpid())
-    with _clients_guard:
-        client = _clients.get(key)
-        if client is None:
-            config = Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=10, read_timeout=60,
-                            s3={"addressing_style": "path"} if endpoint else None)
-            client = boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region, config=config)
-            _clients[key] = client
-        return client
-
 
 def _code(exc) -> str:
     return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))

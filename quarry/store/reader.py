@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import re
 import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -16,7 +14,9 @@ import duckdb
 
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.store import catalog, layers, vectors
-from quarry.store.layout import DOCTOR_HINT, Pointer, read_pointer, require_pointer
+from quarry.store.catalog import connect_read_only, lock_holder  # noqa: F401 - read from here too
+from quarry.store.layout import require_pointer
+from quarry.store.pointer import DOCTOR_HINT, Pointer, read_pointer
 
 
 @dataclass
@@ -57,12 +57,18 @@ class Snapshot:
         return cursor
 
     @property
+    def document_columns(self) -> frozenset:
+        """The columns of this catalog's ``documents`` (a catalog committed by an older quarry lacks
+        the newer ones until a run copies it)."""
+        if self._columns is None:
+            self._columns = frozenset(r[0] for r in self.con.execute("DESCRIBE documents").fetchall())
+        return self._columns
+
+    @property
     def has_principals(self) -> bool:
         """Whether the catalog's documents carry principals (a catalog committed before they did
         has none, and every document in it is public)."""
-        if self._columns is None:
-            self._columns = frozenset(r[0] for r in self.con.execute("DESCRIBE documents").fetchall())
-        return "principals" in self._columns
+        return "principals" in self.document_columns
 
     @property
     def table(self):
@@ -187,41 +193,6 @@ def open_snapshot(store: Path, attempts: int = 5) -> Snapshot:
     if last is not None and not _is_lock_conflict(last):
         raise StoreCorrupt(f"{store / pointer.catalog} cannot be opened ({_first_line(last)}): {hint}")
     raise QuarryError(f"could not open the committed catalog in {store}: {last or 'it keeps changing'}")
-
-
-def lock_holder(exc: BaseException) -> str | None:
-    """The process DuckDB names as holding a file's lock (``PID 5072 (/usr/bin/python3)``), or None."""
-    m = re.search(r"Conflicting lock is held in (.*?) \(PID (\d+)\)", str(exc))
-    return f"PID {m.group(2)} ({m.group(1)})" if m else None
-
-
-def connect_read_only(path: Path) -> tuple[duckdb.DuckDBPyConnection, Path | None, str | None]:
-    """Open the catalog ``path`` read-only; returns the connection and, when another process held
-    the file read-write (a SQL client opened it without ``-readonly``), the private copy opened
-    instead and that process (``PID 5072 (/usr/bin/python3)``); else ``None, None``.
-
-    DuckDB lets many read-only connections share a file but none beside a read-write one. A
-    committed catalog never changes, so a copy of it is the same state: quarry keeps answering
-    and says who holds the file.
-    """
-    try:
-        return catalog.connect(path, read_only=True, fts=False), None, None
-    except duckdb.IOException as exc:
-        holder = lock_holder(exc)
-        if holder is None:
-            raise
-    folder = Path(tempfile.mkdtemp(prefix="quarry-catalog-"))
-    copy = folder / path.name
-    try:
-        shutil.copyfile(path, copy)
-        con = catalog.connect(copy, read_only=True, fts=False)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    logging.getLogger("quarry").warning(
-        "%s is held open read-write by %s; reading a private copy of it. Open catalogs read-only "
-        "(duckdb -readonly FILE, or read_only=True) so that quarry and other readers can share them.", path, holder)
-    return con, copy, holder
 
 
 def _first_line(exc: BaseException) -> str:

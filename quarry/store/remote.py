@@ -39,11 +39,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from quarry.core import faults
+from quarry.core.environment import environment
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.storeurl import MARKER, StoreURL, parse_url
-from quarry.store.layout import POINTER
+from quarry.retrieval.searchindex import MANIFEST, folder_name, segment_generations
+from quarry.store.generations import keep_generations, referenced
+from quarry.store.lease import Lease
 from quarry.store.objstore import ObjectStore, PreconditionFailed, open_store
-from quarry.core.settings import environment
+from quarry.store.pointer import POINTER, Pointer, write_local_pointer
 
 JOURNAL_PREFIX = "journal/"
 _GEN = re.compile(r"^(?:catalog-(\d+)\.duckdb|index-(\d+)/.*)$")
@@ -115,8 +118,6 @@ class Remote:
 
     def read_pointer(self):
         """(Pointer, etag) of the remote CURRENT, or (None, None)."""
-        from quarry.store.layout import Pointer
-
         got = self.objects.get(POINTER)
         if got is None:
             return None, None
@@ -132,8 +133,6 @@ class Remote:
         ``max_age`` > 0 skips the GET of CURRENT when the last pull is younger (readers:
         ``QUARRY_REMOTE_CHECK_SECONDS``); the writer always reads it.
         """
-        from quarry.store.layout import write_local_pointer
-
         with self._pull_guard:
             if max_age > 0 and self._pulled is not None and time.monotonic() - self._pulled[0] < max_age:
                 return self._pulled[1]
@@ -167,9 +166,6 @@ class Remote:
             self._fetch_layer(store, gen)
 
     def _fetch_layer(self, store: Path, generation: int) -> None:
-        from quarry.retrieval import searchindex as retrieval
-        from quarry.store.layout import Pointer
-
         name = Pointer.catalog_name(generation)
         catalog = store / name
         if not catalog.is_file():
@@ -179,18 +175,18 @@ class Remote:
                 os.replace(tmp, catalog)
             finally:
                 tmp.unlink(missing_ok=True)
-        folder_name = retrieval.folder_name(generation)
-        folder = store / folder_name
+        index_name = folder_name(generation)
+        folder = store / index_name
         if folder.is_dir():
             return
-        keys = self.objects.list(folder_name + "/")
+        keys = self.objects.list(index_name + "/")
         if not keys:
             return  # a generation committed without index files: the reader builds them in memory
-        tmp = store / f".dl-{folder_name}.{os.getpid()}.{threading.get_ident()}"
+        tmp = store / f".dl-{index_name}.{os.getpid()}.{threading.get_ident()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             for key in keys:
-                target = tmp / key[len(folder_name) + 1:]
+                target = tmp / key[len(index_name) + 1:]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 self.objects.download_file(key, target)
             os.replace(tmp, folder)
@@ -203,13 +199,12 @@ class Remote:
     def _layers_of(self, store: Path | None, generation: int) -> tuple[int, ...]:
         """The layers generation ``generation`` reads: from its index manifest, in the local folder
         or on the object store; ``(generation,)`` when it has none."""
-        from quarry.retrieval import searchindex as retrieval
 
         if store is not None:
-            local = retrieval.segment_generations(store / retrieval.folder_name(generation))
+            local = segment_generations(store / folder_name(generation))
             if local:
                 return tuple(local)
-        got = self.objects.get(f"{retrieval.folder_name(generation)}/{retrieval.MANIFEST}")
+        got = self.objects.get(f"{folder_name(generation)}/{MANIFEST}")
         try:
             segments = json.loads(got[0]).get("segments") if got is not None else None
         except ValueError:
@@ -220,8 +215,6 @@ class Remote:
     def _prune_local(store: Path, generation: int) -> None:
         """Drop cached generations the retention no longer keeps and no kept one reads (a reader may
         still map the previous one)."""
-        from quarry.store.generations import keep_generations, referenced
-
         stays = referenced(store, generation, max(2, keep_generations()))
         for path in list(store.glob("catalog-*.duckdb")) + list(store.glob("index-*")):
             gen = _generation_of(path.name if path.suffix == ".duckdb" else path.name + "/")
@@ -240,8 +233,6 @@ class Remote:
         """Download generation ``generation``'s catalog and index files, and those of the layers it
         reads, into ``store`` unless there (``quarry rollback`` to a generation the local cache no
         longer holds)."""
-        from quarry.store.layout import Pointer
-
         self._fetch_layer(store, generation)
         chain = self._layers_of(store, generation)
         self._fetch_generation(store, Pointer(generation, Pointer.catalog_name(generation), "", 0, "", 0, 0.0,
@@ -251,8 +242,6 @@ class Remote:
 
     def acquire(self, store: Path) -> None:
         """Take the writer lease, pull the committed generation and delete what dead runs uploaded."""
-        from quarry.store.lease import Lease
-
         lease = Lease(self.objects).acquire()
         try:
             pointer = self.pull(store)
@@ -275,23 +264,19 @@ class Remote:
         When it fails, the generation's local files go too: they must never pass for the files of
         a generation of the same number that another writer commits.
         """
-        from quarry.retrieval import searchindex as retrieval
-
         try:
             self._commit(store, pointer, upload)
         except BaseException:
             if not upload:  # the committed generation's own files
                 raise
             (store / pointer.catalog).unlink(missing_ok=True)
-            shutil.rmtree(store / retrieval.folder_name(pointer.generation), ignore_errors=True)
+            shutil.rmtree(store / folder_name(pointer.generation), ignore_errors=True)
             raise
 
     def _commit(self, store: Path, pointer, upload: bool) -> None:
-        from quarry.retrieval import searchindex as retrieval
-
         if self.lease is None:
             raise QuarryError(f"committing to {self.url} without the writer lease")
-        name = retrieval.folder_name(pointer.generation)
+        name = folder_name(pointer.generation)
         files = [(pointer.catalog, store / pointer.catalog)] if upload else []
         folder = store / name
         if upload and folder.is_dir():
@@ -344,8 +329,6 @@ class Remote:
     def remove_old_generations(self, committed: int, keep: int | None = None) -> list[str]:
         """Delete remote generations neither among the last ``keep`` nor read by one of them (their
         layers), and any newer than ``committed``."""
-        from quarry.store.generations import keep_generations
-
         keep = keep or keep_generations()
         keys = self.objects.list("")
         present = {g for k in keys if (g := _generation_of(k)) is not None}

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from quarry.core import paths
-from quarry.core.settings import environment
+from quarry.core.environment import environment
 os.environ.setdefault("LANCEDB_LOG", "error")  # LanceDB warns once per query otherwise
 
 _HEX = re.compile(r"^[0-9a-f]+$")
