@@ -167,3 +167,21 @@ def test_maintain_on_object_storage_applies_the_retention(scheme, tree, tmp_path
 
 def report_version(objects) -> int:
     return json.loads(objects.get("CURRENT")[0])["vector_version"]
+
+
+def test_two_handles_of_a_layered_store_in_one_process(tree, tmp_path, run_flow, monkeypatch):
+    """DuckDB shares one database instance between a process's connections to the same file, with
+    its attachments: a second snapshot of a delta finds its layers attached already and reads on."""
+    monkeypatch.setenv("QUARRY_REBASE_SHARE", "100")
+    db = tmp_path / "db"
+    run_flow([tree], db)
+    edit_tree(tree)
+    run_flow([tree], db)
+    assert read_pointer(db).layers == (1, 2)
+    with quarry.open(db) as first, quarry.open(db) as second:
+        a = [r.chunk_id for r in first.search("deploy", k=5).results]
+        b = [r.chunk_id for r in second.search("deploy", k=5).results]
+        assert a and a == b
+        assert first.status()["chunks"] == second.status()["chunks"]
+    with quarry.open(db) as third:  # after both closed
+        assert [r.chunk_id for r in third.search("deploy", k=5).results] == a

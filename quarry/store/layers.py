@@ -111,7 +111,11 @@ def attach(con, store: Path, generations: Sequence[int], read_only: bool = True)
     """Attach the catalogs of ``generations`` to ``con`` under their aliases (read-only). A file
     another process holds read-write (a SQL client opened it without ``-readonly``) is attached
     from a private copy: a committed layer never changes, so the copy is the same state. Returns
-    the folders of such copies (the caller removes them after closing the connection)."""
+    the folders of such copies (the caller removes them after closing the connection).
+
+    A layer already attached is left as it is: DuckDB shares one database instance between the
+    connections of a process that open the same file, attachments included (two snapshots of one
+    generation), and a committed layer is the same state whichever connection attached it."""
 
     private = []
     for gen in generations:
@@ -120,7 +124,7 @@ def attach(con, store: Path, generations: Sequence[int], read_only: bool = True)
             raise FileNotFoundError(f"{path}, a layer of the catalog, is missing")
         mode = " (READ_ONLY)" if read_only else ""
         try:
-            con.execute(f"ATTACH {_literal(path)} AS {_q(alias(gen))}{mode}")
+            con.execute(f"ATTACH IF NOT EXISTS {_literal(path)} AS {_q(alias(gen))}{mode}")
         except duckdb.IOException as exc:
             if catalog.lock_holder(exc) is None:
                 raise
@@ -130,7 +134,7 @@ def attach(con, store: Path, generations: Sequence[int], read_only: bool = True)
             folder = Path(tempfile.mkdtemp(prefix="quarry-catalog-"))
             private.append(folder)
             shutil.copyfile(path, folder / path.name)
-            con.execute(f"ATTACH {_literal(folder / path.name)} AS {_q(alias(gen))}{mode}")
+            con.execute(f"ATTACH IF NOT EXISTS {_literal(folder / path.name)} AS {_q(alias(gen))}{mode}")
             logging.getLogger("quarry").warning(
                 "%s is held open read-write by %s; reading a private copy of it. Open catalogs read-only "
                 "(duckdb -readonly FILE, or read_only=True) so that quarry and other readers can share them.",
