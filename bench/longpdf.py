@@ -195,7 +195,7 @@ def main() -> None:
     t = time.perf_counter()
     with quarry.open(store) as idx:
         index = idx.snapshot.index
-        position = {d: i for i, d in enumerate(index.results.docs.column("doc_id").to_pylist())}
+        position = _Positions(index.cards)
         keys, texts = page_units(idx)
         pages = PageBM25(texts)
         # no idx.prime_queries: each question is embedded alone, as `quarry search` embeds it
@@ -259,5 +259,18 @@ def main() -> None:
         print(json.dumps(payload, indent=2))
 
 
+class _Positions(dict):
+    """doc_id -> the document's place in the card scores, looked up on first use."""
+
+    def __init__(self, cards):
+        super().__init__()
+        self.cards = cards
+
+    def __missing__(self, doc_id: str) -> int:
+        self[doc_id] = self.cards.doc_position(doc_id)
+        return self[doc_id]
+
+
 if __name__ == "__main__":
     main()
+

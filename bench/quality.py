@@ -78,7 +78,7 @@ def candidates(store: Path, to_doc, beir, pool: int) -> tuple[dict, dict, dict, 
     lists, docs, card_scores, card_of = {}, {}, {}, {}
     with quarry.open(store) as idx:
         index = idx.snapshot.index
-        position = {d: i for i, d in enumerate(index.results.docs.column("doc_id").to_pylist())}
+        position = _Positions(index.cards)
         qids = sorted(beir.qrels)
         idx.prime_queries([beir.queries[q] for q in qids])
         for q in qids:
@@ -231,5 +231,18 @@ def _evaluate(rankings, qrels):
     return evaluate(rankings, qrels)
 
 
+class _Positions(dict):
+    """doc_id -> the document's place in the card scores, looked up on first use."""
+
+    def __init__(self, cards):
+        super().__init__()
+        self.cards = cards
+
+    def __missing__(self, doc_id: str) -> int:
+        self[doc_id] = self.cards.doc_position(doc_id)
+        return self[doc_id]
+
+
 if __name__ == "__main__":
     main()
+

@@ -24,19 +24,40 @@ core; on a shared, loaded machine the wall time adds the wait for one). With the
 embedder the vectors are feature hashes with no cluster structure, the worst case for IVF, so
 ``recall_at_10`` there is far below what real embeddings get (bench/ann_recall.py --rows).
 
+Then the incremental rows (``run``), each in a child process as ``quarry serve`` runs them: the
+store's private Prefect API server is started once, after the full run, and announced in
+``<store>/prefect/server.json``, so a run pays its own interpreter, imports and work but not a
+server's start (the full row's ``no_change_s`` keeps measuring a one-shot run that starts its own).
+Each row has its wall time, the bytes it wrote to the store (the sizes of files it created or rewrote: catalog, search index, LanceDB
+fragments and manifests; not Prefect's own database and logs under ``prefect/`` and ``logs/``) and
+the peak resident memory of its process tree:
+
+- ``no_change``: the same tree again;
+- ``edit_1`` / ``edit_100``: one / 100 files edited (a sentence appended to the last paragraph:
+  one chunk of each changes);
+- ``move_1000``: 1,000 files moved (a folder of them renamed: no byte changes, nothing to embed);
+- ``after_50_commits``: 50 runs of one edited file each, in one child process (``--commits``),
+  then the hybrid query latency of the store they leave, without a merge;
+- ``after_maintain``: ``quarry maintain`` on that store, then the query latency again.
+
+The ``full`` row keeps the keys it always had. Edited and moved files are put back as they were at
+the end, so the cached tree stays the tree its parameters name.
+
 ``--embedder onnx-int8 --sample 2000`` runs the real default model on a 2,000-chunk tree and
 adds ``extrapolated_wall_s`` for ``--chunks`` chunks (the hash row's non-embedding stages plus
 the model's measured seconds per chunk, times the chunk count): labelled, never measured.
 
-    python bench/scale.py [--chunks 1000000] [--embedder hash|onnx-int8] [--sample N] [--json]
+    python bench/scale.py [--chunks 1000000] [--embedder hash|onnx-int8] [--sample N] [--commits 50]
+                          [--only-full] [--json]
 
 Prints a table (stderr with --json) and writes bench/results/scale.json (rows are merged in by
-chunks and embedder, so a 1M hash row and a model sample row can be run separately).
+chunks, embedder and run, so a 1M hash row and a model sample row can be run separately).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -55,6 +76,7 @@ CHUNKS_PER_FILE = 20
 TREE_FORMAT = 2
 DIM = 384
 CODES = ["FY2018", "E11000", "v1.4.4", "Q2", "HTTP 503", "ISO-8601", "RFC 7231", "x86_64", "utf-8"]
+RUNS = ("full", "no_change", "edit_1", "edit_100", "move_1000", "after_50_commits", "after_maintain")
 STAGES = ("discover", "plan", "parse", "section", "context", "chunk", "embed", "load", "commit")
 
 
@@ -160,15 +182,68 @@ def make_queries(n: int, seed: int = 3) -> list[str]:
 # --- a run in a child process, with its memory sampled -------------------------------------------
 
 CHILD = """
-import json, sys, time
-from pathlib import Path
-import quarry  # quarry.index() is what `quarry index` runs: index_flow under its Prefect API
-t = time.perf_counter()
-report = quarry.index([sys.argv[1]], Path(sys.argv[2]), **json.loads(sys.argv[3]))
-report = report if isinstance(report, dict) else {}
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[1])  # bench/, for scale.child_work
+import scale
+args = json.loads(sys.argv[2])
+t, c = time.perf_counter(), time.process_time()
+report = scale.child_work(args)
 report["wall_in_child_s"] = time.perf_counter() - t
-json.dump(report, open(sys.argv[4], "w"), default=str)
+children = resource.getrusage(resource.RUSAGE_CHILDREN)  # the Prefect API server, parse workers
+report["cpu_in_child_s"] = time.process_time() - c + children.ru_utime + children.ru_stime
+json.dump(report, open(args["out"], "w"), default=str)
 """
+
+
+def child_work(args: dict) -> dict:
+    """What a child process runs: ``index`` (``quarry.index()``, what ``quarry index`` runs: the
+    flow under its Prefect API), ``commits`` (``args["files"]`` edited one at a time, an index run
+    after each) or ``maintain`` (``quarry maintain``'s library call)."""
+    from pathlib import Path
+
+    import quarry
+
+    store = Path(args["store"])
+    if args["mode"] == "maintain":
+        from quarry.store.maintain import maintain
+
+        return maintain(store)
+    if args["mode"] == "commits":
+        walls = []
+        for i, name in enumerate(args["files"]):
+            edit_file(Path(name), f"c{i}")
+            t = time.perf_counter()
+            quarry.index([args["tree"]], store, **args["overrides"])
+            walls.append(round(time.perf_counter() - t, 3))
+        return {"commit_wall_s": walls}
+    report = quarry.index([args["tree"]], store, **args["overrides"])
+    return report if isinstance(report, dict) else {}
+
+
+def edit_file(path: Path, tag: str) -> None:
+    """Append a sentence to the file's last paragraph: its last chunk changes, the others do not."""
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.rstrip("\n") + f" Revised {tag} quillotrax{tag}.\n", encoding="utf-8")
+
+
+def store_files(store: Path) -> dict[str, tuple[int, int, int]]:
+    """(inode, mtime ns, size) of every file of the store but Prefect's database and logs."""
+    out = {}
+    for folder, dirs, files in os.walk(store):
+        if Path(folder) == store:
+            dirs[:] = [d for d in dirs if d not in ("prefect", "logs")]
+        for name in files:
+            try:
+                st = os.stat(os.path.join(folder, name))
+            except FileNotFoundError:
+                continue
+            out[os.path.join(folder, name)] = (st.st_ino, st.st_mtime_ns, st.st_size)
+    return out
+
+
+def bytes_written(before: dict, after: dict) -> int:
+    """Bytes of the files created or rewritten between two :func:`store_files` listings."""
+    return sum(size for path, (ino, mtime, size) in after.items() if before.get(path, (None, None))[:2] != (ino, mtime))
 
 
 def _tree_rss(root_pid: int) -> dict[int, int]:
@@ -195,12 +270,16 @@ def _tree_rss(root_pid: int) -> dict[int, int]:
     return out
 
 
-def run_flow(tree: Path, store: Path, overrides: dict, out: Path) -> dict:
+def run_flow(tree: Path, store: Path, overrides: dict, out: Path, mode: str = "index", **extra) -> dict:
+    """Run :func:`child_work` in a child process, sampling the memory of its process tree; the
+    child's report plus ``wall_s``, ``bytes_written`` and the peak RSS figures."""
     env = {**os.environ, "PREFECT_LOGGING_LEVEL": "WARNING", "LANCEDB_LOG": "error", "TOKENIZERS_PARALLELISM": "false"}
     errlog = out.with_suffix(".log")
+    args = {"mode": mode, "tree": str(tree), "store": str(store), "overrides": overrides, "out": str(out), **extra}
+    before = store_files(store) if store.exists() else {}
     t0, epoch0 = time.perf_counter(), time.time()
     with open(errlog, "w") as err_fh:  # a file, not a pipe: a full pipe would stall the run
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tree), str(store), json.dumps(overrides), str(out)],
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(ROOT / "bench"), json.dumps(args)],
                                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err_fh, text=True)
         peak, at, main_peak, series = 0, 0.0, 0, []
         while proc.poll() is None:
@@ -214,9 +293,10 @@ def run_flow(tree: Path, store: Path, overrides: dict, out: Path) -> dict:
     wall = time.perf_counter() - t0
     err = errlog.read_text(errors="replace")
     if proc.returncode != 0:
-        sys.exit(f"the index run failed (exit {proc.returncode}):\n{err[-3000:]}")
+        sys.exit(f"the {mode} run failed (exit {proc.returncode}):\n{err[-3000:]}")
     report = json.loads(out.read_text())
     report["wall_s"] = wall
+    report["bytes_written"] = bytes_written(before, store_files(store))
     report["peak_rss_mb"] = round(peak / 2**20)
     # Where the peak falls: the commit's stage ends when the run row is stamped (``finished``), so
     # it began commit_s before that; what follows (LanceDB compaction, shutdown) counts as commit.
@@ -247,14 +327,12 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
     return round(statistics.median(ordered), 2), round(ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))], 2)
 
 
-def measure_queries(store: Path, embedder: str, n_queries: int) -> dict:
+def measure_queries(store: Path, embedder: str, n_queries: int, recall: bool = True) -> dict:
     import numpy as np
 
     import quarry.search.query
     from quarry.core.settings import Settings
-    from quarry.retrieval.searchindex import SearchIndex, folder_name
     from quarry.ingest.embedders import get_embedder
-    from quarry.store.layout import read_pointer
 
     settings = Settings.from_env(embed_backend=embedder, **({"embed_dim": DIM} if embedder == "hash" else {}))
     queries = make_queries(n_queries)
@@ -272,22 +350,25 @@ def measure_queries(store: Path, embedder: str, n_queries: int) -> dict:
         idx.search(q, k=10, mode="hybrid")
         samples.append((time.perf_counter() - t) * 1000)
         cpu.append((time.process_time() - c) * 1000)
-    idx.close()
     p50, p95 = percentiles(samples)
     c50, c95 = percentiles(cpu)  # what a query costs on an idle core (see bench/query_latency.py)
-    index = SearchIndex.load(store / folder_name(read_pointer(store).generation))
-    hits = []
-    for v in qvecs:
-        want, _ = index.dense.search(v, 10, method="exact")
-        got, _ = index.dense.search(v, 10, method="auto")
-        hits.append(len(set(want.tolist()) & set(got.tolist())) / max(1, len(want)))
-    return {"hybrid_p50_ms": p50, "hybrid_p95_ms": p95, "hybrid_p50_cpu_ms": c50, "hybrid_p95_cpu_ms": c95,
-            "recall_at_10": round(float(np.mean(hits)), 4),
-            "open_ms": round(open_ms, 1), "queries": len(queries), "vector_index": _vector_index(index)}
+    out = {"hybrid_p50_ms": p50, "hybrid_p95_ms": p95, "hybrid_p50_cpu_ms": c50, "hybrid_p95_cpu_ms": c95,
+           "open_ms": round(open_ms, 1), "queries": len(queries)}
+    index = idx.snapshot.index
+    if recall:
+        hits = []
+        for v in qvecs:
+            want, _ = index.dense.search(v, 10, method="exact")
+            got, _ = index.dense.search(v, 10, method="auto")
+            hits.append(len(set(want.tolist()) & set(got.tolist())) / max(1, len(want)))
+        out["recall_at_10"] = round(float(np.mean(hits)), 4)
+        out["vector_index"] = _vector_index(index)
+    idx.close()
+    return out
 
 
 def _vector_index(index) -> str:
-    dense = index.manifest.get("dense", {})
+    dense = index.manifest.get("dense") or {}
     for key in ("hnsw", "ivf"):
         if dense.get(key):
             return f"{key} {json.dumps(dense[key], sort_keys=True)}"
@@ -301,7 +382,8 @@ def load_avg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def run_row(chunks: int, embedder: str, runner: str, n_queries: int, keep: bool) -> dict:
+def run_row(chunks: int, embedder: str, runner: str, n_queries: int, keep: bool, commits: int = 50,
+            only_full: bool = False) -> list[dict]:
     tree = make_tree(chunks)
     folder = WORK / f"store-{chunks}-{embedder}"
     shutil.rmtree(folder, ignore_errors=True)
@@ -312,19 +394,23 @@ def run_row(chunks: int, embedder: str, runner: str, n_queries: int, keep: bool)
         overrides["runner"] = runner
     log(f"indexing {chunks} chunks ({embedder}, load {load_avg()}) ...")
     first = run_flow(tree, store, overrides, folder / "run1.json")
-    log(f"  {first['chunks']} chunks in {first['wall_s']:.0f} s, peak RSS {first['peak_rss_mb']} MB; "
+    log(f"  {first['chunks']} chunks in {first['wall_s']:.0f} s, peak RSS {first['peak_rss_mb']} MB, "
+        f"{first['bytes_written'] / 2**20:.0f} MB written; "
         f"stages {', '.join(f'{k} {v:.1f} s' for k, v in stage_seconds(first).items())}")
     log(f"re-indexing the unchanged tree (load {load_avg()}) ...")
     second = run_flow(tree, store, overrides, folder / "run2.json")
-    log(f"  no-change run {second['wall_s']:.1f} s ({second['chunks']} chunks re-loaded); "
+    log(f"  no-change run {second['wall_s']:.1f} s, {second['bytes_written'] / 2**20:.1f} MB written; "
         f"stages {', '.join(f'{k} {v:.1f} s' for k, v in stage_seconds(second).items())}")
     log(f"querying (load {load_avg()}) ...")
     queries = measure_queries(store, embedder, n_queries)
     n = first["chunks"]
     stages, stages2 = stage_seconds(first), stage_seconds(second)
-    row = {
-        "chunks": n, "files": first.get("added"), "runner": runner, "embedder": embedder,
-        "wall_s": round(first["wall_s"], 1), "peak_rss_mb": first["peak_rss_mb"],
+    base = {"chunks": n, "embedder": embedder, "runner": runner, "synthetic": True}
+    full = {
+        "run": "full", "chunks": n, "files": first.get("added"), "runner": runner, "embedder": embedder,
+        "wall_s": round(first["wall_s"], 1), "bytes_written": first["bytes_written"],
+        "cpu_s": round(first.get("cpu_in_child_s", 0.0), 1),
+        "peak_rss_mb": first["peak_rss_mb"],
         "peak_rss_mb_batches": first["peak_rss_mb_batches"], "peak_rss_mb_commit": first["peak_rss_mb_commit"],
         "peak_rss_mb_main_process": first["peak_rss_mb_main_process"],
         "rows_per_s": {s: round(n / stages[s]) for s in STAGES if stages.get(s)},
@@ -337,9 +423,100 @@ def run_row(chunks: int, embedder: str, runner: str, n_queries: int, keep: bool)
         "no_change_stage_s": {k: round(v, 2) for k, v in stages2.items()},
         **queries, "load_avg": load_avg(), "synthetic": True,
     }
+    rows = [full]
+    if only_full:
+        return _finish(rows + [_incremental("no_change", base, second)], folder, keep)
+    with warm_server(store):
+        _incrementals(rows, tree, store, overrides, folder, base, embedder, n_queries, commits)
+    return _finish(rows, folder, keep)
+
+
+@contextlib.contextmanager
+def warm_server(store: Path):
+    """The store's private Prefect API server, running and announced as ``quarry serve`` keeps it."""
+    from quarry.flows.orchestration import SERVER_FILE, prefect_api
+
+    saved = {k: os.environ.get(k) for k in ("PREFECT_API_URL",)}
+    with prefect_api(store / "logs", database=store / "prefect" / "prefect.db",
+                     announce=store / "prefect" / SERVER_FILE):
+        os.environ.pop("PREFECT_API_URL", None)  # children find the announced server, as under quarry serve
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+def _incrementals(rows, tree, store, overrides, folder, base, embedder, n_queries, commits) -> None:
+    log(f"no_change, warm server (load {load_avg()}) ...")
+    rows.append(_incremental("no_change", base, run_flow(tree, store, overrides, folder / "no_change.json")))
+    files = sorted(tree.rglob("doc*.md"))
+    originals: dict[Path, bytes] = {}
+    moved: tuple[Path, Path] | None = None
+    try:
+        for name, count in (("edit_1", 1), ("edit_100", 100)):
+            picked = files[:: max(1, len(files) // count)][:count]
+            for path in picked:
+                originals.setdefault(path, path.read_bytes())
+                edit_file(path, name)
+            log(f"{name}: {len(picked)} files edited (load {load_avg()}) ...")
+            report = run_flow(tree, store, overrides, folder / f"{name}.json")
+            rows.append(_incremental(name, base, report))
+        folders = sorted(p for p in tree.iterdir() if p.is_dir())
+        source = next((f for f in folders if len(list(f.glob("doc*.md"))) >= 1000), folders[0])
+        moved = (source, source.with_name(source.name + "-moved"))
+        os.rename(*moved)
+        log(f"move_1000: {len(list(moved[1].glob('doc*.md')))} files moved (load {load_avg()}) ...")
+        report = run_flow(tree, store, overrides, folder / "move_1000.json")
+        rows.append(_incremental("move_1000", base, report))
+        os.rename(moved[1], moved[0])
+        moved = None
+        files = sorted(tree.rglob("doc*.md"))
+        picked = files[len(files) // 3:: max(1, len(files) // (3 * commits))][:commits]
+        for path in picked:
+            originals.setdefault(path, path.read_bytes())
+        log(f"after_50_commits: {commits} runs of one edited file each (load {load_avg()}) ...")
+        report = run_flow(tree, store, overrides, folder / "commits.json", mode="commits",
+                          files=[str(p) for p in picked])
+        walls = report.get("commit_wall_s", [])
+        row = _incremental("after_50_commits", base, report)
+        row.update({"commits": len(walls), "per_commit_wall_s": {"p50": percentiles(walls)[0], "max": max(walls)}
+                    if walls else {}})
+        row.update(measure_queries(store, embedder, n_queries, recall=False))
+        rows.append(row)
+        log(f"after_maintain: quarry maintain (load {load_avg()}) ...")
+        report = run_flow(tree, store, overrides, folder / "maintain.json", mode="maintain")
+        row = _incremental("after_maintain", base, report)
+        row.update(measure_queries(store, embedder, n_queries, recall=False))
+        rows.append(row)
+    finally:
+        if moved is not None and moved[1].exists():
+            os.rename(moved[1], moved[0])
+        for path, data in originals.items():
+            path.write_bytes(data)
+
+
+def _incremental(name: str, base: dict, report: dict) -> dict:
+    """A row for one incremental run: what the issue asks of each, and the run's own counters."""
+    row = {"run": name, **base, "wall_s": round(report["wall_s"], 2), "bytes_written": report["bytes_written"],
+           "peak_rss_mb": report["peak_rss_mb"], "in_process_s": round(report.get("wall_in_child_s", 0.0), 2),
+           "cpu_s": round(report.get("cpu_in_child_s", 0.0), 2), "load_avg": load_avg()}
+    for key in ("added", "updated", "moved", "deleted", "embedded_chunks"):
+        if key in report:
+            row[key] = report[key]
+    if report.get("durations"):
+        row["stage_s"] = {k: round(v, 2) for k, v in stage_seconds(report).items()}
+    log(f"  {name}: {row['wall_s']} s, {row['bytes_written'] / 2**20:.1f} MB written, peak {row['peak_rss_mb']} MB")
+    return row
+
+
+def _finish(rows: list[dict], folder: Path, keep: bool) -> list[dict]:
     if not keep:
         shutil.rmtree(folder, ignore_errors=True)
-    return row
+    return rows
 
 
 def main() -> None:
@@ -351,17 +528,21 @@ def main() -> None:
                     help="run the model on this many chunks and extrapolate to --chunks (labelled)")
     ap.add_argument("--runner", default="default", help="the flow's task runner (a Settings field when not default)")
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--commits", type=int, default=50, help="small commits before after_50_commits is measured")
+    ap.add_argument("--only-full", action="store_true", help="only the full and no-change runs")
     ap.add_argument("--keep", action="store_true", help="keep the store under bench/results/scale/")
     ap.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     args = ap.parse_args()
     size = args.sample or args.chunks
-    row = run_row(size, args.embedder, args.runner, args.queries, args.keep)
+    rows = run_row(size, args.embedder, args.runner, args.queries, args.keep, args.commits,
+                   only_full=args.only_full or bool(args.sample))
+    row = rows[0]
     path = RESULTS / "scale.json"
     old = json.loads(path.read_text())["results"] if path.exists() else []
     if args.sample:
         row["sample_of"] = args.chunks
         per_chunk = row["stage_s"].get("embed", 0.0) / max(1, row["chunks"])
-        hashed = [r for r in old if r["embedder"] == "hash"]
+        hashed = [r for r in old if r["embedder"] == "hash" and r.get("run", "full") == "full"]
         base = max(hashed, key=lambda r: r["chunks"]) if hashed else None
         if base:
             scale = args.chunks / base["chunks"]
@@ -371,18 +552,30 @@ def main() -> None:
                                         f"outside embedding x {scale:g} (linear) + {per_chunk * 1000:.2f} ms/chunk "
                                         f"of model time x {args.chunks}")
         row["model_ms_per_chunk"] = round(per_chunk * 1000, 3)
-    results = [r for r in old if (r["chunks"], r["embedder"]) != (row["chunks"], row["embedder"])] + [row]
-    results.sort(key=lambda r: (r["embedder"], r["chunks"]))
+    key = lambda r: (r["chunks"], r["embedder"], r.get("run", "full"))  # noqa: E731
+    new_keys = {key(r) for r in rows}
+    results = [r for r in old if key(r) not in new_keys] + rows
+    order = {name: i for i, name in enumerate(RUNS)}
+    results.sort(key=lambda r: (r["embedder"], r["chunks"], order.get(r.get("run", "full"), 99)))
     out = {"results": results}
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2))
-    lines = [f"{'chunks':>8} {'embedder':<10} {'wall s':>7} {'peak MB':>8} {'commit s':>8} {'no-chg s':>8} "
-             f"{'p50 ms':>7} {'p95 ms':>7} {'recall':>6}  rows/s per stage"]
+    lines = [f"{'chunks':>8} {'embedder':<10} {'run':<17} {'wall s':>7} {'MB written':>10} {'peak MB':>8} "
+             f"{'p50 ms':>7} {'p95 ms':>7}  notes"]
     for r in results:
-        lines.append(f"{r['chunks']:>8} {r['embedder']:<10} {r['wall_s']:>7} {r['peak_rss_mb']:>8} {r['commit_s']:>8} "
-                     f"{r['no_change_s']:>8} {r['hybrid_p50_ms']:>7} {r['hybrid_p95_ms']:>7} {r['recall_at_10']:>6}  "
-                     + ", ".join(f"{k} {v}" for k, v in r["rows_per_s"].items())
-                     + (f"  [{r['extrapolated_note']}: {r['extrapolated_wall_s']} s]" if r.get("extrapolated_note") else ""))
+        notes = ""
+        if r.get("run", "full") == "full":
+            notes = (f"commit {r['commit_s']} s, no-change {r['no_change_s']} s, recall {r.get('recall_at_10')}; "
+                     + ", ".join(f"{k} {v}" for k, v in r["rows_per_s"].items()))
+            if r.get("extrapolated_note"):
+                notes += f"  [{r['extrapolated_note']}: {r['extrapolated_wall_s']} s]"
+        elif "embedded_chunks" in r:
+            notes = f"embedded {r['embedded_chunks']}, moved {r.get('moved', 0)}"
+        if r.get("per_commit_wall_s"):
+            notes += f"{r['commits']} commits, per commit p50 {r['per_commit_wall_s']['p50']} s"
+        written = f"{r['bytes_written'] / 2**20:.1f}" if r.get("bytes_written") is not None else "-"
+        lines.append(f"{r['chunks']:>8} {r['embedder']:<10} {r.get('run', 'full'):<17} {r['wall_s']:>7} {written:>10} "
+                     f"{r['peak_rss_mb']:>8} {r.get('hybrid_p50_ms', '-'):>7} {r.get('hybrid_p95_ms', '-'):>7}  {notes}")
     print("\n".join(lines), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(out))

@@ -1,4 +1,5 @@
-"""The maintenance flow: compaction, retention, index rebuilds and a consistency check.
+"""The maintenance flow: compaction, index rebuilds, the merge of catalog layers and index
+segments, retention and a consistency check.
 
 Schedule it as a deployment (``prefect.yaml``: ``quarry-maintain``) next to the index flow; it
 takes the same writer lock (the lease on object storage), so it never runs during an index run:
@@ -14,7 +15,7 @@ from prefect.states import Completed
 from quarry.core.errors import StoreLocked
 from quarry.core.settings import store_path
 from quarry.store.layout import WriterLock
-from quarry.tasks.maintain import check_store, compact_vectors, rebuild_indices, remove_old_generations
+from quarry.tasks.maintain import check_store, compact_vectors, merge_layers, rebuild_indices, remove_old_generations
 
 
 @flow(name="quarry-maintain", log_prints=False, validate_parameters=False)
@@ -34,6 +35,7 @@ def maintain_flow(db: str | None = None, keep_generations: int | None = None, ke
         report = {"store": db or str(store), "status": "completed",
                   "compaction": compact_vectors(str(store), keep_versions_hours),
                   "indices": rebuild_indices(str(store), reindex_share),
+                  "merge": merge_layers(str(store)),
                   "removed": remove_old_generations(str(store), keep_generations)}
     finally:
         lock.release()
@@ -44,6 +46,8 @@ def maintain_flow(db: str | None = None, keep_generations: int | None = None, ke
         f"| fragments | {c['fragments_before']} → {c['fragments_after']} |",
         f"| LanceDB versions | {c['versions_before']} → {c['versions_after']} |",
         f"| indices rebuilt | {sum(i['rebuilt'] for i in report['indices'])} of {len(report['indices'])} |",
+        f"| catalog layers, index segments | {report['merge']['layers_before']} → "
+        f"{1 if report['merge']['merged'] else report['merge']['layers_before']} |",
         f"| files removed | {len(report['removed'])} |",
         f"| consistency | {'healthy' if report['check']['healthy'] else 'PROBLEMS: run quarry doctor'} |",
     ]))

@@ -1,3 +1,3 @@
--- What a search result shows of each document, by doc_id, for the search index's docs.arrow
--- (quarry/retrieval/rows.py); rewritten at every commit, since a move changes only paths.
-SELECT doc_id, path, title, file_type FROM documents ORDER BY doc_id;
+-- What a search result shows of each document of a segment, by doc_id, for its docs.arrow
+-- (quarry/retrieval/rows.py). index_documents: a temporary view of the table the segment indexes.
+SELECT doc_id, path, title, file_type FROM index_documents ORDER BY doc_id;

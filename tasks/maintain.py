@@ -30,6 +30,14 @@ def rebuild_indices(store: str, threshold: float | None = None) -> list[dict]:
     return out
 
 
+@task(name="merge-layers", cache_policy=NO_CACHE)
+def merge_layers(store: str) -> dict:
+    out = maintain.merge(Path(store))
+    get_run_logger().info("catalog layers and index segments: %d -> %d (generation %d)", out["layers_before"],
+                          1 if out["merged"] else out["layers_before"], out["generation"])
+    return out
+
+
 @task(name="remove-old-generations", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[5, 30])
 def remove_old_generations(store: str, keep: int | None = None) -> list[str]:
     out = maintain.remove_generations(Path(store), keep)

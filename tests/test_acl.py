@@ -335,3 +335,28 @@ def test_posix_reads_an_archive_member_as_its_archive(tmp_path):
     assert PosixPermissions().principals(member) == ("public",)
     os.chmod(root / "hr", 0o700)
     assert "public" not in PosixPermissions().principals(member)
+
+
+def test_new_principals_in_a_catalog_layer_survive_a_merge(tree, tmp_path, run_flow):
+    """On a layered store a permission change writes the changed documents rows into the commit's
+    layer (chunks stay in the base) and the roots' sources ride along; ``quarry maintain`` merges
+    both into one catalog."""
+    from quarry.store import maintain
+    from quarry.store.layout import read_pointer
+
+    db = tmp_path / "db"
+    run_flow([tree], db, overrides={"acl_rules": str(tmp_path / "acl.yaml")})
+    (tmp_path / "acl.yaml").write_text(RULES.replace('["group:eng", "group:hr"]', '["group:eng"]'))
+    report = run_flow([tree], db)
+    assert report["permissions_updated"] == 1 and report["embedded_chunks"] == 0
+    assert len(read_pointer(db).layers) == 2  # a delta layer over the base
+    with quarry.open(db) as idx:
+        assert idx.status()["search_index"]["segments"][1]["rows"] == 0  # no chunk rewritten
+    after = {p: readable(db, list(p)) for p in (("group:hr",), ("group:eng",), ())}
+    assert "eng/okapi.md" not in readable(db, ["group:hr"])
+    assert run_flow([tree], db)["permissions_updated"] == 0  # the layer remembers the root's rules file
+    assert maintain.maintain(db)["merge"]["merged"]
+    assert len(read_pointer(db).layers) == 1
+    assert {p: readable(db, list(p)) for p in (("group:hr",), ("group:eng",), ())} \
+        == after
+    assert run_flow([tree], db)["permissions_updated"] == 0  # and so does the merged base

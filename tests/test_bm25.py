@@ -14,6 +14,7 @@ from conftest import shared
 
 from quarry.retrieval import bm25
 from quarry.retrieval.bm25 import BM25Index, Vocabulary, query_tokens, stem_words
+from quarry.retrieval.searchindex import use_source
 from quarry.core.sqlfiles import load_sql
 from quarry.store import catalog
 from quarry.store.catalog import table_schema
@@ -29,6 +30,7 @@ def catalog_with(tmp_path, texts: list[str]):
     con.register("new_chunks", pa.Table.from_pylist(rows, schema=table_schema("chunks")))
     con.execute("INSERT INTO chunks BY NAME SELECT * FROM new_chunks")
     con.unregister("new_chunks")
+    use_source(con, "main")
     return con
 
 
@@ -127,6 +129,7 @@ def handbook(tmp_path_factory):
     assert not errors
     con = catalog.create(tmp_path_factory.mktemp("hb") / "c.duckdb")
     catalog.replace_documents(con, records, "run")
+    use_source(con, "main")
     texts = [r[0] for r in con.execute("SELECT header || '\n' || text FROM chunks ORDER BY chunk_id").fetchall()]
     index, _ = index_of(con, len(texts))
     yield index, texts
@@ -209,7 +212,9 @@ def reference_build(con, n_rows):
     surface_blob, surface_offsets = bm25._pack([surface[i] for i in order])
     return {"bm25.terms.bin": term_blob, "bm25.term_offsets.npy": term_offsets, "bm25.surface.bin": surface_blob,
             "bm25.surface_offsets.npy": surface_offsets, "bm25.surface_terms.npy": term_of[order].astype(np.int32),
-            "bm25.indptr.npy": indptr, "bm25.rows.npy": rows, "bm25.weights.npy": weights}
+            "bm25.indptr.npy": indptr, "bm25.rows.npy": rows, "bm25.weights.npy": weights,
+            "bm25.tf.npy": tf.astype(np.min_scalar_type(int(tf.max()) if len(tf) else 0)),
+            "bm25.length.npy": np.bincount(rows, weights=tf, minlength=n_rows).astype(np.uint32)}
 
 
 def assert_same_files(got: dict, want: dict):

@@ -57,28 +57,41 @@ def clean_contents(tmp_path_factory, prefect_api):
     return contents(base / "db")
 
 
-# One point runs in the default suite; the rest are slow (each is three CLI runs).
-@pytest.mark.parametrize("fault", [p if p == "after-catalog" else pytest.param(p, marks=pytest.mark.slow) for p in POINTS])
-def test_kill_then_rerun_equals_a_clean_run(fault, tmp_path, cli, clean_contents):
+# The second run's commit either writes a catalog layer and an index segment over the first
+# (`layers`: the usual commit of a big store) or, as a small store's edit passes a quarter of it,
+# merges everything into a new whole catalog (`base`). One case runs in the default suite; the
+# rest are slow (each is three CLI runs).
+LAYOUTS = {"layers": {"QUARRY_REBASE_SHARE": "100"}, "base": {}}
+
+
+@pytest.mark.parametrize("fault, layout", [
+    pytest.param(p, layout, marks=() if (p, layout) == ("after-catalog", "layers") else pytest.mark.slow)
+    for p in POINTS for layout in LAYOUTS])
+def test_kill_then_rerun_equals_a_clean_run(fault, layout, tmp_path, cli, clean_contents):
     tree, db = tmp_path / "tree", tmp_path / "db"
+    env = LAYOUTS[layout]
     shutil.copytree(SAMPLE, tree)
-    assert cli("index", tree, "--db", db).returncode == 0
+    assert cli("index", tree, "--db", db, env=env).returncode == 0
     before = contents(db)
     edit_tree(tree)
 
-    killed = cli("index", tree, "--db", db, env={"QUARRY_FAULT": fault})
+    killed = cli("index", tree, "--db", db, env={**env, "QUARRY_FAULT": fault})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
 
     # Readers see the last committed state (or, killed after the rename, the new one) whole.
     after_kill = contents(db)
     assert after_kill == (clean_contents if fault == "after-commit" else before)
 
-    rerun = cli("index", tree, "--db", db, "--json")
+    rerun = cli("index", tree, "--db", db, "--json", env=env)
     assert rerun.returncode == 0, rerun.stderr
     assert contents(db) == clean_contents
     report = json.loads(rerun.stdout)
     if fault == "after-commit":
         assert report["embedded_chunks"] == 0  # the committed run already did the work
-    # the dead run's generation is gone; the retention keeps the current generation and the one before
-    current = json.loads((db / "CURRENT").read_text())["generation"]
-    assert sorted(p.name for p in db.glob("catalog-*.duckdb")) == [f"catalog-{g:06d}.duckdb" for g in (current - 1, current)]
+    # the dead run's generation is gone; the retention keeps the current generation, the one before
+    # and the layers they read
+    pointer = json.loads((db / "CURRENT").read_text())
+    current = pointer["generation"]
+    kept = {current - 1, current} | set(pointer["layers"])
+    assert sorted(p.name for p in db.glob("catalog-*.duckdb")) == [f"catalog-{g:06d}.duckdb" for g in sorted(kept)]
+    assert len(pointer["layers"]) == (2 if layout == "layers" else 1)

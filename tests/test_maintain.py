@@ -59,6 +59,42 @@ def test_maintain_compacts_and_moves_the_pointer(tree, tmp_path, run_flow, cli):
         assert idx.search("rollback drills", k=3).results
 
 
+def test_maintain_merges_the_layers_and_rollback_goes_back_before_it(tree, tmp_path, run_flow, cli, monkeypatch):
+    """Small commits leave catalog layers and index segments; maintain merges them into one
+    generation of one whole catalog and one segment, answering as before; rollback undoes it."""
+    monkeypatch.setenv("QUARRY_REBASE_SHARE", "100")  # commits never merge into a new base themselves
+    db = tmp_path / "db"
+    run_flow([tree], db)
+    edit_tree(tree)
+    run_flow([tree], db)
+    layered = read_pointer(db)
+    assert layered.layers == (1, 2)
+
+    def answers():
+        with quarry.open(db) as idx:
+            status = idx.status()
+            return ([(r.chunk_id, r.path, round(r.score, 6)) for r in idx.search("kestrel budget review", k=5).results],
+                    status["chunks"], status["documents"])
+
+    before = answers()
+    done = cli("maintain", "--db", db, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["merge"] == {**report["merge"], "merged": True, "layers_before": 2, "generation": 3}
+    merged = read_pointer(db)
+    assert merged.layers == (3,) and merged.generation == 3
+    segments = json.loads((db / "index-000003" / "index.json").read_text())["segments"]
+    assert [(s["generation"], s["rows"], s["documents"]) for s in segments] == [(3, before[1], before[2])]
+    assert answers()[1:] == before[1:] and {c for c, _, _ in answers()[0]} == {c for c, _, _ in before[0]}
+    assert report["check"]["healthy"]
+    again = json.loads(cli("maintain", "--db", db, "--json").stdout)  # nothing left to merge
+    assert not again["merge"]["merged"] and read_pointer(db).generation == 3
+    assert cli("rollback", "--db", db, "--to", "2").returncode == 0
+    assert read_pointer(db).layers == (1, 2, 4) and answers()[1:] == before[1:]
+    assert cli("doctor", "--db", db).returncode == 0
+
+
+
 def test_a_stale_index_is_rebuilt(tree, tmp_path, run_flow):
     db = tmp_path / "db"
     run_flow([tree], db)
@@ -131,3 +167,21 @@ def test_maintain_on_object_storage_applies_the_retention(scheme, tree, tmp_path
 
 def report_version(objects) -> int:
     return json.loads(objects.get("CURRENT")[0])["vector_version"]
+
+
+def test_two_handles_of_a_layered_store_in_one_process(tree, tmp_path, run_flow, monkeypatch):
+    """DuckDB shares one database instance between a process's connections to the same file, with
+    its attachments: a second snapshot of a delta finds its layers attached already and reads on."""
+    monkeypatch.setenv("QUARRY_REBASE_SHARE", "100")
+    db = tmp_path / "db"
+    run_flow([tree], db)
+    edit_tree(tree)
+    run_flow([tree], db)
+    assert read_pointer(db).layers == (1, 2)
+    with quarry.open(db) as first, quarry.open(db) as second:
+        a = [r.chunk_id for r in first.search("deploy", k=5).results]
+        b = [r.chunk_id for r in second.search("deploy", k=5).results]
+        assert a and a == b
+        assert first.status()["chunks"] == second.status()["chunks"]
+    with quarry.open(db) as third:  # after both closed
+        assert [r.chunk_id for r in third.search("deploy", k=5).results] == a

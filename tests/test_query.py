@@ -245,16 +245,23 @@ def test_warm_index_follows_commits_and_never_sees_half_written_state(fresh_stor
         w.close()
         commit(store, [doc("zoo", ["A zebra walks in."])], run_id="r3")
         assert titles(idx.search("zebra", k=3, mode="bm25")) == ["zoo"]
-        current = read_pointer(store).generation  # the dead run's folder went; the kept generations stay
-        assert sorted(p.name for p in store.glob("index-*")) == [searchindex.folder_name(g) for g in (current - 1, current)]
-        # A move changes no chunk: the index files are linked, only the paths are rewritten.
-        folder = store / searchindex.folder_name(current)
-        inode = os.stat(folder / "bm25.rows.npy").st_ino
+        current = read_pointer(store).generation  # the dead run's folder went; what kept generations read stays
+        from quarry.store.generations import referenced
+
+        assert sorted(p.name for p in store.glob("index-*")) == [searchindex.folder_name(g)
+                                                                  for g in sorted(referenced(store, current))]
+        # A move changes no chunk: the base's segment stays as it is (same files); the new layer holds
+        # the moved document's row, and results show the new path.
+        base = store / searchindex.folder_name(read_pointer(store).layers[0])
+        inode = os.stat(base / "bm25.rows.npy").st_ino
         zoo_id = hashlib.sha256(b"zoo").hexdigest()[:20]
         commit(store, moves=[(zoo_id, "/r/moved/zoo.md")], run_id="r4")
         hit = idx.search("zebra", k=1).results[0]
         assert hit.path == "/r/moved/zoo.md"
-        assert os.stat(store / searchindex.folder_name(read_pointer(store).generation) / "bm25.rows.npy").st_ino == inode
+        pointer = read_pointer(store)
+        assert pointer.layers[0] == int(base.name[6:]) and os.stat(base / "bm25.rows.npy").st_ino == inode
+        manifest = json.loads((store / searchindex.folder_name(pointer.generation) / "index.json").read_text())
+        assert manifest["segments"][-1]["rows"] <= 1 and manifest["rows"] == idx.status()["chunks"]
 
 
 def test_store_without_index_files_is_indexed_in_memory(fresh_store):
@@ -308,6 +315,7 @@ def test_committed_vectors_equal_a_whole_table_copy(ivf_store):
     committed = {p.name: np.load(p) for p in folder.glob("*.npy") if p.name.startswith(("dense.", "ivf."))}
     snap = open_snapshot(path)
     try:
+        searchindex.use_source(snap.con, "main")
         ids = searchindex.rows.build_rows(snap.con).column("chunk_id").combine_chunks()
         by_copy = searchindex._vectors_in_row_order(ids, *vectors.read_all(snap.table))
         by_batch = vectors.read_in_row_order(snap.table, ids, batch_rows=7)

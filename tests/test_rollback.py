@@ -144,6 +144,7 @@ def test_the_versions_of_kept_generations_survive_pruning(prefect_api, tmp_path,
     from quarry.store import vectors
 
     monkeypatch.setattr(vectors, "prune", _prune_now(vectors.prune))
+    monkeypatch.setattr(vectors, "prune_due", lambda table, keep_for=None: True)  # prune at every commit
     tree, db = _tree(tmp_path / "tree", 4), tmp_path / "db"
     quarry.index(tree, db)
     first = read_pointer(db)

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 from quarry.core.sqlfiles import load_sql, sql_names, statements
-from quarry.store import catalog
+from quarry.retrieval import searchindex
+from quarry.store import catalog, layers
 from quarry.store.writer import insert_run
 
 ALL_SQL = sql_names()
@@ -29,6 +30,20 @@ def con(tmp_path):
         "INSERT INTO chunks VALUES ('d1:0', 'd1', 0, 0, 0, 10, NULL, NULL, 'Document: Title', "
         "'error E11000 in FY2018', 'h', 5, 'document title error e11000 e 11000 in fy2018 fy 2018')"
     )
+    searchindex.use_source(c, "main")  # the temporary views the index queries read
+    c.execute(layers.chunk_rows_sql((1,), {1: 0}))  # and the one filter_rows.sql reads
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def delta(con, tmp_path):
+    """A delta layer (generation 2) over the catalog of ``con`` (generation 1)."""
+    con.execute("CHECKPOINT")
+    con.close()
+    (tmp_path / "c.duckdb").rename(tmp_path / "catalog-000001.duckdb")
+    c, chain, private, is_delta = layers.open_over(tmp_path, 1, None, 2)
+    assert is_delta and chain == (1, 2) and not private
     yield c
     c.close()
 
@@ -46,8 +61,9 @@ PARAMS = {
     "plan_documents": None,
     "delete_documents": [["nope"]],
     "stored_documents": [["d1", "nope"]],
-    "move_document": ["d1", "/r/b.md", "/r", "b.md", dt.datetime(2024, 1, 1), "run1", b"/r/b\xe9.md"],
-    "touch_document": ["d1", dt.datetime(2024, 1, 1)],
+    "move_documents": "moved_documents",
+    "touch_documents": "touched_documents",
+    "moved_chunks": "moved_paths",
     "insert_documents": "arrow",
     "insert_run": "run",
     "status": None,
@@ -68,11 +84,27 @@ PARAMS = {
     "index_cards": None,
     "run_ids": None,
     "sql_views": None,
+    # delta layers (the `delta` fixture)
+    "layer_schema": None,
+    "layer_insert_documents": "arrow",
+    "layer_delete_documents": [["d1", "nope"]],
+    "layer_set_owners": [["d1"], 2, None],
+    "layer_move_documents": "moved_documents",
+    "layer_touch_documents": "touched_documents",
+    "layer_set_meta": ["k", "v"],
+    "layer_insert_run": "run",
+    "layer_kind": [None],
+    "layer_rows": None,
+    "layer_previous_owners": [["d1"]],
+    "catalog_columns": ["c"],
     "acl_sources": None,
     "acl_set_source": ["/r", "rules", "/etc/quarry/acl.yaml"],
     "acl_principals": None,
     "acl_apply": "acl",
     "acl_apply_documents": "acl",
+    "layer_acl_apply": "acl",
+    "layer_acl_apply_documents": "acl",
+    "layer_acl_set_source": ["/r", "rules", "/etc/quarry/acl.yaml"],
     "document_view": ["d1"],
     "document_sections": ["d1"],
     "document_chunks": ["d1"],
@@ -84,22 +116,35 @@ PARAMS = {
     "run_view": ["r"],
 }
 
+MOVED = [("d1", "/r/b\udce9.md", "/r", "b.md", dt.datetime(2024, 1, 1), "run1")]
+REGISTERED = {"moved_documents": lambda: layers.moves_table(MOVED),
+              "touched_documents": lambda: layers.touches_table([("d1", dt.datetime(2024, 1, 1))]),
+              "moved_paths": lambda: layers.moves_table(MOVED).select(["doc_id", "path"])}
+
 
 @pytest.mark.parametrize("name", ALL_SQL)
-def test_sql_file_runs(con, name):
-    catalog.rebuild_fts(con)
+def test_sql_file_runs(request, con, name):
+    if name.startswith("layer_"):
+        con = request.getfixturevalue("delta")
+    else:
+        catalog.rebuild_fts(con)
     params = PARAMS[name]
     if params == "run":
         insert_run(con, {"run_id": "r", "started": dt.datetime.now(), "status": "completed", "roots": ["/r"],
                          "errors": [], "durations": {}, "settings": {}})
-        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+        assert con.execute("SELECT count(*) FROM runs WHERE run_id = 'r'").fetchone()[0] == 1
         return
     if params == "acl":
         key = "doc_id" if name.endswith("documents") else "path"
         con.register("wanted_acl", pa.table({key: [("d1" if key == "doc_id" else "/r/a.md"), "nope"],
                                              "principals": [["public"], ["group:x"]]}))
-        assert con.execute(load_sql(name)).fetchone()[0] == 1  # the one document that exists, and differed
-        assert con.execute(load_sql(name)).fetchone()[0] == 0  # equal now: nothing to write
+        if name.startswith("layer_"):  # the documents rows go into the layer, which then owns them
+            assert layers.rewrite_principals(con, name, 2, 1) == ["d1"]
+            assert layers.rewrite_principals(con, name, 2, 1) == []  # equal now: nothing to write
+            assert con.execute("SELECT doc_id, doc_layer, content_layer FROM layer.owners").fetchall() == [("d1", 2, 1)]
+        else:
+            assert con.execute(load_sql(name)).fetchall() == [("d1",)]  # the one document that exists, and differed
+            assert con.execute(load_sql(name)).fetchall() == []  # equal now: nothing to write
         assert con.execute(load_sql("acl_principals")).fetchall() == [("/r/a.md", ["public"])]
         return
     if params == "arrow":
@@ -109,8 +154,25 @@ def test_sql_file_runs(con, name):
         for stmt in statements(name):
             con.execute(stmt)
         return
+    if isinstance(params, str) and params in REGISTERED:
+        con.register(params, REGISTERED[params]())
+        for stmt in statements(name):
+            code = "\n".join(line for line in stmt.splitlines() if not line.startswith("--"))
+            con.execute(code, [2, 1]) if "$1" in code else con.execute(code)
+        return
     for stmt in statements(name):
         con.execute(stmt, params) if params is not None else con.execute(stmt)
+
+
+def test_a_delta_layer_reads_as_the_catalog_it_changes(delta):
+    """Moves, touches, replacements and deletes write the layer; its views show the result."""
+    con = delta
+    layers.rewrite_documents(con, "move", layers.moves_table(MOVED), 2, 1)
+    assert con.execute("SELECT path, path_bytes FROM documents").fetchall() == [("/r/b\\xe9.md", b"/r/b\xe9.md")]
+    assert con.execute("SELECT count(*) FROM chunks").fetchone()[0] == 1  # the chunk stays in the base
+    assert con.execute("SELECT doc_layer, content_layer FROM layer.owners").fetchall() == [(2, 1)]
+    layers.delete_documents(con, ["d1"])
+    assert con.execute("SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM chunks)").fetchone() == (0, 0)
 
 
 @pytest.mark.parametrize("query, hit", [("2018", True), ("FY2018", True), ("e11000", True), ("gardening", False)])

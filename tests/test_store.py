@@ -194,7 +194,7 @@ def test_compaction_and_pruning_keep_the_committed_rows(tmp_path):
 def test_a_batch_retried_after_a_catalog_failure_is_written_once(tmp_path, monkeypatch, model):
     # The writer deletes from LanceDB only the documents it may hold (catalog, or an earlier failed
     # write); a batch whose vectors were added but whose catalog write failed must not leave two copies.
-    from quarry.store import catalog
+    from quarry.store import layers as catalog  # a run over a committed store writes a catalog layer
 
     store = tmp_path / "s"
     write(store, [record("aa", "alpha")])
@@ -239,11 +239,12 @@ def test_the_writer_caps_duckdb_while_loading_and_lifts_the_cap_at_commit(tmp_pa
 
 
 def test_rows_arrow_written_in_batches_holds_the_table_built_whole(tmp_path):
-    from quarry.retrieval import rows
+    from quarry.retrieval import rows, searchindex
     from quarry.store import catalog
 
     con = catalog.create(tmp_path / "c.duckdb")
     catalog.replace_documents(con, [record(f"{i:02x}", f"text {i}") for i in range(50)], "r1")
+    searchindex.use_source(con, "main")
     ids, row_docs = rows.write_rows(con, tmp_path / rows.ROWS, batch_rows=7)
     written, whole = rows.load(tmp_path / rows.ROWS), rows.build_rows(con)
     con.close()

@@ -551,7 +551,8 @@ def doctor(db, repair, as_json):
 @json_option
 @handle_errors
 def maintain(db, keep_generations, keep_versions_hours, reindex_share, if_busy, as_json):
-    """Compact the vectors, drop old generations and versions, rebuild stale indices, check the store."""
+    """Compact the vectors, rebuild stale indices, merge catalog layers and index segments, drop old
+    generations and versions, check the store."""
     from datetime import timedelta
 
     from quarry.core.settings import store_path

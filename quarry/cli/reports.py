@@ -185,6 +185,10 @@ def print_status(info: dict) -> None:
     click.echo(f"store:     {info['store']} (generation {info['generation']})")
     click.echo(f"documents: {info['documents']}  sections: {info['sections']}  chunks: {info['chunks']}")
     click.echo(f"model:     {info['model']} ({info['dim']}-d)")
+    index = info.get("search_index") or {}
+    if len(index.get("segments") or []) > 1:
+        click.echo(f"index:     {len(index['segments'])} segments (catalog layers), {index['deleted_rows']} rows "
+                   "replaced since the oldest: `quarry maintain` merges them")
     embedder = info.get("embedder") or {}
     if embedder.get("variant"):
         check = embedder.get("self_check") or {}
@@ -246,6 +250,9 @@ def print_maintain(report: dict) -> None:
     click.echo(f"compaction:  {c['fragments_before']} -> {c['fragments_after']} fragments, "
                f"{c['versions_before']} -> {c['versions_after']} LanceDB versions")
     click.echo(f"indices:     {len(report['indices'])}, rebuilt {sum(i['rebuilt'] for i in report['indices'])}")
+    m = report["merge"]
+    click.echo(f"layers:      {m['layers_before']} -> {1 if m['merged'] else m['layers_before']} catalog layers "
+               f"and index segments" + (f" (merged as generation {m['generation']})" if m["merged"] else ""))
     click.echo(f"removed:     {len(report['removed'])} old generation files")
     click.echo(f"check:       {'healthy' if report['check']['healthy'] else 'PROBLEMS: run quarry doctor'}")
 

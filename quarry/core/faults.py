@@ -1,7 +1,8 @@
 """Fault injection for crash tests: ``QUARRY_FAULT=<point>`` SIGKILLs the process there.
 
 The points sit where a real crash would hurt most (mid-embedding, between the LanceDB and the
-DuckDB writes, during the FTS rebuild, right before and after the commit rename). Unset, a
+DuckDB writes, during the FTS rebuild, after the commit merged catalog layers or wrote a new base,
+right before and after the commit rename). Unset, a
 check costs one dictionary lookup.
 
 ``QUARRY_FAULT=pause:<point>`` with ``QUARRY_FAULT_FILE=<path>`` instead stops there until
@@ -15,7 +16,7 @@ import os
 import signal
 import time
 
-POINTS = ("embed", "after-vectors", "after-catalog", "fts", "before-commit", "after-commit")
+POINTS = ("embed", "after-vectors", "after-catalog", "fts", "after-merge", "before-commit", "after-commit")
 # Only a store on object storage passes here: the generation's files are uploaded, CURRENT not yet moved.
 REMOTE_POINTS = ("after-upload",)
 # Only a root on object storage passes here: a batch's objects are listed and planned, not read yet.

@@ -35,7 +35,11 @@ Files (``bm25.*`` in the generation's index folder):
   distinct unstemmed token of the corpus with its term id, so a query runs the stemmer
   only for tokens the corpus does not contain
 - ``bm25.indptr.npy`` (int64, terms + 1), ``bm25.rows.npy`` (int32), ``bm25.weights.npy``
-  (float32): the CSC matrix of ``w(t, d)``, one column per term, rows in chunk_id order.
+  (float32): the CSC matrix of ``w(t, d)``, one column per term, rows in chunk_id order;
+- ``bm25.tf.npy`` (the smallest unsigned type that holds the largest) beside it: each posting's
+  term frequency, and ``bm25.length.npy`` (uint32): each row's ``len(d)``. With them a segment's
+  weights can be recomputed exactly under the statistics of a whole store of several segments
+  (:mod:`quarry.retrieval.segmented`), where N, df and avgdl are not the segment's own.
 """
 
 from __future__ import annotations
@@ -118,6 +122,8 @@ def _build(slices_of_texts, n_rows: int) -> tuple[dict[str, np.ndarray | bytes],
     idf = _idf(df, n_rows)
     rows_out = np.empty(int(indptr[-1]), dtype=np.int32)
     weights = np.empty(int(indptr[-1]), dtype=np.float32)
+    max_tf = max((int(tf.max()) for _, _, _, tf in slices if len(tf)), default=0)
+    tf_out = np.empty(int(indptr[-1]), dtype=np.min_scalar_type(max_tf))
     cursor = indptr[:-1].copy()
     slices.reverse()
     while slices:  # in row order, each slice freed once scattered
@@ -131,6 +137,7 @@ def _build(slices_of_texts, n_rows: int) -> tuple[dict[str, np.ndarray | bytes],
         pos = cursor[terms] + (np.arange(len(terms)) - np.repeat(first, run))
         cursor[terms[first]] += run
         rows_out[pos] = rows
+        tf_out[pos] = tf
         weights[pos] = _weights(idf[terms], tf.astype(np.float64), length[rows], avgdl)
     surface, surface_terms = vocab.surface()
     term_blob, term_offsets = _pack(stems)
@@ -144,8 +151,11 @@ def _build(slices_of_texts, n_rows: int) -> tuple[dict[str, np.ndarray | bytes],
         "bm25.indptr.npy": indptr,
         "bm25.rows.npy": rows_out,
         "bm25.weights.npy": weights,
+        "bm25.tf.npy": tf_out,
+        "bm25.length.npy": length.astype(np.uint32),
     }
     info = {"terms": len(stems), "tokens": len(surface), "postings": int(len(rows_out)), "avgdl": round(avgdl, 3),
+            "rows": n_rows, "length": int(length.sum()),
             "k1": K1, "b": B, "seconds": round(time.perf_counter() - t0, 3)}
     return arrays, info
 
@@ -251,18 +261,28 @@ def query_tokens(text: str) -> list[str]:
 class Vocabulary:
     """Sorted strings packed as a blob plus offsets (in memory or memory-mapped)."""
 
+    DICT_MAX = 1 << 16  # a vocabulary this small is looked up through a dict, built on first use
+
     def __init__(self, blob, offsets: np.ndarray):
         self.blob = blob
         self.offsets = offsets
         self.size = len(offsets) - 1
+        self._dict: dict[bytes, int] | None = None
 
     def _at(self, i: int) -> bytes:
         part = self.blob[int(self.offsets[i]):int(self.offsets[i + 1])]
         return part if isinstance(part, bytes) else part.tobytes()
 
     def find(self, word: str) -> int | None:
-        """The position of ``word``, by binary search; None when absent."""
+        """The position of ``word``, by binary search (a dict for a small vocabulary, such as a
+        small segment's: a query looks its words up in every segment); None when absent."""
         key = word.encode("utf-8")
+        if self.size <= self.DICT_MAX:
+            if self._dict is None:
+                blob = self.blob if isinstance(self.blob, bytes) else self.blob.tobytes()
+                bounds = self.offsets.tolist()
+                self._dict = {blob[bounds[i]:bounds[i + 1]]: i for i in range(self.size)}
+            return self._dict.get(key)
         lo, hi = 0, self.size
         while lo < hi:
             mid = (lo + hi) // 2
@@ -284,6 +304,12 @@ class BM25Index:
         self.rows = arrays["bm25.rows.npy"]
         self.weights = arrays["bm25.weights.npy"]
         self.n_rows = n_rows
+        # Term frequencies and row lengths (absent from indexes of older quarry versions), for
+        # rescoring under the statistics of several segments (quarry/retrieval/segmented.py).
+        self.tf = arrays.get("bm25.tf.npy")
+        self.length = arrays.get("bm25.length.npy")
+        self.length_total = int(self.length.sum(dtype=np.int64)) if self.length is not None else None
+        self.avgdl_built = self.length_total / n_rows if self.length_total is not None and n_rows else 0.0
 
     def lookup(self, toks: list[str]) -> tuple[list[int], list[str]]:
         """Term ids of (unstemmed) tokens the corpus contains, and the tokens it does not.
@@ -303,6 +329,10 @@ class BM25Index:
     def term_id(self, term: str) -> int | None:
         """The column of a stemmed ``term``."""
         return self.terms.find(term)
+
+    def term_text(self, column: int) -> str:
+        """The stemmed term of a column."""
+        return self.terms._at(column).decode("utf-8")
 
     def columns(self, toks: list[str]) -> list[int]:
         """The distinct columns of query tokens (see :func:`query_tokens`); unknown ones dropped."""

@@ -47,7 +47,7 @@ def build(con, docs: pa.Table, row_docs) -> tuple[dict, dict]:
     out: dict = {PREFIX + name.removeprefix("bm25."): value for name, value in arrays.items()}
     where = pc.index_in(row_docs, value_set=docs.column("doc_id").combine_chunks())
     out[ROW_DOC] = where.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
-    return out, {"documents": len(texts), "terms": info["terms"]}
+    return out, {"documents": len(texts), "terms": info["terms"], "length": info["length"]}
 
 
 class Cards:
@@ -67,3 +67,53 @@ class Cards:
     def doc_scores(self, query_tokens: list[str]) -> np.ndarray:
         """BM25 of every document's card for the query's tokens (float32, 0 where none matches)."""
         return self.bm25.scores(self.bm25.columns(query_tokens))
+
+
+class SegmentedCards:
+    """The cards of a generation of several segments: BM25 over its live documents' cards
+    (:class:`~quarry.retrieval.segmented.SegmentedBM25`, exact) and each chunk row's document
+    (:meth:`quarry.retrieval.rows.SegmentedRows.doc_rows`)."""
+
+    def __init__(self, bm25_index, results):
+        self.bm25 = bm25_index
+        self.results = results
+
+    def doc_scores(self, query_tokens: list[str]) -> np.ndarray:
+        """Exact card scores of every document row (float32; 0 for rows no longer live)."""
+        live = np.setdiff1d(np.arange(self.bm25.n_rows), self.bm25.deleted)
+        out = np.zeros(self.bm25.n_rows, dtype=np.float32)
+        out[live] = self.bm25.exact_scores(query_tokens, live)
+        return out
+
+    def doc_position(self, doc_id: str) -> int:
+        """The live document row of ``doc_id`` (its place in :meth:`doc_scores`), -1 when none."""
+        return self.results.doc_position(doc_id)
+
+    @property
+    def n_docs(self) -> int:
+        """Document rows (every segment's, deleted ones included: the row space of :meth:`doc_scores`)."""
+        return self.bm25.n_rows
+
+    def doc_mask(self, chunk_mask: np.ndarray) -> np.ndarray:
+        """A bool per document row: whether ``chunk_mask`` (a bool per chunk row) keeps a row of it."""
+        docs = np.asarray(self.results.doc_rows(np.flatnonzero(chunk_mask)), dtype=np.int64)
+        out = np.zeros(self.bm25.n_rows, dtype=bool)
+        out[docs[docs >= 0]] = True
+        return out
+
+    def evidence(self, chunk_rows: list[int], query_tokens: list[str],
+                 keep: np.ndarray | None = None) -> tuple[dict, list[float]]:
+        """What :func:`quarry.search.fusion.with_documents` needs for these chunk rows:
+        ``(doc_of, doc_scores)``, ``doc_of[row]`` the position in ``doc_scores`` of the row's
+        document's card score (-1: none); the last of ``doc_scores`` is the best card score over
+        all live documents, so ``max(doc_scores)`` is the query's maximum, as over every card.
+        ``keep`` (a bool per document row, :meth:`doc_mask`): only those documents count, for
+        their own rows and for the maximum (a document a filter or a caller's permissions leave
+        out never moves the scores of the ones returned)."""
+        doc_rows = self.results.doc_rows(chunk_rows)
+        known = sorted({int(d) for d in doc_rows if d >= 0 and (keep is None or keep[int(d)])})
+        scores = self.bm25.exact_scores(query_tokens, np.array(known, dtype=np.int64)).tolist() if known else []
+        _, top = self.bm25.search_tokens(query_tokens, 1, keep)
+        place = {d: i for i, d in enumerate(known)}
+        doc_of = {row: place.get(int(d), -1) for row, d in zip(chunk_rows, doc_rows)}
+        return doc_of, scores + [float(top[0]) if len(top) else 0.0]

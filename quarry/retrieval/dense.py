@@ -196,6 +196,7 @@ class DenseIndex:
         self.min_probes = min_probes
         self._binary = None
         self._masks: list[tuple] = []
+        self._dead: tuple | None = None
 
     @classmethod
     def load(cls, folder: Path, **kwargs) -> DenseIndex:
@@ -243,12 +244,22 @@ class DenseIndex:
         self._masks = [(mask, smask, per_cluster)] + self._masks[:3]
         return smask, per_cluster
 
+    def _dead_slots(self, dead: np.ndarray) -> np.ndarray:
+        """A bool per storage position, True at the rows ``dead`` (cached for the array given)."""
+        if self._dead is None or self._dead[0] is not dead:
+            mask = np.zeros(self.n_rows, dtype=bool)
+            mask[dead] = True
+            self._dead = (dead, mask if self.slot_rows is None else mask[self.slot_rows])
+        return self._dead[1]
+
     def search(self, query: np.ndarray, n: int, mask: np.ndarray | None = None, method: str = "auto",
-               kept: int | None = None, rescore_multiplier: int = 20) -> tuple[np.ndarray, np.ndarray]:
+               kept: int | None = None, rescore_multiplier: int = 20,
+               dead: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-``n`` rows by cosine: (rows int64, scores float32), ties by row id.
 
         ``mask`` (bool per row) restricts the search to rows where it is True; ``kept`` is its
-        count when the caller knows it.
+        count when the caller knows it. ``dead`` (row ids, without a mask): rows left out (deleted
+        by later segments), as if absent.
         """
         if self.n_rows == 0 or n <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
@@ -271,11 +282,12 @@ class DenseIndex:
             # reads about the rows of nprobe clusters, contiguously, several times faster per
             # row. Exact only when it gathers fewer rows than half of what IVF would read.
             method = "ivf" if self.has_ivf and (mask is None or kept > self._scanned() / 2) else "exact"
+        dead_slots = self._dead_slots(dead) if dead is not None and len(dead) and mask is None else None
         if method == "exact":
-            return self._exact(q, n, smask, kept)
-        return self._ivf(q, n, smask, mask)
+            return self._exact(q, n, smask, kept, dead_slots)
+        return self._ivf(q, n, smask, mask, dead_slots)
 
-    def _exact(self, q, n, smask, kept=None):
+    def _exact(self, q, n, smask, kept=None, dead_slots=None):
         if smask is not None and kept is not None and kept * 4 < self.n_rows:
             slots = np.flatnonzero(smask)  # few rows: gather them
             scores = matvec(self.vectors, q, slots)
@@ -285,11 +297,14 @@ class DenseIndex:
             if smask is not None:
                 slots = np.flatnonzero(smask)
                 scores = scores[slots]
+            elif dead_slots is not None:
+                slots = np.flatnonzero(~dead_slots)
+                scores = scores[slots]
         rows = self._rows(np.arange(self.n_rows) if slots is None else slots)
         pos = top_n(scores, n, rows)
         return rows[pos], scores[pos]
 
-    def _ivf(self, q, n, smask, mask=None):
+    def _ivf(self, q, n, smask, mask=None, dead_slots=None):
         """Score the clusters nearest to ``q``: ``nprobe`` of them without a filter; with one,
         clusters holding kept rows, nearest first, until they held ``probe_share`` of the kept
         rows (and at least ``n``) and ``FILTER_WORK`` times the rows an unfiltered search reads,
@@ -324,7 +339,11 @@ class DenseIndex:
         if not found:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         scores = np.concatenate(parts_s)
-        rows = self._rows(np.concatenate(parts_i))
+        slots = np.concatenate(parts_i)
+        if dead_slots is not None:  # rows later segments deleted
+            keep = ~dead_slots[slots]
+            scores, slots = scores[keep], slots[keep]
+        rows = self._rows(slots)
         pos = top_n(scores, n, rows)
         return rows[pos], scores[pos]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from quarry.core.sqlfiles import load_sql
@@ -99,3 +100,130 @@ def _single(column: pa.ChunkedArray):
     """The column's one array (indexing it skips the chunk search), or the chunked column as it
     is: combining several chunks would copy a mapped file into memory."""
     return column.chunk(0) if column.num_chunks == 1 else column
+
+
+class SegmentedRows:
+    """Result fields of a generation of several segments (quarry/retrieval/segmented.py).
+
+    ``parts``: per segment, its ``rows.arrow`` and ``docs.arrow`` tables and ``cards.row_doc``
+    (each chunk row's document, its place in the same segment's ``docs.arrow``). A document's row
+    may have moved to a newer segment since (a moved file changes its path, not its chunks):
+    ``deleted_docs`` names the document rows no longer live, and those chunks find their document
+    by doc_id among the live documents of the later segments.
+    """
+
+    def __init__(self, parts: list[tuple], deleted_docs=None):
+        self.tables = [p[0] for p in parts]
+        self.doc_tables = [p[1] for p in parts]
+        self.row_docs = [p[2] for p in parts]
+        self.offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([t.num_rows for t in self.tables], out=self.offsets[1:])
+        self.doc_offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([t.num_rows for t in self.doc_tables], out=self.doc_offsets[1:])
+        self.deleted_docs = np.asarray(deleted_docs if deleted_docs is not None else [], dtype=np.int64)
+        self._dead_docs = np.zeros(int(self.doc_offsets[-1]) + 1, dtype=bool)  # the last: "unknown" (-1)
+        self._dead_docs[self.deleted_docs] = True
+        self._dead_docs[-1] = True
+        self._columns: dict[int, dict] = {}
+        self._doc_columns: dict[int, dict] = {}
+        self._moved: dict[str, int] | None = None
+
+    def _locate(self, row: int, offsets: np.ndarray) -> tuple[int, int]:
+        s = int(np.searchsorted(offsets, row, side="right")) - 1
+        return s, int(row - offsets[s])
+
+    def _cols(self, s: int) -> dict:
+        cols = self._columns.get(s)
+        if cols is None:
+            cols = self._columns[s] = {n: _single(self.tables[s].column(n)) for n in self.tables[s].column_names}
+        return cols
+
+    def _doc_cols(self, s: int) -> dict:
+        cols = self._doc_columns.get(s)
+        if cols is None:
+            cols = self._doc_columns[s] = {n: _single(self.doc_tables[s].column(n))
+                                           for n in ("doc_id", "path", "title", "file_type")}
+        return cols
+
+    def chunk_ids(self, rows) -> list[str]:
+        out = []
+        for r in rows:
+            s, i = self._locate(int(r), self.offsets)
+            out.append(self._cols(s)["chunk_id"][i].as_py())
+        return out
+
+    def _by_doc_id(self) -> dict[str, int]:
+        """doc_id -> live global document row, over every segment but the first (a document row
+        moves only forward: the first segment's rows are where nothing moved)."""
+        if self._moved is None:
+            dead = set(self.deleted_docs.tolist())
+            moved = {}
+            for s in range(1, len(self.doc_tables)):
+                for i, doc_id in enumerate(self._doc_cols(s)["doc_id"].to_pylist()):
+                    g = int(self.doc_offsets[s]) + i
+                    if g not in dead:
+                        moved[doc_id] = g
+            self._moved = moved
+        return self._moved
+
+    def doc_rows(self, rows) -> list[int]:
+        """The global document row (in docs.arrow order, segment after segment) of each chunk row;
+        -1 when the document is unknown."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows):
+            return []
+        seg = np.searchsorted(self.offsets, rows, side="right") - 1
+        out = np.full(len(rows), -1, dtype=np.int64)
+        for s in np.unique(seg).tolist():
+            where = np.flatnonzero(seg == s)
+            if self.row_docs[s] is not None:
+                local = np.asarray(self.row_docs[s])[rows[where] - self.offsets[s]].astype(np.int64)
+                out[where] = np.where(local >= 0, local + self.doc_offsets[s], -1)
+        stale = self._dead_docs[out]  # -1 reads the last entry, True
+        for i in np.flatnonzero(stale).tolist():  # moved documents: found by doc_id in a later segment
+            s = int(seg[i])
+            out[i] = self._find_doc(self._cols(s)["doc_id"][int(rows[i] - self.offsets[s])].as_py())
+        return out.tolist()
+
+    def doc_position(self, doc_id: str) -> int:
+        """The live global document row of ``doc_id``; -1 when none."""
+        return self._find_doc(doc_id)
+
+    def _find_doc(self, doc_id: str) -> int:
+        g = self._by_doc_id().get(doc_id)
+        if g is not None:
+            return g
+        ids = self._doc_cols(0)["doc_id"] if self.doc_tables else None
+        if ids is None:
+            return -1
+        lo, hi = 0, len(ids)
+        while lo < hi:  # docs.arrow is in doc_id order
+            mid = (lo + hi) // 2
+            if ids[mid].as_py() < doc_id:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo if lo < len(ids) and ids[lo].as_py() == doc_id and not _contains(self.deleted_docs, lo) else -1
+
+    def fields(self, rows) -> list[dict]:
+        """One dict of :data:`COLUMNS` per row id, in the order given."""
+        out = []
+        docs = self.doc_rows(rows)
+        segs = np.searchsorted(self.offsets, np.asarray(rows, dtype=np.int64), side="right") - 1 if len(rows) else []
+        for r, g, s in zip(rows, docs, np.asarray(segs).tolist()):
+            i = int(r) - int(self.offsets[s])
+            item = {n: c[i].as_py() for n, c in self._cols(s).items()}
+            if g >= 0:
+                ds, di = self._locate(g, self.doc_offsets)
+                for n in ("path", "title", "file_type"):
+                    item[n] = self._doc_cols(ds)[n][di].as_py()
+            else:
+                for n in ("path", "title", "file_type"):
+                    item[n] = ""
+            out.append(item)
+        return out
+
+
+def _contains(sorted_ids: np.ndarray, value: int) -> bool:
+    pos = int(np.searchsorted(sorted_ids, value))
+    return pos < len(sorted_ids) and int(sorted_ids[pos]) == value

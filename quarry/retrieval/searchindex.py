@@ -1,30 +1,40 @@
-"""The search index of a committed generation: BM25 and vectors as memory-mapped files.
+"""The search index of a committed generation: segments of memory-mapped BM25 and vector files.
 
-At commit time the writer builds ``<store>/index-<gen>/`` next to ``catalog-<gen>.duckdb``,
-before the pointer rename, so a reader sees both or neither. It saves each part (result rows and
-document cards, BM25, vectors) as soon as it is built and drops it before building the next
-(:func:`build_into`), so a commit holds one part at a time::
+Every commit writes ``<store>/index-<gen>/`` next to ``catalog-<gen>.duckdb``, before the pointer
+rename, so a reader sees both or neither. The folder holds one *segment* — the index of the rows
+that generation's catalog layer holds (quarry/store/layers.py): the chunks and documents its run
+added or changed, or everything after a merge — and the generation's manifest, which lists the
+segments that make up the generation (the segment of every layer of its catalog, oldest first)
+and the rows of earlier segments it no longer holds::
 
     index-000007/
-      index.json              manifest: version, rows, model, dim, build info
+      index.json              manifest: version, the generation's segments and live counts,
+                              this segment's build info
+      deleted.rows.npy        global row ids no longer live (absent when none)
+      deleted.docs.npy        global document row ids no longer live (absent when none)
       rows.arrow, docs.arrow  what results show, by row and by document (rows.py)
       cards.*                 BM25 over each document's path and facets, each row's document (cards.py)
-      bm25.*                  BM25 term weights, a CSC sparse matrix (bm25.py)
+      bm25.*                  BM25 term weights, term frequencies and row lengths (bm25.py)
       dense.*, ivf.*          unit vectors, cluster by cluster when IVF is built (dense.py)
 
-A row id is a chunk's position in chunk_id order, the same order ``sql/filter_rows.sql`` numbers
-rows in, so a filter is one DuckDB query returning row ids, turned into a boolean mask that both
-retrievers apply before they take their top candidates.
+Rows are numbered segment after segment; within a segment in chunk_id order (documents in doc_id
+order). :class:`SearchIndex` combines the segments (quarry/retrieval/segmented.py): BM25 with the
+statistics of all live rows, exactly; vectors per segment; results and document cards.
+``sql/filter_rows.sql`` numbers the catalog's live chunks the same way, so a filter is one DuckDB
+query returning row ids, turned into a boolean mask both retrievers apply before their top
+candidates.
 
-A run that changes no chunk hard-links the previous generation's files instead of rebuilding
-(all but ``docs.arrow`` and ``cards.*``, rewritten because a move changes a path).
-Readers ``np.load(..., mmap_mode="r")`` every file when they open a snapshot, so a later commit
-that deletes the folder cannot pull it from under them (an unlinked file lives while mapped).
-A store committed before these files existed is indexed in memory on first use.
+The build saves each part (result rows and cards, BM25, vectors) as soon as it is built and drops
+it before building the next (:func:`build_into`), so a commit holds one part at a time. Readers
+``np.load(..., mmap_mode="r")`` every file when they open a snapshot, so a later commit that
+deletes a folder cannot pull it from under them (an unlinked file lives while mapped). A store
+committed before these files existed is indexed in memory on first use; a folder of version 2 (one
+segment holding every row, from an older quarry) is read as a generation of one segment.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import shutil
@@ -36,12 +46,17 @@ import numpy as np
 
 import pyarrow as pa
 
-from quarry.retrieval import bm25, cards, dense, rows
 from quarry.core.safeio import fsync_dir
 from quarry.core.environment import environment
+from quarry.retrieval import bm25, cards, dense, rows
+from quarry.retrieval.segmented import SegmentedBM25, SegmentedDense, split_rows
 
-INDEX_VERSION = 2
+INDEX_VERSION = 3
+READS = (2, 3)  # folder versions a reader understands
 MANIFEST = "index.json"
+DELETED_ROWS = "deleted.rows.npy"
+DELETED_DOCS = "deleted.docs.npy"
+SOURCES = ("main", "layer")  # the schema a segment's rows are read from: a whole catalog, or a layer's own
 
 
 def folder_name(generation: int) -> str:
@@ -54,36 +69,86 @@ def ivf_min_rows() -> int:
     return environment().ivf_min_rows
 
 
-def build(con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = None) -> tuple[dict, dict]:
+def use_source(con, source: str) -> None:
+    """Point the index queries (``index_chunks``, ``index_sections``, ``index_documents``) at the
+    tables of ``source``: the catalog's own (``main``) or a delta layer's own rows (``layer``)."""
+    if source not in SOURCES:
+        raise ValueError(f"unknown index source {source!r}")
+    for table in ("chunks", "sections", "documents"):
+        con.execute(f"CREATE OR REPLACE TEMP VIEW index_{table} AS SELECT * FROM {source}.{table}")
+
+
+def build(con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = None,
+          source: str = "main") -> tuple[dict, dict]:
     """Index arrays for the catalog ``con`` and the vectors of the same version, all in memory.
 
-    ``vectors`` is a function of the row ids (chunk ids in row order, an Arrow array) returning
-    a float32 matrix in row order that the build may change in place
-    (``quarry.store.vectors.read_in_row_order`` bound to a table: one copy of the vectors in
-    memory), or ``(chunk_ids, matrix)`` as ``quarry.store.vectors.read_all`` returns, or None
-    for a store without a vector table. Returns ``(arrays, manifest)``; :func:`write` saves them.
-    :func:`build_into` builds the same files holding one part at a time.
+    ``vectors`` is a function of the row ids (chunk ids in row order, an Arrow array) returning a
+    float32 matrix in row order that the build may change in place
+    (``quarry.store.vectors.read_in_row_order`` bound to a table: one copy of the vectors in memory),
+    or such a matrix with a bool per row that is True where the row is already unit length (rows
+    taken from another segment's files), or ``(chunk_ids, matrix)`` as
+    ``quarry.store.vectors.read_all`` returns, or None for a store without a vector table. Returns
+    ``(arrays, manifest)``; :func:`write` saves them. :func:`build_into` builds the same files
+    holding one part at a time.
     """
     arrays: dict = {}
     manifest: dict = {}
+    use_source(con, source)
     for part in _parts(con, vectors, model, dim, ivf_rows, manifest):
         arrays.update(part)
     return arrays, manifest
 
 
-def build_into(folder: Path, con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = None) -> dict:
-    """Build the files of :func:`build` and save them into ``folder`` (as :func:`write` does),
-    each part as soon as it is built and dropped before the next: result rows and cards, BM25,
-    vectors. What a commit holds is then the largest part, not their sum (at 1M chunks: 0.8 GB
-    of rows, 0.7 GB of BM25 postings, 1.5 GB of vectors). Returns the manifest."""
+def build_into(folder: Path, con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = None,
+               source: str = "main", generation: int | None = None, earlier: list | None = None,
+               deleted_rows: np.ndarray | None = None, deleted_docs: np.ndarray | None = None) -> dict:
+    """Build the segment of :func:`build` and save it into ``folder`` (as :func:`write` does), each
+    part as soon as it is built and dropped before the next: result rows and cards, BM25, vectors.
+    What a commit holds is then the largest part, not their sum (at 1M chunks: 0.8 GB of rows,
+    0.7 GB of BM25 postings, 1.5 GB of vectors).
+
+    ``earlier``: the loaded :class:`Segment` objects this generation keeps before its own (none: the
+    segment is the whole index); ``deleted_rows`` / ``deleted_docs``: their row and document ids
+    (global, sorted) no longer live. Returns the generation's manifest."""
     manifest: dict = {}
+    use_source(con, source)
     with _staged(folder) as tmp:
         for part in _parts(con, vectors, model, dim, ivf_rows, manifest, folder=tmp):
             for name in list(part):
                 _save(tmp / name, part.pop(name))
             del part  # before the generator builds the next part
+        manifest = generation_manifest(manifest, generation, earlier or [], deleted_rows, deleted_docs)
+        for name, ids in ((DELETED_ROWS, deleted_rows), (DELETED_DOCS, deleted_docs)):
+            if ids is not None and len(ids):
+                _save(tmp / name, np.asarray(ids, dtype=np.int64))
         _save_manifest(tmp, manifest)
     return manifest
+
+
+def generation_manifest(segment: dict, generation: int | None, earlier: list, deleted_rows, deleted_docs) -> dict:
+    """The manifest of a generation whose own segment is described by ``segment`` (what the build
+    filled in) and which keeps the ``earlier`` segments, with these rows and documents deleted:
+    the segments and the live counts and lengths BM25 needs (kept here, so no reader sums them)."""
+    deleted_rows = np.asarray(deleted_rows if deleted_rows is not None else [], dtype=np.int64)
+    deleted_docs = np.asarray(deleted_docs if deleted_docs is not None else [], dtype=np.int64)
+    own = {"generation": generation, "rows": segment["rows"], "documents": segment["cards"]["documents"],
+           "length": segment["bm25"]["length"], "card_length": segment["cards"]["length"]}
+    segments = [seg.summary() for seg in earlier] + [own]
+    row_offsets = np.cumsum([0] + [s["rows"] for s in segments])
+    doc_offsets = np.cumsum([0] + [s["documents"] for s in segments])
+    dead_length = dead_card_length = 0
+    for seg, local in zip(earlier, split_rows(deleted_rows, row_offsets)):
+        dead_length += int(seg.bm25.length[local].sum(dtype=np.int64)) if len(local) else 0
+    for seg, local in zip(earlier, split_rows(deleted_docs, doc_offsets)):
+        if len(local) and seg.cards is not None:
+            dead_card_length += int(seg.cards.bm25.length[local].sum(dtype=np.int64))
+    live = {"rows": int(row_offsets[-1]) - len(deleted_rows), "documents": int(doc_offsets[-1]) - len(deleted_docs),
+            "length": sum(s["length"] for s in segments) - dead_length,
+            "card_length": sum(s["card_length"] for s in segments) - dead_card_length}
+    return {**segment, "version": INDEX_VERSION, "generation": generation, "rows": live["rows"],
+            "segments": segments, "live": live,
+            "deleted": {"rows": int(len(deleted_rows)), "documents": int(len(deleted_docs))},
+            "segment": {k: segment[k] for k in ("rows", "bm25", "cards", "dense", "build_seconds") if k in segment}}
 
 
 def _parts(con, vectors, model: str, dim: int, ivf_rows: int | None, manifest: dict, folder: Path | None = None):
@@ -111,15 +176,22 @@ def _parts(con, vectors, model: str, dim: int, ivf_rows: int | None, manifest: d
     yield part
     del part
     t1 = time.perf_counter()
+    unit = None
     if vectors is None:
         matrix = np.zeros((n, dim), dtype=np.float32)
     elif callable(vectors):
         matrix = vectors(ids)
+        if isinstance(matrix, tuple):
+            matrix, unit = matrix
     else:
         matrix = _vectors_in_row_order(ids, *vectors)
     read_seconds = time.perf_counter() - t1
     # In place: the matrix is ours, and at 1M x 384 each copy is 1.5 GB of the commit's peak.
-    dense.normalise_inplace(matrix)
+    if unit is None or not unit.any():
+        dense.normalise_inplace(matrix)
+    elif not unit.all():  # rows from another segment's files are unit already: normalised twice, they would move
+        raw = np.flatnonzero(~unit)
+        matrix[raw] = dense.normalise(matrix[raw])
     out_dim = int(matrix.shape[1]) if matrix.ndim == 2 else dim
     part, dense_info = dense.build(matrix, ivf_min_rows() if ivf_rows is None else ivf_rows, inplace=True)
     del matrix  # with IVF, now in storage order as dense.vectors.npy
@@ -153,11 +225,13 @@ def _vectors_in_row_order(row_ids, lance_ids, matrix: np.ndarray) -> np.ndarray:
 
 
 def write(folder: Path, arrays: dict, manifest: dict) -> None:
-    """Save ``arrays`` and the manifest into ``folder`` (written aside, then renamed into place)."""
+    """Save ``arrays`` and the manifest of a one-segment generation (the folder's, ``index-<gen>``)
+    into ``folder`` (written aside, then renamed into place)."""
+    generation = int(folder.name.removeprefix("index-")) if folder.name.removeprefix("index-").isdigit() else None
     with _staged(folder) as tmp:
         for name, value in arrays.items():
             _save(tmp / name, value)
-        _save_manifest(tmp, manifest)
+        _save_manifest(tmp, generation_manifest(manifest, generation, [], None, None))
 
 
 @contextmanager
@@ -192,71 +266,177 @@ def _save_manifest(folder: Path, manifest: dict) -> None:
         os.fsync(fh.fileno())
 
 
-def link(source: Path, folder: Path, con) -> None:
-    """Give ``folder`` the files of ``source`` (hard links: no copy) for a run that changed no
-    chunk; ``docs.arrow`` is rewritten from the catalog ``con``, since paths may have moved."""
-    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    docs = rows.build_docs(con)
-    with open(tmp / rows.DOCS, "wb") as fh:
-        rows.save(docs, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    fresh = {rows.DOCS}
-    if (source / cards.ROW_DOC).exists():
-        card_arrays, _ = cards.build(con, docs, rows.load(source / rows.ROWS).column("doc_id"))
-        for name, value in card_arrays.items():
-            _save(tmp / name, value)
-        fresh.update(card_arrays)
-    for path in source.iterdir():
-        if path.name in fresh:
-            continue
-        try:
-            os.link(path, tmp / path.name)
-        except OSError:
-            shutil.copy2(path, tmp / path.name)
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(tmp, folder)
-    fsync_dir(folder.parent)
-
-
-def is_complete(folder: Path) -> bool:
+def read_manifest(folder: Path) -> dict | None:
+    """The manifest of an index folder, or None when it is missing, unreadable or of a version
+    this quarry does not read."""
     try:
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and manifest.get("version") in READS else None
+
+
+def segment_generations(folder: Path) -> list[int]:
+    """The generations whose segments make up the generation of ``folder`` (its own included)."""
+    manifest = read_manifest(folder)
+    if manifest is None or manifest.get("version") == 2 or "segments" not in manifest:
+        return []
+    return [int(s["generation"]) for s in manifest["segments"]]
+
+
+def is_complete(folder: Path) -> bool:
+    """Whether ``folder`` holds a finished index of this version whose segments are all present."""
+    manifest = read_manifest(folder)
+    if manifest is None or manifest.get("version") != INDEX_VERSION:
         return False
-    return manifest.get("version") == INDEX_VERSION
+    for gen in segment_generations(folder):
+        if gen != manifest.get("generation") and read_manifest(folder.parent / folder_name(gen)) is None:
+            return False
+    return True
 
 
+class Segment:
+    """The loaded files of one segment."""
 
-class SearchIndex:
-    """The loaded index of one generation: result rows, BM25 and vectors."""
-
-    def __init__(self, arrays: dict, manifest: dict):
-        self.manifest = manifest
-        self.n_rows = int(manifest["rows"])
-        self.results = rows.ResultRows(arrays[rows.ROWS], arrays[rows.DOCS])
+    def __init__(self, generation: int | None, arrays: dict, info: dict):
+        self.generation = generation
+        self.info = info
+        self.n_rows = int(info["rows"])
+        self.rows = arrays[rows.ROWS]
+        self.docs = arrays[rows.DOCS]
+        self.n_docs = self.docs.num_rows
         self.bm25 = bm25.BM25Index(arrays, self.n_rows)
         self.dense = dense.DenseIndex(arrays)
         # None for a generation committed before cards existed: fusion then skips the documents
-        self.cards = cards.Cards(arrays, len(arrays[rows.DOCS])) if cards.Cards.present(arrays) else None
+        self.cards = cards.Cards(arrays, self.n_docs) if cards.Cards.present(arrays) else None
 
     @classmethod
-    def load(cls, folder: Path) -> SearchIndex:
-        """Memory-map every file of ``folder`` now (see the module docstring for why now)."""
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        if manifest.get("version") != INDEX_VERSION:
-            raise ValueError(f"{folder} holds index version {manifest.get('version')}, not {INDEX_VERSION}")
+    def load(cls, folder: Path, generation: int | None = None) -> Segment:
+        """Memory-map the segment files of ``folder`` now (see the module docstring for why now)."""
+        manifest = read_manifest(folder)
+        if manifest is None:
+            raise ValueError(f"{folder} holds no index this quarry reads")
         # np.asarray drops the memmap subclass (slicing one costs microseconds of Python each
         # time); the plain arrays still read the mapped files, which stay open through them.
-        arrays: dict = {p.name: np.asarray(np.load(p, mmap_mode="r")) for p in folder.glob("*.npy")}
+        arrays: dict = {p.name: np.asarray(np.load(p, mmap_mode="r")) for p in folder.glob("*.npy")
+                        if not p.name.startswith("deleted.")}
         for path in folder.glob("*.bin"):
             size = path.stat().st_size
             arrays[path.name] = np.asarray(np.memmap(path, dtype=np.uint8, mode="r")) if size else b""
         for name in (rows.ROWS, rows.DOCS):
             arrays[name] = rows.load(folder / name)
-        return cls(arrays, manifest)
+        info = manifest.get("segment", manifest)
+        return cls(generation if generation is not None else manifest.get("generation"), arrays, info)
+
+    def summary(self) -> dict:
+        """What a generation's manifest lists about this segment."""
+        return {"generation": self.generation, "rows": self.n_rows, "documents": self.n_docs,
+                "length": int(self.bm25.length_total or 0),
+                "card_length": int(self.cards.bm25.length_total or 0) if self.cards is not None else 0}
+
+    def chunk_rows_of(self, doc_ids: list[str]) -> np.ndarray:
+        """Local rows of these documents' chunks (chunk ids ``<doc_id>:<n>`` sort together)."""
+        column = _single(self.rows.column("chunk_id"))
+        keys = _Keys(column)
+        out = []
+        for doc_id in doc_ids:
+            prefix = f"{doc_id}:"
+            lo = bisect.bisect_left(keys, prefix)
+            hi = bisect.bisect_left(keys, prefix[:-1] + ";", lo)  # ';' follows ':'
+            out.extend(range(lo, hi))
+        return np.array(sorted(out), dtype=np.int64)
+
+    def doc_rows_of(self, doc_ids: list[str]) -> np.ndarray:
+        """Local rows of these documents in ``docs.arrow``."""
+        keys = _Keys(_single(self.docs.column("doc_id")))
+        out = []
+        for doc_id in doc_ids:
+            pos = bisect.bisect_left(keys, doc_id)
+            if pos < len(keys) and keys[pos] == doc_id:
+                out.append(pos)
+        return np.array(sorted(out), dtype=np.int64)
+
+
+class _Keys:
+    """A sorted Arrow string column as a sequence for :mod:`bisect` (one value read per probe)."""
+
+    def __init__(self, column):
+        self.column = column
+
+    def __len__(self) -> int:
+        return len(self.column)
+
+    def __getitem__(self, i: int) -> str:
+        return self.column[i].as_py()
+
+
+def _single(column: pa.ChunkedArray):
+    return column.chunk(0) if column.num_chunks == 1 else column
+
+
+class SearchIndex:
+    """The loaded index of one generation: its segments, combined (quarry/retrieval/segmented.py).
+
+    ``n_rows`` is the size of the row space (every segment's rows, deleted ones included: masks
+    and row ids span it); ``live_rows`` the rows a search can return.
+    """
+
+    def __init__(self, segments: list[Segment], manifest: dict, deleted_rows=None, deleted_docs=None):
+        self.segments = segments
+        self.manifest = manifest
+        deleted_rows = np.asarray(deleted_rows if deleted_rows is not None else [], dtype=np.int64)
+        deleted_docs = np.asarray(deleted_docs if deleted_docs is not None else [], dtype=np.int64)
+        self.n_rows = sum(s.n_rows for s in segments)
+        live = manifest.get("live") or {}
+        self.live_rows = int(live.get("rows", self.n_rows - len(deleted_rows)))
+        legacy = manifest.get("version") == 2
+        self.bm25 = SegmentedBM25([s.bm25 for s in segments], deleted_rows, self.live_rows,
+                                  int(live.get("length", segments[0].bm25.length_total or 0) if segments else 0))
+        if legacy:
+            self.bm25.exact = True  # one segment of every row, its weights exact; no frequencies stored
+        self.dense = SegmentedDense([s.dense for s in segments], deleted_rows)
+        self.results = rows.SegmentedRows([(s.rows, s.docs, s.cards.row_doc if s.cards is not None else None)
+                                           for s in segments], deleted_docs)
+        self.cards = None
+        if segments and all(s.cards is not None for s in segments):
+            card_bm25 = SegmentedBM25([s.cards.bm25 for s in segments], deleted_docs,
+                                      int(live.get("documents", sum(s.n_docs for s in segments) - len(deleted_docs))),
+                                      int(live.get("card_length", segments[0].cards.bm25.length_total or 0)))
+            if legacy:
+                card_bm25.exact = True
+            self.cards = cards.SegmentedCards(card_bm25, self.results)
+
+    @classmethod
+    def load(cls, folder: Path) -> SearchIndex:
+        """Memory-map every file of the generation of ``folder`` now: its segments (each in the
+        folder of the generation that wrote it) and its deletions."""
+        manifest = read_manifest(folder)
+        if manifest is None:
+            raise ValueError(f"{folder} holds no index this quarry reads")
+        if manifest.get("version") == 2:
+            return cls([Segment.load(folder)], manifest)
+        own = int(manifest["generation"])
+        segments = [Segment.load(folder if g == own else folder.parent / folder_name(g), g)
+                    for g in (int(s["generation"]) for s in manifest["segments"])]
+        deleted = {}
+        for name in (DELETED_ROWS, DELETED_DOCS):
+            path = folder / name
+            deleted[name] = np.asarray(np.load(path, mmap_mode="r")) if path.exists() else None
+        return cls(segments, manifest, deleted[DELETED_ROWS], deleted[DELETED_DOCS])
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, manifest: dict) -> SearchIndex:
+        """A one-segment index held in memory (:func:`build`'s output)."""
+        full = generation_manifest(manifest, manifest.get("generation"), [], None, None)
+        return cls([Segment(None, arrays, manifest)], full)
 
     def chunk_ids(self, row_ids) -> list[str]:
         return self.results.chunk_ids(row_ids)
+
+    def row_offsets(self) -> list[tuple[int, int]]:
+        """``(generation, first row)`` of each segment, in row order (``sql/filter_rows.sql``)."""
+        out, start = [], 0
+        for seg in self.segments:
+            out.append((seg.generation, start))
+            start += seg.n_rows
+        return out

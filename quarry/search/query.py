@@ -42,6 +42,7 @@ from quarry.search.results import SearchResponse, SearchResult
 from quarry.search.segments import segments_from_results
 from quarry.search.windows import ChunkReader, expand
 from quarry.store import views
+from quarry.store.layers import attach_sql
 from quarry.store.reader import Snapshot
 from quarry.store.remote import remote_of
 
@@ -155,14 +156,15 @@ class Index:
                 self._query_cache.put(q, vec)
 
     def filter_mask(self, filters: Filter | None, snap: Snapshot | None = None):
-        """``(mask, rows kept)`` for a filter: a bool per row of the current generation, or
-        ``(None, rows)`` without a filter. Cached per generation and filter."""
+        """``(mask, rows kept)`` for a filter: a bool per row of the current generation's search
+        index (its row space, deleted rows included), or ``(None, live rows)`` without a filter.
+        Cached per generation and filter."""
         snap = snap or self.snapshot
         n_rows = snap.index.n_rows
         if filters and filters.restricted and not snap.has_principals:
             filters = filters.without_permissions()  # a catalog from before principals: all public
         if not filters:
-            return None, n_rows
+            return None, snap.index.live_rows
         key = (snap.pointer.generation, filters)
         hit = self._masks.get(key)
         if hit is not None:
@@ -170,6 +172,7 @@ class Index:
         import numpy as np
 
         where, params = filters.bound_sql()
+        snap.chunk_rows()  # the temporary view the filter query numbers rows with
         sql = load_sql("filter_rows").replace("TRUE /* filter */", where)
         try:
             rows = snap.con.execute(sql, params).fetchnumpy()["row_id"]
@@ -186,16 +189,11 @@ class Index:
         return result
 
     def _document_mask(self, filters: Filter, snap: Snapshot, mask):
-        """A bool per document (``docs.arrow`` order): whether the filter keeps a row of it."""
-        import numpy as np
-
+        """A bool per document row of the search index: whether the filter keeps a row of it."""
         key = (snap.pointer.generation, filters)
         hit = self._doc_masks.get(key)
         if hit is None:
-            cards = snap.index.cards
-            docs = cards.row_doc[mask]
-            hit = np.zeros(cards.n_docs, dtype=bool)
-            hit[docs[docs >= 0]] = True
+            hit = snap.index.cards.doc_mask(mask)
             self._doc_masks.put(key, hit)
         return hit
 
@@ -232,8 +230,7 @@ class Index:
         (tokens the corpus contains map straight to their term; others are stemmed)."""
         from quarry.retrieval.bm25 import query_tokens
 
-        bm25 = snap.index.bm25
-        return bm25.search(bm25.columns(query_tokens(query)), n, mask)
+        return snap.index.bm25.search_tokens(query_tokens(query), n, mask)
 
     def vector_search(self, query: str, n: int, filters: Filter | None = None,
                       principals=None) -> list[tuple[str, float]]:
@@ -374,7 +371,7 @@ class Index:
         t = time.perf_counter()
         mask, kept = self.filter_mask(filters, snap)
         timings["filter"] = _ms(t)
-        rows = snap.index.n_rows
+        rows = snap.index.live_rows
         if filters and filters.restricted:  # a caller who may not read everything is told of its own rows only
             rows = self.filter_mask(filters.permissions(), snap)[1]
         counts = {"rows": rows, "kept": kept}
@@ -447,10 +444,8 @@ class Index:
             from quarry.retrieval.bm25 import query_tokens
 
             cards, query, weight, keep = documents
-            scores = cards.doc_scores(query_tokens(query))
-            if keep is not None:
-                scores = scores * keep
-            fused = with_documents(fused, cards.row_doc, scores, weight)
+            doc_of, doc_scores = cards.evidence([row for row, _ in fused], query_tokens(query), keep)
+            fused = with_documents(fused, doc_of, doc_scores, weight)
         if min_fused is not None:
             fused = [(row, s) for row, s in fused if s >= min_fused]
         return fused[:k]
@@ -491,6 +486,8 @@ class Index:
                 "dim": snap.pointer.dim,
                 "generation": snap.pointer.generation,
                 "catalog": str(self.store / snap.pointer.catalog),
+                # what a plain DuckDB connection to `catalog` runs first to read a layered catalog
+                "catalog_attach": attach_sql(self.store, snap.chain),
                 "vector_table": snap.pointer.vector_table,
                 "vector_version": snap.pointer.vector_version,
                 "search_index": views.index_summary(snap.index_manifest) if snap.index_manifest is not None else None,
@@ -498,7 +495,7 @@ class Index:
                 "last_run": None,
             }
             if access is not None:
-                for key in ("store", "catalog", "vector_table", "vector_version", "embedder", "last_run"):
+                for key in ("store", "catalog", "catalog_attach", "vector_table", "vector_version", "embedder", "last_run"):
                     info.pop(key)
             else:
                 from quarry.store.layout import disk_usage

@@ -1,8 +1,9 @@
 """Document permissions in the catalog: ``documents.principals`` and each root's source (``acl_roots``).
 
-An update touches only those two: no chunk, vector or search index row changes, so a run whose
-only news is a permission change copies the catalog, updates the documents whose principals differ
-and links the previous generation's index files (:func:`quarry.retrieval.searchindex.link`).
+An update touches only those two: no chunk or vector changes. In a whole catalog the documents
+rows are updated in place; in a delta layer (quarry/store/layers.py) the changed documents rows are
+written to the layer, as for a move, and the commit's index segment holds those documents (their
+chunks stay in the segments that had them).
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ def sources(con) -> dict[str, AclSource]:
     return {root: AclSource(source, rules) for root, source, rules in con.execute(load_sql("acl_sources")).fetchall()}
 
 
-def set_sources(con, changed: dict[str, AclSource]) -> None:
-    """Remember each root's source."""
+def set_sources(con, changed: dict[str, AclSource], delta: bool = False) -> None:
+    """Remember each root's source (``delta``: in the catalog layer ``con`` writes,
+    quarry/store/layers.py)."""
     for root, source in changed.items():
-        con.execute(load_sql("acl_set_source"), [root, source.source, source.rules])
+        con.execute(load_sql("layer_acl_set_source" if delta else "acl_set_source"), [root, source.source, source.rules])
 
 
 def stored(con) -> dict[str, tuple[str, ...] | None]:
@@ -44,28 +46,33 @@ def stored(con) -> dict[str, tuple[str, ...] | None]:
     return {path: (tuple(p) if p is not None else None) for path, p in con.execute(load_sql("acl_principals")).fetchall()}
 
 
-def _update(con, sql: str, key: str, wanted: dict[str, tuple[str, ...]]) -> int:
+def _update(con, sql: str, key: str, wanted: dict[str, tuple[str, ...]], layer: tuple[int, int] | None) -> list[str]:
     if not wanted:
-        return 0
+        return []
     table = pa.table({key: list(wanted), "principals": [list(p) for p in wanted.values()]},
                      schema=pa.schema([(key, pa.string()), ("principals", pa.list_(pa.string()))]))
     con.register(_WANTED, table)
     try:
-        row = con.execute(load_sql(sql)).fetchone()
+        if layer is None:
+            return [d for (d,) in con.execute(load_sql(sql)).fetchall()]
+        from quarry.store import layers
+
+        return layers.rewrite_principals(con, f"layer_{sql}", *layer)
     finally:
         con.unregister(_WANTED)
-    return int(row[0]) if row else 0
 
 
-def apply(con, wanted: dict[str, tuple[str, ...]]) -> int:
+def apply(con, wanted: dict[str, tuple[str, ...]], layer: tuple[int, int] | None = None) -> list[str]:
     """Set the principals of the documents at these paths (real file names; stored in display form)
-    where they differ; returns how many documents changed."""
-    return _update(con, "acl_apply", "path", {paths.display(p): tuple(v) for p, v in wanted.items()})
+    where they differ; returns the doc_ids changed. ``layer``: ``(generation, base)`` of the delta
+    layer ``con`` writes (quarry/store/layers.py), which then holds those documents rows."""
+    return _update(con, "acl_apply", "path", {paths.display(p): tuple(v) for p, v in wanted.items()}, layer)
 
 
-def apply_to_documents(con, wanted: dict[str, tuple[str, ...]]) -> int:
-    """Set the principals of these documents (by doc_id) where they differ; returns how many changed."""
-    return _update(con, "acl_apply_documents", "doc_id", {d: normalise(v) for d, v in wanted.items()})
+def apply_to_documents(con, wanted: dict[str, tuple[str, ...]], layer: tuple[int, int] | None = None) -> list[str]:
+    """Set the principals of these documents (by doc_id) where they differ; returns the doc_ids
+    changed (``layer`` as for :func:`apply`)."""
+    return _update(con, "acl_apply_documents", "doc_id", {d: normalise(v) for d, v in wanted.items()}, layer)
 
 
 def plan_for_run(store, files, roots: list[str], acl_source: str = "", acl_rules: str = ""):

@@ -11,6 +11,10 @@ from __future__ import annotations
 import glob
 import importlib.util
 import json
+import logging
+import re
+import shutil
+import tempfile
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
@@ -276,3 +280,38 @@ def has_fts(con: duckdb.DuckDBPyConnection) -> bool:
         "SELECT count(*) FROM duckdb_schemas() WHERE schema_name = 'fts_main_chunks'"
     ).fetchone()
     return bool(row and row[0])
+
+
+def lock_holder(exc: BaseException) -> str | None:
+    """The process DuckDB names as holding a file's lock (``PID 5072 (/usr/bin/python3)``), or None."""
+    m = re.search(r"Conflicting lock is held in (.*?) \(PID (\d+)\)", str(exc))
+    return f"PID {m.group(2)} ({m.group(1)})" if m else None
+
+
+def connect_read_only(path: Path) -> tuple[duckdb.DuckDBPyConnection, Path | None, str | None]:
+    """Open the catalog ``path`` read-only; returns the connection and, when another process held
+    the file read-write (a SQL client opened it without ``-readonly``), the private copy opened
+    instead and that process (``PID 5072 (/usr/bin/python3)``); else ``None, None``.
+
+    DuckDB lets many read-only connections share a file but none beside a read-write one. A
+    committed catalog never changes, so a copy of it is the same state: quarry keeps answering
+    and says who holds the file.
+    """
+    try:
+        return connect(path, read_only=True, fts=False), None, None
+    except duckdb.IOException as exc:
+        holder = lock_holder(exc)
+        if holder is None:
+            raise
+    folder = Path(tempfile.mkdtemp(prefix="quarry-catalog-"))
+    copy = folder / path.name
+    try:
+        shutil.copyfile(path, copy)
+        con = connect(copy, read_only=True, fts=False)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    logging.getLogger("quarry").warning(
+        "%s is held open read-write by %s; reading a private copy of it. Open catalogs read-only "
+        "(duckdb -readonly FILE, or read_only=True) so that quarry and other readers can share them.", path, holder)
+    return con, copy, holder

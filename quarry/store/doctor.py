@@ -1,15 +1,22 @@
 """``quarry doctor``: check that a store's pointer, catalog, vectors and index files agree, and
 repair what can be repaired without guessing.
 
+A generation's catalog may be a layer over earlier catalog files and its index several segments
+(quarry/store/layers.py, quarry/retrieval/searchindex.py): the checks open the catalog with its
+layers attached, name them, and count the index's live rows over all its segments; a missing
+layer is a missing catalog.
+
 What is repairable, and how:
 
 - ``CURRENT`` missing or damaged: the pointer is rebuilt from the newest catalog generation that
   a commit finished (``meta.committed_generation``, written by the commit itself) and the newest
   LanceDB version of its model's table whose chunk ids equal the catalog's. Nothing is adopted
   unless catalog and vectors agree row for row.
-- ``index-<gen>/`` missing, incomplete or of another size than the catalog: rebuilt from the
-  catalog and the vectors, as a commit builds it.
-- files no pointer names (a dead run's catalog generation or index folder): removed.
+- ``index-<gen>/`` missing, incomplete (a segment it names missing) or of another size than the
+  catalog: rebuilt from the catalog and the vectors as one segment of every live row, as a
+  commit of a whole catalog builds it (the next index run then writes a whole catalog too).
+- files no pointer names (a dead run's catalog generation or index folder) and generations past the
+  retention that no kept generation reads: removed.
 
 Not repairable (the data is gone): the committed catalog file missing or unreadable, or vectors
 that disagree with it. Then the report says to rebuild from the source files with
@@ -121,7 +128,7 @@ def _diagnose(store: Path, report: DoctorReport, repair: bool) -> None:
         pointer = found
 
     catalog_path = store / pointer.catalog
-    opened = _open_catalog(catalog_path, report)
+    opened = _open_catalog(catalog_path, report, pointer)
     if opened is None:
         return
     con, private = opened
@@ -132,31 +139,34 @@ def _diagnose(store: Path, report: DoctorReport, repair: bool) -> None:
         except Exception as exc:
             report.add("catalog", False, f"{catalog_path} cannot be read: {_line(exc)}", _rebuild_hint(store))
             return
-        report.add("catalog", True, f"{catalog_path.name}: {len(chunk_ids)} chunks")
+        chain = pointer.layers or (pointer.generation,)
+        layered = f" (a layer over {', '.join(f'catalog-{g:06d}.duckdb' for g in chain[:-1])})" if len(chain) > 1 else ""
+        report.add("catalog", True, f"{catalog_path.name}{layered}: {len(chunk_ids)} chunks")
         _check_vectors(store, pointer, chunk_ids, meta, report)
         _check_index(store, pointer, con, len(chunk_ids), report, repair)
     finally:
         con.close()
-        if private is not None:
-            import shutil
+        import shutil
 
-            shutil.rmtree(private.parent, ignore_errors=True)
+        for folder in private:
+            shutil.rmtree(folder, ignore_errors=True)
     _check_stale(store, pointer, report, repair)
 
 
-def _open_catalog(path: Path, report: DoctorReport):
-    """``(connection, private copy or None)``, or None after a finding that says why not. Another
-    process holding the file read-write is named, and the check goes on with a private copy: that is
-    a SQL client's lock, not damage."""
+def _open_catalog(path: Path, report: DoctorReport, pointer):
+    """``(connection, private copy folders)`` — the generation's catalog with the layers it reads
+    attached — or None after a finding that says why not. Another process holding a file read-write
+    is named, and the check goes on with a private copy: that is a SQL client's lock, not damage."""
     import duckdb
 
-    from quarry.store.reader import connect_read_only, lock_holder
+    from quarry.store import layers
+    from quarry.store.catalog import lock_holder
 
     if not path.exists():
         report.add("catalog", False, f"{path}, the catalog CURRENT names, is missing", _rebuild_hint(path.parent))
         return None
     try:
-        con, private, holder = connect_read_only(path)
+        con, private = layers.connect(path.parent, pointer.generation, pointer.layers or None)
     except duckdb.IOException as exc:
         if lock_holder(exc):  # a copy failed too (a full disk): still a lock, never damage
             report.add("catalog lock", False, f"{path.name} is held open read-write by {lock_holder(exc)}",
@@ -167,9 +177,10 @@ def _open_catalog(path: Path, report: DoctorReport):
     except Exception as exc:
         report.add("catalog", False, f"{path} cannot be opened: {_line(exc)}", _rebuild_hint(path.parent))
         return None
-    if private is not None:
-        report.add("catalog lock", True, f"{path.name} is held open read-write by {holder}; quarry reads a private "
-                   "copy meanwhile. Close that connection, or open the file read-only (duckdb -readonly FILE)")
+    if private:
+        report.add("catalog lock", True, f"{path.name} (or a layer it reads) is held open read-write by another "
+                   "process; quarry reads a private copy meanwhile. Close that connection, or open the file "
+                   "read-only (duckdb -readonly FILE)")
     return con, private
 
 
@@ -212,10 +223,15 @@ def _check_index(store: Path, pointer, con, n_chunks: int, report: DoctorReport,
         rows = json.loads((folder / searchindex.MANIFEST).read_text(encoding="utf-8")).get("rows")
     except (OSError, ValueError):
         rows = None
-    if searchindex.is_complete(folder) and rows == n_chunks:
-        report.add("index", True, f"{folder.name}: {rows} rows")
+    complete = searchindex.read_manifest(folder) is not None and (
+        searchindex.read_manifest(folder).get("version") == 2 or searchindex.is_complete(folder))
+    if complete and rows == n_chunks:
+        segments = searchindex.segment_generations(folder)
+        detail = f" in {len(segments)} segments ({', '.join(searchindex.folder_name(g) for g in segments)})" \
+            if len(segments) > 1 else ""
+        report.add("index", True, f"{folder.name}: {rows} rows{detail}")
         return
-    why = "missing or incomplete" if rows is None else f"holds {rows} rows, the catalog {n_chunks}"
+    why = "missing or incomplete" if rows is None or not complete else f"holds {rows} rows, the catalog {n_chunks}"
     finding = report.add("index", False, f"{folder} {why}", "rebuild the index files from catalog and vectors",
                          repairable=True)
     if repair:
@@ -224,7 +240,8 @@ def _check_index(store: Path, pointer, con, n_chunks: int, report: DoctorReport,
         table = vectors.open_for_read(store, pointer.vector_table, pointer.vector_version) if pointer.vector_table \
             else None
         stored = partial(vectors.read_in_row_order, table) if table is not None else None
-        searchindex.build_into(folder, con, stored, pointer.model, pointer.dim)
+        # one segment of every live row (the next index run builds on it with a whole catalog)
+        searchindex.build_into(folder, con, stored, pointer.model, pointer.dim, generation=pointer.generation)
         finding.repaired = True
 
 
@@ -232,14 +249,15 @@ def _check_stale(store: Path, pointer, report: DoctorReport, repair: bool) -> No
     from quarry.store import generations
 
     keep = generations.keep_generations()
+    stays = generations.referenced(store, pointer.generation, keep)
     stale = sorted(p.name for p in list(store.glob("catalog-*.duckdb*")) + list(store.glob("index-*"))
                    if (gen := generations.generation_of(p.name)) is not None
-                   and (".tmp-" in p.name or not generations.kept(gen, pointer.generation, keep)))
+                   and (".tmp-" in p.name or ".rebase" in p.name or gen > pointer.generation or gen not in stays))
     if not stale:
         return
     finding = report.add("stale files", False, f"left by runs that never committed or past the retention of "
-                         f"{keep} generations: {', '.join(stale)}", "remove them (the next index run would too)",
-                         repairable=True)
+                         f"{keep} generations (and the layers they read): {', '.join(stale)}",
+                         "remove them (the next index run would too)", repairable=True)
     if repair:
         generations.remove_unkept(store, pointer.generation, keep)
         finding.repaired = True
@@ -248,24 +266,28 @@ def _check_stale(store: Path, pointer, report: DoctorReport, repair: bool) -> No
 def recover_pointer(store: Path):
     """A pointer for the newest finished generation whose vectors agree with it, or None."""
     import os
+    import shutil
 
-    from quarry.store import catalog, vectors
+    from quarry.store import catalog, layers, vectors
     from quarry.store.pointer import Pointer
 
     gens = sorted(((int(m.group(1)), p) for p in store.glob("catalog-*.duckdb")
                    if (m := _GENERATION.match(p.name))), reverse=True)
     for generation, path in gens:
         try:
-            con = catalog.connect(path, read_only=True, fts=False)
+            con, private = layers.connect(store, generation)
         except Exception:
             continue
         try:
             meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
             chunk_ids = {r[0] for r in con.execute("SELECT chunk_id FROM chunks").fetchall()}
+            chain = layers.chain_of(con, generation)
         except Exception:
             continue
         finally:
             con.close()
+            for folder in private:
+                shutil.rmtree(folder, ignore_errors=True)
         # Only a catalog its commit finished writing (older stores: not marked, accepted when
         # the vectors agree).
         marked = meta.get("committed_generation")
@@ -283,7 +305,7 @@ def recover_pointer(store: Path):
                 if _chunk_ids_at(store, name, version) == chunk_ids:
                     return Pointer(generation=generation, catalog=path.name, vector_table=name,
                                    vector_version=version, model=model, dim=dim,
-                                   committed_at=os.path.getmtime(path))
+                                   committed_at=os.path.getmtime(path), layers=chain)
             except Exception:
                 continue
     return None

@@ -25,10 +25,10 @@ from quarry.core.environment import environment
 from quarry.store.pointer import Pointer
 
 __all__ = ["keep_generations", "generation_of", "kept", "local_generations", "remove_unkept", "committed_state",
-           "state_of", "kept_versions"]
+           "state_of", "kept_versions", "layers_of", "referenced"]
 
 DEFAULT_KEEP = 2
-_NAME = re.compile(r"^(?:catalog-(\d+)\.duckdb(?:\.wal)?|index-(\d+)(?:\.tmp-\d+)?)$")
+_NAME = re.compile(r"^(?:catalog-(\d+)\.duckdb(?:\.rebase)?(?:\.wal)?|index-(\d+)(?:\.tmp-\d+)?)$")
 
 
 def keep_generations() -> int:
@@ -53,19 +53,53 @@ def local_generations(store: Path) -> list[int]:
     return sorted(g for g in gens if g is not None)
 
 
+def layers_of(store: Path, generation: int) -> tuple[int, ...]:
+    """The generations whose catalog files (and index segments) generation ``generation`` reads,
+    base first, itself last (quarry/store/layers.py): from its index manifest, else its catalog's
+    ``meta.layers``; ``(generation,)`` for a whole catalog."""
+    import json
+
+    from quarry.retrieval import searchindex
+
+    segments = searchindex.segment_generations(store / searchindex.folder_name(generation))
+    if segments:
+        return tuple(segments)
+    meta = committed_state(store, generation) or {}
+    try:
+        chain = tuple(int(g) for g in json.loads(meta.get("layers") or "[]"))
+    except (ValueError, TypeError):
+        chain = ()
+    return chain or (generation,)
+
+
+def referenced(store: Path, current: int | None, keep: int | None = None) -> set[int]:
+    """Generations whose files stay: the kept ones and every layer they read."""
+    keep = keep_generations() if keep is None else keep
+    if current is None:
+        return set()
+    out: set[int] = set()
+    for gen in {*local_generations(store), current}:
+        if kept(gen, current, keep):
+            out.add(gen)
+            out.update(layers_of(store, gen))
+    return out
+
+
 def remove_unkept(store: Path, current: int | None, keep: int | None = None) -> list[str]:
-    """Delete catalogs, WALs and index folders of generations not kept, the half-written folders and
-    pointer files dead runs left; returns the names removed. The caller holds the writer lock.
+    """Delete catalogs, WALs and index folders of generations neither kept nor read by a kept one
+    (:func:`referenced`), the half-written files and pointer files dead runs left; returns the
+    names removed. The caller holds the writer lock.
 
     A reader that has an old catalog open keeps reading it: on POSIX an unlinked file lives until
     its last descriptor closes (and an unlinked index file until it is unmapped).
     """
     keep = keep_generations() if keep is None else keep
+    stays = referenced(store, current, keep)
     removed = []
     for path in list(store.glob("catalog-*.duckdb*")) + list(store.glob("index-*")):
         gen = generation_of(path.name)
-        staged = ".tmp-" in path.name
-        if gen is None or (not staged and kept(gen, current, keep)):
+        staged = ".tmp-" in path.name or ".rebase" in path.name
+        if gen is None or (not staged and current is not None and gen <= current and gen in stays):
             continue
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)

@@ -4,7 +4,8 @@
 
     <store>/
       CURRENT                 JSON pointer to the committed state; replaced by atomic rename
-      catalog-<gen>.duckdb    one DuckDB catalog per generation; only the one CURRENT names is live
+      catalog-<gen>.duckdb    one DuckDB catalog file per generation: a whole catalog, or a layer of the
+                              rows that generation changed over earlier ones (quarry/store/layers.py)
       lance/                  LanceDB database; CURRENT names the table and its committed version
       lock                    flock()-ed by the index run that holds the store (JSON: pid, host, start)
       logs/                   the Prefect server's log for runs that start their own

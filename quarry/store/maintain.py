@@ -1,5 +1,6 @@
-"""``quarry maintain``: compact the vector table, drop what the retention no longer keeps, rebuild
-stale LanceDB indices and check the store — on a local store or one on object storage.
+"""``quarry maintain``: compact the vector table, rebuild stale LanceDB indices, merge the catalog
+layers and search index segments into one, drop what the retention no longer keeps and check the
+store — on a local store or one on object storage.
 
 Every step runs under the writer lock (the lease on object storage), so it never races an index
 run; a busy store is :class:`~quarry.core.errors.StoreLocked` (``if_busy="skip"``: the report says
@@ -111,6 +112,33 @@ def reindex(store: Path, threshold: float | None = None) -> list[dict]:
     return out
 
 
+def merge(store: Path) -> dict:
+    """Merge the current generation's catalog layers and index segments into one — a new
+    generation holding a whole catalog and a one-segment index of the live rows — when it reads
+    more than one layer or its segments hold deleted rows (quarry/store/layers.py). Searches are
+    fastest on one segment; a commit merges only what its policy asks. Caller holds the writer lock."""
+    from quarry.retrieval import searchindex
+    from quarry.store.writer import StoreWriter
+
+    t0 = time.perf_counter()
+    pointer = _committed(store)
+    chain = pointer.layers or (pointer.generation,)
+    manifest = searchindex.read_manifest(store / searchindex.folder_name(pointer.generation)) or {}
+    deleted = int((manifest.get("deleted") or {}).get("rows", 0))
+    out = {"layers_before": len(chain), "deleted_rows_before": deleted, "merged": False,
+           "generation": pointer.generation}
+    if (len(chain) <= 1 and not deleted) or not pointer.vector_table:
+        return out
+    writer = StoreWriter(store, pointer.model, pointer.dim).open()
+    try:
+        writer.merge_all()
+        info = writer.commit(None, {})
+    finally:
+        writer.close()
+    out.update(merged=True, generation=info.generation, seconds=round(time.perf_counter() - t0, 3))
+    return out
+
+
 def remove_generations(store: Path, keep: int | None = None) -> list[str]:
     """Delete catalog generations and index folders older than the last ``keep``
     (``QUARRY_KEEP_GENERATIONS``, default 2), locally and on object storage, and the vector tables
@@ -146,14 +174,18 @@ def maintain(store: Path, generations: int | None = None, keep: timedelta | None
         report = {"store": str(remote_of(store).url) if remote_of(store) else str(store), "status": "completed"}
         report["compaction"] = compact(store, keep, generations)
         report["indices"] = reindex(store, threshold)
+        report["merge"] = merge(store)
         report["removed"] = remove_generations(store, generations or keep_generations())
         report["generation"] = _committed(store).generation
     finally:
         lock.release()
     report["check"] = check(store)
     report["seconds"] = round(time.perf_counter() - t0, 3)
-    log.info("maintain: %d fragments -> %d, %d versions -> %d, %d indices rebuilt, %d files removed, healthy %s",
+    log.info("maintain: %d fragments -> %d, %d versions -> %d, %d indices rebuilt, %d catalog layers -> %d, "
+             "%d files removed, healthy %s",
              report["compaction"]["fragments_before"], report["compaction"]["fragments_after"],
              report["compaction"]["versions_before"], report["compaction"]["versions_after"],
-             sum(i["rebuilt"] for i in report["indices"]), len(report["removed"]), report["check"]["healthy"])
+             sum(i["rebuilt"] for i in report["indices"]), report["merge"]["layers_before"],
+             1 if report["merge"]["merged"] else report["merge"]["layers_before"], len(report["removed"]),
+             report["check"]["healthy"])
     return report

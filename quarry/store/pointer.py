@@ -28,6 +28,10 @@ class Pointer:
     model: str
     dim: int
     committed_at: float
+    layers: tuple[int, ...] = ()  # the catalog generations this one reads, base first, itself last (layers.py)
+
+    def __post_init__(self):
+        object.__setattr__(self, "layers", tuple(int(g) for g in self.layers or ()))
 
     @staticmethod
     def catalog_name(generation: int) -> str:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import re
 import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -15,18 +13,21 @@ from pathlib import Path
 import duckdb
 
 from quarry.core.errors import QuarryError, StoreCorrupt
-from quarry.store import catalog, vectors
+from quarry.store import catalog, layers, vectors
+from quarry.store.catalog import connect_read_only, lock_holder  # noqa: F401 - read from here too
 from quarry.store.layout import require_pointer
 from quarry.store.pointer import DOCTOR_HINT, Pointer, read_pointer
 
 
 @dataclass
 class Snapshot:
-    """One committed state: its pointer, a read-only catalog connection, the vector table and
-    the search index files of the same generation.
+    """One committed state: its pointer, a read-only catalog connection (the generation's file with
+    the earlier layers it builds on attached, quarry/store/layers.py), the vector table and the
+    search index of the same generation.
 
     Safe to share between threads: :attr:`con` is a cursor of the catalog connection per thread
-    (one DuckDB connection used by two threads at once can crash the process).
+    (one DuckDB connection used by two threads at once can crash the process). Attached layers are
+    the connection's, seen by every cursor; temporary views (``chunk_rows``) are made per cursor.
     """
 
     store: Path
@@ -36,11 +37,13 @@ class Snapshot:
     _index: object = None
     users: int = 0  # calls pinned to this snapshot now (quarry.search.query.Index)
     retired: bool = False  # a newer generation replaced it: closed when its last user leaves
+    private: list[Path] = field(default_factory=list)  # folders of private copies of catalog files another process held
+    chain: tuple[int, ...] = ()  # the catalog's layers, base first, this generation last
+    _in_memory: bool = False
     _local: threading.local = field(default_factory=threading.local, repr=False)
     _cursors: list = field(default_factory=list, repr=False)
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _columns: frozenset | None = field(default=None, repr=False)
-    private: Path | None = None  # a private copy of the catalog, read while another process held it
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -90,9 +93,26 @@ class Snapshot:
                 "The next `quarry index` run writes them.", self.store)
             stored = partial(vectors.read_in_row_order, self.table) if self.table is not None else None
             arrays, manifest = searchindex.build(self.con, stored, self.pointer.model, self.pointer.dim,
-                                               ivf_rows=1 << 62)
-            self._index = searchindex.SearchIndex(arrays, manifest)
+                                                 ivf_rows=1 << 62)
+            self._index = searchindex.SearchIndex.from_arrays(arrays, manifest)
+            self._in_memory = True
         return self._index
+
+    def chunk_rows(self) -> str:
+        """The name of a temporary view of the live chunks with their search index row ids
+        (``sql/filter_rows.sql`` reads it), created on first use."""
+        if not getattr(self._local, "rows_view", False):
+            segments = self.index.row_offsets()
+            if len(segments) <= 1:  # one segment of every live row, numbered over the catalog's chunks
+                chain, offsets = (self.pointer.generation,), {self.pointer.generation: 0}
+            elif [g for g, _ in segments] == list(self.chain):
+                chain, offsets = self.chain, dict(segments)
+            else:
+                raise StoreCorrupt(f"the search index of generation {self.pointer.generation} in {self.store} does not "
+                                   f"match its catalog's layers: {DOCTOR_HINT.format(store=self.store)}")
+            self.con.execute(layers.chunk_rows_sql(chain, offsets))
+            self._local.rows_view = True
+        return "chunk_rows"
 
     @property
     def index_manifest(self) -> dict | None:
@@ -109,14 +129,14 @@ class Snapshot:
                     pass
             self._cursors.clear()
             self.connection.close()
-        if self.private is not None:
-            shutil.rmtree(self.private.parent, ignore_errors=True)
+        for folder in self.private:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _load_index(store: Path, pointer: Pointer):
     from quarry.retrieval import searchindex
     folder = store / searchindex.folder_name(pointer.generation)
-    if not searchindex.is_complete(folder):
+    if searchindex.read_manifest(folder) is None:
         return None
     return searchindex.SearchIndex.load(folder)
 
@@ -144,58 +164,35 @@ def open_snapshot(store: Path, attempts: int = 5) -> Snapshot:
             last = exc
             time.sleep(0.05 * (attempt + 1))
             continue
+        folders = [private.parent] if private is not None else []
+        try:
+            chain = pointer.layers or layers.chain_of(con, pointer.generation)
+            folders += layers.attach(con, store, chain[:-1])
+        except (FileNotFoundError, duckdb.Error) as exc:  # a layer removed by a newer commit, or damaged
+            con.close()
+            for folder in folders:
+                shutil.rmtree(folder, ignore_errors=True)
+            if read_pointer(store) != pointer:
+                time.sleep(0.05 * (attempt + 1))
+                continue
+            raise StoreCorrupt(f"{path} cannot be opened ({_first_line(exc)}): {DOCTOR_HINT.format(store=store)}") from exc
         try:
             index = _load_index(store, pointer)
         except (OSError, ValueError) as exc:  # removed while being mapped: a newer commit
             index, last = None, exc
         if index is None and read_pointer(store) != pointer:
             con.close()
-            if private is not None:
-                shutil.rmtree(private.parent, ignore_errors=True)
+            for folder in folders:
+                shutil.rmtree(folder, ignore_errors=True)
             time.sleep(0.05 * (attempt + 1))
             continue
-        return Snapshot(store, pointer, con, _index=index, private=private)
+        return Snapshot(store, pointer, con, _index=index, private=folders, chain=tuple(chain))
     hint = DOCTOR_HINT.format(store=store)
     if missing is not None:
         raise StoreCorrupt(f"{missing}, the catalog CURRENT names, is missing: {hint}")
     if last is not None and not _is_lock_conflict(last):
         raise StoreCorrupt(f"{store / pointer.catalog} cannot be opened ({_first_line(last)}): {hint}")
     raise QuarryError(f"could not open the committed catalog in {store}: {last or 'it keeps changing'}")
-
-
-def lock_holder(exc: BaseException) -> str | None:
-    """The process DuckDB names as holding a file's lock (``PID 5072 (/usr/bin/python3)``), or None."""
-    m = re.search(r"Conflicting lock is held in (.*?) \(PID (\d+)\)", str(exc))
-    return f"PID {m.group(2)} ({m.group(1)})" if m else None
-
-
-def connect_read_only(path: Path) -> tuple[duckdb.DuckDBPyConnection, Path | None, str | None]:
-    """Open the catalog ``path`` read-only; returns the connection and, when another process held
-    the file read-write (a SQL client opened it without ``-readonly``), the private copy opened
-    instead and that process (``PID 5072 (/usr/bin/python3)``); else ``None, None``.
-
-    DuckDB lets many read-only connections share a file but none beside a read-write one. A
-    committed catalog never changes, so a copy of it is the same state: quarry keeps answering
-    and says who holds the file.
-    """
-    try:
-        return catalog.connect(path, read_only=True, fts=False), None, None
-    except duckdb.IOException as exc:
-        holder = lock_holder(exc)
-        if holder is None:
-            raise
-    folder = Path(tempfile.mkdtemp(prefix="quarry-catalog-"))
-    copy = folder / path.name
-    try:
-        shutil.copyfile(path, copy)
-        con = catalog.connect(copy, read_only=True, fts=False)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    logging.getLogger("quarry").warning(
-        "%s is held open read-write by %s; reading a private copy of it. Open catalogs read-only "
-        "(duckdb -readonly FILE, or read_only=True) so that quarry and other readers can share them.", path, holder)
-    return con, copy, holder
 
 
 def _first_line(exc: BaseException) -> str:

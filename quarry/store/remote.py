@@ -42,8 +42,8 @@ from quarry.core import faults
 from quarry.core.environment import environment
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.storeurl import MARKER, StoreURL, parse_url
-from quarry.retrieval.searchindex import folder_name
-from quarry.store.generations import keep_generations, kept
+from quarry.retrieval.searchindex import MANIFEST, folder_name, segment_generations
+from quarry.store.generations import keep_generations, referenced
 from quarry.store.lease import Lease
 from quarry.store.objstore import ObjectStore, PreconditionFailed, open_store
 from quarry.store.pointer import POINTER, Pointer, write_local_pointer
@@ -159,26 +159,34 @@ class Remote:
         raise QuarryError(f"could not read a complete generation of {self.url}: it keeps changing")
 
     def _fetch_generation(self, store: Path, pointer) -> None:
-        catalog = store / pointer.catalog
+        """Download the catalog files and index folders of the generation ``pointer`` names and of
+        every layer it reads (quarry/store/layers.py), each unless the folder has it."""
+        chain = pointer.layers or self._layers_of(store, pointer.generation)
+        for gen in chain:
+            self._fetch_layer(store, gen)
+
+    def _fetch_layer(self, store: Path, generation: int) -> None:
+        name = Pointer.catalog_name(generation)
+        catalog = store / name
         if not catalog.is_file():
-            tmp = store / f".dl-{pointer.catalog}.{os.getpid()}.{threading.get_ident()}"
+            tmp = store / f".dl-{name}.{os.getpid()}.{threading.get_ident()}"
             try:
-                self.objects.download_file(pointer.catalog, tmp)
+                self.objects.download_file(name, tmp)
                 os.replace(tmp, catalog)
             finally:
                 tmp.unlink(missing_ok=True)
-        name = folder_name(pointer.generation)
-        folder = store / name
+        index_name = folder_name(generation)
+        folder = store / index_name
         if folder.is_dir():
             return
-        keys = self.objects.list(name + "/")
+        keys = self.objects.list(index_name + "/")
         if not keys:
             return  # a generation committed without index files: the reader builds them in memory
-        tmp = store / f".dl-{name}.{os.getpid()}.{threading.get_ident()}"
+        tmp = store / f".dl-{index_name}.{os.getpid()}.{threading.get_ident()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             for key in keys:
-                target = tmp / key[len(name) + 1:]
+                target = tmp / key[len(index_name) + 1:]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 self.objects.download_file(key, target)
             os.replace(tmp, folder)
@@ -188,13 +196,29 @@ class Remote:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def _layers_of(self, store: Path | None, generation: int) -> tuple[int, ...]:
+        """The layers generation ``generation`` reads: from its index manifest, in the local folder
+        or on the object store; ``(generation,)`` when it has none."""
+
+        if store is not None:
+            local = segment_generations(store / folder_name(generation))
+            if local:
+                return tuple(local)
+        got = self.objects.get(f"{folder_name(generation)}/{MANIFEST}")
+        try:
+            segments = json.loads(got[0]).get("segments") if got is not None else None
+        except ValueError:
+            segments = None
+        return tuple(int(s["generation"]) for s in segments) if segments else (generation,)
+
     @staticmethod
     def _prune_local(store: Path, generation: int) -> None:
-        """Drop cached generations the retention no longer keeps (a reader may still map the previous one)."""
-        keep = max(2, keep_generations())
+        """Drop cached generations the retention no longer keeps and no kept one reads (a reader may
+        still map the previous one)."""
+        stays = referenced(store, generation, max(2, keep_generations()))
         for path in list(store.glob("catalog-*.duckdb")) + list(store.glob("index-*")):
             gen = _generation_of(path.name if path.suffix == ".duckdb" else path.name + "/")
-            if gen is not None and not kept(gen, generation, keep) and gen < generation:
+            if gen is not None and gen not in stays and gen < generation:
                 if path.is_dir():
                     shutil.rmtree(path, ignore_errors=True)
                 else:
@@ -206,9 +230,13 @@ class Remote:
         return {g for k in self.objects.list("catalog-") if (g := _generation_of(k)) is not None}
 
     def fetch_generation(self, store: Path, generation: int) -> None:
-        """Download generation ``generation``'s catalog and index files into ``store`` unless there
-        (``quarry rollback`` to a generation the local cache no longer holds)."""
-        self._fetch_generation(store, Pointer(generation, Pointer.catalog_name(generation), "", 0, "", 0, 0.0))
+        """Download generation ``generation``'s catalog and index files, and those of the layers it
+        reads, into ``store`` unless there (``quarry rollback`` to a generation the local cache no
+        longer holds)."""
+        self._fetch_layer(store, generation)
+        chain = self._layers_of(store, generation)
+        self._fetch_generation(store, Pointer(generation, Pointer.catalog_name(generation), "", 0, "", 0, 0.0,
+                                              layers=chain))
 
     # --- writing (the caller holds the lease) ------------------------------------------------
 
@@ -299,13 +327,17 @@ class Remote:
             pass
 
     def remove_old_generations(self, committed: int, keep: int | None = None) -> list[str]:
-        """Delete remote generations older than the last ``keep`` and any newer than ``committed``."""
+        """Delete remote generations neither among the last ``keep`` nor read by one of them (their
+        layers), and any newer than ``committed``."""
         keep = keep or keep_generations()
-        doomed = []
-        for key in self.objects.list(""):
-            gen = _generation_of(key)
-            if gen is not None and (gen <= committed - keep or gen > committed):
-                doomed.append(key)
+        keys = self.objects.list("")
+        present = {g for k in keys if (g := _generation_of(k)) is not None}
+        stays: set[int] = set()
+        for gen in present:
+            if committed - keep < gen <= committed:
+                stays.add(gen)
+                stays.update(self._layers_of(None, gen))
+        doomed = [k for k in keys if (gen := _generation_of(k)) is not None and (gen > committed or gen not in stays)]
         self.objects.delete(doomed)
         return doomed
 

@@ -1,8 +1,9 @@
 """``quarry rollback``: make an earlier committed generation current again, atomically.
 
 A rollback is a commit like an index run's: under the writer lock (the lease on object storage)
-it writes generation ``current + 1`` whose state is the target generation's — its catalog copied,
-its index files hard-linked, its LanceDB table version restored as a new version — and moves
+it writes generation ``current + 1`` whose state is the target generation's — a catalog layer over
+the target's layers holding nothing but the run history (quarry/store/layers.py), an index of the
+target's segments and deletions, its LanceDB table version restored as a new version — and moves
 ``CURRENT`` to it with the same pointer commit (an atomic rename locally; create-only uploads
 and a conditional put on object storage). Generation numbers only grow, so a rollback can itself
 be rolled back, and readers never see a file change under a name they know.
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.models import RunReport
-from quarry.store import catalog, generations, journal, vectors
+from quarry.store import catalog, generations, journal, layers, vectors
 from quarry.store.layout import WriterLock, new_run_id, require_pointer, write_pointer
 from quarry.store.pointer import Pointer
 from quarry.store.remote import remote_of
@@ -52,10 +53,9 @@ def list_generations(store: Path) -> list[dict]:
 
 
 def _describe(store: Path, gen: int) -> dict:
-    path = store / Pointer.catalog_name(gen)
     info = {"documents": None, "chunks": None, "last_run": None, "committed": None, "restorable": False}
     try:
-        con = catalog.connect(path, read_only=True)
+        con, private = layers.connect(store, gen, generations.layers_of(store, gen))
     except Exception as exc:
         info["why_not"] = f"its catalog cannot be opened: {str(exc).splitlines()[0][:160]}"
         return info
@@ -69,6 +69,8 @@ def _describe(store: Path, gen: int) -> dict:
             info["committed"] = last[2].isoformat() + "Z" if last[2] else None
     finally:
         con.close()
+        for folder in private:
+            shutil.rmtree(folder, ignore_errors=True)
     if generations.state_of(store, gen, require_pointer(store)) is not None:
         info["restorable"] = True
     else:
@@ -120,33 +122,40 @@ def _rollback(store: Path, to: int | None) -> dict:
     new = current.generation + 1
     target = store / Pointer.catalog_name(new)
     folder = None
+    private: list[Path] = []
     try:
-        shutil.copyfile(store / Pointer.catalog_name(to), target)
-        con = catalog.connect(target, read_only=False)
+        from quarry.retrieval import searchindex
+
+        source_index = store / searchindex.folder_name(to)
+        chain = generations.layers_of(store, to)
+        # A delta layer over the target's layers: no catalog is copied, the index segments are
+        # shared. A target this quarry cannot build on (an older quarry's) is copied whole.
+        con, new_chain, private, _ = layers.open_over(store, to, chain, new,
+                                                       delta=searchindex.is_complete(source_index))
         try:
-            catalog.migrate(con)
             table = vectors.connect(store).open_table(table_name)
             try:
                 table.restore(version)
             except Exception as exc:
                 raise QuarryError(f"generation {to}'s vectors ({table_name} version {version}) are gone from the "
                                   f"vector table ({str(exc).splitlines()[0][:160]}); it cannot be restored") from exc
-            catalog.set_meta(con, "committed_generation", str(new))
-            catalog.set_meta(con, "vector_table", table_name)
-            catalog.set_meta(con, "vector_version", str(table.version))
-            catalog.set_meta(con, "previous_pointer", json.dumps(asdict(current)))
-            folder = _index_files(store, to, new, con, table, meta)
+            for key, value in (("committed_generation", str(new)), ("vector_table", table_name),
+                               ("vector_version", str(table.version)), ("previous_pointer", json.dumps(asdict(current)))):
+                layers.set_any_meta(con, key, value)
+            folder = _index_files(store, to, new, con, table, meta, new_chain)
             report = _history(store, con, current, new, to, started, t0)
             con.execute("CHECKPOINT")
         finally:
             con.close()
+            for path in private:
+                shutil.rmtree(path, ignore_errors=True)
         pointer = Pointer(generation=new, catalog=target.name, vector_table=table_name, vector_version=table.version,
                           model=meta.get("model", current.model), dim=int(meta.get("dim") or current.dim),
-                          committed_at=time.time())
+                          committed_at=time.time(), layers=new_chain)
         write_pointer(store, pointer)  # <- the commit point
     except BaseException:
-        target.unlink(missing_ok=True)
-        Path(str(target) + ".wal").unlink(missing_ok=True)
+        for suffix in ("", ".wal"):
+            Path(str(target) + suffix).unlink(missing_ok=True)
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -157,19 +166,23 @@ def _rollback(store: Path, to: int | None) -> dict:
     return {**report, "generation": new, "from_generation": current.generation, "to_generation": to}
 
 
-def _index_files(store: Path, source_gen: int, new: int, con, table, meta: dict) -> Path:
-    """``index-<new>/``: the target's files hard-linked, or rebuilt when the target has none."""
+def _index_files(store: Path, source_gen: int, new: int, con, table, meta: dict, chain: tuple) -> Path:
+    """``index-<new>/``: the target's segments and deletions with an empty segment of the new layer's
+    own, or a whole index rebuilt when the target has none this quarry can build on."""
     from quarry.retrieval import searchindex
 
     source = store / searchindex.folder_name(source_gen)
     folder = store / searchindex.folder_name(new)
-    if searchindex.is_complete(source):
-        searchindex.link(source, folder, con)
+    model, dim = meta.get("model", ""), int(meta.get("dim") or 0)
+    if len(chain) > 1:
+        index = searchindex.SearchIndex.load(source)
+        searchindex.build_into(folder, con, None, model, dim, source=layers.LAYER, generation=new,
+                               earlier=index.segments, deleted_rows=index.bm25.deleted,
+                               deleted_docs=index.cards.bm25.deleted if index.cards else None)
     else:
         from functools import partial
 
-        searchindex.build_into(folder, con, partial(vectors.read_in_row_order, table), meta.get("model", ""),
-                               int(meta.get("dim") or 0))
+        searchindex.build_into(folder, con, partial(vectors.read_in_row_order, table), model, dim, generation=new)
     return folder
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from quarry.core import paths
+from quarry.core.environment import environment
 os.environ.setdefault("LANCEDB_LOG", "error")  # LanceDB warns once per query otherwise
 
 _HEX = re.compile(r"^[0-9a-f]+$")
@@ -161,8 +162,11 @@ def delete_documents(table, doc_ids: list[str]) -> None:
         table.delete(f"doc_id IN ({_quoted(doc_ids[i : i + LOOKUP_BATCH])})")
 
 
-def move_document(table, doc_id: str, path: str) -> None:
-    table.update(where=f"doc_id = {_quoted([doc_id])}", values={"path": path})
+def move_documents(table, moved: pa.Table) -> None:
+    """Set the ``path`` of rows by chunk id (``moved``: ``chunk_id``, ``path``): one merge on
+    chunk_id, one table version, however many files of a run moved; vectors stay as they are."""
+    if moved.num_rows:
+        table.merge_insert("chunk_id").when_matched_update_all().execute(moved)
 
 
 def add_rows(table, rows: pa.Table) -> None:
@@ -197,14 +201,34 @@ def rows_table(model: str, dim: int, records, vectors: dict[str, np.ndarray]) ->
 _NEVER = timedelta(days=36500)
 
 
-def compact(table, max_fragments: int = 32) -> None:
+COMPACT_FRAGMENTS = 64  # fragments past which a commit compacts the table (QUARRY_COMPACT_FRAGMENTS)
+PRUNE_VERSIONS = 100  # versions past which a commit prunes old ones (QUARRY_PRUNE_VERSIONS)
+
+
+def compact(table, max_fragments: int | None = None) -> None:
     """Merge small fragments once there are many (each run's add makes one).
 
     Runs before the commit, so the committed version is the compacted one. Never prunes:
-    pruning before the pointer moves could delete the version the pointer still names.
+    pruning before the pointer moves could delete the version the pointer still names. LanceDB's
+    compaction rewrites every fragment smaller than a million rows next to a small one — the whole
+    table of a store below that size — so a commit compacts only past ``QUARRY_COMPACT_FRAGMENTS``
+    (64) fragments; ``quarry maintain`` compacts whatever there is.
     """
-    if table.stats()["fragment_stats"]["num_fragments"] > max_fragments:
+    limit = environment().compact_fragments if max_fragments is None else max_fragments
+    if table.stats()["fragment_stats"]["num_fragments"] > limit:
         table.optimize(cleanup_older_than=_NEVER)
+
+
+def prune_due(table, keep_for: timedelta = timedelta(hours=1)) -> bool:
+    """Whether more than ``QUARRY_PRUNE_VERSIONS`` (100) versions are older than ``keep_for``:
+    a commit prunes then, not every time, because LanceDB's ``optimize`` (the only pruning without
+    the separate pylance package) also compacts, which rewrites the table (see :func:`compact`);
+    and counting only versions old enough to go keeps a burst of commits from compacting at each."""
+    stamps = sorted(v["timestamp"] for v in table.list_versions())
+    if not stamps:
+        return False
+    old = sum(1 for t in stamps if t < stamps[-1] - keep_for)
+    return old > environment().prune_versions
 
 
 def prune(table, keep_for: timedelta = timedelta(hours=1), keep_versions: set[int] | frozenset = frozenset()) -> None:

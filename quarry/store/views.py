@@ -50,7 +50,12 @@ def run_row(item: dict) -> dict:
 
 
 def index_summary(manifest: dict) -> dict:
-    """Rows, BM25 terms, IVF lists and build time of a generation's search index files."""
+    """The search index in ``quarry status``: live rows, segments (oldest first: generation and
+    rows), rows deleted from them, and this generation's own segment (terms, IVF lists, build time)."""
     dense = manifest.get("dense") or {}
-    return {"rows": manifest.get("rows"), "terms": (manifest.get("bm25") or {}).get("terms"),
+    segments = manifest.get("segments") or [{"generation": manifest.get("generation"), "rows": manifest.get("rows")}]
+    return {"rows": manifest.get("rows"), "segments": [{"generation": s.get("generation"), "rows": s.get("rows")}
+                                                       for s in segments],
+            "deleted_rows": (manifest.get("deleted") or {}).get("rows", 0),
+            "terms": (manifest.get("bm25") or {}).get("terms"),
             "ivf_lists": (dense.get("ivf") or {}).get("nlist"), "build_seconds": manifest.get("build_seconds")}

@@ -6,19 +6,28 @@ Order of work, and why it is crash-safe:
 2. remove what dead runs left: catalog generations newer than the one CURRENT names (and
    those past the retention, quarry/store/generations.py), and LanceDB versions after the
    committed one (restored back);
-3. copy the committed catalog to a new generation file and apply the run's changes there,
-   while LanceDB gets the new rows as new table versions — readers keep using the committed
-   catalog file and check out the committed table version, so they see none of it;
-4. commit: build the search index files, write the run row, checkpoint and close the new catalog, then
-   atomically replace CURRENT to name it and the new table version.
+3. write the run's changes into a new catalog file of its own: a *delta layer* over the
+   committed catalogs, which it attaches read-only (quarry/store/layers.py), while LanceDB gets the
+   new rows as new table versions — readers keep using the committed files and check out the
+   committed table version, so they see none of it;
+4. commit: fold small earlier layers into the new one, or everything into a new base, when
+   :func:`quarry.store.layers.plan_merge` says so; write the search index segment of the new layer
+   (quarry/retrieval/searchindex.py), the run row; checkpoint and close the new catalog, then
+   atomically replace CURRENT to name it, its layers and the new table version.
 
 A kill before step 4's rename leaves the old pointer, hence the old state, intact.
+
+A new store's first generation is a whole catalog (a *base*); so is a generation written over a
+catalog an older quarry wrote whose columns or index files this one cannot build on, and every
+commit with ``QUARRY_DUCKDB_FTS=1`` (DuckDB's FTS index covers one table): those copy the
+committed catalog, as every commit used to.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -32,13 +41,14 @@ from quarry.core import faults
 from quarry.core import paths
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.models import DocumentRecord, RunReport
-from quarry.store import acl, catalog, journal, vectors
+from quarry.store import acl, catalog, journal, layers, vectors
 from quarry.store import generations
 from quarry.store.layout import WriterLock, write_pointer
 from quarry.store.pointer import DOCTOR_HINT, Pointer, read_pointer
 
 
 LOAD_MEMORY_LIMIT = "256MB"  # DuckDB's cache while batches load (see StoreWriter._open)
+RUN_VECTORS_BYTES = 256 << 20  # vectors of the run's chunks kept for its index segment (beyond: read from LanceDB)
 
 
 @dataclass
@@ -62,17 +72,27 @@ class StoreWriter:
         self.table = None
         self.generation = 0
         self.model_changed = False
-        self.dirty = False  # whether chunks changed, so that the BM25 index must be rebuilt
+        self.dirty = False  # whether chunks changed
         self.fresh_table = True  # the vector table holds no committed rows (new store or new model)
         self.pending: set[str] = set()  # documents added to LanceDB whose catalog write has not finished
         self.run_ids: set[str] = set()  # the runs this session wrote documents for
         self.memory_limit = ""  # DuckDB's own, lifted back at commit (see cap_cache)
+        self.delta = False  # writing a delta layer (else a whole catalog, a base)
+        self.chain: tuple[int, ...] = ()  # the layers of the generation written, itself last
+        self.prev_chain: tuple[int, ...] = ()
+        self.written: set[str] = set()  # documents whose rows this layer holds (a retried batch replaces them)
+        self.content_changed: set[str] = set()  # documents whose sections and chunks this run replaced or deleted
+        self.row_changed: set[str] = set()  # documents whose documents row this run replaced, moved or deleted
+        self.run_vectors: dict[str, np.ndarray] | None = {}  # chunk_id -> vector of this run's chunks
+        self.private: list[Path] = []  # private copies of layers another process held read-write
+        self.merged: list[int] | None = []  # what the commit merged (None: everything, a new base)
 
     def open(self) -> StoreWriter:
         self.lock.acquire()
         try:
             self._open()
         except BaseException:
+            self._drop_connection()
             self.lock.release()
             raise
         return self
@@ -81,27 +101,11 @@ class StoreWriter:
         self.store.mkdir(parents=True, exist_ok=True)
         self.base = remove_debris(self.store)
         self.generation = (self.base.generation if self.base else 0) + 1
-        path = self.catalog_path
+        self.chain = (self.generation,)
         if self.base:
-            source = self.store / self.base.catalog
-            hint = DOCTOR_HINT.format(store=self.store)
-            if not source.is_file():
-                raise StoreCorrupt(f"{source}, the catalog CURRENT names, is missing: {hint}")
-            try:
-                shutil.copyfile(source, path)
-            except OSError as exc:  # a full disk, a read-only store: the committed state is untouched
-                path.unlink(missing_ok=True)
-                raise QuarryError(f"cannot write {path}: {exc.strerror or exc}; the committed index is "
-                                  "unchanged: free space or fix the store's permissions, then run again") from exc
-            try:
-                self.con = catalog.connect(path, read_only=False)
-                catalog.migrate(self.con)
-            except duckdb.Error as exc:
-                path.unlink(missing_ok=True)
-                raise StoreCorrupt(f"{source}, the committed catalog, cannot be opened "
-                                   f"({str(exc).strip().splitlines()[0][:200]}): {hint}") from exc
+            self._open_over(self.base)
         else:
-            self.con = catalog.create(path)
+            self.con = catalog.create(self.catalog_path)
         name = vectors.table_name(self.model, self.dim)
         same_table = self.base is not None and self.base.vector_table == name
         self.model_changed = self.base is not None and bool(self.base.vector_table) and not same_table
@@ -112,6 +116,36 @@ class StoreWriter:
         self.memory_limit = self.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
         self.cap_cache()
         self.table = vectors.open_for_write(self.store, self.model, self.dim, self.base.vector_version if same_table else 0)
+
+    def _open_over(self, base: Pointer) -> None:
+        """Open a delta layer over the committed generation ``base`` (or a whole copy of it when
+        this quarry cannot build on it: see the module docstring)."""
+        from quarry.retrieval import searchindex
+
+        source = self.store / base.catalog
+        hint = DOCTOR_HINT.format(store=self.store)
+        if not source.is_file():
+            raise StoreCorrupt(f"{source}, the catalog CURRENT names, is missing: {hint}")
+        folder = self.store / searchindex.folder_name(base.generation)
+        # a delta needs the committed generation's segments to be its catalog's layers
+        delta = (not self.duckdb_fts and searchindex.is_complete(folder)
+                 and tuple(searchindex.segment_generations(folder)) == (base.layers or (base.generation,)))
+        try:
+            self.con, self.chain, self.private, self.delta = layers.open_over(
+                self.store, base.generation, base.layers or None, self.generation, delta=delta)
+        except (OSError, duckdb.IOException) as exc:  # a full disk, a read-only store: the committed state is untouched
+            self._remove_files()
+            if isinstance(exc, FileNotFoundError) or not _is_write_error(exc):
+                raise StoreCorrupt(f"{source}, the committed catalog, cannot be opened "
+                                   f"({str(exc).strip().splitlines()[0][:200]}): {hint}") from exc
+            raise _unwritable(self.catalog_path, exc) from exc
+        except duckdb.Error as exc:
+            self._remove_files()
+            raise StoreCorrupt(f"{source}, the committed catalog, cannot be opened "
+                               f"({str(exc).strip().splitlines()[0][:200]}): {hint}") from exc
+        self.prev_chain = self.chain[:-1] if self.delta else (base.generation,)
+        if not self.delta:
+            self.merged = None
 
     @property
     def catalog_path(self) -> Path:
@@ -135,9 +169,27 @@ class StoreWriter:
         self.pending.update(doc_ids)
         vectors.add_rows(self.table, vectors.rows_table(self.model, self.dim, records, vecs))
         faults.point("after-vectors")
-        catalog.replace_documents(self.con, records, run_id, stored=stored)
+        if self.delta:
+            layers.replace_documents(self.con, records, run_id, self.generation, self.written)
+        else:
+            catalog.replace_documents(self.con, records, run_id, stored=stored)
         self.pending.difference_update(doc_ids)
+        self.written.update(doc_ids)
+        self.content_changed.update(doc_ids)
+        self.row_changed.update(doc_ids)
+        self._keep_vectors(records, vecs)
         faults.point("after-catalog")
+
+    def _keep_vectors(self, records: list[DocumentRecord], vecs: dict[str, np.ndarray]) -> None:
+        """Hold the run's vectors for its index segment, up to :data:`RUN_VECTORS_BYTES` (a bigger
+        run reads them back from LanceDB at commit, as a whole build does)."""
+        if self.run_vectors is None:
+            return
+        for r in records:
+            for c in r.chunks:
+                self.run_vectors[c.chunk_id] = vecs[c.text_hash]
+        if len(self.run_vectors) * max(1, self.dim) * 4 > RUN_VECTORS_BYTES:
+            self.run_vectors = None
 
     def _in_table(self, doc_ids: list[str], stored: dict[str, str]) -> list[str]:
         """Those of ``doc_ids`` whose rows the vector table may hold: of the catalog's documents
@@ -153,38 +205,77 @@ class StoreWriter:
         if doc_ids:
             self.dirty = True
             vectors.delete_documents(self.table, doc_ids)
-            catalog.delete_documents(self.con, doc_ids)
+            if self.delta:
+                layers.delete_documents(self.con, doc_ids)
+            else:
+                catalog.delete_documents(self.con, doc_ids)
+            self.written.difference_update(doc_ids)
+            self.content_changed.update(doc_ids)
+            self.row_changed.update(doc_ids)
+
+    def move_documents(self, moves: list[tuple]) -> None:
+        """Files that moved with the same bytes, all of a run at once: ``(doc_id, path, root,
+        rel_path, mtime, run_id)`` each. One LanceDB update for all of them (its ``path`` column),
+        one catalog statement."""
+        if not moves:
+            return
+        table = layers.moves_table(moves)
+        self.con.register("moved_paths", table.select(["doc_id", "path"]))
+        try:
+            moved = self.con.execute(catalog.load_sql("moved_chunks")).fetch_arrow_table()
+        finally:
+            self.con.unregister("moved_paths")
+        vectors.move_documents(self.table, moved)
+        if self.delta:
+            layers.rewrite_documents(self.con, "move", table, self.generation, self.prev_chain[0])
+        else:
+            _classic_rewrite(self.con, "move_documents", "moved_documents", table)
+        self.row_changed.update(m[0] for m in moves)
 
     def move_document(self, doc_id: str, path: str, root: str, rel_path: str, mtime, run_id: str) -> None:
-        vectors.move_document(self.table, doc_id, paths.display(path))
-        self.con.execute(catalog.load_sql("move_document"), [doc_id, paths.display(path), paths.display(root),
-                                                             paths.display(rel_path), mtime, run_id,
-                                                             paths.raw_bytes(path)])
+        """One moved file (see :meth:`move_documents`)."""
+        self.move_documents([(doc_id, path, root, rel_path, mtime, run_id)])
 
     def touch_documents(self, items: list[tuple[str, object]]) -> None:
         """Record new mtimes of unchanged files (bookkeeping only)."""
-        if items:
-            self.con.executemany(catalog.load_sql("touch_document"), [[doc_id, mtime] for doc_id, mtime in items])
+        if not items:
+            return
+        table = layers.touches_table(items)
+        if self.delta:
+            layers.rewrite_documents(self.con, "touch", table, self.generation, self.prev_chain[0])
+        else:
+            _classic_rewrite(self.con, "touch_documents", "touched_documents", table)
+        self.row_changed.update(d for d, _ in items)
 
     def set_principals(self, by_path: dict[str, tuple[str, ...]], sources: dict | None = None) -> int:
         """Set who may read the documents at these paths where it differs (nothing is re-parsed or
         re-embedded), and remember each root's permission source; returns the documents changed."""
         if sources:
-            acl.set_sources(self.con, sources)
-        return acl.apply(self.con, by_path)
+            acl.set_sources(self.con, sources, delta=self.delta)
+        changed = acl.apply(self.con, by_path, self._acl_layer())
+        self.row_changed.update(changed)
+        return len(changed)
 
     def set_document_principals(self, by_doc: dict[str, list[str] | tuple[str, ...]]) -> int:
         """Set who may read these documents (by doc_id); returns how many changed."""
-        return acl.apply_to_documents(self.con, by_doc)
+        changed = acl.apply_to_documents(self.con, by_doc, self._acl_layer())
+        self.row_changed.update(changed)
+        return len(changed)
+
+    def _acl_layer(self) -> tuple[int, int] | None:
+        """``(generation, base)`` where the run writes a delta layer (its documents rows then carry
+        new principals, quarry/store/layers.py); None for a whole catalog."""
+        return (self.generation, self.prev_chain[0]) if self.delta else None
 
     # --- commit ------------------------------------------------------------------------------
 
-    def commit(self, run_row: RunReport | dict, settings_meta: dict[str, str], finish=None) -> CommitInfo:
-        """Make the run visible: search index, run row, checkpoint, then the pointer rename.
+    def commit(self, run_row: RunReport | dict | None, settings_meta: dict[str, str], finish=None) -> CommitInfo:
+        """Make the run visible: merge, search index, run row, checkpoint, then the pointer rename.
 
         ``finish(seconds)``, when given, is called just before the run row is written with the
         seconds this commit has taken so far and returns the row to write, so that the row can
-        hold the commit's own duration and finish time.
+        hold the commit's own duration and finish time. ``run_row`` None writes no run row (a
+        merge by ``quarry maintain``).
         """
         t0 = time.perf_counter()
         self.lift_cache_cap()
@@ -200,17 +291,19 @@ class StoreWriter:
         if self.base is not None:  # the replaced generation's pointer as it stands now (maintain may have moved it)
             meta["previous_pointer"] = json.dumps(asdict(self.base))
         for key, value in meta.items():
-            catalog.set_meta(self.con, key, value)
+            self._set_meta(key, value)
         faults.point("fts")
         self._write_search_index()
-        if finish is not None:
+        if finish is not None and run_row is not None:
             run_row = finish(time.perf_counter() - t0)
-        insert_run(self.con, run_row)
+        if run_row is not None:
+            insert_run(self.con, run_row)
         journal_rows, claimed = journal.claim(self.store, self.generation)
         journal.merge(self.con, journal_rows, insert_run)
         self.con.execute("CHECKPOINT")
         self.con.close()
         self.con = None
+        self._drop_private()
         pointer = Pointer(
             generation=self.generation,
             catalog=self.catalog_path.name,
@@ -219,6 +312,7 @@ class StoreWriter:
             model=self.model,
             dim=self.dim,
             committed_at=time.time(),
+            layers=self.chain,
         )
         faults.point("before-commit")
         write_pointer(self.store, pointer)  # <- the commit point
@@ -227,21 +321,105 @@ class StoreWriter:
         self._after_commit(pointer)
         return CommitInfo(self.generation, pointer.vector_version, time.perf_counter() - t0)
 
-    def _write_search_index(self) -> None:
-        """Build ``index-<gen>/`` (BM25 + vectors, see quarry/retrieval), or link the previous
-        generation's files when no chunk changed (moves and touches leave chunks as they were)."""
+    def _set_meta(self, key: str, value: str) -> None:
+        if self.delta:
+            layers.set_meta(self.con, key, value)
+        else:
+            catalog.set_meta(self.con, key, value)
+
+    def _write_search_index(self, force_base: bool = False) -> None:
+        """Merge layers as :func:`quarry.store.layers.plan_merge` says, then build ``index-<gen>/``:
+        the segment of this generation's layer (a whole index for a base)."""
         from quarry.retrieval import searchindex
-        catalog.sync_fts(self.con, self.duckdb_fts)  # dropped unless asked for: search never uses it
+
         folder = self.store / searchindex.folder_name(self.generation)
-        base = self.store / searchindex.folder_name(self.base.generation) if self.base else None
-        if not self.dirty and not self.model_changed and base is not None and searchindex.is_complete(base):
-            searchindex.link(base, folder, self.con)
-            return
-        stored = self._vectors_in_row_order if self.table is not None else None
-        manifest = searchindex.build_into(folder, self.con, stored, self.model, self.dim)
+        earlier = None
+        if self.delta:
+            prev = searchindex.SearchIndex.load(self.store / searchindex.folder_name(self.base.generation))
+            segments = {s.generation: s for s in prev.segments}
+            base_rows = segments[self.prev_chain[0]].n_rows
+            deleted = prev.bm25.deleted
+            own_rows = self.con.execute(catalog.load_sql("layer_rows")).fetchone()[0]
+            plan = layers.plan_merge(base_rows, int(np.count_nonzero(deleted < base_rows)),
+                                     [(g, segments[g].n_rows) for g in self.prev_chain[1:]], own_rows,
+                                     force=force_base or self.model_changed)
+            if plan is None:
+                self._rebase()
+            else:
+                self.merged = plan
+                self.chain = layers.merge(self.con, self.chain, plan)
+                earlier = [segments[g] for g in self.chain[:-1]]
+                dead_rows, dead_docs = self._deletions(prev, earlier)
+        faults.point("after-merge")
+        if self.delta:
+            stored = _VectorSource(self, prev, set(self.merged))
+            manifest = searchindex.build_into(folder, self.con, stored, self.model, self.dim, source=layers.LAYER,
+                                              generation=self.generation, earlier=earlier, deleted_rows=dead_rows,
+                                              deleted_docs=dead_docs)
+        else:
+            catalog.sync_fts(self.con, self.duckdb_fts)  # dropped unless asked for: search never uses it
+            stored = self._vectors_in_row_order if self.table is not None else None
+            manifest = searchindex.build_into(folder, self.con, stored, self.model, self.dim, generation=self.generation)
         logging.getLogger("quarry").info(
-            "search index: %d chunks, %d terms, IVF %s, built in %.1f s", manifest["rows"],
-            manifest["bm25"]["terms"], manifest["dense"]["ivf"] or "off", manifest["build_seconds"])
+            "search index: segment of %d chunks (%d live in %d segments), %d terms, IVF %s, built in %.1f s",
+            manifest["segment"]["rows"], manifest["rows"], len(manifest["segments"]), manifest["bm25"]["terms"],
+            manifest["dense"]["ivf"] or "off", manifest["build_seconds"])
+
+    def _deletions(self, prev, earlier) -> tuple[np.ndarray, np.ndarray]:
+        """Global row and document ids of the kept earlier segments no longer live: the previous
+        generation's (those of segments merged away go with them), plus the rows of documents this
+        run changed, in the segment that held them."""
+        base = self.prev_chain[0]
+        changed = sorted(self.content_changed | self.row_changed)
+        owners: dict[str, tuple] = {}
+        if changed:
+            rows = self.con.execute(catalog.load_sql("layer_previous_owners"), [changed]).fetchall()
+            owners = {d: (dl, cl) for d, dl, cl in rows}
+        position = {s.generation: i for i, s in enumerate(earlier)}
+        row_off = np.cumsum([0] + [s.n_rows for s in earlier])
+        doc_off = np.cumsum([0] + [s.n_docs for s in earlier])
+        dead_rows = [prev.bm25.deleted[prev.bm25.deleted < row_off[-1]]]
+        dead_docs = [prev.cards.bm25.deleted[prev.cards.bm25.deleted < doc_off[-1]]] if prev.cards else []
+        by_content: dict[int, list[str]] = {}
+        by_row: dict[int, list[str]] = {}
+        for doc_id in changed:
+            doc_layer, content_layer = owners.get(doc_id, (base, base))
+            if doc_id in self.content_changed and content_layer in position:
+                by_content.setdefault(content_layer, []).append(doc_id)
+            if doc_layer in position:
+                by_row.setdefault(doc_layer, []).append(doc_id)
+        for gen, docs in by_content.items():
+            i = position[gen]
+            dead_rows.append(earlier[i].chunk_rows_of(docs) + row_off[i])
+        for gen, docs in by_row.items():
+            i = position[gen]
+            dead_docs.append(earlier[i].doc_rows_of(docs) + doc_off[i])
+        rows = np.unique(np.concatenate(dead_rows)).astype(np.int64)
+        docs = np.unique(np.concatenate(dead_docs)).astype(np.int64) if dead_docs else np.zeros(0, np.int64)
+        return rows, docs
+
+    def _rebase(self) -> None:
+        """Everything into a new base: the live rows written to a whole catalog of this generation,
+        which replaces the delta."""
+        path = self.catalog_path
+        tmp = Path(f"{path}.rebase")
+        layers.write_base(self.con, layers.alias(self.generation), tmp)
+        self.con.close()
+        self.con = None
+        self._drop_private()
+        for suffix in ("", ".wal"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+        os.replace(tmp, path)
+        self.con = catalog.connect(path, read_only=False)
+        self.delta = False
+        self.chain = (self.generation,)
+        self.merged = None
+
+    def merge_all(self) -> None:
+        """Make this (otherwise empty) generation a new base of every live row: ``quarry maintain``."""
+        self.dirty = True
+        if self.delta:
+            self._rebase()
 
     def _vectors_in_row_order(self, row_ids) -> np.ndarray:
         """The build's vectors (its largest part), read once the catalog's parts are written: DuckDB
@@ -266,20 +444,34 @@ class StoreWriter:
     def _after_commit(self, pointer: Pointer) -> None:
         after_commit(self.store, pointer, self.table)
 
+    def _drop_private(self) -> None:
+        for folder in self.private:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.private = []
+
+    def _drop_connection(self) -> None:
+        if self.con is not None:
+            try:
+                self.con.close()
+            except Exception:  # a full or read-only disk: the run's own error says so
+                pass
+            self.con = None
+        self._drop_private()
+
+    def _remove_files(self) -> None:
+        for suffix in ("", ".wal", ".rebase", ".rebase.wal"):
+            try:
+                Path(str(self.catalog_path) + suffix).unlink(missing_ok=True)
+            except OSError:  # left for the next run's stale-generation sweep
+                pass
+
     def close(self) -> None:
         """Abandon uncommitted work (if any) and release the lock."""
         try:
             if self.con is not None:
-                try:
-                    self.con.close()
-                except Exception:  # a full or read-only disk: the run's own error says so
-                    pass
-                self.con = None
-                try:
-                    self.catalog_path.unlink(missing_ok=True)
-                    Path(str(self.catalog_path) + ".wal").unlink(missing_ok=True)
-                except OSError:  # left for the next run's stale-generation sweep
-                    pass
+                self._drop_connection()
+                self._remove_files()
+            self._drop_private()
         finally:
             self.lock.release()
 
@@ -288,6 +480,82 @@ class StoreWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _VectorSource:
+    """The vectors of a new layer's segment, in its row order: the run's own (held in memory),
+    those of rows a merge brought from earlier segments (read from their files, already unit
+    length: the rows live in the previous generation, of documents this run did not change), and
+    any other from LanceDB. Returns the matrix and which rows are unit already."""
+
+    def __init__(self, writer: StoreWriter, prev, merged: set[int]):
+        self.writer = writer
+        self.prev = prev
+        self.merged = merged
+
+    def __call__(self, row_ids):
+        import pyarrow as pa
+
+        ids = row_ids.to_pylist()
+        out = np.zeros((len(ids), self.writer.dim), dtype=np.float32)
+        unit = np.zeros(len(ids), dtype=bool)
+        if not ids:
+            return out, unit
+        found = np.zeros(len(ids), dtype=bool)
+        own = self.writer.run_vectors or {}
+        for i, chunk_id in enumerate(ids):
+            v = own.get(chunk_id)
+            if v is not None:
+                out[i] = v
+                found[i] = True
+        if not found.all() and self.merged:
+            where = {c: i for i, c in enumerate(ids)}
+            changed = self.writer.content_changed
+            deleted = set(self.prev.bm25.deleted.tolist())
+            start = 0
+            for seg in self.prev.segments:
+                first, start = start, start + seg.n_rows
+                if seg.generation not in self.merged or not seg.n_rows:
+                    continue
+                slots = np.arange(seg.n_rows)
+                if seg.dense.slot_rows is not None:  # IVF stores rows cluster by cluster
+                    slots = np.empty(seg.n_rows, dtype=np.int64)
+                    slots[seg.dense.slot_rows] = np.arange(seg.n_rows)
+                docs = seg.rows.column("doc_id").to_pylist()
+                for local, chunk_id in enumerate(seg.rows.column("chunk_id").to_pylist()):
+                    i = where.get(chunk_id)
+                    if i is None or found[i] or first + local in deleted or docs[local] in changed:
+                        continue  # a row an older version, or this run, replaced
+                    out[i] = seg.dense.vectors[slots[local]]
+                    unit[i] = found[i] = True
+        if not found.all():
+            missing = np.flatnonzero(~found)
+            out[missing] = self.writer._vectors_in_row_order(pa.array([ids[i] for i in missing], type=pa.string()))
+        return out, unit
+
+
+def _is_write_error(exc: BaseException) -> bool:
+    """Whether an error opening the new catalog is the disk's (full, read-only), not damage."""
+    import errno
+
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT)
+    text = str(exc).lower()
+    return any(s in text for s in ("no space", "read-only", "permission denied", "disk quota"))
+
+
+def _unwritable(path: Path, exc: BaseException) -> QuarryError:
+    reason = getattr(exc, "strerror", None) or str(exc).strip().splitlines()[0][:200]
+    return QuarryError(f"cannot write {path}: {reason}; the committed index is "
+                       "unchanged: free space or fix the store's permissions, then run again")
+
+
+def _classic_rewrite(con, sql: str, view: str, table) -> None:
+    con.register(view, table)
+    try:
+        con.execute(catalog.load_sql(sql))
+    finally:
+        con.unregister(view)
 
 
 def remove_debris(store: Path) -> Pointer | None:
@@ -301,12 +569,12 @@ def remove_debris(store: Path) -> Pointer | None:
 
 def after_commit(store: Path, pointer: Pointer, table=None) -> None:
     """Tidy after the pointer moved: generations past the retention, LanceDB versions no kept
-    generation names (older than an hour), vector tables no kept generation names. Best-effort:
-    the next commit tries again."""
+    generation names (older than an hour, once there are many: :func:`quarry.store.vectors.prune_due`),
+    vector tables no kept generation names. Best-effort: the next commit tries again."""
     generations.remove_unkept(store, pointer.generation)
     try:
         versions = generations.kept_versions(store, pointer)
-        if table is not None:
+        if table is not None and vectors.prune_due(table):
             vectors.prune(table, keep_versions=versions.get(table.name, set()))
         vectors.drop_unreferenced(store, set(versions))
     except Exception as exc:
@@ -314,12 +582,17 @@ def after_commit(store: Path, pointer: Pointer, table=None) -> None:
 
 
 def insert_run(con, run_row: RunReport | dict) -> None:
-    """Insert one ``runs`` row; a dict may leave fields out (they take :class:`RunReport`'s defaults)."""
+    """Insert one ``runs`` row (into a delta layer's own runs when ``con`` writes one); a dict may
+    leave fields out (they take :class:`RunReport`'s defaults)."""
     import pyarrow as pa
 
     report = run_row if isinstance(run_row, RunReport) else RunReport.from_row(run_row)
+    table = pa.Table.from_pylist([report.to_row()])
+    if layers.is_delta(con):
+        layers.insert_run(con, table)
+        return
     catalog.migrate(con)  # a catalog from before the newer run columns gains them
-    con.register("new_run", pa.Table.from_pylist([report.to_row()]))
+    con.register("new_run", table)
     try:
         con.execute(catalog.load_sql("insert_run"))
     finally:

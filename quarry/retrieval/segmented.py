@@ -1,0 +1,385 @@
+"""A generation's search index as several immutable segments plus the rows they no longer hold.
+
+Each commit writes one segment (``index-<gen>/``) for the rows its catalog layer holds — the
+chunks and documents the run added or changed, or, when it merges, the live rows of the layers it
+merges (quarry/store/layers.py) — and a list of the rows of earlier segments it replaced or deleted.
+A reader numbers rows segment after segment (oldest first), so a row id is a segment's offset plus
+the row's place in that segment (chunk_id order), and searches every segment with the deleted rows
+left out. Segments are never rewritten; they go when no kept generation names them.
+
+**BM25 over segments, exactly.** A segment's stored weights were computed with the statistics of
+the segment alone (its N, df and avgdl). The store's BM25 is defined over all live rows, so the
+weights are scaled, per query term and segment, by ``idf_live(t) / idf_segment(t)`` (exact) and
+bounded for the length normalisation: with ``a = avgdl_live / avgdl_segment``,
+
+    tf·(k1+1) / (tf + k1·(1 − b + b·len/avgdl_live))  ÷  tf·(k1+1) / (tf + k1·(1 − b + b·len/avgdl_segment))
+
+lies between ``min(1, a)`` and ``max(1, a)`` for every row. Scaled sums are therefore lower and
+upper bounds of each row's exact score (widened by a few float32 roundings). The rows whose upper
+bound reaches the ``n``-th best lower bound are rescored exactly — every weight recomputed from
+the segment's stored term frequencies and row lengths with the live N, df and avgdl, by the same
+float64 expression and float32 sums, term by term in the same order, as a build over all live rows
+— so the top ``n`` rows and their scores are those of a full rebuild (``tests/test_segments.py``
+checks them bit for bit against one). ``df_live`` is each segment's document frequency minus the
+deleted rows in the term's column (a binary search of the sorted deleted rows). A store of one
+segment without deletions needs no rescoring: its stored weights are exact.
+
+**Vectors.** Each segment has its own vectors (with IVF once it has ``IVF_MIN_ROWS`` rows, else
+searched exactly); a query takes each segment's top ``n`` and keeps the best ``n`` overall.
+Deleted rows are left out of the scores a segment computes (they never compete for its top
+``n``; a bool per row, so as cheap for many deleted rows as for few), or, with a filter or the
+``binary`` method past :data:`DELETED_SKIP` deleted rows, through the filter mask.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from quarry.retrieval.bm25 import BM25Index, _idf, _weights, stem_words
+from quarry.retrieval.select import top_n
+
+DELETED_SKIP = 4096  # binary search: a segment with more deleted rows is searched with a mask of its live rows
+_SLACK = 2.0 ** -24  # float32's unit roundoff: the rounding of a stored weight, a scaling, a sum
+
+
+def split_rows(rows: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
+    """Sorted global row ids cut into each segment's local ids."""
+    cuts = np.searchsorted(rows, offsets)
+    return [rows[cuts[i]:cuts[i + 1]] - offsets[i] for i in range(len(offsets) - 1)]
+
+
+def count_in(column_rows: np.ndarray, sorted_ids: np.ndarray) -> int:
+    """How many of ``sorted_ids`` are in ``column_rows`` (ascending, distinct)."""
+    if not len(sorted_ids) or not len(column_rows):
+        return 0
+    pos = np.searchsorted(column_rows, sorted_ids)
+    inside = pos < len(column_rows)
+    return int(np.count_nonzero(column_rows[pos[inside]] == sorted_ids[inside]))
+
+
+class SegmentedBM25:
+    """BM25 over the live rows of several segments' :class:`BM25Index` (see the module docstring).
+
+    ``deleted``: sorted global row ids no longer live; ``live_rows`` and ``live_length`` the count
+    and summed ``len(d)`` of the live rows (kept by the commit, so no reader sums them).
+    """
+
+    def __init__(self, parts: list[BM25Index], deleted: np.ndarray, live_rows: int, live_length: int):
+        self.parts = parts
+        self.offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([p.n_rows for p in parts], out=self.offsets[1:])
+        self.n_rows = int(self.offsets[-1])
+        self.deleted = np.asarray(deleted, dtype=np.int64)
+        self.seg_deleted = split_rows(self.deleted, self.offsets)
+        self.live_rows = int(live_rows)
+        self.avgdl = float(live_length) / self.live_rows if self.live_rows else 0.0
+        # Stored weights are exact when one segment holds every live row with the statistics it was
+        # built with: then nothing is rescored (the merged store's speed).
+        self.exact = (len(parts) == 1 and not len(self.deleted) and parts[0].n_rows == self.live_rows
+                      and parts[0].length_total == live_length)
+        self._deleted_masks: dict[int, np.ndarray] = {}
+        self._terms: dict[tuple, tuple] = {}
+        self._idf: dict[tuple, np.ndarray] = {}
+
+    # --- terms -------------------------------------------------------------------------------
+
+    def terms(self, toks: list[str]) -> list[list[int | None]]:
+        """Per distinct query term (in the order a build over all rows would sum them: tokens the
+        corpus holds first, then the stems of the others), its column in each segment (None where
+        a segment lacks it). Terms no segment holds are left out. Cached for the last queries."""
+        key = tuple(toks)
+        hit = self._terms.get(key)
+        if hit is None:
+            hit = self._terms_of(toks)
+            if len(self._terms) >= 512:
+                self._terms.pop(next(iter(self._terms)))
+            self._terms[key] = hit
+        return hit
+
+    def _terms_of(self, toks: list[str]) -> list[list[int | None]]:
+        if len(self.parts) == 1:
+            return [[c] for c in self.parts[0].columns(toks)]
+        stem_of: dict[str, str] = {}
+        known: dict[str, dict[int, int]] = {}  # stem -> segment -> column, from surface hits
+        for tok in toks:
+            for s, part in enumerate(self.parts):
+                pos = part.surface.find(tok)
+                if pos is not None:
+                    col = int(part.surface_terms[pos])
+                    stem = stem_of.setdefault(tok, part.term_text(col))
+                    known.setdefault(stem, {})[s] = col
+                    break
+        missing = [t for t in toks if t not in stem_of]
+        stems = dict.fromkeys([stem_of[t] for t in toks if t in stem_of] + stem_words(missing))
+        out = []
+        for stem in stems:
+            found = known.get(stem, {})
+            cols = [found[s] if s in found else part.term_id(stem) for s, part in enumerate(self.parts)]
+            if any(c is not None for c in cols):
+                out.append(cols)
+        return out
+
+    def _deleted_mask(self, s: int) -> np.ndarray:
+        mask = self._deleted_masks.get(s)
+        if mask is None:
+            mask = np.zeros(self.parts[s].n_rows, dtype=bool)
+            mask[self.seg_deleted[s]] = True
+            self._deleted_masks[s] = mask
+        return mask
+
+    def _live_df(self, s: int, c: int) -> int:
+        part = self.parts[s]
+        a, b = int(part.indptr[c]), int(part.indptr[c + 1])
+        dead = self.seg_deleted[s]
+        if not len(dead):
+            return b - a
+        if len(dead) * 16 < b - a:
+            return b - a - count_in(part.rows[a:b], dead)
+        return b - a - int(np.count_nonzero(self._deleted_mask(s)[part.rows[a:b]]))
+
+    def idf(self, terms: list[list[int | None]]) -> np.ndarray:
+        """Each term's idf over the live rows (float64, :func:`quarry.retrieval.bm25._idf`); cached."""
+        key = tuple(tuple(cols) for cols in terms)
+        got = self._idf.get(key)
+        if got is None:
+            df = np.array([sum(self._live_df(s, c) for s, c in enumerate(cols) if c is not None) for cols in terms],
+                          dtype=np.int64)
+            got = _idf(df, self.live_rows)
+            if len(self._idf) >= 512:
+                self._idf.pop(next(iter(self._idf)))
+            self._idf[key] = got
+        return got
+
+    # --- search ------------------------------------------------------------------------------
+
+    def search_tokens(self, toks: list[str], n: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``n`` live rows for query tokens: (global rows int64, scores float32), best first,
+        ties by row. ``mask`` (bool per global row) keeps only rows where it is True."""
+        empty = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        terms = self.terms(toks)
+        if not terms or n <= 0 or not self.live_rows:
+            return empty
+        idf = None if self.exact else self.idf(terms)  # exact: the stored weights already are the store's
+        approx, lo, hi = self._approx(terms, idf)
+        if len(self.deleted):
+            approx[self.deleted] = 0
+        if mask is not None:
+            np.multiply(approx, mask, out=approx)  # in place; boolean indexing costs 10x more
+        zeroed = mask is not None or bool(len(self.deleted))
+        floor = self._floor(terms, approx, lo, n, zeroed)
+        cand = self._listed(approx, floor, hi)
+        if not len(cand):
+            return empty
+        if self.exact:
+            scores = approx[cand]
+        else:
+            seg = np.searchsorted(self.offsets, cand, side="right") - 1
+            values = approx[cand]
+            lower, upper = values * lo[seg], values * hi[seg]
+            if len(cand) > n:  # keep the rows whose upper bound reaches the n-th best lower bound
+                cut = np.partition(lower, len(lower) - n)[len(lower) - n]
+                keep = upper >= cut
+                cand = cand[keep]
+            scores = self._exact_scores(terms, idf, cand)
+        pos = top_n(scores, n, cand)
+        return cand[pos], scores[pos]
+
+    def exact_scores(self, toks: list[str], rows: np.ndarray) -> np.ndarray:
+        """The exact BM25 scores (float32) of global ``rows`` (sorted, distinct) for query tokens."""
+        rows = np.asarray(rows, dtype=np.int64)
+        terms = self.terms(toks)
+        if not terms or not len(rows) or not self.live_rows:
+            return np.zeros(len(rows), dtype=np.float32)
+        return self._exact_scores(terms, None if self.exact else self.idf(terms), rows)
+
+    def _approx(self, terms, idf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Stored weights summed per row — scaled by ``idf_live / idf_segment`` per term, or, in a
+        segment where that ratio is the same for every query term to a thousandth (a big segment
+        after small commits), unscaled with the ratio's range folded into the bounds — and per
+        segment the factors that make the sums a lower and an upper bound of the exact score."""
+        approx = np.zeros(self.n_rows, dtype=np.float32)
+        k = len(self.parts)
+        lo, hi = np.ones(k), np.ones(k)
+        ratio: dict[tuple[int, int], float] = {}
+        scaled = [False] * k
+        if not self.exact:
+            slack = (8 * len(terms) + 16) * _SLACK
+            for s, part in enumerate(self.parts):
+                held = [(i, cols[s]) for i, cols in enumerate(terms) if cols[s] is not None]
+                mine = []
+                if held:
+                    cols_s = np.array([c for _, c in held], dtype=np.int64)
+                    built = _idf(part.indptr[cols_s + 1] - part.indptr[cols_s], part.n_rows)
+                    for (i, _), value in zip(held, (idf[[i for i, _ in held]] / built).tolist()):
+                        ratio[(i, s)] = value
+                        mine.append(value)
+                a = self.avgdl / part.avgdl_built if part.avgdl_built else 1.0
+                r_lo, r_hi = (min(mine), max(mine)) if mine else (1.0, 1.0)
+                scaled[s] = r_hi > r_lo * 1.001
+                if scaled[s]:
+                    r_lo = r_hi = 1.0
+                lo[s], hi[s] = min(1.0, a) * r_lo * (1 - slack), max(1.0, a) * r_hi * (1 + slack)
+        for i, cols in enumerate(terms):
+            for s, c in enumerate(cols):
+                if c is None:
+                    continue
+                part = self.parts[s]
+                a, b = int(part.indptr[c]), int(part.indptr[c + 1])
+                target = approx[self.offsets[s]:self.offsets[s + 1]]
+                if scaled[s]:
+                    target[part.rows[a:b]] += part.weights[a:b] * np.float32(ratio[(i, s)])
+                else:
+                    target[part.rows[a:b]] += part.weights[a:b]
+        return approx, lo, hi
+
+    def _floor(self, terms, approx: np.ndarray, lo: np.ndarray, n: int, zeroed: bool) -> float:
+        """A score the ``n``-th best row reaches for sure (lower bounds): the ``n``-th best among the
+        rows of the rarest term holding at least ``n`` of them; 0 when none does. Rows below it
+        cannot make the top ``n`` (ties kept), so only rows at or above it are listed: at 1M rows
+        a common term matches hundreds of thousands of rows, and listing them all costs more
+        than scoring them."""
+        def size(cols):
+            return sum(int(p.indptr[c + 1] - p.indptr[c]) for p, c in zip(self.parts, cols) if c is not None)
+
+        for cols in sorted(terms, key=size):
+            if size(cols) < n:
+                continue
+            parts = []
+            for s, c in enumerate(cols):
+                if c is None:
+                    continue
+                part = self.parts[s]
+                a, b = int(part.indptr[c]), int(part.indptr[c + 1])
+                values = approx[self.offsets[s] + part.rows[a:b]]
+                parts.append(values * lo[s] if lo[s] != 1.0 else values)
+            values = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            if zeroed:
+                values = values[values > 0]  # rows a filter or a deletion dropped score 0 now
+            if len(values) >= n:
+                return float(np.partition(values, len(values) - n)[len(values) - n])
+            return 0.0
+        return 0.0
+
+    def _listed(self, approx: np.ndarray, floor: float, hi: np.ndarray) -> np.ndarray:
+        """Rows whose upper bound may reach ``floor`` (every row scoring above 0 when it is 0): one
+        pass with the largest upper factor; the exact pass ranks what it lists."""
+        if floor <= 0:
+            return np.flatnonzero(approx)
+        if self.exact:
+            return np.flatnonzero(approx >= floor)
+        return np.flatnonzero(approx >= floor / float(hi.max()) * (1 - 4 * _SLACK))
+
+    def _exact_scores(self, terms, idf: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Scores of sorted global ``rows``, computed as a build over all live rows computes them:
+        per term in order, w = idf·tf·(k1+1)/(tf + k1·(1 − b + b·len/avgdl)) in float64, rounded to
+        float32 and added in float32."""
+        out = np.zeros(len(rows), dtype=np.float32)
+        seg = np.searchsorted(self.offsets, rows, side="right") - 1
+        by_segment = {s: np.flatnonzero(seg == s) for s in np.unique(seg).tolist()}
+        for i, cols in enumerate(terms):
+            for s, c in enumerate(cols):
+                if c is None or s not in by_segment:
+                    continue
+                part = self.parts[s]
+                if part.tf is None and not self.exact:
+                    raise ValueError("a segment without term frequencies (an index from an older quarry) cannot be "
+                                     "rescored: rebuild it with `quarry maintain`")
+                sel = by_segment[s]
+                local = rows[sel] - self.offsets[s]
+                a, b = int(part.indptr[c]), int(part.indptr[c + 1])
+                col_rows = part.rows[a:b]
+                pos = np.searchsorted(col_rows, local)
+                inside = pos < len(col_rows)
+                hit = np.zeros(len(local), dtype=bool)
+                hit[inside] = col_rows[pos[inside]] == local[inside]
+                if not hit.any():
+                    continue
+                if self.exact:  # the stored weights are the store's
+                    out[sel[hit]] += part.weights[a + pos[hit]]
+                    continue
+                tf = part.tf[a + pos[hit]].astype(np.float64)
+                length = part.length[local[hit]].astype(np.float64)
+                out[sel[hit]] += _weights(idf[i], tf, length, self.avgdl)
+        return out
+
+
+class SegmentedDense:
+    """Vector search over several segments' :class:`~quarry.retrieval.dense.DenseIndex`, deleted
+    rows left out (see the module docstring)."""
+
+    def __init__(self, parts: list, deleted: np.ndarray):
+        self.parts = parts
+        self.offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([p.n_rows for p in parts], out=self.offsets[1:])
+        self.n_rows = int(self.offsets[-1])
+        self.seg_deleted = split_rows(np.asarray(deleted, dtype=np.int64), self.offsets)
+        self.dim = next((p.dim for p in parts if p.n_rows), parts[0].dim if parts else 0)
+        self._live: dict[int, tuple[np.ndarray, int]] = {}
+        self._masks: list[tuple] = []
+
+    @property
+    def has_ivf(self) -> bool:
+        return any(p.has_ivf for p in self.parts)
+
+    def _live_mask(self, s: int) -> tuple[np.ndarray, int]:
+        got = self._live.get(s)
+        if got is None:
+            mask = np.ones(self.parts[s].n_rows, dtype=bool)
+            mask[self.seg_deleted[s]] = False
+            got = self._live[s] = (mask, int(np.count_nonzero(mask)))
+        return got
+
+    def _segment_masks(self, mask: np.ndarray) -> list[tuple[np.ndarray, int]]:
+        """The filter cut into segments, deleted rows dropped, with the rows each keeps; cached for
+        the last few masks (the same array object comes back query after query, so each
+        segment's own mask cache hits too)."""
+        for held, per in self._masks:
+            if held is mask:
+                return per
+        per = []
+        for s in range(len(self.parts)):
+            part = mask[self.offsets[s]:self.offsets[s + 1]]
+            if len(self.seg_deleted[s]):
+                part = part & self._live_mask(s)[0]
+            else:
+                part = np.ascontiguousarray(part)
+            per.append((part, int(np.count_nonzero(part))))
+        self._masks = [(mask, per)] + self._masks[:3]
+        return per
+
+    def search(self, query: np.ndarray, n: int, mask: np.ndarray | None = None, method: str = "auto",
+               kept: int | None = None, rescore_multiplier: int = 20) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``n`` live rows by cosine: (global rows int64, scores float32), ties by row id."""
+        rows, scores = [], []
+        masks = self._segment_masks(mask) if mask is not None else None
+        for s, part in enumerate(self.parts):
+            if part.n_rows == 0:
+                continue
+            dead = self.seg_deleted[s]
+            if masks is not None:
+                seg_mask, seg_kept = masks[s]
+                if not seg_kept:
+                    continue
+                r, sc = part.search(query, n, seg_mask, method=method, kept=seg_kept,
+                                    rescore_multiplier=rescore_multiplier)
+            elif not len(dead):
+                r, sc = part.search(query, n, method=method, rescore_multiplier=rescore_multiplier)
+            elif method != "binary":
+                r, sc = part.search(query, n, method=method, rescore_multiplier=rescore_multiplier, dead=dead)
+            elif len(dead) <= DELETED_SKIP:  # binary: ask for n plus the deleted rows, drop them
+                r, sc = part.search(query, n + len(dead), method=method, rescore_multiplier=rescore_multiplier)
+                alive = ~np.isin(r, dead)
+                r, sc = r[alive][:n], sc[alive][:n]
+            else:
+                live, count = self._live_mask(s)
+                if not count:
+                    continue
+                r, sc = part.search(query, n, live, method=method, kept=count, rescore_multiplier=rescore_multiplier)
+            rows.append(r + self.offsets[s])
+            scores.append(sc)
+        if not rows:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        rows_all = np.concatenate(rows) if len(rows) > 1 else rows[0]
+        scores_all = np.concatenate(scores) if len(scores) > 1 else scores[0]
+        pos = top_n(scores_all, n, rows_all)
+        return rows_all[pos], scores_all[pos]

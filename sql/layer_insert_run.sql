@@ -1,0 +1,1 @@
+INSERT INTO layer.runs BY NAME SELECT * FROM new_run;

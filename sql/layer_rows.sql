@@ -1,0 +1,2 @@
+-- The chunks a delta layer holds itself: its index segment's rows.
+SELECT count(*) FROM layer.chunks;

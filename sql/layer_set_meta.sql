@@ -1,0 +1,1 @@
+INSERT OR REPLACE INTO layer.meta VALUES ($1, $2);
