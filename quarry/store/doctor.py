@@ -268,7 +268,7 @@ def recover_pointer(store: Path):
     import os
     import shutil
 
-    from quarry.store import catalog, layers, vectors
+    from quarry.store import layers, vectors
     from quarry.store.pointer import Pointer
 
     gens = sorted(((int(m.group(1)), p) for p in store.glob("catalog-*.duckdb")

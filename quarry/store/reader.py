@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 
 from quarry.core.errors import QuarryError, StoreCorrupt
-from quarry.store import catalog, layers, vectors
+from quarry.store import layers, vectors
 from quarry.store.catalog import connect_read_only, lock_holder  # noqa: F401 - read from here too
 from quarry.store.layout import require_pointer
 from quarry.store.pointer import DOCTOR_HINT, Pointer, read_pointer

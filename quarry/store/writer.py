@@ -38,7 +38,6 @@ import numpy as np
 
 from quarry.core import faults
 
-from quarry.core import paths
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.models import DocumentRecord, RunReport
 from quarry.store import acl, catalog, journal, layers, vectors
