@@ -122,9 +122,9 @@ def parse_data(data: bytes, kind: str, digest: str | None, ocr: bool = True) -> 
     doc = parse_bytes(data, kind, ocr=ocr)
     del data
     doc = sanitize(doc, digest)
-    from quarry.ingest.facets import stated_facets  # a filing states its type, period and company
+    from quarry.ingest.facets import stated_facets  # a filing states its type, period, company and aliases
 
-    for key, value in stated_facets(doc.text).items():
+    for key, value in stated_facets(doc.text, doc.title).items():
         doc.metadata.setdefault(key, value)
     return doc
 
