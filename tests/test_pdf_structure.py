@@ -87,6 +87,13 @@ def test_headings_from_font_sizes_and_bold_lines():
                                     (1, 2, "Outlook and Guidance")]
 
 
+def test_a_filing_item_ending_with_a_period_is_a_heading_and_a_bold_sentence_is_not():
+    body = [Line("Revenue grew in every segment and the board was pleased with it all year.", 10, False, 0.3)] * 4
+    pages = [[Line("Item 1B. Unresolved Staff Comments.", 10, True, 0.1), *body,
+              Line("Our Results Were Strong And Grew Every Quarter.", 10, True, 0.5), *body]]
+    assert font_headings(pages) == [(0, 1, "Item 1B. Unresolved Staff Comments.")]
+
+
 def test_page_titles_are_the_emphasised_lines_at_the_top():
     body = Line("The notes that follow are an integral part of these statements, read them.", 10, False, 0.4)
     pages = [[Line("Table of Contents", 10, False, 0.02), Line("Consolidated Balance Sheet", 12, True, 0.05),

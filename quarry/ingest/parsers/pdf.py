@@ -25,7 +25,7 @@ import re
 from quarry.core.errors import ParseError
 from quarry.core.models import Heading, ParsedDocument, Table
 from quarry.ingest.parsers import one_line
-from quarry.ingest.parsers.pdf_layout import _PERIOD_CAPTION, body_size, font_headings, locate, page_titles, read_lines
+from quarry.ingest.parsers.pdf_layout import PERIOD_CAPTION, body_size, font_headings, locate, page_titles, read_lines
 
 PAGE_SEPARATOR = "\n\n"
 MIN_OUTLINE = 2  # an outline of fewer entries (a title bookmark alone) gives way to the layout's headings
@@ -339,7 +339,7 @@ def _table_head(lines: list[tuple[int, str]], first: int) -> tuple[int, str, str
             break
     for j in _above(lines, k + 1):
         at, text = lines[j]
-        if _UNITS.match(text) or (_PERIOD_CAPTION.match(text) and len(text) <= 80):
+        if _UNITS.match(text) or (PERIOD_CAPTION.match(text) and len(text) <= 80):
             if not _UNITS.match(text) and not caption and re.search(r"[A-Za-z]", text):
                 caption = text.rstrip(",:; ")
             start = at
@@ -360,7 +360,7 @@ def _above(lines: list[tuple[int, str]], index: int):
         text = lines[j][1]
         if not text or len(text) <= 2:
             continue  # a blank, or the tail of a word pypdf broke ("Flow" / "s")
-        caption = len(text) <= 80 and (_UNITS.match(text) or _PERIOD_CAPTION.match(text))
+        caption = len(text) <= 80 and (_UNITS.match(text) or PERIOD_CAPTION.match(text))
         if not caption and ((" | " in text and not _YEARS_ROW.match(text)) or len(text) > 100
                             or text.endswith((".", ";", ","))):
             return

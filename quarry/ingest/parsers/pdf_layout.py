@@ -17,17 +17,21 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-__all__ = ["Line", "read_lines", "body_size", "font_headings", "page_titles", "locate", "edge_key"]
+__all__ = ["Line", "read_lines", "body_size", "font_headings", "page_titles", "locate", "edge_key", "running_keys",
+           "PERIOD_CAPTION"]
 
 MAX_HEADING_CHARS = 120
 MAX_HEADING_WORDS = 16
-TOP_SHARE = 0.3
+TOP_SHARE = 0.3  # a page title sits in the top share of the page
 BOLD_PER_PAGE = 6  # more bold body-size lines than this on a page are a table's, not headings
-_NUMBERED = re.compile(r"^(\d+(\.\d+)*\.?|[A-Z]\.|[IVX]+\.)\s+\S")  # a page title sits in the top share of the page
+_NUMBERED = re.compile(r"^(\d+(\.\d+)*\.?|[A-Z]\.|[IVX]+\.)\s+\S")  # "3.1 Overview", "B. Terms"
+# "Item 1B. Unresolved Staff Comments." is a heading though it ends with a period
+_SECTION_LEAD = re.compile(r"^(item|part|note|section|chapter|article)\s+[\dIVX]+[A-Z]?\b", re.I)
 _BOLD_NAME = re.compile(r"bold|black|heavy|semibold|demi", re.I)
 _VALUE = re.compile(r"^(\$|\(?\$?\s?[-–—]?\d[\d,]*(\.\d+)?\)?%?|[-–—]+|\$?\s?\(?[-–—]\)?)$")
 _SMALL_WORDS = frozenset("a an and as at by for from in into of on or per the to with vs".split())
-_PERIOD_CAPTION = re.compile(r"^(\(.*\)|((fiscal\s+)?years?|three|six|nine|twelve|quarters?|months?|weeks?)\b.*\b"
+# a table's period caption or units: "Years ended December 31", "As of June 30, 2023", "(Millions)"
+PERIOD_CAPTION = re.compile(r"^(\(.*\)|((fiscal\s+)?years?|three|six|nine|twelve|quarters?|months?|weeks?)\b.*\b"
                              r"(ended|ending)\b.*|(as\s+(of|at)|at)\s+\w+.*\d{4}.*|.*\b(19|20)\d\d\b.*\b(19|20)\d\d\b.*)$",
                              re.I)
 
@@ -140,7 +144,7 @@ def _title_like(text: str) -> bool:
     words = text.split()
     if not words or len(text) > MAX_HEADING_CHARS or len(words) > MAX_HEADING_WORDS:
         return False
-    if text.endswith((",", ";")) or (text.endswith(".") and len(words) > 3):
+    if text.endswith((",", ";")) or (text.endswith(".") and len(words) > 3 and not _SECTION_LEAD.match(text)):
         return False  # a sentence, or a line of one
     letters = [ch for ch in text if ch.isalpha()]
     return len(letters) >= 3 and not _is_row(text)
@@ -173,8 +177,8 @@ def font_headings(pages: list[list[Line]], body: float | None = None) -> list[tu
     """``(page index, level, title)`` of lines set as headings: larger than the body text, or bold
     at body size and capitalised, short, not a sentence or a table row, not a running header.
     Larger sizes rank higher (level 1 is the largest); bold body-size lines are the lowest level.
-    None when headings would be most of the lines (a slide deck, a form): no outline is better
-    than a wrong one."""
+    Nothing when headings would be a third of the lines or more (a slide deck, a form): no
+    outline is better than a wrong one."""
     body = body_size(pages) if body is None else body
     if not body:
         return []
@@ -242,7 +246,7 @@ def page_titles(pages: list[list[Line]], body: float | None = None, top_share: f
                 continue
             if line.top > top_share or not _title_like(text):
                 break
-            if _PERIOD_CAPTION.match(text):
+            if PERIOD_CAPTION.match(text):
                 if parts:
                     break
                 continue
