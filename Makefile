@@ -34,7 +34,7 @@ TORCH_VENV := .venv-torch
 TORCH_VERSION := 2.13.0
 SENTENCE_TRANSFORMERS_VERSION := 6.2.0
 
-.PHONY: setup azurite office demo test test-slow test-reliability test-llm llm-venv test-torch torch-venv peers wheel bench clean
+.PHONY: setup azurite office browser demo test test-slow test-reliability test-llm llm-venv test-torch torch-venv peers wheel bench clean
 
 setup: $(VENV)/.installed
 
@@ -69,6 +69,17 @@ office:
 			--no-install-recommends libreoffice-writer-nogui libreoffice-impress-nogui >/dev/null; \
 	else echo "LibreOffice (soffice) not found: the DOC and PPT tests will be skipped"; fi
 
+# Debian's chromium and chromium-driver: the web page tests (tests/test_web_browser.py) drive them with
+# selenium (pinned in requirements.lock; nothing is downloaded). Installed here when run as root (CI), else
+# those tests are skipped, saying why (under CI=true they fail instead). About 50 s, 300 MB.
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing chromium and chromium-driver for the web page tests"; \
+		apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends chromium chromium-driver >/dev/null; \
+	else echo "chromium or chromium-driver not found: the web page tests will be skipped"; fi
+
 demo: setup
 	$(BIN)/quarry index data/sample --db $(DEMO_DB)
 	$(BIN)/quarry status --db $(DEMO_DB)
@@ -77,7 +88,7 @@ demo: setup
 test: setup azurite office
 	$(BIN)/python -m pytest -m "not slow and not llm_server" -q
 
-test-slow: setup azurite
+test-slow: setup azurite browser
 	$(BIN)/python -m pytest -m "slow and not llm_server and not torch" -q --ignore=tests/reliability
 
 # The slow reliability cases: read-only store, full disk, readers during commits, random kill -9s.

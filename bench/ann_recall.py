@@ -89,7 +89,7 @@ def scifact_store_vectors():
     if not (SCIFACT_STORE / "CURRENT").exists():
         return np.zeros((0, 384), dtype=np.float32)
     from quarry.store import vectors
-    from quarry.store.layout import read_pointer
+    from quarry.store.pointer import read_pointer
 
     pointer = read_pointer(SCIFACT_STORE)
     table = vectors.open_for_read(SCIFACT_STORE, pointer.vector_table, pointer.vector_version)

@@ -321,7 +321,7 @@ def commit_loop(store: Path, tree: Path, stop: threading.Event, versions: dict, 
         if proc.returncode != 0:
             errors.append(proc.stderr.strip()[-500:])
             return
-        from quarry.store.layout import read_pointer
+        from quarry.store.pointer import read_pointer
 
         versions[read_pointer(store).generation] = f"v{n}"
         log(f"    commit {n}: generation {read_pointer(store).generation}")
@@ -336,7 +336,7 @@ def during_commits(store: Path, token: str, queries: list[str], workers: int, se
     (tree / "live.md").write_text("# Live\n\nzebraquill livepage marker version v0 of the live page.\n")
     subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(store)], check=True,
                    capture_output=True, cwd=ROOT, env={**os.environ, **ENV})
-    from quarry.store.layout import read_pointer
+    from quarry.store.pointer import read_pointer
 
     versions = {read_pointer(store).generation: "v0"}
     server = Server(store, workers, logs / "api-commits.log")

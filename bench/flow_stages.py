@@ -128,7 +128,7 @@ def main() -> None:
 
         import quarry.flows.index as index_module
         from quarry.flows.index import index_flow
-        from quarry.store.layout import read_pointer
+        from quarry.store.pointer import read_pointer
 
         if args.in_flight:
             planned = index_module.plan_runner

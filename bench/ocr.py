@@ -92,7 +92,7 @@ def main() -> None:
     report = {"engine": engine_name(), "dpi": DPI, "engine_load_s": round(load, 2), "cpus": os.cpu_count(),
               "load_avg_1m": round(os.getloadavg()[0], 2), "pages": rows,
               "mean_seconds_per_page": round(sum(r["seconds"] for r in rows) / len(rows), 1)}
-    print(f"\n| page | ref chars | CER | CER (no spaces) | s/page |\n|---|---|---|---|---|")
+    print("\n| page | ref chars | CER | CER (no spaces) | s/page |\n|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['page']} | {r['ref_chars']} | {r['cer']:.2%} | {r['cer_nospace']:.2%} | {r['seconds']} |")
     print(f"\nengine {report['engine']} at {DPI} dpi, loaded in {load:.1f} s; {report['cpus']} CPUs, "

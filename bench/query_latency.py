@@ -172,7 +172,7 @@ def reindex_dense(store: Path) -> dict:
     import numpy as np
 
     from quarry.retrieval import dense, searchindex
-    from quarry.store.layout import read_pointer
+    from quarry.store.pointer import read_pointer
 
     folder = store / searchindex.folder_name(read_pointer(store).generation)
     t0 = time.perf_counter()
@@ -207,7 +207,7 @@ def reindex(store: Path) -> dict:
 
     from quarry.retrieval import searchindex
     from quarry.store import vectors as qvectors
-    from quarry.store.layout import read_pointer
+    from quarry.store.pointer import read_pointer
 
     pointer = read_pointer(store)
     t0 = time.perf_counter()

@@ -23,12 +23,14 @@ from quarry.ingest.guard import GuardLimits, pattern_flags
 from quarry.core.models import LLM_COUNTERS, RunReport, StageClock
 from quarry.core.paths import display
 from quarry.core.settings import Settings, store_path
+from quarry.core.storeurl import root_path
 from quarry.flows.pipeline import Totals, run_batches, unwalked
 from quarry.flows.runners import FILES_PER_BATCH, plan_runner, task_runner, task_settings
 from quarry.ingest.embedders import describe, get_embedder
 from quarry.ingest.process import content_fingerprint
 from quarry.store import journal
-from quarry.store.layout import WriterLock, new_run_id, read_pointer
+from quarry.store.layout import WriterLock, new_run_id
+from quarry.store.pointer import read_pointer
 from quarry.store.writer import StoreWriter, remove_debris
 from quarry.tasks.acl import apply_permissions, plan_run_permissions
 from quarry.tasks.discover import discover_files, plan_changes
@@ -107,7 +109,7 @@ def index_flow(
         raise UsageError(f"if_busy must be 'fail' or 'skip', got {if_busy!r}")
     settings = Settings.from_env(**(overrides or {}))
     store = store_path(db)
-    roots = [str(store_path(r)) for r in roots]
+    roots = [root_path(r) for r in roots]
     run_id = new_run_id()
     started = _now()
     lock = None

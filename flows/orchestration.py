@@ -20,7 +20,7 @@ from quarry.core.errors import QuarryError, UsageError
 
 def startup_timeout() -> float:
     """Seconds to wait for a private Prefect server (``QUARRY_PREFECT_startup_timeout()``)."""
-    from quarry.core.settings import environment
+    from quarry.core.environment import environment
 
     return environment().prefect_startup_timeout
 

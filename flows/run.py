@@ -17,6 +17,7 @@ from pathlib import Path
 
 from quarry.core.errors import StoreLocked, UsageError
 from quarry.core.settings import Settings, store_path
+from quarry.core.storeurl import root_path
 
 __all__ = ["index", "preview", "serve", "SECRET_SETTINGS"]
 
@@ -28,6 +29,10 @@ def index(paths: str | os.PathLike | Iterable[str | os.PathLike], db: str | os.P
           full: bool = False, dry_run: bool = False, if_busy: str = "fail", progress: bool = False,
           **settings) -> dict:
     """Index the files under ``paths`` into the store ``db`` (default ``$QUARRY_DB`` or ``./.quarry``).
+
+    A path is a folder, a file, or a tree on object storage (``s3://bucket/prefix``,
+    ``gs://bucket/prefix``, ``az://container/prefix``), read where it lives: its documents' paths are
+    their URLs, and an unchanged object is never downloaded (docs/sources.md).
 
     Incremental: only what changed since the last commit is parsed and embedded, and the run
     becomes visible whole or not at all. ``full`` re-processes every file (vectors are still
@@ -122,7 +127,7 @@ def preview(roots: list[str], store: Path, settings: Settings, *, full: bool = F
 def _roots(paths) -> list[str]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    roots = [str(store_path(p)) for p in paths]
+    roots = [root_path(p) for p in paths]  # a folder, a file, or s3:// gs:// az:// URL
     if not roots:
         raise UsageError("nothing to index: give at least one path")
     return roots

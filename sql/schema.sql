@@ -22,7 +22,10 @@ CREATE TABLE IF NOT EXISTS documents (
     indexed_at TIMESTAMP NOT NULL,
     run_id     VARCHAR NOT NULL,
     path_bytes BLOB,               -- the exact bytes of path when it is not valid UTF-8, else NULL
-    principals VARCHAR[]           -- who may read it (quarry/core/principals.py); NULL (no one) until the run sets it
+    principals VARCHAR[],          -- who may read it (quarry/core/principals.py); NULL (no one) until the run sets it
+    page_offsets INTEGER[],        -- where page i + 1 starts in the parsed text (paged formats; NULL: none or unknown)
+    ocr_page_numbers INTEGER[],    -- 1-based pages whose text OCR read
+    warnings VARCHAR[]             -- what the parser could not read and chunks the model reads only the start of
 );
 
 CREATE TABLE IF NOT EXISTS sections (
@@ -114,3 +117,7 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS message VARCHAR DEFAULT '';
 -- Catalogs made before documents carried principals: everything in them was public.
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS principals VARCHAR[] DEFAULT ['public'];
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS permissions_updated INTEGER DEFAULT 0;
+-- Catalogs made before documents kept their page layout and parse warnings (the web page's document view).
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS page_offsets INTEGER[];
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS ocr_page_numbers INTEGER[];
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS warnings VARCHAR[];

@@ -14,7 +14,7 @@ from quarry.core.settings import Settings
 from quarry.ingest.embedders import get_embedder
 from quarry.ingest.embedding import EmbeddedTexts, embed_texts
 from quarry.store import vectors
-from quarry.store.layout import read_pointer
+from quarry.store.pointer import read_pointer
 
 
 def _worth_retrying(task, task_run, state) -> bool:

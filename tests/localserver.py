@@ -21,7 +21,8 @@ def free_port() -> int:
 @contextmanager
 def local_server(cmd: list[str], ready, name: str, timeout: float = 60, **popen):
     """Run ``cmd`` until the block ends; ``ready()`` returns once it answers and raises OSError before."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **popen)
+    popen = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, **popen}
+    proc = subprocess.Popen(cmd, **popen)
     try:
         deadline = time.monotonic() + timeout
         while True:

@@ -20,16 +20,28 @@ SECRET = "quarry-test-secret-not-for-output"
 
 
 @contextmanager
-def moto_server(timeout: float = 30):
-    """Start the server; yields ``(endpoint, env)`` where ``env`` holds the AWS_* variables."""
+def moto_server(timeout: float = 30, log: str | None = None, server_env: dict | None = None):
+    """Start the server; yields ``(endpoint, env)`` where ``env`` holds the AWS_* variables.
+
+    ``log``: a file that receives the server's request log (one line per request: the tests and
+    ``bench/sources.py`` count object downloads in it); ``server_env``: variables for the server process
+    (``INITIAL_NO_AUTH_ACTION_COUNT`` turns on moto's IAM checks after that many requests)."""
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    with local_server([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                      lambda: urllib.request.urlopen(endpoint, timeout=1).close(), f"moto's server on {endpoint}",
-                      timeout):
-        env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET,
-               "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true"}
-        yield endpoint, env
+    out = open(log, "ab") if log else None
+    popen = {"stdout": out, "stderr": out} if out else {}
+    if server_env:
+        popen["env"] = {**os.environ, **server_env}
+    try:
+        with local_server([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                          lambda: urllib.request.urlopen(endpoint, timeout=1).close(), f"moto's server on {endpoint}",
+                          timeout, **popen):
+            env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET,
+                   "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true"}
+            yield endpoint, env
+    finally:
+        if out is not None:
+            out.close()
 
 
 def new_bucket(endpoint: str) -> str:

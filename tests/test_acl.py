@@ -297,7 +297,7 @@ def test_a_catalog_from_before_principals_reads_as_all_public(tree, tmp_path, ru
     """A store committed by an older quarry has no principals column: every document is public."""
     import duckdb
 
-    from quarry.store.layout import read_pointer
+    from quarry.store.pointer import read_pointer
 
     db = tmp_path / "db"
     run_flow([tree], db, overrides={"acl_rules": str(tmp_path / "acl.yaml")})

@@ -28,7 +28,8 @@ def _settings_rows() -> dict[str, str]:
 
 
 def test_every_setting_and_environment_variable_is_documented_with_its_default():
-    from quarry.core.settings import Environment, Settings
+    from quarry.core.environment import Environment
+    from quarry.core.settings import Settings
 
     rows = _settings_rows()
     fields = {f"QUARRY_{name.upper()}": field for model in (Settings, Environment)

@@ -8,7 +8,7 @@ import pytest
 
 import quarry
 from conftest import SAMPLE, shared
-from quarry.store.layout import read_pointer
+from quarry.store.pointer import read_pointer
 
 
 @pytest.fixture

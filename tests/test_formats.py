@@ -360,7 +360,7 @@ def _text_image(words: str, size=(900, 140)):
 @pytest.mark.slow
 def test_scanned_pdf_is_read_by_ocr_with_its_page():
     doc = parse_file(str(shared("scanned", "loremipsum-flat.pdf")))
-    assert doc.ocr_pages == 1 and doc.page_offsets == [0] and doc.ocr_seconds > 0
+    assert doc.ocr_pages == 1 and doc.page_offsets == [0] and doc.ocr_seconds > 0 and doc.ocr_page_numbers == [1]
     assert "lorem" in doc.text.lower() and "consequat" in doc.text.lower()
 
 
@@ -369,7 +369,7 @@ def test_multipage_tiff_frames_are_pages(tmp_path):
     first, second = _text_image("HARBOUR LIGHTS"), _text_image("COPPER KETTLE")
     first.save(tmp_path / "scan.tiff", save_all=True, append_images=[second])
     doc = parse_file(str(tmp_path / "scan.tiff"))
-    assert doc.ocr_pages == 2 and len(doc.page_offsets) == 2
+    assert doc.ocr_pages == 2 and len(doc.page_offsets) == 2 and doc.ocr_page_numbers == [1, 2]
     assert "HARBOUR" in doc.text.upper() and doc.page_at(doc.text.upper().index("KETTLE")) == 2
 
 
@@ -417,3 +417,6 @@ def test_ocr_is_counted_in_the_run(tmp_path, run_flow, cli):
     with quarry.open(tmp_path / "db") as idx:
         hit = idx.search("sollicitudin molestie consequat", k=1, mode="bm25").results[0]
     assert hit.path.endswith("scan.pdf") and hit.page_start == 1
+    with quarry.open(tmp_path / "db") as idx:
+        doc = idx.document(hit.doc_id)
+    assert doc["ocr_page_numbers"] == [1] and doc["page_offsets"] == [0] and doc["warnings"] == []

@@ -17,7 +17,6 @@ import json
 import os
 import random
 import zlib
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 

@@ -233,7 +233,7 @@ def test_parse_json_refuses_what_cannot_be_salvaged(content):
 
 
 def test_calls_run_concurrently_up_to_the_limit(server):
-    server.delay = 0.2
+    server.delay = 1.0  # long enough that a loaded machine still has them all in flight together
     rt = LLMRuntime(settings(server, llm_concurrency=4), None, policy=FAST)
     rt.run([job(str(i)) for i in range(12)])
     assert server.max_in_flight == 4
@@ -243,7 +243,7 @@ def test_batch_windows_of_many_files_share_the_pool(server, tmp_path):
     """Every window of every file of a batch is in flight together, not file after file."""
     from quarry.ingest.process import process_files
 
-    server.delay = 0.2
+    server.delay = 1.0  # long enough that a loaded machine still has them all in flight together
     files = []
     for i in range(3):
         text = "\n".join(f"File {i} line {n}: words about subject {n // 10} and more." for n in range(120))

@@ -12,7 +12,8 @@ import quarry
 from conftest import SAMPLE
 from quarry.core.storeurl import local_dir
 from quarry.store import maintain, vectors
-from quarry.store.layout import WriterLock, read_pointer
+from quarry.store.layout import WriterLock
+from quarry.store.pointer import read_pointer
 from quarry.store.remote import remote_of
 from azuriteserver import azurite_server, new_container
 from s3server import aws_env, moto_server, new_bucket

@@ -13,11 +13,14 @@ import time
 import pytest
 
 from quarry.core.errors import QuarryError, StoreLocked, UsageError
-from quarry.store import objstore, objstore_azure, objstore_gcs
+from quarry.core import cloud
+from quarry.store import objstore
+from quarry.store.objstore import azure as objstore_azure
+from quarry.store.objstore import gcs as objstore_gcs
 from quarry.store.lease import LEASE, Lease
 from quarry.core.storeurl import StoreURL, is_url, parse_url
 from quarry.store.objstore import PreconditionFailed, open_store
-from quarry.store.objstore_azure import AzureAccount, account_from_env
+from quarry.store.objstore.azure import AzureAccount, account_from_env
 from azuriteserver import SECRET as AZ_SECRET, azurite_server, new_container
 import gcsserver
 from gcsserver import conditional
@@ -262,7 +265,7 @@ def test_an_azure_environment_without_an_account_says_what_to_set(env, message):
 
 def test_az_without_the_azure_sdk_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "azure.storage.blob", None)
-    monkeypatch.setattr(objstore_azure, "_clients", {})
+    monkeypatch.setattr(cloud, "_clients", {})
     with pytest.raises(UsageError, match=r"pip install 'quarry\[azure\]'"):
         objstore_azure.AzureObjectStore(parse_url("az://c/p"), AzureAccount("acct", "https://x", key=KEY))
 

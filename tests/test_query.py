@@ -18,7 +18,7 @@ from quarry.core.errors import UsageError
 from quarry.search.filters import Filter
 from quarry.core.models import Chunk, DocumentRecord, FileInfo, Section, join_header
 from quarry.core.settings import Settings
-from quarry.store.layout import read_pointer
+from quarry.store.pointer import read_pointer
 from quarry.store.writer import StoreWriter
 
 DIM = 64

@@ -9,7 +9,8 @@ import pytest
 
 from quarry.core.errors import StoreLocked, UsageError
 from quarry.store import generations
-from quarry.store.layout import WriterLock, read_pointer
+from quarry.store.layout import WriterLock
+from quarry.store.pointer import read_pointer
 from quarry.store.rollback import list_generations, rollback
 
 

@@ -25,7 +25,8 @@ import pytest
 import quarry
 from conftest import ROOT, SAMPLE
 from quarry.core.errors import QuarryError, StoreLocked
-from quarry.store.layout import Pointer, WriterLock, write_pointer
+from quarry.store.layout import WriterLock, write_pointer
+from quarry.store.pointer import Pointer
 from quarry.core.storeurl import local_dir, parse_url
 from quarry.store.objstore import open_store
 from quarry.store.remote import remote_of

@@ -21,7 +21,7 @@ def con(tmp_path):
     now = dt.datetime(2024, 1, 2, 3, 4, 5)
     c.execute(
         "INSERT INTO documents VALUES ('d1', '/r/a.md', '/r', 'a.md', 'md', 10, ?, 'sha', 'Title', 'Sum', NULL, 1, 1,"
-        " '{}', ?, 'run0', NULL, ['group:hr'])",
+        " '{}', ?, 'run0', NULL, ['group:hr'], [0, 120], [2], ['page 3 could not be read'])",
         [now, now],
     )
     c.execute("INSERT INTO sections VALUES ('d1', 0, 'Intro', 1, 0, 10, NULL, NULL, NULL)")
@@ -78,6 +78,10 @@ PARAMS = {
     "document_chunks": ["d1"],
     "chunk_view": ["d1:0"],
     "status_readable": None,
+    "document_layout": ["d1"],
+    "document_failures": ["/r/a.md", dt.datetime(2024, 1, 1)],
+    "document_chunk_text": ["d1", 0, 5],
+    "run_view": ["r"],
 }
 
 
@@ -123,6 +127,19 @@ def test_hostile_strings_are_bound_not_executed(con):
     con.execute(load_sql("bm25_search"), ["x'; DROP TABLE chunks; --", 5]).fetchall()
     con.execute(load_sql("hydrate_chunks"), [["') OR 1=1 --"]]).fetchall()
     assert con.execute("SELECT count(*) FROM chunks").fetchone()[0] == 1
+
+
+def test_a_documents_layout_and_the_runs_that_failed_its_file_since(con):
+    assert con.execute(load_sql("document_layout"), ["d1"]).fetchone() == ([0, 120], [2], ["page 3 could not be read"])
+    assert con.execute(load_sql("document_chunk_text"), ["d1", 0, 0]).fetchall() == [
+        (0, "Document: Title", "error E11000 in FY2018")]
+    for run_id, day, path in (("r1", 1, "/r/a.md"), ("r2", 5, "/r/a.md"), ("r3", 6, "/r/other.md")):
+        insert_run(con, {"run_id": run_id, "started": dt.datetime(2024, 1, day), "status": "partial", "roots": ["/r"],
+                         "errors": [{"path": path, "error": f"broken in {run_id}"}], "durations": {}, "settings": {}})
+    rows = con.execute(load_sql("document_failures"), ["/r/a.md", dt.datetime(2024, 1, 2, 3, 4, 5)]).fetchall()
+    assert [(r[0], r[2]) for r in rows] == [("r2", "broken in r2")]
+    assert con.execute(load_sql("run_view"), ["r3"]).fetchone()[0] == "r3"
+    assert con.execute(load_sql("run_view"), ["nope"]).fetchone() is None
 
 
 def test_metadata_column_holds_json(con):

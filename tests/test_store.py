@@ -11,7 +11,8 @@ import pytest
 
 from quarry.core.errors import StoreLocked, StoreNotFound
 from quarry.core.models import Chunk, DocumentRecord, FileInfo, Section
-from quarry.store.layout import WriterLock, read_pointer, require_pointer
+from quarry.store.layout import WriterLock, require_pointer
+from quarry.store.pointer import read_pointer
 from quarry.store.reader import open_snapshot
 from quarry.store.writer import StoreWriter
 

@@ -24,7 +24,9 @@ def make_index(tmp_path, docs: dict[str, tuple[str, list[tuple[int, int]]]], n_c
     for doc_id, (text, spans) in docs.items():
         n = (n_chunks or {}).get(doc_id, len(spans))
         con.execute(
-            "INSERT INTO documents VALUES (?, ?, '/r', ?, 'md', ?, ?, 'sha', ?, '', NULL, 1, ?, '{}', ?, 'run', NULL, ['public'])",
+            "INSERT INTO documents (doc_id, path, root, rel_path, file_type, size, mtime, sha256, title, summary, n_pages, "
+            "n_sections, n_chunks, metadata, indexed_at, run_id, path_bytes, principals) "
+            "VALUES (?, ?, '/r', ?, 'md', ?, ?, 'sha', ?, '', NULL, 1, ?, '{}', ?, 'run', NULL, ['public'])",
             [doc_id, f"/r/{doc_id}.md", f"{doc_id}.md", len(text), now, f"Title {doc_id}", n, now],
         )
         con.execute("INSERT INTO sections VALUES (?, 0, 'Intro', 1, 0, ?, NULL, NULL, NULL)", [doc_id, len(text)])

@@ -4,8 +4,9 @@
 index (:func:`index_of`) and the caller (:func:`caller_of`), and the endpoints call the library and
 nothing else. Routers: ``health`` (``/healthz``, ``/readyz``), ``search`` (``/v1/search``),
 ``documents`` (``/v1/documents/{id}``, ``/v1/chunks/{id}``), ``admin`` (``/v1/status``,
-``/v1/runs``); the MCP server (:mod:`quarry.api.mcp`) answers at ``/mcp``. A later area (a web
-page) is one more router.
+``/v1/runs``), and the web pages (:mod:`quarry.api.web`: ``/``, ``/documents/{id}``, ``/runs``,
+``/status``, signed in with a key kept in a cookie); the MCP server (:mod:`quarry.api.mcp`) answers
+at ``/mcp``.
 
 Each request pins one committed generation (``Index`` does it per call) and names it in its answer
 (``generation`` in the JSON, ``X-Quarry-Generation`` in the headers); a commit is picked up by
@@ -70,6 +71,7 @@ class BodyLimit:
 def create_app(config: ApiConfig | None = None) -> FastAPI:
     """The application serving ``config.db``."""
     from quarry.api.routes import admin, documents, health, search
+    from quarry.api.web import pages
 
     config = config or ApiConfig()
     state = State(config)
@@ -92,7 +94,7 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
                   "document permissions.", version=_version(), lifespan=lifespan)
     app.state.quarry = state
     install(app, Scrubber(*state.paths()))
-    for router in (health.router, search.router, documents.router, admin.router):
+    for router in (health.router, search.router, documents.router, admin.router, pages.router):
         app.include_router(router)
     asgi = BodyLimit(app, config.max_body)
     if mcp_http is not None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from quarry.api.errors import ApiError
 from quarry.api.keys import KeyRing
-from quarry.core.settings import environment
+from quarry.core.environment import environment
 
 DEFAULT_RATE_LIMIT = 600  # requests per minute per key
 log = logging.getLogger("quarry.api")

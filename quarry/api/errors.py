@@ -87,7 +87,7 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
     return 422, "; ".join(parts) + more
 
 
-def _status_of(exc: QuarryError) -> int:
+def status_of(exc: QuarryError) -> int:
     if isinstance(exc, NotFound):
         return 404
     if isinstance(exc, UsageError):
@@ -119,7 +119,7 @@ def install(app: FastAPI, scrub: Scrubber) -> None:
 
     @app.exception_handler(QuarryError)
     async def quarry_error(request: Request, exc: QuarryError):
-        status = _status_of(exc)
+        status = status_of(exc)
         if status >= 500:
             log.error("%s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
             message = "the index is unavailable now" if status == 503 else "internal error (see the server log)"

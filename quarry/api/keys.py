@@ -33,7 +33,7 @@ from pathlib import Path
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.principals import normalise
-from quarry.core.settings import environment
+from quarry.core.environment import environment
 
 KEYS_FILE = "keys.json"
 FORMAT = 1

@@ -19,7 +19,7 @@ from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
 from quarry.cli import output, reports
 from quarry.cli.output import FORMATS as OUTPUT_FORMATS
 from quarry.core.settings import RUNNERS, default_db
-from quarry.core.settings import environment as _environment
+from quarry.core.environment import environment as _environment
 from quarry.search.fusion import DEFAULT_FUSION
 from quarry.search.fusion import DEFAULT_K as DEFAULT_RRF_K
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
@@ -182,6 +182,10 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
           llm_rate_limit, llm_section_summaries, llm_chunk_context, if_busy, ocr, runner, workers, dask_address,
           allow_deletes, acl_rules, acl_source, as_json):
     """Index files under PATHS into the store (incremental: only what changed is redone).
+
+    A path may be a folder, a file, or a tree on object storage: s3://bucket/prefix,
+    gs://bucket/prefix, az://container/prefix (credentials from the cloud's environment; an
+    unchanged object is never downloaded).
 
     A run never deletes by accident: a root that is missing, unreadable or empty keeps its
     documents (and fails, exit 3); a run that would delete more than half of a root's documents,
@@ -446,7 +450,8 @@ def plugins(as_json):
               help="Port of the private Prefect API on 127.0.0.1 (default: a free one; printed at start).")
 @handle_errors
 def serve(paths, db, cron, name, initial_run, port):
-    """Re-index PATHS on a cron schedule until SIGTERM or Ctrl-C; the first run starts at once.
+    """Re-index PATHS (folders, files, s3:// gs:// az:// URLs) on a cron schedule until SIGTERM or Ctrl-C; the
+    first run starts at once.
 
     Without $PREFECT_API_URL, quarry runs a private Prefect server (with its scheduler) tied to
     this process, on 127.0.0.1, its history in the store (<store>/prefect/prefect.db); `quarry

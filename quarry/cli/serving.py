@@ -46,10 +46,11 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     @handle_errors
     def api(db, host, port, workers, rate_limit, rerankers, max_body, no_mcp, insecure_no_auth, keys_file,
             server_log_level):
-        """Serve the index over HTTP: /v1/search, /v1/documents, /v1/chunks, /v1/status, /v1/runs, /mcp.
+        """Serve the index over HTTP: /v1/search, /v1/documents, /v1/chunks, /v1/status, /v1/runs, /mcp,
+        and web pages at / (search, documents, runs, status; docs/web.md).
 
         OpenAPI at /docs. Needs `Authorization: Bearer <token>` from `quarry keys create` once the store
-        has a key; see docs/api.md.
+        has a key (the web pages: sign in with one); see docs/api.md.
         """
 
         from quarry.api.app import ApiConfig
@@ -58,7 +59,7 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
         from quarry.core.settings import store_path
 
         if rate_limit is None:
-            from quarry.core.settings import environment
+            from quarry.core.environment import environment
 
             rate_limit = environment().api_rate_limit
         ring = KeyRing(key_store(store_path(db), keys_file))

@@ -18,6 +18,8 @@ import time
 POINTS = ("embed", "after-vectors", "after-catalog", "fts", "before-commit", "after-commit")
 # Only a store on object storage passes here: the generation's files are uploaded, CURRENT not yet moved.
 REMOTE_POINTS = ("after-upload",)
+# Only a root on object storage passes here: a batch's objects are listed and planned, not read yet.
+SOURCE_POINTS = ("before-read",)
 
 
 def point(name: str) -> None:

@@ -89,6 +89,8 @@ class ParsedDocument:
     sha256: str | None = None
     ocr_pages: int = 0  # pages (or images) read by OCR
     ocr_seconds: float = 0.0
+    ocr_page_numbers: list[int] = field(default_factory=list)  # 1-based pages whose text OCR read
+    warnings: list[str] = field(default_factory=list)  # what the parser could not read, in one line each
     page_titles: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
 
@@ -178,6 +180,9 @@ class DocumentRecord:
     n_pages: int | None = None
     ocr_pages: int = 0
     ocr_seconds: float = 0.0
+    page_offsets: list[int] = field(default_factory=list)  # where each page starts in the parsed text
+    ocr_page_numbers: list[int] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the parser's and the chunker's, for the document view
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,9 @@ of llm, pytest and Datasette)::
 
 Entry point groups: ``quarry.embedders``, ``quarry.sectioners``, ``quarry.context_writers``,
 ``quarry.rerankers``, ``quarry.fusions``, ``quarry.formats`` (a :class:`~quarry.ingest.parsers.Format`,
-a list of them, or a module that registers) and ``quarry.stores`` (object-store backends by URL
-scheme). A plugin that fails to load is named in a warning and left out; it never stops quarry.
+a list of them, or a module that registers), ``quarry.stores`` (object-store backends by URL
+scheme) and ``quarry.sources`` (readers of index roots on object storage, by URL scheme). A plugin
+that fails to load is named in a warning and left out; it never stops quarry.
 
 A factory is a plain function: it imports what is heavy (torch, onnxruntime, a client SDK) when
 it is called, so listing names or validating settings loads nothing heavy.
@@ -40,7 +41,7 @@ from typing import Any, Generic, TypeVar
 from quarry.core.errors import ConfigError
 
 __all__ = ["Registry", "EMBEDDERS", "SECTIONERS", "CONTEXT_WRITERS", "RERANKERS", "FUSIONS", "FORMATS", "STORES",
-           "REGISTRIES", "components"]
+           "SOURCES", "REGISTRIES", "components"]
 
 F = TypeVar("F")
 
@@ -209,8 +210,13 @@ CONTEXT_WRITERS: Registry = Registry("context writer", modules=("quarry.ingest.c
 RERANKERS: Registry = Registry("reranker", modules=("quarry.search.rerank",), group="quarry.rerankers")
 FUSIONS: Registry = Registry("fusion", modules=("quarry.search.fusion",), group="quarry.fusions")
 FORMATS: Registry = Registry("file format", modules=("quarry.ingest.parsers.formats",), group="quarry.formats")
-STORES: Registry = Registry("object store", modules=("quarry.store.objstore", "quarry.store.objstore_gcs",
-                                                    "quarry.store.objstore_azure"), group="quarry.stores")
+STORES: Registry = Registry("object store", modules=("quarry.store.objstore.s3", "quarry.store.objstore.local",
+                                                    "quarry.store.objstore.gcs", "quarry.store.objstore.azure"), group="quarry.stores")
+# Roots of an index run on object storage: scheme -> factory(bucket) -> quarry.ingest.sources.Source.
+# A scheme here is also a STORES scheme (tests/test_sources.py): one URL form for stores and roots.
+SOURCES: Registry = Registry("object source", modules=("quarry.ingest.sources.s3", "quarry.ingest.sources.gcs",
+                                                      "quarry.ingest.sources.azure"), group="quarry.sources")
+
 
 def components() -> dict[str, dict]:
     """Every extension point's components and the plugin (entry point) that added each (None for
@@ -224,4 +230,4 @@ def components() -> dict[str, dict]:
 
 REGISTRIES: dict[str, Registry] = {"embedders": EMBEDDERS, "sectioners": SECTIONERS,
                                    "context_writers": CONTEXT_WRITERS, "rerankers": RERANKERS, "fusions": FUSIONS,
-                                   "formats": FORMATS, "stores": STORES}
+                                   "formats": FORMATS, "stores": STORES, "sources": SOURCES}

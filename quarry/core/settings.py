@@ -21,10 +21,11 @@ from typing import Annotated, Literal, get_args
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from quarry.core.environment import PREFIX, describe_error, environment
 from quarry.core.errors import ConfigError, UsageError
 from quarry.core.models import HEADER_FIELDS as HEADER_LINES
+from quarry.core.storeurl import is_url, local_dir
 
-DEFAULT_DB = ".quarry"
 HeaderField = Literal[(*HEADER_LINES, "none")]  # the header lines (quarry/core/models.py), or none
 # How the LLM is asked for JSON (quarry/ingest/llm/prompts.py builds each); "auto" tries them in order.
 ResponseFormat = Literal["json_schema", "json_object_schema", "json_object", "none"]
@@ -36,8 +37,6 @@ Runner = Literal["threads", "processes", "dask", "ray"]
 RUNNERS: tuple[str, ...] = get_args(Runner)
 DEFAULT_LLM_MODEL = "gpt-4o-mini"  # used only when no model is named and no base URL points elsewhere
 
-_PREFIX = "QUARRY_"
-_BOOL_WORDS = "true/false, 1/0, yes/no, on/off"
 # comma-separated lists in the environment ("*.md,*.txt"), not JSON
 _Names = Annotated[tuple[str, ...], NoDecode]
 
@@ -49,14 +48,14 @@ def default_db() -> str:
 
 def _secret(name: str, fallback: str):
     """A key read from ``QUARRY_<NAME>``, else ``fallback``; never shown by ``repr``."""
-    return Field(default="", repr=False, validation_alias=AliasChoices(f"{_PREFIX}{name.upper()}", fallback))
+    return Field(default="", repr=False, validation_alias=AliasChoices(f"{PREFIX}{name.upper()}", fallback))
 
 
 class Settings(BaseSettings):
     """How quarry indexes. Environment variable names are ``QUARRY_<FIELD>`` upper-cased."""
 
     model_config = SettingsConfigDict(
-        env_prefix=_PREFIX, env_file=".env", env_file_encoding="utf-8", env_ignore_empty=True,
+        env_prefix=PREFIX, env_file=".env", env_file_encoding="utf-8", env_ignore_empty=True,
         extra="ignore", frozen=True, populate_by_name=True, validate_default=False,
     )
 
@@ -195,7 +194,7 @@ class Settings(BaseSettings):
         try:
             return cls(**given)
         except ValidationError as exc:
-            raise ConfigError(_describe(exc, given)) from None
+            raise ConfigError(describe_error(exc, given, Settings)) from None
 
     @property
     def uses_llm(self) -> bool:
@@ -215,93 +214,6 @@ class Settings(BaseSettings):
         return d
 
 
-class Environment(BaseSettings):
-    """The ``QUARRY_*`` variables of a machine rather than of a run: where caches and stores live,
-    how long a store keeps generations and versions, limits of the readers, the API and the
-    workers. Read by :func:`environment` (the one place that reads them), checked like
-    :class:`Settings` (a value that cannot be read is a :class:`ConfigError` naming the variable),
-    and listed in docs/settings.md."""
-
-    model_config = SettingsConfigDict(env_prefix=_PREFIX, env_file=".env", env_file_encoding="utf-8",
-                                      env_ignore_empty=True, extra="ignore", frozen=True)
-
-    db: str = DEFAULT_DB  # the default store
-    store_cache: str = ""  # local folders of stores on object storage ("" = ~/.cache/quarry/stores)
-    cache_dir: str = ""  # built ONNX models and archive listings ("" = ~/.cache/quarry)
-    keep_generations: int = Field(2, ge=1)  # committed generations a store keeps (quarry rollback)
-    keep_versions_hours: float = Field(24.0, ge=0)  # LanceDB versions quarry maintain keeps
-    reindex_share: float = Field(0.2, ge=0, le=1)  # quarry maintain rebuilds an index past this share
-    remote_check_seconds: float = Field(0.0, ge=0)  # a reader of a remote store reads CURRENT at most this often
-    lease_seconds: float = Field(60.0, gt=0)  # the writer lease on object storage
-    vector_search: str = "auto"  # how readers search vectors: auto, exact, ivf, binary
-    ivf_min_rows: int = Field(20_000, ge=1)  # chunks from which a commit builds IVF
-    max_file_mb: float = Field(256.0, ge=0)  # larger files are failures, not read (0: no limit)
-    max_archive_mb: float = Field(4096.0, ge=0)  # what an archive may unpack to (0: no limit)
-    ocr_engine: str = ""  # rapidocr (default when installed) or tesseract
-    soffice: str = ""  # the LibreOffice program ("" = soffice or libreoffice on the PATH)
-    keys_file: str = ""  # API keys outside the store
-    keys_check_seconds: float | None = Field(None, ge=0)  # how often a server re-reads its keys
-    api_rate_limit: int = Field(600, ge=0)  # requests per minute per API key (0: unlimited)
-    prefect_startup_timeout: float = Field(120.0, gt=0)  # seconds to wait for a private Prefect server
-    log_level: str = ""  # quarry's and Prefect's log level (the CLI's --log-level)
-
-
-_env_cache: tuple[tuple, Environment] | None = None
-
-
-def environment() -> Environment:
-    """The machine's ``QUARRY_*`` variables (:class:`Environment`), read again when they change."""
-    global _env_cache
-    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_PREFIX)))
-    cached = _env_cache
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    try:
-        value = Environment()
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc, {}, Environment)) from None
-    _env_cache = (key, value)
-    return value
-
-
-def _describe(exc: ValidationError, given: dict, model: type[BaseSettings] | None = None) -> str:
-    """One line for the first error: where the value came from, what it was, what is accepted."""
-    model = model or Settings
-    error = exc.errors(include_url=False)[0]
-    loc = error.get("loc") or ()
-    field = loc[0] if loc and isinstance(loc[0], str) else None
-    if field is None:  # a check between fields: its message says it all
-        return str(error["msg"]).removeprefix("Value error, ")
-    if field not in model.model_fields:  # an alias such as OPENAI_API_KEY
-        field = next((name for name, f in model.model_fields.items()
-                      if f.validation_alias and field in getattr(f.validation_alias, "choices", ())), field)
-    source = field if field in given else f"{_PREFIX}{field.upper()}"
-    value = error.get("input")
-    kind = error.get("type", "")
-    ctx = error.get("ctx") or {}
-    if kind == "value_error":
-        message = str(error["msg"]).removeprefix("Value error, ")
-        if message.startswith("is not a known "):  # a registry's name: say which value
-            return f"{source}={value!r} {message}"
-        return f"{source}: {message}"
-    if kind == "literal_error":
-        choices = ", ".join(a.strip("'") for a in str(ctx.get("expected", "")).replace(" or ", ", ").split(", "))
-        return f"{source}={value!r} is not a known {field}; choose one of {choices}"
-    if kind == "bool_parsing":
-        return f"{source}={value!r} is not a boolean; use one of {_BOOL_WORDS}"
-    if kind in ("int_parsing", "int_from_float", "int_type"):
-        return f"{source}={value!r} is not an integer"
-    if kind in ("float_parsing", "float_type"):
-        return f"{source}={value!r} is not a number"
-    if kind == "greater_than":
-        return f"{source} must be more than {ctx.get('gt')}, got {value}"
-    if kind == "greater_than_equal":
-        return f"{field} must be at least {ctx.get('ge')}, got {value}"
-    if kind == "less_than_equal":
-        return f"{field} must be at most {ctx.get('le')}, got {value}"
-    return f"{source}={value!r}: {error['msg']}"
-
-
 def parse_workers(settings: Settings) -> int:
     return settings.parse_workers or max(1, os.cpu_count() or 1)
 
@@ -309,8 +221,6 @@ def parse_workers(settings: Settings) -> int:
 def store_path(db: str | os.PathLike | None) -> Path:
     """The store directory of ``db``; a store URL (``s3://bucket/prefix``) maps to its local folder
     (:mod:`quarry.core.storeurl`)."""
-    from quarry.core.storeurl import is_url, local_dir
-
     db = db or default_db()
     if is_url(db):
         return local_dir(db)

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from quarry.core.environment import environment
 from quarry.core.errors import UsageError
 
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
@@ -66,8 +67,6 @@ def parse_url(db: str) -> StoreURL:
 
 def cache_root() -> Path:
     """Where remote stores are worked on: ``$QUARRY_STORE_CACHE`` or ``~/.cache/quarry/stores``."""
-    from quarry.core.settings import environment
-
     return Path(environment().store_cache or Path.home() / ".cache" / "quarry" / "stores").expanduser()
 
 
@@ -82,3 +81,49 @@ def local_dir(db: str) -> Path:
         tmp.write_text(json.dumps({"url": str(url)}) + "\n", encoding="utf-8")
         os.replace(tmp, marker)
     return folder
+
+
+# --- roots on object storage ------------------------------------------------------------------
+
+def _source_schemes():
+    """The schemes a root of an index run may have (``s3``, ``gs``, ``az``, a plugin's): the
+    :data:`~quarry.core.registry.SOURCES` registry, whose readers list and read them where they live."""
+    from quarry.core.registry import SOURCES
+
+    return SOURCES
+
+
+def is_source_url(root: object) -> bool:
+    """Whether ``root`` names a tree on object storage (a scheme of the ``SOURCES`` registry)."""
+    if not isinstance(root, str):
+        return False
+    m = _URL.match(root)
+    return m is not None and m.group(1).lower() in _source_schemes()
+
+
+def root_path(root: str | os.PathLike) -> str:
+    """A root of an index run as the run keeps it: ``scheme://bucket/prefix`` (no trailing slash) for a
+    tree on object storage, else an absolute path (``file:///x`` is the folder ``/x``).
+
+    :class:`UsageError` for a scheme quarry does not read, a URL without a bucket, or one carrying a
+    query string (a SAS token or a key belongs in the environment, where the SDK reads it, never
+    in a root that runs, logs and the catalog keep).
+    """
+    text = os.fspath(root)
+    m = _URL.match(text) if isinstance(text, str) else None
+    if m is None:
+        return str(Path(text).expanduser().absolute())
+    scheme, rest = m.group(1).lower(), m.group(2)
+    if scheme == "file":
+        return os.path.abspath(os.path.expanduser(rest or "/"))
+    if scheme not in _source_schemes():
+        raise UsageError(f"cannot index {text!r}: quarry reads local paths and "
+                         f"{', '.join(s + '://' for s in _source_schemes())} URLs")
+    if "?" in rest or "#" in rest:
+        raise UsageError(f"{scheme}://{rest.split('?')[0].split('#')[0]}: remove the query string; credentials "
+                         "(keys, SAS tokens) come from the environment, never from the URL")
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise UsageError(f"{text!r} names no bucket: write {scheme}://bucket/prefix")
+    prefix = prefix.strip("/")
+    return f"{scheme}://{bucket}/{prefix}" if prefix else f"{scheme}://{bucket}"

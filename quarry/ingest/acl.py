@@ -39,6 +39,7 @@ from quarry.core.errors import UsageError
 from quarry.core.models import FileInfo
 from quarry.core.paths import ARCHIVE_SEP
 from quarry.core.principals import PUBLIC, normalise
+from quarry.core.storeurl import is_source_url, root_path
 
 SOURCES = ("none", "posix", "rules")
 
@@ -257,6 +258,8 @@ def root_key(root: str | os.PathLike) -> str:
     a file's own folder when the root is a single file)."""
     from quarry.core.paths import display
 
+    if is_source_url(str(root)):  # a tree on object storage: its files' root is the URL
+        return root_path(root)
     path = Path(root).expanduser().absolute()
     resolved = path.resolve()
     return display(str(resolved.parent if path.is_file() else resolved))
@@ -291,6 +294,10 @@ def plan_permissions(files: list[FileInfo], roots: list[str], asked: AclSource |
         key = root_key(root)
         sources[key] = asked or stored_sources.get(key) or AclSource()
     changed_sources = any(stored_sources.get(k, AclSource()) != v for k, v in sources.items())
+    for key, source in sources.items():
+        if source.source == "posix" and is_source_url(key):
+            raise UsageError(f"--acl posix reads owners and modes from a file system, which {key} is not: give it "
+                             "--acl-rules FILE (globs match its paths, or whole URLs) or --acl none")
     for key, source in sources.items():
         if source.source == "rules" and not Path(source.rules).is_file():
             raise UsageError(f"the ACL rules file {source.rules} of {key} is missing: restore it, or give "

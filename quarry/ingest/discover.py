@@ -14,6 +14,7 @@ from quarry.ingest.parsers import ARCHIVE_TYPES, detect_type, file_type_for
 from quarry.ingest.parsers.archive import SEP, listing
 from quarry.core.paths import check_patterns, display
 from quarry.core.safeio import describe_os_error, hash_regular
+from quarry.core.storeurl import is_source_url, root_path
 
 IGNORE_FILE = ".quarryignore"
 
@@ -125,12 +126,14 @@ def discover(
     errors: list[FileError] | None = None,
     scans: list[RootScan] | None = None,
 ) -> tuple[list[FileInfo], list[FileInfo]]:
-    """Find files under ``roots``.
+    """Find files under ``roots``: folders, single files, and trees on object storage (``s3://``,
+    ``gs://``, ``az://`` URLs: :func:`_objects`).
 
-    Returns ``(readable, skipped)``: files of a supported type (hashed), and files quarry does
-    not read (not hashed). A root that is a single file is accepted as-is. Files that vanish or
-    cannot be read while being hashed, and directories that cannot be listed, are appended to
-    ``errors`` (when given; else they are left out silently) and never stop the walk.
+    Returns ``(readable, skipped)``: files of a supported type (hashed; an object carries the
+    identity its listing states instead), and files quarry does not read (not hashed). A root
+    that is a single file (or object) is accepted as-is. Files that vanish or cannot be read
+    while being hashed, and directories that cannot be listed, are appended to ``errors`` (when
+    given; else they are left out silently) and never stop the walk.
 
     ``scans``, when given, receives one :class:`RootScan` per root, and a root that does not
     exist is recorded there instead of raising :class:`UsageError`.
@@ -139,9 +142,15 @@ def discover(
     ``root`` and ``rel_path`` are display forms, always valid UTF-8.
     """
     include, exclude = check_patterns(include, "--include"), check_patterns(exclude, "--exclude")
-    readable: dict[str, FileInfo] = {}
-    skipped: list[FileInfo] = []
+    found = _Found(include, exclude, errors)
     for raw in roots:
+        if is_source_url(raw):
+            scan = _objects(root_path(raw), found)
+            if scan.status == "missing" and scans is None:
+                raise UsageError(f"path not found: {raw} ({scan.error})")
+            if scans is not None:
+                scans.append(scan)
+            continue
         root = Path(raw).expanduser().absolute()
         if not root.exists():
             if scans is None:
@@ -149,72 +158,166 @@ def discover(
             scans.append(RootScan(str(root.resolve()), "missing", error="path not found"))
             continue
         root_errors: list[str] = []
-        ignore = None
         if root.is_file():
             candidates = [(root.resolve(), root.name)]
             base = root.parent.resolve()
+            found.ignore = None
         else:
             base = root.resolve()
-            ignore = _load_ignore(base)
+            found.ignore = _load_ignore(base)
             candidates = _walk(base, errors, root_errors)
-        walked = matched = 0
+        found.walked = found.matched = 0
         for path, rel in candidates:
-            walked += 1
-            if ignore is not None and ignore.match_file(rel):
-                continue
-            if exclude and _matches(rel, exclude):
-                continue
-            # An archive that --include does not name may still hold members it names.
-            member_include = ()
-            if include and not _matches(rel, include):
-                if file_type_for(str(path)) not in ARCHIVE_TYPES:
-                    continue
-                member_include = include
-            matched += not member_include  # an archive opened for --include counts the members it yields
-            key = str(path)
-            if key in readable:
-                continue  # reached twice (overlapping roots or an in-root symlink)
-            ftype = ""
-            try:
-                ftype = detect_type(key)
-                stat = path.stat()
-                digest = sha256_file(key) if ftype else ""
-            except (OSError, ParseError) as exc:
-                if ftype and errors is not None:
-                    cause = f"cannot read file: {describe_os_error(exc)}" if isinstance(exc, OSError) else str(exc)
-                    errors.append(FileError(key, cause))
-                continue
-            info = FileInfo(
-                path=key,
-                root=display(str(base)),
-                rel_path=display(rel),
-                file_type=ftype,
-                size=stat.st_size,
-                mtime=stat.st_mtime,
-                sha256=digest,
-            )
-            if ftype in ARCHIVE_TYPES:
-                for member in _members(info, rel, member_include, exclude, ignore, errors):
-                    matched += bool(member_include)
-                    if member.file_type:
-                        readable.setdefault(member.path, member)
-                    else:
-                        skipped.append(member)
-            elif ftype:
-                readable[key] = info
-            else:
-                skipped.append(info)
+            found.add(rel, str(path), lambda key=str(path), rel=rel: _local_file(key, base, rel, found.errors))
         if scans is not None:
-            if root_errors:
-                status = "unreadable"
-            elif walked == 0:
-                status = "empty"
-            elif matched == 0:
-                status = "unmatched"
-            else:
-                status = "ok"
-            scans.append(RootScan(str(root.resolve()), status, walked, matched, "; ".join(root_errors)))
-    return sorted(readable.values(), key=lambda f: f.path), skipped
+            scans.append(RootScan(str(root.resolve()), _status(root_errors, found), found.walked, found.matched,
+                                  "; ".join(root_errors)))
+    return sorted(found.readable.values(), key=lambda f: f.path), found.skipped
+
+
+def _status(root_errors: list[str], found: _Found) -> str:
+    if root_errors:
+        return "unreadable"
+    if found.walked == 0:
+        return "empty"
+    if found.matched == 0:
+        return "unmatched"
+    return "ok"
+
+
+class _Found:
+    """What discovery keeps while it walks: readable files by path, skipped ones, and the counts of
+    the root being walked (files seen, files the patterns leave)."""
+
+    def __init__(self, include: tuple, exclude: tuple, errors: list[FileError] | None):
+        self.include, self.exclude, self.errors = include, exclude, errors
+        self.readable: dict[str, FileInfo] = {}
+        self.skipped: list[FileInfo] = []
+        self.ignore = None
+        self.walked = self.matched = 0
+
+    def add(self, rel: str, key: str, make) -> None:
+        """Consider the file ``key`` at ``rel`` under its root; ``make()`` builds its
+        :class:`FileInfo` (hashing it, for a file on disk) or returns None when it cannot be read."""
+        self.walked += 1
+        if self.ignore is not None and self.ignore.match_file(rel):
+            return
+        if self.exclude and _matches(rel, self.exclude):
+            return
+        # An archive that --include does not name may still hold members it names.
+        member_include = ()
+        if self.include and not _matches(rel, self.include):
+            if file_type_for(key) not in ARCHIVE_TYPES:
+                return
+            member_include = self.include
+        self.matched += not member_include  # an archive opened for --include counts the members it yields
+        if key in self.readable:
+            return  # reached twice (overlapping roots or an in-root symlink)
+        info = make()
+        if info is None:
+            return
+        if info.file_type in ARCHIVE_TYPES:
+            for member in _members(info, rel, member_include, self.exclude, self.ignore, self.errors):
+                self.matched += bool(member_include)
+                if member.file_type:
+                    self.readable.setdefault(member.path, member)
+                else:
+                    self.skipped.append(member)
+        elif info.file_type:
+            self.readable[key] = info
+        else:
+            self.skipped.append(info)
+
+
+def _local_file(key: str, base: Path, rel: str, errors: list[FileError] | None) -> FileInfo | None:
+    """A file on disk as a :class:`FileInfo`, its type detected and its bytes hashed; None (and the
+    reason in ``errors``) when it cannot be read."""
+    ftype = ""
+    try:
+        ftype = detect_type(key)
+        stat = os.stat(key)
+        digest = sha256_file(key) if ftype else ""
+    except (OSError, ParseError) as exc:
+        if ftype and errors is not None:
+            cause = f"cannot read file: {describe_os_error(exc)}" if isinstance(exc, OSError) else str(exc)
+            errors.append(FileError(key, cause))
+        return None
+    return FileInfo(path=key, root=display(str(base)), rel_path=display(rel), file_type=ftype, size=stat.st_size,
+                    mtime=stat.st_mtime, sha256=digest)
+
+
+def _objects(root: str, found: _Found) -> RootScan:
+    """Discover the objects under the URL ``root`` by listing alone (no object is read but an
+    archive whose members are not known yet, and ``.quarryignore``): each object's
+    :class:`FileInfo` carries the identity its listing states where a file's sha256 goes.
+
+    The listing streams page by page. Keys are taken as paths under the prefix: a hidden part
+    (``.git/…``) is skipped as on disk, a folder marker (a key ending in ``/``) is no file. A root
+    naming one object (``s3://b/docs/a.md``) is that object. A bucket that does not exist makes the
+    root ``missing``; a listing that fails, ``unreadable`` (the deletion guard keeps its documents).
+    Types come from the names: an object without a known suffix is not read to sniff it.
+    """
+    from quarry.ingest import sources
+
+    scheme, bucket, prefix = sources.split_url(root)
+    source = sources.open_source(scheme, bucket)
+    found.walked = found.matched = 0
+    under = f"{prefix}/" if prefix else ""
+    try:
+        found.ignore = _object_ignore(source, under)
+        for obj in source.list(under):
+            rel = obj.key[len(under):]
+            if not rel or rel.endswith("/") or any(part.startswith(".") or not part for part in rel.split("/")):
+                continue
+            found.add(rel, source.url(obj.key), lambda obj=obj, rel=rel: _object_file(source, root, rel, obj))
+        if found.walked == 0 and prefix:
+            single = source.head(prefix)
+            if single is not None:  # its root stays the object's URL: permissions are kept per root
+                name = prefix.rsplit("/", 1)[-1]
+                found.ignore = None
+                found.add(name, root, lambda: _object_file(source, root, name, single))
+    except sources.BucketMissing as exc:
+        return RootScan(root, "missing", error=str(exc))
+    except sources.ListingFailed as exc:
+        return RootScan(root, "unreadable", found.walked, found.matched, str(exc))
+    return RootScan(root, _status([], found), found.walked, found.matched)
+
+
+def _object_file(source, root: str, rel: str, obj) -> FileInfo:
+    return FileInfo(path=source.url(obj.key), root=root, rel_path=rel, file_type=file_type_for(obj.key),
+                    size=obj.size, mtime=obj.mtime, sha256=obj.identity)
+
+
+def _object_ignore(source, under: str):
+    """The ``.quarryignore`` object at the top of a root on object storage, as a matcher (None when
+    there is none). One listing request a run; the rules are read only when their identity is new
+    (kept in ``$QUARRY_CACHE_DIR/sources``)."""
+    import hashlib
+
+    from quarry.ingest.sources import cache_dir, fetch
+
+    info = next((o for o in source.list(under + IGNORE_FILE) if o.key == under + IGNORE_FILE), None)
+    if info is None:
+        return None
+    url = source.url(info.key)
+    cached = cache_dir() / f"{hashlib.sha256(f'{url} {info.identity}'.encode()).hexdigest()[:32]}.ignore"
+    try:
+        text = cached.read_text(encoding="utf-8")
+    except OSError:
+        try:
+            text = fetch(url, limit=1 << 20).read().decode("utf-8", errors="replace")
+        except ParseError as exc:
+            from quarry.ingest.sources import ListingFailed
+
+            raise ListingFailed(f"cannot read its {IGNORE_FILE}: {exc}") from None
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.write_text(text, encoding="utf-8")
+        except OSError:
+            pass
+    import pathspec
+
+    return pathspec.PathSpec.from_lines("gitwildmatch", text.splitlines())
 
 
 def _members(archive: FileInfo, rel: str, include: tuple, exclude: tuple, ignore,
@@ -225,8 +328,13 @@ def _members(archive: FileInfo, rel: str, include: tuple, exclude: tuple, ignore
     indexed before stay, as for any file that cannot be read); a member that cannot be read (over
     a bound, encrypted, an archive nested too deep) is a failure of its own.
     """
+    opener = None
+    if is_source_url(archive.path):
+        from quarry.ingest.sources import open_object
+
+        opener = lambda: open_object(archive.path)  # noqa: E731  (read only when the listing is not cached)
     try:
-        members = listing(archive.path, archive.file_type, archive.sha256)
+        members = listing(archive.path, archive.file_type, archive.sha256, opener=opener)
     except ParseError as exc:
         if errors is not None:
             errors.append(FileError(archive.path, str(exc)))
@@ -255,4 +363,6 @@ def unsupported_reason(file: FileInfo) -> str:
     suffix = os.path.splitext(file.rel_path)[1].lower()
     if suffix:
         return f"{suffix} is not a format quarry reads"
+    if is_source_url(file.path):
+        return "no extension (an object's type is known by its name: it is not read to sniff it)"
     return "no extension, and its content is not a format quarry reads"

@@ -105,11 +105,13 @@ def check_roots(scans: list[RootScan], docs: list[CatalogDoc], limits: GuardLimi
             verdict.scope.append(scan.root)
         elif scan.status == "missing":
             if not held:  # never indexed: a typo, not a share gone missing
-                raise UsageError(f"path not found: {display(scan.root)}")
+                why = f" ({scan.error})" if scan.error and scan.error != "path not found" else ""
+                raise UsageError(f"path not found: {display(scan.root)}{why}")
             if limits.allow_deletes:
                 verdict.scope.append(scan.root)
             else:
-                verdict.failures.append(FileError(scan.root, f"path not found{kept}"))
+                what = scan.error if scan.error and scan.error != "path not found" else "path not found"
+                verdict.failures.append(FileError(scan.root, f"{what}{kept}"))
         elif scan.status == "unreadable":
             verdict.failures.append(FileError(scan.root, f"{scan.error}{kept}"))
         elif scan.status == "empty":

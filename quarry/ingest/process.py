@@ -20,26 +20,35 @@ import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from quarry.ingest.chunking import chunk_document, text_hash
 from quarry.ingest.context import compose_header, get_context_writer, header_fields, place_lines
+from quarry.core import faults
 from quarry.core.errors import ParseError, QuarryError, UnsupportedFile
 from quarry.core.models import Chunk, DocumentRecord, FileError, FileInfo, ParsedDocument, StageClock, join_header
 from quarry.ingest.parsers import BY_TYPE, parse_data, parse_file
 from quarry.ingest.parsers.archive import read_members, split_member
 from quarry.ingest.sectioning import get_sectioner
-
+from quarry.ingest.sources import Fetched, fetch_many, is_object, open_object
 
 
 def _parse_one(path: str, file_type: str, ocr: bool = True, data: bytes | None = None,
                digest: str | None = None) -> ParsedDocument | str:
     """Parse in a worker; errors come back as a string so they cross the process boundary.
 
-    ``data`` and ``digest``: the bytes of an archive member, read by the batch (``_read_members``)."""
+    ``data`` and ``digest``: the bytes of an archive member or an object, read by the batch
+    (``_read_members``, ``_read_objects``); ``digest`` alone: the file at ``path`` holds an object
+    spilled to disk, stamped with the object's identity rather than the file's hash."""
     # pypdf logs every repair it makes to a damaged file; the run reports real failures itself
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
+        if data is None and digest is not None:
+            from quarry.core.safeio import read_regular
+            from quarry.ingest.parsers import max_file_bytes
+
+            data = read_regular(path, limit=max_file_bytes())[0]
         if data is not None:
             return parse_data(data, file_type, digest, ocr=ocr)
         return parse_file(path, file_type, ocr=ocr)
@@ -52,20 +61,65 @@ def _parse_one(path: str, file_type: str, ocr: bool = True, data: bytes | None =
 def _read_members(files: list[FileInfo], results: list) -> dict[int, tuple[bytes, str]]:
     """The bytes and identity of each archive member among ``files``, one pass per archive; a
     member that cannot be read gets its reason in ``results``. Plain bytes, so a member parses in
-    the process pool like a file (the per-file timeout holds) and in any task runner's worker."""
+    the process pool like a file (the per-file timeout holds) and in any task runner's worker.
+    An archive on object storage is read once for the batch (spilled to a temporary file if large)."""
     by_archive: dict[str, dict[tuple[str, ...], int]] = {}
     for i, f in enumerate(files):
         if f.archive:
             by_archive.setdefault(f.archive, {})[tuple(split_member(f.path, f.archive))] = i
     out: dict[int, tuple[bytes, str]] = {}
     for archive, members in by_archive.items():
-        for names, data, digest in read_members(archive, [list(n) for n in members]):
-            i = members[tuple(names)]
-            if isinstance(data, bytes):
-                out[i] = (data, digest)
-            else:
-                results[i] = str(data)
+        names = [list(n) for n in members]
+        try:
+            with _archive_source(archive) as source:
+                for names_read, data, digest in read_members(archive, names, source=source):
+                    i = members[tuple(names_read)]
+                    if isinstance(data, bytes):
+                        out[i] = (data, digest)
+                    else:
+                        results[i] = str(data)
+        except ParseError as exc:  # an archive object that could not be read: each member's failure
+            for i in members.values():
+                results[i] = str(exc)
     return out
+
+
+@contextmanager
+def _archive_source(archive: str):
+    """A file object over an archive on object storage for the block, or None for one on disk."""
+    if not is_object(archive):
+        yield None
+        return
+    with open_object(archive) as (fh, _identity):
+        yield fh
+
+
+def _read_objects(files: list[FileInfo], results: list, members: dict[int, tuple[bytes, str]]
+                  ) -> tuple[dict[int, Fetched], dict[int, dict[str, str]]]:
+    """Read the batch's objects (files on object storage; archive members aside), a few at a time.
+
+    A small object joins ``members`` as ``(bytes, identity)``; a large one comes back spilled to a
+    temporary file (``{index: Fetched}``, which the caller discards); one that cannot be read
+    gets its reason in ``results``. Also returns each object's metadata (content type, user
+    metadata), which joins the document's."""
+    from quarry.ingest.parsers import max_file_bytes
+
+    todo = {f.path: i for i, f in enumerate(files) if not f.archive and results[i] is None and is_object(f.path)}
+    if todo:
+        faults.point("before-read")
+    spilled: dict[int, Fetched] = {}
+    meta: dict[int, dict[str, str]] = {}
+    for url, got in fetch_many(todo, limit=max_file_bytes()):
+        i = todo[url]
+        if isinstance(got, ParseError):
+            results[i] = str(got)
+            continue
+        meta[i] = got.metadata
+        if got.path is None:
+            members[i] = (got.data or b"", got.identity)
+        else:
+            spilled[i] = got
+    return spilled, meta
 
 
 def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, ocr: bool = True
@@ -74,40 +128,56 @@ def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, o
 
     With ``ocr``, a batch holding a PDF or an image always uses the pool, even for one file,
     so that OCR (tens of seconds a page on a small machine) stays under the per-file timeout.
-    Members of archives are read first, each archive once (``_read_members``), then parsed as files.
+    Members of archives are read first, each archive once (``_read_members``), and objects on
+    object storage a few at a time (``_read_objects``), then parsed as files.
     """
     results: list[ParsedDocument | str | None] = [None] * len(files)
     members = _read_members(files, results)
+    spilled, object_meta = _read_objects(files, results, members)
     kinds = [f.file_type for f in files]
-    _convert_legacy(files, results, members, kinds, timeout)
-    heavy = [i for i, f in enumerate(files) if (fmt := BY_TYPE.get(f.file_type)) is not None and fmt.heavy and results[i] is None]
-    may_ocr = ocr and any(BY_TYPE[files[i].file_type].ocr for i in heavy)
-    if ((workers > 1 and len(heavy) > 1) or may_ocr) and not _daemonic():
-        ctx = multiprocessing.get_context("spawn")  # fork is unsafe under Prefect's threads
-        pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(heavy))), mp_context=ctx)
-        futures = {i: pool.submit(_parse_one, files[i].path, kinds[i], ocr, *members.pop(i, (None, None)))
-                   for i in heavy}
-        hung = False
-        for i, fut in futures.items():
-            try:
-                results[i] = fut.result(timeout=timeout)
-            except FutureTimeout:
-                results[i] = f"parsing took longer than {timeout:.0f} s"
-                hung = True
-            except Exception as exc:  # a worker died (out of memory, a crash in a C library)
-                results[i] = f"parser process failed: {type(exc).__name__}: {exc}"
-        if hung:
-            for proc in list(getattr(pool, "_processes", {}).values()):
-                proc.kill()
-        pool.shutdown(wait=not hung, cancel_futures=True)
-    for i, f in enumerate(files):
-        if results[i] is None:
-            results[i] = _parse_one(f.path, kinds[i], ocr, *members.pop(i, (None, None)))
+    # where each file's bytes are: its path, or the temporary file an object was spilled to
+    paths = [spilled[i].path if i in spilled else f.path for i, f in enumerate(files)]
+    stamps = {i: got.identity for i, got in spilled.items()}
+
+    def source(i: int) -> tuple:
+        return (paths[i], kinds[i], ocr, *members.pop(i, (None, stamps.get(i))))
+
+    try:
+        _convert_legacy(files, results, members, kinds, timeout, paths, stamps)
+        heavy = [i for i, f in enumerate(files)
+                 if (fmt := BY_TYPE.get(f.file_type)) is not None and fmt.heavy and results[i] is None]
+        may_ocr = ocr and any(BY_TYPE[files[i].file_type].ocr for i in heavy)
+        if ((workers > 1 and len(heavy) > 1) or may_ocr) and not _daemonic():
+            ctx = multiprocessing.get_context("spawn")  # fork is unsafe under Prefect's threads
+            pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(heavy))), mp_context=ctx)
+            futures = {i: pool.submit(_parse_one, *source(i)) for i in heavy}
+            hung = False
+            for i, fut in futures.items():
+                try:
+                    results[i] = fut.result(timeout=timeout)
+                except FutureTimeout:
+                    results[i] = f"parsing took longer than {timeout:.0f} s"
+                    hung = True
+                except Exception as exc:  # a worker died (out of memory, a crash in a C library)
+                    results[i] = f"parser process failed: {type(exc).__name__}: {exc}"
+            if hung:
+                for proc in list(getattr(pool, "_processes", {}).values()):
+                    proc.kill()
+            pool.shutdown(wait=not hung, cancel_futures=True)
+        for i, f in enumerate(files):
+            if results[i] is None:
+                results[i] = _parse_one(*source(i))
+    finally:
+        for got in spilled.values():
+            got.discard()
+    for i, meta in object_meta.items():
+        if meta and isinstance(results[i], ParsedDocument):  # the document's own metadata wins a clash
+            results[i].metadata = {**meta, **results[i].metadata}
     return results  # type: ignore[return-value]
 
 
 def _convert_legacy(files: list[FileInfo], results: list, members: dict[int, tuple[bytes, str]], kinds: list[str],
-                    timeout: float) -> None:
+                    timeout: float, paths: list[str] | None = None, stamps: dict[int, str] | None = None) -> None:
     """Convert the legacy DOC and PPT files of a batch with one LibreOffice call (its start is most of
     a conversion's cost); each converted file then parses as the DOCX or PPTX it became (``kinds[i]``,
     ``members[i]`` with the original's digest). Files it did not convert take the usual path."""
@@ -121,7 +191,9 @@ def _convert_legacy(files: list[FileInfo], results: list, members: dict[int, tup
     items, digests = [], {}
     for i in todo:
         try:
-            data, digest = members[i] if i in members else read_regular(files[i].path, limit=max_file_bytes())
+            data, digest = members[i] if i in members else read_regular(paths[i] if paths else files[i].path,
+                                                                        limit=max_file_bytes())
+            digest = (stamps or {}).get(i, digest)
         except ParseError:
             continue  # the usual path reads it again and names the cause
         if needs_conversion(data, files[i].file_type):
@@ -251,10 +323,19 @@ def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, to
         DocumentRecord(doc_id=docs[i][1], file=docs[i][0], title=contexts[i][0], summary=contexts[i][1],
                        sections=sections[i], chunks=chunks[i], metadata=dict(docs[i][2].metadata),
                        n_pages=len(docs[i][2].page_offsets) or None, ocr_pages=docs[i][2].ocr_pages,
-                       ocr_seconds=docs[i][2].ocr_seconds)
+                       ocr_seconds=docs[i][2].ocr_seconds, page_offsets=list(docs[i][2].page_offsets),
+                       ocr_page_numbers=list(docs[i][2].ocr_page_numbers),
+                       warnings=[*docs[i][2].warnings, *_truncation_warnings(chunks[i], tokenizer)])
         for i in alive
     ]
     return records, [FileError(docs[i][0].path, error) for i, error in sorted(failed.items())]
+
+
+def _truncation_warnings(chunks: list[Chunk], tokenizer) -> list[str]:
+    """One line per chunk the model reads only the start of (a chunk that could not be re-split to fit)."""
+    limit = getattr(tokenizer, "max_tokens", 0) if tokenizer is not None else 0
+    return [f"chunk {c.chunk_index}: {c.n_tokens} tokens, over the model's {limit}: its vector reads only the start"
+            for c in chunks if c.truncated]
 
 
 def _lap(clock: StageClock, stage: str, started: float, rows: int) -> float:

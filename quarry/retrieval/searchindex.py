@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from quarry.retrieval import bm25, cards, dense, rows
 from quarry.core.safeio import fsync_dir
-from quarry.core.settings import environment
+from quarry.core.environment import environment
 
 INDEX_VERSION = 2
 MANIFEST = "index.json"

@@ -16,7 +16,7 @@ import re
 import unicodedata
 
 # A word: letters/digits, optionally joined by . - _ / : (e.g. v1.4.4, utf-8, a/b, 10:30).
-_WORD = re.compile(r"\w+(?:[.,\-_/:']\w+)*")
+WORD = re.compile(r"\w+(?:[.,\-_/:']\w+)*")
 _CONNECTOR = re.compile(r"[.,\-_/:']")
 _RUNS = re.compile(r"\d+|[^\W\d_]+")
 _LEAD = re.compile(r"[^\W\d_]+(?=\d)")  # letters that start a compound of numbers: the v of v1.4.4
@@ -47,7 +47,7 @@ _COMBINING: dict[str, bool] = {}
 def tokens(text: str) -> list[str]:
     """The BM25 tokens of ``text``, in order."""
     out: list[str] = []
-    for word in _WORD.findall(_fold(text)):
+    for word in WORD.findall(_fold(text)):
         if word.isalpha() or word.isdecimal():  # one run, no connector: the word alone (fast path)
             out.append(word)
             continue

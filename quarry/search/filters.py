@@ -158,7 +158,7 @@ class Filter:
         """A filter from command-line style parts, all of which must hold.
 
         ``where``: expressions in the syntax above (each one may join conditions with AND).
-        ``path``: globs, any of which may match; an absolute pattern matches the file's path,
+        ``path``: globs, any of which may match; an absolute pattern (or a URL) matches the file's path,
         a relative one its path under the indexed root or any tail of its path, and a pattern
         without wildcards also matches everything under that directory (or in that archive:
         members are ``archive.zip!/dir/file.pdf``).
@@ -255,7 +255,7 @@ def _path_filter(patterns: list[str]) -> Filter:
             if not pattern.endswith("/"):
                 forms.append(pattern + ARCHIVE_SEP + "*")  # an archive: its members
         for form in forms:
-            if form.startswith("/"):
+            if form.startswith("/") or "://" in form:  # a path, or a URL (s3://bucket/docs/*.md)
                 ors.append("d.path GLOB ?")
                 params.append(form)
             else:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from quarry.store.layout import POINTER
+from quarry.store.pointer import POINTER
 from quarry.store.reader import Snapshot, open_snapshot
 from quarry.store.remote import check_seconds, remote_of
 

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 from quarry.core.errors import ModelMismatch, NotFound, UsageError
 from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
 from quarry.core.principals import caller
-from quarry.core.settings import Settings, environment, store_path
+from quarry.core.environment import environment
+from quarry.core.settings import Settings, store_path
 from quarry.core.sqlfiles import load_sql
 from quarry.retrieval.dense import METHODS as VECTOR_SEARCH
 from quarry.ingest.embedders import describe, describe_backend, get_embedder
@@ -469,9 +470,10 @@ class Index:
     # --- catalog views -------------------------------------------------------------------------
 
     def status(self, principals=None) -> dict:
-        """Counts, the embedding model and dimension, and the last run. With ``principals`` (or a
-        restricted handle), the counts are of the documents the caller may read, and the store's
-        location and last run (whose rows name files) are left out."""
+        """Counts, the embedding model and dimension, the last run and the store's size on disk
+        (``disk_bytes``). With ``principals`` (or a restricted handle), the counts are of the
+        documents the caller may read, and the store's location, size and last run (whose rows name
+        files) are left out."""
         with self._pinned() as snap:
             access = self.access_filter(principals)
             if access is not None and snap.has_principals:
@@ -499,14 +501,20 @@ class Index:
                 for key in ("store", "catalog", "vector_table", "vector_version", "embedder", "last_run"):
                     info.pop(key)
             else:
+                from quarry.store.layout import disk_usage
+
                 last = self.runs(limit=1)
                 info["last_run"] = last[0] if last else None
+                info["disk_bytes"] = disk_usage(self.store)
             return info
 
-    def document(self, doc_id: str, principals=None) -> dict:
+    def document(self, doc_id: str, principals=None, *, text: tuple[int, int] | None = None) -> dict:
         """One document: its catalog row (metadata, principals), its sections and its chunks' ids and
-        spans (no text), read from one generation. :class:`NotFound` when there is no such document
-        or the caller may not read it (the two look the same)."""
+        spans, read from one generation; its page layout (``page_offsets``, ``ocr_page_numbers``), the
+        ``warnings`` its run recorded, and the ``failures`` of later runs that could not read its file
+        again (the stored version stays). With ``text=(first, last)``, chunks ``first`` to ``last``
+        (inclusive) also carry their ``header`` and ``text``. :class:`NotFound` when there is no such
+        document or the caller may not read it (the two look the same)."""
         with self._pinned() as snap:
             sql, params = with_filter(load_sql("document_view"), self._readable(snap, principals))
             cur = snap.con.execute(sql, [str(doc_id), *params])
@@ -525,6 +533,22 @@ class Index:
             out["sections"] = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
             cur = snap.con.execute(load_sql("document_chunks"), [str(doc_id)])
             out["chunks"] = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
+            if text is not None:
+                first, last = text
+                rows = snap.con.execute(load_sql("document_chunk_text"), [str(doc_id), int(first), int(last)])
+                by_index = {i: (header, body) for i, header, body in rows.fetchall()}
+                for item in out["chunks"]:
+                    if item["chunk_index"] in by_index:
+                        item["header"], item["text"] = by_index[item["chunk_index"]]
+            out.update(page_offsets=[], ocr_page_numbers=[], warnings=[])
+            if "warnings" in snap.document_columns:
+                layout = snap.con.execute(load_sql("document_layout"), [str(doc_id)]).fetchone()
+                for key, value in zip(("page_offsets", "ocr_page_numbers", "warnings"), layout):
+                    out[key] = list(value or [])
+            indexed = out["indexed_at"].removesuffix("Z") if out.get("indexed_at") else "1970-01-01"
+            cur = snap.con.execute(load_sql("document_failures"), [out["path"], indexed])
+            out["failures"] = [{"run_id": run_id, "started": started.isoformat() + "Z", "error": error}
+                               for run_id, started, error in cur.fetchall()]
             out["generation"] = snap.pointer.generation
             return out
 
@@ -583,6 +607,14 @@ class Index:
     def runs(self, limit: int = 50) -> list[dict]:
         """Index runs, newest first, with skipped runs the next commit has yet to record."""
         return views.runs(self.snapshot.con, self.store, limit)
+
+    def run(self, run_id: str) -> dict:
+        """One index run by id (a skipped run the next commit has yet to record included), as
+        :meth:`runs` lists it; :class:`NotFound` when there is none."""
+        found = views.run(self.snapshot.con, self.store, run_id)
+        if found is None:
+            raise NotFound(f"no run {short_id(run_id)} in this index")
+        return found
 
 
 def open(db: str | os.PathLike | None = None, settings: Settings | None = None, **kwargs) -> Index:  # noqa: A001

@@ -72,7 +72,7 @@ def plan_for_run(store, files, roots: list[str], acl_source: str = "", acl_rules
     """Principals for every discovered file (``--acl`` / ``--acl-rules``, else what each root had),
     compared with the committed catalog of ``store``: a :class:`~quarry.ingest.acl.PermissionPlan`."""
     from quarry.ingest.acl import plan_permissions, requested
-    from quarry.store.layout import read_pointer
+    from quarry.store.pointer import read_pointer
     from quarry.store.reader import open_snapshot
 
     asked = requested(acl_source, acl_rules)

@@ -135,6 +135,9 @@ def documents_table(records: list[DocumentRecord], run_id: str) -> pa.Table:
             "run_id": run_id,
             "path_bytes": paths.raw_bytes(r.file.path),
             "principals": None,  # set by the run's permissions step (quarry/store/acl.py) before it commits
+            "page_offsets": list(r.page_offsets) or None,
+            "ocr_page_numbers": list(r.ocr_page_numbers) or None,
+            "warnings": list(r.warnings) or None,
         }
         for r in records
     ]

@@ -95,7 +95,8 @@ def diagnose(store: Path, repair: bool = False) -> DoctorReport:
 
 
 def _diagnose(store: Path, report: DoctorReport, repair: bool) -> None:
-    from quarry.store.layout import POINTER, read_pointer, write_pointer
+    from quarry.store.layout import write_pointer
+    from quarry.store.pointer import POINTER, read_pointer
 
     try:
         pointer = read_pointer(store)
@@ -249,7 +250,7 @@ def recover_pointer(store: Path):
     import os
 
     from quarry.store import catalog, vectors
-    from quarry.store.layout import Pointer
+    from quarry.store.pointer import Pointer
 
     gens = sorted(((int(m.group(1)), p) for p in store.glob("catalog-*.duckdb")
                    if (m := _GENERATION.match(p.name))), reverse=True)

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import re
 import shutil
-from quarry.core.settings import environment
 from pathlib import Path
+
+from quarry.core.environment import environment
+from quarry.store.pointer import Pointer
 
 __all__ = ["keep_generations", "generation_of", "kept", "local_generations", "remove_unkept", "committed_state",
            "state_of", "kept_versions"]
@@ -80,7 +82,6 @@ def committed_state(store: Path, generation: int) -> dict[str, str] | None:
     ``model``, ``dim``, ``committed_generation`` …), or None when it is not in the folder or
     cannot be read."""
     from quarry.store import catalog
-    from quarry.store.layout import Pointer
 
     path = store / Pointer.catalog_name(generation)
     if not path.is_file():

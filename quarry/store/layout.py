@@ -21,59 +21,19 @@ import os
 import socket
 import threading
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from quarry.core.errors import StoreCorrupt, StoreLocked, StoreNotFound
-from quarry.core.safeio import fsync_dir
+from quarry.core.errors import StoreLocked, StoreNotFound
+from quarry.store.pointer import Pointer, read_pointer, write_local_pointer
+from quarry.store.remote import display, remote_of
 
-POINTER = "CURRENT"
 LOCK = "lock"
-DOCTOR_HINT = "run `quarry doctor --db {store}` to check the store and `--repair` what is repairable"
-
-
-@dataclass(frozen=True)
-class Pointer:
-    """The committed state of a store."""
-
-    generation: int
-    catalog: str  # file name of the catalog, relative to the store
-    vector_table: str  # LanceDB table name ("" before the first commit with vectors)
-    vector_version: int  # committed LanceDB table version (0 = empty table)
-    model: str
-    dim: int
-    committed_at: float
-
-    @staticmethod
-    def catalog_name(generation: int) -> str:
-        return f"catalog-{generation:06d}.duckdb"
-
-
-def read_pointer(store: Path) -> Pointer | None:
-    """The committed pointer, or None when the store has never been committed."""
-    path = store / POINTER
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StoreCorrupt(f"{path} cannot be read ({type(exc).__name__}): {DOCTOR_HINT.format(store=store)}") from exc
-    try:
-        pointer = Pointer(**json.loads(raw))
-        if not isinstance(pointer.generation, int) or not isinstance(pointer.catalog, str) or "/" in pointer.catalog:
-            raise ValueError("bad field types")
-    except (ValueError, TypeError) as exc:  # truncated, edited by hand, or not JSON at all
-        hint = DOCTOR_HINT.format(store=store)
-        raise StoreCorrupt(f"{path} is damaged (not a valid commit pointer): {hint}") from exc
-    return pointer
 
 
 def require_pointer(store: Path) -> Pointer:
     """The committed pointer; :class:`StoreNotFound` when there is none."""
     pointer = read_pointer(store)
     if pointer is None:
-        from quarry.store.remote import display
-
         name = display(store)  # the URL of a store on object storage, not its local folder
         raise StoreNotFound(f"no index at {name}: run `quarry index PATH --db {name}` first")
     return pointer
@@ -88,25 +48,12 @@ def write_pointer(store: Path, pointer: Pointer, upload: bool = True) -> None:
     commit point, and the local CURRENT follows it. ``upload=False`` moves only the pointer (same
     generation and files, another LanceDB version: ``quarry maintain``).
     """
-    from quarry.store.remote import remote_of
-
     remote = remote_of(store)
     if remote is not None:
         remote.commit(store, pointer, upload=upload)
     write_local_pointer(store, pointer)
     if remote is not None:
         remote.after_commit(pointer)
-
-
-def write_local_pointer(store: Path, pointer: Pointer) -> None:
-    """Atomically replace the local CURRENT file."""
-    tmp = store / f".{POINTER}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(asdict(pointer), fh, indent=2)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, store / POINTER)
-    fsync_dir(store)
 
 
 # flock is per open file description, so one process taking the lock twice would deadlock
@@ -148,8 +95,6 @@ class WriterLock:
             os.pwrite(fd, info.encode(), 0)
             os.fsync(fd)
             # A store on object storage: the flock guards the local folder; the lease, the store.
-            from quarry.store.remote import remote_of
-
             remote = remote_of(self.store)
             if remote is not None:
                 try:
@@ -180,8 +125,6 @@ class WriterLock:
                 _held[key] = (fd, depth - 1)
                 return
             del _held[key]
-            from quarry.store.remote import remote_of
-
             remote = remote_of(self.store)
             if remote is not None:
                 try:
@@ -200,6 +143,19 @@ class WriterLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def disk_usage(store: Path) -> int:
+    """Bytes of every file in the store folder (the generations kept for rollback included; for a
+    store on object storage, its local cache)."""
+    total = 0
+    for folder, _, names in os.walk(store):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_size
+            except OSError:  # removed by a commit meanwhile
+                pass
+    return total
 
 
 def new_run_id() -> str:

@@ -29,7 +29,7 @@ import uuid
 
 from quarry.core.errors import QuarryError, StoreLocked
 from quarry.store.objstore import ObjectStore, PreconditionFailed
-from quarry.core.settings import environment
+from quarry.core.environment import environment
 
 LEASE = "lease"
 

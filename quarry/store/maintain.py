@@ -24,9 +24,10 @@ from quarry.core.errors import StoreLocked, StoreNotFound
 from quarry.store import vectors
 from quarry.store import generations as gens
 from quarry.store.generations import keep_generations
-from quarry.store.layout import WriterLock, read_pointer, write_pointer
+from quarry.store.layout import WriterLock, write_pointer
+from quarry.store.pointer import read_pointer
 from quarry.store.remote import remote_of
-from quarry.core.settings import environment
+from quarry.core.environment import environment
 
 log = logging.getLogger("quarry")
 

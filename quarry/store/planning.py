@@ -16,7 +16,7 @@ from quarry.core.sqlfiles import load_sql
 from quarry.ingest.discover import RootScan, discover, unsupported_reason
 from quarry.ingest.guard import GuardLimits, Verdict, check_deletes, check_roots
 from quarry.ingest.plan import CatalogDoc, Plan, make_plan
-from quarry.store.layout import read_pointer
+from quarry.store.pointer import read_pointer
 from quarry.store.reader import open_snapshot
 
 __all__ = ["Discovery", "RunPlan", "discover_roots", "committed_catalog", "plan_run", "UNSUPPORTED_LISTED"]

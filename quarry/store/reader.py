@@ -16,7 +16,8 @@ import duckdb
 
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.store import catalog, vectors
-from quarry.store.layout import DOCTOR_HINT, Pointer, read_pointer, require_pointer
+from quarry.store.layout import require_pointer
+from quarry.store.pointer import DOCTOR_HINT, Pointer, read_pointer
 
 
 @dataclass
@@ -53,12 +54,18 @@ class Snapshot:
         return cursor
 
     @property
+    def document_columns(self) -> frozenset:
+        """The columns of this catalog's ``documents`` (a catalog committed by an older quarry lacks
+        the newer ones until a run copies it)."""
+        if self._columns is None:
+            self._columns = frozenset(r[0] for r in self.con.execute("DESCRIBE documents").fetchall())
+        return self._columns
+
+    @property
     def has_principals(self) -> bool:
         """Whether the catalog's documents carry principals (a catalog committed before they did
         has none, and every document in it is public)."""
-        if self._columns is None:
-            self._columns = frozenset(r[0] for r in self.con.execute("DESCRIBE documents").fetchall())
-        return "principals" in self._columns
+        return "principals" in self.document_columns
 
     @property
     def table(self):

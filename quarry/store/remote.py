@@ -39,11 +39,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from quarry.core import faults
+from quarry.core.environment import environment
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.storeurl import MARKER, StoreURL, parse_url
-from quarry.store.layout import POINTER
+from quarry.retrieval.searchindex import folder_name
+from quarry.store.generations import keep_generations, kept
+from quarry.store.lease import Lease
 from quarry.store.objstore import ObjectStore, PreconditionFailed, open_store
-from quarry.core.settings import environment
+from quarry.store.pointer import POINTER, Pointer, write_local_pointer
 
 JOURNAL_PREFIX = "journal/"
 _GEN = re.compile(r"^(?:catalog-(\d+)\.duckdb|index-(\d+)/.*)$")
@@ -115,8 +118,6 @@ class Remote:
 
     def read_pointer(self):
         """(Pointer, etag) of the remote CURRENT, or (None, None)."""
-        from quarry.store.layout import Pointer
-
         got = self.objects.get(POINTER)
         if got is None:
             return None, None
@@ -132,8 +133,6 @@ class Remote:
         ``max_age`` > 0 skips the GET of CURRENT when the last pull is younger (readers:
         ``QUARRY_REMOTE_CHECK_SECONDS``); the writer always reads it.
         """
-        from quarry.store.layout import write_local_pointer
-
         with self._pull_guard:
             if max_age > 0 and self._pulled is not None and time.monotonic() - self._pulled[0] < max_age:
                 return self._pulled[1]
@@ -160,8 +159,6 @@ class Remote:
         raise QuarryError(f"could not read a complete generation of {self.url}: it keeps changing")
 
     def _fetch_generation(self, store: Path, pointer) -> None:
-        from quarry.retrieval import searchindex as retrieval
-
         catalog = store / pointer.catalog
         if not catalog.is_file():
             tmp = store / f".dl-{pointer.catalog}.{os.getpid()}.{threading.get_ident()}"
@@ -170,7 +167,7 @@ class Remote:
                 os.replace(tmp, catalog)
             finally:
                 tmp.unlink(missing_ok=True)
-        name = retrieval.folder_name(pointer.generation)
+        name = folder_name(pointer.generation)
         folder = store / name
         if folder.is_dir():
             return
@@ -194,8 +191,6 @@ class Remote:
     @staticmethod
     def _prune_local(store: Path, generation: int) -> None:
         """Drop cached generations the retention no longer keeps (a reader may still map the previous one)."""
-        from quarry.store.generations import keep_generations, kept
-
         keep = max(2, keep_generations())
         for path in list(store.glob("catalog-*.duckdb")) + list(store.glob("index-*")):
             gen = _generation_of(path.name if path.suffix == ".duckdb" else path.name + "/")
@@ -213,16 +208,12 @@ class Remote:
     def fetch_generation(self, store: Path, generation: int) -> None:
         """Download generation ``generation``'s catalog and index files into ``store`` unless there
         (``quarry rollback`` to a generation the local cache no longer holds)."""
-        from quarry.store.layout import Pointer
-
         self._fetch_generation(store, Pointer(generation, Pointer.catalog_name(generation), "", 0, "", 0, 0.0))
 
     # --- writing (the caller holds the lease) ------------------------------------------------
 
     def acquire(self, store: Path) -> None:
         """Take the writer lease, pull the committed generation and delete what dead runs uploaded."""
-        from quarry.store.lease import Lease
-
         lease = Lease(self.objects).acquire()
         try:
             pointer = self.pull(store)
@@ -245,23 +236,19 @@ class Remote:
         When it fails, the generation's local files go too: they must never pass for the files of
         a generation of the same number that another writer commits.
         """
-        from quarry.retrieval import searchindex as retrieval
-
         try:
             self._commit(store, pointer, upload)
         except BaseException:
             if not upload:  # the committed generation's own files
                 raise
             (store / pointer.catalog).unlink(missing_ok=True)
-            shutil.rmtree(store / retrieval.folder_name(pointer.generation), ignore_errors=True)
+            shutil.rmtree(store / folder_name(pointer.generation), ignore_errors=True)
             raise
 
     def _commit(self, store: Path, pointer, upload: bool) -> None:
-        from quarry.retrieval import searchindex as retrieval
-
         if self.lease is None:
             raise QuarryError(f"committing to {self.url} without the writer lease")
-        name = retrieval.folder_name(pointer.generation)
+        name = folder_name(pointer.generation)
         files = [(pointer.catalog, store / pointer.catalog)] if upload else []
         folder = store / name
         if upload and folder.is_dir():
@@ -313,8 +300,6 @@ class Remote:
 
     def remove_old_generations(self, committed: int, keep: int | None = None) -> list[str]:
         """Delete remote generations older than the last ``keep`` and any newer than ``committed``."""
-        from quarry.store.generations import keep_generations
-
         keep = keep or keep_generations()
         doomed = []
         for key in self.objects.list(""):

@@ -27,7 +27,8 @@ from pathlib import Path
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.models import RunReport
 from quarry.store import catalog, generations, journal, vectors
-from quarry.store.layout import Pointer, WriterLock, new_run_id, require_pointer, write_pointer
+from quarry.store.layout import WriterLock, new_run_id, require_pointer, write_pointer
+from quarry.store.pointer import Pointer
 from quarry.store.remote import remote_of
 
 __all__ = ["rollback", "list_generations"]

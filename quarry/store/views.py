@@ -19,19 +19,34 @@ def runs(con, store: Path, limit: int = 50) -> list[dict]:
     runs the next commit has yet to move into the catalog), as ``quarry runs --json`` prints them."""
     cur = con.execute(load_sql("list_runs"), [limit])
     cols = [d[0] for d in cur.description]
-    out = []
-    for row in cur.fetchall():
-        item = dict(zip(cols, row))
-        for key in RunReport.json_fields():
-            if isinstance(item.get(key), str):
-                item[key] = json.loads(item[key])
-        for key in ("started", "finished"):
-            item[key] = item[key].isoformat() + "Z" if item.get(key) else None
-        out.append(item)
+    out = [run_row(dict(zip(cols, row))) for row in cur.fetchall()]
     known = {item["run_id"] for item in out}
     out += [row for row in journal.pending(store) if row.get("run_id") not in known]
     out.sort(key=lambda item: (item.get("started") or "", item.get("run_id") or ""), reverse=True)
     return out[:limit]
+
+
+def run(con, store: Path, run_id: str) -> dict | None:
+    """One index run by id as :func:`runs` lists it (a run the next commit has yet to record
+    included); None when there is none."""
+    cur = con.execute(load_sql("run_view"), [str(run_id)])
+    row = cur.fetchone()
+    if row is not None:
+        return run_row(dict(zip([d[0] for d in cur.description], row)))
+    for item in journal.pending(store):
+        if item.get("run_id") == run_id:
+            return item
+    return None
+
+
+def run_row(item: dict) -> dict:
+    """A ``runs`` row as plain data: its JSON columns parsed, times as ISO text (UTC, ``Z``)."""
+    for key in RunReport.json_fields():
+        if isinstance(item.get(key), str):
+            item[key] = json.loads(item[key])
+    for key in ("started", "finished"):
+        item[key] = item[key].isoformat() + "Z" if item.get(key) else None
+    return item
 
 
 def index_summary(manifest: dict) -> dict:

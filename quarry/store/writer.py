@@ -34,7 +34,8 @@ from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.models import DocumentRecord, RunReport
 from quarry.store import acl, catalog, journal, vectors
 from quarry.store import generations
-from quarry.store.layout import DOCTOR_HINT, Pointer, WriterLock, read_pointer, write_pointer
+from quarry.store.layout import WriterLock, write_pointer
+from quarry.store.pointer import DOCTOR_HINT, Pointer, read_pointer
 
 
 LOAD_MEMORY_LIMIT = "256MB"  # DuckDB's cache while batches load (see StoreWriter._open)

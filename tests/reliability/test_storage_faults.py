@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-import quarry
 from conftest import ROOT, SAMPLE
 from storage import can_chattr, can_mount, contents, immutable, resize, tmpfs
 

@@ -16,7 +16,7 @@ router = APIRouter(prefix="/v1", tags=["documents"])
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
 
 
-def _checked(kind: str, value: str) -> str:
+def checked_id(kind: str, value: str) -> str:
     if not _ID.match(value):
         raise NotFound(f"no {kind} with that id in this index")
     return value
@@ -24,7 +24,7 @@ def _checked(kind: str, value: str) -> str:
 
 @router.get("/documents/{doc_id}", summary="A document: metadata, sections, chunk ids and spans")
 def document(doc_id: str, caller: Caller = Depends(caller_of), index=Depends(index_of)):
-    return json_response(index.document(_checked("document", doc_id), principals=caller.principals))
+    return json_response(index.document(checked_id("document", doc_id), principals=caller.principals))
 
 
 @router.get("/chunks/{chunk_id}", summary="A chunk: text, header, page span; neighbours on request")
@@ -32,5 +32,5 @@ def chunk(chunk_id: str, neighbours: int = Query(0, ge=0, le=MAX_WINDOW, descrip
           before: int | None = Query(None, ge=0, le=MAX_WINDOW), after: int | None = Query(None, ge=0, le=MAX_WINDOW),
           caller: Caller = Depends(caller_of), index=Depends(index_of)):
     around = (neighbours if before is None else before, neighbours if after is None else after)
-    return json_response(index.chunk(_checked("chunk", chunk_id), neighbours=around if any(around) else 0,
+    return json_response(index.chunk(checked_id("chunk", chunk_id), neighbours=around if any(around) else 0,
                                      principals=caller.principals))

@@ -35,7 +35,7 @@ import numpy as np
 from quarry.ingest.embedders.base import EMBEDDERS, normalise
 from quarry.ingest.embedders.minilm import DIM, MAX_TOKENS, MODEL_NAME, TokenCounter, bundled_model_path, load_tokenizer
 from quarry.core.errors import EmbeddingError
-from quarry.core.settings import environment
+from quarry.core.environment import environment
 
 # Bump when the graph writer, fusion, quantisation or self-check change what the cached file holds.
 EXPORT_VERSION = "3"

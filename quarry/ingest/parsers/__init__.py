@@ -21,7 +21,7 @@ from quarry.core.safeio import read_regular
 
 from quarry.core.registry import FORMATS
 from quarry.ingest.parsers.formats import Format  # noqa: F401 - what a plugin builds its format with
-from quarry.core.settings import environment
+from quarry.core.environment import environment
 
 
 class _View:

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 
 from quarry.core.errors import ParseError
 from quarry.core.paths import ARCHIVE_SEP as SEP
-from quarry.core.settings import environment
+from quarry.core.environment import environment
 MAX_MEMBERS = 100_000
 MAX_DEPTH = 3  # an archive, one inside it, one inside that
 MAX_RATIO = 100  # unpacked : packed, over RATIO_FLOOR
@@ -114,9 +114,12 @@ class _Budget:
                              f"{MAX_RATIO}x): a zip bomb")
 
 
-def listing(path: str, kind: str, sha256: str) -> list[Member]:
+def listing(path: str, kind: str, sha256: str, opener=None) -> list[Member]:
     """The members of the archive at ``path`` (whose bytes hash to ``sha256``), kept per sha256.
 
+    ``opener``, for an archive that is not a file on disk (an object: ``s3://b/a.zip``), is called
+    only when the listing is not kept yet and gives a context manager of ``(binary file object,
+    identity of its bytes)``; a listing is kept only under the identity of the bytes it was made from.
     ParseError, naming the cause, when the archive cannot be read or is refused by a bound.
     """
     from quarry.ingest.parsers import max_file_bytes
@@ -128,10 +131,18 @@ def listing(path: str, kind: str, sha256: str) -> list[Member]:
         return [Member(**m) for m in json.loads(cached.read_text())]
     except (OSError, ValueError, TypeError):
         pass
-    from quarry.core.safeio import open_regular
+    if opener is None:
+        from quarry.core.safeio import open_regular
 
-    with open_regular(path) as fh:
-        members = list_members(fh, kind, os.fstat(fh.fileno()).st_size)
+        with open_regular(path) as fh:
+            members = list_members(fh, kind, os.fstat(fh.fileno()).st_size)
+    else:
+        with opener() as (fh, identity):
+            packed = fh.seek(0, io.SEEK_END)
+            fh.seek(0)
+            members = list_members(fh, kind, packed)
+        if identity != sha256:  # rewritten since it was listed: right for this run, not for that identity
+            return members
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_suffix(f".{os.getpid()}.tmp")
@@ -294,8 +305,10 @@ def _is_password_error(exc: BaseException) -> bool:
 # --- reading --------------------------------------------------------------------------------------
 
 
-def read_members(archive: str, names: Iterable[list[str]]) -> Iterator[tuple[list[str], bytes | ParseError, str]]:
-    """``(name path, bytes or the error, digest)`` for each wanted member of the archive file at ``archive``.
+def read_members(archive: str, names: Iterable[list[str]], source=None
+                 ) -> Iterator[tuple[list[str], bytes | ParseError, str]]:
+    """``(name path, bytes or the error, digest)`` for each wanted member of the archive file at ``archive``
+    (read from ``source``, a binary file object, when given: an archive on object storage).
 
     ``names`` are name paths as :func:`split_member` gives them (``["b.zip", "c.md"]`` for a member of
     a nested archive). Each archive on the way is read once, whatever the number of members.
@@ -304,6 +317,9 @@ def read_members(archive: str, names: Iterable[list[str]]) -> Iterator[tuple[lis
 
     wanted = [list(n) for n in names]
     kind = archive_kind(archive)
+    if source is not None:
+        yield from _read_from(source, kind, wanted, depth=0)
+        return
     try:
         fh = open_regular(archive)
     except ParseError as exc:

@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 
 from quarry.core.errors import ParseError
-from quarry.core.settings import environment
+from quarry.core.environment import environment
 
 _TARGET = {"doc": "docx", "ppt": "pptx"}
 CONVERTED = frozenset(_TARGET)

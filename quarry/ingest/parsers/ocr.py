@@ -19,11 +19,11 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from quarry.core.errors import ParseError
 from quarry.core.models import ParsedDocument
-from quarry.core.settings import environment
+from quarry.core.environment import environment
 
 DPI = 200
 MAX_IMAGE_PIXELS = 60_000_000  # a decompression bomb is refused, not OCRed
@@ -34,6 +34,8 @@ _engine = None
 class OcrStats:
     pages: int = 0
     seconds: float = 0.0
+    numbers: list[int] = field(default_factory=list)  # 1-based pages whose text came from OCR
+    warnings: list[str] = field(default_factory=list)
 
 
 def engine_name() -> str:
@@ -173,7 +175,17 @@ def parse_image(data: bytes, kind: str = "image", ocr: bool = True) -> ParsedDoc
     if not doc.text:
         return ParsedDocument(text="", ocr_pages=stats.pages, ocr_seconds=stats.seconds)
     doc.ocr_pages, doc.ocr_seconds = stats.pages, stats.seconds
+    doc.ocr_page_numbers = [i + 1 for i, text in enumerate(pages) if text.strip()]
+    blank = [i + 1 for i, text in enumerate(pages) if not text.strip()]
+    if blank:
+        doc.warnings.append(f"OCR read no text on {_pages(blank)}")
     return doc
+
+
+def _pages(numbers: list[int]) -> str:
+    """``page 3`` or ``pages 2, 5, 7`` (the first 20, then how many more)."""
+    shown = ", ".join(map(str, numbers[:20])) + (f" and {len(numbers) - 20} more" if len(numbers) > 20 else "")
+    return f"page{'s' if len(numbers) > 1 else ''} {shown}"
 
 
 def _register_heif() -> None:

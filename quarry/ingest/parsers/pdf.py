@@ -64,16 +64,20 @@ def parse_pdf(data: bytes, kind: str = "pdf", ocr: bool = True) -> ParsedDocumen
     if not page_objects:
         raise ParseError("not valid PDF: no pages")
     pages, errors = [], []
-    for page in page_objects:
+    for i, page in enumerate(page_objects):
         # One damaged page costs its own text, not the document's.
         try:
             pages.append(_page_text(page))
         except Exception as exc:
             pages.append("")
-            errors.append(exc)
+            errors.append((i, exc))
     if len(errors) == len(pages):
-        raise ParseError(f"not valid PDF: {one_line(errors[0])}")
+        raise ParseError(f"not valid PDF: {one_line(errors[0][1])}")
     stats = _ocr_pages(data, pages) if ocr else None
+    recovered = set(stats.numbers) if stats is not None else set()
+    warnings = [f"page {i + 1} could not be read: {one_line(exc)}" for i, exc in errors if i + 1 not in recovered]
+    if stats is not None:
+        warnings += stats.warnings
     pages = [table_rows(p) for p in strip_running_lines(pages)]
 
     joined = ParsedDocument.from_pages(pages, PAGE_SEPARATOR)
@@ -99,6 +103,8 @@ def parse_pdf(data: bytes, kind: str = "pdf", ocr: bool = True) -> ParsedDocumen
         metadata=info,
         ocr_pages=stats.pages if stats else 0,
         ocr_seconds=stats.seconds if stats else 0.0,
+        ocr_page_numbers=stats.numbers if stats else [],
+        warnings=warnings,
         page_titles=titles if any(titles) else [],
         tables=_tables(pages, offsets, layout, titles),
     )
@@ -410,16 +416,21 @@ def _ocr_pages(data: bytes, pages: list[str]):
 
     stats = OcrStats()
     todo = [i for i, text in enumerate(pages) if is_garbage(text)]
-    if not todo or not engine_name():
+    if not todo:
+        return stats
+    if not engine_name():
+        stats.warnings.append(f"{len(todo)} page(s) without a usable text layer not read: no OCR engine installed")
         return stats
     try:
         found = ocr_pdf_pages(data, todo, stats)
     except Exception as exc:  # pdfium refusing a file pypdf could read costs OCR only, not the text layer
         logging.getLogger(__name__).warning("OCR skipped: %s", one_line(exc))
+        stats.warnings.append(f"OCR skipped: {one_line(exc)}")
         return stats
     for i, text in found.items():
         if text.strip():
             pages[i] = _CONTROL.sub("", text).strip()
+            stats.numbers.append(i + 1)
     return stats
 
 

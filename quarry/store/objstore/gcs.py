@@ -22,10 +22,9 @@ credentials). Errors name the URL and the HTTP status, never a credential.
 
 from __future__ import annotations
 
-import importlib
 import os
-import threading
 
+from quarry.core.cloud import gcs_client
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.registry import STORES
 from quarry.core.storeurl import StoreURL
@@ -35,32 +34,6 @@ from quarry.store.objstore import ObjectStore, PreconditionFailed
 __all__ = ["GCSObjectStore", "gcs_client"]
 
 RETRY_SECONDS = 60.0  # how long transient errors (5xx, 429, connection drops) are retried, with backoff
-
-_clients: dict[tuple, object] = {}
-_clients_guard = threading.Lock()
-
-
-def _storage():
-    try:
-        storage = importlib.import_module("google.cloud.storage")
-    except ImportError as exc:
-        raise UsageError("gs:// stores need google-cloud-storage: pip install 'quarry[gcs]'") from exc
-    return storage
-
-
-def gcs_client():
-    """A google-cloud-storage client from the Google environment (one per process and endpoint)."""
-    storage = _storage()
-    emulator = os.environ.get("STORAGE_EMULATOR_HOST") or None
-    project = os.environ.get("GOOGLE_CLOUD_PROJECT") or None
-    key = (emulator, project, os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"), os.getpid())
-    with _clients_guard:
-        client = _clients.get(key)
-        if client is None:
-            # With STORAGE_EMULATOR_HOST set the client itself uses anonymous credentials.
-            client = storage.Client(project=project)
-            _clients[key] = client
-        return client
 
 
 def _generation(blob) -> str:

@@ -11,7 +11,7 @@ Large files go up as blocks (``Put Block``), and the create-only condition rides
 ``Put Block List``, which is what makes the blob exist.
 
 The account, endpoint and credentials come from the standard Azure environment, resolved once by
-:func:`account_from_env` for both quarry's client and LanceDB (which reads the ``AZURE_*``
+:func:`quarry.core.cloud.account_from_env` for both quarry's client and LanceDB (which reads the ``AZURE_*``
 variables through Rust's object_store but knows no connection string), so the two always talk to
 the same account:
 
@@ -29,124 +29,18 @@ message, and the SDK's request logging stays off.
 from __future__ import annotations
 
 import base64
-import hashlib
-import logging
 import os
-import threading
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from quarry.core.errors import QuarryError, UsageError
+from quarry.core.cloud import EMULATOR_ACCOUNT, EMULATOR_KEY, EMULATOR_URL, AzureAccount, account_from_env, blob_service  # noqa: F401  (re-exported)
+from quarry.core.errors import QuarryError
 from quarry.core.registry import STORES
 from quarry.core.storeurl import StoreURL
 from quarry.store import objstore
 from quarry.store.objstore import ObjectStore, PreconditionFailed
 
-EMULATOR_ACCOUNT = "devstoreaccount1"
-# Azurite's well-known key, published in its documentation: it guards nothing.
-EMULATOR_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-EMULATOR_URL = "http://127.0.0.1:10000"
-_TRUE = ("1", "true", "yes", "on", "y")
 _PRECONDITION_CODES = ("BlobAlreadyExists", "ConditionNotMet")
-
-
-@dataclass(frozen=True)
-class AzureAccount:
-    """Where and as whom: the blob endpoint of one storage account and its key or SAS token."""
-
-    name: str
-    endpoint: str  # the account's blob URL, e.g. https://acct.blob.core.windows.net or http://127.0.0.1:10000/acct
-    key: str | None = field(default=None, repr=False)
-    sas: str | None = field(default=None, repr=False)
-
-    def secrets(self) -> list[str]:
-        return [s for s in (self.key, self.sas) if s]
-
-    def lance_options(self) -> dict[str, str]:
-        """The same account as LanceDB's ``storage_options`` (object_store's Azure keys)."""
-        # The endpoint is always explicit and the emulator switch always off: with the switch on,
-        # object_store ignores the endpoint for AZURITE_BLOB_STORAGE_URL. Left to the environment, a
-        # connection in the test suite went to Azurite's default port although the switch had been
-        # unset since an earlier connection in the same process had it set.
-        opts = {"azure_storage_account_name": self.name, "azure_storage_endpoint": self.endpoint,
-                "azure_storage_use_emulator": "false"}
-        if self.key:
-            opts["azure_storage_account_key"] = self.key
-        elif self.sas:
-            opts["azure_storage_sas_key"] = self.sas
-        if self.endpoint.startswith("http://"):
-            opts["allow_http"] = "true"  # object_store refuses plain HTTP otherwise (Azurite)
-        return opts
-
-
-def _connection_string(text: str) -> AzureAccount:
-    parts = {}
-    for item in text.split(";"):
-        name, sep, value = item.strip().partition("=")
-        if sep:
-            parts[name.strip().lower()] = value.strip()
-    if parts.get("usedevelopmentstorage", "").lower() in _TRUE:
-        return AzureAccount(EMULATOR_ACCOUNT, f"{EMULATOR_URL}/{EMULATOR_ACCOUNT}", key=EMULATOR_KEY)
-    name = parts.get("accountname", "")
-    endpoint = parts.get("blobendpoint") or (name and "{}://{}.blob.{}".format(
-        parts.get("defaultendpointsprotocol", "https"), name, parts.get("endpointsuffix", "core.windows.net")))
-    key, sas = parts.get("accountkey"), parts.get("sharedaccesssignature")
-    if not name and endpoint:  # a SAS connection string: the account is in the endpoint
-        parsed = urlsplit(endpoint)
-        name = parsed.path.strip("/").split("/")[0] or parsed.hostname.split(".")[0]
-    if not (name and endpoint and (key or sas)):
-        raise UsageError("AZURE_STORAGE_CONNECTION_STRING names no account, blob endpoint and key or "
-                         "SharedAccessSignature: copy it whole from the storage account's access keys")
-    return AzureAccount(name, endpoint.rstrip("/"), key=key, sas=sas and sas.lstrip("?"))
-
-
-def account_from_env(env=None) -> AzureAccount:
-    """The storage account the ``AZURE_*`` environment names (module docstring)."""
-    env = os.environ if env is None else env
-    if env.get("AZURE_STORAGE_CONNECTION_STRING"):
-        return _connection_string(env["AZURE_STORAGE_CONNECTION_STRING"])
-    name = env.get("AZURE_STORAGE_ACCOUNT_NAME", "")
-    key = env.get("AZURE_STORAGE_ACCOUNT_KEY") or env.get("AZURE_STORAGE_ACCESS_KEY")
-    sas = (env.get("AZURE_STORAGE_SAS_TOKEN") or env.get("AZURE_STORAGE_SAS_KEY") or "").lstrip("?") or None
-    if env.get("AZURE_STORAGE_USE_EMULATOR", "").lower() in _TRUE:
-        name = name or EMULATOR_ACCOUNT
-        url = (env.get("AZURITE_BLOB_STORAGE_URL") or EMULATOR_URL).rstrip("/")
-        return AzureAccount(name, f"{url}/{name}", key=key or (None if sas else EMULATOR_KEY), sas=sas)
-    if not name or not (key or sas):
-        raise UsageError("az:// stores need an Azure storage account: set AZURE_STORAGE_CONNECTION_STRING, or "
-                         "AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN "
-                         "(AZURE_STORAGE_USE_EMULATOR=true for Azurite)")
-    endpoint = env.get("AZURE_STORAGE_ENDPOINT") or env.get("AZURE_ENDPOINT") or f"https://{name}.blob.core.windows.net"
-    return AzureAccount(name, endpoint.rstrip("/"), key=key, sas=sas)
-
-
-_clients: dict[tuple, object] = {}
-_clients_guard = threading.Lock()
-
-
-def blob_service(account: AzureAccount):
-    """A ``BlobServiceClient`` for ``account`` (one per process, endpoint and credential)."""
-    try:
-        from azure.storage.blob import BlobServiceClient, ExponentialRetry
-    except ImportError as exc:
-        raise UsageError("az:// stores need azure-storage-blob: pip install 'quarry[azure]'") from exc
-    # The request log would print a line per blob at INFO; the SDK redacts signatures, but keep it quiet.
-    logging.getLogger("azure.core.pipeline.policies.http_logging_policy").setLevel(logging.WARNING)
-    fingerprint = hashlib.sha256("\0".join(account.secrets()).encode()).hexdigest()
-    cache_key = (account.name, account.endpoint, fingerprint, os.getpid())
-    with _clients_guard:
-        client = _clients.get(cache_key)
-        if client is None:
-            credential = {"account_name": account.name, "account_key": account.key} if account.key else account.sas
-            # Our own code decides when to cut a file into blocks (upload_file), never the SDK.
-            client = BlobServiceClient(account.endpoint, credential=credential, max_single_put_size=1 << 30,
-                                       retry_policy=ExponentialRetry(initial_backoff=1, increment_base=2,
-                                                                     retry_total=4),
-                                       connection_timeout=10, read_timeout=60)
-            _clients[cache_key] = client
-        return client
 
 
 class AzureObjectStore(ObjectStore):
