@@ -141,8 +141,8 @@ def configure_logging(level: str) -> None:
               default=None,
               help="Chunk headers from rules (default) or an LLM's title and summary ($QUARRY_CONTEXT).")
 @click.option("--header-fields", default=None,
-              help="Header lines, comma-separated: title, summary, section, section_summary, chunk_context, or "
-                   "none ($QUARRY_HEADER_FIELDS).")
+              help="Header lines, comma-separated: title, summary, section, section_summary, chunk_context, "
+                   "page, table, or none ($QUARRY_HEADER_FIELDS).")
 @click.option("--llm-base-url", default=None, help="OpenAI-compatible endpoint for llm modes ($QUARRY_LLM_BASE_URL).")
 @click.option("--llm-model", default=None, help="Chat model for llm modes ($QUARRY_LLM_MODEL).")
 @click.option("--llm-api-key", default=None,

@@ -15,11 +15,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
 
-__all__ = ["FileInfo", "Heading", "ParsedDocument", "Section", "Chunk", "DocumentRecord", "FileError", "join_header",
+__all__ = ["FileInfo", "Heading", "Table", "ParsedDocument", "Section", "Chunk", "DocumentRecord", "FileError", "join_header",
            "FUSION_WEIGHTS", "HEADER_FIELDS", "RETRIEVERS", "SEARCH_MODES"]
 
-# The lines a chunk header may hold, in the order they are written (quarry/ingest/context.py).
-HEADER_FIELDS = ("title", "summary", "section", "section_summary", "chunk_context")
+# The lines a chunk header may hold, in the order they are written (quarry/ingest/context.py);
+# ``page`` and ``table`` say where on its page a chunk sits (the page's title, the table it is cut from).
+HEADER_FIELDS = ("title", "summary", "section", "section_summary", "chunk_context", "page", "table")
 # The retrievers of a hybrid search, and the search modes: both fused, or one alone.
 RETRIEVERS = ("vector", "bm25")
 SEARCH_MODES = ("hybrid", *RETRIEVERS)
@@ -56,13 +57,26 @@ class Heading:
     offset: int
 
 
+@dataclass(frozen=True)
+class Table:
+    """A table a parser found at ``[start, end)`` of the text: its title and its column headers
+    (``Years ended December 31: 2018 | 2017 | 2016``), either possibly empty."""
+
+    start: int
+    end: int
+    title: str
+    columns: str = ""
+
+
 @dataclass
 class ParsedDocument:
     """A document's text with the structure a parser could recover.
 
     ``page_offsets[i]`` is the character offset where page ``i + 1`` starts (PDF pages, PPTX
     slides, TIFF frames);
-    ``headings`` are sorted by offset.
+    ``headings`` are sorted by offset; ``page_titles[i]`` is page ``i + 1``'s running title (the
+    statement or section name at its top, "" for none; empty when the parser reads no layout);
+    ``tables`` are the tables found in the text, in order.
     """
 
     text: str
@@ -77,6 +91,8 @@ class ParsedDocument:
     ocr_seconds: float = 0.0
     ocr_page_numbers: list[int] = field(default_factory=list)  # 1-based pages whose text OCR read
     warnings: list[str] = field(default_factory=list)  # what the parser could not read, in one line each
+    page_titles: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
 
     def page_at(self, offset: int) -> int | None:
         """The 1-based page number holding character ``offset``, or None for paged-less documents."""

@@ -103,8 +103,13 @@ def chunk_document(
     min_chunk: int = 200,
     count_tokens: Callable[[list[str]], list[int]] | None = None,
     max_tokens: int = 0,
+    place: Callable[[Section, int, int], str] | None = None,
 ) -> list[Chunk]:
     """Cut each section into chunks; ``headers[i]`` is section ``i``'s contextual header.
+
+    ``place(section, start, end)`` gives the header lines that depend on where a chunk sits (its
+    page's title, its table: :func:`quarry.ingest.context.place_lines`); with it, a section is
+    also cut where a table of ``doc.tables`` starts and ends, so that a chunk is all table or none.
 
     With ``count_tokens`` and ``max_tokens``, a chunk whose header + text exceeds the model's
     input is split again with a smaller size; one that still cannot fit (a header longer than
@@ -112,15 +117,23 @@ def chunk_document(
     """
     text = doc.text
     planned: list[tuple[Section, str, int, int]] = []
+    cuts = sorted({x for t in doc.tables for x in (t.start, t.end)}) if place else []
     for section, header in zip(sections, headers):
-        spans = _with_overlap(text, split_spans(text, section.start, section.end, size, min_chunk), overlap)
-        planned.extend((section, header, a, b) for a, b in spans)
+        inner = [x for x in cuts if section.start < x < section.end]
+        bounds = [section.start, *inner, section.end]
+        for lo, hi in zip(bounds, bounds[1:]):
+            spans = _with_overlap(text, split_spans(text, lo, hi, size, min_chunk), overlap)
+            planned.extend((section, header, a, b) for a, b in spans)
+
+    def full(section: Section, header: str, a: int, b: int) -> str:
+        extra = place(section, a, b) if place else ""
+        return f"{header}\n{extra}" if header and extra else header or extra
 
     flags = [False] * len(planned)
     counts = [0] * len(planned)
     if count_tokens and max_tokens:
         for _ in range(MAX_REFITS):
-            counts = count_tokens([join_header(h, text[a:b]) for _, h, a, b in planned])
+            counts = count_tokens([join_header(full(s, h, a, b), text[a:b]) for s, h, a, b in planned])
             over = [i for i, n in enumerate(counts) if n > max_tokens]
             if not over:
                 break
@@ -134,12 +147,13 @@ def chunk_document(
                 refit.extend((section, header, x, y) for x, y in pieces)
             planned = refit
         else:
-            counts = count_tokens([join_header(h, text[a:b]) for _, h, a, b in planned])
+            counts = count_tokens([join_header(full(s, h, a, b), text[a:b]) for s, h, a, b in planned])
         flags = [n > max_tokens for n in counts]
 
     chunks = []
-    for index, (section, header, a, b) in enumerate(planned):
+    for index, (section, base, a, b) in enumerate(planned):
         body = text[a:b]
+        header = full(section, base, a, b)
         chunks.append(
             Chunk(
                 chunk_id=f"{doc_id}:{index}",

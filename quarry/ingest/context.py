@@ -10,6 +10,7 @@ LLM writer (``quarry.ingest.llm.context``) replaces its title and summaries wher
 
 from __future__ import annotations
 
+import bisect
 import re
 from pathlib import PurePosixPath
 from typing import Protocol
@@ -22,7 +23,8 @@ _HEADING_LINE = re.compile(r"^\s*(#{1,6}\s|[=\-~^*+#]{3,}\s*$)")
 _JUNK_TITLE = re.compile(r"^(untitled|document\d*|microsoft word - .*|slide \d+|\W*)$", re.IGNORECASE)
 SUMMARY_CHARS = 300
 SECTION_SUMMARY_CHARS = 200
-DEFAULT_FIELDS = ("title", "section")
+DEFAULT_FIELDS = ("title", "section", "page", "table")
+PLACE_FIELDS = ("page", "table")  # lines that depend on where in the document a chunk sits
 
 
 class ContextWriter(Protocol):
@@ -100,8 +102,9 @@ def compose_header(fields: tuple[str, ...], title: str, summary: str, section: S
                    chunk_context: str = "") -> str:
     """The header lines ``fields`` ask for, in a fixed order; empty parts are left out.
 
-    With the default fields (title, section) this is ``Document: <title>`` and
-    ``Section: <path>``, the path without a leading repeat of the document title.
+    With the default fields this is ``Document: <title>`` and ``Section: <path>``, the path
+    without a leading repeat of the document title; the ``page`` and ``table`` lines depend on a
+    chunk's place, not its section, and are added by :func:`place_lines`.
     """
     path = section.path or section.title
     if path == title:
@@ -115,14 +118,50 @@ def compose_header(fields: tuple[str, ...], title: str, summary: str, section: S
         "section_summary": f"Section summary: {section.summary}" if section.summary else "",
         "chunk_context": f"Context: {chunk_context}" if chunk_context else "",
     }
-    return "\n".join(parts[f] for f in HEADER_FIELDS if f in fields and parts[f])
+    return "\n".join(parts[f] for f in HEADER_FIELDS if f in fields and parts.get(f))
+
+
+def place_lines(doc: ParsedDocument, fields: tuple[str, ...]):
+    """A function ``(section, start, end) -> str``: the header lines that say where a chunk at
+    ``[start, end)`` sits, those of ``fields`` among ``page`` and ``table``:
+
+    - ``Page: <title>``: the running title of the page the chunk starts on (the statement or
+      section name at its top: ``Consolidated Statement of Cash Flows``), unless the chunk's
+      section path already says it;
+    - ``Table: <title> (<column headers>)``: the table the chunk is cut from, so that every chunk
+      of a long table carries its title and its columns (years, periods).
+
+    ``None`` when the document has neither (most formats): headers stay per section."""
+    want_page = "page" in fields and any(doc.page_titles)
+    want_table = "table" in fields and bool(doc.tables)
+    if not (want_page or want_table):
+        return None
+    starts = [t.start for t in doc.tables]
+
+    def lines(section: Section, start: int, end: int) -> str:
+        out = []
+        path = (section.path or section.title).lower()
+        if want_page:
+            page = doc.page_at(start)
+            title = doc.page_titles[page - 1] if page and page <= len(doc.page_titles) else ""
+            if title and title.lower() not in path:
+                out.append(f"Page: {title}")
+        if want_table:
+            i = bisect.bisect_left(starts, end) - 1  # the last table that starts before the chunk ends
+            if i >= 0 and doc.tables[i].end > start:
+                table = doc.tables[i]
+                name = table.title or "untitled"
+                out.append(f"Table: {name} ({table.columns})" if table.columns else f"Table: {name}")
+        return "\n".join(out)
+
+    return lines
 
 
 def header_fields(settings) -> tuple[str, ...]:
     """The header fields of a run: explicit ``header_fields``, else the context writer's default."""
     if settings.header_fields:
         return () if tuple(settings.header_fields) == ("none",) else tuple(settings.header_fields)
-    fields = ("title", "summary", "section") if settings.context == "llm" else DEFAULT_FIELDS
+    fields = ("title", "summary", "section", *PLACE_FIELDS) if settings.context == "llm" else DEFAULT_FIELDS
     if settings.context == "llm" and settings.llm_section_summaries:
         fields += ("section_summary",)
     if settings.llm_chunk_context:

@@ -1,11 +1,13 @@
 """Facets a document states about itself in its opening text, whatever its format: a filing's
 type, period, fiscal year and company (the cover of an SEC 10-K or 10-Q, as a PDF, an HTML page,
-a Word file or plain text).
+a Word file or plain text), and the other names it gives itself (``aliases``: ticker symbols,
+short names it defines for itself, an abbreviation in parentheses after its name).
 
 They land in ``documents.metadata`` (filterable: ``--where "metadata.fiscal_year = 'FY2018'"``),
 the title line of every chunk header takes the type and period
 (:func:`quarry.ingest.context.with_period`), and the document's card, which names the document
-to the search (:mod:`quarry.retrieval.cards`), takes all four. :func:`stated_facets` is applied
+to the search (:mod:`quarry.retrieval.cards`), takes all four and the aliases, so that a question
+naming the short form ("JNJ", "MMM", "WHO") finds the document that writes its name in full. :func:`stated_facets` is applied
 to every parsed document (:func:`quarry.ingest.parsers.parse_data`); what a parser set itself wins.
 """
 
@@ -13,14 +15,22 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["stated_facets", "filing_context", "registrant", "FILING_CHARS"]
+__all__ = ["stated_facets", "filing_context", "registrant", "aliases", "FILING_CHARS", "ALIAS_CHARS"]
 
 FILING_CHARS = 8000  # the opening text read for a filing's type and period
+ALIAS_CHARS = 20000  # ... and for the names a document gives itself (a 10-K defines them in Item 1)
+MAX_ALIASES = 8
 
 
-def stated_facets(text: str) -> dict[str, str]:
-    """The facets ``text``'s opening states (``{}`` for most documents)."""
-    return filing_context(text[:FILING_CHARS])
+def stated_facets(text: str, title: str | None = None) -> dict[str, str]:
+    """The facets ``text``'s opening states (``{}`` for most documents); ``title`` is the name the
+    document's metadata gives it, one of the names whose aliases are looked for."""
+    out = filing_context(text[:FILING_CHARS])
+    names = [n for n in (out.get("company"), title) if n]
+    found = aliases(text[:ALIAS_CHARS], names)
+    if found:
+        out["aliases"] = ", ".join(found)
+    return out
 
 
 _MONTH = r"(?:January|February|March|April|May|June|July|August|September|October|November|December)"
@@ -84,3 +94,76 @@ def registrant(opening: str) -> str:
             or any(rx.search(name) for rx, _ in _TYPES)):
         return ""
     return name
+
+
+_EXCHANGE = r"(?:The\s+)?(?:New\s+York\s+Stock\s+Exchange|NYSE(?:\s+American)?|Nasdaq|NASDAQ|Chicago\s+Stock\s+Exchange)"
+_TICKERS = (
+    # the cover's table: "Common Stock, Par Value $1.00 JNJ New York Stock Exchange"
+    re.compile(rf"\b([A-Z][A-Z.]{{0,5}})\s+{_EXCHANGE}\b"),
+    # "(NYSE: MGM)", "Nasdaq: ADBE"
+    re.compile(r"\b(?:NYSE|Nasdaq|NASDAQ)\s*:\s*([A-Z][A-Z.]{0,5})\b"),
+    # "The Company's ticker symbol is MMM", "trades under the symbol “AXP”"
+    re.compile(r"(?i:\b(?:ticker|trading)\s+symbols?\s+(?:is|of)|\bunder\s+the\s+(?:ticker\s+)?symbols?)\s+"
+               r"[“\"']?([A-Z][A-Z.]{0,5})\b"),
+)
+_QUOTED = re.compile(r"[“\"]([^”\"]{1,40})[”\"]")
+# "the term “3M” or “Company” includes 3M Company": names defined for the document's subject
+_TERMS = re.compile(r"\bthe\s+terms?\s+((?:[“\"][^”\"]{1,40}[”\"][\s,]*(?:or|and)?\s*(?:the\s+)?)+)"
+                    r"(?:includes?|refers?|means?|as\s+used)", re.I)
+# Names too common to tell one document from another ("the Company" is every filing).
+_GENERIC = frozenset("company corporation registrant we us our the company the corporation the registrant issuer "
+                     "group the group firm the firm nyse nasdaq llc inc plc ltd sec act".split(" "))
+_GENERIC_PHRASES = frozenset({"the company", "the corporation", "the registrant", "the group", "the firm"})
+
+
+def aliases(opening: str, names: list[str]) -> list[str]:
+    """The other names a document gives itself in ``opening``: ticker symbols (the cover's
+    "Trading Symbol" table, "(NYSE: MGM)", "ticker symbol is MMM"), terms defined for it ("the
+    term “3M” or “Company” includes 3M Company") and the quoted short names or the abbreviation in
+    parentheses right after one of its ``names`` ("Johnson & Johnson (“J&J”)", "World Health
+    Organization (WHO)"). Names that fit every document ("the Company") and the ``names``
+    themselves are left out; at most :data:`MAX_ALIASES`, in the order found."""
+    text = opening.replace("\u00a0", " ")
+    found: list[str] = []
+    for rx in _TICKERS:
+        found += [m.group(1).rstrip(".") for m in rx.finditer(text)]
+    for m in _TERMS.finditer(text):
+        found += _QUOTED.findall(m.group(1))
+    for name in names:
+        words = [re.escape(w) for w in name.split()]
+        if not words:
+            continue
+        for m in re.finditer(r"\s+".join(words) + r"\s*,?\s*\(([^()]{1,160})\)", text, re.I):
+            inside = m.group(1)
+            quoted = _QUOTED.findall(inside)
+            if quoted:
+                found += quoted
+            elif re.fullmatch(r"[A-Z][A-Za-z&.\-]{1,9}", inside.strip()) and _initials_fit(inside.strip(), name):
+                found.append(inside.strip())
+    own = {" ".join(n.lower().split()) for n in names}
+    out: list[str] = []
+    seen: set[str] = set()
+    for alias in found:
+        alias = " ".join(alias.split()).strip(" ,;:")
+        key = alias.lower()
+        if (len(alias) < 2 or key in seen or key in own or key in _GENERIC or key in _GENERIC_PHRASES
+                or not re.search(r"[A-Za-z]", alias) or len(alias.split()) > 5):
+            continue
+        seen.add(key)
+        out.append(alias)
+    return out[:MAX_ALIASES]
+
+
+def _initials_fit(abbreviation: str, name: str) -> bool:
+    """Whether ``abbreviation``'s letters begin words of ``name`` in order ("WHO" for "World Health
+    Organization"), so that "(the Fund)" or "(2019)" is no abbreviation of it."""
+    letters = [ch.lower() for ch in abbreviation if ch.isalpha()]
+    initials = [w[0].lower() for w in re.findall(r"[A-Za-z][A-Za-z'’]*", name)]
+    i = 0
+    for ch in letters:
+        while i < len(initials) and initials[i] != ch:
+            i += 1
+        if i == len(initials):
+            return False
+        i += 1
+    return bool(letters) and letters[0] == initials[0]

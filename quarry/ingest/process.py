@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from quarry.ingest.chunking import chunk_document, text_hash
-from quarry.ingest.context import compose_header, get_context_writer, header_fields
+from quarry.ingest.context import compose_header, get_context_writer, header_fields, place_lines
 from quarry.core import faults
 from quarry.core.errors import ParseError, QuarryError, UnsupportedFile
 from quarry.core.models import Chunk, DocumentRecord, FileError, FileInfo, ParsedDocument, StageClock, join_header
@@ -301,7 +301,7 @@ def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, to
         chunks[i] = _guard(failed, i, lambda: chunk_document(
             docs[i][1], doc, sections[i], headers, size=settings.chunk_size, overlap=settings.chunk_overlap,
             min_chunk=settings.min_chunk, count_tokens=tokenizer.count_tokens if tokenizer else None,
-            max_tokens=tokenizer.max_tokens if tokenizer else 0))
+            max_tokens=tokenizer.max_tokens if tokenizer else 0, place=place_lines(doc, fields)))
     alive = [i for i in alive if i not in failed]
     if "chunk_context" in fields and llm is not None and alive:
         from quarry.ingest.llm.context import chunk_contexts
@@ -310,9 +310,12 @@ def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, to
         for i, lines in zip(alive, found):
             title, summary = contexts[i]
             by_index = {s.index: s for s in sections[i]}
+            place = place_lines(docs[i][2], fields)
             for chunk, line in zip(chunks[i], lines):
                 if line:
-                    chunk.header = compose_header(fields, title, summary, by_index[chunk.section_index], line)
+                    section = by_index[chunk.section_index]
+                    where = place(section, chunk.start, chunk.end) if place else ""
+                    chunk.header = "\n".join(p for p in (compose_header(fields, title, summary, section, line), where) if p)
             _recount(chunks[i], tokenizer)
 
     _lap(clock, "chunk", t, sum(len(chunks[i]) for i in alive))

@@ -14,7 +14,7 @@ import os
 import re
 
 from quarry.core.errors import ParseError, QuarryError, UnsupportedFile
-from quarry.core.models import Heading, ParsedDocument
+from quarry.core.models import Heading, ParsedDocument, Table
 from quarry.core.paths import display
 from quarry.core.safeio import read_regular
 
@@ -122,9 +122,9 @@ def parse_data(data: bytes, kind: str, digest: str | None, ocr: bool = True) -> 
     doc = parse_bytes(data, kind, ocr=ocr)
     del data
     doc = sanitize(doc, digest)
-    from quarry.ingest.facets import stated_facets  # a filing states its type, period and company
+    from quarry.ingest.facets import stated_facets  # a filing states its type, period, company and aliases
 
-    for key, value in stated_facets(doc.text).items():
+    for key, value in stated_facets(doc.text, doc.title).items():
         doc.metadata.setdefault(key, value)
     return doc
 
@@ -207,6 +207,8 @@ def sanitize(doc: ParsedDocument, digest: str | None = None) -> ParsedDocument:
         doc.title = _clean(doc.title)[:_MAX_TITLE]
     doc.headings = [Heading(h.level, _clean(h.title)[:_MAX_TITLE], h.offset) for h in doc.headings]
     doc.metadata = {_clean(str(k))[:100]: _clean(str(v))[:_MAX_META] for k, v in doc.metadata.items()}
+    doc.page_titles = [_clean(t)[:_MAX_TITLE] for t in doc.page_titles]
+    doc.tables = [Table(t.start, t.end, _clean(t.title)[:_MAX_TITLE], _clean(t.columns)[:_MAX_TITLE]) for t in doc.tables]
     doc.sha256 = digest
     return doc
 

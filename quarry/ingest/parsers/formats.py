@@ -46,8 +46,10 @@ BUILTINS: tuple[Format, ...] = (
     Format("adoc", (".adoc", ".asciidoc", ".asc"), f"{_D}:parse_markup", "built in", (), "section titles (=, ==)"),
     Format("html", (".html", ".htm", ".xhtml"), "quarry.ingest.parsers.html:parse_html", "selectolax", ("selectolax",),
            "h1-h6, tables as rows"),
-    Format("pdf", (".pdf",), "quarry.ingest.parsers.pdf:parse_pdf", "pypdf; OCR: pypdfium2 + rapidocr-onnxruntime",
-           ("pypdf",), "pages, outline headings; OCR of pages without text", heavy=True, ocr=True),
+    Format("pdf", (".pdf",), "quarry.ingest.parsers.pdf:parse_pdf",
+           "pypdf; layout: pypdfium2; OCR: pypdfium2 + rapidocr-onnxruntime", ("pypdf",),
+           "pages, headings (outline, else font size/weight), page titles, tables with title and columns; "
+           "OCR of pages without text", heavy=True, ocr=True),
     Format("docx", (".docx",), "quarry.ingest.parsers.docx:parse_docx", "python-docx", ("docx",),
            "heading styles, tables in body order", heavy=True, encryption=True),
     Format("pptx", (".pptx", ".pptm"), f"{_O}:parse_pptx", "python-pptx", ("pptx",),

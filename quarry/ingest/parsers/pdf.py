@@ -1,10 +1,14 @@
-"""PDF via pypdf: text per page, page offsets, headings from the outline (bookmarks).
+"""PDF via pypdf: text per page, page offsets, headings from the outline (bookmarks), else from
+the layout (font sizes and weights, read by pypdfium2: :mod:`quarry.ingest.parsers.pdf_layout`),
+each page's running title and the tables found in the text.
 
 Running page headers and footers (a line that opens or closes most pages, page numbers
 included) are removed before the text is joined, and table rows that pypdf splits into one line
 per cell are put back together, each value labelled with its column's year where the table's
 header names years (``Net sales | 2018: 32,765 | 2017: 31,657``), so they neither pad chunks nor match every
-query. A filing's type and period ("Form 10-K", "fiscal year 2018") are read from its opening
+query. A run of such rows is a table (:class:`~quarry.core.models.Table`): its title is the line
+above its column headers, its columns those headers (``Years ended December 31: 2018 | 2017``),
+and every chunk cut from it carries both in its header. A filing's type and period ("Form 10-K", "fiscal year 2018") are read from its opening
 pages into ``metadata`` (``doc_type``, ``period``) for the contextual header.
 
 Pages whose text layer is empty or garbage are OCRed (:mod:`quarry.ingest.parsers.ocr`) when OCR is
@@ -19,10 +23,12 @@ import logging
 import re
 
 from quarry.core.errors import ParseError
-from quarry.core.models import Heading, ParsedDocument
+from quarry.core.models import Heading, ParsedDocument, Table
 from quarry.ingest.parsers import one_line
+from quarry.ingest.parsers.pdf_layout import PERIOD_CAPTION, body_size, font_headings, locate, page_titles, read_lines
 
 PAGE_SEPARATOR = "\n\n"
+MIN_OUTLINE = 2  # an outline of fewer entries (a title bookmark alone) gives way to the layout's headings
 EDGE_LINES = 3  # lines at each end of a page that may be a running header or footer
 RUNNING_SHARE = 0.4  # ... when their form opens or closes at least this share of the pages
 # Extracted text keeps typographic ligatures ("Uniﬁed"), which defeat search for "Unified".
@@ -80,7 +86,14 @@ def parse_pdf(data: bytes, kind: str = "pdf", ocr: bool = True) -> ParsedDocumen
         # A scanned PDF that OCR could not read (or OCR is off): named, not silently empty.
         return no_text_layer(data, len(pages))
 
+    layout = read_lines(data)
+    if layout is not None and len(layout) != len(pages):
+        layout = None  # pdfium and pypdf disagree on the pages: the layout cannot be placed
+    body = body_size(layout) if layout else 0.0
     headings = _outline_headings(reader, text, offsets)
+    if len(headings) < MIN_OUTLINE and layout:
+        headings = _placed(font_headings(layout, body), text, offsets) or headings
+    titles = page_titles(layout, body) if layout else []
     info = _metadata(reader)
     return ParsedDocument(
         text=text,
@@ -92,7 +105,52 @@ def parse_pdf(data: bytes, kind: str = "pdf", ocr: bool = True) -> ParsedDocumen
         ocr_seconds=stats.seconds if stats else 0.0,
         ocr_page_numbers=stats.numbers if stats else [],
         warnings=warnings,
+        page_titles=titles if any(titles) else [],
+        tables=_tables(pages, offsets, layout, titles),
     )
+
+
+def _placed(found: list[tuple[int, int, str]], text: str, offsets: list[int]) -> list[Heading]:
+    """Headings read from the layout, placed where pypdf's text of their page holds them; one
+    that cannot be found there is left out (a heading at the wrong place is worse than none)."""
+    out: list[Heading] = []
+    cursor = 0
+    for page, level, title in found:
+        start = max(offsets[page], cursor)
+        end = offsets[page + 1] if page + 1 < len(offsets) else len(text)
+        at = locate(text, title, start, end)
+        if at is not None:
+            out.append(Heading(level, title, at))
+            cursor = at + 1
+    return out
+
+
+def _tables(pages: list[str], offsets: list[int], layout, titles: list[str]) -> list[Table]:
+    """The tables of every page, at document offsets; a title pypdf broke inside a word
+    ("Cash Flow\\n s") is taken as the layout's line, and a table with no title of its own takes
+    its page's title, else that of the table it continues from the page before."""
+    out: list[Table] = []
+    for p, page in enumerate(pages):
+        lines = layout[p] if layout else []
+        for start, end, title, columns in find_tables(page):
+            title = _as_laid_out(title, lines)
+            if not title:
+                title = titles[p] if p < len(titles) and titles[p] else ""
+            if not title and out and start == 0 and out[-1].end >= offsets[p] - len(PAGE_SEPARATOR) - 1:
+                title, columns = out[-1].title, columns or out[-1].columns
+            out.append(Table(offsets[p] + start, offsets[p] + end, title, columns))
+    return out
+
+
+def _as_laid_out(title: str, lines) -> str:
+    key = re.sub(r"\s+", "", title).lower()
+    if not key:
+        return title
+    for line in lines:
+        compact = re.sub(r"\s+", "", line.text).lower()
+        if compact.startswith(key) and len(compact) - len(key) <= 3:
+            return line.text
+    return title
 
 
 def _edge_key(line: str) -> str:
@@ -178,6 +236,21 @@ def table_rows(page: str) -> str:
         if not cell:
             blank = True  # a paragraph break in prose, or the space between two cells
             continue
+        inline = _inline_row(cell) if not pending_years and not _VALUE.match(cell) else None
+        if inline is not None:  # a whole row on one line: "Casino $ 5,734,173 $ 5,362,912"
+            label, values = inline
+            flush()
+            if values and all(_YEAR.match(v) for v in values):
+                years = values
+                if label:
+                    out.append(label)
+                out.append(" | ".join(years))
+            elif len(values) == len(years):
+                out.append(" | ".join(([label] if label else []) + [f"{y}: {v}" for y, v in zip(years, values)]))
+            else:
+                out.append(" | ".join(([label] if label else []) + values))
+            dollar = blank = False
+            continue
         if _YEAR.match(cell):
             pending_years.append(cell)
             continue
@@ -214,6 +287,117 @@ def table_rows(page: str) -> str:
             out.append(pending_years[0])
     flush()
     return "\n".join(out)
+
+
+_YEARS_ROW = re.compile(r"^((19|20)\d\d)( \| (19|20)\d\d)+$")
+_UNITS = re.compile(r"^\(?\s*(in\s+)?(millions|thousands|billions|dollars|percent|\$)\b.*\)?$", re.I)
+TITLE_LOOKBACK = 6  # non-blank lines above a table's first row searched for its title
+
+
+def find_tables(page: str) -> list[tuple[int, int, str, str]]:
+    """The tables in a page's text as :func:`table_rows` wrote it: ``(start, end, title, columns)``,
+    offsets in ``page``. A table is a run of rows (``label | value | ...``) with at most three short
+    lines between neighbours (sub-headings such as "Current assets:"), at least two rows; its
+    columns are the years line above the rows and the period caption above that; its title the
+    nearest short line above those that is neither a caption nor a unit ("(Millions)")."""
+    lines = []
+    pos = 0
+    for raw in page.split("\n"):
+        lines.append((pos, raw.strip()))
+        pos += len(raw) + 1
+    is_row = [(" | " in text and not _YEARS_ROW.match(text)) for _, text in lines]
+    out = []
+    i = 0
+    while i < len(lines):
+        if not is_row[i]:
+            i += 1
+            continue
+        first = last = i
+        j, between = i + 1, 0
+        while j < len(lines):
+            text = lines[j][1]
+            if is_row[j]:
+                last, between = j, 0
+            elif text and (len(text) > 120 or text.endswith(".") or between >= 3):
+                break
+            elif text:
+                between += 1
+            j += 1
+        rows = sum(is_row[first : last + 1])
+        if rows >= 2:
+            start, title, columns = _table_head(lines, first)
+            end = lines[last][0] + len(page.split("\n")[last].rstrip())
+            out.append((start, end, title, columns))
+        i = last + 1
+    return out
+
+
+def _table_head(lines: list[tuple[int, str]], first: int) -> tuple[int, str, str]:
+    """Where a table starts (its title's line), its title and its column headers, read upwards
+    from its first row: past the sub-headings ("Cash Flows from Operating Activities") to the
+    years line when there is one, then past the units and the period caption to the title."""
+    start = lines[first][0]
+    years = caption = title = ""
+    k = first - 1
+    for j in _above(lines, first):  # the years line, when the rows have one
+        if _YEARS_ROW.match(lines[j][1]):
+            years, start, k = lines[j][1], lines[j][0], j - 1
+            break
+    for j in _above(lines, k + 1):
+        at, text = lines[j]
+        if _UNITS.match(text) or (PERIOD_CAPTION.match(text) and len(text) <= 80):
+            if not _UNITS.match(text) and not caption and re.search(r"[A-Za-z]", text):
+                caption = text.rstrip(",:; ")
+            start = at
+        elif len(text.split()) == 1 and len(text) < 8:
+            continue  # a column header's last word ("Total" / "Company")
+        else:
+            title, start = text, at
+            break
+    columns = f"{caption}: {years}" if caption and years else years or caption
+    return start, title, columns
+
+
+def _above(lines: list[tuple[int, str]], index: int):
+    """Indexes of the non-blank lines above ``index``, nearest first, up to :data:`TITLE_LOOKBACK`
+    of them and never past prose or another table's row."""
+    seen = 0
+    for j in range(index - 1, -1, -1):
+        text = lines[j][1]
+        if not text or len(text) <= 2:
+            continue  # a blank, or the tail of a word pypdf broke ("Flow" / "s")
+        caption = len(text) <= 80 and (_UNITS.match(text) or PERIOD_CAPTION.match(text))
+        if not caption and ((" | " in text and not _YEARS_ROW.match(text)) or len(text) > 100
+                            or text.endswith((".", ";", ","))):
+            return
+        yield j
+        seen += 1
+        if seen >= TITLE_LOOKBACK:
+            return
+
+
+def _inline_row(line: str) -> tuple[str, list[str]] | None:
+    """``(label, values)`` of a table row pypdf kept on one line: at least two values at its end
+    (``$`` signs joined to their numbers), after a short label or none; None for anything else
+    (prose that ends in a number has one, or ends in a period)."""
+    words = line.split()
+    values: list[str] = []
+    k = len(words)
+    while k > 0 and _VALUE.match(words[k - 1]) and not words[k - 1].endswith(","):
+        k -= 1
+        if words[k] == "$":
+            if values:
+                values[0] = "$" + values[0]
+            continue
+        values.insert(0, words[k])
+    if len(values) < 2:
+        return None
+    label = " ".join(words[:k])
+    if label.endswith((".", ",", ";", ":")) and len(label) > 60 or len(label) > 120:
+        return None
+    if all(_YEAR.match(v) for v in values) and len(label) > 40:
+        return None  # "... in 2021 and 2022" is prose, "(Millions) 2018 2017" a header
+    return label, values
 
 
 def no_text_layer(data: bytes, n_pages: int) -> ParsedDocument:
@@ -282,11 +466,22 @@ def _outline_headings(reader, text: str, offsets: list[int]) -> list[Heading]:
             continue
         if not title or page is None or not 0 <= page < len(offsets):
             continue
-        start = offsets[page]
-        end = offsets[page + 1] if page + 1 < len(offsets) else len(text)
-        headings.append(Heading(level, title, _find_title(text, title, start, end)))
+        headings.append(Heading(level, title, _outline_place(text, title, page, offsets)))
     headings.sort(key=lambda h: h.offset)  # bookmarks need not follow page order
     return headings
+
+
+def _outline_place(text: str, title: str, page: int, offsets: list[int]) -> int:
+    """Where a bookmark's title is written: on its page, else on the page after or before it
+    (destinations often point at the end of the page before, or at the page a heading ends on),
+    else at its page's start."""
+    for p in (page, page + 1, page - 1):
+        if 0 <= p < len(offsets):
+            end = offsets[p + 1] if p + 1 < len(offsets) else len(text)
+            at = locate(text, title.translate(_LIGATURES), offsets[p], end)
+            if at is not None:
+                return at
+    return offsets[page]
 
 
 def _in_order(outline) -> list[tuple[object, int]]:
@@ -303,14 +498,6 @@ def _in_order(outline) -> list[tuple[object, int]]:
         else:
             out.append((node, level))
     return out
-
-
-def _find_title(text: str, title: str, start: int, end: int) -> int:
-    words = [re.escape(w) for w in title.translate(_LIGATURES).split()]
-    # Extraction may break a title across lines or glue words together, so any whitespace
-    # (or none) may separate the words.
-    match = re.compile(r"\s*".join(words), re.I).search(text, start, end) if words else None
-    return match.start() if match else start
 
 
 def _metadata(reader) -> dict[str, str]:
