@@ -178,10 +178,28 @@ def _open_catalog(path: Path, report: DoctorReport, pointer):
         report.add("catalog", False, f"{path} cannot be opened: {_line(exc)}", _rebuild_hint(path.parent))
         return None
     if private:
-        report.add("catalog lock", True, f"{path.name} (or a layer it reads) is held open read-write by another "
-                   "process; quarry reads a private copy meanwhile. Close that connection, or open the file "
+        files = dict.fromkeys([path, *(path.parent / f"{layers.alias(g)}.duckdb" for g in pointer.layers or ())])
+        held = [f"{f.name} is held open read-write by {who}" for f in files if (who := _holder_of(f))]
+        report.add("catalog lock", True, "; ".join(held or [f"{path.name} (or a layer it reads) is held open "
+                                                            "read-write by another process"])
+                   + "; quarry reads a private copy meanwhile. Close that connection, or open the file "
                    "read-only (duckdb -readonly FILE)")
     return con, private
+
+
+def _holder_of(path: Path) -> str | None:
+    """The process holding ``path`` read-write (``PID 5072 (/usr/bin/python3)``), or None."""
+    import duckdb
+
+    from quarry.store.catalog import lock_holder
+
+    try:
+        duckdb.connect(str(path), read_only=True).close()
+    except duckdb.IOException as exc:
+        return lock_holder(exc)
+    except Exception:
+        return None
+    return None
 
 
 def _chunk_ids_at(store: Path, name: str, version: int) -> set[str] | None:

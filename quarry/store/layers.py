@@ -242,9 +242,9 @@ def open_over(store: Path, over: int, chain: Sequence[int] | None, generation: i
     con = duckdb.connect()
     private: list[Path] = []
     try:
-        con.execute(f"ATTACH {_literal(source)} AS {_q(alias(over))} (READ_ONLY)")
+        private = attach(con, store, [over])  # a SQL client holding it read-write: a private copy
         chain = tuple(chain or chain_of(con, over, alias(over)))
-        private = attach(con, store, chain[:-1])
+        private += attach(con, store, chain[:-1])
         if delta and not missing_columns(con, alias(chain[0])):
             con.execute(f"ATTACH {_literal(path)} AS {_q(alias(generation))}")
             con.execute(f"USE {_q(alias(generation))}")
