@@ -212,17 +212,27 @@ def replace_documents(con: duckdb.DuckDBPyConnection, records: list[DocumentReco
         doc_ids = [r.doc_id for r in records]
         delete_documents(con, doc_ids if stored is None else [d for d in doc_ids if d in stored],
                          in_transaction=True)
-        con.register("new_documents", documents_table(records, run_id))
-        con.register("new_sections", sections_table(records, _section_pages))
-        con.register("new_chunks", chunks_table(records))
-        for stmt in statements("insert_documents"):
-            con.execute(stmt)
+        insert_records(con, records, run_id, "insert_documents")
         con.commit()
     except BaseException:
         con.rollback()
         raise
+
+
+def insert_records(con: duckdb.DuckDBPyConnection, records: list[DocumentRecord], run_id: str, sql: str) -> None:
+    """Run the statements of ``sql`` (``insert_documents``, or a layer's) over ``records``' rows,
+    which they read as ``new_documents``, ``new_sections`` and ``new_chunks``; inside the caller's
+    transaction."""
+    names = {"new_documents": documents_table(records, run_id),
+             "new_sections": sections_table(records, _section_pages),
+             "new_chunks": chunks_table(records)}
+    try:
+        for name, table in names.items():
+            con.register(name, table)
+        for stmt in statements(sql):
+            con.execute(stmt)
     finally:
-        for name in ("new_documents", "new_sections", "new_chunks"):
+        for name in names:
             try:
                 con.unregister(name)
             except duckdb.Error:

@@ -342,22 +342,12 @@ def replace_documents(con, records, run_id: str, generation: int, written: set[s
         if again:
             for stmt in statements("layer_delete_documents"):
                 con.execute(stmt, [again])
-        con.register("new_documents", catalog.documents_table(records, run_id))
-        con.register("new_sections", catalog.sections_table(records, catalog._section_pages))
-        con.register("new_chunks", catalog.chunks_table(records))
-        for stmt in statements("layer_insert_documents"):
-            con.execute(stmt)
+        catalog.insert_records(con, records, run_id, "layer_insert_documents")
         set_owners(con, doc_ids, generation, generation)
         con.commit()
     except BaseException:
         con.rollback()
         raise
-    finally:
-        for name in ("new_documents", "new_sections", "new_chunks"):
-            try:
-                con.unregister(name)
-            except duckdb.Error:
-                pass
 
 
 def delete_documents(con, doc_ids: list[str]) -> None:
