@@ -174,15 +174,17 @@ def reader_contents(url, tmp_path, name, monkeypatch):
     return contents(url)
 
 
-@pytest.mark.parametrize("fault", [
-    "after-upload",
-    pytest.param("after-vectors", marks=pytest.mark.slow),
-    pytest.param("before-commit", marks=pytest.mark.slow),
-    pytest.param("after-commit", marks=pytest.mark.slow),
-])
-def test_kill_then_rerun_equals_a_clean_run(fault, url, tree, tmp_path, cli, clean_contents, monkeypatch):
+# The second run commits a catalog layer and an index segment over the first (`layers`, the usual
+# commit of a big store), or a new whole catalog (`base`: a small store's edit passes a quarter of it).
+LAYOUTS = {"layers": {"QUARRY_REBASE_SHARE": "100"}, "base": {}}
+
+
+@pytest.mark.parametrize("fault, layout", [
+    pytest.param(fault, layout, marks=() if fault == "after-upload" else pytest.mark.slow)
+    for fault in ("after-upload", "after-vectors", "before-commit", "after-commit") for layout in LAYOUTS])
+def test_kill_then_rerun_equals_a_clean_run(fault, layout, url, tree, tmp_path, cli, clean_contents, monkeypatch):
     lance(url)
-    writer = machine(tmp_path, "writer")
+    writer = {**machine(tmp_path, "writer"), **LAYOUTS[layout]}
     assert cli("index", tree, "--db", url, env=writer).returncode == 0
     before = reader_contents(url, tmp_path, "r1", monkeypatch)
     edit_tree(tree)
@@ -202,6 +204,8 @@ def test_kill_then_rerun_equals_a_clean_run(fault, url, tree, tmp_path, cli, cle
     keys = remote_keys(url)
     assert "lease" not in keys
     assert max(int(k[8:14]) for k in keys if k.startswith("catalog-")) == 2
+    current, _ = open_store(parse_url(url)).get("CURRENT")
+    assert len(json.loads(current)["layers"]) == (2 if layout == "layers" else 1)
 
 
 # On az:// a slow test: its deletes and lease conflicts also run in test_objstore.py and test_maintain.py on Azurite.
