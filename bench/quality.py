@@ -37,7 +37,9 @@ BEIR = ROOT.parent / "shared" / "data" / "beir"
 STORES = ROOT / "bench" / "results" / "stores"
 ALPHAS = [round(0.05 * i, 2) for i in range(21)]
 ADAPTS = [0.0, 0.5, 1.0, 1.5, 2.0]
-DOC_WEIGHTS = [0.0, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3]
+DOC_WEIGHTS = [0.0, 0.05, 0.1, 0.15]
+CONSENSUS_WEIGHTS = [0.0, 0.1, 0.2, 0.3, 0.5]
+BEFORE_DOC_WEIGHT = 0.15  # the library default's document evidence before the document consensus
 
 
 def open_set(name: str, backend: str, index_flow):
@@ -112,10 +114,11 @@ def ranking(fused, docs) -> list[str]:
     return chunk_ranking_to_docs([d for d in (docs.get(c) for c, _ in fused) if d])
 
 
-def metrics(data: dict, method, documents: float = 0.0, **kw) -> dict:
-    """``documents``: the weight of the document evidence added after TMM (with_documents)."""
+def metrics(data: dict, method, documents: float = 0.0, consensus: float = 0.0, **kw) -> dict:
+    """``consensus``, ``documents``: the weights of the retrievers' document consensus
+    (with_consensus) and of the cards' document evidence (with_documents) added after TMM."""
     from quarry.eval.evaluation import evaluate
-    from quarry.search.fusion import fuse, with_documents
+    from quarry.search.fusion import fuse, with_consensus, with_documents
 
     lists, docs, qrels = data["lists"], data["docs"], data["qrels"]
     if method in ("vector", "bm25"):
@@ -123,6 +126,8 @@ def metrics(data: dict, method, documents: float = 0.0, **kw) -> dict:
     out = {}
     for q in lists:
         fused = fuse(lists[q], method, depth=data["pool"], **kw)
+        if consensus:
+            fused = with_consensus(fused, lists[q], data["card_of"], consensus, depth=data["pool"], **kw)
         if documents:
             fused = with_documents(fused, data["card_of"], data["card_scores"][q], documents)
         out[q] = ranking(fused, docs)
@@ -180,20 +185,24 @@ def main() -> None:
               file=sys.stderr)
     else:
         best = fixed = {"alpha": fusion.TMM_ALPHA, "adapt": fusion.TMM_ADAPT}
-    # the document evidence's weight at the library's alpha, on every train split there is
+    # the document consensus's and evidence's weights at the library's alpha, on every train split
     doc_grid = []
     for (name, split), d in data.items():
         if split == "train":
-            for w in DOC_WEIGHTS:
-                m = metrics(d, "tmm", documents=w, alpha=fusion.TMM_ALPHA, adapt=0.0)
-                doc_grid.append({"set": name, "documents": w, "ndcg@10": m["ndcg@10"]})
-                print(f"{name} train, document weight {w}: nDCG@10 {m['ndcg@10']:.4f}", file=sys.stderr)
+            for c, w in itertools.product(CONSENSUS_WEIGHTS, DOC_WEIGHTS):
+                m = metrics(d, "tmm", documents=w, consensus=c, alpha=fusion.TMM_ALPHA, adapt=0.0)
+                doc_grid.append({"set": name, "consensus": c, "documents": w, "ndcg@10": m["ndcg@10"]})
+                print(f"{name} train, consensus {c}, document weight {w}: nDCG@10 {m['ndcg@10']:.4f}",
+                      file=sys.stderr)
 
     methods = [("bm25", "bm25", {}), ("vector", "vector", {}), ("rrf", "rrf", {}),
                (f"tmm a={fixed['alpha']}", "tmm", {"alpha": fixed["alpha"], "adapt": 0.0}),
                (f"tmm a={best['alpha']} adapt={best['adapt']}", "tmm", {"alpha": best["alpha"], "adapt": best["adapt"]}),
-               (f"tmm a={fusion.TMM_ALPHA} + documents {fusion.DOC_WEIGHT}", "tmm",
-                {"alpha": fusion.TMM_ALPHA, "adapt": fusion.TMM_ADAPT, "documents": fusion.DOC_WEIGHT})]
+               (f"before: tmm a={fusion.TMM_ALPHA} + documents {BEFORE_DOC_WEIGHT}", "tmm",
+                {"alpha": fusion.TMM_ALPHA, "adapt": fusion.TMM_ADAPT, "documents": BEFORE_DOC_WEIGHT}),
+               (f"default: + consensus {fusion.CONSENSUS_WEIGHT} + documents {fusion.DOC_WEIGHT}", "tmm",
+                {"alpha": fusion.TMM_ALPHA, "adapt": fusion.TMM_ADAPT, "documents": fusion.DOC_WEIGHT,
+                 "consensus": fusion.CONSENSUS_WEIGHT})]
     rows = []
     for (name, split), d in data.items():
         for label, method, kw in methods:
@@ -213,7 +222,8 @@ def main() -> None:
     payload = {"tuned_on": "scifact train", "pool": args.pool, "backend": args.backend,
                "chosen": {"alpha": best["alpha"], "adapt": best["adapt"]},
                "library_default": {"fusion": fusion.DEFAULT_FUSION, "alpha": fusion.TMM_ALPHA,
-                                   "adapt": fusion.TMM_ADAPT, "documents": fusion.DOC_WEIGHT},
+                                   "adapt": fusion.TMM_ADAPT, "documents": fusion.DOC_WEIGHT,
+                                   "consensus": fusion.CONSENSUS_WEIGHT},
                "grid": grid, "documents_grid": doc_grid, "results": rows}
     dest.write_text(json.dumps(payload, indent=2))
     out = sys.stderr if args.json else sys.stdout
