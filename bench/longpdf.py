@@ -39,11 +39,10 @@ place:
 
 - ``bm25``, ``vector``: one retriever's chunks; ``rrf``, ``tmm``: fused chunks
   (:func:`quarry.search.fusion.fuse`);
-- ``before``: the default before the document consensus — TMM plus the cards' document evidence
-  at weight 0.15 (:func:`quarry.search.fusion.with_documents`);
-- ``default``: the library's default — TMM, plus the retrievers' document consensus
-  (:func:`quarry.search.fusion.with_consensus`, weight ``CONSENSUS_WEIGHT``), plus the cards'
-  evidence (weight ``DOC_WEIGHT``); and the grid of both weights;
+- ``default``: the library's default, TMM plus the cards' document evidence
+  (:func:`quarry.search.fusion.with_documents`, weight ``DOC_WEIGHT``); and a grid of that weight
+  and of the retrievers' document consensus (:func:`quarry.search.fusion.with_consensus`, not in
+  the default: the ``grid`` lines, ``c`` its weight, ``w`` the cards');
 - ``page-bm25``: Okapi BM25 over whole pages (the page's chunk texts joined, each under its
   document's header), quarry's tokens, stemmer and weights;
 - ``tmm+page-bm25``: that page ranking fused by TMM with the page ranking of the vector
@@ -84,11 +83,10 @@ TEST_FILINGS = {"3M_2018_10K", "3M_2022_10K", "ADOBE_2017_10K", "ADOBE_2022_10K"
                 "BESTBUY_2024Q2_10Q", "BESTBUY_2023_10K"}
 KINDS = ROOT / "bench" / "data" / "longpdf-kinds.json"
 KEYS = ("page R@1", "page R@10", "doc R@10", "nDCG@10")
-BEFORE_DOC_WEIGHT = 0.15  # the document evidence's weight in the default before the consensus
 CONSENSUS_WEIGHTS = [0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0]
 DOC_WEIGHTS = [0.0, 0.05, 0.1, 0.15]
-OFFLINE = ("bm25", "vector", "rrf", "tmm", "before", "default", "grid")
-METHODS = ["bm25", "vector", "rrf", "tmm", "before", "default", "page-bm25", "tmm+page-bm25", "segments",
+OFFLINE = ("bm25", "vector", "rrf", "tmm", "default", "grid")
+METHODS = ["bm25", "vector", "rrf", "tmm", "default", "page-bm25", "tmm+page-bm25", "segments",
            "hybrid (library default, online)"]
 
 
@@ -251,10 +249,8 @@ def rank(c: dict, method: str, pool: int, **kw) -> list[tuple[str, int]]:
         ranked = fusion.fuse(lists, method, depth=pool)
     else:
         doc = {row[0]: row[1] for row in c["doc"]}
-        if method == "before":  # the previous default: TMM plus the cards' evidence at 0.15
-            kw = {"consensus": 0.0, "documents": BEFORE_DOC_WEIGHT}
         ranked = fusion.fuse(lists, "tmm", depth=pool)
-        ranked = fusion.with_consensus(ranked, lists, doc, kw.get("consensus", fusion.CONSENSUS_WEIGHT), depth=pool)
+        ranked = fusion.with_consensus(ranked, lists, doc, kw.get("consensus", 0.0), depth=pool)
         ranked = fusion.with_documents(ranked, doc, c["cards"], kw.get("documents", fusion.DOC_WEIGHT))
     return pages_of([where[i] for i, _ in ranked], lambda name: name)
 
@@ -339,16 +335,15 @@ def main() -> None:
                 for (split, cw, dw), items in sorted(grid.items())]
     files = sorted({p.stem for p in pdfs.glob("*.pdf")})
     payload = {"set": args.set, "data": str(data), "questions": len(qs), "files": len(files), "pages": n_pages,
-               "backend": args.backend, "pool": args.pool, "consensus_weight": fusion.CONSENSUS_WEIGHT,
-               "documents_weight": fusion.DOC_WEIGHT, "before_documents_weight": BEFORE_DOC_WEIGHT,
+               "backend": args.backend, "pool": args.pool, "documents_weight": fusion.DOC_WEIGHT,
                "seconds": round(time.perf_counter() - t), "grid": doc_grid, "results": rows}
     dest = ROOT / "bench" / "results" / f"longpdf-{args.set}.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(payload, indent=2))
     out = sys.stderr if args.json else sys.stdout
     print(f"python bench/longpdf.py --set {args.set} --data {data}", file=out)
-    print(f"{args.set}: {len(qs)} questions, {len(files)} PDFs, {n_pages} pages; default: consensus "
-          f"{fusion.CONSENSUS_WEIGHT}, document evidence {fusion.DOC_WEIGHT}", file=out)
+    print(f"{args.set}: {len(qs)} questions, {len(files)} PDFs, {n_pages} pages; default: tmm + document "
+          f"evidence {fusion.DOC_WEIGHT}", file=out)
     print("grid (consensus weight x document evidence weight): page R@10 / doc R@10 / page nDCG@10", file=out)
     for g in doc_grid:
         print(f"  {g['split']:<5} c={g['consensus']:<5} w={g['documents']:<5} {g['page R@10']:.4f} / "

@@ -42,7 +42,7 @@ from collections.abc import Hashable, Mapping, Sequence
 
 from quarry.core.registry import FUSIONS
 
-__all__ = ["CONSENSUS_WEIGHT", "DEFAULT_FUSION", "DEFAULT_K", "DOC_WEIGHT", "FLOORS", "FUSIONS", "TMM_ADAPT",
+__all__ = ["DEFAULT_FUSION", "DEFAULT_K", "DOC_WEIGHT", "FLOORS", "FUSIONS", "TMM_ADAPT",
            "TMM_ALPHA", "consensus", "fuse", "normalised", "peak", "rrf", "tmm", "tmm_weights", "with_consensus",
            "with_documents"]
 
@@ -56,8 +56,6 @@ TMM_ADAPT = 0.0  # exponent of the per-query peak; 0 = fixed weights
 PEAK_TOP = 3
 # weight of the document evidence (with_documents) added to TMM's fused scores
 DOC_WEIGHT = 0.15
-# weight of the retrievers' document consensus (with_consensus) added to TMM's fused scores
-CONSENSUS_WEIGHT = 0.0
 
 Scored = Sequence[tuple[Hashable, float]]
 
@@ -242,7 +240,7 @@ def with_consensus(
     fused: Sequence[tuple[Hashable, float]],
     hits: Mapping[str, Scored],
     doc_of: Mapping[Hashable, int],
-    weight: float = CONSENSUS_WEIGHT,
+    weight: float,
     weights: Mapping[str, float] | None = None,
     alpha: float = TMM_ALPHA,
     adapt: float = TMM_ADAPT,
@@ -252,7 +250,8 @@ def with_consensus(
     ``score + weight · C(d) / max_q C``, ``d`` the chunk's document. A chunk standing alone in its
     document (a short file, an abstract) gets its own fused score back, scaled: the order of a
     collection of one-chunk documents does not change. Returns ``[(item, score)]``, best first;
-    ties keep the fused order."""
+    ties keep the fused order. Not part of the default search: measured on long PDFs
+    (bench/longpdf.py, docs/benchmarks.md) it did not beat the default there."""
     if weight <= 0:
         return list(fused)
     docs = consensus(hits, doc_of, weights, alpha, adapt, depth=depth)

@@ -32,17 +32,7 @@ from quarry.core.sqlfiles import load_sql
 from quarry.retrieval.dense import METHODS as VECTOR_SEARCH
 from quarry.ingest.embedders import describe, describe_backend, get_embedder
 from quarry.search.filters import Filter, with_filter
-from quarry.search.fusion import (
-    CONSENSUS_WEIGHT,
-    DEFAULT_FUSION,
-    DEFAULT_K,
-    DOC_WEIGHT,
-    FUSIONS,
-    fuse,
-    normalised,
-    with_consensus,
-    with_documents,
-)
+from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, DOC_WEIGHT, FUSIONS, fuse, normalised, with_documents
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 from quarry.search.rerank import Reranker
 from quarry.search.segments import RseParams
@@ -402,17 +392,15 @@ class Index:
             timings[name] = _ms(t)
 
         t = time.perf_counter()
-        documents = consensus = 0.0
+        documents = 0.0
         if mode == "hybrid":
             documents = weights["documents"] * DOC_WEIGHT if normalised(fusion) and snap.index.cards else 0.0
-            consensus = weights["documents"] * CONSENSUS_WEIGHT if normalised(fusion) else 0.0
             # the document evidence counts only documents the filter keeps a row of: a document the
             # caller may not read (or filtered out) never moves the scores of the ones returned
             keep = self._document_mask(filters, snap, mask) if documents > 0 and mask is not None else None
             fused = self._fuse(hits, k, fusion=fusion, rrf_k=rrf_k, weights=weights, depth=n,
                                min_fused=min_scores.get("fused"),
-                               documents=(snap.index.cards, query, documents, keep) if documents > 0 else None,
-                               consensus=(snap.index.results, consensus) if consensus > 0 else None)
+                               documents=(snap.index.cards, query, documents, keep) if documents > 0 else None)
         else:
             fused = hits[mode][:k]
         timings["fuse"] = _ms(t)
@@ -424,7 +412,7 @@ class Index:
             query=query, mode=mode, results=results, generation=snap.pointer.generation, k=k,
             candidates=n if mode == "hybrid" else k, rrf_k=rrf_k,
             fusion=fusion if mode == "hybrid" else "",
-            weights={r: weights[r] for r in (*active, *(["documents"] if documents > 0 or consensus > 0 else []))}
+            weights={r: weights[r] for r in (*active, *(["documents"] if documents > 0 else []))}
             if mode == "hybrid" else {}, min_scores=min_scores,
             filter=str(filters) if filters else "", counts=counts, timings=timings, warnings=warnings,
         )
@@ -447,19 +435,11 @@ class Index:
     @staticmethod
     def _fuse(hits: dict[str, list[tuple[int, float]]], k: int, *, fusion: str, rrf_k: int,
               weights: dict[str, float], depth: int, min_fused: float | None,
-              documents: tuple | None = None, consensus: tuple | None = None) -> list[tuple[int, float]]:
+              documents: tuple | None = None) -> list[tuple[int, float]]:
         """The top ``k`` ``(row, fused score)`` of the retrievers' ``(row, score)`` rankings
-        (``depth``: how many candidates each retriever was asked for); ``consensus`` =
-        ``(rows, weight)`` adds the retrievers' document consensus of :func:`with_consensus`,
-        ``documents`` = ``(cards, query, weight)`` the cards' document evidence of
-        :func:`with_documents`."""
-        retriever_weights = {r: weights[r] for r in RETRIEVERS}
-        fused = fuse(hits, fusion, k=rrf_k, weights=retriever_weights, depth=depth)
-        if consensus is not None:
-            rows, weight = consensus
-            candidates = list(dict.fromkeys(row for h in hits.values() for row, _ in h))
-            doc_of = dict(zip(candidates, rows.doc_rows(candidates)))
-            fused = with_consensus(fused, hits, doc_of, weight, weights=retriever_weights, depth=depth)
+        (``depth``: how many candidates each retriever was asked for); ``documents`` =
+        ``(cards, query, weight)`` adds the document evidence of :func:`with_documents`."""
+        fused = fuse(hits, fusion, k=rrf_k, weights={r: weights[r] for r in RETRIEVERS}, depth=depth)
         if documents is not None:
             from quarry.retrieval.bm25 import query_tokens
 
