@@ -41,7 +41,7 @@ place:
   (:func:`quarry.search.fusion.fuse`);
 - ``default``: the library's default, TMM plus the cards' document evidence
   (:func:`quarry.search.fusion.with_documents`, weight ``DOC_WEIGHT``); and a grid of that weight
-  and of the retrievers' document consensus (:func:`quarry.search.fusion.with_consensus`, not in
+  and of the retrievers' document consensus (:func:`consensus.with_consensus` in bench/consensus.py, not in
   the default: the ``grid`` lines, ``c`` its weight, ``w`` the cards');
 - ``page-bm25``: Okapi BM25 over whole pages (the page's chunk texts joined, each under its
   document's header), quarry's tokens, stemmer and weights;
@@ -237,6 +237,8 @@ def collect(idx, qs: list[dict], pool: int) -> dict:
 
 def rank(c: dict, method: str, pool: int, **kw) -> list[tuple[str, int]]:
     """The page ranking of ``method`` from one question's collected candidates ``c``."""
+    from consensus import with_consensus
+
     from quarry.search import fusion
 
     if method not in OFFLINE:
@@ -250,7 +252,7 @@ def rank(c: dict, method: str, pool: int, **kw) -> list[tuple[str, int]]:
     else:
         doc = {row[0]: row[1] for row in c["doc"]}
         ranked = fusion.fuse(lists, "tmm", depth=pool)
-        ranked = fusion.with_consensus(ranked, lists, doc, kw.get("consensus", 0.0), depth=pool)
+        ranked = with_consensus(ranked, lists, doc, kw.get("consensus", 0.0), depth=pool)
         ranked = fusion.with_documents(ranked, doc, c["cards"], kw.get("documents", fusion.DOC_WEIGHT))
     return pages_of([where[i] for i, _ in ranked], lambda name: name)
 

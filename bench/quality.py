@@ -15,7 +15,7 @@ For every judged query the two retrievers' top ``--pool`` chunks and raw scores 
 candidates. TMM's vector weight ``alpha`` and its per-query adaptation exponent ``adapt`` are
 chosen on SciFact's *train* queries (809) and nowhere else; every test number uses that one
 setting. The weights of the cards' document evidence and of the retrievers' document consensus
-(:func:`quarry.search.fusion.with_consensus`, not in the default) are gridded on every split,
+(:func:`consensus.with_consensus` in bench/consensus.py, not in the default) are gridded on every split,
 chosen on train splits only. The ``hybrid`` row is ``Index.search(mode="hybrid")`` with the library's defaults, run
 online, as a check that the library does what the offline rows say.
 
@@ -118,8 +118,10 @@ def ranking(fused, docs) -> list[str]:
 def metrics(data: dict, method, documents: float = 0.0, consensus: float = 0.0, **kw) -> dict:
     """``consensus``, ``documents``: the weights of the retrievers' document consensus
     (with_consensus) and of the cards' document evidence (with_documents) added after TMM."""
+    from consensus import with_consensus
+
     from quarry.eval.evaluation import evaluate
-    from quarry.search.fusion import fuse, with_consensus, with_documents
+    from quarry.search.fusion import fuse, with_documents
 
     lists, docs, qrels = data["lists"], data["docs"], data["qrels"]
     if method in ("vector", "bm25"):
@@ -146,6 +148,7 @@ def main() -> None:
     os.environ["QUARRY_EMBED_BACKEND"] = args.backend
 
     from quarry.flows.orchestration import prefect_api, prefect_environment
+
     from quarry.eval.evaluation import load_beir
     from quarry.search import fusion
 

@@ -1,6 +1,6 @@
 import pytest
 
-from quarry.search.fusion import FUSIONS, consensus, fuse, peak, rrf, tmm, tmm_weights, with_consensus, with_documents
+from quarry.search.fusion import FUSIONS, fuse, peak, rrf, tmm, tmm_weights, with_documents
 
 
 def test_rrf_matches_hand_computed_scores():
@@ -99,34 +99,3 @@ def test_with_documents_adds_the_normalised_card_score_and_keeps_ties_in_fused_o
     assert with_documents(fused, doc_of, [0.0, 4.0, 2.0], weight=0.0) == fused
     tied = [("x", 0.5), ("y", 0.5)]
     assert [i for i, _ in with_documents(tied, {"x": 0, "y": 0}, [1.0], weight=0.1)] == ["x", "y"]
-
-
-def test_consensus_scores_a_document_by_each_retrievers_best_chunk():
-    # vector likes a1 (document A), BM25 likes a2 (also A) and b1 (B): A is the documents' consensus
-    hits = {"vector": [("a1", 0.9), ("b1", 0.5), ("c1", 0.4)], "bm25": [("b1", 6.0), ("a2", 5.0)]}
-    doc_of = {"a1": 0, "a2": 0, "b1": 1, "c1": 2}
-    docs = consensus(hits, doc_of, alpha=0.5, depth=3)
-    # normalised: vector (s + 1) / 1.9, lacks nothing of A/B; bm25 s / 6, returned 2 < depth: lacks = 0
-    assert docs[0] == pytest.approx(0.5 * 1.0 + 0.5 * 5 / 6)
-    assert docs[1] == pytest.approx(0.5 * 1.5 / 1.9 + 0.5 * 1.0)
-    assert docs[2] == pytest.approx(0.5 * 1.4 / 1.9 + 0.0)
-    assert max(docs, key=docs.get) == 0
-    # a chunk without a document adds nothing
-    assert consensus(hits, {}, alpha=0.5, depth=3) == {}
-
-
-def test_with_consensus_adds_the_normalised_consensus_and_keeps_one_chunk_documents_in_order():
-    hits = {"vector": [("a1", 0.9), ("b1", 0.5), ("c1", 0.4)], "bm25": [("b1", 6.0), ("a2", 5.0)]}
-    doc_of = {"a1": 0, "a2": 0, "b1": 1, "c1": 2}
-    fused = fuse(hits, "tmm", alpha=0.5, depth=3)
-    assert [i for i, _ in fused] == ["b1", "a2", "a1", "c1"]
-    docs = consensus(hits, doc_of, alpha=0.5, depth=3)
-    out = dict(with_consensus(fused, hits, doc_of, weight=0.5, alpha=0.5, depth=3))
-    for item, score in fused:
-        assert out[item] == pytest.approx(score + 0.5 * docs[doc_of[item]] / docs[0])
-    # a1, vector's best chunk, rises past nothing on its own but gains more than b1 does: A is agreed on
-    assert out["a1"] - dict(fused)["a1"] > out["b1"] - dict(fused)["b1"]
-    # every document one chunk: the consensus is the fused score itself, the order unchanged
-    one = {"a1": 0, "a2": 1, "b1": 2, "c1": 3}
-    assert [i for i, _ in with_consensus(fused, hits, one, weight=0.5, alpha=0.5, depth=3)] == [i for i, _ in fused]
-    assert with_consensus(fused, hits, one, weight=0.0) == fused
