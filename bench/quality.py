@@ -14,7 +14,9 @@ For every judged query the two retrievers' top ``--pool`` chunks and raw scores 
 :func:`quarry.search.fusion.fuse`, the library's own function, so every method sees the same
 candidates. TMM's vector weight ``alpha`` and its per-query adaptation exponent ``adapt`` are
 chosen on SciFact's *train* queries (809) and nowhere else; every test number uses that one
-setting. The ``hybrid`` row is ``Index.search(mode="hybrid")`` with the library's defaults, run
+setting. The weights of the cards' document evidence and of the retrievers' document consensus
+(:func:`consensus.with_consensus` in bench/consensus.py, not in the default) are gridded on every split,
+chosen on train splits only. The ``hybrid`` row is ``Index.search(mode="hybrid")`` with the library's defaults, run
 online, as a check that the library does what the offline rows say.
 
 Prints a table and writes bench/results/quality.json.
@@ -37,7 +39,8 @@ BEIR = ROOT.parent / "shared" / "data" / "beir"
 STORES = ROOT / "bench" / "results" / "stores"
 ALPHAS = [round(0.05 * i, 2) for i in range(21)]
 ADAPTS = [0.0, 0.5, 1.0, 1.5, 2.0]
-DOC_WEIGHTS = [0.0, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3]
+DOC_WEIGHTS = [0.0, 0.05, 0.1, 0.15]
+CONSENSUS_WEIGHTS = [0.0, 0.1, 0.2, 0.3, 0.5, 1.0]  # the retrievers' document consensus (not in the default)
 
 
 def open_set(name: str, backend: str, index_flow):
@@ -112,8 +115,11 @@ def ranking(fused, docs) -> list[str]:
     return chunk_ranking_to_docs([d for d in (docs.get(c) for c, _ in fused) if d])
 
 
-def metrics(data: dict, method, documents: float = 0.0, **kw) -> dict:
-    """``documents``: the weight of the document evidence added after TMM (with_documents)."""
+def metrics(data: dict, method, documents: float = 0.0, consensus: float = 0.0, **kw) -> dict:
+    """``consensus``, ``documents``: the weights of the retrievers' document consensus
+    (with_consensus) and of the cards' document evidence (with_documents) added after TMM."""
+    from consensus import with_consensus
+
     from quarry.eval.evaluation import evaluate
     from quarry.search.fusion import fuse, with_documents
 
@@ -123,6 +129,8 @@ def metrics(data: dict, method, documents: float = 0.0, **kw) -> dict:
     out = {}
     for q in lists:
         fused = fuse(lists[q], method, depth=data["pool"], **kw)
+        if consensus:
+            fused = with_consensus(fused, lists[q], data["card_of"], consensus, depth=data["pool"], **kw)
         if documents:
             fused = with_documents(fused, data["card_of"], data["card_scores"][q], documents)
         out[q] = ranking(fused, docs)
@@ -140,6 +148,7 @@ def main() -> None:
     os.environ["QUARRY_EMBED_BACKEND"] = args.backend
 
     from quarry.flows.orchestration import prefect_api, prefect_environment
+
     from quarry.eval.evaluation import load_beir
     from quarry.search import fusion
 
@@ -180,14 +189,15 @@ def main() -> None:
               file=sys.stderr)
     else:
         best = fixed = {"alpha": fusion.TMM_ALPHA, "adapt": fusion.TMM_ADAPT}
-    # the document evidence's weight at the library's alpha, on every train split there is
+    # the document consensus's and evidence's weights at the library's alpha, on every split (a
+    # weight is chosen on train splits only; the test rows show what that choice costs elsewhere)
     doc_grid = []
     for (name, split), d in data.items():
-        if split == "train":
-            for w in DOC_WEIGHTS:
-                m = metrics(d, "tmm", documents=w, alpha=fusion.TMM_ALPHA, adapt=0.0)
-                doc_grid.append({"set": name, "documents": w, "ndcg@10": m["ndcg@10"]})
-                print(f"{name} train, document weight {w}: nDCG@10 {m['ndcg@10']:.4f}", file=sys.stderr)
+        for c, w in itertools.product(CONSENSUS_WEIGHTS, DOC_WEIGHTS):
+            m = metrics(d, "tmm", documents=w, consensus=c, alpha=fusion.TMM_ALPHA, adapt=0.0)
+            doc_grid.append({"set": name, "split": split, "consensus": c, "documents": w, "ndcg@10": m["ndcg@10"]})
+            print(f"{name} {split}, consensus {c}, document weight {w}: nDCG@10 {m['ndcg@10']:.4f}",
+                  file=sys.stderr)
 
     methods = [("bm25", "bm25", {}), ("vector", "vector", {}), ("rrf", "rrf", {}),
                (f"tmm a={fixed['alpha']}", "tmm", {"alpha": fixed["alpha"], "adapt": 0.0}),

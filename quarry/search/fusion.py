@@ -43,7 +43,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from quarry.core.registry import FUSIONS
 
 __all__ = ["DEFAULT_FUSION", "DEFAULT_K", "DOC_WEIGHT", "FLOORS", "FUSIONS", "TMM_ADAPT", "TMM_ALPHA", "fuse",
-           "normalised", "peak", "rrf", "tmm", "tmm_weights", "with_documents"]
+           "normalise", "normalised", "peak", "rrf", "tmm", "tmm_weights", "with_documents"]
 
 DEFAULT_K = 60
 DEFAULT_FUSION = "tmm"
@@ -127,16 +127,21 @@ def tmm(
     missing: dict[str, float] = {}
     best: dict = {}
     for name in w:
-        items = hits[name]
-        lowest = min(s for _, s in items)
-        floor = min(floors.get(name, lowest), lowest)
-        span = items[0][1] - floor
-        norms[name] = {item: ((s - floor) / span if span > 0 else 1.0) for item, s in items}
-        missing[name] = min(norms[name].values()) if depth is None or len(items) >= depth else 0.0
-        for rank, (item, _) in enumerate(items, start=1):
+        norms[name], missing[name] = normalise(name, hits[name], floors, depth)
+        for rank, (item, _) in enumerate(hits[name], start=1):
             best[item] = min(best.get(item, rank), rank)
     fused = {item: sum(weight * norms[name].get(item, missing[name]) for name, weight in w.items()) for item in best}
     return sorted(fused.items(), key=lambda kv: (-kv[1], best[kv[0]], kv[0]))
+
+
+def normalise(name: str, items: Scored, floors: Mapping[str, float], depth: int | None) -> tuple[dict, float]:
+    """``({id: normalised score}, score of an id the list lacks)`` for one retriever's non-empty list:
+    TMM's theoretical min-max normalisation (see the module's docstring)."""
+    lowest = min(s for _, s in items)
+    floor = min(floors.get(name, lowest), lowest)
+    span = items[0][1] - floor
+    norms = {item: ((s - floor) / span if span > 0 else 1.0) for item, s in items}
+    return norms, (min(norms.values()) if depth is None or len(items) >= depth else 0.0)
 
 
 @FUSIONS.register("tmm", normalised=True)
