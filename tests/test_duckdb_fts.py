@@ -43,9 +43,9 @@ def opened(db, **overrides):
     return quarry.open(str(db), settings=Settings.from_env(**{**ON, **overrides}))
 
 
-def builder(db, generation, **env):
+def builder(db, **env):
     """The detached builder, run in the foreground."""
-    return subprocess.run([sys.executable, "-m", "quarry.store.fts", str(db), str(generation)], check=False, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "quarry.store.fts", str(db)], check=False, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT), **env}, capture_output=True, text=True,
                           timeout=300)
 
@@ -97,7 +97,7 @@ def test_a_build_under_way_never_blocks_a_reader(tree, tmp_path, prefect_api):
     release = tmp_path / "release"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "QUARRY_FAULT": f"pause:{fts.BUILD_FAULT}",
            "QUARRY_FAULT_FILE": str(release)}
-    child = subprocess.Popen([sys.executable, "-m", "quarry.store.fts", str(db), str(gen)], cwd=ROOT, env=env)
+    child = subprocess.Popen([sys.executable, "-m", "quarry.store.fts", str(db)], cwd=ROOT, env=env)
     try:
         deadline = time.monotonic() + 120
         while not (tmp_path / "release.paused").exists() and time.monotonic() < deadline:
@@ -121,7 +121,7 @@ def test_a_builder_killed_mid_build_leaves_the_store_usable(tree, tmp_path, pref
     db = tmp_path / "db"
     index(tree, db, duckdb_fts=False)
     gen = read_pointer(db).generation
-    killed = builder(db, gen, QUARRY_FAULT=fts.BUILD_FAULT)
+    killed = builder(db, QUARRY_FAULT=fts.BUILD_FAULT)
     assert killed.returncode == -9
     assert list(db.glob(f"{fts.file_name(gen)}.tmp-*")) and fts.state(db, gen) == "missing"
     assert diagnose(db).healthy
@@ -143,14 +143,20 @@ def test_off_builds_nothing_and_says_so(tree, tmp_path, prefect_api):
     assert not fts.path(db, gen).exists()
 
 
-def test_the_builder_skips_a_generation_a_newer_commit_replaced(tree, tmp_path, prefect_api):
+def test_commits_while_a_builder_works_start_no_other_and_it_builds_the_newest(tree, tmp_path, prefect_api):
     db = tmp_path / "db"
     index(tree, db, duckdb_fts=False)
     first = read_pointer(db).generation
-    (tree / "new-note.md").write_text("# Note\n\nA new page about gardening.\n")
-    index(tree, db, duckdb_fts=False)
-    assert builder(db, first).returncode == 0
-    assert not fts.path(db, first).exists()
+    held = fts._lock(db, blocking=False)  # a builder at work
+    try:
+        (tree / "new-note.md").write_text("# Note\n\nA new page about gardening.\n")
+        index(tree, db)  # its commit finds the lock held: no second builder
+        assert fts.state(db, read_pointer(db).generation) == "building"
+        assert fts.start(db, read_pointer(db).generation) is None
+    finally:
+        os.close(held)
+    assert builder(db).returncode == 0  # what the builder does next: the generation now current
+    assert fts.state(db, first + 1) == "ready" and not fts.path(db, first).exists()
 
 
 def test_an_older_quarrys_fts_index_in_a_copied_catalog_is_dropped(tmp_path):

@@ -10,9 +10,11 @@ It is built *after* the pointer moves, never inside the commit:
 
 - :func:`start` (from the writer, once ``CURRENT`` names the new generation) links the previous
   generation's file when the commit changed no chunk (a move, a touch, new permissions, a merge),
-  else starts a detached child, ``python -m quarry.store.fts STORE GEN``, at low priority;
+  else starts a detached child, ``python -m quarry.store.fts STORE``, at low priority;
 - builds take one store-wide lock, ``fts.lock`` (flock: a killed builder's lock goes with it); a
-  child that gets it after a newer generation was committed skips its own (a newer child follows);
+  commit that finds it held starts nothing: the builder at work builds whatever generation is
+  current when it finishes (:func:`build_current`), so a burst of commits costs one builder and
+  the builds of the generations it skipped;
 - a build writes ``fts-<gen>.duckdb.tmp-<pid>`` and renames it into place: a reader sees a whole
   file or none, and the next builder removes what a killed one left;
 - ``quarry sql`` attaches the file for queries that use it (:func:`uses_fts`), waiting for a build
@@ -51,6 +53,7 @@ __all__ = [
     "attach",
     "available",
     "build",
+    "build_current",
     "build_info",
     "ensure",
     "file_name",
@@ -130,20 +133,14 @@ def _lock(store: Path, blocking: bool) -> int | None:
     return fd
 
 
-def build(store: Path, generation: int, only_current: bool = False, lock_fd: int | None = None) -> Path | None:
+def build(store: Path, generation: int, lock_fd: int | None = None) -> Path:
     """Build generation ``generation``'s sidecar unless it is there; returns its path. Waits for a
-    build under way first. ``only_current``: skip it (None) when ``CURRENT`` names another
-    generation by the time the lock is ours (what the detached builder does). ``lock_fd``: the
-    builders' lock, held already (handed over by :func:`start`)."""
+    build under way first, unless ``lock_fd`` is the builders' lock, held already."""
     fd = _lock(store, blocking=True) if lock_fd is None else lock_fd
     try:
         target = path(store, generation)
         if target.is_file():
             return target
-        if only_current and (pointer := read_pointer(store)) is not None and pointer.generation != generation:
-            log.info("full-text tables of generation %d skipped: generation %d is committed", generation,
-                     pointer.generation)
-            return None
         for debris in store.glob(f"{target.name}.tmp-*"):  # a killed builder's (the lock is ours)
             debris.unlink(missing_ok=True)
         t0 = time.perf_counter()
@@ -158,7 +155,39 @@ def build(store: Path, generation: int, only_current: bool = False, lock_fd: int
         log.info("full-text tables of generation %d: %d chunks in %.1f s", generation, rows, time.perf_counter() - t0)
         return target
     finally:
-        os.close(fd)
+        if lock_fd is None:
+            os.close(fd)
+
+
+def build_current(store: Path, lock_fd: int | None = None) -> list[int]:
+    """What the detached builder does: build the tables of the generation ``CURRENT`` names, then
+    of whatever a commit made current meanwhile, until the current one has them; returns the
+    generations built. Gives up at once when another builder holds the lock (that one looks at
+    ``CURRENT`` again when it finishes), so a burst of commits leaves one builder, not one each.
+
+    The check after the lock is released closes the race with a commit that moved the pointer
+    and found the lock still held: its pointer was written before it tried the lock."""
+    built: list[int] = []
+    fd = lock_fd
+    while True:
+        if fd is None:
+            fd = _lock(store, blocking=False)
+            if fd is None:
+                return built
+        try:
+            while (pointer := read_pointer(store)) is not None and not path(store, pointer.generation).is_file():
+                try:
+                    build(store, pointer.generation, lock_fd=fd)
+                    built.append(pointer.generation)
+                except (OSError, duckdb.Error, QuarryError):
+                    if read_pointer(store) == pointer:  # not a newer commit's removal: a real failure
+                        raise
+        finally:
+            os.close(fd)
+            fd = None
+        pointer = read_pointer(store)
+        if pointer is None or path(store, pointer.generation).is_file():
+            return built
 
 
 def _write(store: Path, generation: int, tmp: Path, t0: float) -> int:
@@ -202,7 +231,8 @@ def _literal(p: Path) -> str:
 def start(store: Path, generation: int, previous: int | None = None) -> subprocess.Popen | None:
     """Make generation ``generation``'s sidecar, after its pointer moved: link ``previous``'s when
     given (the commit changed no chunk) and that one is built, else start a detached builder.
-    Returns the builder's process (None when linked, or when the extension is not installed)."""
+    Returns the builder's process (None when linked, when the extension is not installed, or when a
+    builder is at work already: it builds the newest generation when it finishes)."""
     target = path(store, generation)
     if previous is not None and path(store, previous).is_file():
         try:
@@ -215,18 +245,18 @@ def start(store: Path, generation: int, previous: int | None = None) -> subproce
     if not available():
         log.info("DuckDB's FTS extension is not installed: no full-text tables for SQL (pip install 'quarry[fts]')")
         return None
-    # The lock, taken here when free, goes to the child with its descriptor (an flock belongs to the
-    # open file, which the child shares): the build shows as under way from the moment the commit
-    # returns. When another build holds it, the child waits its turn.
+    # The lock, taken here, goes to the child with its descriptor (an flock belongs to the open
+    # file, which the child shares): the build shows as under way from the moment the commit
+    # returns. A builder holding it already takes this generation on when it finishes.
     fd = _lock(store, blocking=False)
-    args = [sys.executable, "-m", "quarry.store.fts", str(store), str(generation)]
+    if fd is None:
+        return None
     try:
-        return subprocess.Popen(args + ([str(fd)] if fd is not None else []), pass_fds=(fd,) if fd is not None else (),
+        return subprocess.Popen([sys.executable, "-m", "quarry.store.fts", str(store), str(fd)], pass_fds=(fd,),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
     finally:
-        if fd is not None:
-            os.close(fd)
+        os.close(fd)
 
 
 def wait(store: Path, generation: int, timeout: float = 600.0) -> str:
@@ -298,19 +328,19 @@ def remove_unkept(store: Path, stays: set[int], current: int | None, older_than:
 
 
 def main(argv: list[str]) -> int:
-    """The detached builder: ``python -m quarry.store.fts STORE GENERATION [LOCK_FD]`` (``LOCK_FD``:
-    the builders' lock, held already)."""
-    if len(argv) not in (2, 3) or not all(a.isdigit() for a in argv[1:]):
-        print("usage: python -m quarry.store.fts STORE GENERATION [LOCK_FD]", file=sys.stderr)
+    """The detached builder: ``python -m quarry.store.fts STORE [LOCK_FD]`` (``LOCK_FD``: the
+    builders' lock, held already) builds the current generation's tables (:func:`build_current`)."""
+    if len(argv) not in (1, 2) or not all(a.isdigit() for a in argv[1:]):
+        print("usage: python -m quarry.store.fts STORE [LOCK_FD]", file=sys.stderr)
         return 2
     try:
         os.nice(NICE)
     except OSError:
         pass
     try:
-        build(Path(argv[0]), int(argv[1]), only_current=True, lock_fd=int(argv[2]) if len(argv) == 3 else None)
-    except (OSError, duckdb.Error, QuarryError) as exc:  # a newer commit removed its files, a full disk
-        print(f"full-text tables of generation {argv[1]} in {argv[0]} not built: {exc}", file=sys.stderr)
+        build_current(Path(argv[0]), int(argv[1]) if len(argv) == 2 else None)
+    except (OSError, duckdb.Error, QuarryError) as exc:  # a full disk, a damaged catalog
+        print(f"full-text tables of {argv[0]} not built: {exc}", file=sys.stderr)
         return 1
     return 0
 
