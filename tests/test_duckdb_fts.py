@@ -178,7 +178,7 @@ def test_without_the_extension_asking_for_it_is_a_clear_error(monkeypatch, tmp_p
             catalog.rebuild_fts(con)
         assert not fts.available()
         assert fts.start(tmp_path, 1) is None  # nothing to start: the commit stands without them
-        with pytest.raises(Exception, match=r"quarry\[fts\]"):
+        with pytest.raises(Exception, match=r"duckdb-ext-fts"):
             fts.ensure(tmp_path, 1)
     finally:
         catalog.fts_extension_path.cache_clear()

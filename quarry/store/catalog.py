@@ -66,7 +66,7 @@ def fts_extension_path() -> str:
     spec = importlib.util.find_spec("duckdb_ext")
     if spec is None or not spec.submodule_search_locations:
         raise QuarryError("DuckDB's FTS extension is missing (match_bm25 needs it): "
-                          "pip install 'quarry[fts]' or duckdb-ext-fts==1.4.4.*")
+                          "pip install 'duckdb-ext-fts==1.4.4.*' (a dependency of quarry)")
     version = duckdb.__version__
     for location in spec.submodule_search_locations:
         found = glob.glob(f"{location}/extensions/v{version}/*/fts.duckdb_extension")

@@ -243,7 +243,7 @@ def start(store: Path, generation: int, previous: int | None = None) -> subproce
         except OSError:  # a file system without hard links: build it
             pass
     if not available():
-        log.info("DuckDB's FTS extension is not installed: no full-text tables for SQL (pip install 'quarry[fts]')")
+        log.info("DuckDB's FTS extension is not installed: no full-text tables for SQL (pip install 'duckdb-ext-fts==1.4.4.*', a dependency of quarry)")
         return None
     # The lock, taken here, goes to the child with its descriptor (an flock belongs to the open
     # file, which the child shares): the build shows as under way from the moment the commit
@@ -277,7 +277,7 @@ def ensure(store: Path, generation: int) -> Path:
     if target.is_file():
         return target
     if not available():
-        raise UsageError("match_bm25 needs DuckDB's FTS extension: pip install 'quarry[fts]'")
+        raise UsageError("match_bm25 needs DuckDB's FTS extension, a dependency of quarry: pip install 'duckdb-ext-fts==1.4.4.*'")
     return build(store, generation)
 
 
