@@ -227,12 +227,15 @@ def edit_file(path: Path, tag: str) -> None:
 
 
 def store_files(store: Path) -> dict[str, tuple[int, int, int]]:
-    """(inode, mtime ns, size) of every file of the store but Prefect's database and logs."""
+    """(inode, mtime ns, size) of every file of the store but Prefect's database and logs and
+    DuckDB's full-text tables (built after the commit, measured apart: :func:`wait_full_text`)."""
     out = {}
     for folder, dirs, files in os.walk(store):
         if Path(folder) == store:
             dirs[:] = [d for d in dirs if d not in ("prefect", "logs")]
         for name in files:
+            if name.startswith("fts-") or name == "fts.lock":
+                continue
             try:
                 st = os.stat(os.path.join(folder, name))
             except FileNotFoundError:
@@ -277,6 +280,7 @@ def run_flow(tree: Path, store: Path, overrides: dict, out: Path, mode: str = "i
     errlog = out.with_suffix(".log")
     args = {"mode": mode, "tree": str(tree), "store": str(store), "overrides": overrides, "out": str(out), **extra}
     before = store_files(store) if store.exists() else {}
+    committed = _generation(store)
     t0, epoch0 = time.perf_counter(), time.time()
     with open(errlog, "w") as err_fh:  # a file, not a pipe: a full pipe would stall the run
         proc = subprocess.Popen([sys.executable, "-c", CHILD, str(ROOT / "bench"), json.dumps(args)],
@@ -303,11 +307,40 @@ def run_flow(tree: Path, store: Path, overrides: dict, out: Path, mode: str = "i
     commit_from = _epoch(report.get("finished")) - epoch0 - stage_seconds(report).get("commit", 0.0)
     if commit_from != commit_from:  # no finished time: the commit is the run's last commit_s seconds
         commit_from = wall - stage_seconds(report).get("commit", 0.0) - 1.0
+    if _generation(store) != committed:  # a new generation: its full-text tables follow it
+        report.update(wait_full_text(store))
     report["peak_rss_at_s"] = round(at, 1)
     report["peak_rss_mb_main_process"] = round(main_peak / 2**20)
     report["peak_rss_mb_batches"] = round(max((r for t, r in series if t < commit_from), default=0) / 2**20)
     report["peak_rss_mb_commit"] = round(max((r for t, r in series if t >= commit_from), default=0) / 2**20)
     return report
+
+
+def _generation(store: Path) -> int | None:
+    from quarry.store.pointer import read_pointer
+
+    pointer = read_pointer(store) if store.exists() else None
+    return pointer.generation if pointer else None
+
+
+def wait_full_text(store: Path) -> dict:
+    """After a run: wait for the detached builder of DuckDB's full-text tables (so it never runs
+    into the next measurement); its build seconds, how long the run's end waited for it, its size."""
+    from quarry.store import fts
+    from quarry.store.pointer import read_pointer
+
+    pointer = read_pointer(store)
+    if pointer is None:
+        return {}
+    t = time.perf_counter()
+    state = fts.wait(store, pointer.generation, timeout=3600)
+    info = fts.build_info(store, pointer.generation) or {}
+    built_now = info.get("generation") == pointer.generation
+    out = {"fts_state": state, "fts_wait_s": round(time.perf_counter() - t, 2),
+           "fts_build_s": round(info["seconds"], 2) if info and built_now else (0.0 if info else None),
+           "fts_bytes": fts.path(store, pointer.generation).stat().st_size if info else 0}
+    log(f"  full-text tables: {state}, built in {out['fts_build_s']} s (waited {out['fts_wait_s']} s after the run)")
+    return out
 
 
 def _epoch(stamp) -> float:
@@ -416,6 +449,7 @@ def run_row(chunks: int, embedder: str, runner: str, n_queries: int, keep: bool,
         "rows_per_s": {s: round(n / stages[s]) for s in STAGES if stages.get(s)},
         "stage_s": {k: round(v, 1) for k, v in stages.items()},
         "commit_s": round(stages.get("commit", 0.0), 1),
+        "fts_build_s": first.get("fts_build_s"), "fts_wait_s": first.get("fts_wait_s"), "fts_bytes": first.get("fts_bytes"),
         "no_change_s": round(second["wall_s"], 1), "no_change_peak_rss_mb": second["peak_rss_mb"],
         # the no-change run inside its process, Prefect API server start included (the rest of
         # no_change_s is starting Python and importing quarry, Prefect and friends)
@@ -504,7 +538,7 @@ def _incremental(name: str, base: dict, report: dict) -> dict:
     row = {"run": name, **base, "wall_s": round(report["wall_s"], 2), "bytes_written": report["bytes_written"],
            "peak_rss_mb": report["peak_rss_mb"], "in_process_s": round(report.get("wall_in_child_s", 0.0), 2),
            "cpu_s": round(report.get("cpu_in_child_s", 0.0), 2), "load_avg": load_avg()}
-    for key in ("added", "updated", "moved", "deleted", "embedded_chunks"):
+    for key in ("added", "updated", "moved", "deleted", "embedded_chunks", "fts_build_s", "fts_wait_s", "fts_bytes"):
         if key in report:
             row[key] = report[key]
     if report.get("durations"):

@@ -27,7 +27,7 @@ from quarry.core.storeurl import root_path
 from quarry.flows.pipeline import Totals, run_batches, unwalked
 from quarry.flows.runners import FILES_PER_BATCH, plan_runner, task_runner, task_settings
 from quarry.ingest.embedders import describe, get_embedder
-from quarry.ingest.process import content_fingerprint
+from quarry.ingest.process import content_fingerprint, recorded_versions
 from quarry.store import journal
 from quarry.store.layout import WriterLock, new_run_id
 from quarry.store.pointer import read_pointer
@@ -232,7 +232,8 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
             durations=clock.as_dict(),
             settings=settings.public_dict(),
         )
-        meta = {"content_fingerprint": content_fingerprint(settings), "sectioner": settings.sectioner,
+        meta = {"content_fingerprint": content_fingerprint(settings), "format_versions": recorded_versions(),
+                "sectioner": settings.sectioner,
                 "context": settings.context, "embed_backend": settings.embed_backend}
         if writer is not None:
             _info, report = commit_run(run_id, unwalked(report), meta)
@@ -243,7 +244,8 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
             remove_debris(store)  # what a killed run left, as a writer would on opening
             report = report.finished_with(commit_seconds=time.perf_counter() - t)
             journal.record_run(store, report)
-        out = {**report.to_dict(), "dry_run": False, "plan": plan.counts(), "rebuild": rebuild_reason}
+        out = {**report.to_dict(), "dry_run": False, "plan": plan.counts(), "rebuild": rebuild_reason,
+               "reparsed_formats": planned.reparsed}
         _artifact(out)
         logger.info("run %s: %s; embedded %d chunks in %d model calls, reused %d stored vectors", run_id,
                     {k: out[k] for k in ("added", "updated", "moved", "deleted", "skipped", "unsupported", "failed")},

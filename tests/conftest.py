@@ -21,6 +21,8 @@ SAMPLE = ROOT / "data" / "sample"
 _home = tempfile.mkdtemp(prefix="quarry-test-prefect-")
 os.environ["PREFECT_HOME"] = _home
 os.environ.setdefault("QUARRY_EMBED_BACKEND", "hash")
+# no detached full-text builder after every test commit (2 cores); tests/test_duckdb_fts.py turns it on
+os.environ.setdefault("QUARRY_DUCKDB_FTS", "0")
 from quarry.flows.orchestration import prefect_environment  # noqa: E402
 
 prefect_environment()

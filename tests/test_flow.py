@@ -159,3 +159,22 @@ def test_the_flow_hands_the_embedder_whole_batches(tree, tmp_path, run_flow, mon
     assert report["embedded_chunks"] == report["chunks"] > 5
     assert fake.sizes == [report["chunks"]]  # 5 files are one flow batch
     assert report["model_calls"] == 3  # the embedder's own count of model calls, not embed() calls
+
+
+def test_a_parser_version_bump_reparses_that_format_only(tree, tmp_path, run_flow, monkeypatch):
+    from quarry.ingest import parsers
+
+    db = tmp_path / "db"
+    run_flow([tree], db)
+    with quarry.open(str(db)) as idx:
+        before = dict(idx.sql("SELECT rel_path, run_id FROM documents").rows)
+    current = parsers.format_versions()
+    monkeypatch.setattr(parsers, "format_versions", lambda: {**current, "md": current["md"] + 1})
+    report = run_flow([tree], db)
+    assert report["reparsed_formats"] == ["md"] and not report["rebuild"]
+    assert report["updated"] == 2 and report["skipped"] == 3
+    with quarry.open(str(db)) as idx:
+        after = dict(idx.sql("SELECT rel_path, run_id FROM documents").rows)
+    assert {p for p in after if after[p] != before[p]} == {"runbooks/deploys.md", "runbooks/incident-2024-03-postmortem.md"}
+    again = run_flow([tree], db)  # the new version is recorded: nothing to do
+    assert again["reparsed_formats"] == [] and again["updated"] == 0 and again["skipped"] == 5

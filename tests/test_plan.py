@@ -43,3 +43,13 @@ def test_duplicate_content_moves_one_and_adds_the_other():
     catalog = [CatalogDoc("d1", "/r/a.md", "s", 1.0)]
     plan = make_plan([f("/r/b.md", "s"), f("/r/c.md", "s")], catalog, ["/r"])
     assert len(plan.moved) == 1 and len(plan.new) == 1 and not plan.removed
+
+
+def test_a_reparsed_format_turns_its_documents_into_changes_moves_included():
+    catalog = [CatalogDoc("d1", "/r/a.md", "s1", 1.0), CatalogDoc("d2", "/r/old.md", "s2", 1.0),
+               CatalogDoc("d3", "/r/c.txt", "s3", 1.0)]
+    text = FileInfo(path="/r/c.txt", root="/r", rel_path="c.txt", file_type="txt", size=1, mtime=1.0, sha256="s3")
+    plan = make_plan([f("/r/a.md", "s1"), f("/r/new.md", "s2"), text], catalog, ["/r"], reparse={"md"})
+    assert sorted(d for _, d in plan.changed) == ["d1", "d2"]
+    assert [d for _, d in plan.unchanged] == ["d3"] and not plan.moved
+    assert make_plan([text], catalog[2:], ["/r"], reparse={"pdf"}).unchanged == [(text, "d3")]

@@ -189,6 +189,9 @@ def print_status(info: dict) -> None:
     if len(index.get("segments") or []) > 1:
         click.echo(f"index:     {len(index['segments'])} segments (catalog layers), {index['deleted_rows']} rows "
                    "replaced since the oldest: `quarry maintain` merges them")
+    full_text = info.get("full_text") or {}
+    if full_text:
+        click.echo(f"full text: {full_text['state']} (DuckDB's match_bm25 in quarry sql)")
     embedder = info.get("embedder") or {}
     if embedder.get("variant"):
         check = embedder.get("self_check") or {}

@@ -77,6 +77,7 @@ def make_plan(
     roots: list[str],
     rebuild: bool = False,
     unreadable: frozenset[str] | set[str] = frozenset(),
+    reparse: frozenset[str] | set[str] = frozenset(),
 ) -> Plan:
     """Sort ``files`` into new / changed / moved / removed / unchanged.
 
@@ -84,7 +85,8 @@ def make_plan(
     document into a changed one; vectors are still reused where the embedded text is equal.
     ``unreadable`` paths exist but could not be read this run (a permission error, a file being
     rewritten): their documents are kept as they are, not removed; so are the members of an
-    unreadable archive (or of an archive member that could not be opened).
+    unreadable archive (or of an archive member that could not be opened). ``reparse``: file types
+    whose parser changed since the store was cut; their documents are changed ones too.
     """
     plan = Plan()
     by_path = {d.path: d for d in catalog}
@@ -101,7 +103,7 @@ def make_plan(
     for f in files:
         old = by_path.get(f.path)
         if old is not None:
-            if rebuild or old.sha256 != f.sha256:
+            if rebuild or old.sha256 != f.sha256 or f.file_type in reparse:
                 plan.changed.append((f, old.doc_id))
             else:
                 plan.unchanged.append((f, old.doc_id))
@@ -111,7 +113,7 @@ def make_plan(
         candidates = vanished.get(f.sha256)
         if candidates:
             src = candidates.pop(0)
-            if rebuild:
+            if rebuild or f.file_type in reparse:
                 plan.changed.append((f, src.doc_id))
             else:
                 plan.moved.append((f, src.doc_id, src.path))

@@ -439,7 +439,9 @@ def process_batch(items: list[tuple[FileInfo, str]], settings, workers: int = 1,
 def content_fingerprint(settings) -> str:
     """Hash of the settings that shape sections and chunks (not the vectors).
 
-    A store built with another fingerprint is re-processed in full (``tasks/discover.py``).
+    A store built with another fingerprint is re-processed in full (``tasks/discover.py``). The
+    parsers' versions are not in it: a parser's new version re-parses its own format's documents
+    only (:func:`recorded_versions`).
     """
     keys = ("sectioner", "context", "chunk_size", "chunk_overlap", "min_chunk", "max_section")
     shape = {k: getattr(settings, k) for k in keys}
@@ -459,3 +461,12 @@ def content_fingerprint(settings) -> str:
                      llm_chunk_context=settings.llm_chunk_context)
     blob = json.dumps(shape, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def recorded_versions() -> str:
+    """The parsers' versions as a commit records them in the catalog's meta (``format_versions``):
+    the next run parses again the documents of each format whose version differs
+    (:func:`quarry.ingest.parsers.stale_formats`, quarry/store/planning.py)."""
+    from quarry.ingest.parsers import format_versions
+
+    return json.dumps(format_versions(), sort_keys=True)

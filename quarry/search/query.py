@@ -42,6 +42,7 @@ from quarry.search.results import SearchResponse, SearchResult
 from quarry.search.segments import segments_from_results
 from quarry.search.windows import ChunkReader, expand
 from quarry.store import views
+from quarry.store.fts import summary as fts_status
 from quarry.store.layers import attach_sql
 from quarry.store.reader import Snapshot
 from quarry.store.remote import remote_of
@@ -491,11 +492,14 @@ class Index:
                 "vector_table": snap.pointer.vector_table,
                 "vector_version": snap.pointer.vector_version,
                 "search_index": views.index_summary(snap.index_manifest) if snap.index_manifest is not None else None,
+                # DuckDB's full-text tables (match_bm25 in quarry sql): ready, building, missing or off
+                "full_text": fts_status(self.store, snap.pointer.generation, self.settings.duckdb_fts),
                 "embedder": describe_backend(self.settings),
                 "last_run": None,
             }
             if access is not None:
-                for key in ("store", "catalog", "catalog_attach", "vector_table", "vector_version", "embedder", "last_run"):
+                for key in ("store", "catalog", "catalog_attach", "full_text", "vector_table", "vector_version",
+                            "embedder", "last_run"):
                     info.pop(key)
             else:
                 from quarry.store.layout import disk_usage
@@ -599,7 +603,8 @@ class Index:
         from quarry.search.sql import run_sql
 
         with self._pinned() as snap:
-            return run_sql(snap.con, query, snap.pointer.generation, limit)
+            return run_sql(snap.con, query, snap.pointer.generation, limit, store=self.store,
+                           full_text=self.settings.duckdb_fts)
 
     def runs(self, limit: int = 50) -> list[dict]:
         """Index runs, newest first, with skipped runs the next commit has yet to record."""

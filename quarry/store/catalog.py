@@ -1,9 +1,9 @@
-"""The DuckDB catalog: documents, sections, chunks, runs, meta, and (when asked) DuckDB's FTS index.
+"""The DuckDB catalog: documents, sections, chunks, runs, meta.
 
-quarry searches its own memory-mapped BM25 files (quarry/retrieval), so the catalog needs DuckDB's
-FTS extension (the ``duckdb-ext-fts`` wheel, in the ``test`` and ``fts`` extras) only to build
+quarry searches its own memory-mapped BM25 files (quarry/retrieval), so it needs DuckDB's FTS
+extension (the ``duckdb-ext-fts`` wheel, in the ``test`` and ``fts`` extras) only to build
 DuckDB's index: for the tests, which use ``match_bm25`` as an independent reference, and for SQL
-users who ask for it with ``QUARRY_DUCKDB_FTS=1`` (docs/export.md).
+users, in a sidecar file per generation (quarry/store/fts.py, docs/export.md).
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def fts_extension_path() -> str:
     """
     spec = importlib.util.find_spec("duckdb_ext")
     if spec is None or not spec.submodule_search_locations:
-        raise QuarryError("DuckDB's FTS extension is missing (QUARRY_DUCKDB_FTS=1 needs it): "
-                          "pip install 'quarry[fts]' or duckdb-ext-fts==1.4.4.*")
+        raise QuarryError("DuckDB's FTS extension is missing (match_bm25 needs it): "
+                          "pip install 'duckdb-ext-fts==1.4.4.*' (a dependency of quarry)")
     version = duckdb.__version__
     for location in spec.submodule_search_locations:
         found = glob.glob(f"{location}/extensions/v{version}/*/fts.duckdb_extension")
@@ -260,8 +260,8 @@ def rebuild_fts(con: duckdb.DuckDBPyConnection) -> None:
     """Build DuckDB's own FTS index over ``chunks.search_text`` (``match_bm25`` in plain SQL).
 
     quarry searches its index files instead (quarry/retrieval); this index is the independent BM25
-    reference the tests compare against, and is committed with the catalog when
-    ``QUARRY_DUCKDB_FTS=1``. Raises QuarryError when the extension is not installed.
+    reference the tests compare against, and what the full-text sidecar of a generation holds
+    (quarry/store/fts.py). Raises QuarryError when the extension is not installed.
     """
     con.execute(f"LOAD '{fts_extension_path()}'")
     con.execute("SET enable_progress_bar = false")  # DuckDB would draw its own bar over the run's
@@ -271,18 +271,6 @@ def rebuild_fts(con: duckdb.DuckDBPyConnection) -> None:
 def drop_fts(con: duckdb.DuckDBPyConnection) -> None:
     """Drop DuckDB's FTS index (its schema of tables and macros), without needing the extension."""
     con.execute("DROP SCHEMA IF EXISTS fts_main_chunks CASCADE")
-
-
-def sync_fts(con: duckdb.DuckDBPyConnection, wanted: bool) -> None:
-    """Leave the catalog with a current FTS index when ``wanted``, and with none otherwise.
-
-    Called at commit, after the run's chunks are written: an index kept from an earlier
-    generation would describe chunks that changed since.
-    """
-    if wanted:
-        rebuild_fts(con)
-    elif has_fts(con):
-        drop_fts(con)
 
 
 def has_fts(con: duckdb.DuckDBPyConnection) -> bool:

@@ -1,7 +1,8 @@
 """Which committed generations a store keeps, so that ``quarry rollback`` can go back to them.
 
 Every commit makes generation ``N``: ``catalog-N.duckdb``, ``index-N/`` and a LanceDB table
-version. A store keeps the last ``QUARRY_KEEP_GENERATIONS`` (default 2: the current one and the
+version (and, after it, ``fts-N.duckdb``: quarry/store/fts.py). A store keeps the last
+``QUARRY_KEEP_GENERATIONS`` (default 2: the current one and the
 one before it) — generations ``current - keep < N <= current`` — on a local disk and on object
 storage alike; ``quarry maintain --keep-generations N`` prunes to another count. Anything newer
 than the current generation is debris of a run that never committed.
@@ -22,9 +23,10 @@ import shutil
 from pathlib import Path
 
 from quarry.core.environment import environment
+from quarry.store import fts
 from quarry.store.pointer import Pointer
 
-__all__ = ["keep_generations", "generation_of", "kept", "local_generations", "remove_unkept", "committed_state",
+__all__ = ["keep_generations", "generation_of", "kept", "kept_range", "local_generations", "remove_unkept", "committed_state",
            "state_of", "kept_versions", "layers_of", "referenced"]
 
 DEFAULT_KEEP = 2
@@ -45,6 +47,11 @@ def generation_of(name: str) -> int | None:
 def kept(generation: int, current: int | None, keep: int) -> bool:
     """Whether ``generation`` is kept when ``current`` is committed and ``keep`` generations stay."""
     return current is not None and current - keep < generation <= current
+
+
+def kept_range(current: int | None, keep: int) -> set[int]:
+    """The generations kept when ``current`` is committed and ``keep`` generations stay."""
+    return set() if current is None else set(range(max(1, current - keep + 1), current + 1))
 
 
 def local_generations(store: Path) -> list[int]:
@@ -108,6 +115,8 @@ def remove_unkept(store: Path, current: int | None, keep: int | None = None) -> 
         removed.append(path.name)
     for path in store.glob(".CURRENT.*.tmp"):
         path.unlink(missing_ok=True)
+    # full-text tables are of kept generations only (a layer under them is read through their catalog)
+    removed += fts.remove_unkept(store, kept_range(current, keep), current)
     return sorted(removed)
 
 

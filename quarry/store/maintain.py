@@ -118,6 +118,7 @@ def merge(store: Path) -> dict:
     more than one layer or its segments hold deleted rows (quarry/store/layers.py). Searches are
     fastest on one segment; a commit merges only what its policy asks. Caller holds the writer lock."""
     from quarry.retrieval import searchindex
+    from quarry.store import fts
     from quarry.store.writer import StoreWriter
 
     t0 = time.perf_counter()
@@ -129,7 +130,9 @@ def merge(store: Path) -> dict:
            "generation": pointer.generation}
     if (len(chain) <= 1 and not deleted) or not pointer.vector_table:
         return out
-    writer = StoreWriter(store, pointer.model, pointer.dim).open()
+    # a merge changes no chunk: the new generation links the full-text tables the store had
+    had_fts = fts.path(store, pointer.generation).is_file()
+    writer = StoreWriter(store, pointer.model, pointer.dim, duckdb_fts=had_fts).open()
     try:
         writer.merge_all()
         info = writer.commit(None, {})

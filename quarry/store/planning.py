@@ -13,6 +13,7 @@ from pathlib import Path
 from quarry.core import paths
 from quarry.core.models import FileError, FileInfo
 from quarry.core.sqlfiles import load_sql
+from quarry.ingest import parsers
 from quarry.ingest.discover import RootScan, discover, unsupported_reason
 from quarry.ingest.guard import GuardLimits, Verdict, check_deletes, check_roots
 from quarry.ingest.plan import CatalogDoc, Plan, make_plan
@@ -76,11 +77,13 @@ class RunPlan:
     rebuild: str = ""
     verdict: Verdict = field(default_factory=Verdict)
     documents: int = 0  # documents in the committed catalog
+    reparsed: list[str] = field(default_factory=list)  # file types parsed again: their parser's version changed
 
     def dry_run_report(self, run_id: str, discovery: Discovery) -> dict:
         """What ``--dry-run`` prints: the counts, every file by what would happen to it, the guard."""
         plan = self.plan
         return {"run_id": run_id, "dry_run": True, "plan": plan.counts(), "rebuild": self.rebuild,
+                "reparsed_formats": self.reparsed,
                 "unsupported": len(discovery.unsupported), "unsupported_files": discovery.unsupported_files(),
                 "guard": self.verdict.to_dict(),
                 "files": {
@@ -106,8 +109,11 @@ def plan_run(store: Path, discovery: Discovery, *, full: bool, fingerprint: str,
             reason = "chunking settings changed"
         elif meta.get("model") and dim and (meta.get("model"), meta.get("dim")) != (model, str(dim)):
             reason = f"embedding model changed ({meta.get('model')} -> {model})"
+    # a parser whose version changed re-cuts its format's documents, and only those
+    reparse = parsers.stale_formats(meta.get("format_versions")) if docs and not reason else set()
     verdict = check_roots(discovery.scans, docs, limits, patterns)
     unreadable = frozenset(e.path for e in discovery.unreadable)
-    plan = make_plan(discovery.files, docs, verdict.scope, rebuild=bool(reason), unreadable=unreadable)
+    plan = make_plan(discovery.files, docs, verdict.scope, rebuild=bool(reason), unreadable=unreadable,
+                     reparse=reparse)
     check_deletes(verdict, plan, docs, limits)
-    return RunPlan(plan, reason, verdict, len(docs))
+    return RunPlan(plan, reason, verdict, len(docs), sorted(reparse))

@@ -43,7 +43,8 @@ from quarry.core.environment import environment
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.storeurl import MARKER, StoreURL, parse_url
 from quarry.retrieval.searchindex import MANIFEST, folder_name, segment_generations
-from quarry.store.generations import keep_generations, referenced
+from quarry.store import fts
+from quarry.store.generations import keep_generations, kept_range, referenced
 from quarry.store.lease import Lease
 from quarry.store.objstore import ObjectStore, PreconditionFailed, open_store
 from quarry.store.pointer import POINTER, Pointer, write_local_pointer
@@ -224,6 +225,7 @@ class Remote:
                 else:
                     path.unlink(missing_ok=True)
                     Path(str(path) + ".wal").unlink(missing_ok=True)
+        fts.remove_unkept(store, kept_range(generation, max(2, keep_generations())), None, older_than=generation)
 
     def generations(self) -> set[int]:
         """The generations whose catalog is on the object store."""

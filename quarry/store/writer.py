@@ -18,9 +18,12 @@ Order of work, and why it is crash-safe:
 A kill before step 4's rename leaves the old pointer, hence the old state, intact.
 
 A new store's first generation is a whole catalog (a *base*); so is a generation written over a
-catalog an older quarry wrote whose columns or index files this one cannot build on, and every
-commit with ``QUARRY_DUCKDB_FTS=1`` (DuckDB's FTS index covers one table): those copy the
-committed catalog, as every commit used to.
+catalog an older quarry wrote whose columns or index files this one cannot build on: those copy
+the committed catalog, as every commit used to.
+
+DuckDB's own full-text tables (``match_bm25`` for SQL users, on unless ``QUARRY_DUCKDB_FTS=0``) are
+not part of the commit: once the pointer moved, :func:`quarry.store.fts.start` builds them in a
+sidecar file of the generation, in a detached process (quarry/store/fts.py).
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ class StoreWriter:
 
     def __init__(self, store: Path, model: str, dim: int, duckdb_fts: bool = False):
         self.store = store
-        self.duckdb_fts = duckdb_fts  # commit DuckDB's own FTS index with the catalog (docs/export.md)
+        self.duckdb_fts = duckdb_fts  # build DuckDB's full-text tables after the commit (quarry/store/fts.py)
         self.model = model
         self.dim = dim
         self.lock = WriterLock(store)
@@ -127,7 +130,7 @@ class StoreWriter:
             raise StoreCorrupt(f"{source}, the catalog CURRENT names, is missing: {hint}")
         folder = self.store / searchindex.folder_name(base.generation)
         # a delta needs the committed generation's segments to be its catalog's layers
-        delta = (not self.duckdb_fts and searchindex.is_complete(folder)
+        delta = (searchindex.is_complete(folder)
                  and tuple(searchindex.segment_generations(folder)) == (base.layers or (base.generation,)))
         try:
             self.con, self.chain, self.private, self.delta = layers.open_over(
@@ -356,7 +359,8 @@ class StoreWriter:
                                               generation=self.generation, earlier=earlier, deleted_rows=dead_rows,
                                               deleted_docs=dead_docs)
         else:
-            catalog.sync_fts(self.con, self.duckdb_fts)  # dropped unless asked for: search never uses it
+            if catalog.has_fts(self.con):  # an older quarry's, kept in the catalog: stale now (quarry/store/fts.py)
+                catalog.drop_fts(self.con)
             stored = self._vectors_in_row_order if self.table is not None else None
             manifest = searchindex.build_into(folder, self.con, stored, self.model, self.dim, generation=self.generation)
         logging.getLogger("quarry").info(
@@ -442,6 +446,15 @@ class StoreWriter:
 
     def _after_commit(self, pointer: Pointer) -> None:
         after_commit(self.store, pointer, self.table)
+        if self.duckdb_fts:
+            from quarry.store import fts
+
+            # chunks unchanged (moves, touches, permissions, a merge): the previous tables still hold
+            same = self.base is not None and not self.content_changed and not self.model_changed
+            try:
+                fts.start(self.store, pointer.generation, previous=self.base.generation if same else None)
+            except Exception as exc:  # the commit stands; `quarry sql` builds them when asked
+                logging.getLogger("quarry").warning("could not start building the full-text tables: %s", exc)
 
     def _drop_private(self) -> None:
         for folder in self.private:

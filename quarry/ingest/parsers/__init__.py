@@ -66,6 +66,25 @@ SUPPORTED = _View(lambda formats: {ext: f.name for f in formats for ext in f.ext
 ARCHIVE_TYPES = _View(lambda formats: {f.name: f for f in formats if f.archive})  # archive types
 
 
+def format_versions() -> dict[str, int]:
+    """Each format's parser version (:attr:`Format.version`), as a commit records it in the catalog's
+    meta (``format_versions``)."""
+    return {name: fmt.version for name, fmt in BY_TYPE.items()}
+
+
+def stale_formats(recorded: str | None) -> set[str]:
+    """The formats whose parser version differs from the one a store recorded (``recorded``: the
+    JSON of :func:`format_versions`; a store from before versions were recorded was cut by version 1
+    of every parser): their documents are parsed again."""
+    import json
+
+    try:
+        then = json.loads(recorded) if recorded else {}
+    except ValueError:
+        then = {}
+    return {name for name, version in format_versions().items() if int(then.get(name, 1)) != version}
+
+
 def file_type_for(path: str) -> str:
     """The file type quarry reads ``path`` as ("md", "pdf", "tar", ...) by its suffix, or "" when unknown."""
     name = os.path.basename(path).lower()

@@ -32,6 +32,9 @@ class Format:
     binaries: tuple[str, ...] = ()  # system programs it runs; missing ones are reported by ``quarry formats``
     archive: bool = False  # a container: its members are the documents (discovery lists them)
     encryption: bool = False  # checked for a password before parsing (parsers/encrypted.py)
+    # Raised when the parser cuts the same bytes differently: the next run re-parses this format's
+    # documents, and only those (quarry.ingest.parsers.stale_formats, quarry/store/planning.py).
+    version: int = 1
 
 
 _T, _S, _O, _M, _D, _L, _A = ("quarry.ingest.parsers.text", "quarry.ingest.parsers.sheets",
@@ -49,7 +52,7 @@ BUILTINS: tuple[Format, ...] = (
     Format("pdf", (".pdf",), "quarry.ingest.parsers.pdf:parse_pdf",
            "pypdf; layout: pypdfium2; OCR: pypdfium2 + rapidocr-onnxruntime", ("pypdf",),
            "pages, headings (outline, else font size/weight), page titles, tables with title and columns; "
-           "OCR of pages without text", heavy=True, ocr=True),
+           "OCR of pages without text", heavy=True, ocr=True, version=2),  # 2: layout headings, tables, page titles
     Format("docx", (".docx",), "quarry.ingest.parsers.docx:parse_docx", "python-docx", ("docx",),
            "heading styles, tables in body order", heavy=True, encryption=True),
     Format("pptx", (".pptx", ".pptm"), f"{_O}:parse_pptx", "python-pptx", ("pptx",),
