@@ -24,8 +24,10 @@ checks them bit for bit against one). ``df_live`` is each segment's document fre
 deleted rows in the term's column (a binary search of the sorted deleted rows). A store of one
 segment without deletions needs no rescoring: its stored weights are exact.
 
-**Vectors.** Each segment has its own vectors (with IVF once it has ``IVF_MIN_ROWS`` rows, else
-searched exactly); a query takes each segment's top ``n`` and keeps the best ``n`` overall.
+**Vectors.** Each segment has its own vectors (with IVF once it has ``IVF_MIN_ROWS`` rows; a
+smaller one laid out by the base segment's clusters when the base has IVF, and probed with them,
+the clusters ranked once a query; else searched exactly); a query takes each segment's top ``n``
+and keeps the best ``n`` overall.
 Deleted rows are left out of the scores a segment computes (they never compete for its top
 ``n``; a bool per row, so as cheap for many deleted rows as for few), or, with a filter or the
 ``binary`` method past :data:`DELETED_SKIP` deleted rows, through the filter mask.
