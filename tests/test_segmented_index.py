@@ -179,6 +179,47 @@ def test_exact_vector_search_over_segments_equals_a_rebuild(three_segments):
     assert len(every) == seg.live_rows and not set(every.tolist()) & set(seg.bm25.deleted.tolist())
 
 
+def test_a_small_segment_is_probed_with_the_base_clusters(tmp_path):
+    """A segment too small for its own IVF is laid out by the base's clusters at commit and probed
+    with them: each of its rows is found in the nearest cluster alone, and exact search over both
+    still equals one build over the same rows, bit for bit."""
+    texts = {f"{i:08d}": f"document {i} about topic{i % 7} and theme{i % 11}" for i in range(630)}
+    base_items = {k: texts[k] for k in sorted(texts)[:600]}
+    delta_items = {k: texts[k] for k in sorted(texts)[600:]}
+    con = _catalog(tmp_path / "c1.duckdb", base_items)
+    searchindex.build_into(tmp_path / searchindex.folder_name(1), con, _vectors, ivf_rows=100, generation=1)
+    con.close()
+    base = searchindex.Segment.load(tmp_path / searchindex.folder_name(1), 1)
+    assert base.dense.has_ivf
+    con = _catalog(tmp_path / "c2.duckdb", delta_items)
+    manifest = searchindex.build_into(tmp_path / searchindex.folder_name(2), con, _vectors, ivf_rows=100,
+                                      generation=2, earlier=[base])
+    con.close()
+    folder = tmp_path / searchindex.folder_name(2)
+    assert manifest["segment"]["dense"]["base_ivf"] == {"nlist": len(base.dense.centroids), "generation": 1}
+    assert (folder / "dense.slot_rows.npy").exists() and not (folder / "ivf.centroids.npy").exists()
+    index = searchindex.SearchIndex.load(folder)
+    delta = index.segments[1].dense
+    assert delta.centroids is index.segments[0].dense.centroids
+    for part in index.dense.parts:
+        part.min_probes = 1  # the nearest cluster alone
+    ids = index.chunk_ids(range(index.n_rows))
+    vectors = _vectors(pa.array([f"{k}:0" for k in sorted(delta_items)]))
+    for local, v in enumerate(vectors):
+        rows, _ = index.dense.search(v, 1, method="ivf")
+        assert ids[int(rows[0])] == f"{sorted(delta_items)[local]}:0"
+    con = _catalog(tmp_path / "full.duckdb", texts)
+    arrays, full_manifest = searchindex.build(con, _vectors, ivf_rows=100)
+    con.close()
+    full = searchindex.SearchIndex.from_arrays(arrays, full_manifest)
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        q = rng.standard_normal(8).astype(np.float32)
+        r1, s1 = index.dense.search(q, 10, method="exact")
+        r2, s2 = full.dense.search(q, 10, method="exact")
+        assert np.array_equal(s1, s2) and _by_score(index.chunk_ids(r1), s1) == _by_score(full.chunk_ids(r2), s2)
+
+
 def _by_score(ids, scores) -> list[tuple[float, frozenset]]:
     """Results as (score, ids of that score) groups: equal up to the order of ties."""
     groups: dict[float, set] = {}

@@ -57,6 +57,9 @@ FILTER_WORK = 1.5  # a filtered IVF search reads 1.5x the rows: its top k lie fu
 METHODS = ("auto", "exact", "ivf", "binary")
 _BLOCK = 1 << 13  # rows assigned at a time: the block x nlist score matrix stays at 64 MB at 2,000 lists
 _MATVEC_ROWS = 1024
+# An unfiltered IVF search probing at most this many rows gathers them in one product rather than
+# looping over clusters (nprobe tiny clusters cost a Python iteration each; big ones read in place).
+_GATHER_ROWS = 4 * _MATVEC_ROWS
 
 
 def normalise(matrix: np.ndarray) -> np.ndarray:
@@ -99,32 +102,46 @@ def default_nlist(n_rows: int) -> int:
 
 
 def build(vectors: np.ndarray, ivf_min_rows: int = IVF_MIN_ROWS, nlist: int | None = None,
-          seed: int = 0, inplace: bool = False) -> tuple[dict[str, np.ndarray], dict]:
+          seed: int = 0, inplace: bool = False,
+          centroids: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], dict]:
     """Files for unit-length ``vectors`` in row order; IVF when there are ``ivf_min_rows`` or more.
 
     ``inplace``: IVF reorders the rows of ``vectors`` itself into storage order (the caller's
     matrix becomes ``dense.vectors.npy``) instead of copying them, one matrix less at commit.
+    ``centroids``: a base segment's IVF centroids, for a segment too small for its own IVF: its
+    rows are stored by their nearest base centroid (``dense.slot_rows.npy`` and
+    ``ivf.offsets.npy``, no centroids file), so a reader probes them with the base's clusters
+    (:meth:`DenseIndex.share_centroids`) instead of scanning them all. Costs ``rows × nlist``
+    dot products: what the segment holds, not the store.
     """
     t0 = time.perf_counter()
     n = vectors.shape[0]
     info: dict = {"rows": n, "dim": int(vectors.shape[1]) if vectors.ndim == 2 else 0, "ivf": None}
     if n < max(1, ivf_min_rows):
+        files = {"dense.vectors.npy": np.ascontiguousarray(vectors, dtype=np.float32)}
+        if centroids is not None and n and vectors.ndim == 2 and centroids.shape[1:] == vectors.shape[1:]:
+            files.update(_layout(files["dense.vectors.npy"], _assign(files["dense.vectors.npy"], centroids),
+                                 len(centroids), inplace))
+            info["base_ivf"] = {"nlist": len(centroids)}
         info["seconds"] = round(time.perf_counter() - t0, 3)
-        return {"dense.vectors.npy": np.ascontiguousarray(vectors, dtype=np.float32)}, info
+        return files, info
     nlist = min(nlist or default_nlist(n), n)
     centroids, assign = kmeans(vectors, nlist, seed=seed)
+    files = _layout(vectors, assign, nlist, inplace)
+    offsets = files["ivf.offsets.npy"]
+    info["ivf"] = {"nlist": nlist, "largest": int(np.diff(offsets).max()), "empty": int((np.diff(offsets) == 0).sum())}
+    info["seconds"] = round(time.perf_counter() - t0, 3)
+    return {**files, "ivf.centroids.npy": centroids}, info
+
+
+def _layout(vectors: np.ndarray, assign: np.ndarray, nlist: int, inplace: bool) -> dict[str, np.ndarray]:
+    """The rows stored cluster by cluster: vectors in storage order, storage position -> row, and
+    the clusters' bounds."""
     order = np.argsort(assign, kind="stable").astype(np.int32)
     offsets = np.zeros(nlist + 1, dtype=np.int64)
     np.cumsum(np.bincount(assign, minlength=nlist), out=offsets[1:])
-    info["ivf"] = {"nlist": nlist, "largest": int(np.diff(offsets).max()), "empty": int((np.diff(offsets) == 0).sum())}
-    info["seconds"] = round(time.perf_counter() - t0, 3)
     stored = permute_rows(vectors, order) if inplace else np.ascontiguousarray(vectors[order], dtype=np.float32)
-    return {
-        "dense.vectors.npy": stored,
-        "dense.slot_rows.npy": order,
-        "ivf.centroids.npy": centroids,
-        "ivf.offsets.npy": offsets,
-    }, info
+    return {"dense.vectors.npy": stored, "dense.slot_rows.npy": order, "ivf.offsets.npy": offsets}
 
 
 def permute_rows(matrix: np.ndarray, order: np.ndarray) -> np.ndarray:
@@ -208,6 +225,13 @@ class DenseIndex:
     def has_ivf(self) -> bool:
         return self.centroids is not None
 
+    def share_centroids(self, centroids: np.ndarray) -> None:
+        """Probe this segment with a base segment's clusters (its rows were stored by them at
+        commit: :func:`build` with ``centroids``)."""
+        if self.offsets is None or self.slot_rows is None or len(self.offsets) != len(centroids) + 1:
+            raise ValueError(f"a segment of {self.n_rows} rows is not laid out by {len(centroids)} clusters")
+        self.centroids = centroids
+
     def nprobe(self) -> int:
         """Clusters an IVF search scores at least."""
         return min(len(self.centroids), max(self.min_probes, math.ceil(len(self.centroids) * self.probe_share)))
@@ -254,12 +278,13 @@ class DenseIndex:
 
     def search(self, query: np.ndarray, n: int, mask: np.ndarray | None = None, method: str = "auto",
                kept: int | None = None, rescore_multiplier: int = 20,
-               dead: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+               dead: np.ndarray | None = None, probes: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-``n`` rows by cosine: (rows int64, scores float32), ties by row id.
 
         ``mask`` (bool per row) restricts the search to rows where it is True; ``kept`` is its
         count when the caller knows it. ``dead`` (row ids, without a mask): rows left out (deleted
-        by later segments), as if absent.
+        by later segments), as if absent. ``probes``: a dict kept for one query across segments
+        that share centroids, so the clusters are ranked once.
         """
         if self.n_rows == 0 or n <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
@@ -285,7 +310,7 @@ class DenseIndex:
         dead_slots = self._dead_slots(dead) if dead is not None and len(dead) and mask is None else None
         if method == "exact":
             return self._exact(q, n, smask, kept, dead_slots)
-        return self._ivf(q, n, smask, mask, dead_slots)
+        return self._ivf(q, n, smask, mask, dead_slots, probes)
 
     def _exact(self, q, n, smask, kept=None, dead_slots=None):
         if smask is not None and kept is not None and kept * 4 < self.n_rows:
@@ -304,12 +329,16 @@ class DenseIndex:
         pos = top_n(scores, n, rows)
         return rows[pos], scores[pos]
 
-    def _ivf(self, q, n, smask, mask=None, dead_slots=None):
+    def _ivf(self, q, n, smask, mask=None, dead_slots=None, probes=None):
         """Score the clusters nearest to ``q``: ``nprobe`` of them without a filter; with one,
         clusters holding kept rows, nearest first, until they held ``probe_share`` of the kept
         rows (and at least ``n``) and ``FILTER_WORK`` times the rows an unfiltered search reads,
         so a filter that keeps nothing near the query still reaches its nearest kept rows."""
-        order = np.argsort(-(self.centroids @ q), kind="stable").tolist()
+        order = probes.get(id(self.centroids)) if probes is not None else None
+        if order is None:
+            order = np.argsort(-(self.centroids @ q), kind="stable").tolist()
+            if probes is not None:
+                probes[id(self.centroids)] = order
         if smask is None:
             order, per_cluster, target, work = order[: self.nprobe()], None, 0, 0
         else:
@@ -317,6 +346,14 @@ class DenseIndex:
             target = max(n, math.ceil(int(per_cluster.sum()) * self.nprobe() / len(self.centroids)))
             work = math.ceil(self._scanned() * FILTER_WORK)
         parts_s, parts_i, found, scanned = [], [], 0, 0
+        if per_cluster is None:
+            probe = np.asarray(order, dtype=np.int64)
+            starts = self.offsets[probe]
+            sizes = self.offsets[probe + 1] - starts
+            total = int(sizes.sum())
+            if total <= _GATHER_ROWS:  # small clusters (a small segment's, most at 100K): one gather, not a loop
+                slots = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(total)
+                parts_s, parts_i, found, order = [matvec(self.vectors, q, slots)], [slots], total, []
         for c in order:
             if per_cluster is not None:
                 if found >= target and scanned >= work:

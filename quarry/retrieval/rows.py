@@ -127,6 +127,7 @@ class SegmentedRows:
         self._columns: dict[int, dict] = {}
         self._doc_columns: dict[int, dict] = {}
         self._moved: dict[str, int] | None = None
+        self._relocated: dict[int, int] = {}  # a deleted document row -> the live row of its document
 
     def _locate(self, row: int, offsets: np.ndarray) -> tuple[int, int]:
         s = int(np.searchsorted(offsets, row, side="right")) - 1
@@ -181,8 +182,14 @@ class SegmentedRows:
                 out[where] = np.where(local >= 0, local + self.doc_offsets[s], -1)
         stale = self._dead_docs[out]  # -1 reads the last entry, True
         for i in np.flatnonzero(stale).tolist():  # moved documents: found by doc_id in a later segment
-            s = int(seg[i])
-            out[i] = self._find_doc(self._cols(s)["doc_id"][int(rows[i] - self.offsets[s])].as_py())
+            g = int(out[i])
+            found = self._relocated.get(g) if g >= 0 else None
+            if found is None:
+                s = int(seg[i])
+                found = self._find_doc(self._cols(s)["doc_id"][int(rows[i] - self.offsets[s])].as_py())
+                if g >= 0:  # a document row no longer live: where its document lives now, kept
+                    self._relocated[g] = found
+            out[i] = found
         return out.tolist()
 
     def doc_position(self, doc_id: str) -> int:

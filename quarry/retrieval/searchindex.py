@@ -112,11 +112,16 @@ def build_into(folder: Path, con, vectors, model: str = "", dim: int = 0, ivf_ro
     (global, sorted) no longer live. Returns the generation's manifest."""
     manifest: dict = {}
     use_source(con, source)
+    base = earlier[0] if earlier else None
+    shared = base if base is not None and base.dense.has_ivf and base.generation is not None else None
     with _staged(folder) as tmp:
-        for part in _parts(con, vectors, model, dim, ivf_rows, manifest, folder=tmp):
+        for part in _parts(con, vectors, model, dim, ivf_rows, manifest, folder=tmp,
+                           centroids=shared.dense.centroids if shared is not None else None):
             for name in list(part):
                 _save(tmp / name, part.pop(name))
             del part  # before the generator builds the next part
+        if manifest["dense"].get("base_ivf"):
+            manifest["dense"]["base_ivf"]["generation"] = shared.generation
         manifest = generation_manifest(manifest, generation, earlier or [], deleted_rows, deleted_docs)
         for name, ids in ((DELETED_ROWS, deleted_rows), (DELETED_DOCS, deleted_docs)):
             if ids is not None and len(ids):
@@ -151,10 +156,12 @@ def generation_manifest(segment: dict, generation: int | None, earlier: list, de
             "segment": {k: segment[k] for k in ("rows", "bm25", "cards", "dense", "build_seconds") if k in segment}}
 
 
-def _parts(con, vectors, model: str, dim: int, ivf_rows: int | None, manifest: dict, folder: Path | None = None):
+def _parts(con, vectors, model: str, dim: int, ivf_rows: int | None, manifest: dict, folder: Path | None = None,
+           centroids: np.ndarray | None = None):
     """The index files a part at a time (dicts of file name -> content); fills ``manifest`` once
     the last part is out. Holds no part after yielding it. With ``folder``, ``rows.arrow`` is
-    written there as the catalog streams it, and is not in a part."""
+    written there as the catalog streams it, and is not in a part. ``centroids``: the base
+    segment's IVF centroids, which a segment too small for its own IVF is laid out by."""
     t0 = time.perf_counter()
     if folder is not None:
         ids, row_docs = rows.write_rows(con, folder / rows.ROWS)
@@ -193,7 +200,8 @@ def _parts(con, vectors, model: str, dim: int, ivf_rows: int | None, manifest: d
         raw = np.flatnonzero(~unit)
         matrix[raw] = dense.normalise(matrix[raw])
     out_dim = int(matrix.shape[1]) if matrix.ndim == 2 else dim
-    part, dense_info = dense.build(matrix, ivf_min_rows() if ivf_rows is None else ivf_rows, inplace=True)
+    part, dense_info = dense.build(matrix, ivf_min_rows() if ivf_rows is None else ivf_rows, inplace=True,
+                                   centroids=centroids)
     del matrix  # with IVF, now in storage order as dense.vectors.npy
     manifest.update({
         "version": INDEX_VERSION,
@@ -374,6 +382,18 @@ def _single(column: pa.ChunkedArray):
     return column.chunk(0) if column.num_chunks == 1 else column
 
 
+def _share_base_ivf(segments: list[Segment]) -> None:
+    """Give the small segments laid out by the base's clusters (``dense.base_ivf`` in their
+    manifest: the base's generation) the base's centroids, so IVF probes them with the base."""
+    if not segments or not segments[0].dense.has_ivf:
+        return
+    base = segments[0]
+    for seg in segments[1:]:
+        ref = (seg.info.get("dense") or {}).get("base_ivf") or {}
+        if ref.get("generation") == base.generation and not seg.dense.has_ivf and seg.n_rows:
+            seg.dense.share_centroids(base.dense.centroids)
+
+
 class SearchIndex:
     """The loaded index of one generation: its segments, combined (quarry/retrieval/segmented.py).
 
@@ -394,6 +414,7 @@ class SearchIndex:
                                   int(live.get("length", segments[0].bm25.length_total or 0) if segments else 0))
         if legacy:
             self.bm25.exact = True  # one segment of every row, its weights exact; no frequencies stored
+        _share_base_ivf(segments)
         self.dense = SegmentedDense([s.dense for s in segments], deleted_rows)
         self.results = rows.SegmentedRows([(s.rows, s.docs, s.cards.row_doc if s.cards is not None else None)
                                            for s in segments], deleted_docs)

@@ -24,8 +24,10 @@ checks them bit for bit against one). ``df_live`` is each segment's document fre
 deleted rows in the term's column (a binary search of the sorted deleted rows). A store of one
 segment without deletions needs no rescoring: its stored weights are exact.
 
-**Vectors.** Each segment has its own vectors (with IVF once it has ``IVF_MIN_ROWS`` rows, else
-searched exactly); a query takes each segment's top ``n`` and keeps the best ``n`` overall.
+**Vectors.** Each segment has its own vectors (with IVF once it has ``IVF_MIN_ROWS`` rows; a
+smaller one laid out by the base segment's clusters when the base has IVF, and probed with them,
+the clusters ranked once a query; else searched exactly); a query takes each segment's top ``n``
+and keeps the best ``n`` overall.
 Deleted rows are left out of the scores a segment computes (they never compete for its top
 ``n``; a bool per row, so as cheap for many deleted rows as for few), or, with a filter or the
 ``binary`` method past :data:`DELETED_SKIP` deleted rows, through the filter mask.
@@ -42,10 +44,17 @@ DELETED_SKIP = 4096  # binary search: a segment with more deleted rows is search
 _SLACK = 2.0 ** -24  # float32's unit roundoff: the rounding of a stored weight, a scaling, a sum
 
 
-def split_rows(rows: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
-    """Sorted global row ids cut into each segment's local ids."""
+def split_rows(rows: np.ndarray, offsets: np.ndarray, dtype=np.int64) -> list[np.ndarray]:
+    """Sorted global row ids cut into each segment's local ids (``dtype``: that of the segments'
+    postings, so a binary search against a posting list never converts the list)."""
     cuts = np.searchsorted(rows, offsets)
-    return [rows[cuts[i]:cuts[i + 1]] - offsets[i] for i in range(len(offsets) - 1)]
+    return [(rows[cuts[i]:cuts[i + 1]] - offsets[i]).astype(dtype, copy=False) for i in range(len(offsets) - 1)]
+
+
+def _local_dtype(parts) -> np.dtype:
+    """The dtype of the segments' posting rows when they share one (int32 as built), else int64."""
+    types = {p.rows.dtype for p in parts}
+    return types.pop() if len(types) == 1 else np.dtype(np.int64)
 
 
 def count_in(column_rows: np.ndarray, sorted_ids: np.ndarray) -> int:
@@ -70,7 +79,8 @@ class SegmentedBM25:
         np.cumsum([p.n_rows for p in parts], out=self.offsets[1:])
         self.n_rows = int(self.offsets[-1])
         self.deleted = np.asarray(deleted, dtype=np.int64)
-        self.seg_deleted = split_rows(self.deleted, self.offsets)
+        self.local_dtype = _local_dtype(parts)
+        self.seg_deleted = split_rows(self.deleted, self.offsets, self.local_dtype)
         self.live_rows = int(live_rows)
         self.avgdl = float(live_length) / self.live_rows if self.live_rows else 0.0
         # Stored weights are exact when one segment holds every live row with the statistics it was
@@ -80,6 +90,8 @@ class SegmentedBM25:
         self._deleted_masks: dict[int, np.ndarray] = {}
         self._terms: dict[tuple, tuple] = {}
         self._idf: dict[tuple, np.ndarray] = {}
+        self._df: dict[tuple[int, int], int] = {}  # (segment, column) -> live df: at most the vocabulary
+        self._built: dict[tuple[int, int], float] = {}  # (segment, column) -> the idf its weights were built with
 
     # --- terms -------------------------------------------------------------------------------
 
@@ -133,9 +145,14 @@ class SegmentedBM25:
         dead = self.seg_deleted[s]
         if not len(dead):
             return b - a
-        if len(dead) * 16 < b - a:
-            return b - a - count_in(part.rows[a:b], dead)
-        return b - a - int(np.count_nonzero(self._deleted_mask(s)[part.rows[a:b]]))
+        got = self._df.get((s, c))
+        if got is None:  # a pass over the column: kept, as queries share their words
+            if len(dead) * 16 < b - a:
+                got = b - a - count_in(part.rows[a:b], dead)
+            else:
+                got = b - a - int(np.count_nonzero(self._deleted_mask(s)[part.rows[a:b]]))
+            self._df[(s, c)] = got
+        return got
 
     def idf(self, terms: list[list[int | None]]) -> np.ndarray:
         """Each term's idf over the live rows (float64, :func:`quarry.retrieval.bm25._idf`); cached."""
@@ -204,14 +221,12 @@ class SegmentedBM25:
         scaled = [False] * k
         if not self.exact:
             slack = (8 * len(terms) + 16) * _SLACK
+            live = idf.tolist()
             for s, part in enumerate(self.parts):
-                held = [(i, cols[s]) for i, cols in enumerate(terms) if cols[s] is not None]
                 mine = []
-                if held:
-                    cols_s = np.array([c for _, c in held], dtype=np.int64)
-                    built = _idf(part.indptr[cols_s + 1] - part.indptr[cols_s], part.n_rows)
-                    for (i, _), value in zip(held, (idf[[i for i, _ in held]] / built).tolist()):
-                        ratio[(i, s)] = value
+                for i, cols in enumerate(terms):
+                    if cols[s] is not None:
+                        value = ratio[(i, s)] = live[i] / self._built_idf(s, cols[s])
                         mine.append(value)
                 a = self.avgdl / part.avgdl_built if part.avgdl_built else 1.0
                 r_lo, r_hi = (min(mine), max(mine)) if mine else (1.0, 1.0)
@@ -219,18 +234,34 @@ class SegmentedBM25:
                 if scaled[s]:
                     r_lo = r_hi = 1.0
                 lo[s], hi[s] = min(1.0, a) * r_lo * (1 - slack), max(1.0, a) * r_hi * (1 + slack)
+        views = self._views(approx)
         for i, cols in enumerate(terms):
             for s, c in enumerate(cols):
                 if c is None:
                     continue
                 part = self.parts[s]
                 a, b = int(part.indptr[c]), int(part.indptr[c + 1])
-                target = approx[self.offsets[s]:self.offsets[s + 1]]
+                target = views[s]
                 if scaled[s]:
                     target[part.rows[a:b]] += part.weights[a:b] * np.float32(ratio[(i, s)])
                 else:
                     target[part.rows[a:b]] += part.weights[a:b]
         return approx, lo, hi
+
+    def _built_idf(self, s: int, c: int) -> float:
+        """The idf segment ``s`` stored column ``c``'s weights with (its own N and df); cached."""
+        got = self._built.get((s, c))
+        if got is None:
+            part = self.parts[s]
+            df = np.array([int(part.indptr[c + 1] - part.indptr[c])], dtype=np.int64)
+            got = self._built[(s, c)] = float(_idf(df, part.n_rows)[0])
+        return got
+
+    def _views(self, approx: np.ndarray) -> list[np.ndarray]:
+        """Each segment's part of a per-row array (views: indexing them with local rows needs no
+        offset added to a whole posting list)."""
+        bounds = self.offsets.tolist()
+        return [approx[bounds[s]:bounds[s + 1]] for s in range(len(self.parts))]
 
     def _floor(self, terms, approx: np.ndarray, lo: np.ndarray, n: int, zeroed: bool) -> float:
         """A score the ``n``-th best row reaches for sure (lower bounds): the ``n``-th best among the
@@ -238,19 +269,20 @@ class SegmentedBM25:
         cannot make the top ``n`` (ties kept), so only rows at or above it are listed: at 1M rows
         a common term matches hundreds of thousands of rows, and listing them all costs more
         than scoring them."""
-        def size(cols):
-            return sum(int(p.indptr[c + 1] - p.indptr[c]) for p, c in zip(self.parts, cols) if c is not None)
-
-        for cols in sorted(terms, key=size):
-            if size(cols) < n:
+        sizes = [sum(int(p.indptr[c + 1] - p.indptr[c]) for p, c in zip(self.parts, cols) if c is not None)
+                 for cols in terms]
+        views = None
+        for t in sorted(range(len(terms)), key=sizes.__getitem__):
+            if sizes[t] < n:
                 continue
+            views = views or self._views(approx)
             parts = []
-            for s, c in enumerate(cols):
+            for s, c in enumerate(terms[t]):
                 if c is None:
                     continue
                 part = self.parts[s]
                 a, b = int(part.indptr[c]), int(part.indptr[c + 1])
-                values = approx[self.offsets[s] + part.rows[a:b]]
+                values = views[s][part.rows[a:b]]
                 parts.append(values * lo[s] if lo[s] != 1.0 else values)
             values = np.concatenate(parts) if len(parts) > 1 else parts[0]
             if zeroed:
@@ -272,34 +304,37 @@ class SegmentedBM25:
     def _exact_scores(self, terms, idf: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Scores of sorted global ``rows``, computed as a build over all live rows computes them:
         per term in order, w = idf·tf·(k1+1)/(tf + k1·(1 − b + b·len/avgdl)) in float64, rounded to
-        float32 and added in float32."""
+        float32 and added in float32. Segment by segment (a row's terms are still added in order),
+        so each segment's rows and lengths are looked up once."""
         out = np.zeros(len(rows), dtype=np.float32)
-        seg = np.searchsorted(self.offsets, rows, side="right") - 1
-        by_segment = {s: np.flatnonzero(seg == s) for s in np.unique(seg).tolist()}
-        for i, cols in enumerate(terms):
-            for s, c in enumerate(cols):
-                if c is None or s not in by_segment:
+        cuts = np.searchsorted(rows, self.offsets).tolist()
+        for s, part in enumerate(self.parts):
+            if cuts[s] == cuts[s + 1]:
+                continue
+            if part.tf is None and not self.exact:
+                raise ValueError("a segment without term frequencies (an index from an older quarry) cannot be "
+                                 "rescored: rebuild it with `quarry maintain`")
+            target = out[cuts[s]:cuts[s + 1]]
+            local = (rows[cuts[s]:cuts[s + 1]] - self.offsets[s]).astype(self.local_dtype, copy=False)
+            length = None if self.exact else part.length[local].astype(np.float64)
+            for i, cols in enumerate(terms):
+                c = cols[s]
+                if c is None:
                     continue
-                part = self.parts[s]
-                if part.tf is None and not self.exact:
-                    raise ValueError("a segment without term frequencies (an index from an older quarry) cannot be "
-                                     "rescored: rebuild it with `quarry maintain`")
-                sel = by_segment[s]
-                local = rows[sel] - self.offsets[s]
                 a, b = int(part.indptr[c]), int(part.indptr[c + 1])
+                if a == b:
+                    continue
                 col_rows = part.rows[a:b]
                 pos = np.searchsorted(col_rows, local)
-                inside = pos < len(col_rows)
-                hit = np.zeros(len(local), dtype=bool)
-                hit[inside] = col_rows[pos[inside]] == local[inside]
-                if not hit.any():
+                np.minimum(pos, b - a - 1, out=pos)
+                hit = np.flatnonzero(col_rows[pos] == local)
+                if not len(hit):
                     continue
                 if self.exact:  # the stored weights are the store's
-                    out[sel[hit]] += part.weights[a + pos[hit]]
+                    target[hit] += part.weights[a + pos[hit]]
                     continue
                 tf = part.tf[a + pos[hit]].astype(np.float64)
-                length = part.length[local[hit]].astype(np.float64)
-                out[sel[hit]] += _weights(idf[i], tf, length, self.avgdl)
+                target[hit] += _weights(idf[i], tf, length[hit], self.avgdl)
         return out
 
 
@@ -351,6 +386,7 @@ class SegmentedDense:
                kept: int | None = None, rescore_multiplier: int = 20) -> tuple[np.ndarray, np.ndarray]:
         """Top-``n`` live rows by cosine: (global rows int64, scores float32), ties by row id."""
         rows, scores = [], []
+        probes: dict = {}  # segments laid out by the base's clusters rank them once
         masks = self._segment_masks(mask) if mask is not None else None
         for s, part in enumerate(self.parts):
             if part.n_rows == 0:
@@ -361,11 +397,13 @@ class SegmentedDense:
                 if not seg_kept:
                     continue
                 r, sc = part.search(query, n, seg_mask, method=method, kept=seg_kept,
-                                    rescore_multiplier=rescore_multiplier)
+                                    rescore_multiplier=rescore_multiplier, probes=probes)
             elif not len(dead):
-                r, sc = part.search(query, n, method=method, rescore_multiplier=rescore_multiplier)
+                r, sc = part.search(query, n, method=method, rescore_multiplier=rescore_multiplier,
+                                    probes=probes)
             elif method != "binary":
-                r, sc = part.search(query, n, method=method, rescore_multiplier=rescore_multiplier, dead=dead)
+                r, sc = part.search(query, n, method=method, rescore_multiplier=rescore_multiplier, dead=dead,
+                                    probes=probes)
             elif len(dead) <= DELETED_SKIP:  # binary: ask for n plus the deleted rows, drop them
                 r, sc = part.search(query, n + len(dead), method=method, rescore_multiplier=rescore_multiplier)
                 alive = ~np.isin(r, dead)
@@ -374,7 +412,8 @@ class SegmentedDense:
                 live, count = self._live_mask(s)
                 if not count:
                     continue
-                r, sc = part.search(query, n, live, method=method, kept=count, rescore_multiplier=rescore_multiplier)
+                r, sc = part.search(query, n, live, method=method, kept=count, rescore_multiplier=rescore_multiplier,
+                                    probes=probes)
             rows.append(r + self.offsets[s])
             scores.append(sc)
         if not rows:
