@@ -1,9 +1,10 @@
 """A store on object storage, worked on through a local folder.
 
 ``--db s3://bucket/prefix`` maps to a local folder (:func:`quarry.core.storeurl.local_dir`,
-``~/.cache/quarry/stores/<hash of the URL>/``), whose file ``REMOTE`` names the URL. Everything in quarry
-that takes a store directory works on that folder as it does on a local store; this module moves
-the committed state between it and the object store:
+``~/.cache/quarry/stores/<hash of the URL>/``), whose file ``REMOTE`` names the URL; the store object
+(:func:`quarry.store.handle.open_store`) holds that folder and the :class:`Remote` of the URL, opened
+once per process. Everything in quarry that works on a store's files works on that folder as it does
+on a local store; this module moves the committed state between it and the object store:
 
 - **pull** (:meth:`Remote.pull`): read the remote ``CURRENT``; download the catalog and the
   search index files of that generation unless the folder has them (a generation's files are
