@@ -64,6 +64,16 @@ def test_a_cache_folder_opened_by_its_path_is_the_remote_store(tmp_path, cache):
     assert copy.remote is not None and copy.name == url
 
 
+def test_a_url_replaces_a_local_store_opened_at_its_folder_before_it_was_marked(tmp_path, cache):
+    import hashlib
+
+    url = f"file://{tmp_path}/objects/store"
+    folder = cache / hashlib.sha256(url.encode()).hexdigest()[:16]  # quarry.core.storeurl.local_dir's folder
+    assert as_store(folder).remote is None  # no marker yet: a local folder
+    store = open_store(url)
+    assert store.folder == folder and store.remote is not None and as_store(folder) is store
+
+
 def test_a_damaged_marker_names_the_file(tmp_path):
     (tmp_path / "db").mkdir()
     (tmp_path / "db" / MARKER).write_text("{not json")

@@ -86,7 +86,10 @@ def _open(folder: Path, url: StoreURL | None) -> Store:
         url = _marked_url(folder)
     opened = Store(folder, Remote(url) if url is not None else None)
     with _opened_guard:
-        return _opened.setdefault(key, opened)
+        found = _opened.get(key)
+        if found is None or (url is not None and found.remote is None):  # a URL's folder seen before its marker
+            found = _opened[key] = opened
+        return found
 
 
 def _marked_url(folder: Path) -> StoreURL | None:
