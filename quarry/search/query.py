@@ -615,8 +615,9 @@ class Index:
         return found
 
 
-def open(db: str | os.PathLike | None = None, settings: Settings | None = None, **kwargs) -> Index:  # noqa: A001
-    """Open the index at ``db`` (default ``$QUARRY_DB`` or ``./.quarry``) for searching.
+def open(db: str | os.PathLike | Store | None = None, settings: Settings | None = None, **kwargs) -> Index:  # noqa: A001
+    """Open the index at ``db`` (a folder, a store URL or an opened :class:`~quarry.store.handle.Store`;
+    default ``$QUARRY_DB`` or ``./.quarry``) for searching.
 
     ``kwargs`` go to :class:`Index` (``vector_search``, ``cache_size``).
     """
