@@ -22,13 +22,14 @@ from quarry.core.errors import RunRefused, StoreLocked, UsageError
 from quarry.ingest.guard import GuardLimits, pattern_flags
 from quarry.core.models import LLM_COUNTERS, RunReport, StageClock
 from quarry.core.paths import display
-from quarry.core.settings import Settings, store_path
+from quarry.core.settings import Settings
 from quarry.core.storeurl import root_path
 from quarry.flows.pipeline import Totals, run_batches, unwalked
 from quarry.flows.runners import FILES_PER_BATCH, plan_runner, task_runner, task_settings
 from quarry.ingest.embedders import describe, get_embedder
 from quarry.ingest.process import content_fingerprint, recorded_versions
 from quarry.store import journal
+from quarry.store.handle import open_store
 from quarry.store.layout import WriterLock, new_run_id
 from quarry.store.pointer import read_pointer
 from quarry.store.writer import StoreWriter, remove_debris
@@ -108,7 +109,7 @@ def index_flow(
     if if_busy not in ("fail", "skip"):
         raise UsageError(f"if_busy must be 'fail' or 'skip', got {if_busy!r}")
     settings = Settings.from_env(**(overrides or {}))
-    store = store_path(db)
+    store = open_store(db)  # opened once: the lock, the journal and the writer share it
     roots = [root_path(r) for r in roots]
     run_id = new_run_id()
     started = _now()
@@ -130,7 +131,8 @@ def index_flow(
             lock.release()
 
 
-def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> dict:
+def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> dict:
+    store = opened.folder  # what tasks are given: a path travels to workers, the opened store does not
     clock = StageClock()
     model, dim = describe(settings)
     if not dim:
@@ -146,7 +148,7 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
     def open_writer() -> StoreWriter:
         nonlocal writer
         if writer is None:
-            writer = StoreWriter(store, model, dim, duckdb_fts=settings.duckdb_fts).open()
+            writer = StoreWriter(opened, model, dim, duckdb_fts=settings.duckdb_fts).open()
             attach_writer(run_id, writer)
         return writer
 
@@ -169,7 +171,7 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
                                errors=[{"path": None, "error": r} for r in verdict.refusals],
                                durations=clock.as_dict(), settings=settings.public_dict(),
                                unsupported_files=found.unsupported_files(), message=verdict.message())
-            journal.record_run(store, report.finished_with(commit_seconds=0.0))
+            journal.record_run(opened, report.finished_with(commit_seconds=0.0))
             _artifact({**report.to_dict(), "plan": plan.counts()})
             raise RunRefused(verdict.message())
 
@@ -185,7 +187,7 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
                     totals = run_batches(
                         runner, _batches(todo, runner_plan.files_per_batch), settings=task_settings(settings, runner_plan),
                         run_id=run_id, in_flight=runner_plan.in_flight, parse_workers=runner_plan.parse_workers,
-                        store=str(store), lookup=StoredVectors(store, model, dim).lookup, open_writer=open_writer,
+                        store=str(store), lookup=StoredVectors(opened, model, dim).lookup, open_writer=open_writer,
                         clock=clock, on_done=lambda n, chunks, ocr: bar.advance(n, chunks=chunks, ocr_pages=ocr))
             finally:
                 bar.stop()
@@ -243,7 +245,7 @@ def _index(logger, settings, store, roots, run_id, started, full, dry_run) -> di
             t = time.perf_counter()
             remove_debris(store)  # what a killed run left, as a writer would on opening
             report = report.finished_with(commit_seconds=time.perf_counter() - t)
-            journal.record_run(store, report)
+            journal.record_run(opened, report)
         out = {**report.to_dict(), "dry_run": False, "plan": plan.counts(), "rebuild": rebuild_reason,
                "reparsed_formats": planned.reparsed}
         _artifact(out)

@@ -13,7 +13,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed
 
 from quarry.core.errors import StoreLocked
-from quarry.core.settings import store_path
+from quarry.store.handle import open_store
 from quarry.store.layout import WriterLock
 from quarry.tasks.maintain import check_store, compact_vectors, merge_layers, rebuild_indices, remove_old_generations
 
@@ -23,7 +23,8 @@ def maintain_flow(db: str | None = None, keep_generations: int | None = None, ke
                   reindex_share: float | None = None, if_busy: str = "skip"):
     """Maintain the store at ``db``; returns the report :func:`quarry.store.maintain.maintain` would."""
     logger = get_run_logger()
-    store = store_path(db)
+    store = open_store(db)
+    folder = str(store.folder)  # tasks get a path: plain, picklable data
     try:
         lock = WriterLock(store).acquire()
     except StoreLocked as exc:
@@ -32,14 +33,14 @@ def maintain_flow(db: str | None = None, keep_generations: int | None = None, ke
         logger.info("store busy, maintenance skipped: %s", exc)
         return Completed(message=f"skipped: {exc}", name="Skipped")
     try:
-        report = {"store": db or str(store), "status": "completed",
-                  "compaction": compact_vectors(str(store), keep_versions_hours),
-                  "indices": rebuild_indices(str(store), reindex_share),
-                  "merge": merge_layers(str(store)),
-                  "removed": remove_old_generations(str(store), keep_generations)}
+        report = {"store": db or folder, "status": "completed",
+                  "compaction": compact_vectors(folder, keep_versions_hours),
+                  "indices": rebuild_indices(folder, reindex_share),
+                  "merge": merge_layers(folder),
+                  "removed": remove_old_generations(folder, keep_generations)}
     finally:
         lock.release()
-    report["check"] = check_store(str(store))
+    report["check"] = check_store(folder)
     c = report["compaction"]
     create_markdown_artifact(key="quarry-maintain", description="quarry maintenance run", markdown="\n".join([
         "| step | result |", "|---|---|",

@@ -14,10 +14,14 @@ import os
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quarry.core.errors import StoreLocked, UsageError
-from quarry.core.settings import Settings, store_path
+from quarry.core.settings import Settings
 from quarry.core.storeurl import root_path
+
+if TYPE_CHECKING:
+    from quarry.store.handle import Store
 
 __all__ = ["index", "preview", "serve", "SECRET_SETTINGS"]
 
@@ -51,9 +55,11 @@ def index(paths: str | os.PathLike | Iterable[str | os.PathLike], db: str | os.P
         raise UsageError(f"if_busy must be 'fail' or 'skip', got {if_busy!r}")
     roots = _roots(paths)
     config = Settings.from_env(**settings)  # usage errors before anything starts
-    store = store_path(db)
+    from quarry.store.handle import open_store
+
+    store = open_store(db)  # opened once: the lock and the journal share it
     if dry_run:
-        return preview(roots, store, config, full=full)
+        return preview(roots, store.folder, config, full=full)
     overrides = {k: v for k, v in settings.items() if v is not None and k not in SECRET_SETTINGS}
     from quarry.store.layout import WriterLock
 
@@ -64,7 +70,7 @@ def index(paths: str | os.PathLike | Iterable[str | os.PathLike], db: str | os.P
             raise
         return _skipped(store, roots, exc, config)
     try:
-        with _secrets(settings), _history(store) as api:
+        with _secrets(settings), _history(store.folder) as api:
             from prefect.settings import PREFECT_API_URL, temporary_settings
 
             from quarry.core import progress as bars
@@ -75,7 +81,7 @@ def index(paths: str | os.PathLike | Iterable[str | os.PathLike], db: str | os.P
             # process (a notebook, a scheduler's worker) must name this call's server itself
             try:
                 with temporary_settings(updates={PREFECT_API_URL: api}):
-                    return index_flow(roots, db=str(store), full=full, overrides=overrides)
+                    return index_flow(roots, db=str(store.folder), full=full, overrides=overrides)
             finally:
                 bars.enable(False)
     finally:
@@ -95,7 +101,9 @@ def serve(paths, db: str | os.PathLike | None = None, *, cron: str, name: str | 
     """
     roots = _roots(paths)
     Settings.from_env(**settings)  # usage errors before the server starts
-    store = store_path(db)
+    from quarry.store.handle import open_store
+
+    store = open_store(db).folder
     overrides = {k: v for k, v in settings.items() if v is not None and k not in SECRET_SETTINGS} or None
     from quarry.flows.orchestration import SERVER_FILE, prefect_api, serve_index, validate_cron
 
@@ -133,7 +141,7 @@ def _roots(paths) -> list[str]:
     return roots
 
 
-def _skipped(store: Path, roots: list[str], exc: StoreLocked, settings: Settings) -> dict:
+def _skipped(store: Store, roots: list[str], exc: StoreLocked, settings: Settings) -> dict:
     from quarry.store.journal import record_skip
     from quarry.store.layout import new_run_id
 

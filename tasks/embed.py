@@ -14,6 +14,7 @@ from quarry.core.settings import Settings
 from quarry.ingest.embedders import get_embedder
 from quarry.ingest.embedding import EmbeddedTexts, embed_texts
 from quarry.store import vectors
+from quarry.store.handle import Store, as_store
 from quarry.store.pointer import read_pointer
 
 
@@ -47,8 +48,9 @@ class StoredVectors:
     which batch of the run happened to load first (batches run side by side).
     """
 
-    def __init__(self, store: Path, model: str, dim: int):
-        pointer = read_pointer(store)
+    def __init__(self, store: Store | Path, model: str, dim: int):
+        store = as_store(store)
+        pointer = read_pointer(store.folder)
         name = vectors.table_name(model, dim)
         self._table = None
         if pointer is not None and pointer.vector_table == name and pointer.vector_version:

@@ -10,11 +10,10 @@ import pytest
 
 import quarry
 from conftest import SAMPLE
-from quarry.core.storeurl import local_dir
 from quarry.store import maintain, vectors
 from quarry.store.layout import WriterLock
 from quarry.store.pointer import read_pointer
-from quarry.store.remote import remote_of
+from quarry.store.handle import open_store
 from azuriteserver import azurite_server, new_container
 from s3server import aws_env, moto_server, new_bucket
 from test_crash import edit_tree
@@ -149,8 +148,8 @@ def test_maintain_on_object_storage_applies_the_retention(scheme, tree, tmp_path
         run_flow([tree], url)
         edit_tree(tree)
         run_flow([tree], url)
-        store = local_dir(url)
-        objects = remote_of(store).objects
+        store = open_store(url)
+        objects = store.remote.objects
         assert {k for k in objects.list("") if k.startswith("catalog-")} == {"catalog-000001.duckdb",
                                                                               "catalog-000002.duckdb"}
         report = maintain.maintain(store, generations=1, keep=timedelta(0))

@@ -19,7 +19,7 @@ from quarry.store.objstore import azure as objstore_azure
 from quarry.store.objstore import gcs as objstore_gcs
 from quarry.store.lease import LEASE, Lease
 from quarry.core.storeurl import StoreURL, is_url, parse_url
-from quarry.store.objstore import PreconditionFailed, open_store
+from quarry.store.objstore import PreconditionFailed, open_objects
 from quarry.store.objstore.azure import AzureAccount, account_from_env
 from azuriteserver import SECRET as AZ_SECRET, azurite_server, new_container
 import gcsserver
@@ -37,14 +37,14 @@ def az():
 @pytest.fixture(params=["s3", "gs", "az", "file"])
 def store(request, tmp_path):
     if request.param == "file":
-        return open_store(parse_url(f"file://{tmp_path}/objects"))
+        return open_objects(parse_url(f"file://{tmp_path}/objects"))
     if request.param == "az":
-        return open_store(parse_url(f"az://{new_container(request.getfixturevalue('az'))}/some/prefix"))
+        return open_objects(parse_url(f"az://{new_container(request.getfixturevalue('az'))}/some/prefix"))
     if request.param == "gs":
         emulator = request.getfixturevalue("gcs")
-        return open_store(parse_url(f"gs://{new_gcs_bucket(emulator.endpoint)}/some/prefix"))
+        return open_objects(parse_url(f"gs://{new_gcs_bucket(emulator.endpoint)}/some/prefix"))
     endpoint = request.getfixturevalue("s3")
-    return open_store(parse_url(f"s3://{new_bucket(endpoint)}/some/prefix"))
+    return open_objects(parse_url(f"s3://{new_bucket(endpoint)}/some/prefix"))
 
 
 @pytest.mark.parametrize("db, expected", [
@@ -128,7 +128,7 @@ def test_upload_is_create_only(store, tmp_path, monkeypatch, size):
 def test_errors_name_the_url_and_never_the_secret(s3):
     import os
 
-    bad = open_store(parse_url("s3://no-such-bucket-here/p"))
+    bad = open_objects(parse_url("s3://no-such-bucket-here/p"))
     with pytest.raises(QuarryError) as err:
         bad.put("x", b"1")
     assert "s3://no-such-bucket-here/p/x" in str(err.value)
@@ -139,7 +139,7 @@ def test_errors_name_the_url_and_never_the_secret(s3):
 # --- gs:// only ---------------------------------------------------------------------------------
 
 def test_gs_generations_are_the_etags(gcs):
-    store = open_store(parse_url(f"gs://{new_gcs_bucket(gcs.endpoint)}/p"))
+    store = open_objects(parse_url(f"gs://{new_gcs_bucket(gcs.endpoint)}/p"))
     first = store.put("CURRENT", b"1")
     second = store.put("CURRENT", b"2")
     assert first.isdigit() and second.isdigit() and first != second
@@ -150,7 +150,7 @@ def test_gs_errors_name_the_url_and_never_the_secret(gcs, tmp_path, monkeypatch)
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
 
-    bad = open_store(parse_url("gs://no-such-bucket-here/p"))
+    bad = open_objects(parse_url("gs://no-such-bucket-here/p"))
     with pytest.raises(QuarryError) as err:
         bad.put("x", b"1")
     assert "gs://no-such-bucket-here/p/x" in str(err.value) and "404" in str(err.value)
@@ -167,7 +167,7 @@ def test_gs_errors_name_the_url_and_never_the_secret(gcs, tmp_path, monkeypatch)
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
     monkeypatch.setattr(objstore_gcs, "RETRY_SECONDS", 1.0)  # the refused token endpoint is retried
     with pytest.raises(QuarryError) as err:
-        open_store(parse_url("gs://some-bucket/p")).get("CURRENT")
+        open_objects(parse_url("gs://some-bucket/p")).get("CURRENT")
     message = str(err.value)
     assert "gs://some-bucket/p/CURRENT" in message
     body = pem.split("-----")[2].strip()
@@ -183,7 +183,7 @@ def _closed_port() -> int:
 def test_gs_without_the_client_library_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "google.cloud.storage", None)
     with pytest.raises(UsageError, match=r"pip install 'quarry\[gcs\]'"):
-        open_store(parse_url("gs://bucket/prefix"))
+        open_objects(parse_url("gs://bucket/prefix"))
 
 
 def assert_one_winner_per_race(store) -> None:
@@ -209,7 +209,7 @@ def assert_one_winner_per_race(store) -> None:
 def test_gs_create_only_race_has_one_winner(gcs):
     if not gcs.preconditions:
         pytest.skip(gcsserver.NO_PRECONDITIONS)
-    assert_one_winner_per_race(open_store(parse_url(f"gs://{new_gcs_bucket(gcs.endpoint)}/race")))
+    assert_one_winner_per_race(open_objects(parse_url(f"gs://{new_gcs_bucket(gcs.endpoint)}/race")))
 
 
 RACE_TRIALS = 20
@@ -272,7 +272,7 @@ def test_az_without_the_azure_sdk_says_what_to_install(monkeypatch):
 
 def test_azure_errors_name_the_url_and_never_the_key_or_token(az):
     container = new_container(az)
-    missing = open_store(parse_url("az://no-such-container/p"))
+    missing = open_objects(parse_url("az://no-such-container/p"))
     with pytest.raises(QuarryError, match="container 'no-such-container' does not exist in storage account") as err:
         missing.put("x", b"1")
     assert "az://no-such-container/p/x" in str(err.value) and AZ_SECRET not in str(err.value)
@@ -291,7 +291,7 @@ def test_azure_errors_name_the_url_and_never_the_key_or_token(az):
 
 
 def test_az_create_only_race_has_one_winner(az):
-    assert_one_winner_per_race(open_store(parse_url(f"az://{new_container(az)}/race")))
+    assert_one_winner_per_race(open_objects(parse_url(f"az://{new_container(az)}/race")))
 
 
 def test_lancedb_writes_to_the_account_quarry_resolved(az, tmp_path, monkeypatch):
@@ -311,7 +311,7 @@ def test_lancedb_writes_to_the_account_quarry_resolved(az, tmp_path, monkeypatch
     table = vectors.open_for_write(local_dir(url), "m", 4, 0)
     table.add([{"chunk_id": "ab:0", "doc_id": "ab", "text_hash": "cd", "vector": np.ones(4, np.float32),
                 "path": "/a", "file_type": "md", "section": "", "chunk_index": 0, "page_start": 0, "page_end": 0}])
-    keys = open_store(parse_url(url)).list("lance/")
+    keys = open_objects(parse_url(url)).list("lance/")
     assert any(k.endswith(".manifest") for k in keys) and any(k.endswith(".lance") for k in keys), keys
     assert vectors.open_for_read(local_dir(url), table.name, table.version).count_rows() == 1
 

@@ -28,8 +28,8 @@ from quarry.core.errors import QuarryError, StoreLocked
 from quarry.store.layout import WriterLock, write_pointer
 from quarry.store.pointer import Pointer
 from quarry.core.storeurl import local_dir, parse_url
-from quarry.store.objstore import open_store
-from quarry.store.remote import remote_of
+from quarry.store.objstore import open_objects
+from quarry.store.handle import open_store
 from azuriteserver import SECRET as AZ_SECRET, azurite_server, connection_env, new_container
 from gcsserver import NO_LANCE, conditional
 from gcsserver import new_bucket as new_gcs_bucket
@@ -77,7 +77,7 @@ def top(result) -> list[tuple[str, str]]:
 
 
 def remote_keys(url: str) -> list[str]:
-    return [k for k in open_store(parse_url(url)).list("") if not k.startswith("lance/")]
+    return [k for k in open_objects(parse_url(url)).list("") if not k.startswith("lance/")]
 
 
 def assert_no_secret(*texts):
@@ -114,7 +114,7 @@ def test_index_reindex_runs_and_search_from_another_machine(url, tree, tmp_path,
     keys = remote_keys(url)
     assert "CURRENT" in keys and "catalog-000001.duckdb" in keys and "lease" not in keys
     assert any(k.startswith("index-000001/") for k in keys)
-    store = open_store(parse_url(url))
+    store = open_objects(parse_url(url))
     assert any(k.endswith(".manifest") for k in store.list("lance/"))  # LanceDB wrote to the same bucket
     outputs += [store.get(k)[0].decode("utf-8", "replace") for k in keys if k.endswith((".json", "CURRENT"))]
     for folder in (tmp_path / "cache-writer", tmp_path / "cache-reader"):
@@ -265,8 +265,8 @@ def test_the_lease_excludes_a_writer_with_another_cache(url, tmp_path, monkeypat
 
 @pytest.mark.parametrize("committed_before", [False, True])
 def test_a_pointer_moved_behind_the_writer_fails_its_commit(url, committed_before):
-    store = local_dir(url)
-    remote = remote_of(store)
+    opened = open_store(url)  # the lock and the commit below, given its folder, find this same object
+    store, remote = opened.folder, opened.remote
     conditional(remote.objects)
     if committed_before:
         (store / "catalog-000001.duckdb").write_bytes(b"one")
@@ -292,8 +292,8 @@ def test_an_empty_bucket_is_named_by_its_url(url, cli, tmp_path):
 
 
 def test_a_reader_may_trust_current_for_a_while(url):
-    store = local_dir(url)
-    remote = remote_of(store)
+    opened = open_store(url)  # the lock and the commit below, given its folder, find this same object
+    store, remote = opened.folder, opened.remote
     for generation in (1, 2):
         (store / Pointer.catalog_name(generation)).write_bytes(b"catalog")
         with WriterLock(store):
@@ -315,17 +315,18 @@ def test_a_reader_elsewhere_gets_the_committed_files(url, tmp_path, monkeypatch)
         write_pointer(store, _pointer(1))
     assert {k for k in remote_keys(url) if k != "CURRENT"} == set(files)
     monkeypatch.setenv("QUARRY_STORE_CACHE", str(tmp_path / "elsewhere"))
-    there = local_dir(url)
-    assert remote_of(there).pull(there).generation == 1
-    assert {name: (there / name).read_bytes() for name in files} == files
+    there = open_store(url)
+    assert there.folder != store and there.remote is not None
+    assert there.remote.pull(there.folder).generation == 1
+    assert {name: (there.folder / name).read_bytes() for name in files} == files
 
 
 @pytest.mark.parametrize("committed_before", [False, True])
 def test_a_commit_whose_answer_was_lost_is_committed(url, committed_before):
     from test_objstore import AnswerLost
 
-    store = local_dir(url)
-    remote = remote_of(store)
+    opened = open_store(url)  # the lock and the commit below, given its folder, find this same object
+    store, remote = opened.folder, opened.remote
     if committed_before:
         (store / "catalog-000001.duckdb").write_bytes(b"one")
         with WriterLock(store):

@@ -52,10 +52,10 @@ class State:
     server can start before the first index run) and the authenticator."""
 
     def __init__(self, config: ApiConfig):
-        from quarry.core.settings import store_path
+        from quarry.store.handle import open_store
 
         self.config = config
-        self.store = store_path(config.db)
+        self.store = open_store(config.db)
         self.auth = Authenticator(KeyRing(key_store(self.store, config.keys_file)), config.rate_limit,
                                   config.workers)
         self._index = None
@@ -76,14 +76,12 @@ class State:
 
     def paths(self) -> list[str]:
         """Where the store is, in every form a message could name it (never shown to a client)."""
-        from quarry.store.remote import remote_of
-
-        out = [str(self.store), str(Path(self.store).resolve())]
-        remote = remote_of(self.store)
-        if remote is not None:
-            out.append(str(remote.url))
-            if remote.url.scheme == "file":
-                out.append("/" + remote.url.prefix)
+        folder, url = self.store.folder, self.store.url
+        out = [str(folder), str(folder.resolve())]
+        if url is not None:
+            out.append(str(url))
+            if url.scheme == "file":
+                out.append("/" + url.prefix)
         if self.config.keys_file:
             out.append(str(Path(self.config.keys_file).expanduser().absolute()))
         return out

@@ -30,10 +30,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.principals import normalise
 from quarry.core.environment import environment
+
+if TYPE_CHECKING:
+    from quarry.store.handle import Store
 
 KEYS_FILE = "keys.json"
 FORMAT = 1
@@ -217,17 +221,17 @@ def _dump(records: list[dict]) -> str:
     return json.dumps({"format": FORMAT, "keys": records}, indent=2) + "\n"
 
 
-def key_store(store: Path, keys_file: str | None = None):
-    """Where the keys of ``store`` (a store folder, local or the cache of a remote one) are kept."""
+def key_store(store: Store | Path, keys_file: str | None = None):
+    """Where the keys of ``store`` (a store, or a store folder: local or the cache of a remote one) are kept."""
     keys_file = keys_file or environment().keys_file or None
     if keys_file:
         return FileKeys(Path(keys_file).expanduser().absolute())
-    from quarry.store.remote import remote_of
+    from quarry.store.handle import as_store
 
-    remote = remote_of(store)
-    if remote is not None:
-        return ObjectKeys(remote)
-    return FileKeys(Path(store) / KEYS_FILE)
+    store = as_store(store)
+    if store.remote is not None:
+        return ObjectKeys(store.remote)
+    return FileKeys(store.folder / KEYS_FILE)
 
 
 # --- the key ring ---------------------------------------------------------------------------------

@@ -484,10 +484,10 @@ def rollback(db, to, list_only, as_json):
     the one before it); `quarry maintain --keep-generations N` prunes to N. Refused while an index
     run holds the store.
     """
-    from quarry.core.settings import store_path
+    from quarry.store.handle import open_store
     from quarry.store.rollback import list_generations, rollback as run_rollback
 
-    store = store_path(db)
+    store = open_store(db)
     if list_only:
         items = list_generations(store)
         if as_json:
@@ -530,9 +530,9 @@ def sql(query, db, fmt, limit):
 def doctor(db, repair, as_json):
     """Check that CURRENT, the catalog, the vectors and the index files agree; exit 1 if not."""
     from quarry.store.doctor import diagnose
-    from quarry.core.settings import store_path
+    from quarry.store.handle import open_store
 
-    report = diagnose(store_path(db), repair=repair)
+    report = diagnose(open_store(db), repair=repair)
     reports.echo_json(report.to_dict()) if as_json else reports.print_doctor(report, repair)
     if not report.healthy:
         sys.exit(1)
@@ -555,11 +555,11 @@ def maintain(db, keep_generations, keep_versions_hours, reindex_share, if_busy, 
     generations and versions, check the store."""
     from datetime import timedelta
 
-    from quarry.core.settings import store_path
+    from quarry.store.handle import open_store
     from quarry.store.maintain import maintain as run
 
     keep = timedelta(hours=keep_versions_hours) if keep_versions_hours is not None else None
-    report = run(store_path(db), keep_generations, keep, reindex_share, if_busy=if_busy)
+    report = run(open_store(db), keep_generations, keep, reindex_share, if_busy=if_busy)
     reports.echo_json(report) if as_json else reports.print_maintain(report)
     if report["status"] == "completed" and not report["check"]["healthy"]:
         sys.exit(1)

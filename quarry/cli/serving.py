@@ -56,20 +56,21 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
         from quarry.api.app import ApiConfig
         from quarry.api.keys import KeyRing, key_store
         from quarry.api.server import check_host, serve
-        from quarry.core.settings import store_path
+        from quarry.store.handle import open_store
 
         if rate_limit is None:
             from quarry.core.environment import environment
 
             rate_limit = environment().api_rate_limit
-        ring = KeyRing(key_store(store_path(db), keys_file))
+        store = open_store(db)
+        ring = KeyRing(key_store(store, keys_file))
         ring.refresh()
         warning = check_host(host, ring.required, insecure_no_auth)
         if warning:
             click.echo(f"warning: {warning}", err=True)
         config = ApiConfig(db=db, keys_file=keys_file, rate_limit=rate_limit, workers=workers, max_body=max_body,
                            rerankers=list(rerankers), mcp=not no_mcp)
-        click.echo(f"serving {store_path(db) if db is None else db} on http://{host}:{port} "
+        click.echo(f"serving {store.folder if db is None else db} on http://{host}:{port} "
                    f"({workers} worker{'s' if workers > 1 else ''}; keys {'required' if ring.required else 'none'})",
                    err=True)
         serve(config, host=host, port=port, log_level=server_log_level)
@@ -96,9 +97,9 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     def keys_create(name, db, principals, admin, expires, rate_limit, keys_file, as_json):
         """Create a key NAME and print its token (shown once)."""
         from quarry.api.keys import KeyRing, key_store, parse_expiry
-        from quarry.core.settings import store_path
+        from quarry.store.handle import open_store
 
-        ring = KeyRing(key_store(store_path(db), keys_file))
+        ring = KeyRing(key_store(open_store(db), keys_file))
         key, token = ring.create(name, principals, admin=admin, expires=parse_expiry(expires), rate_limit=rate_limit)
         if as_json:
             click.echo(json.dumps({"name": key.name, "token": token, **{k: v for k, v in key.public().items()
@@ -119,9 +120,9 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     def keys_list(db, keys_file, as_json):
         """Keys of the store: name, id, principals, status; never a token."""
         from quarry.api.keys import KeyRing, key_store
-        from quarry.core.settings import store_path
+        from quarry.store.handle import open_store
 
-        items = [k.public() for k in KeyRing(key_store(store_path(db), keys_file)).list()]
+        items = [k.public() for k in KeyRing(key_store(open_store(db), keys_file)).list()]
         if as_json:
             click.echo(json.dumps(items, indent=2))
             return
@@ -143,9 +144,9 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     def keys_revoke(name, db, keys_file, as_json):
         """Revoke the key NAME (or of that id): refused from the next request on."""
         from quarry.api.keys import KeyRing, key_store
-        from quarry.core.settings import store_path
+        from quarry.store.handle import open_store
 
-        revoked = KeyRing(key_store(store_path(db), keys_file)).revoke(name)
+        revoked = KeyRing(key_store(open_store(db), keys_file)).revoke(name)
         if as_json:
             click.echo(json.dumps([k.public() for k in revoked], indent=2))
             return
@@ -163,10 +164,10 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
         """Serve the index to an MCP client over stdio (tools: search, get_document, get_context, status)."""
         from quarry.api.auth import Caller
         from quarry.api.mcp import build
-        from quarry.core.settings import store_path
         from quarry.search.query import open as open_index
+        from quarry.store.handle import open_store
 
-        index = open_index(store_path(db))
+        index = open_index(open_store(db))
         caller = Caller.owner(list(as_principals) or None)
         server = build(lambda: index, lambda ctx: caller)
         try:

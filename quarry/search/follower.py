@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from quarry.store.handle import Store, as_store
 from quarry.store.pointer import POINTER
 from quarry.store.reader import Snapshot, open_snapshot
-from quarry.store.remote import check_seconds, remote_of
+from quarry.store.remote import check_seconds
 
-__all__ = ["Follower", "LRU"]
+__all__ = ["LRU", "Follower"]
 
 
 class LRU(OrderedDict):
@@ -55,8 +56,8 @@ class LRU(OrderedDict):
 class Follower:
     """The committed snapshot of ``store`` a reader is on; ``on_change()`` is called when it moves."""
 
-    def __init__(self, store: Path, on_change: Callable[[], None] | None = None):
-        self.store = store
+    def __init__(self, store: Store | Path, on_change: Callable[[], None] | None = None):
+        self.store = as_store(store)
         self._on_change = on_change or (lambda: None)
         self._snap: Snapshot | None = None
         self._pointer_stat: tuple[int, int] | None = None
@@ -65,10 +66,10 @@ class Follower:
         self._local = threading.local()  # .snap: the snapshot this thread's call is pinned to
 
     def _current_stat(self) -> tuple[int, int] | None:
-        remote = remote_of(self.store)
+        remote = self.store.remote
         if remote is not None and self._pull.acquire(blocking=False):
             try:
-                remote.pull(self.store, max_age=check_seconds())
+                remote.pull(self.store.folder, max_age=check_seconds())
             except Exception as exc:  # noqa: BLE001 - the bucket out of reach: serve what we have
                 if self._snap is None:
                     raise
@@ -78,7 +79,7 @@ class Follower:
             finally:
                 self._pull.release()
         try:
-            st = os.stat(self.store / POINTER)
+            st = os.stat(self.store.folder / POINTER)
         except FileNotFoundError:
             return None
         return (st.st_ino, st.st_mtime_ns)
@@ -89,7 +90,7 @@ class Follower:
         stat = self._current_stat()  # outside the lock: on object storage it is a GET
         with self._guard:
             if self._snap is None or stat != self._pointer_stat:
-                fresh = open_snapshot(self.store)
+                fresh = open_snapshot(self.store.folder)
                 old, self._snap, self._pointer_stat = self._snap, fresh, stat
                 self._on_change()
                 if old is not None:

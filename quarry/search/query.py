@@ -27,7 +27,7 @@ from quarry.core.errors import ModelMismatch, NotFound, UsageError
 from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
 from quarry.core.principals import caller
 from quarry.core.environment import environment
-from quarry.core.settings import Settings, store_path
+from quarry.core.settings import Settings
 from quarry.core.sqlfiles import load_sql
 from quarry.retrieval.dense import METHODS as VECTOR_SEARCH
 from quarry.ingest.embedders import describe, describe_backend, get_embedder
@@ -45,7 +45,7 @@ from quarry.store import views
 from quarry.store.fts import summary as fts_status
 from quarry.store.layers import attach_sql
 from quarry.store.reader import Snapshot
-from quarry.store.remote import remote_of
+from quarry.store.handle import Store, as_store, open_store
 
 if TYPE_CHECKING:
     from quarry.search.export import ExportReport  # imported when exporting: pyarrow stays off the query path
@@ -66,12 +66,13 @@ class Index:
     See :mod:`quarry.retrieval.dense`.
     """
 
-    def __init__(self, store: Path, settings: Settings | None = None, *, vector_search: str | None = None,
+    def __init__(self, store: Store | Path, settings: Settings | None = None, *, vector_search: str | None = None,
                  cache_size: int = 10_000, principals=None):
         vector_search = vector_search or environment().vector_search
         if vector_search not in VECTOR_SEARCH:
             raise UsageError(f"unknown vector search {vector_search!r}; choose one of {', '.join(VECTOR_SEARCH)}")
-        self.store = store
+        self._store = as_store(store)
+        self.store = self._store.folder  # the folder it reads (a remote store's local cache)
         self.settings = settings or Settings.from_env()
         self.vector_search_method = vector_search
         # who this handle reads as: None = everything (the store's owner); a list of principals
@@ -81,7 +82,7 @@ class Index:
         self._masks = LRU(64)  # (generation, Filter) -> (mask, rows kept)
         self._doc_masks = LRU(64)  # (generation, Filter) -> documents the filter keeps a row of
         self._model_checked: tuple | None = None
-        self._follower = Follower(store, on_change=self._forget_masks)
+        self._follower = Follower(self._store, on_change=self._forget_masks)
 
     # --- snapshot management: quarry/search/follower.py -----------------------------------------
 
@@ -478,7 +479,7 @@ class Index:
             else:
                 docs, sections, chunks, size = snap.con.execute(load_sql("status")).fetchone()
             info = {
-                "store": str(remote.url) if (remote := remote_of(self.store)) else str(self.store),
+                "store": self._store.name,
                 "documents": docs,
                 "sections": sections,
                 "chunks": chunks,
@@ -506,7 +507,7 @@ class Index:
 
                 last = self.runs(limit=1)
                 info["last_run"] = last[0] if last else None
-                info["disk_bytes"] = disk_usage(self.store)
+                info["disk_bytes"] = disk_usage(self._store)
             return info
 
     def document(self, doc_id: str, principals=None, *, text: tuple[int, int] | None = None) -> dict:
@@ -608,23 +609,24 @@ class Index:
 
     def runs(self, limit: int = 50) -> list[dict]:
         """Index runs, newest first, with skipped runs the next commit has yet to record."""
-        return views.runs(self.snapshot.con, self.store, limit)
+        return views.runs(self.snapshot.con, self._store, limit)
 
     def run(self, run_id: str) -> dict:
         """One index run by id (a skipped run the next commit has yet to record included), as
         :meth:`runs` lists it; :class:`NotFound` when there is none."""
-        found = views.run(self.snapshot.con, self.store, run_id)
+        found = views.run(self.snapshot.con, self._store, run_id)
         if found is None:
             raise NotFound(f"no run {short_id(run_id)} in this index")
         return found
 
 
-def open(db: str | os.PathLike | None = None, settings: Settings | None = None, **kwargs) -> Index:  # noqa: A001
-    """Open the index at ``db`` (default ``$QUARRY_DB`` or ``./.quarry``) for searching.
+def open(db: str | os.PathLike | Store | None = None, settings: Settings | None = None, **kwargs) -> Index:  # noqa: A001
+    """Open the index at ``db`` (a folder, a store URL or an opened :class:`~quarry.store.handle.Store`;
+    default ``$QUARRY_DB`` or ``./.quarry``) for searching.
 
     ``kwargs`` go to :class:`Index` (``vector_search``, ``cache_size``).
     """
-    index = Index(store_path(db), settings, **kwargs)
+    index = Index(open_store(db), settings, **kwargs)
     index.snapshot  # noqa: B018 - fail now, with a clear message, if there is no index
     return index
 

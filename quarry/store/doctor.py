@@ -31,6 +31,7 @@ from functools import partial
 from pathlib import Path
 
 from quarry.core.errors import StoreCorrupt
+from quarry.store.handle import Store, as_store
 
 __all__ = ["Finding", "DoctorReport", "diagnose"]
 
@@ -77,33 +78,33 @@ def _rebuild_hint(store: Path) -> str:
     return (f"move {store} aside and rebuild it from the source files: quarry index PATH --db {store} --full")
 
 
-def diagnose(store: Path, repair: bool = False) -> DoctorReport:
+def diagnose(store: Store | Path, repair: bool = False) -> DoctorReport:
     """Check ``store``; with ``repair``, fix what is safely repairable (takes the writer lock)."""
     from quarry.store.layout import WriterLock
 
-    store = Path(store)
+    opened = as_store(store)
+    store = opened.folder
     report = DoctorReport(str(store))
     if not store.is_dir():
         report.add("store", False, f"{store} does not exist" if not store.exists() else f"{store} is not a directory",
                    "nothing to check: index into it first, `quarry index PATH --db STORE`")
         return report
-    from quarry.store.remote import remote_of
-
-    remote = remote_of(store)
-    if remote is not None and not repair:  # the writer lock pulls when repairing
-        remote.pull(store)
-    lock = WriterLock(store).acquire() if repair else None
+    if opened.remote is not None and not repair:  # the writer lock pulls when repairing
+        opened.remote.pull(store)
+    lock = WriterLock(opened).acquire() if repair else None
     try:
-        _diagnose(store, report, repair)
+        _diagnose(opened, report, repair)
     finally:
         if lock is not None:
             lock.release()
     return report
 
 
-def _diagnose(store: Path, report: DoctorReport, repair: bool) -> None:
+def _diagnose(opened: Store, report: DoctorReport, repair: bool) -> None:
     from quarry.store.layout import write_pointer
     from quarry.store.pointer import POINTER, read_pointer
+
+    store = opened.folder
 
     try:
         pointer = read_pointer(store)
@@ -123,7 +124,7 @@ def _diagnose(store: Path, report: DoctorReport, repair: bool) -> None:
         if found is None:
             return
         if repair:
-            write_pointer(store, found)
+            write_pointer(opened, found)
             finding.repaired = True
         pointer = found
 

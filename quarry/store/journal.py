@@ -29,15 +29,17 @@ from pathlib import Path
 
 from quarry.core.models import RunReport
 from quarry.core.sqlfiles import load_sql
-from quarry.store.remote import remote_of
+from quarry.store.handle import Store, as_store
+from quarry.store.remote import JournalObject
 
 JOURNAL = "run-journal.jsonl"
 CLAIMED_GLOB = "run-journal.claimed-*.jsonl"
 
 
-def record(store: Path, row: dict) -> None:
+def record(store: Store | Path, row: dict) -> None:
     """Append one run row to the store's journal (safe against a concurrent claim)."""
-    remote = remote_of(store)
+    opened = as_store(store)
+    remote, store = opened.remote, opened.folder  # the folder below
     if remote is not None:  # object storage has no append: one object per run
         remote.journal_record(row)
         return
@@ -77,9 +79,10 @@ def _read(path: Path) -> list[dict]:
     return rows
 
 
-def pending(store: Path) -> list[dict]:
+def pending(store: Store | Path) -> list[dict]:
     """Journalled runs not yet moved into the catalog's ``runs`` table, oldest first."""
-    remote = remote_of(store)
+    opened = as_store(store)
+    remote, store = opened.remote, opened.folder  # the folder below
     if remote is not None:
         return remote.journal_pending()[0]
     rows = []
@@ -88,12 +91,11 @@ def pending(store: Path) -> list[dict]:
     return rows
 
 
-def claim(store: Path, generation: int) -> tuple[list[dict], list[Path]]:
+def claim(store: Store | Path, generation: int) -> tuple[list[dict], list[Path]]:
     """Take the journal for the commit of ``generation``: (rows, files to delete after commit)."""
-    remote = remote_of(store)
+    opened = as_store(store)
+    remote, store = opened.remote, opened.folder  # the folder below
     if remote is not None:  # objects written after this listing stay for the next commit
-        from quarry.store.remote import JournalObject
-
         rows, keys = remote.journal_pending()
         return rows, [JournalObject(remote, key) for key in keys]
     journal = store / JOURNAL
@@ -135,14 +137,14 @@ def forget(files: list[Path]) -> None:
         path.unlink(missing_ok=True)
 
 
-def record_run(store: Path, report: RunReport) -> dict:
+def record_run(store: Store | Path, report: RunReport) -> dict:
     """Journal a finished run's ``runs`` row (timestamps as the catalog reports them); returns it."""
     row = report.to_dict()
     record(store, row)
     return row
 
 
-def record_skip(store: Path, run_id: str, started: datetime, roots: list[str], reason: str, settings: dict) -> dict:
+def record_skip(store: Store | Path, run_id: str, started: datetime, roots: list[str], reason: str, settings: dict) -> dict:
     """Record a run that stood down because ``reason`` (the store was busy); returns its row."""
     row = skipped_row(run_id, started, datetime.now(timezone.utc).replace(tzinfo=None), roots, reason, settings)
     record(store, row)

@@ -25,23 +25,24 @@ import time
 from pathlib import Path
 
 from quarry.core.errors import StoreLocked, StoreNotFound
+from quarry.store.handle import Store, as_store
 from quarry.store.pointer import Pointer, read_pointer, write_local_pointer
-from quarry.store.remote import display, remote_of
 
 LOCK = "lock"
 
 
-def require_pointer(store: Path) -> Pointer:
+def require_pointer(store: Store | Path) -> Pointer:
     """The committed pointer; :class:`StoreNotFound` when there is none."""
-    pointer = read_pointer(store)
+    store = as_store(store)
+    pointer = read_pointer(store.folder)
     if pointer is None:
-        name = display(store)  # the URL of a store on object storage, not its local folder
+        name = store.name  # the URL of a store on object storage, not its local folder
         raise StoreNotFound(f"no index at {name}: run `quarry index PATH --db {name}` first")
     return pointer
 
 
 
-def write_pointer(store: Path, pointer: Pointer, upload: bool = True) -> None:
+def write_pointer(store: Store | Path, pointer: Pointer, upload: bool = True) -> None:
     """Atomically replace CURRENT (write, fsync, rename, fsync the directory): the commit.
 
     For a store on object storage the generation's files are uploaded and the remote CURRENT is
@@ -49,10 +50,11 @@ def write_pointer(store: Path, pointer: Pointer, upload: bool = True) -> None:
     commit point, and the local CURRENT follows it. ``upload=False`` moves only the pointer (same
     generation and files, another LanceDB version: ``quarry maintain``).
     """
-    remote = remote_of(store)
+    store = as_store(store)
+    remote = store.remote
     if remote is not None:
-        remote.commit(store, pointer, upload=upload)
-    write_local_pointer(store, pointer)
+        remote.commit(store.folder, pointer, upload=upload)
+    write_local_pointer(store.folder, pointer)
     if remote is not None:
         remote.after_commit(pointer)
 
@@ -70,9 +72,9 @@ class WriterLock:
     stale: the next run simply gets it. The file's JSON names the holder for error messages.
     """
 
-    def __init__(self, store: Path):
-        self.store = store
-        self.path = store / LOCK
+    def __init__(self, store: Store | Path):
+        self.store = as_store(store)
+        self.path = self.store.folder / LOCK
 
     def acquire(self) -> WriterLock:
         key = str(self.path)
@@ -81,7 +83,7 @@ class WriterLock:
                 fd, depth = _held[key]
                 _held[key] = (fd, depth + 1)
                 return self
-            self.store.mkdir(parents=True, exist_ok=True)
+            self.store.folder.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -89,17 +91,17 @@ class WriterLock:
                 holder = self._describe_holder(fd)
                 os.close(fd)
                 raise StoreLocked(
-                    f"store {self.store} is locked by another index run ({holder}); wait for it to finish"
+                    f"store {self.store.folder} is locked by another index run ({holder}); wait for it to finish"
                 ) from None
             info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
             os.ftruncate(fd, 0)
             os.pwrite(fd, info.encode(), 0)
             os.fsync(fd)
             # A store on object storage: the flock guards the local folder; the lease, the store.
-            remote = remote_of(self.store)
+            remote = self.store.remote
             if remote is not None:
                 try:
-                    remote.acquire(self.store)
+                    remote.acquire(self.store.folder)
                 except BaseException:
                     fcntl.flock(fd, fcntl.LOCK_UN)
                     os.close(fd)
@@ -126,7 +128,7 @@ class WriterLock:
                 _held[key] = (fd, depth - 1)
                 return
             del _held[key]
-            remote = remote_of(self.store)
+            remote = self.store.remote
             if remote is not None:
                 try:
                     remote.release()
@@ -146,11 +148,11 @@ class WriterLock:
         self.release()
 
 
-def disk_usage(store: Path) -> int:
+def disk_usage(store: Store | Path) -> int:
     """Bytes of every file in the store folder (the generations kept for rollback included; for a
     store on object storage, its local cache)."""
     total = 0
-    for folder, _, names in os.walk(store):
+    for folder, _, names in os.walk(as_store(store).folder):
         for name in names:
             try:
                 total += os.lstat(os.path.join(folder, name)).st_size

@@ -25,9 +25,9 @@ from quarry.core.errors import StoreLocked, StoreNotFound
 from quarry.store import vectors
 from quarry.store import generations as gens
 from quarry.store.generations import keep_generations
+from quarry.store.handle import Store, as_store
 from quarry.store.layout import WriterLock, write_pointer
 from quarry.store.pointer import read_pointer
-from quarry.store.remote import remote_of
 from quarry.core.environment import environment
 
 log = logging.getLogger("quarry")
@@ -43,21 +43,21 @@ def reindex_share() -> float:
     return environment().reindex_share
 
 
-def _committed(store: Path):
-    pointer = read_pointer(store)
+def _committed(store: Store):
+    pointer = read_pointer(store.folder)
     if pointer is None:
-        raise StoreNotFound(f"no index at {store}: run `quarry index PATH --db {store}` first")
+        raise StoreNotFound(f"no index at {store.folder}: run `quarry index PATH --db {store.folder}` first")
     return pointer
 
 
-def _table(store: Path, pointer):
+def _table(store: Store, pointer):
     """The vector table rolled back to the committed version (a dead run's versions undone)."""
     if not pointer.vector_table:
         return None
     return vectors.open_for_write(store, pointer.model, pointer.dim, pointer.vector_version)
 
 
-def move_pointer(store: Path, pointer, version: int):
+def move_pointer(store: Store | Path, pointer, version: int):
     """Name ``version`` in CURRENT: same generation, no new files."""
     if version == pointer.vector_version:
         return pointer
@@ -66,9 +66,10 @@ def move_pointer(store: Path, pointer, version: int):
     return moved
 
 
-def compact(store: Path, keep: timedelta | None = None, generations_kept: int | None = None) -> dict:
+def compact(store: Store | Path, keep: timedelta | None = None, generations_kept: int | None = None) -> dict:
     """Merge fragments, move the pointer to the compacted version, then prune versions older than
     ``keep`` that no kept generation names. Caller holds the writer lock."""
+    store = as_store(store)
     pointer = _committed(store)
     table = _table(store, pointer)
     if table is None:
@@ -78,15 +79,16 @@ def compact(store: Path, keep: timedelta | None = None, generations_kept: int | 
     table.optimize(cleanup_older_than=vectors._NEVER)  # compaction and incremental index updates
     pointer = move_pointer(store, pointer, table.version)
     # versions the kept generations name stay, whatever their age: `quarry rollback` needs them
-    kept = gens.kept_versions(store, pointer, generations_kept).get(table.name, set())
+    kept = gens.kept_versions(store.folder, pointer, generations_kept).get(table.name, set())
     vectors.prune(table, keep if keep is not None else keep_versions(), keep_versions=kept)
     pointer = move_pointer(store, pointer, table.version)
     return {"fragments_before": before, "fragments_after": table.stats()["fragment_stats"]["num_fragments"],
             "versions_before": versions_before, "versions_after": len(table.list_versions())}
 
 
-def reindex(store: Path, threshold: float | None = None) -> list[dict]:
+def reindex(store: Store | Path, threshold: float | None = None) -> list[dict]:
     """Rebuild each LanceDB index whose unindexed share of rows is above ``threshold``."""
+    store = as_store(store)
     threshold = reindex_share() if threshold is None else threshold
     pointer = _committed(store)
     table = _table(store, pointer)
@@ -112,7 +114,7 @@ def reindex(store: Path, threshold: float | None = None) -> list[dict]:
     return out
 
 
-def merge(store: Path) -> dict:
+def merge(store: Store | Path) -> dict:
     """Merge the current generation's catalog layers and index segments into one — a new
     generation holding a whole catalog and a one-segment index of the live rows — when it reads
     more than one layer or its segments hold deleted rows (quarry/store/layers.py). Searches are
@@ -122,16 +124,17 @@ def merge(store: Path) -> dict:
     from quarry.store.writer import StoreWriter
 
     t0 = time.perf_counter()
+    store = as_store(store)
     pointer = _committed(store)
     chain = pointer.layers or (pointer.generation,)
-    manifest = searchindex.read_manifest(store / searchindex.folder_name(pointer.generation)) or {}
+    manifest = searchindex.read_manifest(store.folder / searchindex.folder_name(pointer.generation)) or {}
     deleted = int((manifest.get("deleted") or {}).get("rows", 0))
     out = {"layers_before": len(chain), "deleted_rows_before": deleted, "merged": False,
            "generation": pointer.generation}
     if (len(chain) <= 1 and not deleted) or not pointer.vector_table:
         return out
     # a merge changes no chunk: the new generation links the full-text tables the store had
-    had_fts = fts.path(store, pointer.generation).is_file()
+    had_fts = fts.path(store.folder, pointer.generation).is_file()
     writer = StoreWriter(store, pointer.model, pointer.dim, duckdb_fts=had_fts).open()
     try:
         writer.merge_all()
@@ -142,39 +145,41 @@ def merge(store: Path) -> dict:
     return out
 
 
-def remove_generations(store: Path, keep: int | None = None) -> list[str]:
+def remove_generations(store: Store | Path, keep: int | None = None) -> list[str]:
     """Delete catalog generations and index folders older than the last ``keep``
     (``QUARRY_KEEP_GENERATIONS``, default 2), locally and on object storage, and the vector tables
     no kept generation names."""
+    store = as_store(store)
     pointer = _committed(store)
     keep = keep or keep_generations()
-    removed = gens.remove_unkept(store, pointer.generation, keep)
-    removed += vectors.drop_unreferenced(store, set(gens.kept_versions(store, pointer, keep)))
-    remote = remote_of(store)
+    removed = gens.remove_unkept(store.folder, pointer.generation, keep)
+    removed += vectors.drop_unreferenced(store, set(gens.kept_versions(store.folder, pointer, keep)))
+    remote = store.remote
     if remote is not None:
         removed += [str(remote.url.join(k)) for k in remote.remove_old_generations(pointer.generation, keep)]
     return removed
 
 
-def check(store: Path) -> dict:
+def check(store: Store | Path) -> dict:
     """``quarry doctor``'s checks, read-only."""
     from quarry.store.doctor import diagnose
 
     return diagnose(store).to_dict()
 
 
-def maintain(store: Path, generations: int | None = None, keep: timedelta | None = None,
+def maintain(store: Store | Path, generations: int | None = None, keep: timedelta | None = None,
              threshold: float | None = None, if_busy: str = "fail") -> dict:
     """All of it, in order, under the writer lock; the consistency check after the lock is released."""
     t0 = time.perf_counter()
+    store = as_store(store)
     try:
         lock = WriterLock(store).acquire()
     except StoreLocked as exc:
         if if_busy != "skip":
             raise
-        return {"store": str(store), "status": "skipped", "reason": str(exc)}
+        return {"store": str(store.folder), "status": "skipped", "reason": str(exc)}
     try:
-        report = {"store": str(remote_of(store).url) if remote_of(store) else str(store), "status": "completed"}
+        report = {"store": store.name, "status": "completed"}
         report["compaction"] = compact(store, keep, generations)
         report["indices"] = reindex(store, threshold)
         report["merge"] = merge(store)

@@ -1,9 +1,10 @@
 """A store on object storage, worked on through a local folder.
 
 ``--db s3://bucket/prefix`` maps to a local folder (:func:`quarry.core.storeurl.local_dir`,
-``~/.cache/quarry/stores/<hash of the URL>/``), whose file ``REMOTE`` names the URL. Everything in quarry
-that takes a store directory works on that folder as it does on a local store; this module moves
-the committed state between it and the object store:
+``~/.cache/quarry/stores/<hash of the URL>/``), whose file ``REMOTE`` names the URL; the store object
+(:func:`quarry.store.handle.open_store`) holds that folder and the :class:`Remote` of the URL, opened
+once per process. Everything in quarry that works on a store's files works on that folder as it does
+on a local store; this module moves the committed state between it and the object store:
 
 - **pull** (:meth:`Remote.pull`): read the remote ``CURRENT``; download the catalog and the
   search index files of that generation unless the folder has them (a generation's files are
@@ -41,12 +42,12 @@ from pathlib import Path
 from quarry.core import faults
 from quarry.core.environment import environment
 from quarry.core.errors import QuarryError, StoreCorrupt
-from quarry.core.storeurl import MARKER, StoreURL, parse_url
+from quarry.core.storeurl import StoreURL
 from quarry.retrieval.searchindex import MANIFEST, folder_name, segment_generations
 from quarry.store import fts
 from quarry.store.generations import keep_generations, kept_range, referenced
 from quarry.store.lease import Lease
-from quarry.store.objstore import ObjectStore, PreconditionFailed, open_store
+from quarry.store.objstore import ObjectStore, PreconditionFailed, open_objects
 from quarry.store.pointer import POINTER, Pointer, write_local_pointer
 
 JOURNAL_PREFIX = "journal/"
@@ -56,34 +57,6 @@ _GEN = re.compile(r"^(?:catalog-(\d+)\.duckdb|index-(\d+)/.*)$")
 def check_seconds() -> float:
     """How long a reader trusts its last read of CURRENT: ``QUARRY_REMOTE_CHECK_SECONDS`` (0: every call)."""
     return environment().remote_check_seconds
-
-
-_remotes: dict[str, Remote | None] = {}
-_remotes_guard = threading.Lock()
-
-
-def remote_of(store: Path) -> Remote | None:
-    """The :class:`Remote` behind a local folder, or None for a plain local store."""
-    key = str(store)
-    with _remotes_guard:
-        if key in _remotes:
-            return _remotes[key]
-    try:
-        url = json.loads((Path(store) / MARKER).read_text(encoding="utf-8"))["url"]
-    except FileNotFoundError:
-        remote = None
-    except (OSError, ValueError, KeyError) as exc:
-        raise StoreCorrupt(f"{Path(store) / MARKER} is damaged: delete {store} (a cache) and run again") from exc
-    else:
-        remote = Remote(parse_url(url))
-    with _remotes_guard:
-        return _remotes.setdefault(key, remote)
-
-
-def display(store: Path) -> str:
-    """The name to show for a store: its URL when it is remote."""
-    remote = remote_of(store)
-    return str(remote.url) if remote else str(store)
 
 
 def _generation_of(key: str) -> int | None:
@@ -105,7 +78,7 @@ class Remote:
     @property
     def objects(self) -> ObjectStore:
         if self._objects is None:
-            self._objects = open_store(self.url)
+            self._objects = open_objects(self.url)
         return self._objects
 
     def lance_uri(self) -> str:

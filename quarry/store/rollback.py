@@ -28,18 +28,19 @@ from pathlib import Path
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.models import RunReport
 from quarry.store import generations, journal, layers, vectors
+from quarry.store.handle import Store, as_store
 from quarry.store.layout import WriterLock, new_run_id, require_pointer, write_pointer
 from quarry.store.pointer import Pointer
-from quarry.store.remote import remote_of
 
 __all__ = ["rollback", "list_generations"]
 
 
-def list_generations(store: Path) -> list[dict]:
+def list_generations(store: Store | Path) -> list[dict]:
     """The generations a rollback can go to (and the current one), newest first: number, when it was
     committed, its documents and chunks, the run that made it, and whether it can be a target."""
-    pointer = require_pointer(store)
-    remote = remote_of(store)
+    opened = as_store(store)
+    store, remote = opened.folder, opened.remote
+    pointer = require_pointer(opened)
     numbers = set(generations.local_generations(store)) | (remote.generations() if remote is not None else set())
     keep = generations.keep_generations()
     out = []
@@ -78,11 +79,12 @@ def _describe(store: Path, gen: int) -> dict:
     return info
 
 
-def rollback(store: Path, to: int | None = None) -> dict:
+def rollback(store: Store | Path, to: int | None = None) -> dict:
     """Make generation ``to`` (default: the newest kept generation before the current one) current
     again, as a new generation; returns the ``rollback`` run row plus ``generation`` (the new one),
     ``from_generation`` and ``to_generation``. Raises :class:`~quarry.core.errors.StoreLocked` while
     an index run holds the store, :class:`UsageError` for a generation it cannot go to."""
+    store = as_store(store)
     lock = WriterLock(store).acquire()  # on object storage: the lease, and a pull of CURRENT
     try:
         return _rollback(store, to)
@@ -90,11 +92,11 @@ def rollback(store: Path, to: int | None = None) -> dict:
         lock.release()
 
 
-def _rollback(store: Path, to: int | None) -> dict:
+def _rollback(opened: Store, to: int | None) -> dict:
     started = datetime.now(timezone.utc).replace(tzinfo=None)
     t0 = time.perf_counter()
-    current = require_pointer(store)
-    remote = remote_of(store)
+    store, remote = opened.folder, opened.remote
+    current = require_pointer(opened)
     keep = generations.keep_generations()
     available = set(generations.local_generations(store)) | (remote.generations() if remote is not None else set())
     older = sorted(g for g in available if g < current.generation and generations.kept(g, current.generation, keep))
@@ -133,7 +135,7 @@ def _rollback(store: Path, to: int | None) -> dict:
         con, new_chain, private, _ = layers.open_over(store, to, chain, new,
                                                        delta=searchindex.is_complete(source_index))
         try:
-            table = vectors.connect(store).open_table(table_name)
+            table = vectors.connect(opened).open_table(table_name)
             try:
                 table.restore(version)
             except Exception as exc:
@@ -143,7 +145,7 @@ def _rollback(store: Path, to: int | None) -> dict:
                                ("vector_version", str(table.version)), ("previous_pointer", json.dumps(asdict(current)))):
                 layers.set_any_meta(con, key, value)
             folder = _index_files(store, to, new, con, table, meta, new_chain)
-            report = _history(store, con, current, new, to, started, t0)
+            report = _history(opened, con, current, new, to, started, t0)
             con.execute("CHECKPOINT")
         finally:
             con.close()
@@ -152,7 +154,7 @@ def _rollback(store: Path, to: int | None) -> dict:
         pointer = Pointer(generation=new, catalog=target.name, vector_table=table_name, vector_version=table.version,
                           model=meta.get("model", current.model), dim=int(meta.get("dim") or current.dim),
                           committed_at=time.time(), layers=new_chain)
-        write_pointer(store, pointer)  # <- the commit point
+        write_pointer(opened, pointer)  # <- the commit point
     except BaseException:
         for suffix in ("", ".wal"):
             Path(str(target) + suffix).unlink(missing_ok=True)
@@ -162,7 +164,7 @@ def _rollback(store: Path, to: int | None) -> dict:
     journal.forget(report.pop("_claimed"))
     from quarry.store.writer import after_commit
 
-    after_commit(store, pointer, table)
+    after_commit(opened, pointer, table)
     return {**report, "generation": new, "from_generation": current.generation, "to_generation": to}
 
 
@@ -186,13 +188,13 @@ def _index_files(store: Path, source_gen: int, new: int, con, table, meta: dict,
     return folder
 
 
-def _history(store: Path, con, current: Pointer, new: int, to: int, started: datetime, t0: float) -> dict:
+def _history(opened: Store, con, current: Pointer, new: int, to: int, started: datetime, t0: float) -> dict:
     """Carry the replaced generation's runs (and the journal's) into the new catalog, then add the
     rollback's own row; returns that row (with the claimed journal files under ``_claimed``)."""
     from quarry.store.reader import open_snapshot
     from quarry.store.writer import insert_run
 
-    snap = open_snapshot(store)
+    snap = open_snapshot(opened.folder)
     try:
         cur = snap.con.execute("SELECT * FROM runs")
         cols = [d[0] for d in cur.description]
@@ -203,7 +205,7 @@ def _history(store: Path, con, current: Pointer, new: int, to: int, started: dat
     for row in rows:
         if row["run_id"] not in known:
             insert_run(con, row)
-    journal_rows, claimed = journal.claim(store, new)
+    journal_rows, claimed = journal.claim(opened, new)
     journal.merge(con, journal_rows, insert_run)
     message = (f"rolled back from generation {current.generation} to the state of generation {to} "
                f"(committed as generation {new})")

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from quarry.core import paths
 from quarry.core.environment import environment
+from quarry.store.handle import Store, as_store
 os.environ.setdefault("LANCEDB_LOG", "error")  # LanceDB warns once per query otherwise
 
 _HEX = re.compile(r"^[0-9a-f]+$")
@@ -50,17 +51,16 @@ def schema(model: str, dim: int) -> pa.Schema:
     return pa.schema(fields, metadata={"quarry.model": model, "quarry.dim": str(dim)})
 
 
-def connect(store: Path):
+def connect(store: Store | Path):
     """The LanceDB database of ``store``: ``<store>/lance``, or ``<url>/lance`` on object storage
     (endpoint and credentials from the environment, as LanceDB reads them; on Azure, the account
     quarry's own client resolved, passed as ``storage_options``)."""
     import lancedb
 
-    from quarry.store.remote import remote_of
-
-    remote = remote_of(store)
+    store = as_store(store)
+    remote = store.remote
     if remote is None:
-        return lancedb.connect(str(store / "lance"))
+        return lancedb.connect(str(store.folder / "lance"))
     return lancedb.connect(remote.lance_uri(), storage_options=remote.lance_options())
 
 
@@ -72,7 +72,7 @@ def _quoted(values: list[str], pattern: re.Pattern = _HEX) -> str:
     return ", ".join(f"'{v}'" for v in values)
 
 
-def open_for_write(store: Path, model: str, dim: int, committed_version: int):
+def open_for_write(store: Store | Path, model: str, dim: int, committed_version: int):
     """Open (or create) the table for writing, rolled back to ``committed_version``.
 
     Versions written by a run that never committed are undone here, so a killed run leaves
@@ -92,7 +92,7 @@ def open_for_write(store: Path, model: str, dim: int, committed_version: int):
     return db.create_table(name, schema=schema(model, dim))
 
 
-def open_for_read(store: Path, name: str, version: int):
+def open_for_read(store: Store | Path, name: str, version: int):
     """The table checked out at the committed ``version``."""
     table = connect(store).open_table(name)
     table.checkout(version)
@@ -248,7 +248,7 @@ def prune(table, keep_for: timedelta = timedelta(hours=1), keep_versions: set[in
     table.optimize(cleanup_older_than=keep_for)
 
 
-def drop_unreferenced(store: Path, names: set[str]) -> list[str]:
+def drop_unreferenced(store: Store | Path, names: set[str]) -> list[str]:
     """Drop quarry's vector tables that no kept generation names (an embedding model no longer used)."""
     db = connect(store)
     dropped = []

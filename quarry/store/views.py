@@ -10,11 +10,12 @@ from pathlib import Path
 from quarry.core.models import RunReport
 from quarry.core.sqlfiles import load_sql
 from quarry.store import journal
+from quarry.store.handle import Store
 
 __all__ = ["runs", "index_summary"]
 
 
-def runs(con, store: Path, limit: int = 50) -> list[dict]:
+def runs(con, store: Store | Path, limit: int = 50) -> list[dict]:
     """Index runs, newest first, from the catalog ``con`` and the run journal of ``store`` (the
     runs the next commit has yet to move into the catalog), as ``quarry runs --json`` prints them."""
     cur = con.execute(load_sql("list_runs"), [limit])
@@ -26,7 +27,7 @@ def runs(con, store: Path, limit: int = 50) -> list[dict]:
     return out[:limit]
 
 
-def run(con, store: Path, run_id: str) -> dict | None:
+def run(con, store: Store | Path, run_id: str) -> dict | None:
     """One index run by id as :func:`runs` lists it (a run the next commit has yet to record
     included); None when there is none."""
     cur = con.execute(load_sql("run_view"), [str(run_id)])

@@ -45,6 +45,7 @@ from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.models import DocumentRecord, RunReport
 from quarry.store import acl, catalog, journal, layers, vectors
 from quarry.store import generations
+from quarry.store.handle import Store, as_store
 from quarry.store.layout import WriterLock, write_pointer
 from quarry.store.pointer import DOCTOR_HINT, Pointer, read_pointer
 
@@ -63,12 +64,13 @@ class CommitInfo:
 class StoreWriter:
     """Holds the lock, the new catalog generation and the vector table of one run."""
 
-    def __init__(self, store: Path, model: str, dim: int, duckdb_fts: bool = False):
-        self.store = store
+    def __init__(self, store: Store | Path, model: str, dim: int, duckdb_fts: bool = False):
+        self.store = as_store(store)
+        self.folder = self.store.folder
         self.duckdb_fts = duckdb_fts  # build DuckDB's full-text tables after the commit (quarry/store/fts.py)
         self.model = model
         self.dim = dim
-        self.lock = WriterLock(store)
+        self.lock = WriterLock(self.store)
         self.base: Pointer | None = None
         self.con = None
         self.table = None
@@ -100,8 +102,8 @@ class StoreWriter:
         return self
 
     def _open(self) -> None:
-        self.store.mkdir(parents=True, exist_ok=True)
-        self.base = remove_debris(self.store)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.base = remove_debris(self.folder)
         self.generation = (self.base.generation if self.base else 0) + 1
         self.chain = (self.generation,)
         if self.base:
@@ -124,17 +126,17 @@ class StoreWriter:
         this quarry cannot build on it: see the module docstring)."""
         from quarry.retrieval import searchindex
 
-        source = self.store / base.catalog
-        hint = DOCTOR_HINT.format(store=self.store)
+        source = self.folder / base.catalog
+        hint = DOCTOR_HINT.format(store=self.folder)
         if not source.is_file():
             raise StoreCorrupt(f"{source}, the catalog CURRENT names, is missing: {hint}")
-        folder = self.store / searchindex.folder_name(base.generation)
+        folder = self.folder / searchindex.folder_name(base.generation)
         # a delta needs the committed generation's segments to be its catalog's layers
         delta = (searchindex.is_complete(folder)
                  and tuple(searchindex.segment_generations(folder)) == (base.layers or (base.generation,)))
         try:
             self.con, self.chain, self.private, self.delta = layers.open_over(
-                self.store, base.generation, base.layers or None, self.generation, delta=delta)
+                self.folder, base.generation, base.layers or None, self.generation, delta=delta)
         except (OSError, duckdb.IOException) as exc:  # a full disk, a read-only store: the committed state is untouched
             self._remove_files()
             if isinstance(exc, FileNotFoundError) or not _is_write_error(exc):
@@ -151,7 +153,7 @@ class StoreWriter:
 
     @property
     def catalog_path(self) -> Path:
-        return self.store / Pointer.catalog_name(self.generation)
+        return self.folder / Pointer.catalog_name(self.generation)
 
     # --- changes -----------------------------------------------------------------------------
 
@@ -334,10 +336,10 @@ class StoreWriter:
         the segment of this generation's layer (a whole index for a base)."""
         from quarry.retrieval import searchindex
 
-        folder = self.store / searchindex.folder_name(self.generation)
+        folder = self.folder / searchindex.folder_name(self.generation)
         earlier = None
         if self.delta:
-            prev = searchindex.SearchIndex.load(self.store / searchindex.folder_name(self.base.generation))
+            prev = searchindex.SearchIndex.load(self.folder / searchindex.folder_name(self.base.generation))
             segments = {s.generation: s for s in prev.segments}
             base_rows = segments[self.prev_chain[0]].n_rows
             deleted = prev.bm25.deleted
@@ -452,7 +454,7 @@ class StoreWriter:
             # chunks unchanged (moves, touches, permissions, a merge): the previous tables still hold
             same = self.base is not None and not self.content_changed and not self.model_changed
             try:
-                fts.start(self.store, pointer.generation, previous=self.base.generation if same else None)
+                fts.start(self.folder, pointer.generation, previous=self.base.generation if same else None)
             except Exception as exc:  # the commit stands; `quarry sql` builds them when asked
                 logging.getLogger("quarry").warning("could not start building the full-text tables: %s", exc)
 
@@ -579,13 +581,14 @@ def remove_debris(store: Path) -> Pointer | None:
     return base
 
 
-def after_commit(store: Path, pointer: Pointer, table=None) -> None:
+def after_commit(store: Store | Path, pointer: Pointer, table=None) -> None:
     """Tidy after the pointer moved: generations past the retention, LanceDB versions no kept
     generation names (older than an hour, once there are many: :func:`quarry.store.vectors.prune_due`),
     vector tables no kept generation names. Best-effort: the next commit tries again."""
-    generations.remove_unkept(store, pointer.generation)
+    store = as_store(store)
+    generations.remove_unkept(store.folder, pointer.generation)
     try:
-        versions = generations.kept_versions(store, pointer)
+        versions = generations.kept_versions(store.folder, pointer)
         if table is not None and vectors.prune_due(table):
             vectors.prune(table, keep_versions=versions.get(table.name, set()))
         vectors.drop_unreferenced(store, set(versions))

@@ -34,7 +34,7 @@ class PreconditionFailed(Exception):
     """A conditional put lost: the key exists (put_if_absent) or changed (put_if_match)."""
 
 
-def open_store(url: StoreURL) -> ObjectStore:
+def open_objects(url: StoreURL) -> ObjectStore:
     """The object store for ``url``: the backend registered for its scheme in
     :data:`~quarry.core.registry.STORES` (quarry's s3, gs, az and file, or a plugin's)."""
     return STORES.get(url.scheme)(url)
