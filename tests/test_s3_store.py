@@ -204,7 +204,7 @@ def test_kill_then_rerun_equals_a_clean_run(fault, layout, url, tree, tmp_path, 
     keys = remote_keys(url)
     assert "lease" not in keys
     assert max(int(k[8:14]) for k in keys if k.startswith("catalog-")) == 2
-    current, _ = open_store(parse_url(url)).get("CURRENT")
+    current, _ = open_objects(parse_url(url)).get("CURRENT")
     assert len(json.loads(current)["layers"]) == (2 if layout == "layers" else 1)
 
 
