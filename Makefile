@@ -86,14 +86,14 @@ demo: setup
 	$(BIN)/quarry search "$(DEMO_QUERY)" --db $(DEMO_DB) -k 5
 
 test: setup azurite office
-	$(BIN)/python -m pytest -m "not slow and not llm_server" -q
+	$(BIN)/python -m pytest -m "not slow and not llm_server" -q --durations=30
 
 test-slow: setup azurite browser
-	$(BIN)/python -m pytest -m "slow and not llm_server and not torch" -q --ignore=tests/reliability
+	$(BIN)/python -m pytest -m "slow and not llm_server and not torch" -q --ignore=tests/reliability --durations=30
 
 # The slow reliability cases: read-only store, full disk, readers during commits, random kill -9s.
 test-reliability: setup
-	$(BIN)/python -m pytest tests/reliability -m "slow" -q
+	$(BIN)/python -m pytest tests/reliability -m "slow" -q --durations=10
 
 
 torch-venv: $(TORCH_VENV)/.installed

@@ -48,7 +48,10 @@ adds ``extrapolated_wall_s`` for ``--chunks`` chunks (the hash row's non-embeddi
 the model's measured seconds per chunk, times the chunk count): labelled, never measured.
 
     python bench/scale.py [--chunks 1000000] [--embedder hash|onnx-int8] [--sample N] [--commits 50]
-                          [--only-full] [--json]
+                          [--only-full] [--keep] [--reuse] [--json]
+
+``--keep`` keeps the store; ``--reuse`` then measures the incremental rows again on it without
+the full run (one unmeasured run first syncs it with the tree), keeping the full row on record.
 
 Prints a table (stderr with --json) and writes bench/results/scale.json (rows are merged in by
 chunks, embedder and run, so a 1M hash row and a model sample row can be run separately).
@@ -416,9 +419,11 @@ def load_avg() -> str:
 
 
 def run_row(chunks: int, embedder: str, runner: str, n_queries: int, keep: bool, commits: int = 50,
-            only_full: bool = False) -> list[dict]:
+            only_full: bool = False, reuse: bool | set[str] = False) -> list[dict]:
     tree = make_tree(chunks)
     folder = WORK / f"store-{chunks}-{embedder}"
+    if reuse:
+        return reuse_row(tree, folder, chunks, embedder, runner, n_queries, commits, reuse if isinstance(reuse, set) else None)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     store = folder / "store"
@@ -465,6 +470,27 @@ def run_row(chunks: int, embedder: str, runner: str, n_queries: int, keep: bool,
     return _finish(rows, folder, keep)
 
 
+def reuse_row(tree: Path, folder: Path, chunks: int, embedder: str, runner: str, n_queries: int,
+              commits: int, only: set[str] | None = None) -> list[dict]:
+    """The incremental rows only, on the store an earlier ``--keep`` run left (the full run's row
+    is kept from that run): one unmeasured run first brings the store back to the tree (the
+    earlier run's edits were put back in the tree, not in the store)."""
+    store = folder / "store"
+    if not (store / "CURRENT").exists():
+        sys.exit(f"--reuse: no kept store at {store} (run once with --keep)")
+    overrides = {"embed_backend": embedder, **({"embed_dim": DIM} if embedder == "hash" else {})}
+    if runner != "default":
+        overrides["runner"] = runner
+    base = {"chunks": chunks, "embedder": embedder, "runner": runner, "synthetic": True}
+    rows: list[dict] = []
+    with warm_server(store):
+        log(f"reusing {store}: bringing it back to the tree (not measured; load {load_avg()}) ...")
+        run_flow(tree, store, overrides, folder / "settle.json")
+        wait_full_text(store)
+        _incrementals(rows, tree, store, overrides, folder, base, embedder, n_queries, commits, only)
+    return rows
+
+
 @contextlib.contextmanager
 def warm_server(store: Path):
     """The store's private Prefect API server, running and announced as ``quarry serve`` keeps it."""
@@ -484,14 +510,20 @@ def warm_server(store: Path):
                     os.environ[key] = value
 
 
-def _incrementals(rows, tree, store, overrides, folder, base, embedder, n_queries, commits) -> None:
-    log(f"no_change, warm server (load {load_avg()}) ...")
-    rows.append(_incremental("no_change", base, run_flow(tree, store, overrides, folder / "no_change.json")))
+def _incrementals(rows, tree, store, overrides, folder, base, embedder, n_queries, commits,
+                  only: set[str] | None = None) -> None:
+    """The incremental rows (``only``: those of :data:`RUNS` to measure; default all)."""
+    want = lambda name: only is None or name in only  # noqa: E731
+    if want("no_change"):
+        log(f"no_change, warm server (load {load_avg()}) ...")
+        rows.append(_incremental("no_change", base, run_flow(tree, store, overrides, folder / "no_change.json")))
     files = sorted(tree.rglob("doc*.md"))
     originals: dict[Path, bytes] = {}
     moved: tuple[Path, Path] | None = None
     try:
         for name, count in (("edit_1", 1), ("edit_100", 100)):
+            if not want(name):
+                continue
             picked = files[:: max(1, len(files) // count)][:count]
             for path in picked:
                 originals.setdefault(path, path.read_bytes())
@@ -499,15 +531,22 @@ def _incrementals(rows, tree, store, overrides, folder, base, embedder, n_querie
             log(f"{name}: {len(picked)} files edited (load {load_avg()}) ...")
             report = run_flow(tree, store, overrides, folder / f"{name}.json")
             rows.append(_incremental(name, base, report))
+        if not (want("move_1000") or want("after_50_commits") or want("after_maintain")):
+            return
         folders = sorted(p for p in tree.iterdir() if p.is_dir())
         source = next((f for f in folders if len(list(f.glob("doc*.md"))) >= 1000), folders[0])
         moved = (source, source.with_name(source.name + "-moved"))
-        os.rename(*moved)
-        log(f"move_1000: {len(list(moved[1].glob('doc*.md')))} files moved (load {load_avg()}) ...")
-        report = run_flow(tree, store, overrides, folder / "move_1000.json")
-        rows.append(_incremental("move_1000", base, report))
-        os.rename(moved[1], moved[0])
-        moved = None
+        if not want("move_1000"):
+            moved = None
+        else:
+            os.rename(*moved)
+            log(f"move_1000: {len(list(moved[1].glob('doc*.md')))} files moved (load {load_avg()}) ...")
+            report = run_flow(tree, store, overrides, folder / "move_1000.json")
+            rows.append(_incremental("move_1000", base, report))
+            os.rename(moved[1], moved[0])
+            moved = None
+        if not (want("after_50_commits") or want("after_maintain")):
+            return
         files = sorted(tree.rglob("doc*.md"))
         picked = files[len(files) // 3:: max(1, len(files) // (3 * commits))][:commits]
         for path in picked:
@@ -565,11 +604,14 @@ def main() -> None:
     ap.add_argument("--commits", type=int, default=50, help="small commits before after_50_commits is measured")
     ap.add_argument("--only-full", action="store_true", help="only the full and no-change runs")
     ap.add_argument("--keep", action="store_true", help="keep the store under bench/results/scale/")
+    ap.add_argument("--reuse", action="store_true", help="only the incremental rows, on the store a --keep run kept")
+    ap.add_argument("--rows", default="", help="with --reuse: the rows to measure, comma-separated (default all)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     args = ap.parse_args()
     size = args.sample or args.chunks
     rows = run_row(size, args.embedder, args.runner, args.queries, args.keep, args.commits,
-                   only_full=args.only_full or bool(args.sample))
+                   only_full=args.only_full or bool(args.sample),
+                   reuse=(set(args.rows.split(",")) if args.rows else True) if args.reuse else False)
     row = rows[0]
     path = RESULTS / "scale.json"
     old = json.loads(path.read_text())["results"] if path.exists() else []

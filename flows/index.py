@@ -155,7 +155,7 @@ def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> d
     try:
         # unwalked(): these are plain lists of thousands of files; Prefect need not walk them for futures
         with clock.timing("discover"):
-            found = discover_files(roots, settings.include, settings.exclude)
+            found = discover_files(roots, settings.include, settings.exclude, store, full or settings.rehash)
         files, unsupported = found.files, found.unsupported
         clock.rows["discover"] += len(files) + len(unsupported) + len(found.unreadable)
         with clock.timing("plan", len(files)):

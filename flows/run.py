@@ -123,7 +123,7 @@ def preview(roots: list[str], store: Path, settings: Settings, *, full: bool = F
     from quarry.store.planning import discover_roots, plan_run
 
     model, dim = describe(settings)
-    found = discover_roots(roots, settings.include, settings.exclude)
+    found = discover_roots(roots, settings.include, settings.exclude, store, full or settings.rehash)
     planned = plan_run(store, found, full=full, fingerprint=content_fingerprint(settings), model=model, dim=dim,
                        limits=GuardLimits.from_settings(settings), patterns=pattern_flags(settings.include, settings.exclude))
     from quarry.store.acl import plan_for_run

@@ -10,9 +10,11 @@ from quarry.store.planning import Discovery, RunPlan, discover_roots, plan_run
 
 
 @task(name="discover", cache_policy=NO_CACHE)
-def discover_files(roots: list[str], include: tuple, exclude: tuple) -> Discovery:
-    """Walk the roots: readable files, unsupported ones, files that could not be read, and each root's scan."""
-    found = discover_roots(roots, include, exclude)
+def discover_files(roots: list[str], include: tuple, exclude: tuple, store=None, rehash: bool = False) -> Discovery:
+    """Walk the roots: readable files, unsupported ones, files that could not be read, and each root's scan.
+    Files the committed catalog of ``store`` knows are not read again while their size and mtime match,
+    unless ``rehash``."""
+    found = discover_roots(roots, include, exclude, store, rehash)
     get_run_logger().info("discovered %d readable files, %d of unsupported types, %d unreadable; roots: %s",
                           len(found.files), len(found.unsupported), len(found.unreadable),
                           ", ".join(f"{s.root} ({s.status})" for s in found.scans))

@@ -68,6 +68,7 @@ class Registry(Generic[F]):
         self._plugin: str | None = None  # the entry point being loaded
         self.errors: list[str] = []  # plugins that failed to load, and why
         self.version = 0  # grows with every registration (views cache by it)
+        self._names: tuple[int, tuple[str, ...]] = (-1, ())  # (version, names() at that version)
 
     # --- registering --------------------------------------------------------------------------
 
@@ -162,9 +163,17 @@ class Registry(Generic[F]):
         self.get(name)
         return name
 
-    def names(self) -> tuple[str, ...]:
-        """Registered names: built-ins in the order of ``modules`` (then of registration), plugins after."""
+    def load(self) -> None:
+        """Import the built-ins and the plugins now (every lookup does it first; this does only that)."""
         self._load()
+
+    def names(self) -> tuple[str, ...]:
+        """Registered names: built-ins in the order of ``modules`` (then of registration), plugins after
+        (kept per :attr:`version`: discovery asks once a file)."""
+        self._load()
+        version, names = self._names
+        if version == self.version:
+            return names
         rank = {m: i for i, m in enumerate(self._modules)}
         order = {n: i for i, n in enumerate(self._items)}
 
@@ -173,7 +182,10 @@ class Registry(Generic[F]):
                 return (len(rank) + 1, order[name])
             return (rank.get(getattr(self._items[name], "__module__", ""), len(rank)), order[name])
 
-        return tuple(sorted(self._items, key=key))
+        names = tuple(sorted(self._items, key=key))
+        if not self._loading:  # a registry still importing its built-ins has not reached its order yet
+            self._names = (self.version, names)
+        return names
 
     def values(self) -> list[F]:
         """The components, in the order of :meth:`names`."""

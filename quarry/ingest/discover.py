@@ -1,4 +1,11 @@
-"""Discovery: walk roots, apply ignore rules, hash what quarry can read."""
+"""Discovery: walk roots, apply ignore rules, hash what quarry can read.
+
+A file the committed catalog already knows (``known``: its size, mtime and sha256, from
+:func:`quarry.store.planning.known_files`) is not read again while its size and mtime are
+unchanged, as rsync's quick check and git's index decide: a re-run over a large unchanged tree
+costs a directory walk and a ``stat`` per file, not a read of every byte. ``quarry index --full``
+(or ``QUARRY_REHASH=1``) reads every file.
+"""
 
 from __future__ import annotations
 
@@ -63,7 +70,7 @@ def _matches(rel: str, patterns: Iterable[str]) -> bool:
 
 
 def _walk(root: Path, errors: list[FileError] | None = None, root_errors: list[str] | None = None
-          ) -> Iterator[tuple[Path, str]]:
+          ) -> Iterator[tuple[str, str]]:
     """Yield (absolute path, root-relative POSIX path) of regular files under ``root``.
 
     Hidden entries are skipped. Symlinks are followed only when they resolve inside the root,
@@ -91,10 +98,10 @@ def _walk(root: Path, errors: list[FileError] | None = None, root_errors: list[s
             if entry.name.startswith("."):
                 continue
             rel = f"{rel_dir}{entry.name}"
-            path = entry_path = Path(entry.path)
+            path = None  # set for a link only: a plain entry is named by its listing (no Path per file)
             if entry.is_symlink():
                 try:
-                    target = path.resolve(strict=True)
+                    target = Path(entry.path).resolve(strict=True)
                 except (OSError, RuntimeError):
                     continue  # dangling link or a loop the OS refuses to resolve
                 if target == real_root or real_root not in target.parents:
@@ -103,20 +110,20 @@ def _walk(root: Path, errors: list[FileError] | None = None, root_errors: list[s
                 # same file is one document however many links reach it.
                 path, rel = target, target.relative_to(real_root).as_posix()
             try:
-                if path is entry_path:  # not a link: the directory listing already knows its type (no stat)
+                if path is None:  # not a link: the directory listing already knows its type (no stat)
                     is_dir, is_file = entry.is_dir(follow_symlinks=False), entry.is_file(follow_symlinks=False)
                 else:
                     is_dir, is_file = path.is_dir(), path.is_file()
             except OSError:  # a name too long for stat, a permission error on the way
                 is_dir = is_file = False
             if is_dir:
-                real = path.resolve()
+                real = (path or Path(entry.path)).resolve()
                 if real in seen_dirs:
                     continue
                 seen_dirs.add(real)
                 stack.append((real, rel + "/"))
             elif is_file:
-                yield path, rel
+                yield (entry.path if path is None else str(path)), rel
 
 
 def discover(
@@ -125,6 +132,7 @@ def discover(
     exclude: Iterable[str] = (),
     errors: list[FileError] | None = None,
     scans: list[RootScan] | None = None,
+    known: dict[str, tuple[int, float, str]] | None = None,
 ) -> tuple[list[FileInfo], list[FileInfo]]:
     """Find files under ``roots``: folders, single files, and trees on object storage (``s3://``,
     ``gs://``, ``az://`` URLs: :func:`_objects`).
@@ -140,6 +148,9 @@ def discover(
 
     ``FileInfo.path`` is the real name, which may hold surrogate-escaped bytes (quarry/core/paths.py);
     ``root`` and ``rel_path`` are display forms, always valid UTF-8.
+
+    ``known``: ``{path: (size, mtime, sha256)}`` of files whose bytes need not be read again while
+    their size and mtime match (an archive is always read: its members are listed from it).
     """
     include, exclude = check_patterns(include, "--include"), check_patterns(exclude, "--exclude")
     found = _Found(include, exclude, errors)
@@ -168,7 +179,7 @@ def discover(
             candidates = _walk(base, errors, root_errors)
         found.walked = found.matched = 0
         for path, rel in candidates:
-            found.add(rel, str(path), lambda key=str(path), rel=rel: _local_file(key, base, rel, found.errors))
+            found.add(rel, str(path), lambda key=str(path), rel=rel: _local_file(key, base, rel, found.errors, known))
         if scans is not None:
             scans.append(RootScan(str(root.resolve()), _status(root_errors, found), found.walked, found.matched,
                                   "; ".join(root_errors)))
@@ -229,14 +240,23 @@ class _Found:
             self.skipped.append(info)
 
 
-def _local_file(key: str, base: Path, rel: str, errors: list[FileError] | None) -> FileInfo | None:
-    """A file on disk as a :class:`FileInfo`, its type detected and its bytes hashed; None (and the
-    reason in ``errors``) when it cannot be read."""
+def _local_file(key: str, base: Path, rel: str, errors: list[FileError] | None,
+                known: dict[str, tuple[int, float, str]] | None = None) -> FileInfo | None:
+    """A file on disk as a :class:`FileInfo`, its type detected and its bytes hashed (or its digest
+    taken from ``known`` when its size and mtime match); None (and the reason in ``errors``) when
+    it cannot be read."""
     ftype = ""
     try:
         ftype = detect_type(key)
         stat = os.stat(key)
-        digest = sha256_file(key) if ftype else ""
+        digest = ""
+        if ftype and known and ftype not in ARCHIVE_TYPES:
+            seen = known.get(key)
+            # the catalog keeps microseconds; a float mtime carries a few tenths of one
+            if seen is not None and seen[0] == stat.st_size and abs(seen[1] - stat.st_mtime) < 2e-6:
+                digest = seen[2]
+        if ftype and not digest:
+            digest = sha256_file(key)
     except (OSError, ParseError) as exc:
         if ftype and errors is not None:
             cause = f"cannot read file: {describe_os_error(exc)}" if isinstance(exc, OSError) else str(exc)

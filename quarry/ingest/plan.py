@@ -22,6 +22,8 @@ class CatalogDoc:
     path: str
     sha256: str
     mtime: float
+    size: int = -1
+    trusted: bool = False  # size and mtime may stand for the bytes (quarry/store/planning.py, known_files)
 
 
 @dataclass

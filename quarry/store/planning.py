@@ -20,11 +20,15 @@ from quarry.ingest.plan import CatalogDoc, Plan, make_plan
 from quarry.store.pointer import read_pointer
 from quarry.store.reader import open_snapshot
 
-__all__ = ["Discovery", "RunPlan", "discover_roots", "committed_catalog", "plan_run", "UNSUPPORTED_LISTED"]
+__all__ = ["Discovery", "RunPlan", "discover_roots", "committed_catalog", "known_files", "plan_run",
+           "UNSUPPORTED_LISTED", "RACY_SECONDS"]
 
 # The run report names at most this many unsupported files (the count is always exact): a tree of
 # 100,000 images would otherwise put megabytes into every run row.
 UNSUPPORTED_LISTED = 1000
+# A file's size and mtime stand for its bytes only when that mtime lies this far before the run
+# that hashed it: coarse file-system clocks (2 s on FAT and some shares) cannot hide a later write.
+RACY_SECONDS = 2.0
 
 
 @dataclass
@@ -35,6 +39,8 @@ class Discovery:
     unsupported: list[FileInfo]  # not read
     unreadable: list[FileError]  # supported but could not be read, or a folder that could not be listed
     scans: list[RootScan]  # one per root
+    # the committed catalog discovery compared sizes and mtimes with, read once for the plan too
+    catalog: tuple[list[CatalogDoc], dict[str, str]] | None = None
 
     def unsupported_files(self) -> list[dict]:
         """``[{"path", "reason"}]`` of the first :data:`UNSUPPORTED_LISTED` unsupported files, by path."""
@@ -42,12 +48,26 @@ class Discovery:
         return [{"path": paths.display(f.path), "reason": unsupported_reason(f)} for f in items]
 
 
-def discover_roots(roots: list[str], include: tuple = (), exclude: tuple = ()) -> Discovery:
-    """Walk ``roots``; a root that is missing or cannot be listed is recorded, never raised."""
+def discover_roots(roots: list[str], include: tuple = (), exclude: tuple = (), store: Path | None = None,
+                   rehash: bool = False) -> Discovery:
+    """Walk ``roots``; a root that is missing or cannot be listed is recorded, never raised.
+    With ``store``, its committed catalog is read once: files it knows are not read again while
+    their size and mtime match (:func:`known_files`; not with ``rehash``), and the plan reuses it."""
     errors: list[FileError] = []
     scans: list[RootScan] = []
-    files, unsupported = discover(roots, include, exclude, errors=errors, scans=scans)
-    return Discovery(files, unsupported, errors, scans)
+    catalog = committed_catalog(store) if store is not None else None
+    known = known_files(catalog[0]) if catalog and not rehash else None
+    files, unsupported = discover(roots, include, exclude, errors=errors, scans=scans, known=known)
+    return Discovery(files, unsupported, errors, scans, catalog)
+
+
+def known_files(docs: list[CatalogDoc]) -> dict[str, tuple[int, float, str]]:
+    """``{path: (size, mtime, sha256)}`` of the committed documents whose size and mtime may stand
+    for their bytes (rsync's quick check, git's index): discovery hashes such a file again only
+    when its size or mtime differs. ``trusted`` rows only (``sql/plan_documents.sql``): a row's
+    mtime must lie :data:`RACY_SECONDS` before the start of the run that wrote it (git's "racy"
+    rule: a write within the clock tick of the hash would leave the mtime unchanged)."""
+    return {d.path: (d.size, d.mtime, d.sha256) for d in docs if d.trusted}
 
 
 def committed_catalog(store: Path) -> tuple[list[CatalogDoc], dict[str, str]]:
@@ -60,12 +80,13 @@ def committed_catalog(store: Path) -> tuple[list[CatalogDoc], dict[str, str]]:
         sql = load_sql("plan_documents")
         if "path_bytes" not in columns:  # a catalog committed before the column existed
             sql = sql.replace(", path_bytes FROM", ", NULL AS path_bytes FROM")
-        rows = snap.con.execute(sql).fetchall()
+        rows = snap.con.execute(sql, [RACY_SECONDS]).fetchall()
         meta = dict(snap.con.execute(load_sql("get_meta")).fetchall())
     finally:
         snap.close()
     docs = [CatalogDoc(doc_id=r[0], path=paths.from_catalog(r[1], r[6]), sha256=r[3],
-                       mtime=r[4].replace(tzinfo=timezone.utc).timestamp()) for r in rows]
+                       mtime=r[4].replace(tzinfo=timezone.utc).timestamp(), size=r[5], trusted=bool(r[7]))
+            for r in rows]
     return docs, meta
 
 
@@ -102,7 +123,7 @@ def plan_run(store: Path, discovery: Discovery, *, full: bool, fingerprint: str,
     scope, so they are kept; a plan that would delete too much gets the guard's refusals.
     ``dim`` 0 (a hosted model of unknown size) skips the model comparison.
     """
-    docs, meta = committed_catalog(store)
+    docs, meta = discovery.catalog if discovery.catalog is not None else committed_catalog(store)
     reason = "--full" if full else ""
     if docs and not reason:
         if meta.get("content_fingerprint") not in (None, fingerprint):

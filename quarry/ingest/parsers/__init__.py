@@ -34,7 +34,7 @@ class _View:
         self._value = None
 
     def _get(self):
-        FORMATS.names()  # load the built-ins and the plugins first
+        FORMATS.load()  # the built-ins and the plugins first
         if self._seen != FORMATS.version:
             self._value, self._seen = self._build(FORMATS.values()), FORMATS.version
         return self._value

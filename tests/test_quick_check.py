@@ -1,0 +1,106 @@
+"""Re-runs do not read files whose size and mtime the catalog already holds (rsync's quick check),
+but never miss a change: a new mtime, a new size, a write within the clock tick of the hash, --full."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+
+import quarry.ingest.discover as discover_mod
+from conftest import SAMPLE
+from quarry.store.planning import committed_catalog, discover_roots, known_files
+
+HOUR_AGO = time.time() - 3600
+
+
+@pytest.fixture
+def tree(tmp_path):
+    dest = tmp_path / "tree"
+    shutil.copytree(SAMPLE, dest)
+    for path in dest.rglob("*"):
+        if path.is_file():
+            os.utime(path, (HOUR_AGO, HOUR_AGO))  # written long before any run
+    return dest
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """The paths discovery hashes (reads whole), in order."""
+    seen: list[str] = []
+    real = discover_mod.sha256_file
+
+    def counting(path):
+        seen.append(os.path.basename(path))
+        return real(path)
+
+    monkeypatch.setattr(discover_mod, "sha256_file", counting)
+    return seen
+
+
+def same_size_edit(path, keep_mtime: float | None = None):
+    """Change one byte of ``path`` (its size stays); restore ``keep_mtime`` when given."""
+    data = bytearray(path.read_bytes())
+    data[-2] = ord("Q") if data[-2] != ord("Q") else ord("R")
+    path.write_bytes(bytes(data))
+    if keep_mtime is not None:
+        os.utime(path, (keep_mtime, keep_mtime))
+
+
+def test_an_unchanged_tree_is_walked_not_read(tree, tmp_path, run_flow, reads):
+    db = tmp_path / "db"
+    first = run_flow([tree], db)
+    assert first["added"] == 5 and len(reads) == 5
+    reads.clear()
+    known = known_files(committed_catalog(db)[0])
+    assert len(known) == 5
+    again = discover_roots([str(tree)], store=db)
+    assert reads == [] and len(again.files) == 5
+    assert sorted(f.sha256 for f in again.files) == sorted(v[2] for v in known.values())
+    second = run_flow([tree], db)
+    assert reads == [] and second["skipped"] == 5 and second["added"] == second["updated"] == 0
+
+
+def test_a_changed_file_is_read_and_reindexed(tree, tmp_path, run_flow, reads):
+    db = tmp_path / "db"
+    run_flow([tree], db)
+    deploys = tree / "runbooks" / "deploys.md"
+    same_size_edit(deploys)  # same size, new mtime
+    (tree / "handbook" / "expenses.txt").write_text("Expenses are filed in Quokka within 30 days.\n")
+    os.utime(tree / "handbook" / "expenses.txt", (HOUR_AGO, HOUR_AGO))  # new size, old mtime
+    reads.clear()
+    report = run_flow([tree], db)
+    assert sorted(reads) == ["deploys.md", "expenses.txt"]
+    assert report["updated"] == 2 and report["skipped"] == 3
+
+
+def test_a_write_in_the_tick_of_the_hash_is_never_trusted(tree, tmp_path, run_flow, reads):
+    """A file written just before a run, then changed again with its size and mtime kept (a coarse
+    clock, or a tool that restores times), is read on every run: its mtime is too close to the
+    run that hashed it to stand for its bytes."""
+    db = tmp_path / "db"
+    deploys = tree / "runbooks" / "deploys.md"
+    now = time.time()
+    os.utime(deploys, (now, now))
+    run_flow([tree], db)
+    known = known_files(committed_catalog(db)[0])
+    assert str(deploys) not in known and len(known) == 4
+    same_size_edit(deploys, keep_mtime=now)
+    reads.clear()
+    report = run_flow([tree], db)
+    assert reads == ["deploys.md"] and report["updated"] == 1
+
+
+def test_full_and_rehash_read_every_file(tree, tmp_path, run_flow, reads, monkeypatch):
+    db = tmp_path / "db"
+    run_flow([tree], db)
+    reads.clear()
+    run_flow([tree], db, full=True)
+    assert len(reads) == 5
+    reads.clear()
+    monkeypatch.setenv("QUARRY_REHASH", "1")
+    run_flow([tree], db)
+    assert len(reads) == 5
+
