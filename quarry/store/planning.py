@@ -7,7 +7,6 @@ which runs them without Prefect.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timezone
 from pathlib import Path
 
 from quarry.core import paths
@@ -79,14 +78,13 @@ def committed_catalog(store: Path) -> tuple[list[CatalogDoc], dict[str, str]]:
         columns = {r[0] for r in snap.con.execute("DESCRIBE documents").fetchall()}
         sql = load_sql("plan_documents")
         if "path_bytes" not in columns:  # a catalog committed before the column existed
-            sql = sql.replace(", path_bytes FROM", ", NULL AS path_bytes FROM")
+            sql = sql.replace("d.path_bytes,", "NULL AS path_bytes,")
         rows = snap.con.execute(sql, [RACY_SECONDS]).fetchall()
         meta = dict(snap.con.execute(load_sql("get_meta")).fetchall())
     finally:
         snap.close()
-    docs = [CatalogDoc(doc_id=r[0], path=paths.from_catalog(r[1], r[6]), sha256=r[3],
-                       mtime=r[4].replace(tzinfo=timezone.utc).timestamp(), size=r[5], trusted=bool(r[7]))
-            for r in rows]
+    docs = [CatalogDoc(r[0], r[1] if r[6] is None else paths.from_catalog(r[1], r[6]), r[3], r[4] / 1e6, r[5],
+                       bool(r[7])) for r in rows]
     return docs, meta
 
 
