@@ -481,7 +481,9 @@ def reuse_row(tree: Path, folder: Path, chunks: int, embedder: str, runner: str,
     overrides = {"embed_backend": embedder, **({"embed_dim": DIM} if embedder == "hash" else {})}
     if runner != "default":
         overrides["runner"] = runner
-    base = {"chunks": chunks, "embedder": embedder, "runner": runner, "synthetic": True}
+    first = folder / "run1.json"  # the kept full run's own count, so the rows sit beside its row
+    n = json.loads(first.read_text()).get("chunks", chunks) if first.exists() else chunks
+    base = {"chunks": n, "embedder": embedder, "runner": runner, "synthetic": True}
     rows: list[dict] = []
     with warm_server(store):
         log(f"reusing {store}: bringing it back to the tree (not measured; load {load_avg()}) ...")

@@ -104,3 +104,32 @@ def test_full_and_rehash_read_every_file(tree, tmp_path, run_flow, reads, monkey
     run_flow([tree], db)
     assert len(reads) == 5
 
+
+
+def test_a_file_back_at_its_first_path_with_its_first_bytes_is_indexed(tree, tmp_path, run_flow):
+    """A file edited, then moved, then restored at its first path with its first bytes (a backup,
+    a checkout of an old version) while the moved copy goes: the new document's id, derived from
+    path and bytes, is the id the moved document still carries. The run must index it, not lose
+    it to that document's removal."""
+    db = tmp_path / "db"
+    deploys = tree / "runbooks" / "deploys.md"
+    first_bytes = deploys.read_bytes()
+    run_flow([tree], db)
+    deploys.write_bytes(first_bytes + b"\nQuokka station runbook addendum.\n")
+    run_flow([tree], db)
+    moved = tree / "runbooks" / "deploys-old.md"
+    deploys.rename(moved)
+    assert run_flow([tree], db)["moved"] == 1
+    moved.unlink()
+    deploys.write_bytes(first_bytes)
+    report = run_flow([tree], db)
+    assert report["added"] == 1 and report["deleted"] == 1
+    import quarry
+
+    with quarry.open(db) as idx:
+        paths = {d["path"] for d in idx.documents()} if hasattr(idx, "documents") else None
+        hits = idx.search("deployctl rollback", k=3).results
+    assert hits and hits[0].path == str(deploys)
+    if paths is not None:
+        assert str(deploys) in paths and str(moved) not in paths
+    assert run_flow([tree], db)["added"] == 0  # and the next run finds nothing new

@@ -51,14 +51,24 @@ class Plan:
         }
 
 
-def new_doc_id(file: FileInfo) -> str:
+def new_doc_id(file: FileInfo, taken: set[str] | frozenset[str] = frozenset()) -> str:
     """A document id for a file seen for the first time: stable for the same path and bytes.
 
     The path is hashed as the bytes of its name (``os.fsencode``), which for a valid UTF-8 name
     are its UTF-8 bytes as before, and for a name that is not (a Latin-1 ``caf\\xe9.md``) do
     not raise on the surrogates Python decodes such names to.
+
+    ``taken``: ids already in use. A document keeps its id through edits and moves, so a file
+    back at its first path with its first bytes (an old version restored, the edited copy moved
+    away) hashes to the id that document still carries; the id is then salted (``\0`` and a
+    counter), still the same for the same catalog, so a re-run after a crash picks the same one.
     """
-    return hashlib.sha256(os.fsencode(file.path) + b"\0" + file.sha256.encode()).hexdigest()[:20]
+    base = os.fsencode(file.path) + b"\0" + file.sha256.encode()
+    doc_id, salt = hashlib.sha256(base).hexdigest()[:20], 0
+    while doc_id in taken:
+        salt += 1
+        doc_id = hashlib.sha256(base + b"\0" + str(salt).encode()).hexdigest()[:20]
+    return doc_id
 
 
 def in_scope(path: str, roots: list[str]) -> bool:
@@ -92,6 +102,7 @@ def make_plan(
     """
     plan = Plan()
     by_path = {d.path: d for d in catalog}
+    taken = {d.doc_id for d in catalog}  # a new document never takes an id the catalog holds
     seen_paths = {f.path for f in files} | set(unreadable)
     # Documents whose path vanished within scope are candidates for a move target.
     vanished: dict[str, list[CatalogDoc]] = defaultdict(list)
@@ -120,7 +131,9 @@ def make_plan(
             else:
                 plan.moved.append((f, src.doc_id, src.path))
         else:
-            plan.new.append((f, new_doc_id(f)))
+            doc_id = new_doc_id(f, taken)
+            taken.add(doc_id)
+            plan.new.append((f, doc_id))
 
     plan.removed = sorted((d for ds in vanished.values() for d in ds), key=lambda d: d.path)
     return plan
