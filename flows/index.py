@@ -162,7 +162,8 @@ def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> d
             planned = plan_changes(store, unwalked(found), full, content_fingerprint(settings), model, dim,
                                    GuardLimits.from_settings(settings), pattern_flags(settings.include, settings.exclude))
         plan, rebuild_reason, verdict = planned.plan, planned.rebuild, planned.verdict
-        permissions = plan_run_permissions(store, unwalked(files), roots, settings.acl, settings.acl_rules)
+        permissions = plan_run_permissions(store, unwalked(files), roots, settings.acl, settings.acl_rules,
+                                           unwalked({f.path for f, _ in plan.to_process}))
         if dry_run:
             return {**planned.dry_run_report(run_id, found), "permissions": permissions.changed}
         if verdict.refused:

@@ -13,10 +13,11 @@ from quarry.tasks.load import _writer
 
 @task(name="plan-permissions", cache_policy=NO_CACHE)
 def plan_run_permissions(store, files: list[FileInfo], roots: list[str], acl_source: str = "",
-                         acl_rules: str = "") -> PermissionPlan:
+                         acl_rules: str = "", rewritten: set[str] | None = None) -> PermissionPlan:
     """Principals for every discovered file (``--acl`` / ``--acl-rules``, else what each root had),
-    compared with the committed catalog."""
-    plan = acl.plan_for_run(store, files, roots, acl_source, acl_rules)
+    compared with the committed catalog; only those that change or whose rows the run rewrites
+    (``rewritten``) travel to the writer."""
+    plan = acl.plan_for_run(store, files, roots, acl_source, acl_rules, rewritten)
     get_run_logger().info("permissions: %d documents change; sources %s", plan.changed,
                           {root: str(s) for root, s in plan.sources.items()})
     return plan

@@ -210,6 +210,22 @@ def test_changed_rules_update_principals_without_parsing_or_embedding(tree, tmp_
     assert again["permissions_updated"] == 0
 
 
+def test_edited_and_moved_documents_keep_their_principals(tree, tmp_path, run_flow):
+    """A run hands the writer only the principals that change and those of the documents it writes
+    again: an edited restricted file (its row rewritten) and a moved one stay readable by exactly
+    their principals, and the untouched ones too."""
+    db = tmp_path / "db"
+    run_flow([tree], db, overrides={"acl_rules": str(tmp_path / "acl.yaml")})
+    salary = tree / "hr" / "salary.md"
+    salary.write_text(salary.read_text() + "Okapi bonus bands were added in March.\n")
+    (tree / "hr" / "deep" / "reviews.md").rename(tree / "hr" / "reviews.md")
+    report = run_flow([tree], db)
+    assert (report["updated"], report["moved"]) == (1, 1)
+    assert readable(db, ["group:hr"]) == {"hr/salary.md", "hr/reviews.md", "eng/okapi.md", "news/okapi.md"}
+    assert readable(db, ["group:eng"]) == {"eng/okapi.md", "news/okapi.md"}
+    assert readable(db, []) == {"news/okapi.md"}
+
+
 def test_chmod_under_posix_takes_effect_at_the_next_run(tree, tmp_path, run_flow):
     db = tmp_path / "db"
     for path in [tree, *tree.rglob("*")]:

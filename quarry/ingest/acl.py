@@ -282,11 +282,16 @@ class PermissionPlan:
 
 
 def plan_permissions(files: list[FileInfo], roots: list[str], asked: AclSource | None,
-                     stored_sources: dict[str, AclSource], stored: dict[str, tuple[str, ...] | None]
-                     ) -> PermissionPlan:
+                     stored_sources: dict[str, AclSource], stored: dict[str, tuple[str, ...] | None],
+                     rewritten: set[str] | None = None) -> PermissionPlan:
     """Each file's principals by its root's source (``asked`` for every root of the run, else what
     the catalog remembers for that root, else ``none``), compared with ``stored`` (``{display path:
-    principals}`` of the committed catalog)."""
+    principals}`` of the committed catalog).
+
+    ``rewritten``: when given, the paths whose documents this run writes again (new and changed
+    files: their rows start without principals); ``wanted`` then keeps only those and the paths
+    whose principals differ from ``stored`` or that it lacks, so a run over a million unchanged
+    files does not hand them all to the writer. None keeps every file."""
     from quarry.core.paths import display
 
     sources = {}
@@ -304,8 +309,11 @@ def plan_permissions(files: list[FileInfo], roots: list[str], asked: AclSource |
                              "--acl-rules FILE or --acl none|posix to change where the root's permissions come from")
     wanted = principals_for(files, sources)
     changed = 0
+    kept: dict[str, tuple[str, ...]] = {}
     for path, principals in wanted.items():
         shown = display(path)
         if shown in stored and stored[shown] != principals:
             changed += 1
-    return PermissionPlan(wanted=wanted, sources=sources, changed=changed, sources_changed=changed_sources)
+        if rewritten is None or path in rewritten or shown not in stored or stored[shown] != principals:
+            kept[path] = principals
+    return PermissionPlan(wanted=kept, sources=sources, changed=changed, sources_changed=changed_sources)

@@ -75,9 +75,11 @@ def apply_to_documents(con, wanted: dict[str, tuple[str, ...]], layer: tuple[int
     return _update(con, "acl_apply_documents", "doc_id", {d: normalise(v) for d, v in wanted.items()}, layer)
 
 
-def plan_for_run(store, files, roots: list[str], acl_source: str = "", acl_rules: str = ""):
+def plan_for_run(store, files, roots: list[str], acl_source: str = "", acl_rules: str = "",
+                 rewritten: set[str] | None = None):
     """Principals for every discovered file (``--acl`` / ``--acl-rules``, else what each root had),
-    compared with the committed catalog of ``store``: a :class:`~quarry.ingest.acl.PermissionPlan`."""
+    compared with the committed catalog of ``store``: a :class:`~quarry.ingest.acl.PermissionPlan`
+    (``rewritten``: see :func:`~quarry.ingest.acl.plan_permissions`)."""
     from quarry.ingest.acl import plan_permissions, requested
     from quarry.store.pointer import read_pointer
     from quarry.store.reader import open_snapshot
@@ -90,4 +92,4 @@ def plan_for_run(store, files, roots: list[str], acl_source: str = "", acl_rules
             stored_sources, stored_principals = sources(snap.con), stored(snap.con)
         finally:
             snap.close()
-    return plan_permissions(files, roots, asked, stored_sources, stored_principals)
+    return plan_permissions(files, roots, asked, stored_sources, stored_principals, rewritten)
