@@ -11,13 +11,15 @@ import hashlib
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from quarry.core.models import FileInfo
 from quarry.core.paths import ARCHIVE_SEP
 
 
-@dataclass(frozen=True)
-class CatalogDoc:
+class CatalogDoc(NamedTuple):
+    """A committed document as the planner sees it (a tuple: a million are built per run)."""
+
     doc_id: str
     path: str
     sha256: str

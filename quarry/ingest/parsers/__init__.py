@@ -9,6 +9,7 @@ is sniffed (:mod:`quarry.ingest.parsers.sniff`) before it is reported as unsuppo
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import re
@@ -89,7 +90,14 @@ def file_type_for(path: str) -> str:
     """The file type quarry reads ``path`` as ("md", "pdf", "tar", ...) by its suffix, or "" when unknown."""
     name = os.path.basename(path).lower()
     stem, ext = os.path.splitext(name)
-    return SUPPORTED.get(os.path.splitext(stem)[1] + ext) or SUPPORTED.get(ext, "")
+    return _type_of_suffixes(os.path.splitext(stem)[1], ext, FORMATS.version)
+
+
+@functools.lru_cache(maxsize=1024)
+def _type_of_suffixes(inner: str, ext: str, version: int) -> str:
+    """The type of a name ending ``inner + ext`` (``.tar`` + ``.gz``), kept per suffix pair and
+    registry version: discovery asks once per file, and a tree has few suffixes."""
+    return SUPPORTED.get(inner + ext) or SUPPORTED.get(ext, "")
 
 
 def detect_type(path: str) -> str:
