@@ -8,9 +8,9 @@ import shutil
 import time
 
 import pytest
+from conftest import SAMPLE
 
 import quarry.ingest.discover as discover_mod
-from conftest import SAMPLE
 from quarry.store.planning import committed_catalog, discover_roots, known_files
 
 HOUR_AGO = time.time() - 3600
