@@ -1,8 +1,8 @@
--- Same bytes, new mtime, all of a run at once (registered Arrow table touched_documents: doc_id,
--- mtime): the documents rows are written to the layer with the new mtime. $1: this layer's
--- generation, $2: the generation's base.
+-- Same bytes, new mtime (or a file discovery had to read), all of a run at once (registered Arrow
+-- table touched_documents: doc_id, mtime, run_id): the documents rows are written to the layer
+-- with the new mtime and the run that read them. $1: this layer's generation, $2: the base.
 CREATE OR REPLACE TEMP TABLE layer_rewritten AS
-SELECT d.* REPLACE (t.mtime AS mtime)
+SELECT d.* REPLACE (t.mtime AS mtime, t.run_id AS run_id)
 FROM documents d JOIN touched_documents t USING (doc_id);
 DELETE FROM layer.documents WHERE doc_id IN (SELECT doc_id FROM layer_rewritten);
 INSERT INTO layer.documents BY NAME SELECT * FROM layer_rewritten;

@@ -54,7 +54,7 @@ def apply_removals_and_moves(run_id: str, plan: Plan, extra_deletes: list[str]) 
     writer.delete_documents([d.doc_id for d in plan.removed] + extra_deletes)
     writer.move_documents([(doc_id, file.path, file.root, file.rel_path, utc_timestamp(file.mtime), run_id)
                            for file, doc_id, _old in plan.moved])
-    writer.touch_documents([(doc_id, utc_timestamp(f.mtime)) for f, doc_id in plan.touched])
+    writer.touch_documents([(doc_id, utc_timestamp(f.mtime), run_id) for f, doc_id in plan.touched])
     get_run_logger().info("deleted %d documents, moved %d", len(plan.removed) + len(extra_deletes), len(plan.moved))
 
 

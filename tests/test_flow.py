@@ -167,14 +167,14 @@ def test_a_parser_version_bump_reparses_that_format_only(tree, tmp_path, run_flo
     db = tmp_path / "db"
     run_flow([tree], db)
     with quarry.open(str(db)) as idx:
-        before = dict(idx.sql("SELECT rel_path, run_id FROM documents").rows)
+        before = dict(idx.sql("SELECT rel_path, indexed_at FROM documents").rows)
     current = parsers.format_versions()
     monkeypatch.setattr(parsers, "format_versions", lambda: {**current, "md": current["md"] + 1})
     report = run_flow([tree], db)
     assert report["reparsed_formats"] == ["md"] and not report["rebuild"]
     assert report["updated"] == 2 and report["skipped"] == 3
     with quarry.open(str(db)) as idx:
-        after = dict(idx.sql("SELECT rel_path, run_id FROM documents").rows)
+        after = dict(idx.sql("SELECT rel_path, indexed_at FROM documents").rows)
     assert {p for p in after if after[p] != before[p]} == {"runbooks/deploys.md", "runbooks/incident-2024-03-postmortem.md"}
     again = run_flow([tree], db)  # the new version is recorded: nothing to do
     assert again["reparsed_formats"] == [] and again["updated"] == 0 and again["skipped"] == 5

@@ -58,7 +58,7 @@ PARAMS = {
     "fts_rebuild": None,
     "bm25_search": ["2018", 5],
     "hydrate_chunks": [["d1:0"]],
-    "plan_documents": None,
+    "plan_documents": [2.0],
     "delete_documents": [["nope"]],
     "stored_documents": [["d1", "nope"]],
     "move_documents": "moved_documents",
@@ -118,7 +118,7 @@ PARAMS = {
 
 MOVED = [("d1", "/r/b\udce9.md", "/r", "b.md", dt.datetime(2024, 1, 1), "run1")]
 REGISTERED = {"moved_documents": lambda: layers.moves_table(MOVED),
-              "touched_documents": lambda: layers.touches_table([("d1", dt.datetime(2024, 1, 1))]),
+              "touched_documents": lambda: layers.touches_table([("d1", dt.datetime(2024, 1, 1), "run1")]),
               "moved_paths": lambda: layers.moves_table(MOVED).select(["doc_id", "path"])}
 
 

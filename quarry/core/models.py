@@ -46,6 +46,10 @@ class FileInfo:
     mtime: float
     sha256: str
     archive: str = ""  # for a member of an archive: the archive's path on disk
+    # discovery's quick check (quarry/ingest/discover.py): True when the catalog's size, mtime and
+    # ctime vouched for its sha256 (the file was not read), False when the check was tried and the
+    # file was read instead, None when it was not tried (a new store, --full, objects, members)
+    vouched: bool | None = None
 
 
 @dataclass(frozen=True)

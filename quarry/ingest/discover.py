@@ -132,7 +132,7 @@ def discover(
     exclude: Iterable[str] = (),
     errors: list[FileError] | None = None,
     scans: list[RootScan] | None = None,
-    known: dict[str, tuple[int, float, str]] | None = None,
+    known: dict[str, tuple[int, float, str, float]] | None = None,
 ) -> tuple[list[FileInfo], list[FileInfo]]:
     """Find files under ``roots``: folders, single files, and trees on object storage (``s3://``,
     ``gs://``, ``az://`` URLs: :func:`_objects`).
@@ -149,8 +149,9 @@ def discover(
     ``FileInfo.path`` is the real name, which may hold surrogate-escaped bytes (quarry/core/paths.py);
     ``root`` and ``rel_path`` are display forms, always valid UTF-8.
 
-    ``known``: ``{path: (size, mtime, sha256)}`` of files whose bytes need not be read again while
-    their size and mtime match (an archive is always read: its members are listed from it).
+    ``known``: ``{path: (size, mtime, sha256, trust_before)}`` of files whose bytes need not be read
+    again while their size and mtime match and their ctime precedes ``trust_before`` (an archive is
+    always read: its members are listed from it).
     """
     include, exclude = check_patterns(include, "--include"), check_patterns(exclude, "--exclude")
     found = _Found(include, exclude, errors)
@@ -241,7 +242,7 @@ class _Found:
 
 
 def _local_file(key: str, base: Path, rel: str, errors: list[FileError] | None,
-                known: dict[str, tuple[int, float, str]] | None = None) -> FileInfo | None:
+                known: dict[str, tuple[int, float, str, float]] | None = None) -> FileInfo | None:
     """A file on disk as a :class:`FileInfo`, its type detected and its bytes hashed (or its digest
     taken from ``known`` when its size and mtime match); None (and the reason in ``errors``) when
     it cannot be read."""
@@ -252,9 +253,12 @@ def _local_file(key: str, base: Path, rel: str, errors: list[FileError] | None,
         digest = ""
         if ftype and known and ftype not in ARCHIVE_TYPES:
             seen = known.get(key)
-            # the catalog keeps microseconds; a float mtime carries a few tenths of one
-            if seen is not None and seen[0] == stat.st_size and abs(seen[1] - stat.st_mtime) < 2e-6:
+            # the catalog keeps microseconds; a float mtime carries a few tenths of one. The ctime
+            # (set by the system at any write, rename or restored mtime) must precede the hash too.
+            if seen is not None and seen[0] == stat.st_size and abs(seen[1] - stat.st_mtime) < 2e-6 \
+                    and stat.st_ctime <= seen[3]:
                 digest = seen[2]
+        vouched = bool(digest) if known is not None and ftype and ftype not in ARCHIVE_TYPES else None
         if ftype and not digest:
             digest = sha256_file(key)
     except (OSError, ParseError) as exc:
@@ -263,7 +267,7 @@ def _local_file(key: str, base: Path, rel: str, errors: list[FileError] | None,
             errors.append(FileError(key, cause))
         return None
     return FileInfo(path=key, root=display(str(base)), rel_path=display(rel), file_type=ftype, size=stat.st_size,
-                    mtime=stat.st_mtime, sha256=digest)
+                    mtime=stat.st_mtime, sha256=digest, vouched=vouched)
 
 
 def _objects(root: str, found: _Found) -> RootScan:

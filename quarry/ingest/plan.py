@@ -26,6 +26,7 @@ class CatalogDoc(NamedTuple):
     mtime: float
     size: int = -1
     trusted: bool = False  # size and mtime may stand for the bytes (quarry/store/planning.py, known_files)
+    trust_before: float = 0.0  # a file's ctime must precede this (epoch seconds) for its stat to vouch
 
 
 @dataclass
@@ -122,7 +123,9 @@ def make_plan(
                 plan.changed.append((f, old.doc_id))
             else:
                 plan.unchanged.append((f, old.doc_id))
-                if abs(old.mtime - f.mtime) > 1e-3:
+                # a new mtime is recorded; so is an unchanged file the quick check had to read, whose
+                # row then names this run, so that its stat vouches for it from the next run on
+                if abs(old.mtime - f.mtime) > 2e-6 or f.vouched is False:
                     plan.touched.append((f, old.doc_id))
             continue
         candidates = vanished.get(f.sha256)

@@ -420,8 +420,11 @@ def moves_table(moves: list[tuple]) -> pa.Table:
 
 
 def touches_table(items: list[tuple]) -> pa.Table:
-    return pa.Table.from_pylist([{"doc_id": d, "mtime": m} for d, m in items],
-                                schema=pa.schema([("doc_id", pa.string()), ("mtime", pa.timestamp("us"))]))
+    """``(doc_id, mtime, run_id)`` of unchanged files whose rows a run refreshes (a new mtime, or a
+    file the quick check had to read: its row then names this run)."""
+    return pa.Table.from_pylist([{"doc_id": d, "mtime": m, "run_id": r} for d, m, r in items],
+                                schema=pa.schema([("doc_id", pa.string()), ("mtime", pa.timestamp("us")),
+                                                  ("run_id", pa.string())]))
 
 
 # --- merging -----------------------------------------------------------------------------------

@@ -60,13 +60,15 @@ def discover_roots(roots: list[str], include: tuple = (), exclude: tuple = (), s
     return Discovery(files, unsupported, errors, scans, catalog)
 
 
-def known_files(docs: list[CatalogDoc]) -> dict[str, tuple[int, float, str]]:
-    """``{path: (size, mtime, sha256)}`` of the committed documents whose size and mtime may stand
-    for their bytes (rsync's quick check, git's index): discovery hashes such a file again only
-    when its size or mtime differs. ``trusted`` rows only (``sql/plan_documents.sql``): a row's
-    mtime must lie :data:`RACY_SECONDS` before the start of the run that wrote it (git's "racy"
-    rule: a write within the clock tick of the hash would leave the mtime unchanged)."""
-    return {d.path: (d.size, d.mtime, d.sha256) for d in docs if d.trusted}
+def known_files(docs: list[CatalogDoc]) -> dict[str, tuple[int, float, str, float]]:
+    """``{path: (size, mtime, sha256, trust_before)}`` of the committed documents whose size and
+    mtime may stand for their bytes (rsync's quick check, git's index): discovery hashes such a
+    file again only when its size or mtime differs, or when its ctime is not before
+    ``trust_before``. ``trusted`` rows only (``sql/plan_documents.sql``): a row's mtime must lie
+    :data:`RACY_SECONDS` before the start of the run that wrote it (git's "racy" rule: a write
+    within the clock tick of the hash would leave the mtime unchanged), and so must the file's
+    ctime, which no tool sets back (a rename over the file, a copy that restores its mtime)."""
+    return {d.path: (d.size, d.mtime, d.sha256, d.trust_before) for d in docs if d.trusted}
 
 
 def committed_catalog(store: Path) -> tuple[list[CatalogDoc], dict[str, str]]:
@@ -84,7 +86,7 @@ def committed_catalog(store: Path) -> tuple[list[CatalogDoc], dict[str, str]]:
     finally:
         snap.close()
     docs = [CatalogDoc(r[0], r[1] if r[6] is None else paths.from_catalog(r[1], r[6]), r[3], r[4] / 1e6, r[5],
-                       bool(r[7])) for r in rows]
+                       bool(r[7]), r[8] / 1e6 if r[8] is not None else 0.0) for r in rows]
     return docs, meta
 
 

@@ -249,7 +249,7 @@ class StoreWriter:
             layers.rewrite_documents(self.con, "touch", table, self.generation, self.prev_chain[0])
         else:
             _classic_rewrite(self.con, "touch_documents", "touched_documents", table)
-        self.row_changed.update(d for d, _ in items)
+        self.row_changed.update(d for d, *_ in items)
 
     def set_principals(self, by_path: dict[str, tuple[str, ...]], sources: dict | None = None) -> int:
         """Set who may read the documents at these paths where it differs (nothing is re-parsed or
