@@ -68,7 +68,7 @@ class Registry(Generic[F]):
         self._plugin: str | None = None  # the entry point being loaded
         self.errors: list[str] = []  # plugins that failed to load, and why
         self.version = 0  # grows with every registration (views cache by it)
-        self._names: tuple[int, tuple[str, ...]] = (-1, ())  # (version, names() at that version)
+        self._names: tuple[tuple[int, int], tuple[str, ...]] = ((-1, -1), ())  # ((version, size), names())
 
     # --- registering --------------------------------------------------------------------------
 
@@ -171,8 +171,8 @@ class Registry(Generic[F]):
         """Registered names: built-ins in the order of ``modules`` (then of registration), plugins after
         (kept per :attr:`version`: discovery asks once a file)."""
         self._load()
-        version, names = self._names
-        if version == self.version:
+        key, names = self._names
+        if key == (self.version, len(self._items)):  # the length too: a test may set an item in place
             return names
         rank = {m: i for i, m in enumerate(self._modules)}
         order = {n: i for i, n in enumerate(self._items)}
@@ -184,7 +184,7 @@ class Registry(Generic[F]):
 
         names = tuple(sorted(self._items, key=key))
         if not self._loading:  # a registry still importing its built-ins has not reached its order yet
-            self._names = (self.version, names)
+            self._names = ((self.version, len(self._items)), names)
         return names
 
     def values(self) -> list[F]:
