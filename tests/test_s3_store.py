@@ -184,6 +184,11 @@ LAYOUTS = {"layers": {"QUARRY_REBASE_SHARE": "100"}, "base": {}}
     for fault in ("after-upload", "after-vectors", "before-commit", "after-commit") for layout in LAYOUTS])
 def test_kill_then_rerun_equals_a_clean_run(fault, layout, url, tree, tmp_path, cli, clean_contents, monkeypatch):
     lance(url)
+    if url.startswith("az://") and fault in ("after-vectors", "after-commit"):
+        # The kill points are the commit protocol's (quarry/store/remote.py), the same code on every
+        # backend; az:// keeps one on each side of the pointer's move (after-upload, before-commit),
+        # s3:// runs all four. Kept short: each costs CI a minute.
+        pytest.skip("az:// runs the after-upload and before-commit kills; s3:// runs every kill point")
     writer = {**machine(tmp_path, "writer"), **LAYOUTS[layout]}
     assert cli("index", tree, "--db", url, env=writer).returncode == 0
     before = reader_contents(url, tmp_path, "r1", monkeypatch)
