@@ -2,7 +2,7 @@
 
 A file the committed catalog already knows (``known``: its size, mtime and sha256, from
 :func:`quarry.store.planning.known_files`) is not read again while its size and mtime are
-unchanged, as rsync's quick check and git's index decide: a re-run over a large unchanged tree
+unchanged and its ctime precedes the run that hashed it, as rsync's quick check and git's index decide: a re-run over a large unchanged tree
 costs a directory walk and a ``stat`` per file, not a read of every byte. ``quarry index --full``
 (or ``QUARRY_REHASH=1``) reads every file.
 """
@@ -251,14 +251,15 @@ def _local_file(key: str, base: Path, rel: str, errors: list[FileError] | None,
         ftype = detect_type(key)
         stat = os.stat(key)
         digest = ""
-        if ftype and known and ftype not in ARCHIVE_TYPES:
+        vouched = None  # the quick check not tried
+        if known is not None and ftype and ftype not in ARCHIVE_TYPES:
             seen = known.get(key)
             # the catalog keeps microseconds; a float mtime carries a few tenths of one. The ctime
             # (set by the system at any write, rename or restored mtime) must precede the hash too.
             if seen is not None and seen[0] == stat.st_size and abs(seen[1] - stat.st_mtime) < 2e-6 \
                     and stat.st_ctime <= seen[3]:
                 digest = seen[2]
-        vouched = bool(digest) if known is not None and ftype and ftype not in ARCHIVE_TYPES else None
+            vouched = bool(digest)
         if ftype and not digest:
             digest = sha256_file(key)
     except (OSError, ParseError) as exc:
