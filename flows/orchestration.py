@@ -18,8 +18,9 @@ from pathlib import Path
 
 from quarry.core.errors import QuarryError, UsageError
 
+
 def startup_timeout() -> float:
-    """Seconds to wait for a private Prefect server (``QUARRY_PREFECT_startup_timeout()``)."""
+    """Seconds to wait for a private Prefect server (``QUARRY_PREFECT_STARTUP_TIMEOUT``)."""
     from quarry.core.environment import environment
 
     return environment().prefect_startup_timeout
@@ -29,7 +30,7 @@ def prefect_environment() -> None:
     """Settings that keep Prefect quiet and offline; the user's explicit values win."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_startup_timeout()_SECONDS", "120")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     # quarry prints its own one-line errors and summaries; Prefect's console output would
     # repeat them with tracebacks. Task retries still reach the Prefect API's run logs.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")

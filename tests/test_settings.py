@@ -114,3 +114,19 @@ def test_cross_field_checks_keep_their_messages():
         Settings.from_env(sectioner="llm")
     with pytest.raises(ConfigError, match="the openai backend needs QUARRY_OPENAI_API_KEY"):
         Settings.from_env(embed_backend="openai")
+
+
+def test_every_prefect_variable_quarry_sets_is_one_prefect_reads():
+    """A misspelt PREFECT_* name is silently ignored by Prefect: each one quarry sets must be a
+    setting Prefect knows."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    code = ("import os; from quarry.flows.orchestration import prefect_environment; prefect_environment(); "
+            "from prefect.settings import Settings; from prefect.settings.legacy import _get_settings_fields; "
+            "known = set(_get_settings_fields(Settings)); "
+            "print([k for k in os.environ if k.startswith('PREFECT_') and k not in known])")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
