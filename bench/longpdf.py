@@ -1,7 +1,7 @@
 """Long PDFs answered at the right page: page recall@1/@10, document recall@10 and nDCG@10 per
-retrieval mode, on two sets of long PDFs.
+retrieval mode, on three sets of long PDFs.
 
-    python bench/longpdf.py [--set financebench|kinds] [--data DIR] [--backend onnx-int8] [--pool 250]
+    python bench/longpdf.py [--set financebench|tenk|kinds] [--data DIR] [--backend onnx-int8] [--pool 250]
                             [--store DIR] [--fresh] [--json]
 
 ``--set financebench`` (default): FinanceBench (Islam et al., 2023; the patronus-ai/financebench
@@ -17,6 +17,10 @@ eight companies (the 11 10-Ks of :data:`TEST_FILINGS` are test), and a *mixed* o
 of nine companies — 10-Ks, 10-Qs, 8-Ks and earnings releases of the same company side by side
 (MGM Resorts, Johnson & Johnson and Best Buy are test; Amcor, Pfizer, PepsiCo, Foot Locker and
 Ulta Beauty train).
+
+``--set tenk``: the same questions over 25 10-K filings of ten companies (:data:`TENK_FILINGS`; the
+``--data`` folder may hold more, only these are indexed): the 11 10-Ks of :data:`TEST_FILINGS` are
+test, the 10-Ks of American Water Works, Lockheed Martin, Verizon, PepsiCo and Nike train.
 
 ``--set kinds``: long PDFs of other kinds — a software manual, a format specification, two
 research papers, a report, earnings slides and two sets of quarterly financial statements — with
@@ -81,6 +85,13 @@ TEST_FILINGS = {"3M_2018_10K", "3M_2022_10K", "ADOBE_2017_10K", "ADOBE_2022_10K"
                 "MGMRESORTS_2022Q4_EARNINGS", "MGMRESORTS_2023Q2_10Q", "JOHNSON_JOHNSON_2022Q4_EARNINGS",
                 "JOHNSON_JOHNSON_2023Q2_EARNINGS", "JOHNSON_JOHNSON_2023_8K_dated-2023-08-30", "JOHNSON_JOHNSON_2022_10K",
                 "BESTBUY_2024Q2_10Q", "BESTBUY_2023_10K"}
+# ``--set tenk``: 25 10-K filings of ten companies. The 11 10-Ks of TEST_FILINGS are test; the other
+# companies' 10-Ks (each with questions in FinanceBench's open-source set) are train.
+TENK_FILINGS = sorted({f for f in TEST_FILINGS if f.endswith("_10K") and not f.startswith(("JOHNSON", "BESTBUY"))}
+                      | {f"AMERICANWATERWORKS_{y}_10K" for y in (2020, 2021, 2022)}
+                      | {f"LOCKHEEDMARTIN_{y}_10K" for y in (2020, 2021, 2022)}
+                      | {f"VERIZON_{y}_10K" for y in (2021, 2022)} | {f"PEPSICO_{y}_10K" for y in (2021, 2022)}
+                      | {f"NIKE_{y}_10K" for y in (2018, 2019, 2021, 2023)})
 KINDS = ROOT / "bench" / "data" / "longpdf-kinds.json"
 KEYS = ("page R@1", "page R@10", "doc R@10", "nDCG@10")
 CONSENSUS_WEIGHTS = [0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0]
@@ -90,10 +101,12 @@ METHODS = ["bm25", "vector", "rrf", "tmm", "default", "page-bm25", "tmm+page-bm2
            "hybrid (library default, online)"]
 
 
-def questions(data: Path) -> list[dict]:
-    """FinanceBench questions whose evidence filings are all among ``data/pdfs``, each with its
-    split (``test`` when its filings are among :data:`TEST_FILINGS`)."""
+def questions(data: Path, only: list[str] | None = None) -> list[dict]:
+    """FinanceBench questions whose evidence filings are all among ``data/pdfs`` (and ``only``,
+    when given), each with its split (``test`` when its filings are among :data:`TEST_FILINGS`)."""
     have = {p.stem for p in (data / "pdfs").glob("*.pdf")}
+    if only is not None:
+        have &= set(only)
     out = []
     for line in (data / "data" / "financebench_open_source.jsonl").read_text().splitlines():
         q = json.loads(line)
@@ -259,7 +272,7 @@ def rank(c: dict, method: str, pool: int, **kw) -> list[tuple[str, int]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--set", default="financebench", choices=["financebench", "kinds"])
+    ap.add_argument("--set", default="financebench", choices=["financebench", "tenk", "kinds"])
     ap.add_argument("--data", default=None, help="financebench: a folder holding data/ and pdfs/ "
                     "(default $QUARRY_FINANCEBENCH); kinds: a folder of the PDFs bench/data/longpdf-kinds.json "
                     "names (default $QUARRY_LONGPDF_KINDS)")
@@ -270,11 +283,17 @@ def main() -> None:
     ap.add_argument("--fresh", action="store_true", help="read the candidates again rather than from the cache")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    env = {"financebench": "QUARRY_FINANCEBENCH", "kinds": "QUARRY_LONGPDF_KINDS"}[args.set]
+    env = {"financebench": "QUARRY_FINANCEBENCH", "tenk": "QUARRY_FINANCEBENCH", "kinds": "QUARRY_LONGPDF_KINDS"}[args.set]
     data = Path(args.data or os.environ.get(env) or ROOT.parent / "data-ext" / args.set)
-    if args.set == "financebench":
+    only = TENK_FILINGS if args.set == "tenk" else None
+    if args.set in ("financebench", "tenk"):
         ok = (data / "data" / "financebench_open_source.jsonl").exists() and list((data / "pdfs").glob("*.pdf"))
         pdfs = data / "pdfs"
+        if only is not None:
+            missing = [f for f in only if not (pdfs / f"{f}.pdf").exists()]
+            ok = ok and not missing
+            if missing:
+                print(f"--set tenk needs these FinanceBench filings in {pdfs}: {', '.join(missing)}", file=sys.stderr)
     else:
         ok = bool(list(data.glob("*.pdf")))
         pdfs = data
@@ -290,7 +309,7 @@ def main() -> None:
     import quarry
     from quarry.search import fusion
 
-    qs = questions(data) if args.set == "financebench" else kinds_questions(data)
+    qs = kinds_questions(data) if args.set == "kinds" else questions(data, only)
     store = Path(args.store) if args.store else STORES / f"{args.set}-{args.backend}"
     if not (store / "CURRENT").exists():
         prefect_environment()
@@ -300,7 +319,8 @@ def main() -> None:
             # the PDFs carry a text layer: no OCR; parsed in this process (a 250-page filing takes
             # minutes on a busy 2-core machine, past the default per-file timeout)
             index_flow([str(pdfs)], db=str(store), overrides={
-                "embed_backend": args.backend, "ocr": False, "parse_workers": 1, "parse_timeout": 3600})
+                "embed_backend": args.backend, "ocr": False, "parse_workers": 1, "parse_timeout": 3600,
+                **({"include": tuple(f"{f}.pdf" for f in only)} if only else {})})
     t = time.perf_counter()
     cache = ROOT / "bench" / "results" / f"longpdf-{args.set}-candidates.json"
     with quarry.open(store) as idx:
@@ -335,7 +355,7 @@ def main() -> None:
             for split in ("train", "test") for m in METHODS if (split, m) in per]
     doc_grid = [{"split": split, "consensus": cw, "documents": dw, **mean(items)}
                 for (split, cw, dw), items in sorted(grid.items())]
-    files = sorted({p.stem for p in pdfs.glob("*.pdf")})
+    files = sorted({p.stem for p in pdfs.glob("*.pdf")} & set(only or [p.stem for p in pdfs.glob("*.pdf")]))
     payload = {"set": args.set, "data": str(data), "questions": len(qs), "files": len(files), "pages": n_pages,
                "backend": args.backend, "pool": args.pool, "documents_weight": fusion.DOC_WEIGHT,
                "seconds": round(time.perf_counter() - t), "grid": doc_grid, "results": rows}

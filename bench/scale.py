@@ -26,8 +26,11 @@ embedder the vectors are feature hashes with no cluster structure, the worst cas
 
 Then the incremental rows (``run``), each in a child process as ``quarry serve`` runs them: the
 store's private Prefect API server is started once, after the full run, and announced in
-``<store>/prefect/server.json``, so a run pays its own interpreter, imports and work but not a
-server's start (the full row's ``no_change_s`` keeps measuring a one-shot run that starts its own).
+``<store>/prefect/server.json``, and each run is forked from a process that imported the flow
+once (``quarry.flows.orchestration.warm_context``, started and warmed before the rows), so a run
+pays its own work but neither a server's start nor an interpreter's imports (the full row's
+``no_change_s`` keeps measuring a one-shot ``quarry index`` that pays both; ``--cold`` runs each
+row in a new interpreter instead, as ``quarry serve`` ran them before).
 Each row has its wall time, the bytes it wrote to the store (the sizes of files it created or rewrote: catalog, search index, LanceDB
 fragments and manifests; not Prefect's own database and logs under ``prefect/`` and ``logs/``) and
 the peak resident memory of its process tree:
@@ -276,20 +279,50 @@ def _tree_rss(root_pid: int) -> dict[int, int]:
     return out
 
 
+CHILD_ENV = {"PREFECT_LOGGING_LEVEL": "WARNING", "LANCEDB_LOG": "error", "TOKENIZERS_PARALLELISM": "false"}
+WARM = None  # the warm fork context of warm_server(), unless --cold
+COLD = False
+
+
+def forked_child(args: dict, errlog: str) -> None:
+    """What a run forked from the warm process does (the ``CHILD`` script's work, in a fork)."""
+    import resource
+
+    fd = os.open(errlog, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 2)
+    os.environ.update(CHILD_ENV)
+    t, c = time.perf_counter(), time.process_time()
+    report = child_work(args)
+    report["wall_in_child_s"] = time.perf_counter() - t
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    report["cpu_in_child_s"] = time.process_time() - c + children.ru_utime + children.ru_stime
+    with open(args["out"], "w") as fh:
+        json.dump(report, fh, default=str)
+
+
 def run_flow(tree: Path, store: Path, overrides: dict, out: Path, mode: str = "index", **extra) -> dict:
-    """Run :func:`child_work` in a child process, sampling the memory of its process tree; the
-    child's report plus ``wall_s``, ``bytes_written`` and the peak RSS figures."""
-    env = {**os.environ, "PREFECT_LOGGING_LEVEL": "WARNING", "LANCEDB_LOG": "error", "TOKENIZERS_PARALLELISM": "false"}
+    """Run :func:`child_work` in a child process (forked from :data:`WARM` when set, else a new
+    interpreter), sampling the memory of its process tree; the child's report plus ``wall_s``,
+    ``bytes_written`` and the peak RSS figures."""
+    env = {**os.environ, **CHILD_ENV}
     errlog = out.with_suffix(".log")
     args = {"mode": mode, "tree": str(tree), "store": str(store), "overrides": overrides, "out": str(out), **extra}
     before = store_files(store) if store.exists() else {}
     committed = _generation(store)
     t0, epoch0 = time.perf_counter(), time.time()
     with open(errlog, "w") as err_fh:  # a file, not a pipe: a full pipe would stall the run
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(ROOT / "bench"), json.dumps(args)],
-                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err_fh, text=True)
+        if WARM is not None:
+            import scale  # by its module name, so that a fork finds the function
+
+            proc = WARM.Process(target=scale.forked_child, args=(args, str(errlog)))
+            proc.start()
+            alive = proc.is_alive
+        else:
+            proc = subprocess.Popen([sys.executable, "-c", CHILD, str(ROOT / "bench"), json.dumps(args)],
+                                    cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err_fh, text=True)
+            alive = lambda: proc.poll() is None  # noqa: E731
         peak, at, main_peak, series = 0, 0.0, 0, []
-        while proc.poll() is None:
+        while alive():
             by_pid = _tree_rss(proc.pid)
             total = sum(by_pid.values())
             main_peak = max(main_peak, by_pid.get(proc.pid, 0))
@@ -299,8 +332,9 @@ def run_flow(tree: Path, store: Path, overrides: dict, out: Path, mode: str = "i
             time.sleep(0.2)
     wall = time.perf_counter() - t0
     err = errlog.read_text(errors="replace")
-    if proc.returncode != 0:
-        sys.exit(f"the {mode} run failed (exit {proc.returncode}):\n{err[-3000:]}")
+    code = proc.exitcode if WARM is not None else proc.returncode
+    if code != 0:
+        sys.exit(f"the {mode} run failed (exit {code}):\n{err[-3000:]}")
     report = json.loads(out.read_text())
     report["wall_s"] = wall
     report["bytes_written"] = bytes_written(before, store_files(store))
@@ -495,16 +529,25 @@ def reuse_row(tree: Path, folder: Path, chunks: int, embedder: str, runner: str,
 
 @contextlib.contextmanager
 def warm_server(store: Path):
-    """The store's private Prefect API server, running and announced as ``quarry serve`` keeps it."""
-    from quarry.flows.orchestration import SERVER_FILE, prefect_api
+    """The store's private Prefect API server, running and announced as ``quarry serve`` keeps it,
+    and (unless ``--cold``) the warm process ``quarry serve`` forks its runs from, started and
+    warmed before any row is measured (a served store's first run pays that once)."""
+    global WARM
+    from quarry.flows.orchestration import SERVER_FILE, prefect_api, warm_context
 
     saved = {k: os.environ.get(k) for k in ("PREFECT_API_URL",)}
     with prefect_api(store / "logs", database=store / "prefect" / "prefect.db",
                      announce=store / "prefect" / SERVER_FILE):
         os.environ.pop("PREFECT_API_URL", None)  # children find the announced server, as under quarry serve
+        if not COLD:
+            WARM = warm_context()
+            primer = WARM.Process(target=int)
+            primer.start()
+            primer.join()
         try:
             yield
         finally:
+            WARM = None
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)
@@ -578,7 +621,8 @@ def _incremental(name: str, base: dict, report: dict) -> dict:
     """A row for one incremental run: what the issue asks of each, and the run's own counters."""
     row = {"run": name, **base, "wall_s": round(report["wall_s"], 2), "bytes_written": report["bytes_written"],
            "peak_rss_mb": report["peak_rss_mb"], "in_process_s": round(report.get("wall_in_child_s", 0.0), 2),
-           "cpu_s": round(report.get("cpu_in_child_s", 0.0), 2), "load_avg": load_avg()}
+           "cpu_s": round(report.get("cpu_in_child_s", 0.0), 2), "load_avg": load_avg(),
+           "process": "forked" if WARM is not None else "new interpreter"}
     for key in ("added", "updated", "moved", "deleted", "embedded_chunks", "fts_build_s", "fts_wait_s", "fts_bytes"):
         if key in report:
             row[key] = report[key]
@@ -608,8 +652,12 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the store under bench/results/scale/")
     ap.add_argument("--reuse", action="store_true", help="only the incremental rows, on the store a --keep run kept")
     ap.add_argument("--rows", default="", help="with --reuse: the rows to measure, comma-separated (default all)")
+    ap.add_argument("--cold", action="store_true", help="each incremental row in a new interpreter, not forked "
+                    "from a warm process as quarry serve runs it")
     ap.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     args = ap.parse_args()
+    global COLD
+    COLD = args.cold
     size = args.sample or args.chunks
     rows = run_row(size, args.embedder, args.runner, args.queries, args.keep, args.commits,
                    only_full=args.only_full or bool(args.sample),

@@ -177,6 +177,50 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
         log.close()
 
 
+def warm_context():
+    """A multiprocessing context whose processes fork from a server process (multiprocessing's
+    ``forkserver``) that imported what a run needs once, when first used (``quarry.flows.warm``).
+
+    Each scheduled run of ``quarry serve`` still gets a process of its own (a run that crashes or
+    is cancelled takes nothing else with it), but starts with its imports done rather than in a
+    new interpreter that pays them every time. The server process only imports (see
+    ``flows/warm.py`` for why forking from it is safe) and exits with its parent.
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["quarry.flows.warm"])
+    return ctx
+
+
+@contextlib.contextmanager
+def warm_flow_runs():
+    """While open, Prefect's runner starts each flow run it executes in a :func:`warm_context`
+    process instead of a new interpreter (its ``run_flow_in_subprocess`` asks for the ``spawn``
+    context; inside ``prefect.flow_engine`` that request gets the warm one). The flow run,
+    its environment and its control channel are Prefect's, unchanged."""
+    import multiprocessing
+
+    import prefect.flow_engine as engine
+
+    warm = warm_context()
+
+    class _Multiprocessing:
+        def __getattr__(self, name):
+            return getattr(multiprocessing, name)
+
+        @staticmethod
+        def get_context(method=None):
+            return warm if method == "spawn" else multiprocessing.get_context(method)
+
+    saved = engine.multiprocessing
+    engine.multiprocessing = _Multiprocessing()
+    try:
+        yield warm
+    finally:
+        engine.multiprocessing = saved
+
+
 def validate_cron(expr: str, timezone: str | None = None) -> None:
     """Raise :class:`UsageError` unless Prefect's scheduler accepts ``expr``: validating with the
     schedule type the deployment uses accepts exactly what it runs, five-field expressions and the
@@ -250,4 +294,5 @@ def serve_index(roots: list[str], store: Path, cron: str, name: str | None = Non
         runner.loop.add_signal_handler(signal.SIGINT, runner.stop_soon)
         await runner.start()  # installs handle_sigterm for SIGTERM itself
 
-    asyncio.run(main())
+    with warm_flow_runs():
+        asyncio.run(main())
