@@ -127,3 +127,25 @@ def test_a_real_pdf_with_an_outline_keeps_it_and_gets_page_titles():
     conclusion = next(h for h in doc.headings if h.title.startswith("Conclusion"))
     page = doc.page_at(conclusion.offset)
     assert doc.page_titles[page - 1] == "Conclusion"
+
+
+def test_pdfs_read_in_several_threads_at_once_do_not_crash_the_process():
+    """PDFium is not thread-safe: one parse worker (or a batch with one PDF) parses in the calling
+    thread, and two batches' threads reading PDFs at once crashed the run (a segfault in
+    libpdfium, 2 runs in 3 before the lock). Each try runs in a process of its own, so a crash
+    is an exit code here, not a dead test session."""
+    import subprocess
+    import sys
+
+    pdf = shared("pdf", "levels_of_agi.pdf")
+    code = ("import sys, threading\n"
+            "from quarry.ingest.parsers.pdf_layout import read_lines\n"
+            "data = open(sys.argv[1], 'rb').read()\n"
+            "def work():\n"
+            "    for _ in range(3):\n"
+            "        assert read_lines(data)\n"
+            "threads = [threading.Thread(target=work) for _ in range(4)]\n"
+            "[t.start() for t in threads]; [t.join() for t in threads]\n")
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", code, str(pdf)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]

@@ -215,18 +215,24 @@ def ocr_pdf_pages(data: bytes, pages: list[int], stats: OcrStats) -> dict[int, s
     import pypdfium2 as pdfium
     import pypdfium2.raw as pdfium_c
 
+    from quarry.ingest.parsers.pdf_layout import PDFIUM
+
     out: dict[int, str] = {}
-    pdf = pdfium.PdfDocument(data)
+    with PDFIUM:
+        pdf = pdfium.PdfDocument(data)
     try:
         for i in pages:
-            page = pdf[i]
-            if not any(True for _ in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE], max_depth=3)):
-                continue
             t = time.perf_counter()
-            image = page.render(scale=DPI / 72).to_pil()
+            with PDFIUM:  # pdfium renders; the OCR of the image runs without holding it
+                page = pdf[i]
+                if not any(True for _ in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE], max_depth=3)):
+                    continue
+                image = page.render(scale=DPI / 72).to_pil()
+                page.close()
             out[i] = ocr_image(image)
             stats.pages += 1
             stats.seconds += time.perf_counter() - t
     finally:
-        pdf.close()
+        with PDFIUM:
+            pdf.close()
     return out

@@ -8,18 +8,25 @@ font of its first and last and the position of its first. pypdfium2 is already q
 renderer for OCR; reading layout with it adds about 0.01 s a page to pypdf's 0.05–0.25
 (``python bench/pdf_layout.py``, docs/benchmarks.md). pdfplumber was not measured: it would add
 a dependency (pdfminer.six) for facts pdfium already gives.
+
+PDFium is not thread-safe (pypdfium2 says so: callers serialise access), and files parse in the
+calling thread when a run has one parse worker or a batch one heavy file: two batches' threads
+reading two PDFs at once crashed the process (a segfault in libpdfium). Every pdfium call in
+this process goes through :data:`PDFIUM` (OCR's rendering too).
 """
 
 from __future__ import annotations
 
 import ctypes
 import re
+import threading
 from collections import Counter
 from dataclasses import dataclass
 
-__all__ = ["Line", "read_lines", "body_size", "font_headings", "page_titles", "locate", "edge_key", "running_keys",
+__all__ = ["PDFIUM", "Line", "read_lines", "body_size", "font_headings", "page_titles", "locate", "edge_key", "running_keys",
            "PERIOD_CAPTION"]
 
+PDFIUM = threading.RLock()  # held around every use of pypdfium2 in this process
 MAX_HEADING_CHARS = 120
 MAX_HEADING_WORDS = 16
 TOP_SHARE = 0.3  # a page title sits in the top share of the page
@@ -55,19 +62,20 @@ def read_lines(data: bytes, password: str | None = None) -> list[list[Line]] | N
         import pypdfium2.raw as raw
     except ImportError:
         return None
-    try:
-        pdf = pdfium.PdfDocument(data, password=password)
-    except Exception:
-        return None
-    out: list[list[Line]] = []
-    try:
-        for index in range(len(pdf)):
-            try:
-                out.append(_page_lines(pdf[index], raw))
-            except Exception:  # one damaged page costs its own layout only
-                out.append([])
-    finally:
-        pdf.close()
+    with PDFIUM:
+        try:
+            pdf = pdfium.PdfDocument(data, password=password)
+        except Exception:
+            return None
+        out: list[list[Line]] = []
+        try:
+            for index in range(len(pdf)):
+                try:
+                    out.append(_page_lines(pdf[index], raw))
+                except Exception:  # one damaged page costs its own layout only
+                    out.append([])
+        finally:
+            pdf.close()
     return out
 
 
