@@ -203,6 +203,9 @@ def warm_flow_runs():
 
     import prefect.flow_engine as engine
 
+    if "forkserver" not in multiprocessing.get_all_start_methods():  # Windows: Prefect's spawn, as before
+        yield None
+        return
     warm = warm_context()
 
     class _Multiprocessing:
