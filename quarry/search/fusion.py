@@ -53,8 +53,9 @@ FLOORS = {"vector": -1.0, "bm25": 0.0}
 TMM_ALPHA = 0.85  # base weight of the vector retriever; bm25 gets 1 - TMM_ALPHA
 TMM_ADAPT = 0.0  # exponent of the per-query peak; 0 = fixed weights
 PEAK_TOP = 3
-# weight of the document evidence (with_documents) added to TMM's fused scores
-DOC_WEIGHT = 0.15
+# weight of the document evidence (with_documents) added to TMM's fused scores: chosen on the train
+# questions of three long-PDF sets together (bench/longpdf.py; docs/query.md says how)
+DOC_WEIGHT = 0.1
 
 Scored = Sequence[tuple[Hashable, float]]
 
