@@ -251,3 +251,41 @@ def test_rows_arrow_written_in_batches_holds_the_table_built_whole(tmp_path):
     assert written.column("chunk_id").num_chunks > 1
     assert written.schema == whole.schema and written.equals(whole)
     assert ids.equals(whole.column("chunk_id").combine_chunks()) and row_docs.equals(whole.column("doc_id"))
+
+
+def test_moves_find_their_rows_through_the_chunk_id_index_old_rows_and_new(tmp_path, monkeypatch):
+    # A commit keeps a BTREE index on chunk_id once the table is big enough (2 rows here), so a
+    # run's moves do not read the whole table; rows added after the index was built are still found.
+    import pyarrow as pa
+
+    from quarry.store import vectors
+
+    monkeypatch.setenv("QUARRY_KEY_INDEX_ROWS", "2")
+    store = tmp_path / "s"
+    write(store, [record(f"{i}a", f"text {i}") for i in range(3)])
+    w = StoreWriter(store, "test-model", DIM).open()
+    try:
+        (index,) = w.table.list_indices()
+        assert list(index.columns) == ["chunk_id"] and w.table.index_stats(index.name).num_unindexed_rows == 0
+        w.write_documents([record("3a", "text 3")], {("3a" * 8)[:64]: vec(3)}, "r2")
+        assert w.table.index_stats(index.name).num_unindexed_rows == 1
+        moved = pa.table({"chunk_id": ["0a:0", "3a:0"], "path": ["/r/moved/0a.md", "/r/moved/3a.md"]})
+        vectors.move_documents(w.table, moved)
+        paths = dict(zip(*w.table.to_arrow().select(["chunk_id", "path"]).to_pydict().values()))
+        assert paths == {"0a:0": "/r/moved/0a.md", "1a:0": "/r/1a.md", "2a:0": "/r/2a.md", "3a:0": "/r/moved/3a.md"}
+        # one unindexed row of four is past a tenth of the indexed ones: built again, covering all
+        assert vectors.index_keys(w.table) is True
+        assert w.table.index_stats(index.name).num_unindexed_rows == 0
+        assert vectors.index_keys(w.table) is False
+    finally:
+        w.close()
+
+
+def test_a_small_table_has_no_chunk_id_index(tmp_path):
+    store = tmp_path / "s"
+    write(store, [record("aa", "alpha")])
+    snap = open_snapshot(store)
+    try:
+        assert snap.table.list_indices() == []
+    finally:
+        snap.close()
