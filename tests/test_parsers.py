@@ -65,6 +65,21 @@ def test_file_type_for(path, expected):
     assert file_type_for(path) == expected
 
 
+@pytest.mark.parametrize("name", ["a.tar.gz", ".bashrc", "..md", "...a.md", "a.", "a", "a..md", ".a.md", "x.y.",
+                                  ".", "", "A.MD", "dir.d/file", "dir.d/.md"])
+def test_the_suffix_split_is_splitexts(name):
+    # discovery's own split of a name (faster than os.path's) must agree with os.path.splitext
+    import os
+
+    from quarry.ingest.parsers import _split_suffix
+
+    base = name.rsplit("/", 1)[-1]
+    assert _split_suffix(base) == os.path.splitext(base)
+    stem, ext = os.path.splitext(base.lower())
+    by_splitext = SUPPORTED.get(os.path.splitext(stem)[1] + ext) or SUPPORTED.get(ext, "")
+    assert file_type_for(name) == by_splitext
+
+
 def test_supported_types_are_all_parseable():
     assert {"md", "txt", "rst", "html", "pdf", "docx", "pptx", "xlsx", "eml", "epub"} <= set(SUPPORTED.values())
 

@@ -180,7 +180,8 @@ def discover(
             candidates = _walk(base, errors, root_errors)
         found.walked = found.matched = 0
         for path, rel in candidates:
-            found.add(rel, str(path), lambda key=str(path), rel=rel: _local_file(key, base, rel, found.errors, known))
+            found.add(rel, str(path), lambda key=str(path), rel=rel: _local_file(key, base, rel, found.errors, known,
+                                                                             found.archives))
         if scans is not None:
             scans.append(RootScan(str(root.resolve()), _status(root_errors, found), found.walked, found.matched,
                                   "; ".join(root_errors)))
@@ -205,6 +206,7 @@ class _Found:
         self.include, self.exclude, self.errors = include, exclude, errors
         self.readable: dict[str, FileInfo] = {}
         self.skipped: list[FileInfo] = []
+        self.archives = frozenset(ARCHIVE_TYPES)  # asked of every file: a set, not the registry's view
         self.ignore = None
         self.walked = self.matched = 0
 
@@ -219,7 +221,7 @@ class _Found:
         # An archive that --include does not name may still hold members it names.
         member_include = ()
         if self.include and not _matches(rel, self.include):
-            if file_type_for(key) not in ARCHIVE_TYPES:
+            if file_type_for(key) not in self.archives:
                 return
             member_include = self.include
         self.matched += not member_include  # an archive opened for --include counts the members it yields
@@ -228,7 +230,7 @@ class _Found:
         info = make()
         if info is None:
             return
-        if info.file_type in ARCHIVE_TYPES:
+        if info.file_type in self.archives:
             for member in _members(info, rel, member_include, self.exclude, self.ignore, self.errors):
                 self.matched += bool(member_include)
                 if member.file_type:
@@ -242,7 +244,8 @@ class _Found:
 
 
 def _local_file(key: str, base: Path, rel: str, errors: list[FileError] | None,
-                known: dict[str, tuple[int, float, str, float]] | None = None) -> FileInfo | None:
+                known: dict[str, tuple[int, float, str, float]] | None = None,
+                archives=ARCHIVE_TYPES) -> FileInfo | None:
     """A file on disk as a :class:`FileInfo`, its type detected and its bytes hashed (or its digest
     taken from ``known`` when its size and mtime match); None (and the reason in ``errors``) when
     it cannot be read."""
@@ -252,7 +255,7 @@ def _local_file(key: str, base: Path, rel: str, errors: list[FileError] | None,
         stat = os.stat(key)
         digest = ""
         vouched = None  # the quick check not tried
-        if known is not None and ftype and ftype not in ARCHIVE_TYPES:
+        if known is not None and ftype and ftype not in archives:
             seen = known.get(key)
             # the catalog keeps microseconds; a float mtime carries a few tenths of one. The ctime
             # (set by the system at any write, rename or restored mtime) must precede the hash too.

@@ -81,7 +81,9 @@ def committed_catalog(store: Path) -> tuple[list[CatalogDoc], dict[str, str]]:
         sql = load_sql("plan_documents")
         if "path_bytes" not in columns:  # a catalog committed before the column existed
             sql = sql.replace("d.path_bytes,", "NULL AS path_bytes,")
-        rows = snap.con.execute(sql, [RACY_SECONDS]).fetchall()
+        # through Arrow, column by column: a third of fetchall's time at 50,000 documents
+        table = snap.con.execute(sql, [RACY_SECONDS]).fetch_arrow_table()
+        rows = zip(*(column.to_pylist() for column in table.columns))
         meta = dict(snap.con.execute(load_sql("get_meta")).fetchall())
     finally:
         snap.close()

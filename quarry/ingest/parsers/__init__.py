@@ -88,9 +88,20 @@ def stale_formats(recorded: str | None) -> set[str]:
 
 def file_type_for(path: str) -> str:
     """The file type quarry reads ``path`` as ("md", "pdf", "tar", ...) by its suffix, or "" when unknown."""
-    name = os.path.basename(path).lower()
-    stem, ext = os.path.splitext(name)
-    return _type_of_suffixes(os.path.splitext(stem)[1], ext, FORMATS.version)
+    name = path[path.rfind(os.sep) + 1:]  # os.path.basename; discovery asks once a file, so each call counts
+    if os.altsep:
+        name = name[name.rfind(os.altsep) + 1:]
+    stem, ext = _split_suffix(name.lower())
+    return _type_of_suffixes(_split_suffix(stem)[1], ext, FORMATS.version)
+
+
+def _split_suffix(name: str) -> tuple[str, str]:
+    """``os.path.splitext`` of a bare name (no folder): the suffix from the last dot, unless only
+    dots come before it (".bashrc" has none)."""
+    dot = name.rfind(".")
+    if dot <= 0 or not name[:dot].lstrip("."):
+        return name, ""
+    return name[:dot], name[dot:]
 
 
 @functools.lru_cache(maxsize=1024)
