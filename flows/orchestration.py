@@ -177,6 +177,13 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
         log.close()
 
 
+# What a warm process imports (``flows/warm.py``): the flow, the store, the embedders' runtimes, Prefect's engine.
+WARM_MODULES = ("quarry.flows.index", "quarry.store.writer", "quarry.tasks.load", "quarry.ingest.embedders.local",
+                "quarry.ingest.embedders.onnx_backend", "quarry.ingest.facets", "quarry.ingest.llm.context",
+                "quarry.sql", "lancedb", "duckdb", "pyarrow", "numpy", "onnxruntime", "tokenizers",
+                "prefect.flow_engine", "prefect.client.orchestration", "prefect.task_engine", "fastapi")
+
+
 def warm_context():
     """A multiprocessing context whose processes fork from a server process (multiprocessing's
     ``forkserver``) that imported what a run needs once, when first used (``quarry.flows.warm``).

@@ -11,18 +11,22 @@ this process never has, so it is silenced here (and inherited by each fork).
 
 from __future__ import annotations
 
+import gc
 import importlib
 import warnings
 
 warnings.filterwarnings("ignore", message="lancedb fork support is experimental", category=RuntimeWarning)
 
-MODULES = ("quarry.flows.index", "quarry.store.writer", "quarry.tasks.load", "quarry.ingest.embedders.local",
-           "quarry.ingest.embedders.onnx_backend", "quarry.ingest.facets", "quarry.ingest.llm.context",
-           "quarry.sql", "lancedb", "duckdb", "pyarrow", "numpy", "onnxruntime", "tokenizers",
-           "prefect.flow_engine", "prefect.client.orchestration", "prefect.task_engine", "fastapi")
+from quarry.flows.orchestration import WARM_MODULES as MODULES
 
 for _name in MODULES:
     try:
         importlib.import_module(_name)
     except ImportError:  # an optional runtime that is not installed: the run imports what it needs
         pass
+
+# What the imports made lives as long as the process: frozen out of the garbage collector, so a
+# run's collections never walk it (a run's discovery of 50,000 files made a few full collections
+# over it: 2.0 s, against 1.3-1.5 s frozen) and a fork's pages of it stay shared. The Python
+# documentation's advice for a process that forks without exec.
+gc.freeze()

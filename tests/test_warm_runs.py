@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import os
@@ -15,6 +16,7 @@ def report_process(out: str) -> None:
     """What a run's process had imported before its flow began, and whose child it is."""
     with open(out, "w") as fh:
         json.dump({"lancedb": "lancedb" in sys.modules, "flow": "quarry.flows.index" in sys.modules,
+                   "frozen": gc.get_freeze_count(),
                    "ppid": os.getppid(), "pid": os.getpid()}, fh)
 
 
@@ -35,11 +37,12 @@ def test_served_flow_runs_fork_from_a_warm_process(prefect_api, tmp_path):
     assert engine.multiprocessing is saved  # Prefect's own spawn again outside the context
     for run in runs:
         assert run["lancedb"] and run["flow"], run  # imported before the run began, not by it
+        assert run["frozen"] > 100_000, run  # what the imports made is out of the run's collections
         assert run["ppid"] != os.getpid()  # forked by the warm process, not started by this one
     assert runs[0]["pid"] != runs[1]["pid"] and runs[0]["ppid"] == runs[1]["ppid"]  # one process per run
 
 
 def test_every_module_the_warm_process_imports_exists():
-    from quarry.flows.warm import MODULES
+    from quarry.flows.orchestration import WARM_MODULES
 
-    assert [m for m in MODULES if importlib.util.find_spec(m) is None] == []
+    assert [m for m in WARM_MODULES if importlib.util.find_spec(m) is None] == []
