@@ -289,3 +289,18 @@ def test_a_small_table_has_no_chunk_id_index(tmp_path):
         assert snap.table.list_indices() == []
     finally:
         snap.close()
+
+
+def test_a_store_with_more_than_ten_vector_tables_finds_each(tmp_path):
+    # LanceDB's table_names() stops at ten: an eleventh model's table must still be found, not created again
+    from quarry.store import vectors
+
+    store = tmp_path / "s"
+    for i in range(12):
+        vectors.open_for_write(store, f"model-{i:02d}", DIM, 0).add(
+            vectors.rows_table(f"model-{i:02d}", DIM, [], {}))
+    names = vectors.table_names(vectors.connect(store))
+    assert len(names) == 12
+    table = vectors.open_for_write(store, "model-11", DIM, 1)  # committed at its version 1: opened, not created
+    assert table.name == vectors.table_name("model-11", DIM)
+    assert vectors.drop_unreferenced(store, {vectors.table_name("model-00", DIM)}) == sorted(names)[1:]

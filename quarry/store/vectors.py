@@ -65,6 +65,19 @@ def connect(store: Store | Path):
     return lancedb.connect(remote.lance_uri(), storage_options=remote.lance_options())
 
 
+def table_names(db) -> list[str]:
+    """Every table of the LanceDB database ``db``, page by page: ``db.table_names()`` returns the
+    first ten only (its default limit), so a store with more vector tables (models) than that
+    would miss the rest."""
+    names, token = [], None
+    while True:
+        page = db.list_tables(page_token=token)
+        names.extend(page.tables)
+        token = page.page_token
+        if not token or not page.tables:
+            return names
+
+
 def _quoted(values: list[str], pattern: re.Pattern = _HEX) -> str:
     # LanceDB predicates are SQL strings; only values that match a strict pattern are inlined.
     for v in values:
@@ -81,7 +94,7 @@ def open_for_write(store: Store | Path, model: str, dim: int, committed_version:
     """
     db = connect(store)
     name = table_name(model, dim)
-    if name in db.table_names():
+    if name in table_names(db):
         table = db.open_table(name)
         if committed_version <= 0:
             db.drop_table(name)  # created by a run that never committed
@@ -286,7 +299,7 @@ def drop_unreferenced(store: Store | Path, names: set[str]) -> list[str]:
     """Drop quarry's vector tables that no kept generation names (an embedding model no longer used)."""
     db = connect(store)
     dropped = []
-    for name in db.table_names():
+    for name in table_names(db):
         if name.startswith(TABLE_PREFIX) and name not in names:
             db.drop_table(name)
             dropped.append(name)
