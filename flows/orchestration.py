@@ -3,7 +3,8 @@
 Without ``PREFECT_API_URL`` Prefect would start a temporary server that outlives a killed
 parent and prints tracebacks at exit. quarry instead starts the same server itself, in a
 child that exits when its parent dies (even by SIGKILL), with its output in the store's
-``logs/`` folder. Its functions import Prefect when called (the module itself does not); the query path never calls them.
+``logs/`` folder. Its functions import Prefect when called (the module itself does not); the
+query path never calls them.
 """
 
 from __future__ import annotations
