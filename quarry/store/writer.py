@@ -287,10 +287,7 @@ class StoreWriter:
             vectors.compact(self.table)
         except Exception as exc:  # a slower table is better than a lost run
             logging.getLogger("quarry").warning("LanceDB compaction failed, will retry next run: %s", exc)
-        try:
-            vectors.index_keys(self.table)
-        except Exception as exc:  # moves are slower without it, nothing else
-            logging.getLogger("quarry").warning("LanceDB chunk_id index not built, will retry next run: %s", exc)
+        vectors.index_keys(self.table)
         # committed_generation marks a catalog whose commit finished writing it: `quarry doctor`
         # adopts only such a generation when it has to rebuild a lost CURRENT. The vector table and
         # version make the catalog name its whole state, for `quarry rollback`.
