@@ -76,10 +76,16 @@ class _CalledFlow(Flow):
     """
 
     def __call__(self, *args, **kwargs):
-        if any(os.environ.get(v) for v in ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY")):
+        # a caller that set it already (quarry.index, with its API URL: one settings copy, not two)
+        if PREFECT_FLOWS_HEARTBEAT_FREQUENCY.value() is None or heartbeat_asked():
             return super().__call__(*args, **kwargs)
         with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
             return super().__call__(*args, **kwargs)
+
+
+def heartbeat_asked() -> bool:
+    """Whether the environment asks for Prefect's flow-run heartbeat (see :class:`_CalledFlow`)."""
+    return any(os.environ.get(v) for v in ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY"))
 
 
 def _flow(**options):

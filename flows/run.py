@@ -71,16 +71,19 @@ def index(paths: str | os.PathLike | Iterable[str | os.PathLike], db: str | os.P
         return _skipped(store, roots, exc, config)
     try:
         with _secrets(settings), _history(store.folder) as api:
-            from prefect.settings import PREFECT_API_URL, temporary_settings
+            from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
             from quarry.core import progress as bars
-            from quarry.flows.index import index_flow
+            from quarry.flows.index import heartbeat_asked, index_flow
 
             bars.enable(progress)
             # Prefect reads PREFECT_API_URL once, when first imported: a second call in the same
             # process (a notebook, a scheduler's worker) must name this call's server itself
             try:
-                with temporary_settings(updates={PREFECT_API_URL: api}):
+                updates = {PREFECT_API_URL: api}
+                if not heartbeat_asked():  # what the flow would set itself: one copy of the settings, not two
+                    updates[PREFECT_FLOWS_HEARTBEAT_FREQUENCY] = None
+                with temporary_settings(updates=updates):
                     return index_flow(roots, db=str(store.folder), full=full, overrides=overrides)
             finally:
                 bars.enable(False)

@@ -376,3 +376,24 @@ def test_new_principals_in_a_catalog_layer_survive_a_merge(tree, tmp_path, run_f
     assert {p: readable(db, list(p)) for p in (("group:hr",), ("group:eng",), ())} \
         == after
     assert run_flow([tree], db)["permissions_updated"] == 0  # and so does the merged base
+
+
+def test_stored_principals_list_only_what_is_not_public_and_answer_for_every_path():
+    """The catalog's principals as a run compares them: every path answers, public ones included,
+    NULL (not decided) stays None, and a catalog without the column reads as all public."""
+    import duckdb
+
+    from quarry.store.acl import stored
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE documents (path VARCHAR, principals VARCHAR[])")
+    con.execute("INSERT INTO documents VALUES ('/r/a.md', ['public']), ('/r/b.md', ['group:hr', 'user:ann']), "
+                "('/r/c.md', NULL), ('/r/d.md', []), ('/r/e.md', ['public', 'group:hr'])")
+    got = stored(con)
+    assert dict(got) == {"/r/a.md": ("public",), "/r/b.md": ("group:hr", "user:ann"), "/r/c.md": None,
+                         "/r/d.md": (), "/r/e.md": ("public", "group:hr")}
+    assert "/r/a.md" in got and "/r/z.md" not in got and len(got) == 5
+    with pytest.raises(KeyError):
+        got["/r/z.md"]
+    con.execute("ALTER TABLE documents DROP COLUMN principals")
+    assert dict(stored(con)) == {p: ("public",) for p in ("/r/a.md", "/r/b.md", "/r/c.md", "/r/d.md", "/r/e.md")}

@@ -66,3 +66,21 @@ def test_real_handbook_tree():
     assert sum(f.file_type == "md" for f in readable) == 886
     assert {f.file_type for f in readable} >= {"md", "image", "json", "txt"}
     assert unsupported and all(f.rel_path.endswith(".svg") for f in unsupported)
+
+
+def test_the_file_discovery_builds_equals_the_dataclass_it_stands_for(tree):
+    """``FileInfo.found`` skips the frozen dataclass's ``__init__``: every field set, equal and
+    hashed as ``FileInfo(...)``, and still frozen."""
+    import dataclasses
+
+    from quarry.core.models import FileInfo
+
+    args = {"path": str(tree / "a.md"), "root": str(tree), "rel_path": "a.md", "file_type": "md", "size": 5,
+            "mtime": 1.5, "sha256": "ab" * 32, "vouched": True}
+    fast, slow = FileInfo.found(**args), FileInfo(**args)
+    assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+    assert set(vars(fast)) == {f.name for f in dataclasses.fields(FileInfo)}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.size = 6
+    found, _ = discover([tree])
+    assert all(vars(f).keys() == vars(slow).keys() for f in found)

@@ -10,6 +10,7 @@ import pytest
 
 from quarry.core.sqlfiles import load_sql, sql_names, statements
 from quarry.retrieval import searchindex
+from quarry.store import acl as store_acl
 from quarry.store import catalog, layers
 from quarry.store.writer import insert_run
 
@@ -145,7 +146,8 @@ def test_sql_file_runs(request, con, name):
         else:
             assert con.execute(load_sql(name)).fetchall() == [("d1",)]  # the one document that exists, and differed
             assert con.execute(load_sql(name)).fetchall() == []  # equal now: nothing to write
-        assert con.execute(load_sql("acl_principals")).fetchall() == [("/r/a.md", ["public"])]
+        assert con.execute(load_sql("acl_principals")).fetchall() == []  # public now: only others are listed
+        assert dict(store_acl.stored(con)) == {"/r/a.md": ("public",)}
         return
     if params == "arrow":
         for table in ("new_documents", "new_sections", "new_chunks"):

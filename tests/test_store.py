@@ -99,6 +99,25 @@ def test_uncommitted_work_is_invisible_and_rolled_back(tmp_path):
     assert sorted(p.name for p in store.glob("catalog-*.duckdb")) == ["catalog-000001.duckdb", "catalog-000002.duckdb"]
 
 
+def test_a_catalog_only_snapshot_reads_the_catalog_and_refuses_the_search_index(tmp_path):
+    """What a run's plan opens: the committed catalog, without mapping the search index."""
+    store = tmp_path / "s"
+    write(store, [record("aa", "alpha"), record("bb", "beta")])
+    snap = open_snapshot(store, search_index=False)
+    try:
+        assert snap.con.execute("SELECT count(*) FROM documents").fetchone()[0] == 2
+        assert snap.index_manifest is None
+        with pytest.raises(RuntimeError, match="without its search index"):
+            _ = snap.index
+    finally:
+        snap.close()
+    full = open_snapshot(store)
+    try:
+        assert full.index_manifest is not None and full.index is not None
+    finally:
+        full.close()
+
+
 def test_vector_cache_lookup_and_replace(tmp_path):
     store = tmp_path / "s"
     write(store, [record("aa", "alpha")])

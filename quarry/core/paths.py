@@ -41,7 +41,7 @@ def is_clean(path: str) -> bool:
 
 def display(path: str) -> str:
     """``path`` as valid UTF-8 text: undecodable bytes as ``\\xNN``; clean paths are returned as they are."""
-    if is_clean(path):
+    if path.isascii() or is_clean(path):  # isascii: no encoding for most names (discovery asks per file)
         return path
     return os.fsencode(path).decode("utf-8", errors="backslashreplace")
 

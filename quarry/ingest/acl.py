@@ -30,6 +30,7 @@ import grp
 import os
 import pwd
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import lru_cache
@@ -237,6 +238,8 @@ class PosixPermissions:
 def principals_for(files: list[FileInfo], sources: dict[str, AclSource]) -> dict[str, tuple[str, ...]]:
     """``{file path: principals}`` for ``files``, each by the source of its root (``sources`` keyed by
     :attr:`FileInfo.root`; a root not in it is ``none``)."""
+    if not any(source.source in ("rules", "posix") for source in sources.values()):
+        return dict.fromkeys((f.path for f in files), (PUBLIC,))  # every root public: no file to look at
     rules: dict[str, Rules] = {}
     posix = PosixPermissions()
     out = {}
@@ -282,7 +285,7 @@ class PermissionPlan:
 
 
 def plan_permissions(files: list[FileInfo], roots: list[str], asked: AclSource | None,
-                     stored_sources: dict[str, AclSource], stored: dict[str, tuple[str, ...] | None],
+                     stored_sources: dict[str, AclSource], stored: Mapping[str, tuple[str, ...] | None],
                      rewritten: set[str] | None = None) -> PermissionPlan:
     """Each file's principals by its root's source (``asked`` for every root of the run, else what
     the catalog remembers for that root, else ``none``), compared with ``stored`` (``{display path:
@@ -310,10 +313,11 @@ def plan_permissions(files: list[FileInfo], roots: list[str], asked: AclSource |
     wanted = principals_for(files, sources)
     changed = 0
     kept: dict[str, tuple[str, ...]] = {}
+    absent = object()
     for path, principals in wanted.items():
-        shown = display(path)
-        if shown in stored and stored[shown] != principals:
-            changed += 1
-        if rewritten is None or path in rewritten or shown not in stored or stored[shown] != principals:
+        have = stored.get(display(path), absent)
+        differs = have is absent or have != principals
+        changed += differs and have is not absent
+        if differs or rewritten is None or path in rewritten:
             kept[path] = principals
     return PermissionPlan(wanted=kept, sources=sources, changed=changed, sources_changed=changed_sources)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
+from operator import attrgetter
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
@@ -24,6 +25,7 @@ from quarry.core.safeio import describe_os_error, hash_regular
 from quarry.core.storeurl import is_source_url, root_path
 
 IGNORE_FILE = ".quarryignore"
+_NAME = attrgetter("name")
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def _walk(root: Path, errors: list[FileError] | None = None, root_errors: list[s
         directory, rel_dir = stack.pop()
         try:
             with os.scandir(directory) as it:
-                entries = sorted(it, key=lambda e: e.name)
+                entries = sorted(it, key=_NAME)
         except OSError as exc:
             if directory == real_root:
                 if root_errors is not None:
@@ -179,9 +181,10 @@ def discover(
             found.ignore = _load_ignore(base)
             candidates = _walk(base, errors, root_errors)
         found.walked = found.matched = 0
+        shown = display(str(base))
         for path, rel in candidates:
-            found.add(rel, str(path), lambda key=str(path), rel=rel: _local_file(key, base, rel, found.errors, known,
-                                                                             found.archives))
+            found.add(rel, str(path), lambda key=str(path), rel=rel, shown=shown: _local_file(
+                key, shown, rel, found.errors, known, found.archives))
         if scans is not None:
             scans.append(RootScan(str(root.resolve()), _status(root_errors, found), found.walked, found.matched,
                                   "; ".join(root_errors)))
@@ -243,7 +246,7 @@ class _Found:
             self.skipped.append(info)
 
 
-def _local_file(key: str, base: Path, rel: str, errors: list[FileError] | None,
+def _local_file(key: str, root: str, rel: str, errors: list[FileError] | None,
                 known: dict[str, tuple[int, float, str, float]] | None = None,
                 archives=ARCHIVE_TYPES) -> FileInfo | None:
     """A file on disk as a :class:`FileInfo`, its type detected and its bytes hashed (or its digest
@@ -270,8 +273,7 @@ def _local_file(key: str, base: Path, rel: str, errors: list[FileError] | None,
             cause = f"cannot read file: {describe_os_error(exc)}" if isinstance(exc, OSError) else str(exc)
             errors.append(FileError(key, cause))
         return None
-    return FileInfo(path=key, root=display(str(base)), rel_path=display(rel), file_type=ftype, size=stat.st_size,
-                    mtime=stat.st_mtime, sha256=digest, vouched=vouched)
+    return FileInfo.found(key, root, display(rel), ftype, stat.st_size, stat.st_mtime, digest, vouched)
 
 
 def _objects(root: str, found: _Found) -> RootScan:

@@ -75,7 +75,7 @@ def committed_catalog(store: Path) -> tuple[list[CatalogDoc], dict[str, str]]:
     """The committed documents and meta of a store (empty for a new store)."""
     if read_pointer(store) is None:
         return [], {}
-    snap = open_snapshot(store)
+    snap = open_snapshot(store, search_index=False)
     try:
         columns = {r[0] for r in snap.con.execute("DESCRIBE documents").fetchall()}
         sql = load_sql("plan_documents")

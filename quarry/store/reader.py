@@ -40,6 +40,7 @@ class Snapshot:
     private: list[Path] = field(default_factory=list)  # folders of private copies of catalog files another process held
     chain: tuple[int, ...] = ()  # the catalog's layers, base first, this generation last
     _in_memory: bool = False
+    catalog_only: bool = False  # opened without its search index (open_snapshot(search_index=False))
     _local: threading.local = field(default_factory=threading.local, repr=False)
     _cursors: list = field(default_factory=list, repr=False)
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -87,6 +88,8 @@ class Snapshot:
         indexed in memory here, once (slow: it reads every vector from LanceDB).
         """
         if self._index is None:
+            if self.catalog_only:
+                raise RuntimeError(f"this snapshot of {self.store} was opened without its search index")
             from quarry.retrieval import searchindex
             logging.getLogger("quarry").warning(
                 "%s has no search index files (committed by an older quarry); indexing in memory. "
@@ -141,11 +144,13 @@ def _load_index(store: Path, pointer: Pointer):
     return searchindex.SearchIndex.load(folder)
 
 
-def open_snapshot(store: Path, attempts: int = 5) -> Snapshot:
+def open_snapshot(store: Path, attempts: int = 5, search_index: bool = True) -> Snapshot:
     """Open the committed state read-only.
 
     A writer may commit (and remove the old catalog and index files) between reading CURRENT
-    and opening the files it names; then the pointer is read again.
+    and opening the files it names; then the pointer is read again. ``search_index=False`` opens
+    the catalog alone (what a run's plan reads), and the snapshot's :attr:`Snapshot.index` then
+    refuses rather than building one.
     """
     last: Exception | None = None
     missing = None
@@ -176,6 +181,8 @@ def open_snapshot(store: Path, attempts: int = 5) -> Snapshot:
                 time.sleep(0.05 * (attempt + 1))
                 continue
             raise StoreCorrupt(f"{path} cannot be opened ({_first_line(exc)}): {DOCTOR_HINT.format(store=store)}") from exc
+        if not search_index:
+            return Snapshot(store, pointer, con, private=folders, chain=tuple(chain), catalog_only=True)
         try:
             index = _load_index(store, pointer)
         except (OSError, ValueError) as exc:  # removed while being mapped: a newer commit

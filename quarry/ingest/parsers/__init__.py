@@ -92,7 +92,16 @@ def file_type_for(path: str) -> str:
     if os.altsep:
         name = name[name.rfind(os.altsep) + 1:]
     stem, ext = _split_suffix(name.lower())
-    return _type_of_suffixes(_split_suffix(stem)[1], ext, FORMATS.version)
+    version = FORMATS.version
+    # the suffix before it matters only where a two-part suffix ends with this one (".tar" + ".gz")
+    inner = _split_suffix(stem)[1] if ext in _outer_suffixes(version) else ""
+    return _type_of_suffixes(inner, ext, version)
+
+
+@functools.lru_cache(maxsize=8)
+def _outer_suffixes(version: int) -> frozenset[str]:
+    """The last suffixes of the registry's two-part suffixes (".gz" of ".tar.gz"), per registry version."""
+    return frozenset("." + ext.rsplit(".", 1)[1] for ext in SUPPORTED if ext.count(".") > 1)
 
 
 def _split_suffix(name: str) -> tuple[str, str]:
