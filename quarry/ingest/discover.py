@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from operator import attrgetter
 from dataclasses import dataclass
 from fnmatch import fnmatch
+from operator import attrgetter
 from pathlib import Path
 
 from quarry.core.errors import ParseError, UsageError

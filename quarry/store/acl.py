@@ -44,8 +44,9 @@ def set_sources(con, changed: dict[str, AclSource], delta: bool = False) -> None
 class StoredPrincipals(Mapping):
     """``{document path: principals}`` of a catalog, read as its paths plus the documents whose
     principals are not exactly ``public``: most catalogs are all public, and a run compares each
-    discovered file with this map, so 50,000 documents cost one Arrow column, not 50,000 Python
-    rows (0.47 s to 0.05 s measured on a store of 50,000 documents)."""
+    discovered file with this map, so 50,000 public documents cost a set of their paths, not
+    50,000 rows of lists turned into tuples (0.47 s to 0.07-0.08 s measured on a store of 50,000
+    documents)."""
 
     def __init__(self, paths: set[str], other: dict[str, tuple[str, ...] | None]):
         self._paths, self._other = paths, other
@@ -79,7 +80,8 @@ def stored(con) -> StoredPrincipals:
     paths = set(con.execute("SELECT path FROM documents").fetch_arrow_table().column(0).to_pylist())
     if "principals" not in _columns(con, "documents"):
         return StoredPrincipals(paths, {})
-    other = {path: (tuple(p) if p is not None else None) for path, p in con.execute(load_sql("acl_principals")).fetchall()}
+    rows = con.execute(load_sql("acl_principals")).fetchall()
+    other = {path: (tuple(p) if p is not None else None) for path, p in rows}
     return StoredPrincipals(paths, other)
 
 
