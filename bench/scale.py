@@ -41,7 +41,9 @@ the peak resident memory of its process tree:
 - ``move_1000``: 1,000 files moved (a folder of them renamed: no byte changes, nothing to embed);
 - ``after_50_commits``: 50 runs of one edited file each, in one child process (``--commits``),
   then the hybrid query latency of the store they leave, without a merge;
-- ``after_maintain``: ``quarry maintain`` on that store, then the query latency again.
+- ``after_maintain``: ``quarry maintain`` on that store, then the query latency again, and
+  ``side_by_side``: the store before the merge (a hard-linked copy) and after it, queried in
+  turn in one process, so that the ratio of their p50s does not carry the load of two moments.
 
 The ``full`` row keeps the keys it always had. Edited and moved files are put back as they were at
 the end, so the cached tree stays the tree its parameters name.
@@ -397,16 +399,54 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
     return round(statistics.median(ordered), 2), round(ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))], 2)
 
 
-def measure_queries(store: Path, embedder: str, n_queries: int, recall: bool = True) -> dict:
-    import numpy as np
-
-    import quarry.search.query
+def _query_setup(embedder: str, n_queries: int):
     from quarry.core.settings import Settings
     from quarry.ingest.embedders import get_embedder
 
     settings = Settings.from_env(embed_backend=embedder, **({"embed_dim": DIM} if embedder == "hash" else {}))
     queries = make_queries(n_queries)
-    qvecs = get_embedder(settings).embed(queries)
+    return settings, queries, get_embedder(settings).embed(queries)
+
+
+def measure_side_by_side(stores: list[Path], embedder: str, n_queries: int) -> list[dict]:
+    """Hybrid query latency of several stores in one process, query by query in turn (the order
+    reversed every other query), so that a load that comes and goes weighs on each alike."""
+    import quarry.search.query
+
+    settings, queries, qvecs = _query_setup(embedder, n_queries)
+    indexes = []
+    for store in stores:
+        idx = quarry.search.query.open(store, settings)
+        for q, v in zip(queries, qvecs):
+            idx._query_cache.put(q, v)  # embeddings are not what is timed
+        for q in queries[:20]:
+            idx.search(q, k=10, mode="hybrid")
+        indexes.append(idx)
+    wall: list[list[float]] = [[] for _ in stores]
+    cpu: list[list[float]] = [[] for _ in stores]
+    for i, q in enumerate(queries):
+        order = list(range(len(indexes)))
+        for j in (order if i % 2 == 0 else order[::-1]):
+            t, c = time.perf_counter(), time.process_time()
+            indexes[j].search(q, k=10, mode="hybrid")
+            wall[j].append((time.perf_counter() - t) * 1000)
+            cpu[j].append((time.process_time() - c) * 1000)
+    out = []
+    for idx, w, c in zip(indexes, wall, cpu):
+        (p50, p95), (c50, c95) = percentiles(w), percentiles(c)
+        out.append({"hybrid_p50_ms": p50, "hybrid_p95_ms": p95, "hybrid_p50_cpu_ms": c50, "hybrid_p95_cpu_ms": c95,
+                    "segments": len(idx.snapshot.index.manifest.get("segments") or []) or 1,
+                    "queries": len(queries)})
+        idx.close()
+    return out
+
+
+def measure_queries(store: Path, embedder: str, n_queries: int, recall: bool = True) -> dict:
+    import numpy as np
+
+    import quarry.search.query
+
+    settings, queries, qvecs = _query_setup(embedder, n_queries)
     t = time.perf_counter()
     idx = quarry.search.query.open(store, settings)
     open_ms = (time.perf_counter() - t) * 1000
@@ -605,10 +645,26 @@ def _incrementals(rows, tree, store, overrides, folder, base, embedder, n_querie
                     if walls else {}})
         row.update(measure_queries(store, embedder, n_queries, recall=False))
         rows.append(row)
+        if not want("after_maintain"):
+            return
+        # a copy of the unmerged store (hard links: its files are never rewritten in place), to
+        # time its queries beside the merged store's in one process after the merge
+        unmerged = folder / "store-unmerged"
+        shutil.rmtree(unmerged, ignore_errors=True)
+        subprocess.run(["cp", "-al", str(store), str(unmerged)], check=True)
         log(f"after_maintain: quarry maintain (load {load_avg()}) ...")
         report = run_flow(tree, store, overrides, folder / "maintain.json", mode="maintain")
         row = _incremental("after_maintain", base, report)
         row.update(measure_queries(store, embedder, n_queries, recall=False))
+        before, after = measure_side_by_side([unmerged, store], embedder, n_queries)
+        shutil.rmtree(unmerged, ignore_errors=True)
+        row["side_by_side"] = {"after_50_commits": before, "after_maintain": after,
+                               "p50_ratio": round(before["hybrid_p50_ms"] / after["hybrid_p50_ms"], 2),
+                               "p50_cpu_ratio": round(before["hybrid_p50_cpu_ms"] / after["hybrid_p50_cpu_ms"], 2),
+                               "load_avg": load_avg()}
+        log(f"  side by side, hybrid p50 after {len(walls)} commits / after maintain: {before['hybrid_p50_ms']} / "
+            f"{after['hybrid_p50_ms']} ms ({row['side_by_side']['p50_ratio']}x; CPU "
+            f"{row['side_by_side']['p50_cpu_ratio']}x)")
         rows.append(row)
     finally:
         if moved is not None and moved[1].exists():
