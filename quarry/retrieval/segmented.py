@@ -42,6 +42,7 @@ from quarry.retrieval.select import top_n
 
 DELETED_SKIP = 4096  # binary search: a segment with more deleted rows is searched with a mask of its live rows
 _SLACK = 2.0 ** -24  # float32's unit roundoff: the rounding of a stored weight, a scaling, a sum
+_WORDS_KEPT = 65_536  # words, stems and terms a reader keeps looked up (cleared when full)
 
 
 def split_rows(rows: np.ndarray, offsets: np.ndarray, dtype=np.int64) -> list[np.ndarray]:
@@ -89,6 +90,12 @@ class SegmentedBM25:
                       and parts[0].length_total == live_length)
         self._deleted_masks: dict[int, np.ndarray] = {}
         self._terms: dict[tuple, tuple] = {}
+        # per word, shared by every query that holds it (queries share their words): a token's
+        # stem as the segments' surface forms give it (None: no segment holds the token), a
+        # stem's column in each segment, and a term's live df over all segments
+        self._surface_stems: dict[str, str | None] = {}
+        self._stem_cols: dict[str, list[int | None]] = {}
+        self._term_df: dict[tuple, int] = {}
         self._idf: dict[tuple, np.ndarray] = {}
         self._df: dict[tuple[int, int], int] = {}  # (segment, column) -> live df: at most the vocabulary
         self._built: dict[tuple[int, int], float] = {}  # (segment, column) -> the idf its weights were built with
@@ -111,25 +118,41 @@ class SegmentedBM25:
     def _terms_of(self, toks: list[str]) -> list[list[int | None]]:
         if len(self.parts) == 1:
             return [[c] for c in self.parts[0].columns(toks)]
-        stem_of: dict[str, str] = {}
-        known: dict[str, dict[int, int]] = {}  # stem -> segment -> column, from surface hits
-        for tok in toks:
-            for s, part in enumerate(self.parts):
-                pos = part.surface.find(tok)
-                if pos is not None:
-                    col = int(part.surface_terms[pos])
-                    stem = stem_of.setdefault(tok, part.term_text(col))
-                    known.setdefault(stem, {})[s] = col
-                    break
+        stem_of = {tok: stem for tok in toks if (stem := self._surface_stem(tok)) is not None}
         missing = [t for t in toks if t not in stem_of]
         stems = dict.fromkeys([stem_of[t] for t in toks if t in stem_of] + stem_words(missing))
         out = []
         for stem in stems:
-            found = known.get(stem, {})
-            cols = [found[s] if s in found else part.term_id(stem) for s, part in enumerate(self.parts)]
+            cols = self._columns_of(stem)
             if any(c is not None for c in cols):
                 out.append(cols)
         return out
+
+    def _surface_stem(self, tok: str) -> str | None:
+        """The stem of the first segment's column whose surface forms hold ``tok`` (every segment
+        stems alike, so the first one to hold it speaks for all); None when none does. Cached."""
+        if tok in self._surface_stems:
+            return self._surface_stems[tok]
+        stem = None
+        for part in self.parts:
+            pos = part.surface.find(tok)
+            if pos is not None:
+                stem = part.term_text(int(part.surface_terms[pos]))
+                break
+        if len(self._surface_stems) >= _WORDS_KEPT:
+            self._surface_stems.clear()
+        self._surface_stems[tok] = stem
+        return stem
+
+    def _columns_of(self, stem: str) -> list[int | None]:
+        """The column of ``stem`` in each segment (None where a segment lacks it). Cached."""
+        cols = self._stem_cols.get(stem)
+        if cols is None:
+            cols = [part.term_id(stem) for part in self.parts]
+            if len(self._stem_cols) >= _WORDS_KEPT:
+                self._stem_cols.clear()
+            self._stem_cols[stem] = cols
+        return cols
 
     def _deleted_mask(self, s: int) -> np.ndarray:
         mask = self._deleted_masks.get(s)
@@ -154,13 +177,23 @@ class SegmentedBM25:
             self._df[(s, c)] = got
         return got
 
+    def _df_of(self, cols: list[int | None]) -> int:
+        """A term's live df over all segments (its column in each); cached."""
+        key = tuple(cols)
+        got = self._term_df.get(key)
+        if got is None:
+            got = sum(self._live_df(s, c) for s, c in enumerate(cols) if c is not None)
+            if len(self._term_df) >= _WORDS_KEPT:
+                self._term_df.clear()
+            self._term_df[key] = got
+        return got
+
     def idf(self, terms: list[list[int | None]]) -> np.ndarray:
         """Each term's idf over the live rows (float64, :func:`quarry.retrieval.bm25._idf`); cached."""
         key = tuple(tuple(cols) for cols in terms)
         got = self._idf.get(key)
         if got is None:
-            df = np.array([sum(self._live_df(s, c) for s, c in enumerate(cols) if c is not None) for cols in terms],
-                          dtype=np.int64)
+            df = np.array([self._df_of(cols) for cols in terms], dtype=np.int64)
             got = _idf(df, self.live_rows)
             if len(self._idf) >= 512:
                 self._idf.pop(next(iter(self._idf)))
