@@ -146,6 +146,23 @@ def test_bm25_over_segments_equals_a_rebuild_bit_for_bit(three_segments, scifact
             assert _by_score(seg.chunk_ids(r1), s1) == _by_score(full.chunk_ids(r2), s2), q
 
 
+def test_a_reader_shared_by_threads_past_its_caches_bounds(three_segments, scifact_texts):
+    """A server's threads share one reader: its per-query caches fill past their bounds under
+    them, and every thread still gets the answers one thread gets."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    seg, _ = three_segments
+    _, queries = scifact_texts
+    words = sorted({w for q in queries for w in query_tokens(q)})
+    rng = random.Random(11)
+    asked = [[rng.choice(words) for _ in range(rng.randint(1, 4))] for _ in range(1500)]  # past the 512 kept
+    alone = [seg.bm25.search_tokens(toks, 10) for toks in asked]
+    with ThreadPoolExecutor(4) as pool:
+        shared_answers = list(pool.map(lambda toks: seg.bm25.search_tokens(toks, 10), asked))
+    for (r1, s1), (r2, s2) in zip(alone, shared_answers):
+        assert np.array_equal(r1, r2) and np.array_equal(s1, s2)
+
+
 def test_masks_and_document_cards_over_segments(three_segments, scifact_texts):
     """A filter applies before the top n; the cards' exact scores and maximum equal a rebuild's."""
     seg, full = three_segments

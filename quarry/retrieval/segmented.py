@@ -58,6 +58,19 @@ def _local_dtype(parts) -> np.dtype:
     return types.pop() if len(types) == 1 else np.dtype(np.int64)
 
 
+_UNSEEN = object()
+
+
+def _bounded(cache: dict, size: int) -> None:
+    """Make room in a reader's cache (oldest entry out), safe while other threads of a server
+    use the same reader: a key another thread took out first is no error."""
+    if len(cache) >= size:
+        try:
+            cache.pop(next(iter(cache)), None)
+        except (StopIteration, RuntimeError):  # emptied, or changed while read: the next call retries
+            pass
+
+
 def count_in(column_rows: np.ndarray, sorted_ids: np.ndarray) -> int:
     """How many of ``sorted_ids`` are in ``column_rows`` (ascending, distinct)."""
     if not len(sorted_ids) or not len(column_rows):
@@ -110,8 +123,7 @@ class SegmentedBM25:
         hit = self._terms.get(key)
         if hit is None:
             hit = self._terms_of(toks)
-            if len(self._terms) >= 512:
-                self._terms.pop(next(iter(self._terms)))
+            _bounded(self._terms, 512)
             self._terms[key] = hit
         return hit
 
@@ -131,8 +143,9 @@ class SegmentedBM25:
     def _surface_stem(self, tok: str) -> str | None:
         """The stem of the first segment's column whose surface forms hold ``tok`` (every segment
         stems alike, so the first one to hold it speaks for all); None when none does. Cached."""
-        if tok in self._surface_stems:
-            return self._surface_stems[tok]
+        stem = self._surface_stems.get(tok, _UNSEEN)
+        if stem is not _UNSEEN:
+            return stem
         stem = None
         for part in self.parts:
             pos = part.surface.find(tok)
@@ -195,8 +208,7 @@ class SegmentedBM25:
         if got is None:
             df = np.array([self._df_of(cols) for cols in terms], dtype=np.int64)
             got = _idf(df, self.live_rows)
-            if len(self._idf) >= 512:
-                self._idf.pop(next(iter(self._idf)))
+            _bounded(self._idf, 512)
             self._idf[key] = got
         return got
 
