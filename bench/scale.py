@@ -408,6 +408,14 @@ def _query_setup(embedder: str, n_queries: int):
     return settings, queries, get_embedder(settings).embed(queries)
 
 
+def _warm(idx, queries: list[str], qvecs) -> None:
+    """Query embeddings put in the index's cache (they are not what is timed), then 20 queries."""
+    for q, v in zip(queries, qvecs):
+        idx._query_cache.put(q, v)
+    for q in queries[:20]:
+        idx.search(q, k=10, mode="hybrid")
+
+
 def measure_side_by_side(stores: list[Path], embedder: str, n_queries: int) -> list[dict]:
     """Hybrid query latency of several stores in one process, query by query in turn (the order
     reversed every other query), so that a load that comes and goes weighs on each alike."""
@@ -417,10 +425,7 @@ def measure_side_by_side(stores: list[Path], embedder: str, n_queries: int) -> l
     indexes = []
     for store in stores:
         idx = quarry.search.query.open(store, settings)
-        for q, v in zip(queries, qvecs):
-            idx._query_cache.put(q, v)  # embeddings are not what is timed
-        for q in queries[:20]:
-            idx.search(q, k=10, mode="hybrid")
+        _warm(idx, queries, qvecs)
         indexes.append(idx)
     wall: list[list[float]] = [[] for _ in stores]
     cpu: list[list[float]] = [[] for _ in stores]
@@ -450,10 +455,7 @@ def measure_queries(store: Path, embedder: str, n_queries: int, recall: bool = T
     t = time.perf_counter()
     idx = quarry.search.query.open(store, settings)
     open_ms = (time.perf_counter() - t) * 1000
-    for q, v in zip(queries, qvecs):
-        idx._query_cache.put(q, v)  # embeddings are not what is timed
-    for q in queries[:20]:
-        idx.search(q, k=10, mode="hybrid")
+    _warm(idx, queries, qvecs)
     samples, cpu = [], []
     for q in queries:
         t, c = time.perf_counter(), time.process_time()

@@ -42,7 +42,7 @@ from quarry.retrieval.select import top_n
 
 DELETED_SKIP = 4096  # binary search: a segment with more deleted rows is searched with a mask of its live rows
 _SLACK = 2.0 ** -24  # float32's unit roundoff: the rounding of a stored weight, a scaling, a sum
-_WORDS_KEPT = 65_536  # words, stems and terms a reader keeps looked up (cleared when full)
+_WORDS_KEPT = 65_536  # words, stems and terms a reader keeps looked up
 
 
 def split_rows(rows: np.ndarray, offsets: np.ndarray, dtype=np.int64) -> list[np.ndarray]:
@@ -61,14 +61,17 @@ def _local_dtype(parts) -> np.dtype:
 _UNSEEN = object()
 
 
-def _bounded(cache: dict, size: int) -> None:
-    """Make room in a reader's cache (oldest entry out), safe while other threads of a server
-    use the same reader: a key another thread took out first is no error."""
+def _remember(cache: dict, key, value, size: int):
+    """Keep ``value`` under ``key`` in a reader's cache of at most ``size`` entries (oldest out),
+    safe while other threads of a server use the same reader: a key another thread took out
+    first is no error. Returns ``value``."""
     if len(cache) >= size:
         try:
             cache.pop(next(iter(cache)), None)
         except (StopIteration, RuntimeError):  # emptied, or changed while read: the next call retries
             pass
+    cache[key] = value
+    return value
 
 
 def count_in(column_rows: np.ndarray, sorted_ids: np.ndarray) -> int:
@@ -122,9 +125,7 @@ class SegmentedBM25:
         key = tuple(toks)
         hit = self._terms.get(key)
         if hit is None:
-            hit = self._terms_of(toks)
-            _bounded(self._terms, 512)
-            self._terms[key] = hit
+            hit = _remember(self._terms, key, self._terms_of(toks), 512)
         return hit
 
     def _terms_of(self, toks: list[str]) -> list[list[int | None]]:
@@ -152,19 +153,13 @@ class SegmentedBM25:
             if pos is not None:
                 stem = part.term_text(int(part.surface_terms[pos]))
                 break
-        if len(self._surface_stems) >= _WORDS_KEPT:
-            self._surface_stems.clear()
-        self._surface_stems[tok] = stem
-        return stem
+        return _remember(self._surface_stems, tok, stem, _WORDS_KEPT)
 
     def _columns_of(self, stem: str) -> list[int | None]:
         """The column of ``stem`` in each segment (None where a segment lacks it). Cached."""
         cols = self._stem_cols.get(stem)
         if cols is None:
-            cols = [part.term_id(stem) for part in self.parts]
-            if len(self._stem_cols) >= _WORDS_KEPT:
-                self._stem_cols.clear()
-            self._stem_cols[stem] = cols
+            cols = _remember(self._stem_cols, stem, [part.term_id(stem) for part in self.parts], _WORDS_KEPT)
         return cols
 
     def _deleted_mask(self, s: int) -> np.ndarray:
@@ -195,10 +190,8 @@ class SegmentedBM25:
         key = tuple(cols)
         got = self._term_df.get(key)
         if got is None:
-            got = sum(self._live_df(s, c) for s, c in enumerate(cols) if c is not None)
-            if len(self._term_df) >= _WORDS_KEPT:
-                self._term_df.clear()
-            self._term_df[key] = got
+            got = _remember(self._term_df, key, sum(self._live_df(s, c) for s, c in enumerate(cols) if c is not None),
+                            _WORDS_KEPT)
         return got
 
     def idf(self, terms: list[list[int | None]]) -> np.ndarray:
@@ -207,9 +200,7 @@ class SegmentedBM25:
         got = self._idf.get(key)
         if got is None:
             df = np.array([self._df_of(cols) for cols in terms], dtype=np.int64)
-            got = _idf(df, self.live_rows)
-            _bounded(self._idf, 512)
-            self._idf[key] = got
+            got = _remember(self._idf, key, _idf(df, self.live_rows), 512)
         return got
 
     # --- search ------------------------------------------------------------------------------
