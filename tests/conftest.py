@@ -28,6 +28,13 @@ from quarry.flows.orchestration import prefect_environment  # noqa: E402
 prefect_environment()
 
 
+def pytest_unconfigure(config):
+    """The session's Prefect home (its history database, tens of MB) goes with the session."""
+    import shutil
+
+    shutil.rmtree(_home, ignore_errors=True)
+
+
 def shared(*parts: str) -> Path:
     """A path under ../shared/data, skipping the test when the folder is absent."""
     path = SHARED.joinpath(*parts)

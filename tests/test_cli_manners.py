@@ -22,25 +22,37 @@ def _tree(root, n=6):
     return root
 
 
-@pytest.fixture
-def store(cli, tmp_path):
-    tree = _tree(tmp_path / "tree")
+def _store(base):
+    tree = _tree(base / "tree")
     (tree / "drawing.svg").write_text("<svg></svg>")
     (tree / "blob.xyz").write_bytes(os.urandom(300))
-    db = tmp_path / "db"
-    done = cli("index", tree, "--db", db)
+    db = base / "db"
+    done = subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
     return db
 
 
-def test_quarry_sql_reads_the_current_catalog_in_every_format(cli, store):
-    done = cli("sql", "SELECT count(*) AS n FROM documents", "--db", store)
+@pytest.fixture
+def store(prefect_api, tmp_path):
+    """A store of its own, for a test that writes to it."""
+    return _store(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def read_store(prefect_api, tmp_path_factory):
+    """One store for the tests that only read it (a CLI run less each)."""
+    return _store(tmp_path_factory.mktemp("read-store"))
+
+
+def test_quarry_sql_reads_the_current_catalog_in_every_format(cli, read_store):
+    done = cli("sql", "SELECT count(*) AS n FROM documents", "--db", read_store)
     assert done.returncode == 0 and done.stdout.splitlines() == ["n", "-", "6", "(1 row)"], done.stdout
-    done = cli("sql", "SELECT file_type, count(*) AS n FROM chunks_full GROUP BY 1", "--db", store, "--format", "json")
+    done = cli("sql", "SELECT file_type, count(*) AS n FROM chunks_full GROUP BY 1", "--db", read_store, "--format", "json")
     assert json.loads(done.stdout) == [{"file_type": "md", "n": 6}]
-    done = cli("sql", "SELECT path FROM documents ORDER BY path", "--db", store, "--format", "csv", "--limit", "2")
+    done = cli("sql", "SELECT path FROM documents ORDER BY path", "--db", read_store, "--format", "csv", "--limit", "2")
     assert done.stdout.splitlines()[0] == "path" and len(done.stdout.splitlines()) == 3
-    done = cli("sql", "SELECT title FROM sections_full ORDER BY 1", "--db", store, "--format", "jsonl")
+    done = cli("sql", "SELECT title FROM sections_full ORDER BY 1", "--db", read_store, "--format", "jsonl")
     assert json.loads(done.stdout.splitlines()[0]) == {"title": "Note 0"}
 
 
@@ -49,10 +61,10 @@ def test_quarry_sql_reads_the_current_catalog_in_every_format(cli, store):
     ("SELECT nope FROM documents", "nope"),
     ("", "no SQL given"),
 ])
-def test_quarry_sql_refuses_writes_and_bad_sql_in_one_line(cli, store, query, message):
-    done = cli("sql", query, "--db", store)
+def test_quarry_sql_refuses_writes_and_bad_sql_in_one_line(cli, read_store, query, message):
+    done = cli("sql", query, "--db", read_store)
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
-    assert cli("status", "--db", store, "--json").returncode == 0
+    assert cli("status", "--db", read_store, "--json").returncode == 0
 
 
 def test_a_sql_client_holding_the_catalog_read_write_is_named_and_quarry_keeps_answering(cli, store):
@@ -89,10 +101,10 @@ def _piped(args: list, reader: str) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("reader", ["true", "head -1"])
-def test_a_closed_pipe_ends_quietly(prefect_api, store, reader):
-    code, err = _piped(["search", "heron", "--db", store, "--format", "jsonl", "-k", "6"], reader)
+def test_a_closed_pipe_ends_quietly(prefect_api, read_store, reader):
+    code, err = _piped(["search", "heron", "--db", read_store, "--format", "jsonl", "-k", "6"], reader)
     assert code == 0 and "Traceback" not in err and "BrokenPipe" not in err and "error" not in err, err
-    code, err = _piped(["sql", "'SELECT * FROM chunks_full'", "--db", store], reader)
+    code, err = _piped(["sql", "'SELECT * FROM chunks_full'", "--db", read_store], reader)
     assert code == 0 and err == "", err
 
 
@@ -115,8 +127,8 @@ def test_unsupported_files_are_named_in_the_run_and_its_summary(cli, store, tmp_
     assert "unsupported: 3 files quarry does not read" in done.stdout and "drawing.svg: .svg is not" in done.stdout
 
 
-def test_quarry_runs_prints_a_legend(cli, store):
-    lines = cli("runs", "--db", store).stdout.splitlines()
+def test_quarry_runs_prints_a_legend(cli, read_store):
+    lines = cli("runs", "--db", read_store).stdout.splitlines()
     assert lines[0] == "counts: +added ~updated >moved -deleted =unchanged ?unsupported !failed"
     assert " +6 ~0 >0 -0 =0 ?2 !0 " in lines[1]
 
@@ -126,17 +138,17 @@ def test_doctor_on_a_missing_store_does_not_suggest_repair(cli, tmp_path):
     assert done.returncode == 1 and "does not exist" in done.stdout and "--repair" not in done.stdout + done.stderr
 
 
-def test_a_query_longer_than_the_model_reads_is_said(prefect_api, store):
+def test_a_query_longer_than_the_model_reads_is_said(prefect_api, read_store):
     from click.testing import CliRunner
 
     from quarry.cli.main import cli as group
 
     env = {"QUARRY_EMBED_BACKEND": "onnx-int8"}  # a model with a token limit; only its tokenizer is used
-    done = CliRunner(env=env).invoke(group, ["search", "heron " * 3000, "--db", str(store), "--mode", "bm25"])
+    done = CliRunner(env=env).invoke(group, ["search", "heron " * 3000, "--db", str(read_store), "--mode", "bm25"])
     assert "warning" not in (done.stderr or "")  # BM25 alone reads all of it
     import quarry
 
-    with quarry.open(store, quarry.Settings(embed_backend="hash")) as index:
+    with quarry.open(read_store, quarry.Settings(embed_backend="hash")) as index:
         assert index.search("heron " * 3000, mode="bm25").warnings == []
         response = index.search("heron " * 3000, mode="hybrid")
     assert response.warnings == [] or "reads only its first" in response.warnings[0]
