@@ -126,9 +126,11 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
     port = port or _free_port()
     log = open(log_dir / "prefect-server.log", "ab")
     env = dict(os.environ)
+    template = None
     if database is not None:
         database.parent.mkdir(parents=True, exist_ok=True)
         env["PREFECT_API_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{database}"
+        template = _seed_database(database)
     proc = subprocess.Popen(
         [sys.executable, "-m", "quarry.flows.prefect_server", str(port), str(os.getpid()),
          *(["--services"] if services else [])],
@@ -155,6 +157,8 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
             if time.monotonic() > deadline:
                 raise QuarryError(f"the Prefect server did not start within {startup_timeout():.0f} s")
             time.sleep(0.2)
+        if template is not None:
+            _save_template(database, template)
         if announce is not None:
             import json
 
@@ -176,6 +180,63 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def _template() -> Path:
+    """Where the empty, migrated Prefect database of this Prefect version is kept: beside the
+    built models (``QUARRY_CACHE_DIR``, default ``~/.cache/quarry``)."""
+    from importlib.metadata import version
+
+    from quarry.core.environment import environment
+
+    base = environment().cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "quarry")
+    return Path(base) / "prefect" / f"empty-{version('prefect')}.db"
+
+
+def _seed_database(database: Path) -> Path | None:
+    """A new store's Prefect database starts as a copy of an empty one of the same Prefect version,
+    already migrated: a server on a new database runs every migration of Prefect's schema first
+    (21 s to answer against 8 s on this 2-core box). Returns where to save that empty database
+    once the server has made it, when no copy could be taken; else None."""
+    if database.exists():
+        return None
+    template = _template()
+    if not template.is_file():
+        return template
+    tmp = database.with_name(f".{database.name}.{os.getpid()}.tmp")
+    try:
+        import shutil
+
+        shutil.copyfile(template, tmp)
+        os.replace(tmp, database)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    return None
+
+
+def _save_template(database: Path, template: Path) -> None:
+    """Keep a copy of the database a server has just created and migrated, before any run wrote
+    to it (SQLite's online backup: the server holds it open). A failure only costs the next new
+    store the migrations again."""
+    import sqlite3
+
+    tmp = template.with_name(f".{template.name}.{os.getpid()}.tmp")
+    try:
+        template.parent.mkdir(parents=True, exist_ok=True)
+        source = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+        try:
+            target = sqlite3.connect(tmp)
+            try:
+                source.backup(target)
+            finally:
+                target.close()
+        finally:
+            source.close()
+        os.replace(tmp, template)
+    except (OSError, sqlite3.Error):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 # What a warm process imports (``flows/warm.py``): the flow, the store, the embedders' runtimes, Prefect's engine.

@@ -219,7 +219,9 @@ def test_a_dry_run_needs_no_prefect(cli, store):
 
 def test_quarry_index_twice_in_one_process_without_a_prefect_api(tmp_path):
     """A notebook indexes two stores in a row: each call starts its own private server (history under
-    its store), and Prefect's log and event workers follow it instead of the first, gone server."""
+    its store), and Prefect's log and event workers follow it instead of the first, gone server.
+    The first new database is migrated by its server and kept, empty, in the cache; the second
+    starts as a copy of it and holds only its own run."""
     for name in ("a", "b"):
         _tree(tmp_path / f"tree-{name}", 2)
     code = ("import sys, quarry\n"
@@ -227,9 +229,24 @@ def test_quarry_index_twice_in_one_process_without_a_prefect_api(tmp_path):
             "    r = quarry.index(sys.argv[1] + '/tree-' + name, sys.argv[1] + '/db-' + name)\n"
             "    print(name, r['added'], flush=True)\n")
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["QUARRY_CACHE_DIR"] = str(tmp_path / "cache")
     t = time.monotonic()
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=400)
     assert done.returncode == 0 and done.stdout.split() == ["a", "2", "b", "2"], done.stderr[-2000:]
     assert "Still processing items" not in done.stderr and time.monotonic() - t < 300
     assert (tmp_path / "db-a" / "prefect" / "prefect.db").exists() and (tmp_path / "db-b" / "prefect" / "prefect.db").exists()
+    (template,) = (tmp_path / "cache" / "prefect").glob("empty-*.db")
+    assert _flow_runs(template) == 0
+    assert _flow_runs(tmp_path / "db-a" / "prefect" / "prefect.db") == 1
+    assert _flow_runs(tmp_path / "db-b" / "prefect" / "prefect.db") == 1
+
+
+def _flow_runs(database) -> int:
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT count(*) FROM flow_run").fetchone()[0]
+    finally:
+        con.close()
