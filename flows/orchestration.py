@@ -196,8 +196,8 @@ def _template() -> Path:
 def _seed_database(database: Path) -> Path | None:
     """A new store's Prefect database starts as a copy of an empty one of the same Prefect version,
     already migrated: a server on a new database runs every migration of Prefect's schema first
-    (measured on 2 cores: 21 s to answer, against 9 s from a copy). Returns where to save that empty database
-    once the server has made it, when no copy could be taken; else None."""
+    (measured on 2 cores: 21 s to answer, against 9 s from a copy). Returns where to save that
+    empty database once the server has made it, when no copy could be taken; else None."""
     if database.exists():
         return None
     template = _template()
