@@ -34,8 +34,10 @@ def _status(cli, db, env=None) -> dict:
 
 
 def test_rollback_restores_the_previous_generation_and_can_be_undone(cli, tmp_path):
+    import quarry
+
     tree, db = _tree(tmp_path / "tree", 20), tmp_path / "db"
-    assert cli("index", tree, "--db", db).returncode == 0
+    quarry.index(tree, db)  # the setting: in-process (the CLI's runs are the ones below)
     for i in range(15):
         (tree / f"note{i:02d}.md").unlink()
     (tree / "fresh.md").write_text("# Fresh\n\nA kingfisher arrived at the reservoir.\n")
@@ -70,10 +72,12 @@ def test_rollback_restores_the_previous_generation_and_can_be_undone(cli, tmp_pa
 
 
 def test_rollback_goes_no_further_than_the_kept_generations(cli, tmp_path):
+    import quarry
+
     tree, db = _tree(tmp_path / "tree", 3), tmp_path / "db"
-    for i in range(4):  # four commits: generations 1-4; 3 and 4 are kept
+    for i in range(4):  # four commits (in-process: the setting): generations 1-4; 3 and 4 are kept
         (tree / f"extra{i}.md").write_text(f"# Extra {i}\n\nMore notes, number {i}.\n")
-        assert cli("index", tree, "--db", db).returncode == 0
+        quarry.index(tree, db)
     store = tmp_path / "db"
     assert generations.local_generations(store) == [3, 4]
     assert sorted(p.name for p in store.glob("index-*")) == ["index-000003", "index-000004"]
@@ -160,10 +164,12 @@ def test_the_versions_of_kept_generations_survive_pruning(prefect_api, tmp_path,
 def test_a_generation_maintain_compacted_rolls_back_to_its_compacted_version(cli, tmp_path):
     """maintain moves the current generation's pointer to a compacted version and prunes the rest;
     the next commit records that pointer, so a rollback restores the compacted version."""
+    import quarry
+
     tree, db = _tree(tmp_path / "tree", 4), tmp_path / "db"
-    for i in range(3):
+    for i in range(3):  # three generations, in-process: the setting
         (tree / f"note0{i}.md").write_text(f"# Note {i}\n\nEdited {i}: a grebe.\n")
-        assert cli("index", tree, "--db", db).returncode == 0
+        quarry.index(tree, db)
     assert cli("maintain", "--db", db, "--keep-versions-hours", "0").returncode == 0
     compacted = read_pointer(db)
     (tree / "note03.md").write_text("# Note 3\n\nAn egret.\n")
