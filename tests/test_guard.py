@@ -176,9 +176,25 @@ def _last_run(cli, db) -> dict:
     return json.loads(cli("runs", "--db", db, "--json").stdout)[0]
 
 
+
+def _setting(roots, db, env=None):
+    """The run a case starts from, in-process (a CLI start less): the cases are the runs after it."""
+    import quarry
+
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        quarry.index(roots, db)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
 def test_an_emptied_root_fails_and_keeps_every_document(cli, tmp_path):
     tree, db = _tree(tmp_path / "tree"), tmp_path / "db"
-    assert cli("index", tree, "--db", db).returncode == 0
+    _setting([tree], db)  # the first run is the setting: in-process
     shutil.move(tree, tmp_path / "away")
     tree.mkdir()  # the mount point of a share that is not mounted
     done = cli("index", tree, "--db", db)
@@ -193,7 +209,7 @@ def test_an_emptied_root_fails_and_keeps_every_document(cli, tmp_path):
 
 def test_a_removed_root_keeps_its_documents_and_other_roots_are_indexed(cli, tmp_path):
     a, b, db = _tree(tmp_path / "a", 8), _tree(tmp_path / "b", 3), tmp_path / "db"
-    assert cli("index", a, b, "--db", db).returncode == 0
+    _setting([a, b], db)  # the first run is the setting: in-process
     shutil.rmtree(a)
     (b / "new.md").write_text("# New\n\nA kingfisher arrived.\n")
     done = cli("index", a, b, "--db", db, "--json")
@@ -206,7 +222,7 @@ def test_a_removed_root_keeps_its_documents_and_other_roots_are_indexed(cli, tmp
 
 def test_a_pattern_that_matches_nothing_is_refused_and_recorded(cli, tmp_path):
     tree, db = _tree(tmp_path / "tree"), tmp_path / "db"
-    assert cli("index", tree, "--db", db).returncode == 0
+    _setting([tree], db)  # the first run is the setting: in-process
     done = cli("index", tree, "--db", db, "--include", "nothing-*.zzz")
     assert done.returncode == 4
     assert done.stderr.startswith("error: refused: --include 'nothing-*.zzz' leaves none of the 20 files under")
@@ -220,7 +236,7 @@ def test_a_pattern_that_matches_nothing_is_refused_and_recorded(cli, tmp_path):
 def test_a_narrowed_include_and_a_mass_delete_are_refused_until_allowed(cli, tmp_path):
     tree, db = _tree(tmp_path / "tree"), tmp_path / "db"
     (tree / "extra.txt").write_text("A plain text note about the reservoir.\n")
-    assert cli("index", tree, "--db", db).returncode == 0
+    _setting([tree], db)  # the first run is the setting: in-process
     done = cli("index", tree, "--db", db, "--include", "note0*.md")  # keeps 10 of 21
     assert done.returncode == 4 and "would delete 11 of the 21 documents" in done.stderr
     gone = tmp_path / "gone"
@@ -247,7 +263,7 @@ def test_the_guard_holds_on_a_store_on_object_storage(cli, tmp_path, s3):
     url = f"s3://{new_bucket(s3)}/store"
     env = {"QUARRY_STORE_CACHE": str(tmp_path / "cache")}
     tree = _tree(tmp_path / "tree")
-    assert cli("index", tree, "--db", url, env=env).returncode == 0
+    _setting([tree], url, env)  # the first run is the setting: in-process
     shutil.move(tree, tmp_path / "away")
     tree.mkdir()
     assert cli("index", tree, "--db", url, env=env).returncode == 3
