@@ -207,6 +207,9 @@ def _seed_database(database: Path) -> Path | None:
     try:
         import shutil
 
+        for stale in ("-wal", "-shm"):  # a journal left without its database must not meet the copy
+            with contextlib.suppress(FileNotFoundError):
+                database.with_name(database.name + stale).unlink()
         shutil.copyfile(template, tmp)
         os.replace(tmp, database)
     except OSError:

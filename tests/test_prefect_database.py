@@ -1,0 +1,61 @@
+"""A new store's private Prefect database starts as a copy of an empty, migrated one from the
+cache (flows/orchestration.py); the server test that makes and uses one is in test_cli_manners.py."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from quarry.flows import orchestration
+
+
+def _database(path, rows=()):
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE flow_run (id TEXT)")
+    con.executemany("INSERT INTO flow_run VALUES (?)", [(r,) for r in rows])
+    con.commit()
+    con.close()
+
+
+def _runs(path) -> list[str]:
+    con = sqlite3.connect(path)
+    try:
+        return [r[0] for r in con.execute("SELECT id FROM flow_run ORDER BY id")]
+    finally:
+        con.close()
+
+
+def test_without_a_kept_database_the_server_makes_one_and_it_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUARRY_CACHE_DIR", str(tmp_path / "cache"))
+    database = tmp_path / "store" / "prefect" / "prefect.db"
+    database.parent.mkdir(parents=True)
+    template = orchestration._seed_database(database)
+    assert template is not None and template.parent == tmp_path / "cache" / "prefect"
+    assert not database.exists()  # the server creates and migrates it
+    _database(database)  # what the server made, before any run
+    orchestration._save_template(database, template)
+    assert _runs(template) == [] and not list(template.parent.glob(".*.tmp"))
+
+
+def test_a_new_database_is_a_copy_of_the_kept_one_and_an_old_one_is_left_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUARRY_CACHE_DIR", str(tmp_path / "cache"))
+    template = orchestration._template()
+    template.parent.mkdir(parents=True)
+    _database(template)
+    new = tmp_path / "new" / "prefect.db"
+    new.parent.mkdir()
+    (new.parent / "prefect.db-wal").write_bytes(b"a journal left behind")
+    assert orchestration._seed_database(new) is None
+    assert _runs(new) == [] and not (new.parent / "prefect.db-wal").exists()
+
+    old = tmp_path / "old" / "prefect.db"
+    old.parent.mkdir()
+    _database(old, ["run-1"])
+    assert orchestration._seed_database(old) is None
+    assert _runs(old) == ["run-1"]  # its history stays
+
+
+def test_the_kept_database_is_per_prefect_version(tmp_path, monkeypatch):
+    from importlib.metadata import version
+
+    monkeypatch.setenv("QUARRY_CACHE_DIR", str(tmp_path / "cache"))
+    assert orchestration._template().name == f"empty-{version('prefect')}.db"
