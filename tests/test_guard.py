@@ -177,20 +177,12 @@ def _last_run(cli, db) -> dict:
 
 
 
-def _setting(roots, db, env=None):
+def _setting(roots, db):
     """The run a case starts from, in-process (a CLI start less): the cases are the runs after it."""
     import quarry
 
-    saved = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
-    try:
-        quarry.index(roots, db)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    quarry.index(roots, db)
+
 
 def test_an_emptied_root_fails_and_keeps_every_document(cli, tmp_path):
     tree, db = _tree(tmp_path / "tree"), tmp_path / "db"
@@ -257,13 +249,15 @@ def test_a_narrowed_include_and_a_mass_delete_are_refused_until_allowed(cli, tmp
     assert cli("index", tree, "--db", db, env=env).returncode == 0 and _documents(cli, db) == 1
 
 
-def test_the_guard_holds_on_a_store_on_object_storage(cli, tmp_path, s3):
+def test_the_guard_holds_on_a_store_on_object_storage(cli, tmp_path, s3, monkeypatch):
     from s3server import new_bucket
 
     url = f"s3://{new_bucket(s3)}/store"
     env = {"QUARRY_STORE_CACHE": str(tmp_path / "cache")}
     tree = _tree(tmp_path / "tree")
-    _setting([tree], url, env)  # the first run is the setting: in-process
+    with monkeypatch.context() as m:  # the first run is the setting: in-process
+        m.setenv("QUARRY_STORE_CACHE", env["QUARRY_STORE_CACHE"])
+        _setting([tree], url)
     shutil.move(tree, tmp_path / "away")
     tree.mkdir()
     assert cli("index", tree, "--db", url, env=env).returncode == 3
