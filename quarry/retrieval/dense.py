@@ -336,7 +336,7 @@ class DenseIndex:
         so a filter that keeps nothing near the query still reaches its nearest kept rows."""
         order = probes.get(id(self.centroids)) if probes is not None else None
         if order is None:
-            order = np.argsort(-(self.centroids @ q), kind="stable").tolist()
+            order = np.argsort(-matvec(self.centroids, q), kind="stable").tolist()
             if probes is not None:
                 probes[id(self.centroids)] = order
         if smask is None:
