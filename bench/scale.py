@@ -319,10 +319,15 @@ def run_flow(tree: Path, store: Path, overrides: dict, out: Path, mode: str = "i
             proc = WARM.Process(target=scale.forked_child, args=(args, str(errlog)))
             proc.start()
             alive = proc.is_alive
+            wait = proc.join
         else:
             proc = subprocess.Popen([sys.executable, "-c", CHILD, str(ROOT / "bench"), json.dumps(args)],
                                     cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err_fh, text=True)
             alive = lambda: proc.poll() is None  # noqa: E731
+
+            def wait(seconds: float) -> None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(seconds)
         peak, at, main_peak, series = 0, 0.0, 0, []
         while alive():
             by_pid = _tree_rss(proc.pid)
@@ -331,7 +336,7 @@ def run_flow(tree: Path, store: Path, overrides: dict, out: Path, mode: str = "i
             series.append((time.perf_counter() - t0, total))
             if total > peak:
                 peak, at = total, time.perf_counter() - t0
-            time.sleep(0.2)
+            wait(0.2)  # the next sample in 0.2 s, or at once when the run ends (its wall is not rounded up)
     wall = time.perf_counter() - t0
     err = errlog.read_text(errors="replace")
     code = proc.exitcode if WARM is not None else proc.returncode
