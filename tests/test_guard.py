@@ -176,7 +176,6 @@ def _last_run(cli, db) -> dict:
     return json.loads(cli("runs", "--db", db, "--json").stdout)[0]
 
 
-
 def _setting(roots, db):
     """The run a case starts from, in-process (a CLI start less): the cases are the runs after it."""
     import quarry
