@@ -35,6 +35,8 @@ Deleted rows are left out of the scores a segment computes (they never compete f
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from quarry.retrieval.bm25 import BM25Index, _idf, _weights, stem_words
@@ -287,10 +289,10 @@ class SegmentedBM25:
     def _built_idf(self, s: int, c: int) -> float:
         """The idf segment ``s`` stored column ``c``'s weights with (its own N and df); cached."""
         got = self._built.get((s, c))
-        if got is None:
+        if got is None:  # a scalar, not a one-element array: a cold query asks for a few per segment
             part = self.parts[s]
-            df = np.array([int(part.indptr[c + 1] - part.indptr[c])], dtype=np.int64)
-            got = self._built[(s, c)] = float(_idf(df, part.n_rows)[0])
+            df = int(part.indptr[c + 1]) - int(part.indptr[c])
+            got = self._built[(s, c)] = math.log(1.0 + (part.n_rows - df + 0.5) / (df + 0.5))
         return got
 
     def _views(self, approx: np.ndarray) -> list[np.ndarray]:
