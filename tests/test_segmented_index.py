@@ -390,6 +390,34 @@ def test_small_commits_give_the_top_k_of_one_commit_up_to_ties(stores):
                     assert all(paths[r.chunk_id] == (r.path, r.title, r.text) for r in ra if r.chunk_id in paths)
 
 
+def test_commits_count_the_terms_of_the_rows_they_delete(stores):
+    """Each commit counts the BM25 columns of the rows it deletes (deleted.terms.npy), so readers
+    look a term's live document frequency up: the counts equal those of the deleted rows in each
+    column, for every column of every segment, after edits, deletions, moves and merges."""
+    _, layered, _, _ = stores
+    pointer = read_pointer(layered)
+    index = searchindex.SearchIndex.load(layered / searchindex.folder_name(pointer.generation))
+    bm25 = index.bm25
+    assert len(bm25.deleted) and (layered / searchindex.folder_name(pointer.generation) / "deleted.terms.npy").exists()
+    checked = 0
+    for s, part in enumerate(bm25.parts):
+        dead = bm25.seg_deleted[s]
+        if not len(dead):
+            continue
+        assert bm25.dead_terms[s] is not None, f"segment {s} was not counted"
+        mask = np.zeros(part.n_rows, dtype=bool)
+        mask[dead] = True
+        df = np.diff(part.indptr)
+        in_column = np.add.reduceat(mask[part.rows].astype(np.int64), part.indptr[:-1]) * (df > 0)
+        counted = np.zeros(len(df), dtype=np.int64)
+        columns, rows = bm25.dead_terms[s]
+        counted[columns] = rows
+        assert np.array_equal(counted, in_column)
+        assert all(bm25._live_df(s, int(c)) == int(df[c] - in_column[c]) for c in range(0, len(df), 37))
+        checked += 1
+    assert checked >= 2  # the base and a delta both lost rows
+
+
 def _ties(results) -> list:
     """Chunk ids grouped by score, the group at the cut left out (ties there may differ)."""
     groups: dict[float, set] = {}

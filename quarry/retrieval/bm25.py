@@ -177,6 +177,31 @@ def _slice_postings(texts, vocab: _Vocab) -> tuple[np.ndarray, np.ndarray, np.nd
     return terms, rows.astype(small), tf.astype(np.min_scalar_type(int(tf.max()) if len(tf) else 0))
 
 
+def row_columns(index: BM25Index, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The columns of ``index`` that rows of these texts (their ``search_text``, as the build read
+    them) hold, ascending, and in how many of the rows each: the document frequencies the rows add.
+
+    A token is looked up among the index's own surface forms, so a row gets exactly the columns
+    the build gave it (a stop word, or a token of no row, has none); each distinct token is looked
+    up once. A commit counts the rows it deletes this way (quarry/store/writer.py), so readers
+    need not count deleted rows in each query term's column (quarry/retrieval/segmented.py)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(texts)
+    if not n:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lists = pc.split_pattern(pc.fill_null(pa.array(texts, pa.string()), ""), " ")
+    rows = pc.list_parent_indices(lists).to_numpy().astype(np.int64)
+    encoded = pc.dictionary_encode(pc.list_flatten(lists))
+    column = np.array([-1 if (pos := index.surface.find(word)) is None else int(index.surface_terms[pos])
+                       for word in encoded.dictionary.to_pylist()], dtype=np.int64)
+    terms = column[encoded.indices.to_numpy()] if len(rows) else np.zeros(0, dtype=np.int64)
+    kept = terms >= 0
+    pairs = np.unique(terms[kept] * n + rows[kept])  # a column once per row
+    return np.unique(pairs // n, return_counts=True)
+
+
 class _Vocab:
     """Surface tokens and stemmed terms met so far; terms are numbered in the order met."""
 

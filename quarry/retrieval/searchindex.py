@@ -12,6 +12,8 @@ and the rows of earlier segments it no longer holds::
                               this segment's build info
       deleted.rows.npy        global row ids no longer live (absent when none)
       deleted.docs.npy        global document row ids no longer live (absent when none)
+      deleted.terms.npy       (segment generation, BM25 column, deleted rows holding it), int32, of the
+                              deleted rows, counted by the commits that deleted them
       rows.arrow, docs.arrow  what results show, by row and by document (rows.py)
       cards.*                 BM25 over each document's path and facets, each row's document (cards.py)
       bm25.*                  BM25 term weights, term frequencies and row lengths (bm25.py)
@@ -56,6 +58,7 @@ READS = (2, 3)  # folder versions a reader understands
 MANIFEST = "index.json"
 DELETED_ROWS = "deleted.rows.npy"
 DELETED_DOCS = "deleted.docs.npy"
+DELETED_TERMS = "deleted.terms.npy"
 SOURCES = ("main", "layer")  # the schema a segment's rows are read from: a whole catalog, or a layer's own
 
 
@@ -101,7 +104,8 @@ def build(con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = No
 
 def build_into(folder: Path, con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = None,
                source: str = "main", generation: int | None = None, earlier: list | None = None,
-               deleted_rows: np.ndarray | None = None, deleted_docs: np.ndarray | None = None) -> dict:
+               deleted_rows: np.ndarray | None = None, deleted_docs: np.ndarray | None = None,
+               deleted_terms: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> dict:
     """Build the segment of :func:`build` and save it into ``folder`` (as :func:`write` does), each
     part as soon as it is built and dropped before the next: result rows and cards, BM25, vectors.
     What a commit holds is then the largest part, not their sum (at 1M chunks: 0.8 GB of rows,
@@ -109,7 +113,9 @@ def build_into(folder: Path, con, vectors, model: str = "", dim: int = 0, ivf_ro
 
     ``earlier``: the loaded :class:`Segment` objects this generation keeps before its own (none: the
     segment is the whole index); ``deleted_rows`` / ``deleted_docs``: their row and document ids
-    (global, sorted) no longer live. Returns the generation's manifest."""
+    (global, sorted) no longer live; ``deleted_terms``: per earlier segment's generation, the BM25
+    columns its deleted rows hold and how many of them hold each (a segment left out: not counted,
+    its readers count in the columns). Returns the generation's manifest."""
     manifest: dict = {}
     use_source(con, source)
     base = earlier[0] if earlier else None
@@ -126,6 +132,13 @@ def build_into(folder: Path, con, vectors, model: str = "", dim: int = 0, ivf_ro
         for name, ids in ((DELETED_ROWS, deleted_rows), (DELETED_DOCS, deleted_docs)):
             if ids is not None and len(ids):
                 _save(tmp / name, np.asarray(ids, dtype=np.int64))
+        if deleted_terms:
+            manifest["deleted"]["terms"] = sorted(int(g) for g in deleted_terms)
+            table = [np.column_stack([np.full(len(cols), g, dtype=np.int32), np.asarray(cols, dtype=np.int32),
+                                      np.asarray(counts, dtype=np.int32)])
+                     for g, (cols, counts) in sorted(deleted_terms.items()) if len(cols)]
+            if table:
+                _save(tmp / DELETED_TERMS, np.concatenate(table))
         _save_manifest(tmp, manifest)
     return manifest
 
@@ -354,6 +367,11 @@ class Segment:
             out.extend(range(lo, hi))
         return np.array(sorted(out), dtype=np.int64)
 
+    def chunk_ids_at(self, local_rows) -> list[str]:
+        """The chunk ids of these local rows."""
+        column = _single(self.rows.column("chunk_id"))
+        return [column[int(r)].as_py() for r in local_rows]
+
     def doc_rows_of(self, doc_ids: list[str]) -> np.ndarray:
         """Local rows of these documents in ``docs.arrow``."""
         keys = _Keys(_single(self.docs.column("doc_id")))
@@ -376,6 +394,20 @@ class _Keys:
 
     def __getitem__(self, i: int) -> str:
         return self.column[i].as_py()
+
+
+def _deleted_terms(manifest: dict, table: np.ndarray | None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """``{segment generation: (columns, deleted rows holding each)}`` for the segments whose deleted
+    rows the commits counted (``deleted.terms`` in the manifest), from ``deleted.terms.npy``."""
+    counted = (manifest.get("deleted") or {}).get("terms") or []
+    empty = np.zeros(0, dtype=np.int64)
+    out = {int(g): (empty, empty) for g in counted}
+    if table is not None and len(table):
+        cuts = np.flatnonzero(np.diff(table[:, 0])) + 1
+        for part in np.split(table, cuts):
+            if int(part[0, 0]) in out:
+                out[int(part[0, 0])] = (np.ascontiguousarray(part[:, 1]), np.ascontiguousarray(part[:, 2]))
+    return out
 
 
 def _single(column: pa.ChunkedArray):
@@ -401,8 +433,10 @@ class SearchIndex:
     and row ids span it); ``live_rows`` the rows a search can return.
     """
 
-    def __init__(self, segments: list[Segment], manifest: dict, deleted_rows=None, deleted_docs=None):
+    def __init__(self, segments: list[Segment], manifest: dict, deleted_rows=None, deleted_docs=None,
+                 deleted_terms: dict[int, tuple[np.ndarray, np.ndarray]] | None = None):
         self.segments = segments
+        self.deleted_terms = deleted_terms or {}  # segment generation -> (BM25 columns, deleted rows holding each)
         self.manifest = manifest
         deleted_rows = np.asarray(deleted_rows if deleted_rows is not None else [], dtype=np.int64)
         deleted_docs = np.asarray(deleted_docs if deleted_docs is not None else [], dtype=np.int64)
@@ -411,7 +445,8 @@ class SearchIndex:
         self.live_rows = int(live.get("rows", self.n_rows - len(deleted_rows)))
         legacy = manifest.get("version") == 2
         self.bm25 = SegmentedBM25([s.bm25 for s in segments], deleted_rows, self.live_rows,
-                                  int(live.get("length", segments[0].bm25.length_total or 0) if segments else 0))
+                                  int(live.get("length", segments[0].bm25.length_total or 0) if segments else 0),
+                                  [self.deleted_terms.get(s.generation) for s in segments])
         if legacy:
             self.bm25.exact = True  # one segment of every row, its weights exact; no frequencies stored
         _share_base_ivf(segments)
@@ -440,10 +475,11 @@ class SearchIndex:
         segments = [Segment.load(folder if g == own else folder.parent / folder_name(g), g)
                     for g in (int(s["generation"]) for s in manifest["segments"])]
         deleted = {}
-        for name in (DELETED_ROWS, DELETED_DOCS):
+        for name in (DELETED_ROWS, DELETED_DOCS, DELETED_TERMS):
             path = folder / name
             deleted[name] = np.asarray(np.load(path, mmap_mode="r")) if path.exists() else None
-        return cls(segments, manifest, deleted[DELETED_ROWS], deleted[DELETED_DOCS])
+        return cls(segments, manifest, deleted[DELETED_ROWS], deleted[DELETED_DOCS],
+                   _deleted_terms(manifest, deleted[DELETED_TERMS]))
 
     @classmethod
     def from_arrays(cls, arrays: dict, manifest: dict) -> SearchIndex:

@@ -21,8 +21,11 @@ the segment's stored term frequencies and row lengths with the live N, df and av
 float64 expression and float32 sums, term by term in the same order, as a build over all live rows
 — so the top ``n`` rows and their scores are those of a full rebuild (``tests/test_segments.py``
 checks them bit for bit against one). ``df_live`` is each segment's document frequency minus the
-deleted rows in the term's column (a binary search of the sorted deleted rows). A store of one
-segment without deletions needs no rescoring: its stored weights are exact.
+deleted rows in the term's column: counted by the commits that deleted them (``deleted.terms.npy``,
+:func:`quarry.retrieval.bm25.row_columns`), so a query looks each term up; or, for a segment no
+commit counted (an index from an older quarry), counted in the column at the first query that
+asks (a binary search of the sorted deleted rows). A store of one segment without deletions needs
+no rescoring: its stored weights are exact.
 
 **Vectors.** Each segment has its own vectors (with IVF once it has ``IVF_MIN_ROWS`` rows; a
 smaller one laid out by the base segment's clusters when the base has IVF, and probed with them,
@@ -89,10 +92,13 @@ class SegmentedBM25:
     """BM25 over the live rows of several segments' :class:`BM25Index` (see the module docstring).
 
     ``deleted``: sorted global row ids no longer live; ``live_rows`` and ``live_length`` the count
-    and summed ``len(d)`` of the live rows (kept by the commit, so no reader sums them).
+    and summed ``len(d)`` of the live rows (kept by the commit, so no reader sums them);
+    ``dead_terms``: per segment, ``(columns, rows)`` — the columns its deleted rows hold
+    (ascending) and how many deleted rows hold each — or None where no commit counted them.
     """
 
-    def __init__(self, parts: list[BM25Index], deleted: np.ndarray, live_rows: int, live_length: int):
+    def __init__(self, parts: list[BM25Index], deleted: np.ndarray, live_rows: int, live_length: int,
+                 dead_terms: list[tuple[np.ndarray, np.ndarray] | None] | None = None):
         self.parts = parts
         self.offsets = np.zeros(len(parts) + 1, dtype=np.int64)
         np.cumsum([p.n_rows for p in parts], out=self.offsets[1:])
@@ -100,6 +106,7 @@ class SegmentedBM25:
         self.deleted = np.asarray(deleted, dtype=np.int64)
         self.local_dtype = _local_dtype(parts)
         self.seg_deleted = split_rows(self.deleted, self.offsets, self.local_dtype)
+        self.dead_terms = list(dead_terms) if dead_terms is not None else [None] * len(parts)
         self.live_rows = int(live_rows)
         self.avgdl = float(live_length) / self.live_rows if self.live_rows else 0.0
         # Stored weights are exact when one segment holds every live row with the statistics it was
@@ -178,6 +185,11 @@ class SegmentedBM25:
         dead = self.seg_deleted[s]
         if not len(dead):
             return b - a
+        counted = self.dead_terms[s]
+        if counted is not None:  # the commits counted the deleted rows' columns
+            columns, rows = counted
+            i = int(np.searchsorted(columns, c))
+            return b - a - (int(rows[i]) if i < len(columns) and columns[i] == c else 0)
         got = self._df.get((s, c))
         if got is None:  # a pass over the column: kept, as queries share their words
             if len(dead) * 16 < b - a:

@@ -48,9 +48,9 @@ from quarry.core.sqlfiles import load_sql, statements
 from quarry.store import catalog
 
 __all__ = ["LAYER", "alias", "chain_of", "is_delta", "attach", "attach_sql", "connect", "open_over", "create_delta",
-           "views", "chunk_rows_sql", "replace_documents", "delete_documents", "rewrite_documents", "moves_table",
-           "touches_table", "set_meta", "set_any_meta", "insert_run", "plan_merge", "merge", "write_base",
-           "missing_columns", "merge_min_rows", "rebase_share", "max_layers"]
+           "views", "chunk_texts", "chunk_rows_sql", "replace_documents", "delete_documents", "rewrite_documents",
+           "moves_table", "touches_table", "set_meta", "set_any_meta", "insert_run", "plan_merge", "merge",
+           "write_base", "missing_columns", "merge_min_rows", "rebase_share", "max_layers"]
 
 LAYER = "layer"
 TABLES = ("documents", "sections", "chunks", "runs", "meta", "acl_roots")
@@ -217,6 +217,15 @@ def views(chain: Sequence[int]) -> list[str]:
     out.append(f"CREATE OR REPLACE VIEW main.meta AS SELECT key, value FROM {LAYER}.meta")
     out.append(f"CREATE OR REPLACE VIEW main.acl_roots AS SELECT {_cols('acl_roots')} FROM {LAYER}.acl_roots")
     return out
+
+
+def chunk_texts(con, generation: int, base: int, chunk_ids: Sequence[str]) -> dict[str, str]:
+    """``{chunk_id: search_text}`` (the BM25 text) of these chunks in the earlier layer
+    ``generation`` (attached to ``con``; ``base``: its chain's base) — the rows its search index
+    segment holds, superseded ones included."""
+    source = f"{_q(alias(generation))}.{'main' if generation == base else LAYER}"
+    sql = f"SELECT chunk_id, search_text FROM {source}.chunks WHERE chunk_id IN (SELECT unnest(?::VARCHAR[]))"
+    return dict(con.execute(sql, [list(chunk_ids)]).fetchall())
 
 
 def chunk_rows_sql(chain: Sequence[int], offsets: dict[int, int]) -> str:

@@ -355,12 +355,13 @@ class StoreWriter:
                 self.chain = layers.merge(self.con, self.chain, plan)
                 earlier = [segments[g] for g in self.chain[:-1]]
                 dead_rows, dead_docs = self._deletions(prev, earlier)
+                dead_terms = self._deleted_terms(prev, earlier, dead_rows)
         faults.point("after-merge")
         if self.delta:
             stored = _VectorSource(self, prev, set(self.merged))
             manifest = searchindex.build_into(folder, self.con, stored, self.model, self.dim, source=layers.LAYER,
                                               generation=self.generation, earlier=earlier, deleted_rows=dead_rows,
-                                              deleted_docs=dead_docs)
+                                              deleted_docs=dead_docs, deleted_terms=dead_terms)
         else:
             if catalog.has_fts(self.con):  # an older quarry's, kept in the catalog: stale now (quarry/store/fts.py)
                 catalog.drop_fts(self.con)
@@ -403,6 +404,42 @@ class StoreWriter:
         rows = np.unique(np.concatenate(dead_rows)).astype(np.int64)
         docs = np.unique(np.concatenate(dead_docs)).astype(np.int64) if dead_docs else np.zeros(0, np.int64)
         return rows, docs
+
+    def _deleted_terms(self, prev, earlier, dead_rows: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Per kept earlier segment (by generation), the BM25 columns its deleted rows hold and how
+        many of them hold each: the previous generation's counts plus those of the rows deleted
+        since (all of a segment's deleted rows when no commit counted them yet: an index from an
+        older quarry), their texts read from the layer that holds them
+        (:func:`quarry.retrieval.bm25.row_columns`). O(the rows deleted); it spares every reader
+        counting deleted rows in each query term's column (quarry/retrieval/segmented.py). A
+        segment whose texts cannot all be read is left out: its readers count in the columns."""
+        from quarry.retrieval.bm25 import row_columns
+        from quarry.retrieval.segmented import split_rows
+
+        empty = np.zeros(0, dtype=np.int64)
+        before_of = {s.generation: prev.bm25.seg_deleted[j] for j, s in enumerate(prev.segments)}
+        now = split_rows(dead_rows, np.cumsum([0] + [s.n_rows for s in earlier]))
+        out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for seg, dead in zip(earlier, now):
+            counted = prev.deleted_terms.get(seg.generation)
+            if counted is None:
+                counted, new = (empty, empty), dead
+            else:
+                new = np.setdiff1d(dead, before_of.get(seg.generation, empty), assume_unique=True)
+            if len(new):
+                ids = seg.chunk_ids_at(new)
+                try:
+                    texts = layers.chunk_texts(self.con, seg.generation, self.chain[0], ids)
+                except duckdb.Error:
+                    continue
+                if len(texts) != len(ids):  # not the segment's rows: leave it to the readers
+                    continue
+                cols, counts = row_columns(seg.bm25, [texts[c] for c in ids])
+                merged, where = np.unique(np.concatenate([counted[0], cols]), return_inverse=True)
+                counted = merged, np.bincount(where, weights=np.concatenate([counted[1], counts]),
+                                              minlength=len(merged)).astype(np.int64)
+            out[seg.generation] = counted
+        return out
 
     def _rebase(self) -> None:
         """Everything into a new base: the live rows written to a whole catalog of this generation,
