@@ -418,6 +418,31 @@ def test_commits_count_the_terms_of_the_rows_they_delete(stores):
     assert checked >= 2  # the base and a delta both lost rows
 
 
+def test_a_deletion_past_the_counting_bound_is_left_to_the_readers(tmp_path, monkeypatch):
+    """A commit deleting more rows of a segment than it counts leaves that segment uncounted; its
+    readers count the deleted rows in the columns and search as a rebuild does."""
+    from quarry.store import writer
+
+    beir = load_beir(str(shared("beir", "scifact")))
+    ids = list(beir.corpus)[:120]
+    records = {d: _record(f"{i:012x}", f"{d}.md", *beir.corpus[d]) for i, d in enumerate(ids)}
+    store, whole = tmp_path / "layered", tmp_path / "whole"
+    monkeypatch.setenv("QUARRY_REBASE_SHARE", "100")
+    monkeypatch.setattr(writer, "COUNT_DELETED_MAX", 3)
+    _commit(store, list(records.values()), run_id="r0")
+    gone = ids[:10]
+    _commit(store, deletes=[records[d].doc_id for d in gone], run_id="r1")
+    _commit(whole, [records[d] for d in ids[10:]], run_id="w")
+    pointer = read_pointer(store)
+    manifest = json.loads((store / searchindex.folder_name(pointer.generation) / "index.json").read_text())
+    assert manifest["deleted"]["rows"] > 3 and not manifest["deleted"].get("terms")
+    with quarry.search.query.open(store, SETTINGS) as a, quarry.search.query.open(whole, SETTINGS) as b:
+        assert a.snapshot.index.bm25.dead_terms == [None, None]
+        for q in list(beir.queries.values())[:40]:
+            ra, rb = a.search(q, k=10, mode="bm25").results, b.search(q, k=10, mode="bm25").results
+            assert [round(r.score, 6) for r in ra] == [round(r.score, 6) for r in rb], q
+
+
 def _ties(results) -> list:
     """Chunk ids grouped by score, the group at the cut left out (ties there may differ)."""
     groups: dict[float, set] = {}

@@ -52,6 +52,11 @@ from quarry.store.pointer import DOCTOR_HINT, Pointer, read_pointer
 
 LOAD_MEMORY_LIMIT = "256MB"  # DuckDB's cache while batches load (see StoreWriter._open)
 RUN_VECTORS_BYTES = 256 << 20  # vectors of the run's chunks kept for its index segment (beyond: read from LanceDB)
+# A commit counts the BM25 terms of the rows it deletes (StoreWriter._deleted_terms) up to this
+# many rows a segment, reading their texts this many at a time; a larger deletion is left to the
+# readers, which count deleted rows in a term's column as before.
+COUNT_DELETED_MAX = 50_000
+COUNT_BATCH = 5_000
 
 
 @dataclass
@@ -412,7 +417,8 @@ class StoreWriter:
         older quarry), their texts read from the layer that holds them
         (:func:`quarry.retrieval.bm25.row_columns`). O(the rows deleted); it spares every reader
         counting deleted rows in each query term's column (quarry/retrieval/segmented.py). A
-        segment whose texts cannot all be read is left out: its readers count in the columns."""
+        segment with more than :data:`COUNT_DELETED_MAX` rows to count, or whose texts cannot all
+        be read, is left out: its readers count in the columns, as they did before."""
         from quarry.retrieval.bm25 import row_columns
         from quarry.retrieval.segmented import split_rows
 
@@ -426,19 +432,25 @@ class StoreWriter:
                 counted, new = (empty, empty), dead
             else:
                 new = np.setdiff1d(dead, before_of.get(seg.generation, empty), assume_unique=True)
-            if len(new):
-                ids = seg.chunk_ids_at(new)
+            if not len(new):
+                out[seg.generation] = counted
+                continue
+            if len(new) > COUNT_DELETED_MAX:  # a large deletion: its readers count in the columns
+                continue
+            parts = [counted]
+            for start in range(0, len(new), COUNT_BATCH):  # texts read a batch at a time
+                ids = seg.chunk_ids_at(new[start:start + COUNT_BATCH])
                 try:
                     texts = layers.chunk_texts(self.con, seg.generation, self.chain[0], ids)
                 except duckdb.Error:
-                    continue
+                    break
                 if len(texts) != len(ids):  # not the segment's rows: leave it to the readers
-                    continue
-                cols, counts = row_columns(seg.bm25, [texts[c] for c in ids])
-                merged, where = np.unique(np.concatenate([counted[0], cols]), return_inverse=True)
-                counted = merged, np.bincount(where, weights=np.concatenate([counted[1], counts]),
-                                              minlength=len(merged)).astype(np.int64)
-            out[seg.generation] = counted
+                    break
+                parts.append(row_columns(seg.bm25, [texts[c] for c in ids]))
+            else:
+                cols, where = np.unique(np.concatenate([p[0] for p in parts]), return_inverse=True)
+                rows = np.bincount(where, weights=np.concatenate([p[1] for p in parts]), minlength=len(cols))
+                out[seg.generation] = cols, rows.astype(np.int64)
         return out
 
     def _rebase(self) -> None:
