@@ -245,8 +245,11 @@ def _save_template(database: Path, template: Path) -> None:
 # What a warm process imports (``flows/warm.py``): the flow, the store, the embedders' runtimes, Prefect's engine.
 WARM_MODULES = ("quarry.flows.index", "quarry.store.writer", "quarry.tasks.load", "quarry.ingest.embedders.local",
                 "quarry.ingest.embedders.onnx_backend", "quarry.ingest.facets", "quarry.ingest.llm.context",
-                "quarry.sql", "lancedb", "duckdb", "pyarrow", "numpy", "onnxruntime", "tokenizers",
-                "prefect.flow_engine", "prefect.client.orchestration", "prefect.task_engine", "fastapi")
+                "quarry.sql", "lancedb", "duckdb", "pyarrow", "numpy", "numpy.ma", "onnxruntime", "tokenizers",
+                "prefect.flow_engine", "prefect.client.orchestration", "prefect.task_engine",
+                "prefect.utilities.visualization", "fastapi")
+# numpy.ma: what pyarrow imports to convert the run's vectors; prefect.utilities.visualization:
+# what calling a flow imports (graphviz). Each imported in every forked run otherwise (~10 ms).
 
 
 def warm_context():
