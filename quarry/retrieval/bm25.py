@@ -274,7 +274,18 @@ def _idf(df: np.ndarray, n_rows: int) -> np.ndarray:
 
 def _weights(idf: np.ndarray, tf: np.ndarray, length: np.ndarray, avgdl: float) -> np.ndarray:
     """``w(t, d)`` of postings from their term's idf, tf and row length (float64), as float32."""
-    norm = K1 * (1.0 - B + B * length / (avgdl or 1.0))
+    return _normed_weights(idf, tf, _length_norm(length, avgdl))
+
+
+def _length_norm(length: np.ndarray, avgdl: float) -> np.ndarray:
+    """``k1 · (1 − b + b · len(d) / avgdl)`` of rows' lengths (float64): what :func:`_weights` divides
+    by, apart from tf; computed once per row when several terms are weighted for the same rows."""
+    return K1 * (1.0 - B + B * length / (avgdl or 1.0))
+
+
+def _normed_weights(idf, tf: np.ndarray, norm: np.ndarray) -> np.ndarray:
+    """:func:`_weights` from the rows' :func:`_length_norm` (the same float64 operations, so the
+    same float32 weights)."""
     return (idf * tf * (K1 + 1.0) / (tf + norm)).astype(np.float32)
 
 

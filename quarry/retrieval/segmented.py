@@ -42,7 +42,7 @@ import math
 
 import numpy as np
 
-from quarry.retrieval.bm25 import BM25Index, _idf, _weights, stem_words
+from quarry.retrieval.bm25 import BM25Index, _idf, _length_norm, _normed_weights, stem_words
 from quarry.retrieval.select import top_n
 
 DELETED_SKIP = 4096  # binary search: a segment with more deleted rows is searched with a mask of its live rows
@@ -366,7 +366,7 @@ class SegmentedBM25:
                                  "rescored: rebuild it with `quarry maintain`")
             target = out[cuts[s]:cuts[s + 1]]
             local = (rows[cuts[s]:cuts[s + 1]] - self.offsets[s]).astype(self.local_dtype, copy=False)
-            length = None if self.exact else part.length[local].astype(np.float64)
+            norm = None if self.exact else _length_norm(part.length[local].astype(np.float64), self.avgdl)
             for i, cols in enumerate(terms):
                 c = cols[s]
                 if c is None:
@@ -384,7 +384,7 @@ class SegmentedBM25:
                     target[hit] += part.weights[a + pos[hit]]
                     continue
                 tf = part.tf[a + pos[hit]].astype(np.float64)
-                target[hit] += _weights(idf[i], tf, length[hit], self.avgdl)
+                target[hit] += _normed_weights(idf[i], tf, norm[hit])
         return out
 
 
