@@ -443,6 +443,34 @@ def test_a_deletion_past_the_counting_bound_is_left_to_the_readers(tmp_path, mon
             assert [round(r.score, 6) for r in ra] == [round(r.score, 6) for r in rb], q
 
 
+def test_an_index_without_counts_is_counted_at_its_next_commit(tmp_path, monkeypatch):
+    """A generation written before the counts existed (deleted rows, no deleted.terms.npy): the next
+    commit counts every deleted row of the segment, earlier ones included."""
+    beir = load_beir(str(shared("beir", "scifact")))
+    ids = list(beir.corpus)[:120]
+    records = {d: _record(f"{i:012x}", f"{d}.md", *beir.corpus[d]) for i, d in enumerate(ids)}
+    store = tmp_path / "store"
+    monkeypatch.setenv("QUARRY_REBASE_SHARE", "100")
+    _commit(store, list(records.values()), run_id="r0")
+    _commit(store, deletes=[records[d].doc_id for d in ids[:5]], run_id="r1")
+    folder = store / searchindex.folder_name(read_pointer(store).generation)
+    manifest = json.loads((folder / "index.json").read_text())
+    assert manifest["deleted"].pop("terms") and (folder / "deleted.terms.npy").exists()
+    (folder / "deleted.terms.npy").unlink()  # as an older quarry wrote it
+    (folder / "index.json").write_text(json.dumps(manifest))
+    _commit(store, deletes=[records[d].doc_id for d in ids[5:8]], run_id="r2")
+    index = searchindex.SearchIndex.load(store / searchindex.folder_name(read_pointer(store).generation))
+    bm25 = index.bm25
+    part, dead = bm25.parts[0], bm25.seg_deleted[0]
+    assert len(dead) and bm25.dead_terms[0] is not None
+    mask = np.zeros(part.n_rows, dtype=bool)
+    mask[dead] = True
+    expected = np.add.reduceat(mask[part.rows].astype(np.int64), part.indptr[:-1])
+    counted = np.zeros(len(expected), dtype=np.int64)
+    counted[bm25.dead_terms[0][0]] = bm25.dead_terms[0][1]
+    assert np.array_equal(counted, expected)
+
+
 def _ties(results) -> list:
     """Chunk ids grouped by score, the group at the cut left out (ties there may differ)."""
     groups: dict[float, set] = {}
