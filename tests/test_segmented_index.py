@@ -253,7 +253,7 @@ def _by_score(ids, scores) -> list[tuple[float, frozenset]]:
 
 @pytest.mark.parametrize("base, deleted, deltas, own, env, expected", [
     (1000, 0, [], 10, {}, []),                                   # the first delta stays
-    (100_000, 0, [(2, 20)], 20, {}, [2]),                        # small ones fold in (2,000-row floor)
+    (100_000, 0, [(2, 20)], 20, {}, [2]),                        # small ones fold in (4,096-row floor)
     (100_000, 0, [(2, 5000), (3, 20)], 20, {}, [3]),             # a big one stays under a small merge
     (100_000, 0, [(2, 5000), (3, 5000)], 5000, {}, [2, 3]),      # equal sizes: a binary counter's carry
     (1000, 0, [(2, 200)], 100, {}, None),                        # past a quarter of the base: a new base

@@ -36,7 +36,7 @@ class Environment(BaseSettings):
     lease_seconds: float = Field(60.0, gt=0)  # the writer lease on object storage
     vector_search: str = "auto"  # how readers search vectors: auto, exact, ivf, binary
     ivf_min_rows: int = Field(20_000, ge=1)  # chunks from which a commit builds IVF
-    merge_min_rows: int = Field(2_000, ge=1)  # catalog layers / index segments smaller count as this big
+    merge_min_rows: int = Field(4_096, ge=1)  # catalog layers / index segments smaller count as this big
     rebase_share: float = Field(0.25, ge=0)  # layers past this share of the base's rows: a new base
     max_layers: int = Field(16, ge=2)  # most catalog layers (index segments) a generation reads
     compact_fragments: int = Field(64, ge=0)  # LanceDB fragments past which a commit compacts

@@ -55,7 +55,12 @@ __all__ = ["LAYER", "alias", "chain_of", "is_delta", "attach", "attach_sql", "co
 LAYER = "layer"
 TABLES = ("documents", "sections", "chunks", "runs", "meta", "acl_roots")
 _OWNER = {"documents": "doc_layer", "sections": "content_layer", "chunks": "content_layer"}
-MERGE_MIN_ROWS = 2_000  # deltas smaller than this count as this big: the first ones merge on every commit
+# Deltas smaller than this count as this big: the first ones merge on every commit, and a layer of
+# a few thousand rows (a run that changed a hundred files) folds into the small commits after it
+# rather than leaving them a segment of their own. 2,000 left three segments after fifty one-file
+# commits at 100K chunks (search 1.61-1.71x a merged index's p50); 4,096 two (1.39-1.40x), for
+# 0.16 s more a commit (bench/scale.py, docs/benchmarks.md).
+MERGE_MIN_ROWS = 4_096
 REBASE_SHARE = 0.25  # deltas holding more rows than this share of the base's: everything becomes a new base
 MAX_LAYERS = 16  # a generation of more layers merges its newest ones anyway
 
