@@ -284,10 +284,16 @@ def test_moves_find_their_rows_through_the_chunk_id_index_old_rows_and_new(tmp_p
     write(store, [record(f"{i}a", f"text {i}") for i in range(3)])
     w = StoreWriter(store, "test-model", DIM).open()
     try:
-        (index,) = w.table.list_indices()
-        assert list(index.columns) == ["chunk_id"] and w.table.index_stats(index.name).num_unindexed_rows == 0
+        indexes = {tuple(i.columns): i for i in w.table.list_indices()}
+        assert set(indexes) == {("chunk_id",), ("text_hash",)}
+        index = indexes[("chunk_id",)]
+        assert w.table.index_stats(index.name).num_unindexed_rows == 0
         w.write_documents([record("3a", "text 3")], {("3a" * 8)[:64]: vec(3)}, "r2")
         assert w.table.index_stats(index.name).num_unindexed_rows == 1
+        # the embedding cache finds indexed rows and rows added after the index alike
+        found = vectors.lookup_vectors(w.table, [("0a" * 8)[:64], ("3a" * 8)[:64], "f" * 64])
+        assert sorted(found) == sorted([("0a" * 8)[:64], ("3a" * 8)[:64]])
+        assert np.allclose(found[("3a" * 8)[:64]], vec(3))
         moved = pa.table({"chunk_id": ["0a:0", "3a:0"], "path": ["/r/moved/0a.md", "/r/moved/3a.md"]})
         vectors.move_documents(w.table, moved)
         paths = dict(zip(*w.table.to_arrow().select(["chunk_id", "path"]).to_pydict().values()))

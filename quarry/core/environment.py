@@ -41,7 +41,7 @@ class Environment(BaseSettings):
     max_layers: int = Field(16, ge=2)  # most catalog layers (index segments) a generation reads
     compact_fragments: int = Field(64, ge=0)  # LanceDB fragments past which a commit compacts
     prune_versions: int = Field(100, ge=0)  # LanceDB versions past which a commit prunes old ones
-    key_index_rows: int = Field(20_000, ge=1)  # LanceDB rows from which a commit keeps a chunk_id index
+    key_index_rows: int = Field(20_000, ge=1)  # LanceDB rows from which a commit keeps chunk_id and text_hash indexes
     max_file_mb: float = Field(256.0, ge=0)  # larger files are failures, not read (0: no limit)
     max_archive_mb: float = Field(4096.0, ge=0)  # what an archive may unpack to (0: no limit)
     object_reads: int = Field(8, ge=1)  # objects of a root on object storage a batch reads at once
