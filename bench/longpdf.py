@@ -212,6 +212,8 @@ def collect(idx, qs: list[dict], pool: int) -> dict:
     from quarry.search.fusion import fuse
     from quarry.search.segments import relevant_segments
 
+    from quality import _Positions  # bench/ is on sys.path: these scripts run as python bench/<name>.py
+
     index = idx.snapshot.index
     position = _Positions(index.cards)
     keys, texts = page_units(idx)
@@ -376,18 +378,6 @@ def main() -> None:
               file=out)
     if args.json:
         print(json.dumps(payload, indent=2))
-
-
-class _Positions(dict):
-    """doc_id -> the document's place in the card scores, looked up on first use."""
-
-    def __init__(self, cards):
-        super().__init__()
-        self.cards = cards
-
-    def __missing__(self, doc_id: str) -> int:
-        self[doc_id] = self.cards.doc_position(doc_id)
-        return self[doc_id]
 
 
 if __name__ == "__main__":

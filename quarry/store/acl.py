@@ -123,12 +123,15 @@ def plan_for_run(store, files, roots: list[str], acl_source: str = "", acl_rules
     from quarry.store.pointer import read_pointer
     from quarry.store.reader import open_snapshot
 
+    from quarry.core import gcpause
+
     asked = requested(acl_source, acl_rules)
     stored_sources, stored_principals = {}, {}
-    if read_pointer(store) is not None:
-        snap = open_snapshot(store, search_index=False)
-        try:
-            stored_sources, stored_principals = sources(snap.con), stored(snap.con)
-        finally:
-            snap.close()
-    return plan_permissions(files, roots, asked, stored_sources, stored_principals, rewritten)
+    with gcpause.paused():  # a row per document, no cycles: quarry/core/gcpause.py
+        if read_pointer(store) is not None:
+            snap = open_snapshot(store, search_index=False)
+            try:
+                stored_sources, stored_principals = sources(snap.con), stored(snap.con)
+            finally:
+                snap.close()
+        return plan_permissions(files, roots, asked, stored_sources, stored_principals, rewritten)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quarry.core import paths
+from quarry.core import gcpause, paths
 from quarry.core.models import FileError, FileInfo
 from quarry.core.sqlfiles import load_sql
 from quarry.ingest import parsers
@@ -54,9 +54,10 @@ def discover_roots(roots: list[str], include: tuple = (), exclude: tuple = (), s
     their size and mtime match (:func:`known_files`; not with ``rehash``), and the plan reuses it."""
     errors: list[FileError] = []
     scans: list[RootScan] = []
-    catalog = committed_catalog(store) if store is not None else None
-    known = known_files(catalog[0]) if catalog and not rehash else None
-    files, unsupported = discover(roots, include, exclude, errors=errors, scans=scans, known=known)
+    with gcpause.paused():  # a record per file, no cycles: quarry/core/gcpause.py
+        catalog = committed_catalog(store) if store is not None else None
+        known = known_files(catalog[0]) if catalog and not rehash else None
+        files, unsupported = discover(roots, include, exclude, errors=errors, scans=scans, known=known)
     return Discovery(files, unsupported, errors, scans, catalog)
 
 
@@ -68,7 +69,9 @@ def known_files(docs: list[CatalogDoc]) -> dict[str, tuple[int, float, str, floa
     :data:`RACY_SECONDS` before the start of the run that wrote it (git's "racy" rule: a write
     within the clock tick of the hash would leave the mtime unchanged), and so must the file's
     ctime, which no tool sets back (a rename over the file, a copy that restores its mtime)."""
-    return {d.path: (d.size, d.mtime, d.sha256, d.trust_before) for d in docs if d.trusted}
+    # unpacked, not by attribute: a NamedTuple's fields are properties (0.05 s at 50,000 documents)
+    return {path: (size, mtime, sha256, trust_before)
+            for _, path, sha256, mtime, size, trusted, trust_before in docs if trusted}
 
 
 def committed_catalog(store: Path) -> tuple[list[CatalogDoc], dict[str, str]]:
@@ -136,7 +139,8 @@ def plan_run(store: Path, discovery: Discovery, *, full: bool, fingerprint: str,
     reparse = parsers.stale_formats(meta.get("format_versions")) if docs and not reason else set()
     verdict = check_roots(discovery.scans, docs, limits, patterns)
     unreadable = frozenset(e.path for e in discovery.unreadable)
-    plan = make_plan(discovery.files, docs, verdict.scope, rebuild=bool(reason), unreadable=unreadable,
-                     reparse=reparse)
+    with gcpause.paused():
+        plan = make_plan(discovery.files, docs, verdict.scope, rebuild=bool(reason), unreadable=unreadable,
+                         reparse=reparse)
     check_deletes(verdict, plan, docs, limits)
     return RunPlan(plan, reason, verdict, len(docs), sorted(reparse))
