@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from quarry.core import paths
+from quarry.core import gcpause, paths
 from quarry.core.principals import PUBLIC, normalise
 from quarry.core.sqlfiles import load_sql
 from quarry.ingest.acl import AclSource
@@ -122,8 +122,6 @@ def plan_for_run(store, files, roots: list[str], acl_source: str = "", acl_rules
     from quarry.ingest.acl import plan_permissions, requested
     from quarry.store.pointer import read_pointer
     from quarry.store.reader import open_snapshot
-
-    from quarry.core import gcpause
 
     asked = requested(acl_source, acl_rules)
     stored_sources, stored_principals = {}, {}
