@@ -84,3 +84,39 @@ def test_the_file_discovery_builds_equals_the_dataclass_it_stands_for(tree):
         fast.size = 6
     found, _ = discover([tree])
     assert all(vars(f).keys() == vars(slow).keys() for f in found)
+
+
+def test_discovery_pauses_the_collector_and_gives_it_back(tree, monkeypatch):
+    # Discovery runs with the cyclic GC off (a record per file, no cycles) and turns it on again
+    # afterwards, also when it fails; a caller that turned it off keeps it off.
+    import gc
+
+    from quarry.core import gcpause
+    from quarry.store import planning
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return discover(*args, **kwargs)
+
+    monkeypatch.setattr(planning, "discover", spy)
+    assert gc.isenabled()
+    found = planning.discover_roots([str(tree)])
+    assert seen == [False] and gc.isenabled() and found.files
+
+    def broken(*args, **kwargs):
+        raise OSError("gone")
+
+    monkeypatch.setattr(planning, "discover", broken)
+    with pytest.raises(OSError):
+        planning.discover_roots([str(tree)])
+    assert gc.isenabled()
+
+    gc.disable()
+    try:
+        with gcpause.paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
