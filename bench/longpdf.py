@@ -22,11 +22,13 @@ Ulta Beauty train).
 ``--data`` folder may hold more, only these are indexed): the 11 10-Ks of :data:`TEST_FILINGS` are
 test, the 10-Ks of American Water Works, Lockheed Martin, Verizon, PepsiCo and Nike train.
 
-``--set kinds``: long PDFs of other kinds — a software manual, a format specification, two
-research papers, a report, earnings slides and two sets of quarterly financial statements — with
-questions judged by page written for this bench (bench/data/longpdf-kinds.json: each
-document's kind, split and where to get it; the PDFs are not shipped). Point ``--data`` (or
-``$QUARRY_LONGPDF_KINDS``) at a folder holding them under the names that file gives. Split by
+``--set kinds``: long PDFs of other kinds — software manuals, an FAQ, a language definition,
+format and protocol specifications, a standard, licences, release notes, two research papers, a
+report, earnings slides and two sets of quarterly financial statements (18 PDFs, 642 pages) —
+with questions judged by page written for this bench (bench/data/longpdf-kinds.json: each
+document's kind, split and where to get it; the PDFs are not shipped; most come from Debian
+documentation packages). Point ``--data`` (or ``$QUARRY_LONGPDF_KINDS``) at a folder holding them
+under the names that file gives; questions about a PDF that is absent are left out. Split by
 document.
 
 Without the PDFs the bench says so and stops. A small set on both counts, what parsing and
