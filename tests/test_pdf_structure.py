@@ -94,6 +94,27 @@ def test_a_filing_item_ending_with_a_period_is_a_heading_and_a_bold_sentence_is_
     assert font_headings(pages) == [(0, 1, "Item 1B. Unresolved Staff Comments.")]
 
 
+def test_the_tail_of_a_sentence_set_large_is_no_heading_and_list_items_and_code_names_are():
+    body = [Line("Revenue grew in every segment and the board was pleased with it all year.", 10, False, 0.3)] * 4
+    fragments = ["Buffalo”).", "the Company.", "accelerate the payment of benefits; and", "registrant and have:",
+                 "continued)"]
+    keep = ["b) Segment Results", "attach() and detach()", "Net Sales (Loss)", "switch"]
+    pages = [[Line(text, 12, True, 0.1), *body] for text in fragments + keep]
+    assert [t for _, _, t in font_headings(pages)] == keep
+
+
+def test_a_bold_caption_over_a_tables_years_or_rows_is_no_heading():
+    prose = Line("Revenue grew in every segment and the board was pleased with it all year.", 10, False, 0.3)
+    pages = [
+        [Line("Liquidity", 10, True, 0.1), prose, prose,
+         Line("Fiscal Year", 10, True, 0.4), Line("In Millions 2019 2018", 10, False, 0.42),
+         Line("Net sales $ 100.0 $ 90.0", 10, False, 0.44), prose],
+        [Line("Contents", 14, True, 0.1), Line("Page", 10, True, 0.12),
+         Line("Consolidated Statements of Operations 53", 10, False, 0.14), prose],
+    ]
+    assert [t for _, _, t in font_headings(pages)] == ["Liquidity", "Contents"]  # "Fiscal Year", "Page": captions
+
+
 def test_page_titles_are_the_emphasised_lines_at_the_top():
     body = Line("The notes that follow are an integral part of these statements, read them.", 10, False, 0.4)
     pages = [[Line("Table of Contents", 10, False, 0.02), Line("Consolidated Balance Sheet", 12, True, 0.05),

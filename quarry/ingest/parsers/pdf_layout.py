@@ -36,6 +36,7 @@ _NUMBERED = re.compile(r"^(\d+(\.\d+)*\.?|[A-Z]\.|[IVX]+\.)\s+\S")  # "3.1 Overv
 _SECTION_LEAD = re.compile(r"^(item|part|note|section|chapter|article)\s+[\dIVX]+[A-Z]?\b", re.I)
 _BOLD_NAME = re.compile(r"bold|black|heavy|semibold|demi", re.I)
 _VALUE = re.compile(r"^(\$|\(?\$?\s?[-–—]?\d[\d,]*(\.\d+)?\)?%?|[-–—]+|\$?\s?\(?[-–—]\)?)$")
+_YEARS_END = re.compile(r"(?:^|\s)(19|20)\d\d(\s+(19|20)\d\d)+$")  # a line ending with column years
 _SMALL_WORDS = frozenset("a an and as at by for from in into of on or per the to with vs".split())
 # a table's period caption or units: "Years ended December 31", "As of June 30, 2023", "(Millions)"
 PERIOD_CAPTION = re.compile(r"^(\(.*\)|((fiscal\s+)?years?|three|six|nine|twelve|quarters?|months?|weeks?)\b.*\b"
@@ -154,8 +155,30 @@ def _title_like(text: str) -> bool:
         return False
     if text.endswith((",", ";")) or (text.endswith(".") and len(words) > 3 and not _SECTION_LEAD.match(text)):
         return False  # a sentence, or a line of one
+    if text[0].islower() and (text.endswith((".", ":")) or words[-1] in ("and", "or")):
+        return False  # the end of a sentence broken over lines ("the Company.", "benefits; and")
+    if _closes_unopened(text):
+        return False  # a line cut out of a parenthesis or a quotation ("Buffalo”).")
     letters = [ch for ch in text if ch.isalpha()]
     return len(letters) >= 3 and not _is_row(text)
+
+
+_PAIRS = {")": "(", "]": "[", "”": "“"}
+_LIST_MARK = re.compile(r"^\(?\w{1,3}[.)]\s")  # "a) ", "iv) ", "(2) ": a list item's mark, not a bracket
+
+
+def _closes_unopened(text: str) -> bool:
+    """Whether ``text`` closes a bracket or a curly double quote it never opened (after a list
+    item's mark such as ``b)``)."""
+    depth = dict.fromkeys(_PAIRS.values(), 0)
+    for ch in _LIST_MARK.sub("", text, count=1):
+        if ch in depth:
+            depth[ch] += 1
+        elif ch in _PAIRS:
+            if depth[_PAIRS[ch]] == 0:
+                return True
+            depth[_PAIRS[ch]] -= 1
+    return False
 
 
 def _capitalised(text: str) -> bool:
@@ -205,7 +228,7 @@ def font_headings(pages: list[list[Line]], body: float | None = None) -> list[tu
                 prev_size = line.size
                 continue
             if bigger or (line.bold and line.size >= body * 0.95 and _capitalised(text)
-                          and _stands_alone(lines, i, body)):
+                          and _stands_alone(lines, i, body) and not _column_caption(lines, i)):
                 rank = line.size if bigger else body
                 if last_line == i - 1 and prev_size == line.size and found[-1][1] == rank \
                         and _continues(lines, i) and not _NUMBERED.match(text) \
@@ -230,6 +253,20 @@ def _stands_alone(lines: list[Line], i: int, body: float) -> bool:
     table is not a run of headings) or it is larger."""
     nxt = lines[i + 1] if i + 1 < len(lines) else None
     return nxt is None or not nxt.bold or nxt.size > lines[i].size
+
+
+def _column_caption(lines: list[Line], i: int, ahead: int = 3) -> bool:
+    """A bold line of a few words set over a table's column years or its first rows ("Fiscal
+    Year" above "In Millions 2019 2018", "Page" above a contents line): a caption, not a
+    heading. Looks at the next ``ahead`` lines, up to the first line of prose."""
+    if len(lines[i].text.split()) > 3:
+        return False
+    for nxt in lines[i + 1:i + 1 + ahead]:
+        if _YEARS_END.search(nxt.text) or _is_row(nxt.text):
+            return True
+        if len(nxt.text.split()) > 6:
+            return False  # prose follows: a heading
+    return False
 
 
 def _continues(lines: list[Line], i: int) -> bool:
