@@ -321,14 +321,16 @@ def main() -> None:
             from quarry.flows.index import index_flow
 
             # the PDFs carry a text layer: no OCR; parsed in this process (a 250-page filing takes
-            # minutes on a busy 2-core machine, past the default per-file timeout)
+            # minutes on a busy 2-core machine, past the default per-file timeout); only the PDFs
+            # (notes or question files kept beside them would otherwise be indexed as documents)
             index_flow([str(pdfs)], db=str(store), overrides={
                 "embed_backend": args.backend, "ocr": False, "parse_workers": 1, "parse_timeout": 3600,
-                **({"include": tuple(f"{f}.pdf" for f in only)} if only else {})})
+                "include": tuple(f"{f}.pdf" for f in only) if only else ("*.pdf",)})
     t = time.perf_counter()
     cache = ROOT / "bench" / "results" / f"longpdf-{args.set}-candidates.json"
     with quarry.open(store) as idx:
-        generation = idx.snapshot.pointer.generation
+        # the commit, not only its number: a store deleted and built again starts at generation 1 too
+        generation = [idx.snapshot.pointer.generation, idx.snapshot.pointer.committed_at]
         n_pages = idx.snapshot.con.execute(
             "SELECT count(*) FROM (SELECT DISTINCT doc_id, page_start FROM chunks WHERE page_start IS NOT NULL)"
         ).fetchone()[0]
