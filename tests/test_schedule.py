@@ -211,10 +211,14 @@ def test_prefect_yaml_deployment_runs_on_schedule_with_a_process_worker(tmp_path
 
 
 def _tracebacks(log: str) -> list[str]:
-    """The server log's tracebacks, less SQLite's "database is locked" on a worker heartbeat, which
-    Prefect's server logs and retries when the machine is loaded (seen with other test jobs on 2 cores)."""
+    """The server log's tracebacks, less SQLite's "database is locked" inside Prefect's own server (on
+    a worker heartbeat, or while it validates a state change): its SQLite database takes one writer
+    at a time, and when the machine is loaded the server logs the lock and the client's retry goes
+    through (seen with other test jobs on 2 cores, and once in a CI run alone). What the run did is
+    checked by the caller; any other traceback fails."""
     errors = [block for block in log.split("| ERROR")[1:] if "Traceback" in block]
-    return [b for b in errors if not ("heartbeat" in b.split("\n", 1)[0] and "database is locked" in b)]
+    return [b for b in errors if not ("sqlite3.OperationalError) database is locked" in b
+                                      or b.rstrip().endswith("sqlite3.OperationalError: database is locked"))]
 
 
 def test_serve_indexes_at_start_names_its_api_and_lends_it_to_one_shot_runs(tmp_path):
