@@ -339,3 +339,100 @@ def test_forbidden_document_evidence_never_moves_allowed_scores(world):
         assert boosted
         for chunk_id in boosted:  # the best readable card gets the full weight: no forbidden card above it
             assert with_cards[chunk_id] - without[chunk_id] == pytest.approx(DOC_WEIGHT, abs=1e-6)
+
+
+# --- numbers: nothing a restricted key is told may depend on what it may not read -----------------
+
+
+NUMBER_RULES = '- path: "mine/**"\n  principals: ["group:alpha"]\n- path: "open/**"\n  principals: ["public"]\n'
+
+
+def _numbers(http, token: str, base: str, mcp_status) -> dict:
+    """Everything numeric a key gets from status (HTTP, MCP, the page) and a few searches, with the
+    generation (a commit counter, which says a commit happened, not what it held) and timings
+    left out; scores are compared too."""
+    import re
+
+    from quarry.api.web.session import COOKIE
+
+    auth = {"Authorization": f"Bearer {token}"}
+    out = {"status": http.get("/v1/status", headers=auth).json(), "mcp status": mcp_status}
+    for name, body in {"hybrid": {"query": "okapi budget", "k": 8, "explain": True},
+                       "bm25": {"query": "okapi budget", "k": 8, "mode": "bm25", "explain": True},
+                       "vector": {"query": "okapi budget", "k": 8, "mode": "vector"},
+                       "filtered": {"query": "okapi", "k": 3, "where": "file_type = 'md'"},
+                       "segments": {"query": "okapi budget", "segments": "balanced"},
+                       "window": {"query": "okapi budget", "k": 2, "window": "1,1"}}.items():
+        answer = http.post("/v1/search", json=body, headers=auth).json()
+        answer.pop("timings")
+        out[f"search {name}"] = answer
+    page = httpx.get(f"{base}/status", cookies={COOKIE: token}, timeout=60).text
+    out["status page"] = {dt: dd for dt, dd in re.findall(r"<dt>([^<]*)</dt><dd>(.*?)</dd>", page) if dt != "generation"}
+    for part in out.values():
+        if isinstance(part, dict):
+            part.pop("generation", None)
+    return out
+
+
+def _unscored(value):
+    """``value`` without its scores: BM25's idf and length normalisation are the whole index's
+    statistics (docs/api.md says so), so scores move when any document is added; ranks must not."""
+    if isinstance(value, dict):
+        return {k: _unscored(v) for k, v in value.items() if k not in ("score", "scores", "fused", "relevance", "value")}
+    if isinstance(value, list):
+        return [_unscored(v) for v in value]
+    return value
+
+
+def test_no_number_a_restricted_key_gets_depends_on_what_it_may_not_read(tmp_path, run_flow):
+    """A key's status (HTTP, MCP, the page) and searches (results, scores, counts, segments, windows)
+    are the same before and after documents it may not read are added, changed and removed: nothing
+    it is told counts them (search_index rows, segments, per-generation rows and terms included)."""
+    import re
+
+    tree = tmp_path / "tree"
+    for folder, n in (("mine", 3), ("open", 2), ("secret", 4)):
+        for i in range(n):
+            path = tree / folder / f"doc{i}.md"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            body = "\n\n".join(f"## Part {j}\n\n{BOILERPLATE[(i + j) % 4]} Reference {marker(folder, i)}."
+                               for j in range(3))
+            path.write_text(f"# Okapi {folder} {i}\n\n{body}\n")
+    rules = tmp_path / "acl.yaml"
+    rules.write_text(NUMBER_RULES)
+    db = tmp_path / "db"
+    run_flow([tree], db, overrides={"acl_rules": str(rules)})
+    ring = KeyRing(FileKeys(db / "keys.json"))
+    token = ring.create("alpha", ["group:alpha"], rate_limit=0)[1]
+    admin = ring.create("admin", admin=True, rate_limit=0)[1]
+
+    async def mcp_status(base):
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+            async with Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
+                return json.loads((await client.call_tool("status", {})).content[0].text)
+
+    with api_server(db, log=tmp_path / "api.log") as (base, _), httpx.Client(base_url=base, timeout=60) as http:
+        before = _numbers(http, token, base, asyncio.run(mcp_status(base)))
+        whole_before = http.get("/v1/status", headers={"Authorization": f"Bearer {admin}"}).json()
+        # hidden documents added, changed and removed: a new generation with a segment of its own
+        for i in range(4, 9):
+            (tree / "secret" / f"doc{i}.md").write_text(f"# Secret {i}\n\nOkapi budget {marker('secret', i)} "
+                                                        f"newword{i} and more hidden text.\n")
+        (tree / "secret" / "doc0.md").write_text("# Changed\n\nOkapi budget rewritten, a new hidden word zzhid.\n")
+        (tree / "secret" / "doc1.md").unlink()
+        run_flow([tree], db, overrides={"acl_rules": str(rules)})
+        after = _numbers(http, token, base, asyncio.run(mcp_status(base)))
+        whole_after = http.get("/v1/status", headers={"Authorization": f"Bearer {admin}"}).json()
+    assert whole_after["generation"] == whole_before["generation"] + 1
+    assert whole_after["documents"] == whole_before["documents"] + 4  # the admin key sees the whole index
+    assert len(whole_after["search_index"]["segments"]) == 2
+    assert whole_after["search_index"]["terms"] > whole_before["search_index"]["terms"]  # the whole vocabulary
+    assert before["status"]["documents"] == 5 and before["search hybrid"]["results"]
+    for part in before:
+        a, b = _unscored(after[part]), _unscored(before[part])
+        assert a == b, (part, [(x, y) for x, y in zip(json.dumps(a, sort_keys=True).split(","), json.dumps(b, sort_keys=True).split(",")) if x != y][:6])
+    assert not re.search(r"search_index|terms|segments", json.dumps(before["status"]))

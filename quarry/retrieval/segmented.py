@@ -125,6 +125,19 @@ class SegmentedBM25:
         self._df: dict[tuple[int, int], int] = {}  # (segment, column) -> live df: at most the vocabulary
         self._built: dict[tuple[int, int], float] = {}  # (segment, column) -> the idf its weights were built with
 
+    def vocabulary_size(self) -> int:
+        """Distinct BM25 terms over every segment (the first, usually the largest, counted whole; a
+        later one's terms looked up in those before it), deleted rows' terms included."""
+        total = 0
+        for s, part in enumerate(self.parts):
+            if s == 0:
+                total = part.terms.size
+                continue
+            earlier = self.parts[:s]
+            total += sum(1 for i in range(part.terms.size)
+                         if all(e.term_id(part.term_text(i)) is None for e in earlier))
+        return total
+
     # --- terms -------------------------------------------------------------------------------
 
     def terms(self, toks: list[str]) -> list[list[int | None]]:

@@ -469,8 +469,8 @@ class Index:
     def status(self, principals=None) -> dict:
         """Counts, the embedding model and dimension, the last run and the store's size on disk
         (``disk_bytes``). With ``principals`` (or a restricted handle), the counts are of the
-        documents the caller may read, and the store's location, size and last run (whose rows name
-        files) are left out."""
+        documents the caller may read, and the store's location, size, last run (whose rows name
+        files) and search index summary (rows, segments and terms of every document) are left out."""
         with self._pinned() as snap:
             access = self.access_filter(principals)
             if access is not None and snap.has_principals:
@@ -492,15 +492,16 @@ class Index:
                 "catalog_attach": attach_sql(self.store, snap.chain),
                 "vector_table": snap.pointer.vector_table,
                 "vector_version": snap.pointer.vector_version,
-                "search_index": views.index_summary(snap.index_manifest) if snap.index_manifest is not None else None,
+                "search_index": self._index_summary(snap),
                 # DuckDB's full-text tables (match_bm25 in quarry sql): ready, building, missing or off
                 "full_text": fts_status(self.store, snap.pointer.generation, self.settings.duckdb_fts),
                 "embedder": describe_backend(self.settings),
                 "last_run": None,
             }
             if access is not None:
+                # the search index's rows, segments and terms count every document, readable or not
                 for key in ("store", "catalog", "catalog_attach", "full_text", "vector_table", "vector_version",
-                            "embedder", "last_run"):
+                            "embedder", "last_run", "search_index"):
                     info.pop(key)
             else:
                 from quarry.store.layout import disk_usage
@@ -509,6 +510,16 @@ class Index:
                 info["last_run"] = last[0] if last else None
                 info["disk_bytes"] = disk_usage(self._store)
             return info
+
+    @staticmethod
+    def _index_summary(snap) -> dict | None:
+        """The search index in ``status``: :func:`quarry.store.views.index_summary`, its terms the
+        whole index's vocabulary (the manifest's are its newest segment's)."""
+        if snap.index_manifest is None:
+            return None
+        summary = views.index_summary(snap.index_manifest)
+        summary["terms"] = snap.index.bm25.vocabulary_size()
+        return summary
 
     def document(self, doc_id: str, principals=None, *, text: tuple[int, int] | None = None) -> dict:
         """One document: its catalog row (metadata, principals), its sections and its chunks' ids and
