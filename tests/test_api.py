@@ -111,7 +111,14 @@ def test_health_readiness_and_openapi(served):
     assert served.call("GET", "/healthz").json() == {"status": "ok"}
     ready = served.call("GET", "/readyz").json()
     assert ready["status"] == "ready" and ready["generation"] == 1
-    assert served.call("GET", "/docs").status_code == 200
+    docs = served.call("GET", "/docs")
+    assert docs.status_code == 200
+    import re
+
+    assets = re.findall(r"""(?:src|href)=['"]([^'"]+)['"]""", docs.text) + re.findall(r"url: ?'([^']+)'", docs.text)
+    assert len(assets) >= 3 and all(a.startswith("/") for a in assets), assets  # Swagger UI from this server
+    assert all(served.call("GET", a).status_code == 200 for a in assets)
+    assert served.call("GET", "/redoc").status_code == 404
     spec = served.call("GET", "/openapi.json").json()
     assert {"/v1/search", "/v1/documents/{doc_id}", "/v1/chunks/{chunk_id}", "/v1/status", "/v1/runs"} <= set(spec["paths"])
     assert "window" in json.dumps(spec["components"]["schemas"]["SearchRequest"])

@@ -58,11 +58,13 @@ def shots(site):
     return folder
 
 
-def browser(width: int = 1280, height: int = 900):
+def browser(width: int = 1280, height: int = 900, logging: dict | None = None):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
+    if logging:
+        options.set_capability("goog:loggingPrefs", logging)
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                 f"--window-size={width},{height}", "--lang=en-US", "--no-first-run", "--disable-extensions"):
@@ -260,5 +262,37 @@ def test_pages_at_phone_width(site, shots):
         wait_for(d, "article.chunk.hit")
         assert d.execute_script("return document.documentElement.scrollWidth - window.innerWidth") <= 1
         shot(d, shots, "document-phone")
+    finally:
+        d.quit()
+
+
+def requests_made(driver) -> list[str]:
+    """Every URL the browser asked for since the last call (Chrome's performance log: the DevTools
+    Network events, so a request that failed or was never answered counts too)."""
+    import json
+
+    urls = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message.get("method") == "Network.requestWillBeSent":
+            urls.append(message["params"]["request"]["url"])
+    return urls
+
+
+def test_api_docs_render_with_no_request_to_another_host(site, shots):
+    """Swagger UI comes from the server itself (no CDN): /docs renders the operations of
+    /openapi.json, and no request the browser made went to another host."""
+    from selenium.webdriver.common.by import By
+
+    base, _, _ = site
+    d = browser(logging={"performance": "ALL"})
+    try:
+        d.get(base + "/docs")
+        wait_for(d, ".swagger-ui .opblock-summary-path")
+        assert "/v1/search" in d.find_element(By.TAG_NAME, "body").text
+        shot(d, shots, "docs")
+        made = requests_made(d)
+        assert any(u.startswith(base + "/docs/assets/") for u in made), made
+        assert [u for u in made if not u.startswith((base + "/", f"blob:{base}/", "data:"))] == []
     finally:
         d.quit()

@@ -18,10 +18,13 @@ from __future__ import annotations
 import contextlib
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from quarry.api.errors import Scrubber, install, respond
 from quarry.api.deps import (  # noqa: F401 - the server's configuration and dependencies, re-exported
     CONFIG_ENV, DEFAULT_MAX_BODY, ApiConfig, State, admin_of, caller_of, index_of, json_response, log, state_of)
+
+DOCS_ASSETS = "/docs/assets"  # Swagger UI's script, style and icon
 
 
 class BodyLimit:
@@ -90,8 +93,11 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
                 yield
         state.close()
 
-    app = FastAPI(title="quarry", summary="Hybrid search over a quarry index (BM25 + vectors), with "
-                  "document permissions.", version=_version(), lifespan=lifespan)
+    # Swagger UI from the fastapi-offline package's files, so /docs reaches no other host (no ReDoc:
+    # its footer loads a logo from its maker's site)
+    app = FastAPIOffline(title="quarry", summary="Hybrid search over a quarry index (BM25 + vectors), with "
+                         "document permissions.", version=_version(), lifespan=lifespan, static_url=DOCS_ASSETS,
+                         redoc_url=None, swagger_ui_parameters={"validatorUrl": None})
     app.state.quarry = state
     install(app, Scrubber(*state.paths()))
     for router in (health.router, search.router, documents.router, admin.router, pages.router):
