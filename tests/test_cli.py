@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -70,6 +71,14 @@ def test_status_and_runs_json(cli, sample_db):
         (["search", "x", "--mode", "nope"], 2, "Invalid value for '--mode'"),
         (["index", "/no/such/path"], 2, "path not found: /no/such/path"),
         (["index", str(SAMPLE), "--embed-backend", "bogus"], 2, "Invalid value for '--embed-backend'"),
+        (["search", "x", "--bogus"], 2, "No such option '--bogus' (see `quarry search --help`)"),
+        (["keys", "create"], 2, "Missing argument 'NAME'"),
+        (["keys", "create", "x", "--db", "/nonexistent/store"], 1, "no store at /nonexistent/store"),
+        (["keys", "list", "--db", "/nonexistent/store"], 1, "no store at /nonexistent/store"),
+        (["keys", "revoke", "x", "--db", "/nonexistent/store"], 1, "no store at /nonexistent/store"),
+        (["keys", "create", "x", "--admin", "--principal", "group:a", "--db", "/nonexistent/store"], 2,
+         "give --admin or --principal, not both"),
+        (["api", "--db", "/nonexistent/store", "--rerank", "bogus:thing"], 2, "--rerank bogus:thing"),
     ],
 )
 def test_errors_are_one_line_with_exit_codes(cli, args, code, message):
@@ -77,6 +86,9 @@ def test_errors_are_one_line_with_exit_codes(cli, args, code, message):
     assert done.returncode == code
     assert message in done.stderr
     assert "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if "| WARNING |" not in line]  # Prefect's own log lines
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert not Path("/nonexistent").exists()
 
 
 def test_model_mismatch_is_refused(cli, sample_db):

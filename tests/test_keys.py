@@ -186,6 +186,7 @@ def test_a_bucket_refills_at_its_rate_and_splits_over_workers():
 
 def test_the_cli_shows_a_token_once_and_never_lists_it(tmp_path, cli):
     db = tmp_path / "db"
+    db.mkdir()
     out = cli("keys", "create", "hr-app", "--principal", "group:hr", "--expires", "30d", "--db", db, "--json")
     assert out.returncode == 0, out.stderr
     created = json.loads(out.stdout)
@@ -196,6 +197,8 @@ def test_the_cli_shows_a_token_once_and_never_lists_it(tmp_path, cli):
     assert cli("keys", "create", "hr-app", "--db", db).returncode == 2
     out = cli("keys", "revoke", "hr-app", "--db", db)
     assert out.returncode == 0 and "revoked hr-app" in out.stdout
-    assert "revoked" in cli("keys", "list", "--db", db).stdout
+    table = cli("keys", "list", "--db", db).stdout.splitlines()
+    assert table[0].split() == ["NAME", "ID", "STATUS", "READS", "AS", "EXPIRES", "RATE"]
+    assert table[1].split()[0] == "hr-app" and table[1].split()[2] == "revoked"
     out = cli("keys", "create", "x", "--admin", "--principal", "group:a", "--db", db)
     assert out.returncode == 2 and "not both" in out.stderr

@@ -89,3 +89,14 @@ def test_stage_line(value, shown):
     from quarry.cli.reports import _stages_line
 
     assert _stages_line(value) == shown
+
+
+@pytest.mark.parametrize("n, shown", [(1, "permissions: 1 document changed who"),
+                                      (2, "permissions: 2 documents changed who")])
+def test_permission_changes_are_counted_in_words(n, shown, capsys):
+    from quarry.cli.reports import print_index_report
+
+    keys = ("added", "updated", "moved", "deleted", "skipped", "unsupported", "failed", "chunks", "embedded_chunks",
+            "model_calls", "reused_vectors")
+    print_index_report({**dict.fromkeys(keys, 0), "permissions_updated": n, "errors": []})
+    assert shown in capsys.readouterr().out

@@ -32,7 +32,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quarry.core.errors import QuarryError, UsageError
+from quarry.core.errors import QuarryError, StoreNotFound, UsageError
 from quarry.core.principals import normalise
 from quarry.core.environment import environment
 
@@ -234,7 +234,36 @@ def key_store(store: Store | Path, keys_file: str | None = None):
     return FileKeys(store.folder / KEYS_FILE)
 
 
+def open_ring(store: Store | str | Path | None, keys_file: str | None = None) -> KeyRing:
+    """The keys of the store at ``store`` (:func:`key_store`), for ``quarry keys``: :class:`StoreNotFound`
+    when they would go in a folder that does not exist (a mistyped ``--db`` makes no store, and
+    lists no keys of one)."""
+    from quarry.store.handle import open_store
+
+    where = key_store(open_store(store), keys_file)
+    if isinstance(where, FileKeys) and not where.path.parent.is_dir():
+        if where.path.name == KEYS_FILE and not (keys_file or environment().keys_file):
+            folder = where.path.parent
+            raise StoreNotFound(f"no store at {folder}: check --db, or run `quarry index PATH --db {folder}` first")
+        raise StoreNotFound(f"no folder {where.path.parent} for the key file {where.path.name}: check --keys-file")
+    return KeyRing(where)
+
+
 # --- the key ring ---------------------------------------------------------------------------------
+
+
+def check_new(name: str, principals=(), admin: bool = False, rate_limit: int | None = None) -> list[str]:
+    """The normalised principals of a key to create; :class:`UsageError` for a name, principals or
+    rate limit a key cannot have (checked before any store is opened)."""
+    if not _NAME.match(name or ""):
+        raise UsageError(f"key name {name!r}: 1-64 letters, digits, '_', '.', '@' or '-', starting with a "
+                         "letter or digit")
+    names = list(normalise(principals))
+    if admin and names:
+        raise UsageError("an admin key reads every document: give --admin or --principal, not both")
+    if rate_limit is not None and rate_limit < 0:
+        raise UsageError("--rate-limit must be 0 (unlimited) or more requests per minute")
+    return names
 
 
 class KeyRing:
@@ -260,14 +289,7 @@ class KeyRing:
     def create(self, name: str, principals=(), admin: bool = False, expires: float | None = None,
                rate_limit: int | None = None) -> tuple[Key, str]:
         """A new key and its token (shown once; only its salted hash is kept)."""
-        if not _NAME.match(name or ""):
-            raise UsageError(f"key name {name!r}: 1-64 letters, digits, '_', '.', '@' or '-', starting with a "
-                             "letter or digit")
-        names = list(normalise(principals))
-        if admin and names:
-            raise UsageError("an admin key reads every document: give --admin or --principal, not both")
-        if rate_limit is not None and rate_limit < 0:
-            raise UsageError("--rate-limit must be 0 (unlimited) or more requests per minute")
+        names = check_new(name, principals, admin, rate_limit)
         secret = secrets.token_urlsafe(32)
         salt = secrets.token_hex(16)
         key = Key(id=secrets.token_hex(6), name=name, salt=salt, hash=_digest(salt, secret), principals=names,

@@ -78,8 +78,9 @@ db_option = click.option(
     "--db",
     type=click.Path(file_okay=False),
     default=None,
-    help=f"Store directory, or s3://bucket/prefix (AWS_* environment) or az://container/prefix "
-         f"(AZURE_STORAGE_*). Default: $QUARRY_DB or {default_db()}.",
+    help=f"Store directory, or s3://bucket/prefix (AWS_* environment), gs://bucket/prefix "
+         f"(GOOGLE_APPLICATION_CREDENTIALS) or az://container/prefix (AZURE_STORAGE_*). "
+         f"Default: $QUARRY_DB or {default_db()}.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 
@@ -597,7 +598,16 @@ def main() -> None:
     from quarry.cli.pipes import guard_std_streams
 
     guard_std_streams()
-    cli()
+    try:
+        cli.main(prog_name="quarry", standalone_mode=False)
+    except click.UsageError as exc:  # Click's own are four lines (usage, hint, blank, error): one, like ours
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        _fail(f"{exc.format_message().rstrip('.')}{hint}", exc.exit_code)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), exc.exit_code)
+    except click.Abort:
+        _fail("aborted", 1)
+    sys.exit(0)
 
 
 if __name__ == "__main__":

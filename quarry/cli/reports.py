@@ -42,7 +42,8 @@ def print_index_report(report: dict) -> None:
         where = f" window {fb['window']}" if fb.get("window") is not None else ""
         click.echo(f"llm fallback: {fb['path']} {fb['kind']}{where}: {fb['error']}", err=True)
     if report.get("permissions_updated"):
-        click.echo(f"permissions: {report['permissions_updated']} documents changed who may read them (none re-parsed)")
+        n = report["permissions_updated"]
+        click.echo(f"permissions: {n} document{'' if n == 1 else 's'} changed who may read them (none re-parsed)")
     if report.get("rebuild"):
         click.echo(f"rebuilt: {report['rebuild']}")
     _print_unsupported(report.get("unsupported", 0), report.get("unsupported_files") or [])

@@ -58,6 +58,14 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
         from quarry.api.server import check_host, serve
         from quarry.store.handle import open_store
 
+        from quarry.core.errors import UsageError
+        from quarry.search.rerank import get_reranker
+
+        for spec in rerankers:  # a reranker is built on first use: check each spec now, not at a request
+            try:
+                get_reranker(spec)
+            except UsageError as exc:
+                raise UsageError(f"--rerank {spec}: {exc}") from None
         if rate_limit is None:
             from quarry.core.environment import environment
 
@@ -96,10 +104,10 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     @handle_errors
     def keys_create(name, db, principals, admin, expires, rate_limit, keys_file, as_json):
         """Create a key NAME and print its token (shown once)."""
-        from quarry.api.keys import KeyRing, key_store, parse_expiry
-        from quarry.store.handle import open_store
+        from quarry.api.keys import check_new, open_ring, parse_expiry
 
-        ring = KeyRing(key_store(open_store(db), keys_file))
+        check_new(name, principals, admin, rate_limit)
+        ring = open_ring(db, keys_file)
         key, token = ring.create(name, principals, admin=admin, expires=parse_expiry(expires), rate_limit=rate_limit)
         if as_json:
             click.echo(json.dumps({"name": key.name, "token": token, **{k: v for k, v in key.public().items()
@@ -119,20 +127,22 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     @handle_errors
     def keys_list(db, keys_file, as_json):
         """Keys of the store: name, id, principals, status; never a token."""
-        from quarry.api.keys import KeyRing, key_store
-        from quarry.store.handle import open_store
+        from quarry.api.keys import open_ring
 
-        items = [k.public() for k in KeyRing(key_store(open_store(db), keys_file)).list()]
+        items = [k.public() for k in open_ring(db, keys_file).list()]
         if as_json:
             click.echo(json.dumps(items, indent=2))
             return
         if not items:
             click.echo("no keys (`quarry keys create NAME` makes one)")
-        for k in items:
-            who = "admin" if k["admin"] else ",".join(k["principals"] + ["public"])
-            click.echo(f"{k['name']:<20} {k['id']}  {k['status']:<8} {who}"
-                       + (f"  expires {k['expires']}" if k["expires"] else "")
-                       + (f"  {k['rate_limit']}/min" if k["rate_limit"] is not None else ""))
+            return
+        rows = [(k["name"], k["id"], k["status"], "admin" if k["admin"] else ",".join(k["principals"] + ["public"]),
+                 k["expires"] or "never", "default" if k["rate_limit"] is None else f"{k['rate_limit']}/min")
+                for k in items]
+        header = ("NAME", "ID", "STATUS", "READS AS", "EXPIRES", "RATE")
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        for row in [header, *rows]:
+            click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
 
 
     @keys.command(name="revoke")
@@ -143,10 +153,9 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     @handle_errors
     def keys_revoke(name, db, keys_file, as_json):
         """Revoke the key NAME (or of that id): refused from the next request on."""
-        from quarry.api.keys import KeyRing, key_store
-        from quarry.store.handle import open_store
+        from quarry.api.keys import open_ring
 
-        revoked = KeyRing(key_store(open_store(db), keys_file)).revoke(name)
+        revoked = open_ring(db, keys_file).revoke(name)
         if as_json:
             click.echo(json.dumps([k.public() for k in revoked], indent=2))
             return
