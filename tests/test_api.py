@@ -274,6 +274,22 @@ def test_bad_input_is_a_json_4xx_and_the_server_stays_up(served, label, kwargs, 
     assert served.search("hr", query="okapi", k=1).status_code == 200
 
 
+@pytest.mark.parametrize("kwargs, status, said", [
+    ({"json": {"k": 3}}, 422, "query: required"),
+    ({"json": {"query": "okapi", "k": "ten"}}, 422, "k: "),
+    ({"json": {"query": "okapi", "kk": 3}}, 422, "kk: unknown field"),
+    ({"json": ["okapi"]}, 422, "the body must be a JSON object sent as Content-Type: application/json, not a list"),
+    ({"content": b'{"query": "okapi"}', "headers": {"Content-Type": "text/plain"}}, 422,
+     "the body must be a JSON object sent as Content-Type: application/json (this one was sent as text/plain)"),
+    ({}, 422, "no body: the body must be a JSON object"),
+    ({"json": {"query": "okapi", "where": "nonsense ==="}}, 400, "where 'nonsense ==='"),
+    ({"json": {"query": "okapi", "where": ["file_type = md", "bogus ~ 1"]}}, 400, "where "),
+])
+def test_error_messages_name_the_field_and_the_cause(served, kwargs, status, said):
+    message = is_error(served.call("POST", "/v1/search", "hr", **kwargs), status)["message"]
+    assert said in message and "--where" not in message and "Input should be a valid dictionary" not in message
+
+
 @pytest.mark.parametrize("path", ["/v1/documents/..%2F..%2F..%2Fetc%2Fpasswd", "/v1/documents/%2e%2e",
                                   "/v1/chunks/..%2Fkeys.json", "/v1/documents/' OR 1=1 --",
                                   "/v1/chunks/" + "a" * 5000, "/v1/documents/%00"])
@@ -374,6 +390,11 @@ def test_a_public_host_without_keys_is_refused_unless_insecure(tmp_path, prefect
         body = httpx.post(f"{base}/v1/search", json={"query": "okapi", "k": 50}).json()
         assert len(body["results"]) > 0  # anonymous: no ACL here, so every document is public
         assert httpx.get(f"{base}/v1/runs").status_code == 403  # anonymous callers never list runs
+        for token in ("qk_000000000000_" + "x" * 43, "garbage"):  # a key where there are none is no key
+            auth = {"Authorization": f"Bearer {token}"}
+            error = is_error(httpx.post(f"{base}/v1/search", json={"query": "okapi"}, headers=auth), 401)
+            assert "has no API keys" in error["message"]
+            assert httpx.post(f"{base}/mcp", json={}, headers=auth).status_code == 401
     assert "WITHOUT authentication" in (tmp_path / "log").read_text()
 
 
@@ -420,8 +441,10 @@ def _mcp_http(served, who, calls):
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
+    headers = {"Authorization": f"Bearer {served.tokens[who]}"} if who else {}
+
     async def run():
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {served.tokens[who]}"}, timeout=60) as http:
+        async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
             async with Client(streamable_http_client(f"{served.base}/mcp", http_client=http)) as client:
                 return await calls(client)
 
@@ -472,10 +495,87 @@ def test_mcp_tools_hold_the_same_permissions(served):
     assert out["segments"] and {s["doc_id"] for s in out["segments"]} == {hr_doc["doc_id"]}
 
 
+def _rpc_error(response, status):
+    assert response.status_code == status, (response.status_code, response.text[:300])
+    body = response.json()
+    assert body["jsonrpc"] == "2.0" and body["id"] is None and body["error"]["data"] == {"status": status}, body
+    assert "Traceback" not in response.text and "qk_" not in response.text
+    return body["error"]["message"]
+
+
 def test_mcp_over_http_needs_a_key(served):
-    assert is_error(served.call("POST", "/mcp", None, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
-                    401)["code"] == "unauthorized"
-    is_error(served.call("POST", "/mcp/", "revoked", json={}), 401)
+    """The 401 is a JSON-RPC error, so the SDK's client shows why (not 'Server returned an error response')."""
+    message = _rpc_error(served.call("POST", "/mcp", None, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+                         401)
+    assert "needs an API key" in message
+    assert "not valid" in _rpc_error(served.call("POST", "/mcp/", "revoked", json={}), 401)
+
+    async def listed(client):
+        return await client.list_tools()
+
+    for who, said in ((None, "needs an API key"), ("revoked", "not valid (unknown, revoked or expired)")):
+        with pytest.raises(BaseException) as err:
+            _mcp_http(served, who, listed)
+        assert said in _messages(err.value), _messages(err.value)
+
+
+def _messages(exc: BaseException) -> str:
+    """Every message in an exception and the groups it holds (anyio's task groups wrap the client's)."""
+    out = [str(exc)]
+    for inner in getattr(exc, "exceptions", ()):
+        out.append(_messages(inner))
+    return " | ".join(out)
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE", "PUT"])
+def test_mcp_takes_post_only(served, method):
+    """Stateless JSON: no event stream to open with GET, no session to end: 405, not a stream that never speaks."""
+    response = served.call(method, "/mcp", "eng", headers={"Accept": "text/event-stream"})
+    assert "POST only" in _rpc_error(response, 405) and response.headers["Allow"] == "POST"
+    assert response.headers["content-type"].startswith("application/json")
+
+
+def test_mcp_tool_schemas_say_what_each_parameter_takes(served):
+    async def calls(client):
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        good = [await client.call_tool("search", args) for args in (
+            {"query": "okapi salary", "k": 3, "where": "file_type = 'md'"},
+            {"query": "okapi salary", "k": 3, "where": ["file_type = 'md'", "chunk_index >= 0"]},
+            {"query": "okapi salary", "k": 2, "window": "0,1"})]
+        bad = [await client.call_tool("search", args) for args in (
+            {"query": "okapi", "where": "nonsense ==="}, {"query": "okapi", "k": "ten"},
+            {"query": "okapi", "k": 5000}, {"query": "okapi", "window": "1;1"})]
+        bad.append(await client.call_tool("get_context", {"chunk_id": "x:0", "before": 99}))
+        return tools, good, bad
+
+    tools, good, bad = _mcp_http(served, "eng", calls)
+    search = tools["search"].input_schema["properties"]
+    assert all(p.get("description") for p in search.values()), [n for n, p in search.items() if not p.get("description")]
+    assert search["k"]["maximum"] == 1000 and search["k"]["minimum"] == 1
+    assert {"string", "array"} <= {t.get("type") for t in search["where"]["anyOf"]}
+    assert {"string", "integer", "array"} <= {t.get("type") for t in search["window"]["anyOf"]}
+    context = tools["get_context"].input_schema["properties"]
+    assert context["before"]["maximum"] == 50 and all(p.get("description") for p in context.values())
+    expected = served.search("eng", query="okapi salary", k=3, where="file_type = 'md'").json()
+    assert [r["chunk_id"] for r in _text(good[0])["results"]] == [r["chunk_id"] for r in expected["results"]]
+    assert _text(good[1])["results"]
+    assert _text(good[2])["windows"] == served.search("eng", query="okapi salary", k=2, window="0,1").json()["windows"]
+    for result, field in zip(bad, ("where", "k", "k", "window", "before")):
+        text = result.content[0].text
+        assert result.is_error and len(text.splitlines()) == 1, text
+        assert field in text and "pydantic" not in text and "http" not in text and "--where" not in text, text
+
+
+def test_quarry_mcp_on_a_store_with_keys_needs_as_or_admin(served):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "quarry.cli.main", "mcp", "--db", str(served.db), *args],
+                              capture_output=True, text=True, cwd=ROOT, timeout=120, stdin=subprocess.DEVNULL)
+
+    out = run()
+    assert out.returncode == 2 and "has API keys: give --as PRINCIPAL" in out.stderr, out.stderr
+    assert len(out.stderr.splitlines()) == 1
+    assert run("--admin", "--as", "group:hr").returncode == 2
+    assert run("--admin").returncode == 0  # stdin closed: the server ends at once
 
 
 def test_mcp_over_stdio_answers_as_v1_search(served):

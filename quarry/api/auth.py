@@ -5,7 +5,8 @@ Once a store has a key (:attr:`KeyRing.required`), every ``/v1`` request and ``/
 ``principals=`` of every library call it makes, so permissions are enforced by the library's own
 filters; an admin key reads everything and may list runs. A store that never had a key is served
 without them, every caller anonymous: ``public`` documents only, no runs (``quarry api`` refuses a
-host other than loopback then, unless ``--insecure-no-auth``).
+host other than loopback then, unless ``--insecure-no-auth``); a request that sends a key anyway
+is refused (401), so a client pointed at the wrong store learns it.
 
 Rate limits are token buckets per key: ``rate`` requests a minute, in bursts of up to ``rate``.
 With ``--workers N`` each worker process keeps its own buckets with ``rate / N`` (requests are
@@ -115,6 +116,10 @@ class Authenticator:
         """The caller of a request with this ``Authorization`` header; :class:`ApiError` 401 or 429."""
         self.refresh()
         if not self.ring.required:
+            if (authorization or "").strip():  # no key can be valid here: say so, never read as anonymous
+                raise ApiError(401, "this server has no API keys, so this key is not one of its keys: send no "
+                                    "Authorization header (public documents only), or check the server's --db",
+                               headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
             return ANONYMOUS
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():

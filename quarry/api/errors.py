@@ -4,12 +4,12 @@ never a traceback, a token or a path of the server's own.
 | status | code | when |
 |---|---|---|
 | 400 | ``bad_request`` | malformed JSON; a value the library refuses (a ``where`` it cannot read, windows with segments) |
-| 401 | ``unauthorized`` | no bearer key, or not a valid one (unknown, revoked, expired) |
+| 401 | ``unauthorized`` | no bearer key, or not a valid one (unknown, revoked, expired; any, where the store has none) |
 | 403 | ``forbidden`` | an admin endpoint (``/v1/runs``) with a key that is not an admin key |
 | 404 | ``not_found`` | no such route, document or chunk, or one the caller may not read (never told apart) |
 | 405 | ``method_not_allowed`` | e.g. ``GET /v1/search`` |
 | 413 | ``payload_too_large`` | a body over the server's limit |
-| 422 | ``invalid_request`` | a field of the wrong type or out of range, an unknown field |
+| 422 | ``invalid_request`` | a field of the wrong type or out of range, an unknown field, a body that is no JSON object |
 | 429 | ``rate_limited`` | the key's requests per minute are spent; ``Retry-After`` says when to come back |
 | 500 | ``internal`` | anything else (logged in full on the server) |
 | 503 | ``unavailable`` | the index cannot be opened now (no index yet, a damaged store) |
@@ -69,14 +69,19 @@ class Scrubber:
         return text
 
 
-def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
-    """(status, one line) for a request the schema refused: 400 for JSON that does not parse."""
-    errors = exc.errors()
-    if any(e.get("type") == "json_invalid" for e in errors):
-        return 400, "the body is not valid JSON"
+BODY_SHAPE = "the body must be a JSON object sent as Content-Type: application/json"
+
+
+def validation_line(errors: list[dict], located: bool = False) -> str:
+    """One line for pydantic's errors (of a request body, a query, a tool's arguments): each names
+    its field, at most three, never pydantic's URL or the rejected value. ``located``: each
+    location starts with where in the request it is (FastAPI's ``body``, ``query``, ...)."""
     parts = []
     for e in errors[:3]:
-        loc = ".".join(str(p) for p in e.get("loc", ()) if p not in ("body", "query", "path"))
+        parts_of = list(e.get("loc", ()))
+        if located and parts_of and parts_of[0] in ("body", "query", "path", "header", "cookie"):
+            parts_of = parts_of[1:]
+        loc = ".".join(str(p) for p in parts_of)
         msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
         if e.get("type") == "extra_forbidden":
             msg = "unknown field"
@@ -84,7 +89,23 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
             msg = "required"
         parts.append(f"{loc}: {msg}" if loc else msg)
     more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
-    return 422, "; ".join(parts) + more
+    return " ".join(("; ".join(parts) + more).split())
+
+
+def _validation_message(exc: RequestValidationError, content_type: str = "") -> tuple[int, str]:
+    """(status, one line) for a request the schema refused: 400 for JSON that does not parse."""
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return 400, "the body is not valid JSON"
+    whole = [e for e in errors if tuple(e.get("loc", ())) == ("body",)]
+    if whole:  # no body, or one that is not an object (a list, a string, JSON sent as text/plain)
+        kind = content_type.split(";")[0].strip() or "none"
+        if whole[0].get("type") == "missing":
+            return 422, f"no body: {BODY_SHAPE}"
+        if kind != "application/json":
+            return 422, f"{BODY_SHAPE} (this one was sent as {kind})"
+        return 422, f"{BODY_SHAPE}, not a {type(whole[0].get('input')).__name__.replace('str', 'string')}"
+    return 422, validation_line(errors, located=True)
 
 
 def status_of(exc: QuarryError) -> int:
@@ -109,7 +130,7 @@ def install(app: FastAPI, scrub: Scrubber) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
-        status, message = _validation_message(exc)
+        status, message = _validation_message(exc, request.headers.get("content-type", ""))
         return respond(status, scrub(_CONTROL.sub("?", message)))
 
     @app.exception_handler(StarletteHTTPException)

@@ -9,16 +9,18 @@ Stateless HTTP keeps no session between requests, so any worker process can answ
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from quarry.api.auth import Caller
-from quarry.api.errors import ApiError, Scrubber, respond
+from quarry.api.errors import ApiError, Scrubber, validation_line
+from quarry.api.schemas import MAX_WINDOW, SearchRequest
 from quarry.core.errors import QuarryError
 
 INSTRUCTIONS = """\
@@ -31,40 +33,71 @@ the text around a hit, `get_document` for a document's outline (sections and chu
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
+def _arg(name: str):
+    """The type of ``POST /v1/search``'s field ``name``, with its bounds and description: the
+    ``search`` tool's parameters are declared once, in :class:`~quarry.api.schemas.SearchRequest`."""
+    info = SearchRequest.model_fields[name]
+    return Annotated[(info.annotation, *info.metadata, Field(description=info.description))]
+
+
+def _default(name: str):
+    return SearchRequest.model_fields[name].default
+
+
+# the search tool's parameters (module names: the tool's annotations are read by name)
+Query, K, Mode, Where, Paths, Types = (_arg(n) for n in ("query", "k", "mode", "where", "path", "type"))
+Since, Until, Segments, Window, Explain = (_arg(n) for n in ("since", "until", "segments", "window", "explain"))
+DocId = Annotated[str, Field(max_length=200, description="A document's doc_id, from a search result.")]
+ChunkId = Annotated[str, Field(max_length=200, description="A chunk's chunk_id, from a search result.")]
+Side = Annotated[int, Field(ge=0, le=MAX_WINDOW, description=f"Chunks of the same document on this side (0-{MAX_WINDOW}).")]
+ContextQuery = Annotated[str | None, Field(max_length=4000, description="Instead of neighbours: the relevant "
+                                                                        "segments of the chunk's document for this query.")]
+
+
+class _Server(MCPServer):
+    """The SDK's server, its argument errors in one line that names the field (the SDK's own are
+    pydantic's, several lines with a URL)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None):
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise ToolError(f"{name}: {validation_line(exc.__cause__.errors())}") from exc.__cause__
+            raise
+
+
 def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Caller],
           rerankers: tuple[str, ...] = (), scrub: Scrubber | None = None) -> MCPServer:
     """An MCP server over the index ``index_of()``, each tool call made as ``caller_of(ctx)``."""
     from quarry import __version__
 
     scrub = scrub or Scrubber()
-    server = MCPServer("quarry", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+    server = _Server("quarry", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
 
     def call(fn):
         try:
             return fn()
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ()))
-            raise ToolError(f"{where}: {first.get('msg', 'invalid')}".strip(": ")) from None
+            raise ToolError(scrub(validation_line(exc.errors()))) from None
         except QuarryError as exc:
             raise ToolError(scrub(str(exc))) from None
 
     @server.tool(annotations=READ_ONLY)
-    def search(query: str, k: int = 10, mode: Literal["hybrid", "vector", "bm25"] = "hybrid",
-               where: list[str] | None = None, path: list[str] | None = None, type: list[str] | None = None,
-               since: str | None = None, until: str | None = None,
-               segments: Literal["balanced", "precision", "find_all"] | None = None,
-               window: int | None = None, explain: bool = False, ctx: Context | None = None) -> dict[str, Any]:
+    def search(query: Query, k: K = _default("k"), mode: Mode = _default("mode"), where: Where = None,
+               path: Paths = None, type: Types = None, since: Since = None, until: Until = None,
+               segments: Segments = None, window: Window = None, explain: Explain = False,
+               ctx: Context | None = None) -> dict[str, Any]:
         """Search the documents for passages relevant to `query` (keywords or a question); best first.
 
         Returns `results`: each with score, chunk_id, doc_id, path, title, section, page_start/page_end and
         the passage text. Options: `k` results (1-1000); `mode` hybrid (default), vector (meaning) or bm25
         (exact words, codes, numbers); filters `where` (e.g. "file_type = 'pdf'", "mtime >= 2024-01-01",
-        "metadata.author = 'Kim'"), `path` globs (e.g. "reports/**"), `type` (e.g. "pdf"), `since`/`until`
-        (YYYY-MM-DD); `window` N adds N chunks of context on each side of every hit (in `windows`);
-        `segments` returns whole relevant passages spanning several chunks instead (in `segments`).
+        "metadata.author = 'Kim'"; a list must all hold), `path` globs (e.g. "reports/**"), `type` (e.g.
+        "pdf"), `since`/`until` (YYYY-MM-DD); `window` "B,A" (or N for both sides) adds chunks of context
+        around every hit (in `windows`); `segments` returns whole relevant passages spanning several chunks
+        instead (in `segments`).
         """
-        from quarry.api.schemas import SearchRequest
 
         def run():
             request = SearchRequest(query=query, k=k, mode=mode, where=where, path=path, type=type, since=since,
@@ -74,13 +107,13 @@ def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Cal
         return call(run)
 
     @server.tool(annotations=READ_ONLY)
-    def get_document(doc_id: str, ctx: Context | None = None) -> dict[str, Any]:
+    def get_document(doc_id: DocId, ctx: Context | None = None) -> dict[str, Any]:
         """A document by its doc_id (from a search result): path, title, type, size, dates, metadata, its
         sections (title, level, pages) and its chunks (chunk_id, section, pages; no text: use get_context)."""
         return call(lambda: index_of().document(doc_id, principals=caller_of(ctx).principals))
 
     @server.tool(annotations=READ_ONLY)
-    def get_context(chunk_id: str, before: int = 2, after: int = 2, query: str | None = None,
+    def get_context(chunk_id: ChunkId, before: Side = 2, after: Side = 2, query: ContextQuery = None,
                     ctx: Context | None = None) -> dict[str, Any]:
         """The text around a chunk (a chunk_id from a search result): the chunk and `before`/`after` chunks
         of its document (0-50 each), merged into one passage in `window`. With `query`, instead the
@@ -89,14 +122,10 @@ def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Cal
         def run():
             index = index_of()
             principals = caller_of(ctx).principals
-            if not (0 <= before <= 50 and 0 <= after <= 50):
-                raise ToolError("before and after take 0 to 50 chunks")
             with index.pinned():
                 chunk = index.chunk(chunk_id, neighbours=(before, after), principals=principals)
                 if not query:
                     return chunk
-                from quarry.api.schemas import SearchRequest
-
                 request = SearchRequest(query=query, k=10, doc=[chunk["doc_id"]], segments="balanced")
                 out = request.run(index, principals, rerankers)
                 out["chunk"] = {k: chunk[k] for k in ("chunk_id", "doc_id", "path", "title", "chunk_index")}
@@ -152,10 +181,15 @@ class McpHttp:
 
     async def handle(self, scope, receive, send) -> None:
         headers = dict(scope.get("headers") or ())
+        if scope.get("method") != "POST":
+            # stateless JSON: no stream to open with GET, no session to end with DELETE (the
+            # streamable HTTP transport's answer for a server without them is 405)
+            return await _rpc_error(405, "the MCP endpoint takes POST only (stateless, JSON answers)",
+                                    {"Allow": "POST"})(scope, receive, send)
         try:
             caller = self.state.auth.caller(headers.get(b"authorization", b"").decode("latin-1"))
         except ApiError as exc:
-            return await respond(exc.status, exc.message, exc.code, exc.headers)(scope, receive, send)
+            return await _rpc_error(exc.status, exc.message, exc.headers)(scope, receive, send)
         scope = {**scope, "quarry.caller": caller}
         await self.manager.handle_request(scope, receive, send)
 
@@ -168,3 +202,16 @@ class McpHttp:
             return await inner(scope, receive, send)
 
         return app
+
+
+RPC_SERVER_ERROR = -32000  # JSON-RPC's range for a server's own errors
+
+
+def _rpc_error(status: int, message: str, headers: dict | None = None):
+    """An HTTP error of ``/mcp`` as a JSON-RPC error (id null: the request is refused before it is
+    read), which MCP clients show, with the HTTP status kept (401, 405, 429)."""
+    from starlette.responses import Response
+
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": RPC_SERVER_ERROR, "message": message,
+                                                    "data": {"status": status}}}
+    return Response(json.dumps(body), status_code=status, media_type="application/json", headers=headers)

@@ -57,7 +57,8 @@ class SearchRequest(BaseModel):
 
     query: str = Field(min_length=1, max_length=MAX_QUERY, description="What to search for.")
     k: int = Field(10, ge=1, le=MAX_K, description="Results to return.")
-    mode: Literal["hybrid", "vector", "bm25"] = "hybrid"
+    mode: Literal["hybrid", "vector", "bm25"] = Field(
+        "hybrid", description="hybrid: both retrievers fused; vector: by meaning; bm25: exact words, codes, numbers.")
     candidates: int | None = Field(None, ge=1, le=MAX_CANDIDATES,
                                    description="Candidates per retriever before fusion (default max(50, 5k)).")
     fusion: str = Field("tmm", max_length=64, description="A fusion method: tmm, rrf, or a plugin's.")
@@ -133,8 +134,11 @@ class SearchRequest(BaseModel):
         if self.rerank and self.rerank not in rerankers:
             enabled = ", ".join(rerankers) or "none"
             raise UsageError(f"rerank {self.rerank!r} is not enabled on this server (enabled: {enabled})")
-        filters = Filter.build(where=self.where or (), path=self.path or (), since=self.since, until=self.until,
-                               file_type=self.type or (), doc_id=self.doc or ())
+        try:
+            filters = Filter.build(where=self.where or (), path=self.path or (), since=self.since, until=self.until,
+                                   file_type=self.type or (), doc_id=self.doc or ())
+        except UsageError as exc:  # the library's messages name the CLI's flag; here the field is `where`
+            raise UsageError(str(exc).replace("--where", "where", 1)) from None
         segments = self.segments.params() if isinstance(self.segments, SegmentParams) else self.segments
         window = list(self.window) if isinstance(self.window, tuple) else self.window
         response = index.search(self.query, self.k, self.mode, candidates=self.candidates, rrf_k=self.rrf_k,
