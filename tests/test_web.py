@@ -340,3 +340,39 @@ def test_the_chart_scales_each_lane_and_skips_untimed_runs():
     assert parse.bars[1].height == pytest.approx(2 * parse.bars[0].height)
     assert [b.run_id for b in chart.lanes[1].bars] == ["b"]
     assert views.stage_chart([runs[1]]) is None
+
+
+# --- the small things a stranger notices -----------------------------------------------------------
+
+
+def test_an_unknown_page_is_an_html_404_for_a_browser_and_json_for_the_api(app, store):
+    c = client(app, store, "admin")
+    page = c.get("/no/such/page", headers={"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"})
+    assert page.status_code == 404 and page.headers["content-type"].startswith("text/html")
+    assert "<h1>Not found</h1>" in page.text and "no such page" in page.text and '{"error"' not in page.text
+    for path, accept in (("/no/such/page", "application/json"), ("/v1/nothing", "text/html")):
+        r = c.get(path, headers={"Accept": accept})
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+
+
+def test_an_error_page_shows_commands_as_code_not_backticks(app, store):
+    page = client(app, store, "hr").get("/runs")
+    assert page.status_code == 403 and "<code>quarry keys create NAME --admin</code>" in page.text
+    assert "`" not in page.text.split('role="alert"')[1].split("</p>")[0]
+
+
+def test_a_result_shows_its_score_once_and_no_markdown_heading_marks(app, store):
+    page = client(app, store, "admin").get("/", params={"q": "deploy rollback runbook", "explain": "1"})
+    assert page.status_code == 200 and "<dt>vector</dt>" in page.text
+    assert "<dt>fused</dt>" not in page.text  # the head's score is the fused one: not said twice
+    snippets = re.findall(r'<p class="text">(.*?)</p>', page.text, re.S)
+    assert snippets and not [s for s in snippets if re.search(r"(^|\n)\s*#{1,6} ", s)], snippets
+
+
+def test_the_context_panel_marks_the_hit(app, store):
+    with quarry.open(store.db) as idx:
+        hit = idx.search("deploy rollback runbook", k=1).results[0]
+    fragment = client(app, store, "admin").get(f"/fragments/context/{hit.chunk_id}", params={"n": 1, "q": "rollback"})
+    assert fragment.status_code == 200
+    marked = re.search(r'<mark class="hit-chunk"[^>]*>(.*?)</mark>(?!</mark>)', fragment.text, re.S)
+    assert marked and re.sub(r"<[^>]+>", "", marked.group(1)).strip()[:40] in hit.text.replace("&", "&amp;")

@@ -296,3 +296,38 @@ def test_api_docs_render_with_no_request_to_another_host(site, shots):
         assert [u for u in made if not u.startswith((base + "/", f"blob:{base}/", "data:"))] == []
     finally:
         d.quit()
+
+
+def test_what_a_stranger_meets_reads_right(site, shots, driver):
+    """The filter placeholders fit their boxes; the open Context panel marks the hit; a result's score
+    shows once and its snippet without Markdown's '##'; a 403 shows its command as code; an unknown
+    page is a page, not JSON."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    base, store, _ = site
+    sign_in(driver, base, store.tokens["hr"])
+    box = wait_for(driver, "#q")
+    for name in ("where", "path", "type", "since", "until"):
+        field = driver.find_element(By.CSS_SELECTOR, f"input[name={name}]")
+        needed, room = driver.execute_script(
+            "const e = arguments[0], s = getComputedStyle(e), c = document.createElement('canvas').getContext('2d');"
+            "c.font = s.font; return [c.measureText(e.placeholder).width,"
+            " e.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight)];", field)
+        assert needed <= room, f"the {name} placeholder is cut: {needed:.0f} px in {room:.0f}"
+    driver.find_element(By.CSS_SELECTOR, "input[name=explain]").click()
+    box.send_keys("how do we roll back a bad deploy", Keys.ENTER)
+    first = wait_for(driver, "#results li.result")
+    assert not first.find_elements(By.XPATH, ".//dt[text()='fused']")  # the head's score is the fused one
+    texts = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#results p.text")]
+    assert texts and not [t for t in texts if any(line.lstrip().startswith("#") for line in t.splitlines())]
+    first.find_element(By.CSS_SELECTOR, "details.context summary").click()
+    hit = wait_for(driver, "#results details.context[open] mark.hit-chunk")
+    assert hit.text.strip() and hit.value_of_css_property("background-color") not in ("rgba(0, 0, 0, 0)", "transparent")
+    shot(driver, shots, "context-hit")
+    driver.get(base + "/runs")
+    alert = wait_for(driver, "p.error[role=alert]")
+    assert "`" not in alert.text and alert.find_element(By.TAG_NAME, "code").text == "quarry keys create NAME --admin"
+    driver.get(base + "/no/such/page")
+    assert wait_for(driver, "h1").text == "Not found" and '{"error"' not in driver.page_source
+    shot(driver, shots, "not-found")

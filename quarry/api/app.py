@@ -99,7 +99,7 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
                          "document permissions.", version=_version(), lifespan=lifespan, static_url=DOCS_ASSETS,
                          redoc_url=None, swagger_ui_parameters={"validatorUrl": None})
     app.state.quarry = state
-    install(app, Scrubber(*state.paths()))
+    install(app, Scrubber(*state.paths()), page=pages.error_page)
     for router in (health.router, search.router, documents.router, admin.router, pages.router):
         app.include_router(router)
     asgi = BodyLimit(app, config.max_body)

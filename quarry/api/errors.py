@@ -121,8 +121,18 @@ def status_of(exc: QuarryError) -> int:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def install(app: FastAPI, scrub: Scrubber) -> None:
-    """Register the handlers that turn every failure into the JSON error shape."""
+API_PATHS = ("/v1/", "/mcp", "/fragments/")  # answered in JSON (a fragment's page shows its own errors)
+
+
+def wants_page(request: Request) -> bool:
+    """A browser asking for a page (not the API, not a fragment a page fetches)."""
+    return (request.method == "GET" and "text/html" in request.headers.get("accept", "")
+            and not request.url.path.startswith(API_PATHS))
+
+
+def install(app: FastAPI, scrub: Scrubber, page=None) -> None:
+    """Register the handlers that turn every failure into the JSON error shape; with ``page``
+    (``page(request, status, message)``), a browser's unknown route or method gets an HTML page."""
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
@@ -136,6 +146,8 @@ def install(app: FastAPI, scrub: Scrubber) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
         message = {404: "no such endpoint", 405: "method not allowed"}.get(exc.status_code, str(exc.detail))
+        if page is not None and exc.status_code in (404, 405) and wants_page(request):
+            return page(request, exc.status_code, "no such page" if exc.status_code == 404 else message)
         return respond(exc.status_code, message, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(QuarryError)

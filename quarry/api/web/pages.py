@@ -17,6 +17,7 @@ import functools
 import gzip
 import hashlib
 import logging
+import re
 from importlib import resources
 
 from fastapi import APIRouter, Request
@@ -56,10 +57,18 @@ def environment() -> Environment:
     env = Environment(loader=PackageLoader("quarry.api.web", "templates"), autoescape=select_autoescape(["html"]),
                       trim_blocks=True, lstrip_blocks=True)
     env.filters.update(size=views.size, seconds=views.seconds, when=views.when, ago=views.ago, pages=views.pages,
-                       number=views.number, marked=marked, took=views.took)
+                       number=views.number, marked=marked, took=views.took, code=code)
     versions = _static_version()
     env.globals["static"] = lambda name: f"/static/{name}?v={versions[name]}"
     return env
+
+
+_TICKED = re.compile(r"`([^`]+)`")
+
+
+def code(message: str) -> Markup:
+    """A message's `quoted` commands as <code> (messages are the CLI's, which quote with backticks)."""
+    return Markup(_TICKED.sub(lambda m: f"<code>{m.group(1)}</code>", str(escape(message))))
 
 
 def marked(pieces) -> Markup:
@@ -112,6 +121,11 @@ def html_errors(fragment: bool = False):
         return page
 
     return wrap
+
+
+def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+    """The page of a route or method the server does not have, for a browser (the API answers JSON)."""
+    return _error(request, status, message, fragment=False)
 
 
 def _error(request: Request, status: int, message: str, fragment: bool, headers: dict | None = None) -> HTMLResponse:
@@ -173,13 +187,12 @@ def _results(request: Request, form: dict) -> dict:
         context["error"] = str(exc)
         return context
     query = form["q"]
+    terms = views.query_terms(query)
     for item in answer["results"]:
-        item["marked"] = views.split_marked(item["text"], views.query_terms(query))
-        item["header_marked"] = views.split_marked(item["header"], views.query_terms(query))
-    for item in answer.get("windows") or []:
-        item["marked"] = views.split_marked(item["text"], views.query_terms(query))
-    for item in answer.get("segments") or []:
-        item["marked"] = views.split_marked(item["text"], views.query_terms(query))
+        item["marked"] = views.split_marked(views.snippet(item["text"]), terms)
+        item["header_marked"] = views.split_marked(item["header"], terms)
+    for item in (answer.get("windows") or []) + (answer.get("segments") or []):
+        item["marked"] = views.split_marked(views.snippet(item["text"]), terms)
     context["answer"] = answer
     return context
 
@@ -208,9 +221,11 @@ def context_fragment(request: Request, chunk_id: str, n: int = 1, q: str = ""):
                                             principals=request.state.caller.principals)
     window = chunk.get("window") or {"text": chunk["text"], "first_chunk": chunk["chunk_index"],
                                      "last_chunk": chunk["chunk_index"]}
+    before, hit, after = views.split_around(window["text"], chunk["text"])
+    terms = views.query_terms(q) if q.strip() else []
     return render(request, "fragment_context.html", chunk=chunk, window=window,
-                  marked_text=views.split_marked(window["text"], views.query_terms(q)) if q.strip()
-                  else [(window["text"], False)])
+                  **{name: views.split_marked(text, terms) if terms else [(text, False)]
+                     for name, text in (("before", before), ("hit", hit), ("after", after))})
 
 
 # --- documents ------------------------------------------------------------------------------------

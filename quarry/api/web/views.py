@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -159,6 +160,24 @@ def layout(doc: dict, first: int, last: int, hit: int | None, query: str = "") -
 
 def _marked(text: str, terms: frozenset[str]) -> list[tuple[str, bool]]:
     return split_marked(text, terms) if terms else [(text, False)]
+
+
+_HEADING = re.compile(r"(?m)^[ \t]{0,3}#{1,6}[ \t]+")
+
+
+def snippet(text: str) -> str:
+    """A chunk's text as a result shows it: Markdown's heading marks (``## ``) taken off its lines
+    (the document view keeps the text as quarry cut it)."""
+    return _HEADING.sub("", text or "")
+
+
+def split_around(text: str, part: str) -> tuple[str, str, str]:
+    """``text`` as (before, ``part``, after) at ``part``'s first place in it; the whole text as
+    ``part`` when it is not there (a context window around a hit, the hit marked)."""
+    at = text.find(part) if part else -1
+    if at < 0:
+        return "", text, ""
+    return text[:at], part, text[at + len(part):]
 
 
 def outline(doc: dict) -> list[dict]:
