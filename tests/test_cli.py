@@ -170,3 +170,12 @@ def test_python_dash_m_quarry_is_the_cli():
 
     done = subprocess.run([sys.executable, "-m", "quarry", "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "Commands:" in done.stdout and "_QUARRY_COMPLETE" in done.stdout
+
+
+def test_db_help_names_every_kind_of_store():
+    from click.testing import CliRunner
+
+    from quarry.cli.main import cli
+
+    out = CliRunner().invoke(cli, ["search", "--help"], terminal_width=200).output
+    assert all(scheme in out for scheme in ("s3://", "gs://", "az://")), out
