@@ -201,3 +201,11 @@ def test_the_default_model_calls_the_forbidden_words_weak_and_a_real_question_st
     assert eng.results and eng.weak and all(r.match["bm25"] is None for r in eng.results)
     assert max(r.match["vector"]["cosine"] for r in eng.results) < COSINE_STRONG
     assert not hr.weak and hr.results[0].path.endswith("hr/doc1.md")
+
+
+def test_the_docs_state_the_codes_threshold():
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    assert f"cosine ≥ {COSINE_STRONG:.2f}" in (docs / "query.md").read_text()
+    assert f"cosine >= {COSINE_STRONG:.2f}" in (docs / "benchmarks.md").read_text()
