@@ -91,7 +91,8 @@ def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Cal
         """Search the documents for passages relevant to `query` (keywords or a question); best first.
 
         Returns `results`: each with score, chunk_id, doc_id, path, title, section, page_start/page_end and
-        the passage text. Options: `k` results (1-1000); `mode` hybrid (default), vector (meaning) or bm25
+        the passage text, and `match`: the query words its text holds (bm25) and its cosine (vector).
+        `weak: true` means no result really matched (pure noise ranked first): say nothing was found. Options: `k` results (1-1000); `mode` hybrid (default), vector (meaning) or bm25
         (exact words, codes, numbers); filters `where` (e.g. "file_type = 'pdf'", "mtime >= 2024-01-01",
         "metadata.author = 'Kim'"; a list must all hold), `path` globs (e.g. "reports/**"), `type` (e.g.
         "pdf"), `since`/`until` (YYYY-MM-DD); `window` "B,A" (or N for both sides) adds chunks of context

@@ -64,7 +64,10 @@ class SearchRequest(BaseModel):
     fusion: str = Field("tmm", max_length=64, description="A fusion method: tmm, rrf, or a plugin's.")
     rrf_k: int = Field(60, ge=0, le=10_000)
     weights: dict[Literal["vector", "bm25", "documents"], Annotated[float, Field(ge=0, le=1000)]] | None = None
-    min_scores: dict[Literal["vector", "bm25", "fused"], Annotated[float, Field(ge=-1e6, le=1e6)]] | None = None
+    min_scores: dict[Literal["vector", "bm25", "fused"], Annotated[float, Field(ge=-1e6, le=1e6)]] | None = Field(
+        None, description="Drop candidates scoring below a floor, per retriever in its own terms: vector a cosine "
+                          "(-1 to 1, e.g. 0.4), bm25 a BM25 score, fused a fused score; e.g. {\"vector\": 0.4}. "
+                          "Each result's `match` shows these scores; `weak` says when no result really matched.")
     where: Text | list[Text] | None = Field(None, description="Filter expressions, all of which must hold "
                                                               "(docs/query.md), e.g. \"file_type = 'pdf'\".")
     path: Text | list[Text] | None = Field(None, description="Path globs, any of which may match.")

@@ -293,7 +293,8 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
 @click.option("--weights", multiple=True, help="Fusion weight per retriever, e.g. vector=1,bm25=0.5; documents=0 turns the "
               "document evidence off.")
 @click.option("--min-score", "min_scores", multiple=True,
-              help="Drop a retriever's candidates scoring below this, e.g. vector=0.3 (repeatable).")
+              help="Drop candidates below a floor, per retriever in its own terms: vector=COSINE (-1..1, e.g. "
+                   "vector=0.4), bm25=SCORE, fused=SCORE (repeatable; docs/query.md).")
 @click.option("--explain", is_flag=True, help="Show each retriever's rank and score and the fused score.")
 @click.option("--window", default=None, metavar="B,A",
               help="Return each hit with B chunks before and A after from its document, merged where they meet.")
@@ -341,6 +342,8 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
         output.print_blocks(response.segments, "segment")
     else:
         output.print_results(response, explained=explain)
+    if fmt == "table" and response.weak and response.results:
+        click.echo(output.WEAK_LINE)
 
 
 @cli.command(name="export")

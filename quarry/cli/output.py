@@ -12,6 +12,8 @@ from quarry.core.paths import printable  # a newline or tab in a file name must 
 FORMATS = ("table", "json", "jsonl")
 SNIPPET = 300  # characters of a result's text in the table
 BLOCK = 2000  # characters of a window's or segment's text in the table
+# under the table when the answer is weak (quarry/search/relevance.py); the web page says the same
+WEAK_LINE = "no strong match: no result holds most of the query's words or is close to it in meaning"
 
 
 # --- people ----------------------------------------------------------------------------------

@@ -214,6 +214,7 @@ class DenseIndex:
         self._binary = None
         self._masks: list[tuple] = []
         self._dead: tuple | None = None
+        self._slots: np.ndarray | None = None  # row -> storage slot, built on first use by cosines
 
     @classmethod
     def load(cls, folder: Path, **kwargs) -> DenseIndex:
@@ -275,6 +276,21 @@ class DenseIndex:
             mask[dead] = True
             self._dead = (dead, mask if self.slot_rows is None else mask[self.slot_rows])
         return self._dead[1]
+
+    def cosines(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The cosine of ``query`` with each of ``rows`` (row ids, float32 in their order): the
+        score :meth:`search` gives a row, for rows it did not return."""
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        norm = float(np.linalg.norm(q))
+        q = q / norm if norm else q
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.slot_rows is not None:  # IVF stores rows by cluster: find each row's slot
+            if self._slots is None:
+                slots = np.empty(self.n_rows, dtype=np.int64)
+                slots[np.asarray(self.slot_rows, dtype=np.int64)] = np.arange(self.n_rows, dtype=np.int64)
+                self._slots = slots
+            rows = self._slots[rows]
+        return matvec(self.vectors, q, rows) if len(rows) else np.zeros(0, dtype=np.float32)
 
     def search(self, query: np.ndarray, n: int, mask: np.ndarray | None = None, method: str = "auto",
                kept: int | None = None, rescore_multiplier: int = 20,

@@ -272,6 +272,33 @@ class SegmentedBM25:
             return np.zeros(len(rows), dtype=np.float32)
         return self._exact_scores(terms, None if self.exact else self.idf(terms), rows)
 
+    def holds(self, toks: list[str], rows: np.ndarray) -> np.ndarray:
+        """A bool per (row, token): whether global row ``rows[i]`` holds the term of ``toks[j]``
+        (its stem; a token no segment holds is False everywhere). For a result's evidence: which
+        query words a chunk matched (:mod:`quarry.search.relevance`)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.zeros((len(rows), len(toks)), dtype=bool)
+        if not len(rows):
+            return out
+        seg = np.searchsorted(self.offsets, rows, side="right") - 1
+        local = rows - self.offsets[seg]
+        for j, tok in enumerate(toks):
+            found = self.terms([tok])
+            if not found:
+                continue
+            for s, c in enumerate(found[0]):
+                if c is None:
+                    continue
+                part = self.parts[s]
+                a, b = int(part.indptr[c]), int(part.indptr[c + 1])
+                sel = np.flatnonzero(seg == s)
+                if a == b or not len(sel):
+                    continue
+                col_rows = part.rows[a:b]  # sorted within a column
+                pos = np.minimum(np.searchsorted(col_rows, local[sel]), b - a - 1)
+                out[sel[col_rows[pos] == local[sel]], j] = True
+        return out
+
     def _approx(self, terms, idf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Stored weights summed per row — scaled by ``idf_live / idf_segment`` per term, or, in a
         segment where that ratio is the same for every query term to a thousandth (a big segment
@@ -444,6 +471,16 @@ class SegmentedDense:
             per.append((part, int(np.count_nonzero(part))))
         self._masks = [(mask, per)] + self._masks[:3]
         return per
+
+    def cosines(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The cosine of ``query`` with each global row of ``rows`` (float32, in their order)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.zeros(len(rows), dtype=np.float32)
+        seg = np.searchsorted(self.offsets, rows, side="right") - 1
+        for s in np.unique(seg).tolist():
+            sel = np.flatnonzero(seg == s)
+            out[sel] = self.parts[s].cosines(query, rows[sel] - self.offsets[s])
+        return out
 
     def search(self, query: np.ndarray, n: int, mask: np.ndarray | None = None, method: str = "auto",
                kept: int | None = None, rescore_multiplier: int = 20) -> tuple[np.ndarray, np.ndarray]:

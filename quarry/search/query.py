@@ -38,6 +38,7 @@ from quarry.search.rerank import Reranker
 from quarry.search.segments import RseParams
 from quarry.search.arguments import checked_numbers, reranker_of, segment_params, short_id, window_of
 from quarry.search.follower import LRU, Follower
+from quarry.search import relevance
 from quarry.search.results import SearchResponse, SearchResult
 from quarry.search.segments import segments_from_results
 from quarry.search.windows import ChunkReader, expand
@@ -334,6 +335,7 @@ class Index:
                 response.segments = segments_from_results(self, response.results, params)
                 response.timings["segments"] = _ms(t)
             response.results = response.results[:k]
+            response.weak = relevance.weak(r.match for r in response.results)
             if before_after is not None:
                 t = time.perf_counter()
                 response.windows = expand(self, response.results, *before_after)
@@ -409,6 +411,9 @@ class Index:
         t = time.perf_counter()
         results = self._hydrate(snap, fused, hits, fused_scores=mode == "hybrid")
         timings["hydrate"] = _ms(t)
+        t = time.perf_counter()
+        self._match(snap, query, results, [row for row, _ in fused], hits, "vector" in active, warnings)
+        timings["match"] = _ms(t)
         timings["total"] = _ms(t_start)
         return SearchResponse(
             query=query, mode=mode, results=results, generation=snap.pointer.generation, k=k,
@@ -463,6 +468,40 @@ class Index:
                                         fused=float(score) if fused_scores else None,
                                         scores=scores, ranks=ranks, **data))
         return results
+
+    def _match(self, snap: Snapshot, query: str, results: list[SearchResult], rows: list[int],
+               hits: dict[str, list[tuple[int, float]]], vector: bool, warnings: list[str]) -> None:
+        """Fill each result's ``match``: the query words its chunk holds with its BM25 score, and its
+        cosine, whether or not a retriever ranked it, in every mode (scores of rows a retriever did
+        not return are computed for these rows only; ``bm25`` mode embeds the query for them, so
+        ``weak`` means the same in every mode)."""
+        import numpy as np
+
+        from quarry.retrieval.bm25 import query_tokens
+
+        if not results:
+            return
+        toks = query_tokens(query)
+        at = np.asarray(rows, dtype=np.int64)
+        held = snap.index.bm25.holds(toks, at)
+        bm25 = dict(hits.get("bm25", ()))
+        todo = sorted({row for row, h in zip(rows, held) if h.any() and row not in bm25})
+        if todo:
+            bm25.update(zip(todo, snap.index.bm25.exact_scores(toks, np.asarray(todo, dtype=np.int64)).tolist()))
+        cosine = dict(hits.get("vector", ()))
+        todo = [row for row in rows if row not in cosine]
+        if todo:
+            try:
+                vec = self._embed_query(query, snap)
+            except Exception as exc:  # bm25 mode without a working model: the hits say no cosine
+                if vector:
+                    raise
+                warnings.append(f"no cosine for the hits: {exc}")
+            else:
+                cosine.update(zip(todo, snap.index.dense.cosines(vec, np.asarray(todo, dtype=np.int64)).tolist()))
+        for result, row, h in zip(results, rows, held):
+            result.match = {"bm25": relevance.bm25_match(toks, h.tolist(), bm25.get(row, 0.0)),
+                            "vector": relevance.vector_match(cosine.get(row))}
 
     # --- catalog views -------------------------------------------------------------------------
 

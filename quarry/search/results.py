@@ -19,7 +19,10 @@ class SearchResult:
     ``score`` is what the results are ranked by: the fused score in ``hybrid`` mode, the
     retriever's own score otherwise. ``fused`` is the fused score (None outside ``hybrid``).
     ``scores``/``ranks`` hold each retriever's raw score and 1-based rank among its candidates
-    (None where that retriever did not return the chunk), for ``--explain``.
+    (None where that retriever did not return the chunk), for ``--explain``. ``match`` says how
+    strongly each retriever matched the chunk in its own terms, whether or not it ranked it:
+    ``{"bm25": {"terms", "matched", "of", "score"} | None, "vector": {"cosine"} | None}``
+    (:mod:`quarry.search.relevance`).
     """
 
     rank: int
@@ -41,6 +44,7 @@ class SearchResult:
     fused: float | None = None
     scores: dict[str, float | None] = field(default_factory=dict)
     ranks: dict[str, int | None] = field(default_factory=dict)
+    match: dict = field(default_factory=lambda: {"bm25": None, "vector": None})
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,7 +54,7 @@ class SearchResult:
 class SearchResponse:
     """The results and the settings that produced them (``filter`` is the filter in words,
     ``timings`` milliseconds per stage, ``counts`` candidates per retriever and rows the filter
-    kept)."""
+    kept, ``weak`` whether no result really matched)."""
 
     query: str
     mode: str
@@ -68,6 +72,9 @@ class SearchResponse:
     windows: list[Window] | None = None  # with search(..., window=): the results widened, best first
     segments: list[Segment] | None = None  # with search(..., segments=): relevant segments, best first
     warnings: list[str] = field(default_factory=list)  # what the search could not do as asked
+    # True when no result passes the relevance threshold (quarry/search/relevance.py): nothing
+    # really matched, whatever the fused scores say; True as well when there is no result
+    weak: bool = True
 
     def to_dict(self) -> dict:
         """Plain data for JSON; ``windows``/``segments`` only when they were asked for."""

@@ -1,8 +1,8 @@
 """Search answers as JSON: the one serialiser of ``quarry search --format json|jsonl``, the HTTP API
 (``POST /v1/search``) and the MCP tools.
 
-JSON keeps the shape ``{"query", "mode", "generation", ..., "results": [...]}`` whatever else is
-asked; ``window`` adds ``"windows"`` and ``segments`` adds ``"segments"`` next to it, and
+JSON keeps the shape ``{"query", "mode", "generation", ..., "results": [...], "weak"}`` whatever
+else is asked (``weak`` and each result's ``match``: :mod:`quarry.search.relevance`); ``window`` adds ``"windows"`` and ``segments`` adds ``"segments"`` next to it, and
 ``explain`` adds an ``"explain"`` object to every result. JSON Lines writes one object per line:
 the windows when windows were asked for, else the segments, else the results.
 """
