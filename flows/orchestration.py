@@ -113,8 +113,6 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
             check()
         yield os.environ["PREFECT_API_URL"]
         return
-    import httpx
-
     log_dir.mkdir(parents=True, exist_ok=True)
     if port is not None:
         with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
@@ -131,6 +129,9 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
         database.parent.mkdir(parents=True, exist_ok=True)
         env["PREFECT_API_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{database}"
         template = _seed_database(database)
+        if template is None and _current(database):  # its schema and blocks are this Prefect's already
+            for name, value in LEAN_START.items():
+                env.setdefault(name, value)
     proc = subprocess.Popen(
         [sys.executable, "-m", "quarry.flows.prefect_server", str(port), str(os.getpid()),
          *(["--services"] if services else [])],
@@ -146,17 +147,7 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
         os.environ["PREFECT_API_URL"] = url
         if check is not None:
             check()
-        while True:
-            if proc.poll() is not None:
-                raise QuarryError(f"the Prefect server failed to start; see {log_dir / 'prefect-server.log'}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise QuarryError(f"the Prefect server did not start within {startup_timeout():.0f} s")
-            time.sleep(0.2)
+        _wait_for(proc, url, deadline, log_dir / "prefect-server.log")
         if template is not None:
             _save_template(database, template)
         if announce is not None:
@@ -180,6 +171,62 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def _wait_for(proc: subprocess.Popen, url: str, deadline: float, log: Path) -> None:
+    """Poll the server's health until it answers. One client for every poll: a new one builds an
+    SSL context each time (tens of milliseconds of CPU, taken from the server it waits for)."""
+    import httpx
+
+    with httpx.Client(timeout=2) as client:
+        while True:
+            if proc.poll() is not None:
+                raise QuarryError(f"the Prefect server failed to start; see {log}")
+            try:
+                if client.get(f"{url}/health").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise QuarryError(f"the Prefect server did not start within {startup_timeout():.0f} s")
+            time.sleep(0.05)
+
+
+# A server on a database this Prefect version has migrated and registered its block types in already
+# (a copy of the kept empty one, or a store's own after its first run) skips both at start: the
+# migration check, and the block registration that imports every installed Prefect collection
+# (prefect-dask: Dask) to hash them, because Prefect's memo of it is per database URL, so it ran
+# on every new store.
+LEAN_START = {
+    "PREFECT_SERVER_DATABASE_MIGRATE_ON_START": "false",
+    "PREFECT_SERVER_REGISTER_BLOCKS_ON_START": "false",
+    "PREFECT_SERVER_MEMOIZE_BLOCK_AUTO_REGISTRATION": "false",
+}
+
+
+def _revision(database: Path) -> str | None:
+    """The Alembic revision of a Prefect SQLite database (None when it has none or cannot be read)."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+        try:
+            row = con.execute("SELECT version_num FROM alembic_version").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
+
+
+def _current(database: Path) -> bool:
+    """Whether ``database`` is at the revision of the kept empty database of this Prefect version,
+    which a server of this version migrated and registered the block types in."""
+    template = _template()
+    if not (database.is_file() and template.is_file()):
+        return False
+    revision = _revision(template)
+    return revision is not None and _revision(database) == revision
 
 
 def _template() -> Path:

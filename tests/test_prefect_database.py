@@ -59,3 +59,33 @@ def test_the_kept_database_is_per_prefect_version(tmp_path, monkeypatch):
 
     monkeypatch.setenv("QUARRY_CACHE_DIR", str(tmp_path / "cache"))
     assert orchestration._template().name == f"empty-{version('prefect')}.db"
+
+
+def _revision(path, revision):
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE IF NOT EXISTS alembic_version (version_num TEXT)")
+    con.execute("DELETE FROM alembic_version")
+    con.execute("INSERT INTO alembic_version VALUES (?)", (revision,))
+    con.commit()
+    con.close()
+
+
+def test_only_a_database_at_the_kept_ones_revision_starts_lean(tmp_path, monkeypatch):
+    """A server skips migrations and block registration only on a database this Prefect version
+    migrated: a copy of the kept one, or a store's own at its revision; never an older one."""
+    monkeypatch.setenv("QUARRY_CACHE_DIR", str(tmp_path / "cache"))
+    database = tmp_path / "store" / "prefect.db"
+    database.parent.mkdir()
+    _revision(database, "3c5d9d1a2b7e")
+    assert not orchestration._current(database)  # nothing kept to compare with
+    template = orchestration._template()
+    template.parent.mkdir(parents=True)
+    _revision(template, "3c5d9d1a2b7e")
+    assert orchestration._current(database)
+    _revision(database, "0a1b2c3d4e5f")  # made by an older Prefect: its migrations must run
+    assert not orchestration._current(database)
+    database.unlink()
+    assert not orchestration._current(database)
+    copy = tmp_path / "new" / "prefect.db"
+    copy.parent.mkdir()
+    assert orchestration._seed_database(copy) is None and orchestration._current(copy)
