@@ -248,7 +248,7 @@ def _seed_database(database: Path) -> Path | None:
     if database.exists():
         return None
     template = _template()
-    if not template.is_file():
+    if not template.is_file() and not _restore_shipped(template):
         return template
     tmp = database.with_name(f".{database.name}.{os.getpid()}.tmp")
     try:
@@ -263,6 +263,57 @@ def _seed_database(database: Path) -> Path | None:
         with contextlib.suppress(OSError):
             tmp.unlink()
     return None
+
+
+def _shipped() -> Path:
+    """The empty, migrated database of the installed Prefect version as SQL, shipped beside this
+    module (``flows/prefect-empty-<version>.sql.gz``; ``make prefect-db`` writes it for the pinned
+    version). Another version has none, and its first server migrates as before."""
+    from importlib.metadata import version
+
+    return Path(__file__).with_name(f"prefect-empty-{version('prefect')}.sql.gz")
+
+
+def _restore_shipped(template: Path) -> bool:
+    """Make the kept empty database from the shipped SQL (about 50 ms; a server's migrations take
+    seconds), so that even a user's first store starts from a copy. False when there is none."""
+    import gzip
+    import sqlite3
+
+    shipped = _shipped()
+    if not shipped.is_file():
+        return False
+    tmp = template.with_name(f".{template.name}.{os.getpid()}.tmp")
+    try:
+        template.parent.mkdir(parents=True, exist_ok=True)
+        script = gzip.decompress(shipped.read_bytes()).decode("utf-8")
+        con = sqlite3.connect(tmp)
+        try:
+            con.executescript(script)
+        finally:
+            con.close()
+        os.replace(tmp, template)
+        return True
+    except (OSError, EOFError, UnicodeDecodeError, sqlite3.Error):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return False
+
+
+def dump_template(out: Path | None = None) -> Path:
+    """Write the kept empty database of the installed Prefect version as the shipped SQL
+    (``make prefect-db``): byte for byte the same for the same database."""
+    import gzip
+    import sqlite3
+
+    out = out or _shipped()
+    con = sqlite3.connect(f"file:{_template()}?mode=ro", uri=True)
+    try:
+        script = "\n".join(con.iterdump()) + "\n"
+    finally:
+        con.close()
+    out.write_bytes(gzip.compress(script.encode("utf-8"), mtime=0))
+    return out
 
 
 def _save_template(database: Path, template: Path) -> None:

@@ -1,5 +1,6 @@
 """A new store's private Prefect database starts as a copy of an empty, migrated one from the
-cache (flows/orchestration.py); the server test that makes and uses one is in test_cli_manners.py."""
+cache, which the shipped one of the pinned Prefect version makes (flows/orchestration.py); the
+server test that makes and uses one is in test_cli_manners.py."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def _runs(path) -> list[str]:
 
 def test_without_a_kept_database_the_server_makes_one_and_it_is_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("QUARRY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(orchestration, "_shipped", lambda: tmp_path / "none.sql.gz")  # another Prefect version
     database = tmp_path / "store" / "prefect" / "prefect.db"
     database.parent.mkdir(parents=True)
     template = orchestration._seed_database(database)
@@ -89,3 +91,39 @@ def test_only_a_database_at_the_kept_ones_revision_starts_lean(tmp_path, monkeyp
     copy = tmp_path / "new" / "prefect.db"
     copy.parent.mkdir()
     assert orchestration._seed_database(copy) is None and orchestration._current(copy)
+
+
+def test_the_pinned_prefect_has_a_shipped_database_at_its_migrations_head():
+    """flows/prefect-empty-<version>.sql.gz exists for the installed Prefect and is at the head of
+    its SQLite migrations, with the block types a server registers (`make prefect-db` after a
+    change of Prefect's version)."""
+    import gzip
+    from pathlib import Path
+
+    import prefect.server.database
+    from alembic.script import ScriptDirectory
+
+    shipped = orchestration._shipped()
+    assert shipped.is_file(), f"{shipped.name} is missing: run `make prefect-db`"
+    migrations = Path(prefect.server.database.__file__).parent / "_migrations"
+    head = ScriptDirectory(str(migrations), version_locations=[str(migrations / "versions" / "sqlite")]).get_current_head()
+    con = sqlite3.connect(":memory:")
+    try:
+        con.executescript(gzip.decompress(shipped.read_bytes()).decode("utf-8"))
+        assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [(head,)]
+        assert con.execute("SELECT count(*) FROM block_type").fetchone()[0] > 0
+        assert con.execute("SELECT count(*) FROM flow_run").fetchone()[0] == 0
+    finally:
+        con.close()
+
+
+def test_a_users_first_store_starts_from_the_shipped_database(tmp_path, monkeypatch):
+    """No kept database yet: it is made from the shipped SQL, not by a server's migrations, and the
+    new store's database is a copy at this Prefect's revision (so its server starts lean)."""
+    monkeypatch.setenv("QUARRY_CACHE_DIR", str(tmp_path / "cache"))
+    database = tmp_path / "store" / "prefect" / "prefect.db"
+    database.parent.mkdir(parents=True)
+    assert orchestration._seed_database(database) is None
+    assert orchestration._template().is_file() and _runs(database) == []
+    assert orchestration._current(database)
+    assert not list(orchestration._template().parent.glob(".*.tmp"))
