@@ -127,3 +127,26 @@ def test_a_users_first_store_starts_from_the_shipped_database(tmp_path, monkeypa
     assert orchestration._template().is_file() and _runs(database) == []
     assert orchestration._current(database)
     assert not list(orchestration._template().parent.glob(".*.tmp"))
+
+
+def test_a_server_on_a_copy_of_the_kept_database_starts_lean_and_has_the_block_types(tmp_path, monkeypatch):
+    """A real private server on a new store's database (a copy from the shipped dump) is started
+    without the migration check and block registration, and still serves Prefect's block types."""
+    import subprocess
+
+    import httpx
+
+    monkeypatch.setenv("QUARRY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    envs = []
+    real = subprocess.Popen
+
+    def popen(args, **kwargs):
+        envs.append(kwargs["env"])
+        return real(args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    with orchestration.prefect_api(tmp_path / "logs", database=tmp_path / "store" / "prefect" / "prefect.db") as url:
+        types = httpx.post(f"{url}/block_types/filter", json={}, timeout=30).json()
+    assert {k: envs[-1].get(k) for k in orchestration.LEAN_START} == orchestration.LEAN_START
+    assert "local-file-system" in {t["slug"] for t in types}
