@@ -34,7 +34,7 @@ TORCH_VENV := .venv-torch
 TORCH_VERSION := 2.13.0
 SENTENCE_TRANSFORMERS_VERSION := 6.2.0
 
-.PHONY: setup azurite office browser demo test test-slow test-reliability test-llm llm-venv test-torch torch-venv peers wheel bench clean
+.PHONY: setup azurite office browser demo test test-slow test-reliability test-llm llm-venv test-torch torch-venv peers wheel bench prefect-db clean
 
 setup: $(VENV)/.installed
 
@@ -119,6 +119,16 @@ peers: $(PEER_VENV)/.installed
 
 $(PEER_VENV)/.installed: bench/peers/requirements.txt
 	$(PYTHON) bench/vs_llamaindex.py --setup
+
+# The empty Prefect database quarry ships (flows/prefect-empty-<version>.sql.gz), so that a user's
+# first store skips Prefect's migrations: made again by a server of the installed Prefect
+# (tests/test_prefect_database.py fails when requirements.lock's Prefect has none).
+prefect-db: setup
+	rm -f flows/prefect-empty-*.sql.gz
+	tmp=$$(mktemp -d) && export QUARRY_CACHE_DIR=$$tmp/cache && \
+		QUARRY_EMBED_BACKEND=hash $(BIN)/quarry index data/sample --db $$tmp/store >/dev/null && \
+		$(BIN)/python -c "from quarry.flows.orchestration import dump_template; print(dump_template())"; \
+		status=$$?; rm -rf $$tmp; exit $$status
 
 wheel: setup
 	$(BIN)/python -m pip wheel -q --no-deps --no-build-isolation -w dist .

@@ -113,8 +113,6 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
             check()
         yield os.environ["PREFECT_API_URL"]
         return
-    import httpx
-
     log_dir.mkdir(parents=True, exist_ok=True)
     if port is not None:
         with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
@@ -131,6 +129,9 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
         database.parent.mkdir(parents=True, exist_ok=True)
         env["PREFECT_API_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{database}"
         template = _seed_database(database)
+        if template is None and _current(database):  # its schema and blocks are this Prefect's already
+            for name, value in LEAN_START.items():
+                env.setdefault(name, value)
     proc = subprocess.Popen(
         [sys.executable, "-m", "quarry.flows.prefect_server", str(port), str(os.getpid()),
          *(["--services"] if services else [])],
@@ -146,17 +147,7 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
         os.environ["PREFECT_API_URL"] = url
         if check is not None:
             check()
-        while True:
-            if proc.poll() is not None:
-                raise QuarryError(f"the Prefect server failed to start; see {log_dir / 'prefect-server.log'}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise QuarryError(f"the Prefect server did not start within {startup_timeout():.0f} s")
-            time.sleep(0.2)
+        _wait_for(proc, url, deadline, log_dir / "prefect-server.log")
         if template is not None:
             _save_template(database, template)
         if announce is not None:
@@ -182,6 +173,62 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
         log.close()
 
 
+def _wait_for(proc: subprocess.Popen, url: str, deadline: float, log: Path) -> None:
+    """Poll the server's health until it answers. One client for every poll: a new one builds an
+    SSL context each time (tens of milliseconds of CPU, taken from the server it waits for)."""
+    import httpx
+
+    with httpx.Client(timeout=2) as client:
+        while True:
+            if proc.poll() is not None:
+                raise QuarryError(f"the Prefect server failed to start; see {log}")
+            try:
+                if client.get(f"{url}/health").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise QuarryError(f"the Prefect server did not start within {startup_timeout():.0f} s")
+            time.sleep(0.05)
+
+
+# A server on a database this Prefect version has migrated and registered its block types in already
+# (a copy of the kept empty one, or a store's own after its first run) skips both at start: the
+# migration check, and the block registration that imports every installed Prefect collection
+# (prefect-dask: Dask) to hash them, because Prefect's memo of it is per database URL, so it ran
+# on every new store.
+LEAN_START = {
+    "PREFECT_SERVER_DATABASE_MIGRATE_ON_START": "false",
+    "PREFECT_SERVER_REGISTER_BLOCKS_ON_START": "false",
+    "PREFECT_SERVER_MEMOIZE_BLOCK_AUTO_REGISTRATION": "false",
+}
+
+
+def _revision(database: Path) -> str | None:
+    """The Alembic revision of a Prefect SQLite database (None when it has none or cannot be read)."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+        try:
+            row = con.execute("SELECT version_num FROM alembic_version").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
+
+
+def _current(database: Path) -> bool:
+    """Whether ``database`` is at the revision of the kept empty database of this Prefect version,
+    which a server of this version migrated and registered the block types in."""
+    template = _template()
+    if not (database.is_file() and template.is_file()):
+        return False
+    revision = _revision(template)
+    return revision is not None and _revision(database) == revision
+
+
 def _template() -> Path:
     """Where the empty, migrated Prefect database of this Prefect version is kept: beside the
     built models (``QUARRY_CACHE_DIR``, default ``~/.cache/quarry``)."""
@@ -201,7 +248,7 @@ def _seed_database(database: Path) -> Path | None:
     if database.exists():
         return None
     template = _template()
-    if not template.is_file():
+    if not template.is_file() and not _restore_shipped(template):
         return template
     tmp = database.with_name(f".{database.name}.{os.getpid()}.tmp")
     try:
@@ -216,6 +263,57 @@ def _seed_database(database: Path) -> Path | None:
         with contextlib.suppress(OSError):
             tmp.unlink()
     return None
+
+
+def _shipped() -> Path:
+    """The empty, migrated database of the installed Prefect version as SQL, shipped beside this
+    module (``flows/prefect-empty-<version>.sql.gz``; ``make prefect-db`` writes it for the pinned
+    version). Another version has none, and its first server migrates as before."""
+    from importlib.metadata import version
+
+    return Path(__file__).with_name(f"prefect-empty-{version('prefect')}.sql.gz")
+
+
+def _restore_shipped(template: Path) -> bool:
+    """Make the kept empty database from the shipped SQL (about 50 ms; a server's migrations take
+    seconds), so that even a user's first store starts from a copy. False when there is none."""
+    import gzip
+    import sqlite3
+
+    shipped = _shipped()
+    if not shipped.is_file():
+        return False
+    tmp = template.with_name(f".{template.name}.{os.getpid()}.tmp")
+    try:
+        template.parent.mkdir(parents=True, exist_ok=True)
+        script = gzip.decompress(shipped.read_bytes()).decode("utf-8")
+        con = sqlite3.connect(tmp)
+        try:
+            con.executescript(script)
+        finally:
+            con.close()
+        os.replace(tmp, template)
+        return True
+    except (OSError, EOFError, UnicodeDecodeError, sqlite3.Error):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return False
+
+
+def dump_template(out: Path | None = None) -> Path:
+    """Write the kept empty database of the installed Prefect version as the shipped SQL
+    (``make prefect-db``): byte for byte the same for the same database."""
+    import gzip
+    import sqlite3
+
+    out = out or _shipped()
+    con = sqlite3.connect(f"file:{_template()}?mode=ro", uri=True)
+    try:
+        script = "\n".join(con.iterdump()) + "\n"
+    finally:
+        con.close()
+    out.write_bytes(gzip.compress(script.encode("utf-8"), mtime=0))
+    return out
 
 
 def _save_template(database: Path, template: Path) -> None:

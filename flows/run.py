@@ -192,8 +192,19 @@ def _history(store: Path) -> Iterator[str]:
 
 
 def _import_the_flow() -> None:
-    """Import the flow and LanceDB (about 2 s) while the private Prefect server starts (about 3 s):
-    called once ``PREFECT_API_URL`` is set, before waiting for the server, so the two overlap."""
-    import lancedb  # noqa: F401  (the writer's, imported on first use otherwise)
+    """Import the flow, LanceDB and FastAPI's encoder (about 2 s) while the private Prefect server
+    starts (about 3 s): called once ``PREFECT_API_URL`` is set, before waiting for the server, so
+    the two overlap. Python's collector is paused meanwhile (and then left as it was): the imports make hundreds of
+    thousands of objects, none of them garbage, and each full collection would walk them all."""
+    import gc
 
-    import quarry.flows.index  # noqa: F401
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        import fastapi.encoders  # noqa: F401  (Prefect's, for the flow run's parameters: half a small run otherwise)
+        import lancedb  # noqa: F401  (the writer's, imported on first use otherwise)
+
+        import quarry.flows.index  # noqa: F401
+    finally:
+        if enabled:
+            gc.enable()

@@ -118,13 +118,14 @@ def test_cross_field_checks_keep_their_messages():
 
 def test_every_prefect_variable_quarry_sets_is_one_prefect_reads():
     """A misspelt PREFECT_* name is silently ignored by Prefect: each one quarry sets must be a
-    setting Prefect knows."""
+    setting Prefect knows (its private server's lean start included)."""
     import os
     import subprocess
     import sys
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    code = ("import os; from quarry.flows.orchestration import prefect_environment; prefect_environment(); "
+    code = ("import os; from quarry.flows.orchestration import LEAN_START, prefect_environment; prefect_environment(); "
+            "os.environ.update(LEAN_START); "
             "from prefect.settings import Settings; from prefect.settings.legacy import _get_settings_fields; "
             "known = set(_get_settings_fields(Settings)); "
             "print([k for k in os.environ if k.startswith('PREFECT_') and k not in known])")

@@ -67,6 +67,9 @@ def test_wheel_holds_quarry_only_with_its_sql_and_every_package(wheel):
     assert _checkout_packages() <= packages, f"missing from [tool.setuptools] packages: {_checkout_packages() - packages}"
     assert "quarry/py.typed" in names and "quarry/__main__.py" in names
     assert "quarry/flows/index.py" in names and "quarry/tasks/embed.py" in names
+    from quarry.flows.orchestration import _shipped
+
+    assert f"quarry/flows/{_shipped().name}" in names  # the empty Prefect database a first store copies
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     default = [r for r in requires if "extra ==" not in r]
