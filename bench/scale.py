@@ -251,7 +251,7 @@ def edit_file(path: Path, tag: str) -> None:
 
 def store_files(store: Path) -> dict[str, tuple[int, int, int]]:
     """(inode, mtime ns, size) of every file of the store but Prefect's database and logs and
-    DuckDB's full-text tables (built after the commit, measured apart: :func:`wait_full_text`)."""
+    DuckDB's full-text tables (built on demand, measured apart: :func:`measure_full_text`)."""
     out = {}
     for folder, dirs, files in os.walk(store):
         if Path(folder) == store:
