@@ -45,6 +45,16 @@ the peak resident memory of its process tree:
   ``side_by_side``: the store before the merge (a hard-linked copy) and after it, queried in
   turn in one process, so that the ratio of their p50s does not carry the load of two moments.
 
+Every row also has ``left_behind``: the processes its run left running (a detached builder of
+DuckDB's full-text tables, as commits started before they were built on demand), waited for
+before the next row starts (so no row's wall carries an earlier row's work), with their CPU
+seconds (reaped: the bench makes itself their subreaper) and the peak of their summed memory.
+The full-text tables themselves are measured as a SQL user meets them (``fts_*``): after the
+no-change run, and after ``edit_1`` (finding the edited word), a ``match_bm25`` query through
+``quarry sql``'s library call in a child process, whose first call builds them
+(``fts_build_s``, ``fts_build_cpu_s``, ``fts_build_peak_mb`` from the build's own record) and a
+second that reads them.
+
 The ``full`` row keeps the keys it always had. Edited and moved files are put back as they were at
 the end, so the cached tree stays the tree its parameters name.
 
@@ -212,6 +222,11 @@ def child_work(args: dict) -> dict:
     import quarry
 
     store = Path(args["store"])
+    if args["mode"] == "sql":  # quarry sql's library call: builds the full-text tables when missing
+        with quarry.open(str(store)) as idx:
+            t = time.perf_counter()
+            rows = idx.sql(args["query"]).rows
+            return {"rows": [[str(v) for v in r] for r in rows[:10]], "query_s": time.perf_counter() - t}
     if args["mode"] == "maintain":
         from quarry.store.maintain import maintain
 
@@ -236,7 +251,7 @@ def edit_file(path: Path, tag: str) -> None:
 
 def store_files(store: Path) -> dict[str, tuple[int, int, int]]:
     """(inode, mtime ns, size) of every file of the store but Prefect's database and logs and
-    DuckDB's full-text tables (built after the commit, measured apart: :func:`wait_full_text`)."""
+    DuckDB's full-text tables (built on demand, measured apart: :func:`measure_full_text`)."""
     out = {}
     for folder, dirs, files in os.walk(store):
         if Path(folder) == store:
@@ -257,8 +272,9 @@ def bytes_written(before: dict, after: dict) -> int:
     return sum(size for path, (ino, mtime, size) in after.items() if before.get(path, (None, None))[:2] != (ino, mtime))
 
 
-def _tree_rss(root_pid: int) -> dict[int, int]:
-    """Resident bytes of ``root_pid`` and each of its descendants (from /proc), by pid."""
+def _tree_rss(root_pid: int, skip: set[int] = frozenset()) -> dict[int, int]:
+    """Resident bytes of ``root_pid`` and each of its descendants (from /proc), by pid; the
+    processes in ``skip`` and theirs left out."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     page = os.sysconf("SC_PAGE_SIZE")
@@ -276,9 +292,56 @@ def _tree_rss(root_pid: int) -> dict[int, int]:
     out, todo = {}, [root_pid]
     while todo:
         pid = todo.pop()
+        if pid in skip:
+            continue
         out[pid] = rss.get(pid, 0)
         todo += children.get(pid, [])
     return out
+
+
+def become_subreaper() -> bool:
+    """Make this process the one orphans of its descendants are handed to (Linux's
+    PR_SET_CHILD_SUBREAPER), so that a process a run leaves behind (a builder it detached) stays
+    in view and its CPU time comes back when it is reaped (:func:`left_behind`)."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+SUBREAPER = False
+
+
+def left_behind(known: set[int], timeout: float = 7200.0) -> dict:
+    """Wait until no process a run left behind runs (the descendants of this process not in
+    ``known``, its own run's process included there) and DuckDB's full-text builders of the store
+    are done; their count, CPU seconds (from the reaped processes' resource usage: theirs and their
+    children's), the peak of their summed resident memory, and how long the store took to be idle.
+    Without :func:`become_subreaper` a detached process is invisible: ``subreaper`` says which."""
+    me = os.getpid()
+    t0 = time.perf_counter()
+    seen: set[int] = set()
+    cpu, peak, peak_own = 0.0, 0, 0
+    while time.perf_counter() - t0 < timeout:
+        tree = {pid: rss for pid, rss in _tree_rss(me, known).items() if pid != me}
+        seen |= set(tree)
+        peak = max(peak, sum(tree.values()))
+        for pid in list(tree):
+            try:
+                done, _status, usage = os.wait4(pid, os.WNOHANG)
+            except ChildProcessError:  # not a child of ours: its parent reaps it
+                continue
+            if done:
+                cpu += usage.ru_utime + usage.ru_stime
+                peak_own = max(peak_own, usage.ru_maxrss * 1024)
+                tree.pop(pid)
+        if not tree:
+            break
+        time.sleep(0.2)
+    return {"processes": len(seen), "cpu_s": round(cpu, 2), "peak_rss_mb": round(max(peak, peak_own) / 2**20),
+            "idle_after_s": round(time.perf_counter() - t0, 2), "subreaper": SUBREAPER}
 
 
 CHILD_ENV = {"PREFECT_LOGGING_LEVEL": "WARNING", "LANCEDB_LOG": "error", "TOKENIZERS_PARALLELISM": "false"}
@@ -311,6 +374,7 @@ def run_flow(tree: Path, store: Path, overrides: dict, out: Path, mode: str = "i
     args = {"mode": mode, "tree": str(tree), "store": str(store), "overrides": overrides, "out": str(out), **extra}
     before = store_files(store) if store.exists() else {}
     committed = _generation(store)
+    known = set(_tree_rss(os.getpid())) - {os.getpid()}  # the Prefect API server, the warm fork server
     t0, epoch0 = time.perf_counter(), time.time()
     with open(errlog, "w") as err_fh:  # a file, not a pipe: a full pipe would stall the run
         if WARM is not None:
@@ -338,12 +402,14 @@ def run_flow(tree: Path, store: Path, overrides: dict, out: Path, mode: str = "i
                 peak, at = total, time.perf_counter() - t0
             wait(0.2)  # the next sample in 0.2 s, or at once when the run ends (its wall is not rounded up)
     wall = time.perf_counter() - t0
+    left = left_behind(known | {proc.pid})  # before anything else: the next row starts on an idle store
     err = errlog.read_text(errors="replace")
     code = proc.exitcode if WARM is not None else proc.returncode
     if code != 0:
         sys.exit(f"the {mode} run failed (exit {code}):\n{err[-3000:]}")
     report = json.loads(out.read_text())
     report["wall_s"] = wall
+    report["left_behind"] = left
     report["bytes_written"] = bytes_written(before, store_files(store))
     report["peak_rss_mb"] = round(peak / 2**20)
     # Where the peak falls: the commit's stage ends when the run row is stamped (``finished``), so
@@ -368,8 +434,9 @@ def _generation(store: Path) -> int | None:
 
 
 def wait_full_text(store: Path) -> dict:
-    """After a run: wait for the detached builder of DuckDB's full-text tables (so it never runs
-    into the next measurement); its build seconds, how long the run's end waited for it, its size."""
+    """After a run: wait for any builder of DuckDB's full-text tables at work on the store (no
+    commit starts one any more; a quarry before did, after every commit that changed a chunk);
+    its build seconds, how long the run's end waited for it, its size."""
     from quarry.store import fts
     from quarry.store.pointer import read_pointer
 
@@ -384,6 +451,37 @@ def wait_full_text(store: Path) -> dict:
            "fts_build_s": round(info["seconds"], 2) if info and built_now else (0.0 if info else None),
            "fts_bytes": fts.path(store, pointer.generation).stat().st_size if info else 0}
     log(f"  full-text tables: {state}, built in {out['fts_build_s']} s (waited {out['fts_wait_s']} s after the run)")
+    return out
+
+
+FTS_SQL = ("SELECT d.rel_path, fts_main_chunks.match_bm25(c.chunk_id, ?) AS score FROM chunks c "
+           "JOIN documents d USING (doc_id) WHERE score IS NOT NULL ORDER BY score DESC LIMIT 10")
+
+
+def measure_full_text(tree: Path, store: Path, overrides: dict, folder: Path, words: str, name: str) -> dict:
+    """``quarry sql`` with ``match_bm25`` on the current generation, in a child process as a user
+    runs it: the first query builds DuckDB's full-text tables (none is built by a commit), a second
+    reads them. The build's own cost is its ``build`` row (quarry/store/fts.py). Nothing when
+    ``QUARRY_DUCKDB_FTS=0``."""
+    from quarry.core.settings import Settings
+    from quarry.store import fts
+
+    if not Settings.from_env().duckdb_fts or not fts.available():
+        return {}
+    query = FTS_SQL.replace("?", "'" + words.replace("'", "''") + "'")
+    log(f"  full text: match_bm25 '{words}' (load {load_avg()}) ...")
+    first = run_flow(tree, store, overrides, folder / f"{name}.json", mode="sql", query=query)
+    second = run_flow(tree, store, overrides, folder / f"{name}-again.json", mode="sql", query=query)
+    gen = _generation(store)
+    info = fts.build_info(store, gen) or {}
+    out = {"fts_query_s": round(first["wall_s"], 2), "fts_query_cpu_s": round(first.get("cpu_in_child_s", 0.0), 2),
+           "fts_query_peak_rss_mb": first["peak_rss_mb"], "fts_query_again_s": round(second["wall_s"], 2),
+           "fts_top": [r[0] for r in first.get("rows", [])][:3],
+           "fts_build_s": round(info.get("seconds", 0.0), 2), "fts_build_cpu_s": round(info.get("cpu_seconds", 0.0), 2),
+           "fts_build_peak_mb": info.get("peak_rss_mb"), "fts_bytes": fts.path(store, gen).stat().st_size,
+           "fts_limits": {"memory_mb": info.get("memory_limit_mb"), "threads": info.get("threads")}}
+    log(f"  full text: first query {out['fts_query_s']} s (build {out['fts_build_s']} s, {out['fts_build_cpu_s']} s "
+        f"CPU, peak {out['fts_build_peak_mb']} MB), again {out['fts_query_again_s']} s; top {out['fts_top']}")
     return out
 
 
@@ -520,6 +618,7 @@ def run_row(chunks: int, embedder: str, runner: str, n_queries: int, keep: bool,
     second = run_flow(tree, store, overrides, folder / "run2.json")
     log(f"  no-change run {second['wall_s']:.1f} s, {second['bytes_written'] / 2**20:.1f} MB written; "
         f"stages {', '.join(f'{k} {v:.1f} s' for k, v in stage_seconds(second).items())}")
+    full_text = measure_full_text(tree, store, overrides, folder, "quillotrax FY2018", "fts_full")
     log(f"querying (load {load_avg()}) ...")
     queries = measure_queries(store, embedder, n_queries)
     n = first["chunks"]
@@ -535,7 +634,7 @@ def run_row(chunks: int, embedder: str, runner: str, n_queries: int, keep: bool,
         "rows_per_s": {s: round(n / stages[s]) for s in STAGES if stages.get(s)},
         "stage_s": {k: round(v, 1) for k, v in stages.items()},
         "commit_s": round(stages.get("commit", 0.0), 1),
-        "fts_build_s": first.get("fts_build_s"), "fts_wait_s": first.get("fts_wait_s"), "fts_bytes": first.get("fts_bytes"),
+        "left_behind": first.get("left_behind"), **full_text,
         "no_change_s": round(second["wall_s"], 1), "no_change_peak_rss_mb": second["peak_rss_mb"],
         # the no-change run inside its process, Prefect API server start included (the rest of
         # no_change_s is starting Python and importing quarry, Prefect and friends)
@@ -622,7 +721,12 @@ def _incrementals(rows, tree, store, overrides, folder, base, embedder, n_querie
                 edit_file(path, name)
             log(f"{name}: {len(picked)} files edited (load {load_avg()}) ...")
             report = run_flow(tree, store, overrides, folder / f"{name}.json")
-            rows.append(_incremental(name, base, report))
+            row = _incremental(name, base, report)
+            if name == "edit_1":  # outside the row's wall: the query a SQL user runs after the edit
+                row.update(measure_full_text(tree, store, overrides, folder, f"quillotrax{name.replace('_', '')}",
+                                             "fts_edit_1"))
+                row["fts_found_edit"] = any(r == picked[0].relative_to(tree).as_posix() for r in row.get("fts_top", []))
+            rows.append(row)
         if not (want("move_1000") or want("after_50_commits") or want("after_maintain")):
             return
         folders = sorted(p for p in tree.iterdir() if p.is_dir())
@@ -686,12 +790,14 @@ def _incremental(name: str, base: dict, report: dict) -> dict:
            "peak_rss_mb": report["peak_rss_mb"], "in_process_s": round(report.get("wall_in_child_s", 0.0), 2),
            "cpu_s": round(report.get("cpu_in_child_s", 0.0), 2), "load_avg": load_avg(),
            "process": "forked" if WARM is not None else "new interpreter"}
-    for key in ("added", "updated", "moved", "deleted", "embedded_chunks", "fts_build_s", "fts_wait_s", "fts_bytes"):
+    for key in ("added", "updated", "moved", "deleted", "embedded_chunks", "left_behind"):
         if key in report:
             row[key] = report[key]
     if report.get("durations"):
         row["stage_s"] = {k: round(v, 2) for k, v in stage_seconds(report).items()}
-    log(f"  {name}: {row['wall_s']} s, {row['bytes_written'] / 2**20:.1f} MB written, peak {row['peak_rss_mb']} MB")
+    left = report.get("left_behind") or {}
+    log(f"  {name}: {row['wall_s']} s, {row['bytes_written'] / 2**20:.1f} MB written, peak {row['peak_rss_mb']} MB; "
+        f"left behind: {left.get('processes')} processes, {left.get('cpu_s')} s CPU, peak {left.get('peak_rss_mb')} MB")
     return row
 
 
@@ -719,8 +825,9 @@ def main() -> None:
                     "from a warm process as quarry serve runs it")
     ap.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     args = ap.parse_args()
-    global COLD
+    global COLD, SUBREAPER
     COLD = args.cold
+    SUBREAPER = become_subreaper()
     size = args.sample or args.chunks
     rows = run_row(size, args.embedder, args.runner, args.queries, args.keep, args.commits,
                    only_full=args.only_full or bool(args.sample),
@@ -760,6 +867,12 @@ def main() -> None:
                 notes += f"  [{r['extrapolated_note']}: {r['extrapolated_wall_s']} s]"
         elif "embedded_chunks" in r:
             notes = f"embedded {r['embedded_chunks']}, moved {r.get('moved', 0)}"
+        left = r.get("left_behind") or {}
+        if left:
+            notes += f"; left behind {left.get('processes')} proc, {left.get('cpu_s')} s CPU, {left.get('peak_rss_mb')} MB"
+        if r.get("fts_query_s") is not None:
+            notes += (f"; match_bm25 first {r['fts_query_s']} s (build {r.get('fts_build_cpu_s')} s CPU, "
+                      f"{r.get('fts_build_peak_mb')} MB), again {r.get('fts_query_again_s')} s")
         if r.get("per_commit_wall_s"):
             notes += f"{r['commits']} commits, per commit p50 {r['per_commit_wall_s']['p50']} s"
         written = f"{r['bytes_written'] / 2**20:.1f}" if r.get("bytes_written") is not None else "-"

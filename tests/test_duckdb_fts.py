@@ -1,4 +1,4 @@
-"""DuckDB's full-text tables: a sidecar per generation, built after the commit, read by ``quarry sql``."""
+"""DuckDB's full-text tables: a sidecar per generation, built on demand (never by a commit), read by ``quarry sql``."""
 
 from __future__ import annotations
 
@@ -43,36 +43,67 @@ def opened(db, **overrides):
     return quarry.open(str(db), settings=Settings.from_env(**{**ON, **overrides}))
 
 
-def builder(db, **env):
-    """The detached builder, run in the foreground."""
-    return subprocess.run([sys.executable, "-m", "quarry.store.fts", str(db)], check=False, cwd=ROOT,
+def builder(db, *args, **env):
+    """The builder a match_bm25 query starts, run here in the foreground."""
+    return subprocess.run([sys.executable, "-m", "quarry.store.fts", str(db), *map(str, args)], check=False, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT), **env}, capture_output=True, text=True,
                           timeout=300)
 
 
-def test_quarry_sql_ranks_with_match_bm25_after_a_commit(tree, tmp_path, prefect_api, cli):
-    db = tmp_path / "db"
-    index(tree, db)
-    gen = read_pointer(db).generation
-    assert fts.wait(db, gen, timeout=120) == "ready"  # the commit's detached builder
-    with opened(db) as idx:
-        rows = idx.sql(BM25_SQL).rows
-        assert rows[0][0] == "kiln.md" and rows[0][1] > 0
-        assert idx.status()["full_text"]["state"] == "ready"
-        # the search path is the catalog's again afterwards: a plain query reads plain tables
-        assert idx.sql("SELECT count(*) FROM documents").rows[0][0] == 6
+def descendants() -> set[int]:
+    """This process's children and theirs (a builder a commit started would be one)."""
+    import psutil
 
-    out = cli("sql", BM25_SQL, "--db", db, "--format", "json", env={"QUARRY_DUCKDB_FTS": "1"})
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)[0]["rel_path"] == "kiln.md"
+    return {p.pid for p in psutil.Process().children(recursive=True)}
 
 
-def test_a_commit_that_changes_no_chunk_links_the_tables_and_one_that_does_rebuilds_them(tree, tmp_path,
-                                                                                          prefect_api, monkeypatch):
+def test_after_an_edit_quarry_sql_finds_the_edited_text_though_no_commit_built_anything(tree, tmp_path, prefect_api,
+                                                                                        cli, capfd):
     db = tmp_path / "db"
     index(tree, db)
     first = read_pointer(db).generation
-    assert fts.wait(db, first, timeout=120) == "ready"
+    assert fts.state(db, first) == "missing"  # the commit started no builder
+    with opened(db) as idx:
+        assert idx.status()["full_text"]["state"] == "missing"
+        capfd.readouterr()
+        rows = idx.sql(BM25_SQL).rows
+        assert rows[0][0] == "kiln.md" and rows[0][1] > 0
+        assert "building DuckDB's full-text tables" in capfd.readouterr().err  # said while it builds
+        status = idx.status()["full_text"]
+        assert status["state"] == "ready"
+        build = status["build"]  # what it cost, in status --json
+        assert build["generation"] == first and build["cpu_seconds"] > 0 and build["peak_rss_mb"] > 0
+        assert (build["memory_limit_mb"], build["threads"]) == (1024, 2)
+        # the search path is the catalog's again afterwards: a plain query reads plain tables
+        assert idx.sql("SELECT count(*) FROM documents").rows[0][0] == 6
+
+    (tree / "kiln.md").write_text("# Kiln\n\nThe glaze firing needs a slower quillotrax ramp.\n")
+    before = descendants()
+    index(tree, db)
+    edited = read_pointer(db).generation
+    assert edited == first + 1
+    assert descendants() <= before  # nothing left running behind the commit
+    assert fts.state(db, edited) == "missing" and not list(db.glob(f"{fts.file_name(edited)}*"))
+
+    query = BM25_SQL.replace("pottery kiln", "quillotrax")
+    out = cli("sql", query, "--db", db, "--format", "json", env={"QUARRY_DUCKDB_FTS": "1"})
+    assert out.returncode == 0, out.stderr
+    assert [r["rel_path"] for r in json.loads(out.stdout)] == ["kiln.md"]
+    assert "building DuckDB's full-text tables" in out.stderr
+    assert fts.state(db, edited) == "ready"
+    # the old text is gone from the new generation's tables
+    out = cli("sql", BM25_SQL.replace("pottery kiln", "pottery"), "--db", db, "--format", "json",
+              env={"QUARRY_DUCKDB_FTS": "1"})
+    assert out.returncode == 0, out.stderr
+    assert "kiln.md" not in [r["rel_path"] for r in json.loads(out.stdout)]
+
+
+def test_a_commit_that_changes_no_chunk_links_the_tables_and_one_that_does_leaves_them_to_the_query(tree, tmp_path,
+                                                                                                    prefect_api):
+    db = tmp_path / "db"
+    index(tree, db)
+    first = read_pointer(db).generation
+    fts.ensure(db, first)
 
     (tree / "kiln.md").rename(tree / "pottery.md")  # a move: same bytes, same chunks
     index(tree, db)
@@ -83,11 +114,39 @@ def test_a_commit_that_changes_no_chunk_links_the_tables_and_one_that_does_rebui
     (tree / "pottery.md").write_text("# Kiln\n\nThe glaze firing needs a slower kiln ramp.\n")
     index(tree, db)
     edited = read_pointer(db).generation
-    assert fts.wait(db, edited, timeout=120) == "ready"
-    assert fts.path(db, edited).stat().st_ino != fts.path(db, moved).stat().st_ino
+    assert fts.state(db, edited) == "missing"
     assert not fts.path(db, first).exists()  # past the retention of two generations
     with opened(db) as idx:
         assert idx.sql(BM25_SQL.replace("pottery kiln", "glaze")).rows[0][0] == "pottery.md"
+    assert fts.state(db, edited) == "ready"
+
+
+def test_maintain_builds_the_tables_bounded_and_reports_their_cost(tree, tmp_path, prefect_api, monkeypatch):
+    from quarry.store.maintain import maintain
+
+    db = tmp_path / "db"
+    index(tree, db)
+    gen = read_pointer(db).generation
+    monkeypatch.setenv("QUARRY_FTS_MEMORY_MB", "64")
+    monkeypatch.setenv("QUARRY_FTS_THREADS", "1")
+    report = maintain(db, full_text_on=True)
+    assert report["full_text"]["state"] == "ready" and report["full_text"]["built"]
+    build = report["full_text"]["build"]
+    assert build["generation"] == report["generation"] == gen
+    assert (build["memory_limit_mb"], build["threads"]) == (64, 1)
+    assert build["seconds"] > 0 and build["cpu_seconds"] > 0
+    assert not list(db.glob("fts-*.tmp-*"))  # nor a spill folder
+    again = maintain(db, full_text_on=True)
+    assert again["full_text"]["state"] == "ready" and not again["full_text"]["built"]
+    assert maintain(db, full_text_on=False)["full_text"] == {"state": "off"}
+
+
+def test_the_builder_runs_at_the_lowest_priority():
+    code = ("import os, psutil; from quarry.store import fts; fts.lower_priority(); "
+            "print(os.nice(0), psutil.Process().ionice().ioclass == psutil.IOPRIO_CLASS_IDLE)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+    assert out.stdout.split() == ["19", "True"]
 
 
 def test_a_build_under_way_never_blocks_a_reader(tree, tmp_path, prefect_api):
@@ -143,20 +202,20 @@ def test_off_builds_nothing_and_says_so(tree, tmp_path, prefect_api):
     assert not fts.path(db, gen).exists()
 
 
-def test_commits_while_a_builder_works_start_no_other_and_it_builds_the_newest(tree, tmp_path, prefect_api):
+def test_a_query_waits_for_a_build_under_way_and_starts_no_second(tree, tmp_path, prefect_api):
     db = tmp_path / "db"
-    index(tree, db, duckdb_fts=False)
-    first = read_pointer(db).generation
+    index(tree, db)
+    gen = read_pointer(db).generation
     held = fts._lock(db, blocking=False)  # a builder at work
     try:
-        (tree / "new-note.md").write_text("# Note\n\nA new page about gardening.\n")
-        index(tree, db)  # its commit finds the lock held: no second builder
-        assert fts.state(db, read_pointer(db).generation) == "building"
-        assert fts.start(db, read_pointer(db).generation) is None
+        assert fts.state(db, gen) == "building"
+        assert fts.wait(db, gen, timeout=0.5) == "building"
     finally:
         os.close(held)
-    assert builder(db).returncode == 0  # what the builder does next: the generation now current
-    assert fts.state(db, first + 1) == "ready" and not fts.path(db, first).exists()
+    assert builder(db).returncode == 0  # the generation CURRENT names
+    assert fts.state(db, gen) == "ready"
+    assert builder(db, gen).returncode == 0  # built already: nothing to do
+    assert fts.build_info(db, gen)["generation"] == gen
 
 
 def test_an_older_quarrys_fts_index_in_a_copied_catalog_is_dropped(tmp_path):
@@ -177,7 +236,7 @@ def test_without_the_extension_asking_for_it_is_a_clear_error(monkeypatch, tmp_p
         with pytest.raises(Exception, match="match_bm25 needs it"):
             catalog.rebuild_fts(con)
         assert not fts.available()
-        assert fts.start(tmp_path, 1) is None  # nothing to start: the commit stands without them
+        assert not fts.carry(tmp_path, 2, 1)  # nothing to carry over
         with pytest.raises(Exception, match=r"duckdb-ext-fts"):
             fts.ensure(tmp_path, 1)
     finally:

@@ -258,6 +258,13 @@ def print_maintain(report: dict) -> None:
     click.echo(f"layers:      {m['layers_before']} -> {1 if m['merged'] else m['layers_before']} catalog layers "
                f"and index segments" + (f" (merged as generation {m['generation']})" if m["merged"] else ""))
     click.echo(f"removed:     {len(report['removed'])} old generation files")
+    ft = report.get("full_text") or {}
+    build = ft.get("build") or {}
+    if ft.get("built") and build:
+        click.echo(f"full text:   built for match_bm25 in {build['seconds']:.1f} s ({build['cpu_seconds']:.1f} s CPU, "
+                   f"peak {build['peak_rss_mb']} MB)")
+    elif ft:
+        click.echo(f"full text:   {ft['state']}" + (f" ({ft['error']})" if ft.get("error") else ""))
     click.echo(f"check:       {'healthy' if report['check']['healthy'] else 'PROBLEMS: run quarry doctor'}")
 
 

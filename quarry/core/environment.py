@@ -41,6 +41,8 @@ class Environment(BaseSettings):
     max_layers: int = Field(16, ge=2)  # most catalog layers (index segments) a generation reads
     compact_fragments: int = Field(64, ge=0)  # LanceDB fragments past which a commit compacts
     prune_versions: int = Field(100, ge=0)  # LanceDB versions past which a commit prunes old ones
+    fts_memory_mb: int = Field(1024, ge=64)  # DuckDB's memory while it builds the full-text tables (match_bm25)
+    fts_threads: int = Field(2, ge=1)  # DuckDB's threads while it builds them (at the lowest priority)
     key_index_rows: int = Field(20_000, ge=1)  # LanceDB rows from which a commit keeps chunk_id and text_hash indexes
     max_file_mb: float = Field(256.0, ge=0)  # larger files are failures, not read (0: no limit)
     max_archive_mb: float = Field(4096.0, ge=0)  # what an archive may unpack to (0: no limit)

@@ -110,7 +110,7 @@ class Settings(BaseSettings):
     parse_timeout: int = Field(120, ge=1)  # seconds per file
     ocr: bool = True  # OCR images and PDF pages without a text layer (QUARRY_OCR=0 turns it off)
     rehash: bool = False  # read every file's bytes each run, not trusting an unchanged size and mtime (--full does too)
-    duckdb_fts: bool = True  # build DuckDB's full-text tables after each commit (match_bm25 in SQL; docs/export.md)
+    duckdb_fts: bool = True  # DuckDB's full-text tables for match_bm25 in SQL, built on demand (docs/export.md)
     # task runner of the parse/section/chunk and embed batches (quarry/flows/runners.py)
     runner: Runner = "threads"
     workers: int = Field(0, ge=0)  # processes/dask/ray: worker processes (0 = one per CPU); threads: batches per stage (0 = 1)

@@ -6,24 +6,37 @@ live in a layered catalog (quarry/store/layers.py) without copying the whole cat
 commit. It lives in a sidecar file of its own instead, one per generation: the chunks' ids and the
 ``fts_main_chunks`` schema DuckDB's ``create_fts_index`` builds over their ``search_text``.
 
-It is built *after* the pointer moves, never inside the commit:
+It is built when it is needed, never by a commit:
 
-- :func:`start` (from the writer, once ``CURRENT`` names the new generation) links the previous
-  generation's file when the commit changed no chunk (a move, a touch, new permissions, a merge),
-  else starts a detached child, ``python -m quarry.store.fts STORE``, at low priority;
-- builds take one store-wide lock, ``fts.lock`` (flock: a killed builder's lock goes with it); a
-  commit that finds it held starts nothing: the builder at work builds whatever generation is
-  current when it finishes (:func:`build_current`), so a burst of commits costs one builder and
-  the builds of the generations it skipped;
+- a commit that changed no chunk (a move, a touch, new permissions, a merge) links the previous
+  generation's file when that one is built (:func:`carry`: a hard link, O(1)); any other commit
+  leaves the new generation without one and starts nothing;
+- the first ``match_bm25`` query of a generation builds it (:func:`ensure`, from ``quarry sql``),
+  saying so on the log while it builds, and ``quarry maintain`` builds the current one;
+- a build runs in a child process, ``python -m quarry.store.fts STORE GENERATION``, at the lowest
+  priority (nice 19, idle I/O class), with DuckDB held to ``QUARRY_FTS_MEMORY_MB`` (1,024) of
+  memory, spilling past it, and ``QUARRY_FTS_THREADS`` (2) threads; its wall and CPU seconds and
+  its peak memory are kept in the file's ``build`` row, which ``quarry status --json`` shows;
+- builds take one store-wide lock, ``fts.lock`` (flock: a killed builder's lock goes with it), so
+  a machine builds a store's tables once at a time: a second query waits for the first's build;
 - a build writes ``fts-<gen>.duckdb.tmp-<pid>`` and renames it into place: a reader sees a whole
   file or none, and the next builder removes what a killed one left;
-- ``quarry sql`` attaches the file for queries that use it (:func:`uses_fts`), waiting for a build
-  under way or building it itself when it is missing (:func:`ensure`);
 - the retention removes the files of generations it no longer keeps (:func:`remove_unkept`).
 
-Nothing else reads these files: the index answers searches without them, ``quarry doctor``
-ignores them, and a missing or half-written one costs only the next ``match_bm25`` query a build.
-On object storage they are built in the store's local folder and never uploaded.
+Why not per commit. Until now a commit that changed a chunk started a whole build in the
+background: at a million chunks 172-176 s at ~190% CPU and 3.2-4.9 GB resident, once per
+commit, through a series of fifteen-minute runs, for a table only SQL users read. Two ways
+to make it cost what changed were weighed. Per-layer tables (DuckDB's index is plain tables,
+``docs``/``terms``/``dict``/``stats``; a layer's could be built from its own chunks only)
+keep ``match_bm25``'s meaning only if ``df``, ``num_docs`` and ``avgdl`` are over the live rows
+of every layer: the macro reads them from ``dict`` and ``stats``, so views over the layers must
+subtract the rows later layers replaced, counted from ``terms`` (a row per token: ~150 million at
+a million chunks) at query time, and ``match_bm25`` itself scans ``terms`` whole for each query
+term. The other: build on demand. Measured (docs/benchmarks.md, *Full-text tables on demand*):
+a build at 100,000 chunks is BUILD100K, so a ``match_bm25`` query after a change pays that
+once, and a commit pays nothing, not even a process. Chosen: on demand, with ``quarry maintain``
+building it so that a maintained store answers at once. Per-layer tables remain the way to make
+the first query after a change cheap, at the price of exact statistics computed per query.
 """
 
 from __future__ import annotations
@@ -32,6 +45,7 @@ import fcntl
 import logging
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -41,6 +55,7 @@ from pathlib import Path
 import duckdb
 
 from quarry.core import faults
+from quarry.core.environment import environment
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.sqlfiles import load_sql
 from quarry.store import catalog, layers
@@ -53,13 +68,12 @@ __all__ = [
     "attach",
     "available",
     "build",
-    "build_current",
     "build_info",
+    "carry",
     "ensure",
     "file_name",
     "path",
     "remove_unkept",
-    "start",
     "state",
     "summary",
     "uses_fts",
@@ -70,8 +84,8 @@ ALIAS = "quarry_fts"  # the sidecar's name when attached to a catalog connection
 SCHEMA = "fts_main_chunks"  # DuckDB names an FTS index's schema after its table
 LOCK = "fts.lock"
 BUILD_FAULT = "fts-build"  # QUARRY_FAULT point: the sidecar's tables are built, not yet renamed into place
-NICE = 10  # the detached builder's niceness: a commit's next run and the readers go first
-_FILE = re.compile(r"^fts-(\d+)\.duckdb(?:\.tmp-\d+)?(?:\.wal)?$")
+NICE = 19  # the builder's niceness: the lowest; a run and the readers go first
+_FILE = re.compile(r"^fts-(\d+)\.duckdb(?:\.tmp-\d+)?(?:\.wal|\.spill)?$")
 _USES = re.compile(r"\b(?:match_bm25|fts_main_chunks)\b", re.IGNORECASE)
 
 log = logging.getLogger("quarry")
@@ -113,13 +127,21 @@ def state(store: Path, generation: int) -> str:
 
 def summary(store: Path, generation: int, enabled: bool = True) -> dict:
     """What ``quarry status --json`` says of generation ``generation``'s full-text tables: their
-    ``state`` (:func:`state`, or ``off`` when ``QUARRY_DUCKDB_FTS=0`` left none) and ``file``."""
+    ``state`` (:func:`state`: ``missing`` until the first ``match_bm25`` query or ``quarry
+    maintain`` builds them; ``off`` when ``QUARRY_DUCKDB_FTS=0`` left none), ``file``, and once
+    built, ``build``: what building them cost (:func:`build_info`)."""
     now = state(store, generation)
     if now == "missing" and not enabled:
         now = "off"
     elif now == "missing" and not available():
         now = "unavailable"  # the fts extra is not installed
-    return {"state": now, "file": str(path(store, generation))}
+    out = {"state": now, "file": str(path(store, generation))}
+    if now == "ready":
+        try:
+            out["build"] = build_info(store, generation)
+        except (OSError, duckdb.Error):  # removed by the retention meanwhile, or being replaced
+            out["build"] = None
+    return out
 
 
 def _lock(store: Path, blocking: bool) -> int | None:
@@ -142,7 +164,7 @@ def build(store: Path, generation: int, lock_fd: int | None = None) -> Path:
         if target.is_file():
             return target
         for debris in store.glob(f"{target.name}.tmp-*"):  # a killed builder's (the lock is ours)
-            debris.unlink(missing_ok=True)
+            _remove(debris)
         t0 = time.perf_counter()
         tmp = Path(f"{target}.tmp-{os.getpid()}")
         try:
@@ -159,46 +181,22 @@ def build(store: Path, generation: int, lock_fd: int | None = None) -> Path:
             os.close(fd)
 
 
-def build_current(store: Path, lock_fd: int | None = None) -> list[int]:
-    """What the detached builder does: build the tables of the generation ``CURRENT`` names, then
-    of whatever a commit made current meanwhile, until the current one has them; returns the
-    generations built. Gives up at once when another builder holds the lock (that one looks at
-    ``CURRENT`` again when it finishes), so a burst of commits leaves one builder, not one each.
-
-    The check after the lock is released closes the race with a commit that moved the pointer
-    and found the lock still held: its pointer was written before it tried the lock."""
-    built: list[int] = []
-    fd = lock_fd
-    while True:
-        if fd is None:
-            fd = _lock(store, blocking=False)
-            if fd is None:
-                return built
-        try:
-            while (pointer := read_pointer(store)) is not None and not path(store, pointer.generation).is_file():
-                try:
-                    build(store, pointer.generation, lock_fd=fd)
-                    built.append(pointer.generation)
-                except (OSError, duckdb.Error, QuarryError):
-                    if read_pointer(store) == pointer:  # not a newer commit's removal: a real failure
-                        raise
-        finally:
-            os.close(fd)
-            fd = None
-        pointer = read_pointer(store)
-        if pointer is None or path(store, pointer.generation).is_file():
-            return built
-
-
 def _write(store: Path, generation: int, tmp: Path, t0: float) -> int:
     """Write the sidecar into ``tmp``: the committed chunks' ids and search text, DuckDB's FTS index
     over them, then the text dropped (``match_bm25`` reads only the index's own tables); and the
     ``build`` row (:func:`build_info`)."""
+    env = environment()
+    spill = Path(f"{tmp}.spill")
     con = duckdb.connect(str(tmp))
     private: list[Path] = []
     try:
         con.execute(f"LOAD '{catalog.fts_extension_path()}'")
         con.execute("SET enable_progress_bar = false")
+        # bounded: DuckDB spills past the cap into the store's folder (removed below)
+        con.execute(f"SET memory_limit = '{int(env.fts_memory_mb)}MB'")
+        con.execute(f"SET threads = {int(env.fts_threads)}")
+        con.execute("SET preserve_insertion_order = false")
+        con.execute("SET temp_directory = ?", [str(spill)])
         own = layers.alias(generation)
         if not (store / f"{own}.duckdb").is_file():
             raise QuarryError(f"{store / f'{own}.duckdb'}, the catalog of generation {generation}, is missing: "
@@ -210,14 +208,29 @@ def _write(store: Path, generation: int, tmp: Path, t0: float) -> int:
         con.execute(load_sql("fts_rebuild"))
         con.execute("DROP TABLE chunks")
         rows = con.execute(f"SELECT count(*) FROM {SCHEMA}.docs").fetchone()[0]
+        con.execute("CHECKPOINT")
+        # the cost, of the whole process (the builder's own, when it runs as python -m quarry.store.fts)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         con.execute("CREATE TABLE build AS SELECT ?::INTEGER AS generation, ?::BIGINT AS chunks, "
-                    "?::DOUBLE AS seconds, now() AS built_at", [generation, rows, time.perf_counter() - t0])
+                    "?::DOUBLE AS seconds, ?::DOUBLE AS cpu_seconds, ?::INTEGER AS peak_rss_mb, "
+                    "?::INTEGER AS memory_limit_mb, ?::INTEGER AS threads, now() AS built_at",
+                    [generation, rows, time.perf_counter() - t0, usage.ru_utime + usage.ru_stime,
+                     usage.ru_maxrss // 1024, env.fts_memory_mb, env.fts_threads])
         con.execute("CHECKPOINT")
         return rows
     finally:
         con.close()
+        shutil.rmtree(spill, ignore_errors=True)
         for folder in private:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _remove(p: Path) -> None:
+    """A sidecar or a builder's leftover: a file, or the folder a build spilled into."""
+    if p.is_dir():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
 
 
 def _quoted(name: str) -> str:
@@ -228,35 +241,20 @@ def _literal(p: Path) -> str:
     return "'" + str(p).replace("'", "''") + "'"
 
 
-def start(store: Path, generation: int, previous: int | None = None) -> subprocess.Popen | None:
-    """Make generation ``generation``'s sidecar, after its pointer moved: link ``previous``'s when
-    given (the commit changed no chunk) and that one is built, else start a detached builder.
-    Returns the builder's process (None when linked, when the extension is not installed, or when a
-    builder is at work already: it builds the newest generation when it finishes)."""
-    target = path(store, generation)
-    if previous is not None and path(store, previous).is_file():
-        try:
-            os.link(path(store, previous), target)
-            return None
-        except FileExistsError:
-            return None
-        except OSError:  # a file system without hard links: build it
-            pass
-    if not available():
-        log.info("DuckDB's FTS extension is not installed: no full-text tables for SQL (pip install 'duckdb-ext-fts==1.4.4.*', a dependency of quarry)")
-        return None
-    # The lock, taken here, goes to the child with its descriptor (an flock belongs to the open
-    # file, which the child shares): the build shows as under way from the moment the commit
-    # returns. A builder holding it already takes this generation on when it finishes.
-    fd = _lock(store, blocking=False)
-    if fd is None:
-        return None
+def carry(store: Path, generation: int, previous: int) -> bool:
+    """Give generation ``generation`` the sidecar of ``previous`` (a commit that changed no chunk:
+    the same tables answer), as a hard link; False when ``previous`` has none or links fail. A
+    commit builds nothing: the first ``match_bm25`` query or ``quarry maintain`` does (:func:`ensure`)."""
+    source = path(store, previous)
+    if not source.is_file():
+        return False
     try:
-        return subprocess.Popen([sys.executable, "-m", "quarry.store.fts", str(store), str(fd)], pass_fds=(fd,),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
-    finally:
-        os.close(fd)
+        os.link(source, path(store, generation))
+    except FileExistsError:
+        pass
+    except OSError:  # a file system without hard links: built when asked
+        return False
+    return True
 
 
 def wait(store: Path, generation: int, timeout: float = 600.0) -> str:
@@ -271,24 +269,41 @@ def wait(store: Path, generation: int, timeout: float = 600.0) -> str:
 
 
 def ensure(store: Path, generation: int) -> Path:
-    """The sidecar of generation ``generation``: waits for a build under way, builds it here when
-    none is. Raises :class:`UsageError` when DuckDB's FTS extension is not installed."""
+    """The sidecar of generation ``generation``, built first when it is missing: in a child process
+    at the lowest priority (:func:`main`), this call waiting for it (and for a build under way).
+    Raises :class:`UsageError` when DuckDB's FTS extension is not installed, :class:`QuarryError`
+    when the build fails."""
     target = path(store, generation)
     if target.is_file():
         return target
     if not available():
         raise UsageError("match_bm25 needs DuckDB's FTS extension, a dependency of quarry: pip install 'duckdb-ext-fts==1.4.4.*'")
-    return build(store, generation)
+    log.warning("building DuckDB's full-text tables of generation %d for match_bm25 (once per generation that "
+                "changed chunks; quarry maintain builds them ahead): %s", generation, target)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "quarry.store.fts", str(store), str(generation)],
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          check=False)
+    if not target.is_file():
+        why = (proc.stderr or "").strip().splitlines()
+        raise QuarryError(f"{target}: DuckDB's full-text tables were not built (exit {proc.returncode}): "
+                          f"{why[-1] if why else 'no message'}")
+    log.info("full-text tables of generation %d ready in %.1f s", generation, time.perf_counter() - t0)
+    return target
 
 
 def build_info(store: Path, generation: int) -> dict | None:
-    """The generation the sidecar was built for, its chunks and build seconds; None when there is none."""
+    """The generation the sidecar was built for (an earlier one when a commit carried it over), its
+    chunks, its builder's wall and CPU seconds, peak memory and limits; None when there is none."""
     target = path(store, generation)
     if not target.is_file():
         return None
     with duckdb.connect(str(target), read_only=True) as con:
         cur = con.execute("SELECT * FROM build")
-        return dict(zip([d[0] for d in cur.description], cur.fetchone()))
+        row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+    if row.get("built_at") is not None:
+        row["built_at"] = str(row["built_at"])
+    return row
 
 
 def uses_fts(query: str) -> bool:
@@ -322,23 +337,44 @@ def remove_unkept(store: Path, stays: set[int], current: int | None, older_than:
             continue
         if gen in stays and (current is None or gen <= current):
             continue
-        p.unlink(missing_ok=True)
+        _remove(p)
         removed.append(p.name)
     return removed
 
 
-def main(argv: list[str]) -> int:
-    """The detached builder: ``python -m quarry.store.fts STORE [LOCK_FD]`` (``LOCK_FD``: the
-    builders' lock, held already) builds the current generation's tables (:func:`build_current`)."""
-    if len(argv) not in (1, 2) or not all(a.isdigit() for a in argv[1:]):
-        print("usage: python -m quarry.store.fts STORE [LOCK_FD]", file=sys.stderr)
-        return 2
+def lower_priority() -> None:
+    """This process at the lowest CPU and I/O priority (nice 19, the idle I/O class)."""
     try:
-        os.nice(NICE)
+        os.nice(NICE - os.nice(0))
     except OSError:
         pass
     try:
-        build_current(Path(argv[0]), int(argv[1]) if len(argv) == 2 else None)
+        import psutil
+    except ImportError:
+        return
+    try:
+        psutil.Process().ionice(psutil.IOPRIO_CLASS_IDLE)
+    except (AttributeError, OSError, psutil.Error):  # not Linux, or not allowed
+        pass
+
+
+def main(argv: list[str]) -> int:
+    """The builder: ``python -m quarry.store.fts STORE [GENERATION]`` builds the tables of
+    ``GENERATION`` (default: the one ``CURRENT`` names) at the lowest priority."""
+    if len(argv) not in (1, 2) or not all(a.isdigit() for a in argv[1:]):
+        print("usage: python -m quarry.store.fts STORE [GENERATION]", file=sys.stderr)
+        return 2
+    lower_priority()
+    store = Path(argv[0])
+    try:
+        if len(argv) == 2:
+            generation = int(argv[1])
+        elif (pointer := read_pointer(store)) is not None:
+            generation = pointer.generation
+        else:
+            print(f"{store}: no committed generation", file=sys.stderr)
+            return 1
+        build(store, generation)
     except (OSError, duckdb.Error, QuarryError) as exc:  # a full disk, a damaged catalog
         print(f"full-text tables of {argv[0]} not built: {exc}", file=sys.stderr)
         return 1

@@ -21,7 +21,7 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
-from quarry.core.errors import StoreLocked, StoreNotFound
+from quarry.core.errors import QuarryError, StoreLocked, StoreNotFound
 from quarry.store import vectors
 from quarry.store import generations as gens
 from quarry.store.generations import keep_generations
@@ -167,9 +167,31 @@ def check(store: Store | Path) -> dict:
     return diagnose(store).to_dict()
 
 
+def full_text(store: Store | Path, generation: int, on: bool | None = None) -> dict:
+    """DuckDB's full-text tables of ``generation`` (match_bm25 in quarry sql), built unless there
+    (quarry/store/fts.py; after the writer lock is released: a run may commit meanwhile), when
+    ``on`` (default: ``QUARRY_DUCKDB_FTS``) and the extension is installed; their ``build`` row."""
+    from quarry.core.settings import Settings
+    from quarry.store import fts
+
+    store = as_store(store)
+    if not (Settings.from_env().duckdb_fts if on is None else on):
+        return {"state": "off"}
+    if not fts.available():
+        return {"state": "unavailable"}
+    built_here = not fts.path(store.folder, generation).is_file()
+    try:
+        fts.ensure(store.folder, generation)
+    except QuarryError as exc:  # the store stands; the first match_bm25 query tries again
+        log.warning("%s", exc)
+        return {"state": "missing", "error": str(exc)}
+    return {"state": "ready", "built": built_here, "build": fts.build_info(store.folder, generation)}
+
+
 def maintain(store: Store | Path, generations: int | None = None, keep: timedelta | None = None,
-             threshold: float | None = None, if_busy: str = "fail") -> dict:
-    """All of it, in order, under the writer lock; the consistency check after the lock is released."""
+             threshold: float | None = None, if_busy: str = "fail", full_text_on: bool | None = None) -> dict:
+    """All of it, in order, under the writer lock; then DuckDB's full-text tables of the current
+    generation (:func:`full_text`) and the consistency check, after the lock is released."""
     t0 = time.perf_counter()
     store = as_store(store)
     try:
@@ -187,6 +209,7 @@ def maintain(store: Store | Path, generations: int | None = None, keep: timedelt
         report["generation"] = _committed(store).generation
     finally:
         lock.release()
+    report["full_text"] = full_text(store, report["generation"], full_text_on)
     report["check"] = check(store)
     report["seconds"] = round(time.perf_counter() - t0, 3)
     log.info("maintain: %d fragments -> %d, %d versions -> %d, %d indices rebuilt, %d catalog layers -> %d, "

@@ -22,8 +22,9 @@ catalog an older quarry wrote whose columns or index files this one cannot build
 the committed catalog, as every commit used to.
 
 DuckDB's own full-text tables (``match_bm25`` for SQL users, on unless ``QUARRY_DUCKDB_FTS=0``) are
-not part of the commit: once the pointer moved, :func:`quarry.store.fts.start` builds them in a
-sidecar file of the generation, in a detached process (quarry/store/fts.py).
+not part of the commit and no commit builds them: one that changed no chunk links the previous
+generation's sidecar (:func:`quarry.store.fts.carry`); the first ``match_bm25`` query or ``quarry
+maintain`` builds the others (quarry/store/fts.py).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class StoreWriter:
     def __init__(self, store: Store | Path, model: str, dim: int, duckdb_fts: bool = False):
         self.store = as_store(store)
         self.folder = self.store.folder
-        self.duckdb_fts = duckdb_fts  # build DuckDB's full-text tables after the commit (quarry/store/fts.py)
+        self.duckdb_fts = duckdb_fts  # carry DuckDB's full-text tables over a commit that changed no chunk (quarry/store/fts.py)
         self.model = model
         self.dim = dim
         self.lock = WriterLock(self.store)
@@ -498,15 +499,12 @@ class StoreWriter:
 
     def _after_commit(self, pointer: Pointer) -> None:
         after_commit(self.store, pointer, self.table)
-        if self.duckdb_fts:
+        # chunks unchanged (moves, touches, permissions, a merge): the previous full-text tables
+        # still hold. Nothing is built here: the first match_bm25 query or quarry maintain does.
+        if self.duckdb_fts and self.base is not None and not self.content_changed and not self.model_changed:
             from quarry.store import fts
 
-            # chunks unchanged (moves, touches, permissions, a merge): the previous tables still hold
-            same = self.base is not None and not self.content_changed and not self.model_changed
-            try:
-                fts.start(self.folder, pointer.generation, previous=self.base.generation if same else None)
-            except Exception as exc:  # the commit stands; `quarry sql` builds them when asked
-                logging.getLogger("quarry").warning("could not start building the full-text tables: %s", exc)
+            fts.carry(self.folder, pointer.generation, self.base.generation)
 
     def _drop_private(self) -> None:
         for folder in self.private:
