@@ -68,6 +68,7 @@ class SearchResponse:
     windows: list[Window] | None = None  # with search(..., window=): the results widened, best first
     segments: list[Segment] | None = None  # with search(..., segments=): relevant segments, best first
     warnings: list[str] = field(default_factory=list)  # what the search could not do as asked
+    weak: bool = False  # no hit passes an absolute relevance threshold
 
     def to_dict(self) -> dict:
         """Plain data for JSON; ``windows``/``segments`` only when they were asked for."""
