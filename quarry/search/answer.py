@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -114,10 +115,25 @@ def model_of(settings, model: str | None = None) -> str:
     return model or getattr(settings, "answer_model", "") or settings.llm_model_name
 
 
+def _runtime_class():
+    from quarry.ingest.llm.client import LLMFailure, LLMRuntime
+
+    class AnswerRuntime(LLMRuntime):
+        """The runtime of answers: the model's content comes back as written (JSON or prose alike are
+        read by :func:`quarry.search.citations.check`), so a model that ignores the JSON request
+        still answers."""
+
+        @staticmethod
+        def _parse(job, content: str):
+            return content if content.strip() else LLMFailure("empty answer")
+
+    return AnswerRuntime
+
+
 def _runtime(settings, model: str, runtime=None):
     if runtime is not None:
         return runtime
-    from quarry.ingest.llm.client import LLMRuntime
+    LLMRuntime = _runtime_class()  # noqa: N806
 
     if not settings.llm_base_url and not settings.llm_api_key:
         raise UsageError("answers need an OpenAI-compatible chat endpoint: set QUARRY_LLM_BASE_URL (a local "
@@ -241,10 +257,7 @@ def _generate(rt, question: str, passages: list[Passage], style: str, out: Answe
                 out.warnings.append(f"the endpoint's context is too small: asked again with {len(passages)} passages")
                 continue
             raise
-        import json
-
-        content = result if isinstance(result, str) else json.dumps(result)
-        return check(content, passages), passages
+        return check(result if isinstance(result, str) else json.dumps(result), passages), passages
     raise AnswerError("the prompt does not fit the endpoint's context")  # pragma: no cover - loop returns
 
 
