@@ -71,7 +71,7 @@ class BodyLimit:
 def create_app(config: ApiConfig | None = None) -> FastAPI:
     """The application serving ``config.db``."""
     from quarry.api.routes import admin, answer, documents, health, search
-    from quarry.api.web import pages
+    from quarry.api.web import answers, pages
 
     config = config or ApiConfig()
     state = State(config)
@@ -94,7 +94,8 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
                   "document permissions.", version=_version(), lifespan=lifespan)
     app.state.quarry = state
     install(app, Scrubber(*state.paths()))
-    for router in (health.router, search.router, answer.router, documents.router, admin.router, pages.router):
+    for router in (health.router, search.router, answer.router, documents.router, admin.router, pages.router,
+                   answers.router):
         app.include_router(router)
     asgi = BodyLimit(app, config.max_body)
     if mcp_http is not None:
