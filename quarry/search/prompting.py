@@ -54,7 +54,7 @@ def answer_schema(numbers: list[int]) -> dict:
         "type": "object",
         "properties": {
             "status": {"type": "string", "enum": ["answered", "not_found"]},
-            "claims": {"type": "array", "items": {
+            "claims": {"type": "array", "minItems": 1, "items": {
                 "type": "object",
                 "properties": {"text": {"type": "string"},
                                "citations": {"type": "array", "items": cite, "minItems": 1},
