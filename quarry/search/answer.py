@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -44,6 +45,20 @@ _CONTEXT_LENGTH = re.compile(r"context length|context window|maximum context|con
                              re.IGNORECASE)
 _REFUSED = re.compile(r"^\s*(REFUSED|I can(?:no|')t help with that)\b", re.IGNORECASE)
 _LEARNED: dict[tuple[str, str], str] = {}  # (endpoint, model) -> the response format it accepted
+_CLIENTS: dict[tuple[str, str, float], object] = {}  # one HTTP client per endpoint, key and timeout, kept
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _client(settings):
+    """The process's client of the settings' endpoint (making one costs tens of milliseconds, more
+    than checking an answer; httpx's client is safe to share between threads)."""
+    from quarry.core.openai.client import make_client
+
+    key = (settings.llm_base_url, settings.llm_api_key, float(settings.llm_timeout))
+    with _CLIENTS_LOCK:
+        if key not in _CLIENTS:
+            _CLIENTS[key] = make_client(settings.llm_base_url, settings.llm_api_key, timeout=float(settings.llm_timeout))
+        return _CLIENTS[key]
 
 
 @dataclass
@@ -138,7 +153,7 @@ def _runtime(settings, model: str, runtime=None):
     if not settings.llm_base_url and not settings.llm_api_key:
         raise UsageError("answers need an OpenAI-compatible chat endpoint: set QUARRY_LLM_BASE_URL (a local "
                          "server) or QUARRY_LLM_API_KEY (or OPENAI_API_KEY) for the hosted API; docs/answers.md")
-    rt = LLMRuntime(settings.model_copy(update={"llm_model": model, "llm_concurrency": 1}))
+    rt = LLMRuntime(settings.model_copy(update={"llm_model": model, "llm_concurrency": 1}), client=_client(settings))
     learned = _LEARNED.get((settings.llm_base_url, model))
     if learned and learned in rt._formats:  # noqa: SLF001 - what this process learned of the endpoint
         rt.response_format = learned
@@ -234,8 +249,8 @@ def answer(index, question: str, *, k: int = 8, mode: str = "hybrid", filters=No
         if rt is not None:
             out.usage = rt.usage.as_dict()
             _LEARNED[(settings.llm_base_url, name)] = rt.response_format
-            if runtime is None:
-                rt.close()
+            if runtime is None and rt.cache is not None:
+                rt.cache.close()  # the client stays, for the next answer
         out.timings["total"] = _ms(t_all)
         log.info("answer %s: %d passages, %d citations (%d dropped), tokens in %s out %s, %.0f ms", out.status,
                  len(out.evidence), len(out.citations), len(out.dropped), out.usage.get("prompt_tokens", 0),
@@ -289,7 +304,6 @@ def answer_events(index, question: str, *, k: int = 8, mode: str = "hybrid", fil
     """The answer as events: ``("evidence", [passages])``, then ``("token", text)`` as the model writes
     (prose with ``[n]``), then ``("answer", Answer)`` with the checked citations. A not_found
     question yields only the final answer; no request is made."""
-    from quarry.core.openai.client import make_client
     from quarry.core.openai.redaction import describe_error
     from quarry.core.openai.retry import call_with_retries
     from quarry.ingest.llm.client import RETRY
@@ -317,8 +331,6 @@ def answer_events(index, question: str, *, k: int = 8, mode: str = "hybrid", fil
             out.timings["total"] = _ms(t_all)
             yield "answer", out
             return
-        finally:
-            rt.close()
     with index.pinned() as snap:
         out.generation = snap.pointer.generation
         response, passages, why, out.timings["retrieve"] = _retrieve(
@@ -330,7 +342,7 @@ def answer_events(index, question: str, *, k: int = 8, mode: str = "hybrid", fil
         return
     if client is None:
         _runtime_check(settings)
-        client = make_client(settings.llm_base_url, settings.llm_api_key, timeout=float(settings.llm_timeout))
+        client = _client(settings)
     t = time.perf_counter()
     stream = None
     for attempt in range(SHRINKS + 1):
