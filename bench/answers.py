@@ -107,8 +107,12 @@ def main() -> None:
         fake.chat_handler = scripted
         settings = Settings.from_env(llm_base_url=fake.base_url, llm_model="fake-chat", llm_api_key="")
     rows = []
+    head = f"{'id':>6} {'status':>9} {'retr ms':>8} {'gen ms':>8} {'psg':>4} {'tok in':>7} {'tok out':>7} " \
+           f"{'kept':>4} {'drop':>4} {'uncit':>5} {'quote':>5} {'rel':>4}"
+    print(head, file=out, flush=True)
     with quarry.open(work / "db", settings) as idx:
-        idx.answer(questions[0]["text"], max_context_tokens=args.max_context_tokens)  # warm: maps, model, client
+        if fake is not None:  # warm the maps, the query model and the client (a real model is asked once per question)
+            idx.answer(questions[0]["text"], max_context_tokens=args.max_context_tokens)
         for q in questions:
             a = idx.answer(q["text"], max_context_tokens=args.max_context_tokens)
             cited_docs = {Path(c.path).stem for c in a.citations}
@@ -119,16 +123,13 @@ def main() -> None:
                          "dropped": len(a.dropped), "uncited": len(a.uncited),
                          "quotes_found": sum(1 for x in a.quotes if x["found"]), "quotes": len(a.quotes),
                          "cites_relevant": bool(cited_docs & set(q["relevant"])), "error": a.error})
+            r = rows[-1]  # printed as it comes: a real model may take minutes an answer
+            print(f"{r['id']:>6} {r['status']:>9} {r['retrieve_ms']:8.1f} {r['generate_ms']:8.1f} {r['passages']:4d} "
+                  f"{r['prompt_tokens']:7d} {r['completion_tokens']:7d} {r['kept']:4d} {r['dropped']:4d} "
+                  f"{r['uncited']:5d} {r['quotes_found']}/{r['quotes']:<3} {'yes' if r['cites_relevant'] else 'no':>4}",
+                  file=out, flush=True)
     if fake is not None:
         fake.stop()
-
-    head = f"{'id':>6} {'status':>9} {'retr ms':>8} {'gen ms':>8} {'psg':>4} {'tok in':>7} {'tok out':>7} " \
-           f"{'kept':>4} {'drop':>4} {'uncit':>5} {'quote':>5} {'rel':>4}"
-    print(head, file=out)
-    for r in rows:
-        print(f"{r['id']:>6} {r['status']:>9} {r['retrieve_ms']:8.1f} {r['generate_ms']:8.1f} {r['passages']:4d} "
-              f"{r['prompt_tokens']:7d} {r['completion_tokens']:7d} {r['kept']:4d} {r['dropped']:4d} {r['uncited']:5d} "
-              f"{r['quotes_found']}/{r['quotes']:<3} {'yes' if r['cites_relevant'] else 'no':>4}", file=out)
     med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
     summary = {
         "questions": len(rows), "model": "fake" if fake is not None else settings.answer_model or settings.llm_model_name,

@@ -254,3 +254,28 @@ def test_no_endpoint_is_a_clear_error(store, monkeypatch):
     with quarry.open(store, Settings.from_env(embed_backend="hash", embed_dim=DIM)) as idx:
         with pytest.raises(UsageError, match="QUARRY_LLM_BASE_URL"):
             idx.answer("When does the wombat programme ship its builds?")
+
+
+def test_quarry_ask_prints_the_answer_and_its_sources(store, fake, monkeypatch):
+    from click.testing import CliRunner
+
+    from quarry.cli.main import cli
+
+    fake.chat_handler = lambda body: "Builds ship every Tuesday [2]. Nobody knows why."
+    for name, value in (("QUARRY_LLM_BASE_URL", fake.base_url), ("QUARRY_LLM_MODEL", "fake-chat"),
+                        ("QUARRY_EMBED_BACKEND", "hash"), ("QUARRY_EMBED_DIM", str(DIM))):
+        monkeypatch.setenv(name, value)
+    runner = CliRunner()
+    text = runner.invoke(cli, ["ask", "When does the wombat programme ship its builds?", "--db", str(store),
+                               "--style", "text", "--show-evidence"])
+    assert text.exit_code == 0, text.output
+    assert text.stdout.startswith("Builds ship every Tuesday [1]. Nobody knows why.\n\nSources:\n  [1] /r/docs/")
+    assert "Evidence given to the model:" in text.stdout and "--- passage 1:" in text.stdout
+    assert "warning: no citation for: Nobody knows why." in text.stderr
+    data = json.loads(runner.invoke(cli, ["ask", "wombat builds Tuesday", "--db", str(store), "--json"]).stdout)
+    assert data["status"] == "answered" and data["answer"] == data["text"] and data["citations"][0]["path"]
+    none = runner.invoke(cli, ["ask", "zyxxqv plorbnik", "--db", str(store)])
+    assert none.exit_code == 0 and none.stdout.startswith("Not found in the index:") and "zyxxqv" in none.stdout
+    fake.fail_next(10, status=401)
+    failed = runner.invoke(cli, ["ask", "wombat builds Tuesday", "--db", str(store)])
+    assert failed.exit_code == 1 and "HTTP 401" in failed.stderr and "\n" not in failed.stderr.strip()

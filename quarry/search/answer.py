@@ -155,7 +155,7 @@ def _runtime(settings, model: str, runtime=None):
                          "server) or QUARRY_LLM_API_KEY (or OPENAI_API_KEY) for the hosted API; docs/answers.md")
     rt = LLMRuntime(settings.model_copy(update={"llm_model": model, "llm_concurrency": 1}), client=_client(settings))
     learned = _LEARNED.get((settings.llm_base_url, model))
-    if learned and learned in rt._formats:  # noqa: SLF001 - what this process learned of the endpoint
+    if learned and settings.llm_response_format == "auto":  # what this process learned of the endpoint
         rt.response_format = learned
     return rt
 

@@ -10,7 +10,6 @@ so the text reads [1], [2], ... whatever numbers the model used.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -218,7 +217,3 @@ def describe(checked: Checked) -> dict:
     """The counts of a check, for logs and benchmarks."""
     return {"kept": len(checked.citations), "dropped": len(checked.dropped), "uncited": len(checked.uncited),
             "quotes": len(checked.quotes), "quotes_found": sum(1 for q in checked.quotes if q["found"])}
-
-
-def dumps(checked: Checked) -> str:
-    return json.dumps(asdict(checked))
