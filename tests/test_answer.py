@@ -279,3 +279,12 @@ def test_quarry_ask_prints_the_answer_and_its_sources(store, fake, monkeypatch):
     fake.fail_next(10, status=401)
     failed = runner.invoke(cli, ["ask", "wombat builds Tuesday", "--db", str(store)])
     assert failed.exit_code == 1 and "HTTP 401" in failed.stderr and "\n" not in failed.stderr.strip()
+
+
+def test_a_slow_endpoint_times_out_within_a_bound(store, fake):
+    fake.chat_handler = lambda body: "Builds ship on Tuesday [1]."
+    fake.delay_next(10, 3.0)
+    with open_with(store, fake, llm_timeout=1) as idx:
+        got = idx.answer("When does the wombat programme ship its builds?", style="text")
+    assert got.status == "error" and got.error == "request timed out"
+    assert fake.calls == 4  # the bound: 4 attempts, each cut at llm_timeout
