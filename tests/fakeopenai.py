@@ -23,10 +23,15 @@ Endpoints: ``POST /v1/embeddings`` (deterministic unit vectors from a hash of ea
 - ``drop_next(n)``: the next ``n`` requests get the connection closed with no answer;
 - ``drip_next(n, seconds)``: the next ``n`` answers trickle out a byte at a time, ``seconds`` apart;
 - ``wrong_count``: embeddings answers hold this many vectors more (or, negative, fewer) than inputs;
-- ``echo_key``: a rejected key is quoted back in the 401 body, as some providers do (leak tests).
+- ``echo_key``: a rejected key is quoted back in the 401 body, as some providers do (leak tests);
+- ``max_context``: chat requests whose messages hold more tokens get OpenAI's context-length 400.
+
+A chat request with ``"stream": true`` is answered as Server-Sent Events: the content in a few
+deltas, then a chunk with ``usage``, then ``data: [DONE]``.
 
 It records every request (``requests``: ``Request(method, path, headers, json)``), the number of
-API calls (``calls``) and the most requests it served at once (``max_in_flight``).
+API calls (``calls``) and the most requests it served at once (``max_in_flight``); ``prompts`` is
+the text of every chat message it received (the leak suite greps it).
 """
 
 from __future__ import annotations
@@ -104,6 +109,7 @@ class FakeOpenAI:
         self.shuffle = False
         self.wrong_count = 0
         self.echo_key = False
+        self.max_context: int | None = None
         self.chat_handler: Callable[[dict], str | dict | list] = lambda request: "fake reply"
         # response_format styles the chat endpoint accepts ("json_schema", "json_object_schema",
         # "json_object"); None accepts all. Others get HTTP 422 naming response_format, as
@@ -197,6 +203,15 @@ class FakeOpenAI:
             return [r for r in self.requests if r.path == path]
 
     @property
+    def prompts(self) -> list[str]:
+        """The messages of every chat request, each request's joined into one string, in arrival order."""
+        out = []
+        for r in self.calls_to("/v1/chat/completions"):
+            messages = r.json.get("messages") if isinstance(r.json, dict) else None
+            out.append("\n".join(str(m.get("content", "")) for m in messages or [] if isinstance(m, dict)))
+        return out
+
+    @property
     def embedding_inputs(self) -> list[list[str]]:
         """The ``input`` lists of every embeddings request, in arrival order."""
         out = []
@@ -287,10 +302,13 @@ class FakeOpenAI:
                 return 422, {"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
                                          "msg": "Input should be 'text' or 'json_object'",
                                          "input": fmt.get("type")}]}
+        prompt = sum(self.token_counter(str(m.get("content", ""))) for m in messages if isinstance(m, dict))
+        if self.max_context is not None and prompt > self.max_context:
+            return 400, _error(f"This model's maximum context length is {self.max_context} tokens. However, your "
+                               f"messages resulted in {prompt} tokens.", "messages")
         content = self.chat_handler(body)
         if not isinstance(content, str):
             content = json.dumps(content)
-        prompt = sum(self.token_counter(str(m.get("content", ""))) for m in messages if isinstance(m, dict))
         completion = self.token_counter(content)
         return 200, {
             "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
@@ -349,6 +367,31 @@ def _handler_for(server: FakeOpenAI):
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
                 self.close_connection = True
+
+        def _stream(self, payload: dict) -> None:
+            """A chat answer as Server-Sent Events: content deltas of a few words, then usage, then [DONE]."""
+            content = payload["choices"][0]["message"]["content"]
+            words = content.split(" ")
+            pieces = [" ".join(words[i:i + 3]) + (" " if i + 3 < len(words) else "") for i in range(0, len(words), 3)]
+            base = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],
+                    "model": payload["model"]}
+            events = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": p},
+                                            "finish_reason": None}]} for p in pieces]
+            events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            events.append({**base, "choices": [], "usage": payload["usage"]})
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.end_headers()
+                for event in events:
+                    self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            self.close_connection = True
 
         def do_GET(self):
             request = Request("GET", self.path, {k.lower(): v for k, v in self.headers.items()})
@@ -419,6 +462,9 @@ def _handler_for(server: FakeOpenAI):
                 status, payload = server._embeddings(request.json)
             elif path == "/v1/chat/completions":
                 status, payload = server._chat(request.json)
+                if status == 200 and request.json.get("stream"):
+                    self._stream(payload)
+                    return
             else:
                 status, payload = 404, _error(f"no route {request.path}", kind="not_found")
             self._send(status, payload)

@@ -465,7 +465,7 @@ def test_mcp_over_http_lists_tools_and_answers_as_v1_search(served):
         return tools, hits, windowed, status
 
     tools, hits, windowed, status = _mcp_http(served, "eng", calls)
-    assert {t.name for t in tools.tools} == {"search", "get_document", "get_context", "status"}
+    assert {t.name for t in tools.tools} == {"search", "get_document", "get_context", "status", "answer"}
     assert all(t.description and len(t.description) > 60 for t in tools.tools)
     expected = served.search("eng", query="okapi salary review", k=5).json()
     assert [r["chunk_id"] for r in _text(hits)["results"]] == [r["chunk_id"] for r in expected["results"]]
@@ -592,6 +592,6 @@ def test_mcp_over_stdio_answers_as_v1_search(served):
             return tools, hits
 
     tools, hits = asyncio.run(run())
-    assert {t.name for t in tools.tools} == {"search", "get_document", "get_context", "status"}
+    assert {t.name for t in tools.tools} == {"search", "get_document", "get_context", "status", "answer"}
     expected = served.search("eng", query="okapi salary review", k=5).json()
     assert [r["chunk_id"] for r in _text(hits)["results"]] == [r["chunk_id"] for r in expected["results"]]

@@ -436,3 +436,127 @@ def test_no_number_a_restricted_key_gets_depends_on_what_it_may_not_read(tmp_pat
         a, b = _unscored(after[part]), _unscored(before[part])
         assert a == b, (part, [(x, y) for x, y in zip(json.dumps(a, sort_keys=True).split(","), json.dumps(b, sort_keys=True).split(",")) if x != y][:6])
     assert not re.search(r"search_index|terms|segments", json.dumps(before["status"]))
+
+
+# --- answers: no forbidden passage reaches a prompt, an answer or a citation --------------------------
+
+
+def echoing_model(body: dict) -> str:
+    """A model that repeats the start of every passage it was given and cites it (and one number it
+    was not given): whatever reaches the prompt comes back in the answer and its citations."""
+    import re
+
+    prompt = "\n".join(str(m.get("content", "")) for m in body["messages"])
+    passages = re.findall(r'<passage number="(\d+)"[^>]*>\n(.*?)\n</passage>', prompt, re.DOTALL)
+    sentences = [f"{' '.join(text.split()[:12])} [{n}]." for n, text in passages]
+    return " ".join(sentences + ["Also see [99]."])
+
+
+def questions(n: int, seed: int, world: World) -> list[dict]:
+    """``n`` questions: shared words and markers of documents to try to pull in, modes, filters."""
+    rng = random.Random(seed)
+    markers = [m for m, _ in world.files.values()]
+    out = []
+    for _ in range(n):
+        words = rng.sample(VOCAB, rng.randint(1, 3)) + rng.sample(markers, rng.randint(0, 3))
+        body = {"question": f"What does the okapi {' '.join(words)} say?", "k": rng.choice([1, 3, 5, 8]),
+                "mode": rng.choice(["hybrid", "hybrid", "vector", "bm25"]), **rng.choice(FILTERS)}
+        body["style"] = rng.choice(["text", "json"])
+        out.append(body)
+    return out
+
+
+def answer_problems(answer: dict, prompts: list[str], world: World, caller, where: str) -> list[str]:
+    out = []
+    docs = [c["doc_id"] for c in answer.get("citations", [])] + [p["doc_id"] for p in answer.get("evidence", [])]
+    docs += [c.split(":")[0] for part in ("citations", "evidence") for item in answer.get(part, [])
+             for c in item.get("chunk_ids", [])]
+    for doc_id in docs:
+        if not world.allowed(caller, doc_id):
+            out.append(f"LEAK {where}: document {doc_id} of {world.principals_of.get(doc_id)} for {caller}")
+    text = json.dumps({k: v for k, v in answer.items() if k not in ("question", "standalone_question", "searched")})
+    for word in world.forbidden_markers(caller):
+        if word in text:
+            out.append(f"LEAK {where}: text of a forbidden document ({word}) in the answer for {caller}")
+        for prompt in prompts:
+            if word in prompt.split("Question:")[0]:  # the question itself may name a marker
+                out.append(f"LEAK {where}: text of a forbidden document ({word}) in a prompt for {caller}")
+                break
+    return out
+
+
+def answer_suite(world: World, server, n: int, seed: int = 3) -> tuple[list[str], int]:
+    """The generated questions as each caller through ``Index.answer``; (problems, prompts recorded)."""
+    from quarry.api.answering import AnswerRequest
+    from quarry.core.settings import Settings
+
+    problems, prompts = [], 0
+    settings = Settings.from_env(llm_base_url=server.base_url, llm_model="fake-chat", llm_api_key="sk-leak")
+    with quarry.open(world.db, settings) as idx:
+        for name, caller in CALLERS.items():
+            for body in questions(n, seed + zlib.crc32(name.encode()) % 1000, world):
+                before = len(server.prompts)
+                answer = AnswerRequest(**body).run(idx, caller)
+                recorded = server.prompts[before:]
+                prompts += len(recorded)
+                problems += answer_problems(answer, recorded, world, caller, f"answer {name} {body}")
+    return problems, prompts
+
+
+@pytest.fixture
+def model():
+    from fakeopenai import FakeOpenAI
+
+    with FakeOpenAI() as server:
+        server.chat_handler = echoing_model
+        yield server
+
+
+def test_no_leak_through_answers(world, model):
+    problems, prompts = answer_suite(world, model, n=50)
+    assert prompts >= 200, f"only {prompts} prompts reached the model"
+    assert not problems, "\n".join(problems[:20])
+
+
+def test_the_answer_suite_catches_evidence_retrieved_without_principals(world, model, monkeypatch):
+    import quarry.search.answer as answering
+
+    real = answering.gather
+
+    def everything(index, question, *, principals=None, **kwargs):
+        return real(index, question, principals=None, **kwargs)
+
+    monkeypatch.setattr(answering, "gather", everything)
+    problems, _ = answer_suite(world, model, n=8)
+    assert any("in a prompt" in p for p in problems), "the suite missed forbidden passages in prompts"
+    assert any("in the answer" in p for p in problems)
+
+
+def test_no_leak_through_http_answers_and_streams(world, model, tmp_path):
+    ring = KeyRing(FileKeys(world.db / "keys.json"))
+    tokens = {name: ring.create(f"answer-{name}", caller, rate_limit=0, answer_rate_limit=0)[1]
+              for name, caller in CALLERS.items()}
+    env = {"QUARRY_LLM_BASE_URL": model.base_url, "QUARRY_LLM_MODEL": "fake-chat"}
+    problems = []
+    with api_server(world.db, log=tmp_path / "api.log", env=env) as (base, _):
+        with httpx.Client(base_url=base, timeout=60) as http:
+            for name, caller in CALLERS.items():
+                auth = {"Authorization": f"Bearer {tokens[name]}"}
+                for i, body in enumerate(questions(10, 900 + zlib.crc32(name.encode()) % 1000, world)):
+                    before = len(model.prompts)
+                    if i % 2:
+                        body.pop("style")
+                        with http.stream("POST", "/v1/answer", json={**body, "stream": True}, headers=auth) as r:
+                            assert r.status_code == 200
+                            lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+                        answer = json.loads(lines[-1].removeprefix("data: "))
+                        streamed = "".join(lines[:-1])
+                        for word in world.forbidden_markers(caller):
+                            if word in streamed:
+                                problems.append(f"LEAK http stream {name}: {word}")
+                    else:
+                        response = http.post("/v1/answer", json=body, headers=auth)
+                        assert response.status_code == 200, response.text
+                        answer = response.json()
+                    problems += answer_problems(answer, model.prompts[before:], world, caller, f"http {name} {body}")
+    assert not problems, "\n".join(problems[:20])

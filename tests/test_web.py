@@ -265,6 +265,42 @@ def test_a_key_without_the_principal_finds_the_restricted_document_nowhere(app, 
     assert f">{readable['documents']:,}<" in c.get("/status").text
 
 
+# --- the answer panel ------------------------------------------------------------------------------
+
+
+def test_answer_panel_links_each_citation_to_its_chunk_and_shows_nothing_forbidden(store, secret, monkeypatch):
+    from fakeopenai import FakeOpenAI
+
+    with FakeOpenAI() as fake:
+        fake.chat_handler = lambda body: "Roll back with the deploy tool [1]. Check the dashboards after [2]."
+        monkeypatch.setenv("QUARRY_LLM_BASE_URL", fake.base_url)
+        monkeypatch.setenv("QUARRY_LLM_MODEL", "fake-chat")
+        app = create_app(ApiConfig(db=str(store.db)))  # its index reads the endpoint from the environment
+        admin = client(app, store, "admin")
+        r = admin.get("/answer", params={"q": "how do we roll back a bad deploy"})
+        assert r.status_code == 200
+        panel = r.text.split('<section class="answer"', 1)[1].split("</section>", 1)[0]
+        assert 'data-status="answered"' in panel and '<ol class="sources">' in panel
+        cites = hrefs(panel, "/documents/")
+        assert len(cites) >= 2
+        doc_id, chunk = re.match(r"/documents/([^?]+)\?chunk=([^&]+)&", cites[0]).groups()
+        assert chunk.startswith(doc_id) and cites[0].endswith("#c-" + chunk.rsplit("%3A", 1)[-1])
+        assert '<li class="result">' in r.text  # the search's results stay below the answer
+        assert admin.get(cites[0].split("#")[0]).status_code == 200
+        none = admin.get("/answer", params={"q": "zyxxqv plorbnik frumious"})
+        assert 'data-status="not_found"' in none.text
+        asked = fake.calls
+        outsider = client(app, store, "outsider")
+        for question in (SECRET_WORD, "engineering salary bands on-call", "what does the committee decide in March?"):
+            text = outsider.get("/answer", params={"q": question}).text
+            for leak in (SECRET_TITLE, secret.doc_id, "salaries.md", *SECRET_LINES):
+                assert leak.lower() not in text.lower(), (question, leak)
+        for prompt in fake.prompts[asked:]:
+            assert not any(line in prompt for line in SECRET_LINES) and "salaries.md" not in prompt
+        page = admin.get("/", params={"q": "deploy"}).text
+        assert 'formaction="/answer"' in page and '<section class="answer"' not in page
+
+
 # --- nothing from another host --------------------------------------------------------------------
 
 

@@ -44,10 +44,15 @@ def site(tmp_path_factory, prefect_api):
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true but {why}")
         pytest.skip(why)
+    from fakeopenai import FakeOpenAI
+
     work = tmp_path_factory.mktemp("webui")
     store = build(work, extra=[shared("scanned", "loremipsum-flat.pdf")])  # a page read by OCR
-    with api_server(store.db, "--rate-limit", "0", log=work / "api.log") as (base, _proc):
-        yield base, store, work
+    with FakeOpenAI() as model:  # the chat endpoint of the Answer panel
+        model.chat_handler = lambda body: "Roll back with the deploy tool [1]. Watch the dashboards after [2]."
+        env = {"QUARRY_LLM_BASE_URL": model.base_url, "QUARRY_LLM_MODEL": "fake-chat"}
+        with api_server(store.db, "--rate-limit", "0", log=work / "api.log", env=env) as (base, _proc):
+            yield base, store, work
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +161,26 @@ def test_sign_in_search_and_open_a_result_at_its_chunk(site, shots, driver):
     assert driver.find_elements(By.CSS_SELECTOR, ".outline li")
     shot(driver, shots, "document")
     assert resources_from_elsewhere(driver, base) == []
+
+
+def test_answer_panel_cites_and_links_to_the_cited_chunk(site, shots, driver):
+    from selenium.webdriver.common.by import By
+
+    base, store, _ = site
+    sign_in(driver, base, store.tokens["admin"])
+    box = wait_for(driver, "#q")
+    box.send_keys("how do we roll back a bad deploy")
+    driver.find_element(By.CSS_SELECTOR, "button.ask").click()
+    cite = wait_for(driver, "section.answer .atext a.cite")
+    assert "/answer?" in driver.current_url and cite.text == "[1]"
+    assert driver.find_elements(By.CSS_SELECTOR, "section.answer ol.sources li blockquote")
+    assert driver.find_elements(By.CSS_SELECTOR, "#results li.result"), "the results stay below the answer"
+    shot(driver, shots, "answer")
+    assert resources_from_elsewhere(driver, base) == []
+    chunk_index = int(cite.get_attribute("href").rsplit("#c-", 1)[1])
+    cite.click()
+    hit = wait_for(driver, "article.chunk.hit")
+    assert hit.get_attribute("id") == f"c-{chunk_index}"
 
 
 def test_document_view_of_a_paged_and_an_ocr_document(site, shots, driver):

@@ -73,8 +73,8 @@ class BodyLimit:
 
 def create_app(config: ApiConfig | None = None) -> FastAPI:
     """The application serving ``config.db``."""
-    from quarry.api.routes import admin, documents, health, search
-    from quarry.api.web import pages
+    from quarry.api.routes import admin, answer, documents, health, search
+    from quarry.api.web import answers, pages
 
     config = config or ApiConfig()
     state = State(config)
@@ -100,7 +100,8 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
                          redoc_url=None, swagger_ui_parameters={"validatorUrl": None})
     app.state.quarry = state
     install(app, Scrubber(*state.paths()), page=pages.error_page)
-    for router in (health.router, search.router, documents.router, admin.router, pages.router):
+    for router in (health.router, search.router, answer.router, documents.router, admin.router, pages.router,
+                   answers.router):
         app.include_router(router)
     asgi = BodyLimit(app, config.max_body)
     if mcp_http is not None:

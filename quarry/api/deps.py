@@ -34,6 +34,7 @@ class ApiConfig:
     workers: int = 1
     max_body: int = DEFAULT_MAX_BODY
     rerankers: list[str] = field(default_factory=list)  # rerank specs requests may name
+    answer_rate_limit: int = 60  # answers per minute per key (a key's own limit wins); quarry/api/answering.py
     mcp: bool = True
 
     def to_env(self) -> str:
@@ -59,6 +60,7 @@ class State:
         self.auth = Authenticator(KeyRing(key_store(self.store, config.keys_file)), config.rate_limit,
                                   config.workers)
         self._index = None
+        self._answers = None
         self._guard = threading.Lock()
 
     def index(self):
@@ -69,6 +71,16 @@ class State:
 
                     self._index = open_index(self.store)
         return self._index
+
+    def answer_gate(self):
+        """Who may have answers, and how many a minute (:class:`quarry.api.answering.AnswerGate`)."""
+        if self._answers is None:
+            from quarry.api.answering import AnswerGate
+
+            with self._guard:
+                if self._answers is None:
+                    self._answers = AnswerGate(self.auth.ring, self.config.answer_rate_limit, self.config.workers)
+        return self._answers
 
     def close(self) -> None:
         if self._index is not None:

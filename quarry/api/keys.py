@@ -61,6 +61,8 @@ class Key:
     expires: float | None = None
     revoked: float | None = None
     rate_limit: int | None = None  # requests per minute; None: the server's default, 0: unlimited
+    answers: bool = True  # False: search only, no /v1/answer or MCP answer
+    answer_rate_limit: int | None = None  # answers per minute; None: the server's default, 0: unlimited
 
     def status(self, now: float | None = None) -> str:
         now = time.time() if now is None else now
@@ -287,13 +289,17 @@ class KeyRing:
         raise QuarryError(f"{self.where} kept changing while this command wrote it: run it again")
 
     def create(self, name: str, principals=(), admin: bool = False, expires: float | None = None,
-               rate_limit: int | None = None) -> tuple[Key, str]:
+               rate_limit: int | None = None, *, answers: bool = True,
+               answer_rate_limit: int | None = None) -> tuple[Key, str]:
         """A new key and its token (shown once; only its salted hash is kept)."""
         names = check_new(name, principals, admin, rate_limit)
+        if answer_rate_limit is not None and answer_rate_limit < 0:
+            raise UsageError("--answer-rate-limit must be 0 (unlimited) or more answers per minute")
         secret = secrets.token_urlsafe(32)
         salt = secrets.token_hex(16)
         key = Key(id=secrets.token_hex(6), name=name, salt=salt, hash=_digest(salt, secret), principals=names,
-                  admin=admin, created=time.time(), expires=expires, rate_limit=rate_limit)
+                  admin=admin, created=time.time(), expires=expires, rate_limit=rate_limit, answers=answers,
+                  answer_rate_limit=answer_rate_limit)
 
         def add(records):
             active = [r for r in records if r.get("name") == name and Key(**r).status() == "active"]
@@ -340,6 +346,10 @@ class KeyRing:
         """Whether requests need a key: once a store has had a key (revoked and expired ones count,
         so revoking the last key never opens the server)."""
         return self._ever or bool(self._keys)
+
+    def get(self, key_id: str) -> Key | None:
+        """The key of this id as last read (None when unknown)."""
+        return self._keys.get(key_id)
 
     def verify(self, token: str | None) -> Key | None:
         """The active key this bearer token belongs to, or None. Constant time in the secret."""

@@ -1,7 +1,8 @@
 """The MCP server (official ``mcp`` SDK): ``quarry mcp`` over stdio, and ``/mcp`` of ``quarry api``
 (streamable HTTP, stateless, JSON answers; the same bearer keys and rate limits as ``/v1``).
 
-Tools: ``search``, ``get_document``, ``get_context``, ``status``. Each calls the library as the
+Tools: ``search``, ``get_document``, ``get_context``, ``status``, and ``answer`` (an answer with
+checked citations; through ``/mcp``, under the key's answer permission and answer rate limit). Each calls the library as the
 caller (an HTTP request's key; over stdio, the owner of the store or ``--as``), so the same
 permissions hold, and answers with the JSON of ``/v1`` (:mod:`quarry.search.serialize`).
 Stateless HTTP keeps no session between requests, so any worker process can answer any request.
@@ -68,8 +69,10 @@ class _Server(MCPServer):
 
 
 def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Caller],
-          rerankers: tuple[str, ...] = (), scrub: Scrubber | None = None) -> MCPServer:
-    """An MCP server over the index ``index_of()``, each tool call made as ``caller_of(ctx)``."""
+          rerankers: tuple[str, ...] = (), scrub: Scrubber | None = None,
+          answer_gate: Callable[[Caller], None] | None = None) -> MCPServer:
+    """An MCP server over the index ``index_of()``, each tool call made as ``caller_of(ctx)``;
+    ``answer_gate(caller)`` raises :class:`ApiError` when that caller may not have an answer now."""
     from quarry import __version__
 
     scrub = scrub or Scrubber()
@@ -140,6 +143,32 @@ def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Cal
         and the committed generation answers come from."""
         return call(lambda: index_of().status(principals=caller_of(ctx).principals))
 
+    @server.tool(annotations=READ_ONLY)
+    def answer(question: str, k: int = 8, path: list[str] | None = None, type: list[str] | None = None,
+               ctx: Context | None = None) -> dict[str, Any]:
+        """Answer `question` from the documents you may read, with citations checked against the passages.
+
+        Returns `status` (answered, not_found: nothing readable answers it and no model was asked, refused,
+        error), `text` with [n] markers, `citations` (number, doc_id, path, title, pages, chunk_id, the quoted
+        passage), `evidence` (the numbered passages the model was given), `dropped` citations and `uncited`
+        sentences. Filters: `path` globs, `type` (e.g. pdf). Costs a model call unless not_found.
+        """
+        from quarry.api.answering import AnswerRequest, log_answer
+
+        def run():
+            caller = caller_of(ctx)
+            if answer_gate is not None:
+                try:
+                    answer_gate(caller)
+                except ApiError as exc:
+                    raise ToolError(exc.message) from None
+            request = AnswerRequest(question=question, k=k, path=path, type=type)
+            data = request.run(index_of(), caller.principals)
+            log_answer(caller, data)
+            return data
+
+        return call(run)
+
     return server
 
 
@@ -164,7 +193,8 @@ class McpHttp:
 
         self.state = state
         scrub = Scrubber(*state.paths())
-        self.server = build(state.index, _request_caller, tuple(state.config.rerankers), scrub)
+        self.server = build(state.index, _request_caller, tuple(state.config.rerankers), scrub,
+                            answer_gate=lambda caller: state.answer_gate().check(caller))
         host = state.config.host
         # a loopback server answers browsers too: refuse other Host headers (DNS rebinding)
         security = TransportSecuritySettings(

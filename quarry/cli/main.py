@@ -593,6 +593,11 @@ from quarry.cli.serving import register as _register_serving  # noqa: E402 - aft
 
 _register_serving(cli, db_option=db_option, json_option=json_option, handle_errors=handle_errors)
 
+from quarry.cli.ask import register as _register_ask  # noqa: E402 - after the shared options it takes
+
+_register_ask(cli, db_option=db_option, json_option=json_option, handle_errors=handle_errors,
+              filter_options=filter_options, build_filter=build_filter)
+
 
 def main() -> None:
     # Offline and quiet by default: no hub look-ups, no download progress bars.

@@ -40,13 +40,16 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     @click.option("--insecure-no-auth", is_flag=True,
                   help="Allow a non-loopback --host for a store without API keys (every caller anonymous: public "
                        "documents only).")
+    @click.option("--answer-rate-limit", type=click.IntRange(0, 10_000_000), default=60, show_default=True,
+                  help="Answers per minute per key unless the key has its own (0 = unlimited; answers cost model "
+                       "calls).")
     @keys_file_option
     @click.option("--log-level", "server_log_level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
                   default="info", show_default=True, help="uvicorn's log level (info logs each request).")
     @handle_errors
-    def api(db, host, port, workers, rate_limit, rerankers, max_body, no_mcp, insecure_no_auth, keys_file,
-            server_log_level):
-        """Serve the index over HTTP: /v1/search, /v1/documents, /v1/chunks, /v1/status, /v1/runs, /mcp,
+    def api(db, host, port, workers, rate_limit, rerankers, max_body, no_mcp, insecure_no_auth, answer_rate_limit,
+            keys_file, server_log_level):
+        """Serve the index over HTTP: /v1/search, /v1/answer, /v1/documents, /v1/chunks, /v1/status, /v1/runs, /mcp,
         and web pages at / (search, documents, runs, status; docs/web.md).
 
         OpenAPI at /docs. Needs `Authorization: Bearer <token>` from `quarry keys create` once the store
@@ -77,7 +80,7 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
         if warning:
             click.echo(f"warning: {warning}", err=True)
         config = ApiConfig(db=db, keys_file=keys_file, rate_limit=rate_limit, workers=workers, max_body=max_body,
-                           rerankers=list(rerankers), mcp=not no_mcp)
+                           rerankers=list(rerankers), mcp=not no_mcp, answer_rate_limit=answer_rate_limit)
         click.echo(f"serving {store.folder if db is None else db} on http://{host}:{port} "
                    f"({workers} worker{'s' if workers > 1 else ''}; keys {'required' if ring.required else 'none'})",
                    err=True)
@@ -99,16 +102,21 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
                   help="Expiry: 30d, 12h, 2w, 90m from now, or a date (2027-01-31). Default: never.")
     @click.option("--rate-limit", type=click.IntRange(0, 10_000_000), default=None,
                   help="Requests per minute for this key (0 = unlimited; default: the server's).")
+    @click.option("--no-answers", is_flag=True, help="Search only: no /v1/answer or MCP answer (answers cost money).")
+    @click.option("--answer-rate-limit", type=click.IntRange(0, 10_000_000), default=None,
+                  help="Answers per minute for this key (0 = unlimited; default: the server's).")
     @keys_file_option
     @json_option
     @handle_errors
-    def keys_create(name, db, principals, admin, expires, rate_limit, keys_file, as_json):
+    def keys_create(name, db, principals, admin, expires, rate_limit, no_answers, answer_rate_limit, keys_file,
+                    as_json):
         """Create a key NAME and print its token (shown once)."""
         from quarry.api.keys import check_new, open_ring, parse_expiry
 
         check_new(name, principals, admin, rate_limit)
         ring = open_ring(db, keys_file)
-        key, token = ring.create(name, principals, admin=admin, expires=parse_expiry(expires), rate_limit=rate_limit)
+        key, token = ring.create(name, principals, admin=admin, expires=parse_expiry(expires), rate_limit=rate_limit,
+                                 answers=not no_answers, answer_rate_limit=answer_rate_limit)
         if as_json:
             click.echo(json.dumps({"name": key.name, "token": token, **{k: v for k, v in key.public().items()
                                                                         if k not in ("name",)}}, indent=2))

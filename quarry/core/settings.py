@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     llm_input_tokens: int = Field(4000, ge=100)  # context writer input budget (about 4 characters a token)
     llm_section_summaries: bool = False  # one call per section for a one-sentence summary
     llm_chunk_context: bool = False  # one call per chunk (contextual retrieval); costly
+    # answers (quarry ask, /v1/answer): the chat model ("" = llm_model) and the evidence per prompt
+    answer_model: str = ""
+    answer_context_tokens: int = Field(3000, ge=50)
     # embedding
     embed_backend: str = "onnx-int8"  # an EMBEDDERS name; the fastest local backend that passes the SciFact quality guard
     embed_model: str = ""  # "" = the backend's default model

@@ -503,6 +503,24 @@ class Index:
             result.match = {"bm25": relevance.bm25_match(toks, h.tolist(), bm25.get(row, 0.0)),
                             "vector": relevance.vector_match(cosine.get(row))}
 
+    # --- answers: quarry/search/answer.py ---------------------------------------------------------
+
+    def answer(self, question: str, *, k: int = 8, mode: str = "hybrid", filters: Filter | str | None = None,
+               principals=None, model: str | None = None, max_context_tokens: int | None = None, history=None,
+               style: str = "auto", runtime=None):
+        """Answer ``question`` with checked citations from what ``principals`` may read: what
+        ``quarry ask`` does. Returns an :class:`~quarry.search.answer.Answer` (see that module)."""
+        from quarry.search.answer import answer
+
+        return answer(self, question, k=k, mode=mode, filters=filters, principals=principals, model=model,
+                      max_context_tokens=max_context_tokens, history=history, style=style, runtime=runtime)
+
+    def answer_events(self, question: str, **kwargs):
+        """:meth:`answer` as it happens: ``("evidence", ...)``, ``("token", text)``..., ``("answer", Answer)``."""
+        from quarry.search.answer import answer_events
+
+        return answer_events(self, question, **kwargs)
+
     # --- catalog views -------------------------------------------------------------------------
 
     def status(self, principals=None) -> dict:

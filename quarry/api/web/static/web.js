@@ -40,6 +40,7 @@
       form.addEventListener("submit", function (event) {
         var qs = query(form);
         if (!form.elements.q.value.trim()) return;
+        if (event.submitter && event.submitter.name === "ask") return;  // an answer is a page of its own
         event.preventDefault();
         history.pushState(null, "", "/?" + qs);
         document.title = form.elements.q.value + " · quarry";

@@ -1,0 +1,133 @@
+"""``POST /v1/answer`` over a real ``quarry api`` (uvicorn) with an httpx client, streaming included;
+the MCP ``answer`` tool through the MCP SDK's client; keys limited to search, and answers rate-limited
+apart from requests; the token counts in the server's log, never the key or the passages."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from apiserver import api_server
+from fakeopenai import FakeOpenAI
+from quarry.api.keys import FileKeys, KeyRing
+from test_answer import DOCS
+from test_query import commit, doc
+
+QUESTION = "When does the wombat programme ship its builds?"
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeOpenAI() as server:
+        server.chat_handler = lambda body: "The builds ship every Tuesday [1]. The picnic was in June [7]."
+        yield server
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, fake):
+    work = tmp_path_factory.mktemp("answer-api")
+    store = work / "store"
+    commit(store, [doc(name, texts) for name, texts in DOCS.items()])
+    ring = KeyRing(FileKeys(store / "keys.json"))
+    # the helper's documents have no principals (the owner's alone): the keys read everything
+    tokens = {"full": ring.create("full", admin=True, rate_limit=0)[1],
+              "search-only": ring.create("search-only", admin=True, answers=False)[1],
+              "two-answers": ring.create("two-answers", admin=True, rate_limit=0, answer_rate_limit=2)[1]}
+    env = {"QUARRY_LLM_BASE_URL": fake.base_url, "QUARRY_LLM_MODEL": "fake-chat",
+           "QUARRY_LLM_API_KEY": "sk-api-secret-123", "QUARRY_EMBED_DIM": "64"}
+    log = work / "api.log"
+    with api_server(store, "--log-level", "info", log=log, env=env) as (base, _):
+        yield base, tokens, log
+
+
+def auth(tokens, name):
+    return {"Authorization": f"Bearer {tokens[name]}"}
+
+
+def test_answer_as_json(served, fake):
+    base, tokens, log = served
+    fake.reset()
+    with httpx.Client(base_url=base, timeout=60) as http:
+        response = http.post("/v1/answer", json={"question": QUESTION, "style": "text"}, headers=auth(tokens, "full"))
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert data["status"] == "answered" and data["text"] == "The builds ship every Tuesday [1]. The picnic was in June."
+    assert data["citations"][0]["path"].endswith(".md") and [d["number"] for d in data["dropped"]] == [7]
+    assert data["uncited"] == ["The picnic was in June."] and data["usage"]["prompt_tokens"] > 0
+    assert response.headers["X-Quarry-Generation"] == str(data["generation"])
+    text = log.read_text()
+    assert "answer for full: answered" in text and "tokens in" in text
+    assert "sk-api-secret-123" not in text and "quartz pipeline" not in text  # no key, no passage at info
+
+
+def test_answer_streams_server_sent_events_ending_with_checked_citations(served, fake):
+    base, tokens, _ = served
+    fake.reset()
+    events = []
+    with httpx.Client(base_url=base, timeout=60) as http:
+        with http.stream("POST", "/v1/answer", json={"question": QUESTION, "stream": True},
+                         headers=auth(tokens, "full")) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            kind = None
+            for line in response.iter_lines():
+                if line.startswith("event: "):
+                    kind = line.removeprefix("event: ")
+                elif line.startswith("data: "):
+                    events.append((kind, json.loads(line.removeprefix("data: "))))
+    kinds = [k for k, _ in events]
+    assert kinds[0] == "evidence" and kinds[-1] == "answer" and kinds.count("token") >= 2
+    assert "".join(v["text"] for k, v in events if k == "token").startswith("The builds ship every Tuesday [1].")
+    final = events[-1][1]
+    assert final["status"] == "answered" and final["citations"][0]["number"] == 1
+    assert [d["number"] for d in final["dropped"]] == [7]
+    assert fake.requests[-1].json["stream"] is True
+
+
+def test_not_found_and_validation(served, fake):
+    base, tokens, _ = served
+    fake.reset()
+    with httpx.Client(base_url=base, timeout=60) as http:
+        response = http.post("/v1/answer", json={"question": "zyxxqv plorbnik frumious"}, headers=auth(tokens, "full"))
+        assert response.status_code == 200 and response.json()["status"] == "not_found" and fake.calls == 0
+        response = http.post("/v1/answer", json={"question": QUESTION, "model": "gpt-5"}, headers=auth(tokens, "full"))
+        assert response.status_code == 422  # the server chooses the model: what answers cost is its call
+        assert http.post("/v1/answer", json={"question": QUESTION}).status_code == 401
+
+
+def test_a_key_limited_to_search_and_answers_rate_limited_apart(served, fake):
+    base, tokens, _ = served
+    with httpx.Client(base_url=base, timeout=60) as http:
+        response = http.post("/v1/answer", json={"question": QUESTION}, headers=auth(tokens, "search-only"))
+        assert response.status_code == 403 and "search" in response.json()["error"]["message"]
+        assert http.post("/v1/search", json={"query": "wombat"}, headers=auth(tokens, "search-only")).status_code == 200
+        codes = [http.post("/v1/answer", json={"question": QUESTION, "style": "text"},
+                           headers=auth(tokens, "two-answers")).status_code for _ in range(3)]
+        assert codes == [200, 200, 429]
+        assert http.post("/v1/search", json={"query": "wombat"}, headers=auth(tokens, "two-answers")).status_code == 200
+
+
+def test_mcp_client_calls_answer(served, fake):
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    base, tokens, _ = served
+    fake.reset()
+
+    async def run(name):
+        async with httpx2.AsyncClient(headers=auth(tokens, name), timeout=60) as http:
+            async with Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
+                names = [t.name for t in (await client.list_tools()).tools]
+                result = await client.call_tool("answer", {"question": QUESTION})
+                return names, result
+
+    names, result = asyncio.run(run("full"))
+    assert "answer" in names and not result.is_error
+    data = json.loads(result.content[0].text)
+    assert data["status"] == "answered" and data["citations"] and fake.calls == 1
+    _, refused = asyncio.run(run("search-only"))
+    assert refused.is_error and "search" in refused.content[0].text
