@@ -17,7 +17,7 @@ router = APIRouter(include_in_schema=False)
 _MARK = re.compile(r"\[(\d+)\]")
 
 
-def linked(text: str, citations: list[dict], query: str) -> list[tuple[str, dict | None]]:
+def linked(text: str, citations: list[dict]) -> list[tuple[str, dict | None]]:
     """``text`` cut into ``(piece, citation)`` pieces: each ``[n]`` with the citation it names."""
     by_number = {c["number"]: c for c in citations}
     out, at = [], 0
@@ -58,7 +58,7 @@ def _answer(request: Request, form: dict) -> dict:
     log_answer(caller, data)
     for c in data["citations"]:
         c["index"] = c["chunk_id"].rsplit(":", 1)[-1] if c.get("chunk_id") else ""
-    data["linked"] = linked(data["text"], data["citations"], question)
+    data["linked"] = linked(data["text"], data["citations"])
     return {"answer": data}
 
 
