@@ -399,15 +399,18 @@ def _run_item(run: dict) -> dict:
 @json_option
 @handle_errors
 def runs(db, limit, as_json):
-    """Index runs, newest first, with the time and rows/s of each stage."""
+    """Index runs, newest first, with the time and rows/s of each stage; then the newest evaluation of
+    each question set (`quarry eval run`; all of them: `quarry sql "SELECT * FROM evals"`)."""
     import quarry
 
     with quarry.open(db) as idx:
         items = [_run_item(r) for r in idx.runs(limit)]
+        latest = idx.evals(latest=True)
     if as_json:
         reports.echo_json(items)
     else:
         reports.print_runs(items)
+        reports.print_evals(latest)
 
 
 @cli.command()
@@ -565,28 +568,12 @@ def maintain(db, keep_generations, keep_versions_hours, reindex_share, if_busy, 
         sys.exit(1)
 
 
-@cli.command(name="eval")
-@click.argument("beir_dir", type=click.Path(exists=True, file_okay=False))
-@db_option
-@click.option("--mode", "modes", type=click.Choice(SEARCH_MODES), multiple=True,
-              help="Modes to score (repeatable; default all three).")
-@click.option("--split", default="test", show_default=True, help="Judgments file qrels/<split>.tsv.")
-@click.option("--limit", type=int, default=None, help="Score only the first N queries (quick checks).")
-@json_option
-@handle_errors
-def eval_cmd(beir_dir, db, modes, split, limit, as_json):
-    """Index a BEIR-layout folder and report nDCG@10, recall@10/100 and MRR@10 per mode."""
-    from quarry.eval.beir import run_beir_eval
-    from quarry.flows.run import index as run_index
-
-    result = run_beir_eval(beir_dir, db=db, modes=modes or ("bm25", "vector", "hybrid"), split=split,
-                           limit=limit, index=lambda paths, store: run_index(paths, store, progress=True))
-    reports.echo_json(result) if as_json else reports.print_eval(result)
-
-
+from quarry.cli.evals import register as _register_evals  # noqa: E402 - after the shared options it takes
 from quarry.cli.serving import register as _register_serving  # noqa: E402 - after the shared options it takes
 
 _register_serving(cli, db_option=db_option, json_option=json_option, handle_errors=handle_errors)
+_register_evals(cli, db_option=db_option, json_option=json_option, handle_errors=handle_errors,
+                echo_json=reports.echo_json)
 
 
 def main() -> None:
