@@ -252,3 +252,53 @@ def test_quarry_eval_beir_dir_still_works_and_records(cli, tmp_path):
     (row,) = json.loads(rows.stdout)
     assert row["set_name"] == "beir-tiny-test" and row["method"] == "beir" and row["questions"] == 2
     assert float(row["ndcg"]) == json.loads(done.stdout)["modes"]["bm25"]["ndcg@10"]
+
+
+def test_llm_method_on_a_chat_server(store):
+    """A question per sampled chunk, filtered; failures counted; the same seed asks nothing again (cached)."""
+    import hashlib
+
+    from fakeopenai import FakeOpenAI
+    from quarry.core.openai.retry import RetryPolicy
+    from quarry.core.settings import Settings
+    from quarry.eval.llmquestions import QuestionWriter
+    from quarry.ingest.llm.client import LLMRuntime
+
+    def handler(request):
+        passage = request["messages"][-1]["content"].removeprefix("Passage:\n")
+        words = passage.split()
+        kind = kind_of(request)
+        if kind == 0:
+            return {"question": "What is on page 3?", "answer": words[-1]}
+        if kind == 1:
+            return "not json at all"
+        return {"question": f"Which word follows {words[-4]} in the findings about {words[-6]}?", "answer": words[-3]}
+
+    def kind_of(request):
+        passage = request["messages"][-1]["content"]
+        return int(hashlib.sha256(passage.encode()).hexdigest(), 16) % 4
+
+    db = store / "store"
+    with FakeOpenAI() as server:
+        server.chat_handler = handler
+        settings = Settings.from_env(embed_backend="hash", llm_base_url=server.base_url, llm_api_key="k", llm_model="m")
+
+        def writer():
+            return QuestionWriter(LLMRuntime(settings, db, policy=RetryPolicy(attempts=1, base=0.001, cap=0.01)))
+
+        with quarry.open(db) as idx:
+            header, path = generate_set(idx, 6, "llm", seed=4, name="llm-4", llm=writer())
+            asked = len(server.requests)
+            again, _ = generate_set(idx, 6, "llm", seed=4, name="llm-4b", llm=writer())
+            # answers are cached in the store's LLM cache: only the failed ones are asked again
+            assert all(kind_of(r.json) == 1 for r in server.requests[asked:])
+            questions = [json.loads(line) for line in path.read_text().splitlines()]
+            assert header["questions"] == len(questions) == 6
+            assert header["rejected"]["formatting"] >= 1 and header["rejected"]["failed"] >= 1
+            assert [q["query"] for q in questions] == [json.loads(line)["query"] for line in
+                                                       evals.set_path(db, "llm-4b").read_text().splitlines()]
+            for q in questions:
+                chunk = idx.chunk(q["chunk_id"])
+                assert chunk["doc_id"] == q["doc_id"] and q["answer"] in chunk["text"].split()
+                assert q["query"].startswith("Which word follows")
+            assert len({q["doc_id"] for q in questions}) == 6  # one chunk per sampled document
