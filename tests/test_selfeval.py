@@ -302,3 +302,33 @@ def test_llm_method_on_a_chat_server(store):
                 assert chunk["doc_id"] == q["doc_id"] and q["answer"] in chunk["text"].split()
                 assert q["query"].startswith("Which word follows")
             assert len({q["doc_id"] for q in questions}) == 6  # one chunk per sampled document
+
+
+def test_a_run_followed_by_its_evaluation_fails_when_quality_drops(store, prefect_api, tmp_path):
+    import shutil
+
+    from quarry.eval.scoring import evaluate_generation
+    from quarry.flows.index import index_flow
+
+    tree, db = tmp_path / "tree", tmp_path / "store"
+    shutil.copytree(store / "tree", tree)
+    index_flow([str(tree)], db=str(db), overrides={"chunk_size": 300})
+    with quarry.open(db) as idx:
+        generate_set(idx, 30, "known-item", seed=0, name="nightly")
+    first = evaluate_generation(db, ["nightly", "absent"], margin=0.05)
+    assert first["missing"] == ["absent"] and first["flagged"] == [] and len(first["rows"]) == 1
+    assert evaluate_generation(db, ["nightly"])["already"] == ["nightly"]  # once per generation
+
+    # Half the files lose their words to the others: the next generation answers the questions worse.
+    files = sorted(tree.rglob("*.md"))
+    for f in files[::2]:
+        f.write_text(" ".join(random.Random(f.name).sample(VOCAB, 150)), encoding="utf-8")
+    with pytest.raises(QualityBelowThreshold, match=r"nightly hybrid: recall@10 0\.\d+ < 0\.\d+ \(generation 1\)"):
+        index_flow([str(tree)], db=str(db), overrides={"chunk_size": 300},
+                   evaluate={"sets": ["nightly"], "margin": 0.05})
+    with quarry.open(db) as idx:
+        assert idx.generation == 2  # the run committed; its evaluation failed it
+        (row,) = [r for r in idx.evals("nightly") if r["generation"] == 2]
+        assert row["flagged"].startswith("recall@10")
+        flagged = idx.sql("SELECT generation, flagged IS NOT NULL FROM evals WHERE set_name = 'nightly' ORDER BY 1")
+        assert flagged.rows == [(1, False), (2, True)]

@@ -192,3 +192,32 @@ def run_set(idx, set_ref: str, modes=("hybrid",), k: int = 10, *, fail_under=Non
     except QualityBelowThreshold as exc:
         result["failed"] = str(exc)
     return result
+
+
+def evaluate_generation(store, sets: list[str], margin: float = 0.05, modes=("hybrid",), k: int = 10) -> dict:
+    """After an index run: score each question set in ``sets`` on the store's committed generation (once:
+    a set already scored on this generation with these modes and k is left alone), flag every row more
+    than ``margin`` below the previous generation's. A set the store does not hold is reported in
+    ``missing``, not an error (the first run comes before any set can be drawn)."""
+    from quarry.core.errors import NotFound
+    from quarry.search.query import open as open_index
+    from quarry.store import evals
+
+    out = {"generation": None, "rows": [], "flagged": [], "missing": [], "already": []}
+    with open_index(store) as idx:
+        out["generation"] = generation = idx.generation
+        done = {(r.get("set_name"), r.get("mode"), r.get("k")) for r in evals.rows(idx.store)
+                if r.get("generation") == generation}
+        for name in sets:
+            todo = tuple(m for m in modes if (name, m, k) not in done)
+            if not todo:
+                out["already"].append(name)
+                continue
+            try:
+                result = run_set(idx, name, todo, k, margin=margin)
+            except NotFound:
+                out["missing"].append(name)
+                continue
+            out["rows"] += result["rows"]
+            out["flagged"] += [f"{r['set_name']} {r['mode']}: {r['flagged']}" for r in result["rows"] if r["flagged"]]
+    return out
