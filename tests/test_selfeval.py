@@ -332,3 +332,14 @@ def test_a_run_followed_by_its_evaluation_fails_when_quality_drops(store, prefec
         assert row["flagged"].startswith("recall@10")
         flagged = idx.sql("SELECT generation, flagged IS NOT NULL FROM evals WHERE set_name = 'nightly' ORDER BY 1")
         assert flagged.rows == [(1, False), (2, True)]
+    # A rollback is a new generation over generation 1's layers: the evaluations stay, and the next
+    # evaluation (generation 3) compares with generation 2's row, the latest earlier one.
+    from quarry.store.handle import open_store
+    from quarry.store.rollback import rollback
+
+    rollback(open_store(db))
+    after = evaluate_generation(db, ["nightly"], margin=0.05)
+    assert after["generation"] == 3 and after["flagged"] == []  # better than generation 2
+    with quarry.open(db) as idx:
+        assert idx.sql("SELECT generation FROM evals WHERE set_name = 'nightly' ORDER BY 1").rows == [(1,), (2,), (3,)]
+        assert idx.evals("nightly")[-1]["recall"] == first["rows"][0]["recall"]  # generation 1's content again
