@@ -18,7 +18,7 @@ from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settin
 from prefect.states import Completed
 
 from quarry.core import progress
-from quarry.core.errors import RunRefused, StoreLocked, UsageError
+from quarry.core.errors import QualityBelowThreshold, RunRefused, StoreLocked, UsageError
 from quarry.ingest.guard import GuardLimits, pattern_flags
 from quarry.core.models import LLM_COUNTERS, RunReport, StageClock
 from quarry.core.paths import display
@@ -36,6 +36,7 @@ from quarry.store.writer import StoreWriter, remove_debris
 from quarry.tasks.acl import apply_permissions, plan_run_permissions
 from quarry.tasks.discover import discover_files, plan_changes
 from quarry.tasks.embed import StoredVectors
+from quarry.tasks.evaluate import evaluate_generation
 from quarry.tasks.load import apply_removals_and_moves, attach_writer, commit_run, detach_writer
 
 BYTES_PER_BATCH = 32 << 20
@@ -101,6 +102,7 @@ def index_flow(
     dry_run: bool = False,
     overrides: dict | None = None,
     if_busy: str = "fail",
+    evaluate: dict | None = None,
 ):
     """Index ``roots`` into the store at ``db``; returns the run report: the fields of
     :class:`~quarry.core.models.RunReport` (the ``runs`` row) plus ``plan`` and ``rebuild``.
@@ -110,6 +112,12 @@ def index_flow(
     another run holds the store — ``fail`` (raise :class:`StoreLocked`) or ``skip`` (record a
     ``skipped`` run and finish; what scheduled runs do, so that a run longer than the interval
     never meets a second writer).
+
+    ``evaluate``: after the run, score question sets of the store on the committed generation
+    (``{"sets": [names], "margin": 0.05, "modes": ["hybrid"], "k": 10, "fail": True}``; see
+    :func:`quarry.eval.scoring.evaluate_generation`); a metric more than ``margin`` below the previous
+    generation's is flagged in the ``evals`` table and, with ``fail``, fails the run
+    (:class:`~quarry.core.errors.QualityBelowThreshold`) after its commit.
     """
     logger = get_run_logger()
     if if_busy not in ("fail", "skip"):
@@ -131,10 +139,22 @@ def index_flow(
             logger.info("run %s skipped: %s", run_id, exc)
             return Completed(message=f"skipped: {exc}", name="Skipped", data=row)
     try:
-        return _index(logger, settings, store, roots, run_id, started, full, dry_run)
+        report = _index(logger, settings, store, roots, run_id, started, full, dry_run)
     finally:
         if lock is not None:
             lock.release()
+    if evaluate and evaluate.get("sets") and not dry_run:
+        _evaluate(str(store.folder), evaluate)
+    return report
+
+
+def _evaluate(store: str, options: dict) -> dict:
+    """The evaluation after a run (outside the writer lock: it only reads the committed generation)."""
+    out = evaluate_generation(store, list(options["sets"]), float(options.get("margin", 0.05)),
+                              list(options.get("modes") or ["hybrid"]), int(options.get("k", 10)))
+    if out["flagged"] and options.get("fail", True):
+        raise QualityBelowThreshold("quality dropped below the previous generation's: " + "; ".join(out["flagged"]))
+    return out
 
 
 def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> dict:

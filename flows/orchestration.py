@@ -419,7 +419,8 @@ def deployment_name(store: Path) -> str:
 
 
 def serve_index(roots: list[str], store: Path, cron: str, name: str | None = None,
-                overrides: dict | None = None, on_start=None, initial_run: bool = True) -> None:
+                overrides: dict | None = None, on_start=None, initial_run: bool = True,
+                evaluate: dict | None = None) -> None:
     """Run the index flow on ``cron`` until SIGTERM or SIGINT (Ctrl-C); needs :func:`prefect_api`.
 
     ``initial_run``: one run of the deployment starts now, not at the first tick of ``cron`` (a
@@ -455,6 +456,8 @@ def serve_index(roots: list[str], store: Path, cron: str, name: str | None = Non
     parameters = {"roots": roots, "db": str(store), "if_busy": "skip"}
     if overrides:
         parameters["overrides"] = overrides
+    if evaluate:
+        parameters["evaluate"] = evaluate
     runner = _Runner(name=name, pause_on_shutdown=False)
     deployment_id = runner.add_flow(index_flow, name=name, cron=cron, parameters=parameters)
     if initial_run:

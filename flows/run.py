@@ -31,7 +31,7 @@ SECRET_SETTINGS = {"llm_api_key": "QUARRY_LLM_API_KEY", "openai_api_key": "QUARR
 
 def index(paths: str | os.PathLike | Iterable[str | os.PathLike], db: str | os.PathLike | None = None, *,
           full: bool = False, dry_run: bool = False, if_busy: str = "fail", progress: bool = False,
-          **settings) -> dict:
+          evaluate: dict | None = None, **settings) -> dict:
     """Index the files under ``paths`` into the store ``db`` (default ``$QUARRY_DB`` or ``./.quarry``).
 
     A path is a folder, a file, or a tree on object storage (``s3://bucket/prefix``,
@@ -46,6 +46,9 @@ def index(paths: str | os.PathLike | Iterable[str | os.PathLike], db: str | os.P
     another run holds the store; ``progress`` shows a progress bar on standard error. ``settings``
     are :class:`~quarry.core.settings.Settings` fields (``include=("*.md",)``, ``allow_deletes=True``,
     ``embed_backend="hash"`` …) over ``QUARRY_*`` variables.
+
+    ``evaluate``: score question sets of the store after the run and flag drops (``{"sets": [...],
+    "margin": 0.05}``; see ``quarry.flows.index.index_flow``).
 
     Returns the run report: the fields of :class:`~quarry.core.models.RunReport` plus ``plan`` and
     ``rebuild`` (a dry run: ``plan``, ``files``, ``guard``). Raises
@@ -84,7 +87,8 @@ def index(paths: str | os.PathLike | Iterable[str | os.PathLike], db: str | os.P
                 if not heartbeat_asked():  # what the flow would set itself: one copy of the settings, not two
                     updates[PREFECT_FLOWS_HEARTBEAT_FREQUENCY] = None
                 with temporary_settings(updates=updates):
-                    return index_flow(roots, db=str(store.folder), full=full, overrides=overrides)
+                    return index_flow(roots, db=str(store.folder), full=full, overrides=overrides,
+                                      evaluate=evaluate)
             finally:
                 bars.enable(False)
     finally:
@@ -92,7 +96,8 @@ def index(paths: str | os.PathLike | Iterable[str | os.PathLike], db: str | os.P
 
 
 def serve(paths, db: str | os.PathLike | None = None, *, cron: str, name: str | None = None,
-          port: int | None = None, initial_run: bool = True, on_start=None, **settings) -> None:
+          port: int | None = None, initial_run: bool = True, on_start=None, evaluate: dict | None = None,
+          **settings) -> None:
     """Re-index ``paths`` into ``db`` on ``cron`` until SIGTERM or SIGINT (what ``quarry serve`` does).
 
     The first run starts at once (``initial_run=False``: at the first tick). Without
@@ -100,7 +105,8 @@ def serve(paths, db: str | os.PathLike | None = None, *, cron: str, name: str | 
     127.0.0.1 at ``port`` (default: a free one), its database under the store
     (``<store>/prefect/prefect.db``); one-shot :func:`index` calls on the same store use it while it
     runs. ``on_start(deployment, api_url)`` is called once the deployment is registered. A
-    scheduled run that finds the store busy is recorded as ``skipped``.
+    scheduled run that finds the store busy is recorded as ``skipped``. ``evaluate``: each run is
+    followed by the evaluation of these question sets (see :func:`index`).
     """
     roots = _roots(paths)
     Settings.from_env(**settings)  # usage errors before the server starts
@@ -113,7 +119,7 @@ def serve(paths, db: str | os.PathLike | None = None, *, cron: str, name: str | 
     with _secrets(settings), prefect_api(store / "logs", services=True, database=store / "prefect" / "prefect.db",
                                          check=lambda: validate_cron(cron), port=port,
                                          announce=store / "prefect" / SERVER_FILE) as url:
-        serve_index(roots, store, cron, name=name, overrides=overrides, initial_run=initial_run,
+        serve_index(roots, store, cron, name=name, overrides=overrides, initial_run=initial_run, evaluate=evaluate,
                     on_start=(lambda deployment: on_start(deployment, url)) if on_start else None)
 
 

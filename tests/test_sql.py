@@ -115,6 +115,12 @@ PARAMS = {
     "document_failures": ["/r/a.md", dt.datetime(2024, 1, 1)],
     "document_chunk_text": ["d1", 0, 5],
     "run_view": ["r"],
+    "eval_documents": None,
+    "eval_chunks": [["d1"]],
+    "eval_sections": [["d1"]],
+    "eval_term_counts": None,
+    "evals_table": None,
+    "evals_insert": "evals",
 }
 
 MOVED = [("d1", "/r/b\udce9.md", "/r", "b.md", dt.datetime(2024, 1, 1), "run1")]
@@ -148,6 +154,13 @@ def test_sql_file_runs(request, con, name):
             assert con.execute(load_sql(name)).fetchall() == []  # equal now: nothing to write
         assert con.execute(load_sql("acl_principals")).fetchall() == []  # public now: only others are listed
         assert dict(store_acl.stored(con)) == {"/r/a.md": ("public",)}
+        return
+    if params == "evals":
+        for stmt in statements("evals_table"):
+            con.execute(stmt)
+        con.execute(load_sql(name), ["e1", dt.datetime(2024, 1, 1), "s", "known-item", 3, "hybrid", 10, 20, 0.9, 0.7,
+                                     "{}", '{"recall@10": 0.9}', None, 1.5, None])
+        assert con.execute("SELECT metrics->>'recall@10' FROM evals").fetchone() == ("0.9",)
         return
     if params == "arrow":
         for table in ("new_documents", "new_sections", "new_chunks"):

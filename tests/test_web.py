@@ -219,6 +219,17 @@ def test_runs_page_charts_one_bar_per_stage_of_each_timed_run(app, store):
         stages = re.findall(rf'data-stage="([a-z]+)" data-run="{re.escape(run["run_id"])}"', r.text)
         assert sorted(stages) == sorted([s for s in STAGES if s in run["durations"]] + ["total"]), run["run_id"]
     assert "failed" in r.text and "quarterly.pdf" in r.text  # the second run's failure is named
+    assert 'id="quality"' not in r.text  # no evaluation yet
+    from quarry.store import evals
+
+    for generation, recall, flagged in ((1, 0.9, None), (2, 0.7, "recall@10 0.700 < 0.900 (generation 1) - 0.05")):
+        evals.record(store.db, {"eval_id": f"e{generation}", "created": "2026-01-0{generation}T00:00:00",
+                                "set_name": "nightly", "method": "known-item", "generation": generation, "mode": "hybrid",
+                                "k": 10, "questions": 200, "recall": recall, "mrr": 0.5,
+                                "metrics": {"recall@10": recall, "chunk_recall@10": 0.25}, "flagged": flagged})
+    page = c.get("/runs").text
+    assert page.index('data-eval="nightly/hybrid/2"') < page.index('data-eval="nightly/hybrid/1"')  # a trend, newest first
+    assert "0.700" in page and "0.250" in page and "recall@10 0.700 &lt; 0.900" in page
     detail = c.get(f"/runs/{timed[0]['run_id']}")
     assert detail.status_code == 200 and "Stages" in detail.text and "Settings" in detail.text
     assert c.get("/runs/nope").status_code == 404

@@ -89,6 +89,20 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
+def eval_options(fn):
+    """--eval/--eval-margin of index and serve: score question sets after each run, flag drops."""
+    fn = click.option("--eval-margin", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+                      help="With --eval: fail the run (exit 5) when a metric falls more than this below the "
+                           "previous generation's.")(fn)
+    return click.option("--eval", "eval_sets", multiple=True, metavar="SET",
+                        help="After the run, score this question set of the store (`quarry eval generate`) on the new "
+                             "generation (repeatable; results in the evals table).")(fn)
+
+
+def evaluate_option(eval_sets, margin) -> dict | None:
+    return {"sets": list(eval_sets), "margin": margin} if eval_sets else None
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="quarry")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default=None,
@@ -177,12 +191,13 @@ def configure_logging(level: str) -> None:
 @click.option("--acl", "acl_source", type=click.Choice(["none", "posix", "rules"]), default=None,
               help="Where permissions come from: posix (owner, group, mode), none (all public) or rules "
                    "(--acl-rules). Default: what each root had, else none.")
+@eval_options
 @json_option
 @handle_errors
 def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap, embed_backend, embed_model,
           sectioner, context_writer, header_fields, llm_base_url, llm_model, llm_api_key, llm_concurrency,
           llm_rate_limit, llm_section_summaries, llm_chunk_context, if_busy, ocr, runner, workers, dask_address,
-          allow_deletes, acl_rules, acl_source, as_json):
+          allow_deletes, acl_rules, acl_source, eval_sets, eval_margin, as_json):
     """Index files under PATHS into the store (incremental: only what changed is redone).
 
     A path may be a folder, a file, or a tree on object storage: s3://bucket/prefix,
@@ -221,7 +236,7 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
         "acl_rules": str(Path(acl_rules).expanduser().absolute()) if acl_rules else None,
     }
     report = run_index(list(paths), db, full=full, dry_run=dry_run, if_busy=if_busy, progress=not as_json,
-                       **{k: v for k, v in settings.items() if v is not None})
+                       evaluate=evaluate_option(eval_sets, eval_margin), **{k: v for k, v in settings.items() if v is not None})
     if as_json:
         reports.echo_json(report)
     elif report.get("status") == "skipped":
@@ -404,15 +419,18 @@ def _run_item(run: dict) -> dict:
 @json_option
 @handle_errors
 def runs(db, limit, as_json):
-    """Index runs, newest first, with the time and rows/s of each stage."""
+    """Index runs, newest first, with the time and rows/s of each stage; then the newest evaluation of
+    each question set (`quarry eval run`; all of them: `quarry sql "SELECT * FROM evals"`)."""
     import quarry
 
     with quarry.open(db) as idx:
         items = [_run_item(r) for r in idx.runs(limit)]
+        latest = idx.evals(latest=True)
     if as_json:
         reports.echo_json(items)
     else:
         reports.print_runs(items)
+        reports.print_evals(latest)
 
 
 @cli.command()
@@ -453,8 +471,9 @@ def plugins(as_json):
               help="Index once at start, not only at the first tick of --cron.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help="Port of the private Prefect API on 127.0.0.1 (default: a free one; printed at start).")
+@eval_options
 @handle_errors
-def serve(paths, db, cron, name, initial_run, port):
+def serve(paths, db, cron, name, initial_run, port, eval_sets, eval_margin):
     """Re-index PATHS (folders, files, s3:// gs:// az:// URLs) on a cron schedule until SIGTERM or Ctrl-C; the
     first run starts at once.
 
@@ -462,7 +481,8 @@ def serve(paths, db, cron, name, initial_run, port):
     this process, on 127.0.0.1, its history in the store (<store>/prefect/prefect.db); `quarry
     index` runs of the same store record their history there too while it serves. A run that
     finds the store busy is skipped, and one the deletion guard stops is failed; both are in
-    `quarry runs`.
+    `quarry runs`. With --eval, each run is followed by the evaluation of the question sets named, and
+    fails when a metric falls more than --eval-margin below the previous generation's.
     """
     from quarry.flows.run import serve as run_serve
 
@@ -471,7 +491,8 @@ def serve(paths, db, cron, name, initial_run, port):
                    f"{', first run now' if initial_run else ''} (Ctrl-C or SIGTERM stops)")
         click.echo(f"Prefect API: {url}")
 
-    run_serve(list(paths), db, cron=cron, name=name, port=port, initial_run=initial_run, on_start=started)
+    run_serve(list(paths), db, cron=cron, name=name, port=port, initial_run=initial_run, on_start=started,
+              evaluate=evaluate_option(eval_sets, eval_margin))
     click.echo("stopped")
 
 
@@ -570,28 +591,12 @@ def maintain(db, keep_generations, keep_versions_hours, reindex_share, if_busy, 
         sys.exit(1)
 
 
-@cli.command(name="eval")
-@click.argument("beir_dir", type=click.Path(exists=True, file_okay=False))
-@db_option
-@click.option("--mode", "modes", type=click.Choice(SEARCH_MODES), multiple=True,
-              help="Modes to score (repeatable; default all three).")
-@click.option("--split", default="test", show_default=True, help="Judgments file qrels/<split>.tsv.")
-@click.option("--limit", type=int, default=None, help="Score only the first N queries (quick checks).")
-@json_option
-@handle_errors
-def eval_cmd(beir_dir, db, modes, split, limit, as_json):
-    """Index a BEIR-layout folder and report nDCG@10, recall@10/100 and MRR@10 per mode."""
-    from quarry.eval.beir import run_beir_eval
-    from quarry.flows.run import index as run_index
-
-    result = run_beir_eval(beir_dir, db=db, modes=modes or ("bm25", "vector", "hybrid"), split=split,
-                           limit=limit, index=lambda paths, store: run_index(paths, store, progress=True))
-    reports.echo_json(result) if as_json else reports.print_eval(result)
-
-
+from quarry.cli.evals import register as _register_evals  # noqa: E402 - after the shared options it takes
 from quarry.cli.serving import register as _register_serving  # noqa: E402 - after the shared options it takes
 
 _register_serving(cli, db_option=db_option, json_option=json_option, handle_errors=handle_errors)
+_register_evals(cli, db_option=db_option, json_option=json_option, handle_errors=handle_errors,
+                echo_json=reports.echo_json)
 
 from quarry.cli.ask import register as _register_ask  # noqa: E402 - after the shared options it takes
 

@@ -207,6 +207,17 @@ def print_status(info: dict) -> None:
             f"last run:  {last['run_id']} {last['status']} at {last['finished']}: {last['added']} added, "
             f"{last['updated']} updated, {last['deleted']} deleted, {last['failed']} failed"
         )
+    print_evals(info.get("last_evals") or [])
+
+
+def print_evals(items: list[dict]) -> None:
+    """The newest evaluation of each question set and mode (``quarry status``, ``quarry runs``)."""
+    for e in items:
+        k = e.get("k")
+        click.echo(f"eval:      {e.get('set_name')} {e.get('mode')} on generation {e.get('generation')}: "
+                   f"recall@{k} {e.get('recall') or 0:.3f}, mrr@{k} {e.get('mrr') or 0:.3f} "
+                   f"({e.get('questions')} questions, {e.get('created')})"
+                   + (f"  FLAGGED: {e['flagged']}" if e.get("flagged") else ""))
 
 
 def print_formats(rows: list[dict], engine: str | None) -> None:

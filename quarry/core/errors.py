@@ -58,3 +58,9 @@ class EmbeddingError(QuarryError):
 
 class ConfigError(UsageError):
     """A setting has an invalid value."""
+
+
+class QualityBelowThreshold(QuarryError):
+    """An evaluation scored below a `--fail-under` threshold; the message holds the figures."""
+
+    exit_code = 5

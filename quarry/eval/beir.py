@@ -13,6 +13,8 @@ from pathlib import Path
 
 from quarry.eval.evaluation import chunk_ranking_to_docs, evaluate, load_beir, write_corpus_tree
 from quarry.core.settings import store_path
+from quarry.eval.scoring import eval_rows
+from quarry.store import evals
 
 CHUNKS_PER_QUERY = 200  # chunk hits per query: enough distinct documents for recall@100
 
@@ -25,8 +27,10 @@ def run_beir_eval(
     limit: int | None = None,
     index: Callable[[list[str], Path], dict] | None = None,
     search_kwargs: dict | None = None,
+    record: bool = True,
 ) -> dict:
-    """Index ``beir_dir`` into ``db`` (a temporary store when None) and score ``modes``."""
+    """Index ``beir_dir`` into ``db`` (a temporary store when None) and score ``modes``; with ``record``,
+    a row per mode goes to the store's ``evals`` (set ``beir-<name>-<split>``)."""
     import quarry
 
     beir = load_beir(beir_dir, split)
@@ -47,4 +51,11 @@ def run_beir_eval(
                 response = idx.search(beir.queries[q], k=CHUNKS_PER_QUERY, mode=mode, **(search_kwargs or {}))
                 rankings[q] = chunk_ranking_to_docs([by_path.get(r.path, r.path) for r in response.results])
             out["modes"][mode] = evaluate(rankings, qrels)
+        out["generation"] = idx.generation
+    if record:
+        scored = {mode: {"metrics": m, "generation": out["generation"], "questions": len(qids)}
+                  for mode, m in out["modes"].items()}
+        for row in eval_rows(f"beir-{beir.name}-{split}", "beir", scored, 10, {"split": split, **(search_kwargs or {})},
+                             questions=len(qids)):
+            evals.record(store, row)
     return out

@@ -565,6 +565,7 @@ class Index:
 
                 last = self.runs(limit=1)
                 info["last_run"] = last[0] if last else None
+                info["last_evals"] = self.evals(latest=True)
                 info["disk_bytes"] = disk_usage(self._store)
             return info
 
@@ -678,6 +679,19 @@ class Index:
     def runs(self, limit: int = 50) -> list[dict]:
         """Index runs, newest first, with skipped runs the next commit has yet to record."""
         return views.runs(self.snapshot.con, self._store, limit)
+
+    def evals(self, set_name: str | None = None, *, latest: bool = False) -> list[dict]:
+        """The store's evaluation rows (``quarry eval``), oldest first; ``latest``: only the newest row of
+        each (set, mode, k)."""
+        from quarry.store import evals
+
+        items = evals.rows(self._store, set_name)
+        if latest:
+            newest: dict[tuple, dict] = {}
+            for item in items:
+                newest[(item.get("set_name"), item.get("mode"), item.get("k"))] = item
+            items = list(newest.values())
+        return items
 
     def run(self, run_id: str) -> dict:
         """One index run by id (a skipped run the next commit has yet to record included), as

@@ -3,7 +3,8 @@
 The catalog is a DuckDB file per generation (docs/export.md): ``documents``, ``sections``,
 ``chunks``, ``runs``, ``meta``. A query runs on the read-only connection of the generation the
 index reads now (``CURRENT``), so it always sees the latest commit, never a run in progress, and
-cannot change the store. Two temporary views join what users ask for most: ``chunks_full`` (a
+cannot change the store. The temporary table ``evals`` holds the store's evaluation results
+(:mod:`quarry.store.evals`: they live beside the generations, not in one). Two temporary views join what users ask for most: ``chunks_full`` (a
 chunk with its document's path, type and title and its section's title) and ``sections_full``.
 
 A query that names ``match_bm25`` or ``fts_main_chunks`` also reads DuckDB's full-text tables of
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from quarry.core.errors import UsageError
 from quarry.core.sqlfiles import statements
-from quarry.store import fts
+from quarry.store import evals, fts
 
 __all__ = ["SqlResult", "run_sql", "VIEWS"]
 
@@ -53,6 +54,8 @@ def run_sql(con, query: str, generation: int, limit: int | None = None, store: P
         raise UsageError("no SQL given: quarry sql \"SELECT count(*) FROM documents\"")
     for stmt in statements("sql_views"):
         con.execute(stmt)
+    if store is not None:
+        evals.expose(con, store)
     search_path = None
     if store is not None and fts.uses_fts(query):
         if not full_text and fts.state(store, generation) != "ready":

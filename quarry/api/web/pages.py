@@ -265,7 +265,9 @@ def runs_page(request: Request, limit: int = 100):
     with index.pinned() as snap:
         runs = index.runs(limit)
         generation = snap.pointer.generation
-    return render(request, "runs.html", runs=runs, chart=views.stage_chart(runs), generation=generation, limit=limit)
+        evals = index.evals()[-limit:][::-1]  # newest first: the quality trend across generations
+    return render(request, "runs.html", runs=runs, chart=views.stage_chart(runs), generation=generation, limit=limit,
+                  evals=evals)
 
 
 @router.get("/runs/{run_id}")
