@@ -13,6 +13,16 @@ import sys
 import click
 
 
+def _ring(db, keys_file):
+    """The key ring of the store at ``db``, recording its changes in the store's audit log."""
+    from quarry.api.keys import KeyRing, key_store
+    from quarry.store.audit import AuditLog
+    from quarry.store.handle import open_store
+
+    store = open_store(db)
+    return KeyRing(key_store(store, keys_file), audit=AuditLog(store))
+
+
 def register(group: click.Group, *, db_option, json_option, handle_errors) -> None:
     """Add ``api``, ``keys`` and ``mcp`` to the ``quarry`` group, with main's ``--db``, ``--json`` and
     error handling."""
@@ -43,9 +53,12 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     @keys_file_option
     @click.option("--log-level", "server_log_level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
                   default="info", show_default=True, help="uvicorn's log level (info logs each request).")
+    @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+                  help="Also serve /metrics on this port of 127.0.0.1, without a key (on the API's port it "
+                       "needs an admin key once the store has keys).")
     @handle_errors
     def api(db, host, port, workers, rate_limit, rerankers, max_body, no_mcp, insecure_no_auth, keys_file,
-            server_log_level):
+            server_log_level, metrics_port):
         """Serve the index over HTTP: /v1/search, /v1/documents, /v1/chunks, /v1/status, /v1/runs, /mcp,
         and web pages at / (search, documents, runs, status; docs/web.md).
 
@@ -73,7 +86,7 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
         click.echo(f"serving {store.folder if db is None else db} on http://{host}:{port} "
                    f"({workers} worker{'s' if workers > 1 else ''}; keys {'required' if ring.required else 'none'})",
                    err=True)
-        serve(config, host=host, port=port, log_level=server_log_level)
+        serve(config, host=host, port=port, log_level=server_log_level, metrics_port=metrics_port)
 
 
     @click.group()
@@ -96,10 +109,9 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     @handle_errors
     def keys_create(name, db, principals, admin, expires, rate_limit, keys_file, as_json):
         """Create a key NAME and print its token (shown once)."""
-        from quarry.api.keys import KeyRing, key_store, parse_expiry
-        from quarry.store.handle import open_store
+        from quarry.api.keys import parse_expiry
 
-        ring = KeyRing(key_store(open_store(db), keys_file))
+        ring = _ring(db, keys_file)
         key, token = ring.create(name, principals, admin=admin, expires=parse_expiry(expires), rate_limit=rate_limit)
         if as_json:
             click.echo(json.dumps({"name": key.name, "token": token, **{k: v for k, v in key.public().items()
@@ -119,10 +131,9 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     @handle_errors
     def keys_list(db, keys_file, as_json):
         """Keys of the store: name, id, principals, status; never a token."""
-        from quarry.api.keys import KeyRing, key_store
-        from quarry.store.handle import open_store
-
-        items = [k.public() for k in KeyRing(key_store(open_store(db), keys_file)).list()]
+        ring = _ring(db, keys_file)
+        ring.note_expired()
+        items = [k.public() for k in ring.list()]
         if as_json:
             click.echo(json.dumps(items, indent=2))
             return
@@ -143,10 +154,7 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     @handle_errors
     def keys_revoke(name, db, keys_file, as_json):
         """Revoke the key NAME (or of that id): refused from the next request on."""
-        from quarry.api.keys import KeyRing, key_store
-        from quarry.store.handle import open_store
-
-        revoked = KeyRing(key_store(open_store(db), keys_file)).revoke(name)
+        revoked = _ring(db, keys_file).revoke(name)
         if as_json:
             click.echo(json.dumps([k.public() for k in revoked], indent=2))
             return
