@@ -23,6 +23,21 @@ def _ring(db, keys_file):
     return KeyRing(key_store(store, keys_file), audit=AuditLog(store))
 
 
+def _say(message: str, level: str = "info") -> None:
+    """A server's own line on stderr: text, or a JSON log line under ``--log-format json``."""
+    from quarry.core.environment import environment
+
+    if environment().log_format == "json":
+        import logging
+
+        from quarry.core.logs import JsonFormatter
+
+        record = logging.LogRecord("quarry.api", getattr(logging, level.upper()), __file__, 0, message, None, None)
+        click.echo(JsonFormatter().format(record), err=True)
+    else:
+        click.echo(message, err=True)
+
+
 def register(group: click.Group, *, db_option, json_option, handle_errors) -> None:
     """Add ``api``, ``keys`` and ``mcp`` to the ``quarry`` group, with main's ``--db``, ``--json`` and
     error handling."""
@@ -80,12 +95,12 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
         ring.refresh()
         warning = check_host(host, ring.required, insecure_no_auth)
         if warning:
-            click.echo(f"warning: {warning}", err=True)
+            _say(f"warning: {warning}", "warning")
         config = ApiConfig(db=db, keys_file=keys_file, rate_limit=rate_limit, workers=workers, max_body=max_body,
                            rerankers=list(rerankers), mcp=not no_mcp)
-        click.echo(f"serving {store.folder if db is None else db} on http://{host}:{port} "
-                   f"({workers} worker{'s' if workers > 1 else ''}; keys {'required' if ring.required else 'none'})",
-                   err=True)
+        _say(f"serving {store.folder if db is None else db} on http://{host}:{port} "
+             f"({workers} worker{'s' if workers > 1 else ''}; keys {'required' if ring.required else 'none'})"
+             + (f"; /metrics on http://127.0.0.1:{metrics_port}" if metrics_port else ""))
         serve(config, host=host, port=port, log_level=server_log_level, metrics_port=metrics_port)
 
 

@@ -100,7 +100,7 @@ class _RunCollector:
         if facts.schedule_seconds:
             yield _gauge("quarry_schedule_interval_seconds", "The interval of the schedule that re-indexes the store",
                          facts.schedule_seconds)
-            stale = None if age is None else float(age > 3 * facts.schedule_seconds)
+            stale = 1.0 if age is None else float(age > 3 * facts.schedule_seconds)  # never committed: stale
             yield _gauge("quarry_index_stale", "1 when no commit succeeded for 3 schedule intervals", stale)
 
 
