@@ -205,3 +205,15 @@ def test_denied_requests_and_an_expired_key_are_recorded_by_the_api(tmp_path, mo
     raw = "".join(p.read_text() for p in (db / "audit").glob("*.json"))
     assert secret not in raw and reader not in raw
     assert AuditLog(open_store(db)).verify().ok
+
+
+def test_an_expired_key_is_recorded_once(tmp_path):
+    store = open_store(tmp_path / "db")
+    ring = KeyRing(key_store(store), audit=AuditLog(store))
+    ring.create("brief", [], expires=time.time() + 0.5)
+    ring.create("lasting", [])
+    assert ring.note_expired() == []
+    time.sleep(0.6)
+    assert [k.name for k in ring.note_expired()] == ["brief"]
+    assert ring.note_expired() == []  # already in the log
+    assert [e["event"] for e in AuditLog(store).entries()] == ["key.created", "key.created", "key.expired"]

@@ -152,9 +152,10 @@ def serve_metrics(port: int, state_factory) -> object:
 class Observer:
     """ASGI middleware: metrics, spans and audit entries of denials around ``app``; ``/metrics``."""
 
-    def __init__(self, app, state):
+    def __init__(self, app, state, metrics: bool = True):
         self.app = app
         self.state = state
+        self.counting = metrics  # False ($QUARRY_API_METRICS=0): no counters, spans or /metrics; denials still audited
         self.metrics = ApiMetrics()
         self.exposed = metrics_registry(self.metrics, state)
         _observers[:] = [self]
@@ -165,6 +166,8 @@ class Observer:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        if not self.counting:
+            return await self._plain(scope, receive, send)
         if scope["path"] == "/metrics":
             return await self._serve_metrics(scope, receive, send)
         start = time.perf_counter()
@@ -194,6 +197,20 @@ class Observer:
                     self.metrics.latency.labels(endpoint, _mode(body)).observe(time.perf_counter() - start)
                 if status[0] in (401, 403, 429):
                     await self._denied(scope, route, status[0])
+
+    async def _plain(self, scope, receive, send):
+        status = [500]
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            if status[0] in (401, 403):
+                await self._denied(scope, _route_of(scope), status[0])
 
     async def _serve_metrics(self, scope, receive, send):
         if scope["method"] not in ("GET", "HEAD"):

@@ -55,7 +55,8 @@ def _configure():
     if not isinstance(provider, TracerProvider):  # an application that set its own keeps it
         resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "quarry"})
         provider = TracerProvider(resource=resource)
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        if os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() != "none":  # none: spans made, not sent
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         trace.set_tracer_provider(provider)
     return trace.get_tracer("quarry")
 
