@@ -34,7 +34,7 @@ TORCH_VENV := .venv-torch
 TORCH_VERSION := 2.13.0
 SENTENCE_TRANSFORMERS_VERSION := 6.2.0
 
-.PHONY: setup azurite office browser demo test test-slow test-reliability test-llm llm-venv test-torch torch-venv peers wheel bench prefect-db clean
+.PHONY: setup azurite office browser prometheus demo test test-slow test-reliability test-llm llm-venv test-torch torch-venv peers wheel bench prefect-db clean
 
 setup: $(VENV)/.installed
 
@@ -80,15 +80,26 @@ browser:
 			--no-install-recommends chromium chromium-driver >/dev/null; \
 	else echo "chromium or chromium-driver not found: the web page tests will be skipped"; fi
 
+# Debian's prometheus (and its promtool): `promtool check rules` / `test rules` on the alert rules
+# (tests/test_operations.py) and a real Prometheus scraping quarry api and quarry serve (slow). Installed
+# here when run as root (CI), else those tests are skipped, saying why (under CI=true they fail instead).
+prometheus:
+	@if [ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing prometheus (and promtool) for the alert rule and scrape tests"; \
+		apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends prometheus >/dev/null; \
+	else echo "prometheus or promtool not found: the alert rule and scrape tests will be skipped"; fi
+
 demo: setup
 	$(BIN)/quarry index data/sample --db $(DEMO_DB)
 	$(BIN)/quarry status --db $(DEMO_DB)
 	$(BIN)/quarry search "$(DEMO_QUERY)" --db $(DEMO_DB) -k 5
 
-test: setup azurite office
+test: setup azurite office prometheus
 	$(BIN)/python -m pytest -m "not slow and not llm_server" -q --durations=30
 
-test-slow: setup azurite browser
+test-slow: setup azurite browser prometheus
 	$(BIN)/python -m pytest -m "slow and not llm_server and not torch" -q --ignore=tests/reliability --durations=30
 
 # The slow reliability cases: read-only store, full disk, readers during commits, random kill -9s.

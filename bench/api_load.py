@@ -24,6 +24,7 @@ model (onnx-int8 all-MiniLM-L6-v2), with 1 and 2 workers.
 
     python bench/api_load.py [--size 100000] [--clients 1,8,32] [--workers 2] [--seconds 20]
                              [--commit-seconds 150] [--memory] [--json]
+    python bench/api_load.py --observability ROUNDS [--clients 8] ...   # metrics+tracing on vs off
 
 Prints a table (stderr with --json) and writes bench/results/api_load.json.
 """
@@ -440,6 +441,46 @@ def measure_memory(store: Path, token: str, queries: list[str], logs: Path) -> l
 # --- main ----------------------------------------------------------------------------------------------
 
 
+# metrics off; metrics on and a span per request made by OpenTelemetry's SDK, sent nowhere
+OBSERVABILITY = {"off": {"QUARRY_API_METRICS": "0"},
+                 "on": {"QUARRY_API_METRICS": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+                        "OTEL_TRACES_EXPORTER": "none"}}
+
+
+def observability(store: Path, token: str, queries: list[str], clients: int, args, logs: Path) -> None:
+    """HTTP throughput with metrics and tracing off and on, alternating (off, on, off, on, …) so
+    that both meet the same machine load; the totals per setting and their ratio."""
+    rows = []
+    for round_ in range(args.observability):
+        for name, env in OBSERVABILITY.items():
+            server = Server(store, args.workers, logs / f"api-{name}.log", env=env)
+            try:
+                http_load(server.port, token, make_bodies(queries), args.workers * 2, 3)  # warm every worker
+                log(f"HTTP, metrics and tracing {name}, {clients} clients, {args.seconds:.0f} s (round {round_ + 1}) ...")
+                answers = http_load(server.port, token, make_bodies(queries), clients, args.seconds)
+            finally:
+                server.stop()
+            errors = sum(1 for a in answers if a[1] != 200)
+            rows.append({"observability": name, "round": round_ + 1, "clients": clients, "workers": args.workers,
+                         "load": round(os.getloadavg()[0], 1),
+                         **summary([a[0] for a in answers if a[1] == 200], args.seconds, errors)})
+            log(f"  {rows[-1]}")
+    total = {name: sum(r["requests"] for r in rows if r["observability"] == name) for name in OBSERVABILITY}
+    ratio = round(total["on"] / total["off"], 3) if total["off"] else None
+    out = {"size": args.size, "workers": args.workers, "seconds": args.seconds, "clients": clients, "rows": rows,
+           "requests": total, "on_over_off": ratio, "machine": {"cpus": os.cpu_count(), "load": os.getloadavg()[0]}}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "api_load_observability.json").write_text(json.dumps(out, indent=2))
+    lines = [f"{'metrics+tracing':<15} {'round':>5} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'errors':>6} {'load':>5}"]
+    for r in rows:
+        lines.append(f"{r['observability']:<15} {r['round']:>5} {r['rps']:>8} {r['p50_ms']:>8} {r['p95_ms']:>8} "
+                     f"{r['errors']:>6} {r['load']:>5}")
+    lines.append(f"on/off throughput {ratio} (goal >= 0.95)")
+    print("\n".join(lines), file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(out))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=100_000, help="chunks in the store")
@@ -451,6 +492,9 @@ def main() -> None:
     ap.add_argument("--memory", action="store_true", help="also measure worker memory")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the cached store")
     ap.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    ap.add_argument("--observability", type=int, default=0, metavar="ROUNDS",
+                    help="only compare HTTP throughput with metrics and tracing (no exporter) on and off, "
+                         "ROUNDS alternations at the first --clients count")
     args = ap.parse_args()
     os.environ.update(ENV)
     import numpy as np
@@ -471,6 +515,8 @@ def main() -> None:
 
     rows = []
     clients = [int(c) for c in args.clients.split(",") if c.strip()]
+    if args.observability:
+        return observability(store, token, queries, clients[0], args, logs)
     if clients:
         server = Server(store, args.workers, logs / "api.log")
         try:

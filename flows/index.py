@@ -28,7 +28,12 @@ from quarry.flows.pipeline import Totals, run_batches, unwalked
 from quarry.flows.runners import FILES_PER_BATCH, plan_runner, task_runner, task_settings
 from quarry.ingest.embedders import describe, get_embedder
 from quarry.ingest.process import content_fingerprint, recorded_versions
-from quarry.store import journal
+from quarry.store import audit, journal
+from quarry.store.acl import counts as acl_counts
+from quarry.store.metrics import run_facts, written_since
+from quarry.core.environment import environment
+from quarry.core.metrics import write_textfile
+from quarry.core import logs, tracing
 from quarry.store.handle import open_store
 from quarry.store.layout import WriterLock, new_run_id
 from quarry.store.pointer import read_pointer
@@ -137,12 +142,16 @@ def index_flow(
             row = journal.record_skip(store, run_id, started, [display(r) for r in roots], str(exc),
                                       settings.public_dict())
             logger.info("run %s skipped: %s", run_id, exc)
+            _write_metrics(store, started)
             return Completed(message=f"skipped: {exc}", name="Skipped", data=row)
     try:
-        report = _index(logger, settings, store, roots, run_id, started, full, dry_run)
+        with tracing.span("quarry.index", **{"quarry.run_id": run_id, "quarry.roots": len(roots)}), logs.bind(run_id=run_id):
+            report = _index(logger, settings, store, roots, run_id, started, full, dry_run)
     finally:
         if lock is not None:
             lock.release()
+        if not dry_run:
+            _write_metrics(store, started)
     if evaluate and evaluate.get("sets") and not dry_run:
         _evaluate(str(store.folder), evaluate)
     return report
@@ -199,6 +208,7 @@ def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> d
                                durations=clock.as_dict(), settings=settings.public_dict(),
                                unsupported_files=found.unsupported_files(), message=verdict.message())
             journal.record_run(opened, report.finished_with(commit_seconds=0.0))
+            audit.record(opened, "guard.refused", {"run_id": run_id, "roots": report.roots, "reasons": verdict.refusals})
             _artifact({**report.to_dict(), "plan": plan.counts()})
             raise RunRefused(verdict.message())
 
@@ -229,6 +239,7 @@ def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> d
             if writer is None and (new_store or rebuild_reason or plan.removed or plan.moved or empty_existing
                                    or permissions.needs_writer):
                 open_writer()
+            acl_before = acl_counts(store) if permissions.changed else None
             if writer is not None:
                 apply_removals_and_moves(run_id, unwalked(plan), empty_existing)
                 apply_permissions(run_id, unwalked(permissions))
@@ -273,6 +284,7 @@ def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> d
             remove_debris(store)  # what a killed run left, as a writer would on opening
             report = report.finished_with(commit_seconds=time.perf_counter() - t)
             journal.record_run(opened, report)
+        _audit_run(opened, report, verdict, acl_before)
         out = {**report.to_dict(), "dry_run": False, "plan": plan.counts(), "rebuild": rebuild_reason,
                "reparsed_formats": planned.reparsed}
         _artifact(out)
@@ -288,6 +300,31 @@ def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> d
         if writer is not None:
             detach_writer(run_id)
             writer.close()
+
+
+def _write_metrics(store, started: datetime) -> None:
+    """``$QUARRY_METRICS_FILE``: the run metrics after this run, for node_exporter's textfile collector."""
+    path = environment().metrics_file
+    if not path:
+        return
+    try:
+        since = started.replace(tzinfo=timezone.utc).timestamp()
+        write_textfile(path, run_facts(store, bytes_written=written_since(store, since)))
+    except Exception as exc:  # noqa: BLE001 - the run stands; its metrics file says nothing new
+        get_run_logger().warning("could not write the metrics file %s: %s", path, exc)
+
+
+def _audit_run(opened, report: RunReport, verdict, acl_before: dict | None) -> None:
+    """The audit log's entries for a finished run: the guard overridden, documents deleted,
+    permissions changed (documents and principals counted before and after)."""
+    facts = {"run_id": report.run_id, "roots": report.roots}
+    if verdict.overridden:
+        audit.record(opened, "guard.override", {**facts, "deleted": report.deleted, "would_refuse": verdict.overridden})
+    if report.deleted:
+        audit.record(opened, "run.documents_deleted", {**facts, "deleted": report.deleted})
+    if acl_before is not None and report.permissions_updated:
+        audit.record(opened, "run.permissions_changed", {**facts, "documents_changed": report.permissions_updated,
+                                                         "before": acl_before, "after": acl_counts(opened.folder)})
 
 
 def _llm_counts(llm: dict) -> dict:

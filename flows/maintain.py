@@ -13,7 +13,9 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed
 
 from quarry.core.errors import StoreLocked
+from quarry.store import audit
 from quarry.store.handle import open_store
+from quarry.store.maintain import audit_facts
 from quarry.store.layout import WriterLock
 from quarry.tasks.maintain import check_store, compact_vectors, merge_layers, rebuild_indices, remove_old_generations
 
@@ -41,6 +43,7 @@ def maintain_flow(db: str | None = None, keep_generations: int | None = None, ke
     finally:
         lock.release()
     report["check"] = check_store(folder)
+    audit.record(store, "maintain", audit_facts(report))
     c = report["compaction"]
     create_markdown_artifact(key="quarry-maintain", description="quarry maintenance run", markdown="\n".join([
         "| step | result |", "|---|---|",

@@ -95,7 +95,7 @@ def serving_api(store: Path) -> str | None:
 
 @contextlib.contextmanager
 def prefect_api(log_dir: Path, services: bool = False, database: Path | None = None, check=None,
-                port: int | None = None, announce: Path | None = None):
+                port: int | None = None, announce: Path | None = None, metrics: tuple[str, float] | None = None):
     """Yield with ``PREFECT_API_URL`` pointing at a reachable Prefect API.
 
     Uses the user's server when ``PREFECT_API_URL`` is set; otherwise starts a private one, on
@@ -105,7 +105,8 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
     ``PREFECT_HOME``). ``announce``: a file that names the private server (URL and this process)
     while it runs, so that one-shot runs of the same store use it. ``check`` is called once
     ``PREFECT_API_URL`` is set and before waiting for the server: Prefect reads its settings once,
-    at import, so work that imports Prefect must not come earlier.
+    at import, so work that imports Prefect must not come earlier. ``metrics``: (store, schedule
+    seconds): the private server also answers ``/metrics`` with the store's run metrics.
     """
     prefect_environment()
     if os.environ.get("PREFECT_API_URL"):
@@ -134,7 +135,8 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
                 env.setdefault(name, value)
     proc = subprocess.Popen(
         [sys.executable, "-m", "quarry.flows.prefect_server", str(port), str(os.getpid()),
-         *(["--services"] if services else [])],
+         *(["--services"] if services else []),
+         *(["--metrics", metrics[0], str(metrics[1])] if metrics else [])],
         stdout=log,
         stderr=log,
         stdin=subprocess.DEVNULL,
@@ -409,6 +411,22 @@ def validate_cron(expr: str, timezone: str | None = None) -> None:
     except ValidationError as exc:
         reason = "; ".join(str(err.get("msg", "")).removeprefix("Value error, ") for err in exc.errors())
         raise UsageError(f"--cron {expr!r} is not a valid cron schedule: {reason}") from None
+
+
+_NICKNAMES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
+              "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *"}
+
+
+def schedule_seconds(expr: str) -> float:
+    """The longest gap between the next few ticks of ``expr``: the interval the stale-index gauge
+    and alert count in (an irregular schedule counts its longest gap)."""
+    from datetime import datetime, timezone
+
+    from cronsim import CronSim
+
+    ticks = CronSim(_NICKNAMES.get(expr.strip().lower(), expr), datetime.now(timezone.utc))
+    times = [next(ticks) for _ in range(9)]
+    return max((b - a).total_seconds() for a, b in zip(times, times[1:]))
 
 
 def deployment_name(store: Path) -> str:

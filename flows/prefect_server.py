@@ -33,6 +33,32 @@ def _watch(parent: int) -> None:
             os._exit(0)
 
 
+def create_app():
+    """Prefect's API app; with ``--metrics STORE SECONDS``, also ``/metrics``: the store's run
+    metrics (:mod:`quarry.core.metrics`), read at each scrape, its schedule's interval given."""
+    from prefect.server.api.server import create_app as prefect_app
+
+    app = prefect_app()
+    if "--metrics" in sys.argv:
+        from prometheus_client import make_asgi_app
+
+        from quarry.core.metrics import run_registry
+        from quarry.store.metrics import run_facts
+
+        at = sys.argv.index("--metrics")
+        store, seconds = sys.argv[at + 1], float(sys.argv[at + 2])
+        from starlette.routing import Route
+
+        metrics = make_asgi_app(run_registry(lambda: run_facts(store, schedule_seconds=seconds)))
+
+        class Metrics:  # a class instance: Starlette hands it the raw ASGI call
+            async def __call__(self, scope, receive, send):
+                await metrics(scope, receive, send)
+
+        app.router.routes.insert(0, Route("/metrics", Metrics()))  # before Prefect's catch-all mount at ""
+    return app
+
+
 def main() -> None:
     port, parent = int(sys.argv[1]), int(sys.argv[2])
     services = "--services" in sys.argv[3:]
@@ -47,7 +73,7 @@ def main() -> None:
     # Paused while they import, then frozen out of its way for the server's life (as flows/warm.py).
     gc.disable()
     import uvicorn
-    from prefect.server.api.server import create_app
+    import prefect.server.api.server  # noqa: F401  (imported here, with the collector paused)
 
     gc.freeze()
     gc.enable()

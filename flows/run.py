@@ -114,11 +114,12 @@ def serve(paths, db: str | os.PathLike | None = None, *, cron: str, name: str | 
 
     store = open_store(db).folder
     overrides = {k: v for k, v in settings.items() if v is not None and k not in SECRET_SETTINGS} or None
-    from quarry.flows.orchestration import SERVER_FILE, prefect_api, serve_index, validate_cron
+    from quarry.flows.orchestration import SERVER_FILE, prefect_api, schedule_seconds, serve_index, validate_cron
 
     with _secrets(settings), prefect_api(store / "logs", services=True, database=store / "prefect" / "prefect.db",
                                          check=lambda: validate_cron(cron), port=port,
-                                         announce=store / "prefect" / SERVER_FILE) as url:
+                                         announce=store / "prefect" / SERVER_FILE,
+                                         metrics=(str(store), schedule_seconds(cron))) as url:
         serve_index(roots, store, cron, name=name, overrides=overrides, initial_run=initial_run, evaluate=evaluate,
                     on_start=(lambda deployment: on_start(deployment, url)) if on_start else None)
 

@@ -313,6 +313,30 @@ def test_no_token_reaches_the_log(served):
     assert "y" * 43 not in text
 
 
+def test_json_log_lines_parse_and_hold_no_key_or_secret_setting(served, tmp_path):
+    """--log-format json: one object a line, tokens masked even where a client put one in the path,
+    and no secret setting of the server's environment."""
+    log = tmp_path / "api-json.log"
+    secret_setting = "aws-secret-probe-0123456789"
+    with api_server(served.db, log=log, env={"QUARRY_LOG_FORMAT": "json",
+                                             "AWS_SECRET_ACCESS_KEY": secret_setting}) as (base, _proc):
+        http = httpx.Client(base_url=base, timeout=60)
+        hr = served.tokens["hr"]
+        assert http.post("/v1/search", json={"query": "okapi"}, headers={"Authorization": f"Bearer {hr}"}).status_code == 200
+        assert http.get(f"/v1/documents/{hr}", headers={"Authorization": f"Bearer {hr}"}).status_code == 404
+        assert http.get("/v1/status", headers={"Authorization": "Bearer qk_000000000000_" + "y" * 43}).status_code == 401
+        http.close()
+    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines]  # every line is one JSON object
+    assert all({"time", "level", "logger", "message"} <= set(r) for r in records)
+    assert any("POST /v1/search" in r["message"] for r in records)  # the access log is on
+    text = log.read_text()
+    for token in served.tokens.values():
+        assert token not in text and token.split("_", 2)[2] not in text
+    assert "qk_" + hr.split("_")[1] + "_***" in text  # the key id stays, to say which key it was
+    assert secret_setting not in text
+
+
 # --- generations ----------------------------------------------------------------------------------
 
 

@@ -21,6 +21,8 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from quarry.api.errors import Scrubber, install, respond
+from quarry.api.observe import Observer
+from quarry.core.environment import environment
 from quarry.api.deps import (  # noqa: F401 - the server's configuration and dependencies, re-exported
     CONFIG_ENV, DEFAULT_MAX_BODY, ApiConfig, State, admin_of, caller_of, index_of, json_response, log, state_of)
 
@@ -106,7 +108,7 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
     asgi = BodyLimit(app, config.max_body)
     if mcp_http is not None:
         asgi = mcp_http.mount(asgi)
-    app.state.asgi = asgi
+    app.state.asgi = asgi = Observer(asgi, state, metrics=environment().api_metrics)  # quarry/api/observe.py
     return app
 
 

@@ -271,8 +271,9 @@ def check_new(name: str, principals=(), admin: bool = False, rate_limit: int | N
 class KeyRing:
     """The keys of one store: create, list, revoke, and check a bearer token."""
 
-    def __init__(self, where):
+    def __init__(self, where, audit=None):
         self.where = where
+        self.audit = audit  # the store's AuditLog: creations and revocations are recorded there
         self._keys: dict[str, Key] = {}
         self._version: object = ()
         self._ever = False
@@ -308,6 +309,7 @@ class KeyRing:
             records.append(asdict(key))
 
         self._change(add)
+        self._record("key.created", key)
         return key, f"{PREFIX}_{key.id}_{secret}"
 
     def list(self) -> list[Key]:
@@ -328,7 +330,25 @@ class KeyRing:
                 raise UsageError(f"no active key named {name_or_id!r}: `quarry keys list` shows them")
 
         self._change(revoke)
+        for key in done:
+            self._record("key.revoked", key)
         return done
+
+    def note_expired(self) -> list[Key]:
+        """Record in the audit log each key that has expired since it was last looked at (a key
+        expires by the clock, with no command to record it); the keys recorded now."""
+        if self.audit is None:
+            return []
+        seen = {e["details"].get("key_id") for e in self.audit.entries() if e["event"] == "key.expired"}
+        expired = [k for k in self.list() if k.status() == "expired" and k.id not in seen]
+        for key in expired:
+            self._record("key.expired", key)
+        return expired
+
+    def _record(self, event: str, key: Key) -> None:
+        if self.audit is not None:
+            self.audit.append(event, {"key_id": key.id, "key_name": key.name, "admin": key.admin,
+                                      "principals": len(key.principals), "expires": _iso(key.expires)})
 
     # --- the server's side --------------------------------------------------------------------
 
@@ -349,6 +369,11 @@ class KeyRing:
 
     def get(self, key_id: str) -> Key | None:
         """The key of this id as last read (None when unknown)."""
+        return self._keys.get(key_id)
+
+    def key(self, key_id: str) -> Key | None:
+        """The key of that id as last read (whatever its status), or None: what a denied request's
+        token names, for metrics and the audit log (its name, never the token)."""
         return self._keys.get(key_id)
 
     def verify(self, token: str | None) -> Key | None:

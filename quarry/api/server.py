@@ -59,12 +59,46 @@ class NoDelayH11Protocol(H11Protocol):
         super().connection_made(transport)
 
 
-def serve(config: ApiConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
-    """Run the API until SIGTERM or Ctrl-C."""
+def serve(config: ApiConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
+          metrics_port: int | None = None) -> None:
+    """Run the API until SIGTERM or Ctrl-C; ``metrics_port``: also serve ``/metrics`` on that loopback port."""
+    import shutil
+    import tempfile
+
     import uvicorn
 
     config.host = host
     os.environ[CONFIG_ENV] = config.to_env()  # each worker process builds its app from it
+    folder = None
+    if config.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        folder = tempfile.mkdtemp(prefix="quarry-metrics-")  # the workers' counters, summed at a scrape
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+    metrics_server = None
+    if metrics_port is not None:
+        from quarry.api.deps import State
+        from quarry.api.observe import serve_metrics
+
+        metrics_server = serve_metrics(metrics_port, lambda: State(config))
+    try:
+        _run(uvicorn, config, host, port, log_level)
+    finally:
+        if metrics_server is not None:
+            metrics_server.shutdown()
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run(uvicorn, config: ApiConfig, host: str, port: int, log_level: str) -> None:
     uvicorn.run("quarry.api.app:app_from_env", factory=True, host=host, port=port, workers=config.workers,
                 http="quarry.api.server:NoDelayH11Protocol", log_level=log_level, proxy_headers=False, server_header=False,
-                timeout_graceful_shutdown=10)
+                timeout_graceful_shutdown=10, log_config=_log_config())
+
+
+def _log_config():
+    """uvicorn's logging: its own text lines, or JSON ones (``--log-format json``)."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    from quarry.core.environment import environment
+    from quarry.core.logs import uvicorn_config
+
+    return uvicorn_config(environment().log_format) or LOGGING_CONFIG

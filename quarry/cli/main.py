@@ -108,13 +108,22 @@ def evaluate_option(eval_sets, margin) -> dict | None:
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default=None,
               help="Log level of quarry and Prefect (default warning; $QUARRY_LOG_LEVEL).")
 @click.option("-v", "--verbose", count=True, help="More log output: -v is --log-level info, -vv debug.")
-def cli(log_level, verbose):
+@click.option("--log-format", type=click.Choice(["text", "json"]), default=None,
+              help="text, or json: one object a line with time, level, run id, stage, path, message and trace id "
+                   "($QUARRY_LOG_FORMAT; for index, serve and api).")
+def cli(log_level, verbose, log_format):
     """quarry: index document trees into LanceDB + DuckDB and search them (hybrid BM25 + vectors).
 
     Shell completion: eval "$(_QUARRY_COMPLETE=bash_source quarry)" (zsh_source, fish_source).
     """
     level = log_level or {0: None, 1: "info"}.get(verbose, "debug") or _environment().log_level
-    if level:
+    if (log_format or _environment().log_format) == "json":
+        if level and level.lower() not in LOG_LEVELS:
+            raise click.UsageError(f"unknown log level {level!r}; choose one of {', '.join(LOG_LEVELS)}")
+        from quarry.core.logs import configure
+
+        configure(level or "info", "json")
+    elif level:
         configure_logging(level)
 
 
@@ -602,6 +611,10 @@ from quarry.cli.ask import register as _register_ask  # noqa: E402 - after the s
 
 _register_ask(cli, db_option=db_option, json_option=json_option, handle_errors=handle_errors,
               filter_options=filter_options, build_filter=build_filter)
+
+from quarry.cli.operations import register as _register_operations  # noqa: E402 - as above
+
+_register_operations(cli, db_option=db_option, json_option=json_option, handle_errors=handle_errors)
 
 
 def main() -> None:

@@ -13,6 +13,33 @@ import sys
 import click
 
 
+def _ring(db, keys_file):
+    """The key ring of the store at ``db``, recording its changes in the store's audit log."""
+    from quarry.api.keys import open_ring
+    from quarry.store.audit import AuditLog
+    from quarry.store.handle import open_store
+
+    store = open_store(db)
+    ring = open_ring(store, keys_file)  # a mistyped --db fails here, before anything is written
+    ring.audit = AuditLog(store)
+    return ring
+
+
+def _say(message: str, level: str = "info") -> None:
+    """A server's own line on stderr: text, or a JSON log line under ``--log-format json``."""
+    from quarry.core.environment import environment
+
+    if environment().log_format == "json":
+        import logging
+
+        from quarry.core.logs import JsonFormatter
+
+        record = logging.LogRecord("quarry.api", getattr(logging, level.upper()), __file__, 0, message, None, None)
+        click.echo(JsonFormatter().format(record), err=True)
+    else:
+        click.echo(message, err=True)
+
+
 def register(group: click.Group, *, db_option, json_option, handle_errors) -> None:
     """Add ``api``, ``keys`` and ``mcp`` to the ``quarry`` group, with main's ``--db``, ``--json`` and
     error handling."""
@@ -46,9 +73,12 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     @keys_file_option
     @click.option("--log-level", "server_log_level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
                   default="info", show_default=True, help="uvicorn's log level (info logs each request).")
+    @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+                  help="Also serve /metrics on this port of 127.0.0.1, without a key (on the API's port it "
+                       "needs an admin key once the store has keys).")
     @handle_errors
     def api(db, host, port, workers, rate_limit, rerankers, max_body, no_mcp, insecure_no_auth, answer_rate_limit,
-            keys_file, server_log_level):
+            keys_file, server_log_level, metrics_port):
         """Serve the index over HTTP: /v1/search, /v1/answer, /v1/documents, /v1/chunks, /v1/status, /v1/runs, /mcp,
         and web pages at / (search, documents, runs, status; docs/web.md).
 
@@ -78,13 +108,13 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
         ring.refresh()
         warning = check_host(host, ring.required, insecure_no_auth)
         if warning:
-            click.echo(f"warning: {warning}", err=True)
+            _say(f"warning: {warning}", "warning")
         config = ApiConfig(db=db, keys_file=keys_file, rate_limit=rate_limit, workers=workers, max_body=max_body,
                            rerankers=list(rerankers), mcp=not no_mcp, answer_rate_limit=answer_rate_limit)
-        click.echo(f"serving {store.folder if db is None else db} on http://{host}:{port} "
-                   f"({workers} worker{'s' if workers > 1 else ''}; keys {'required' if ring.required else 'none'})",
-                   err=True)
-        serve(config, host=host, port=port, log_level=server_log_level)
+        _say(f"serving {store.folder if db is None else db} on http://{host}:{port} "
+             f"({workers} worker{'s' if workers > 1 else ''}; keys {'required' if ring.required else 'none'})"
+             + (f"; /metrics on http://127.0.0.1:{metrics_port}" if metrics_port else ""))
+        serve(config, host=host, port=port, log_level=server_log_level, metrics_port=metrics_port)
 
 
     @click.group()
@@ -111,10 +141,10 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     def keys_create(name, db, principals, admin, expires, rate_limit, no_answers, answer_rate_limit, keys_file,
                     as_json):
         """Create a key NAME and print its token (shown once)."""
-        from quarry.api.keys import check_new, open_ring, parse_expiry
+        from quarry.api.keys import check_new, parse_expiry
 
         check_new(name, principals, admin, rate_limit)
-        ring = open_ring(db, keys_file)
+        ring = _ring(db, keys_file)
         key, token = ring.create(name, principals, admin=admin, expires=parse_expiry(expires), rate_limit=rate_limit,
                                  answers=not no_answers, answer_rate_limit=answer_rate_limit)
         if as_json:
@@ -135,9 +165,9 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     @handle_errors
     def keys_list(db, keys_file, as_json):
         """Keys of the store: name, id, principals, status; never a token."""
-        from quarry.api.keys import open_ring
-
-        items = [k.public() for k in open_ring(db, keys_file).list()]
+        ring = _ring(db, keys_file)
+        ring.note_expired()
+        items = [k.public() for k in ring.list()]
         if as_json:
             click.echo(json.dumps(items, indent=2))
             return
@@ -161,9 +191,7 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     @handle_errors
     def keys_revoke(name, db, keys_file, as_json):
         """Revoke the key NAME (or of that id): refused from the next request on."""
-        from quarry.api.keys import open_ring
-
-        revoked = open_ring(db, keys_file).revoke(name)
+        revoked = _ring(db, keys_file).revoke(name)
         if as_json:
             click.echo(json.dumps([k.public() for k in revoked], indent=2))
             return

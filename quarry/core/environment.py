@@ -55,6 +55,9 @@ class Environment(BaseSettings):
     api_rate_limit: int = Field(600, ge=0)  # requests per minute per API key (0: unlimited)
     prefect_startup_timeout: float = Field(120.0, gt=0)  # seconds to wait for a private Prefect server
     log_level: str = ""  # quarry's and Prefect's log level (the CLI's --log-level)
+    log_format: str = Field("text", pattern="^(text|json)$")  # text, or json: one object a line (--log-format)
+    api_metrics: bool = True  # quarry api counts requests and serves /metrics (off: neither; denials are still audited)
+    metrics_file: str = ""  # every run writes its Prometheus metrics here (node_exporter's textfile collector)
 
 
 _env_cache: tuple[tuple, Environment] | None = None

@@ -357,10 +357,14 @@ class StageClock:
 
     @contextmanager
     def timing(self, stage: str, rows: int = 0):
-        """Time the ``with`` block as part of ``stage``."""
+        """Time the ``with`` block as part of ``stage`` (an OpenTelemetry span when tracing is on; the
+        stage is on the block's JSON log lines)."""
+        from quarry.core import logs, tracing
+
         start, t = time.time(), time.perf_counter()
         try:
-            yield
+            with tracing.span(f"quarry.{stage}", **{"quarry.stage": stage, "quarry.rows": rows}), logs.bind(stage=stage):
+                yield
         finally:
             self.add(stage, time.perf_counter() - t, rows, start)
 

@@ -63,6 +63,7 @@ class Verdict:
     scope: list[str] = field(default_factory=list)
     failures: list[FileError] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
+    overridden: list[str] = field(default_factory=list)  # what would have stopped the run without allow_deletes
 
     @property
     def refused(self) -> bool:

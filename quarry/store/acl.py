@@ -75,6 +75,25 @@ class StoredPrincipals(Mapping):
 _PUBLIC = (PUBLIC,)
 
 
+def counts(store) -> dict:
+    """``{documents, restricted, principals}`` of the committed catalog of ``store`` (zeros before its
+    first commit): what the audit log records before and after a run changes permissions."""
+    from quarry.store.pointer import read_pointer
+    from quarry.store.reader import open_snapshot
+
+    if read_pointer(store) is None:
+        return {"documents": 0, "restricted": 0, "principals": 0}
+    snap = open_snapshot(store, search_index=False)
+    try:
+        if "principals" not in _columns(snap.con, "documents"):
+            n = len(stored(snap.con))  # a catalog from before permissions: all public
+            return {"documents": n, "restricted": 0, "principals": 1 if n else 0}
+        row = snap.con.execute(load_sql("acl_counts")).fetchone()
+        return {"documents": row[0], "restricted": row[1], "principals": row[2]}
+    finally:
+        snap.close()
+
+
 def stored(con) -> StoredPrincipals:
     """``{document path: principals}`` (None: not decided; a catalog from before permissions: all public)."""
     paths = set(con.execute("SELECT path FROM documents").fetch_arrow_table().column(0).to_pylist())

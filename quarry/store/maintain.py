@@ -22,7 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from quarry.core.errors import QuarryError, StoreLocked, StoreNotFound
-from quarry.store import vectors
+from quarry.store import audit, vectors
 from quarry.store import generations as gens
 from quarry.store.generations import keep_generations
 from quarry.store.handle import Store, as_store
@@ -188,6 +188,14 @@ def full_text(store: Store | Path, generation: int, on: bool | None = None) -> d
     return {"state": "ready", "built": built_here, "build": fts.build_info(store.folder, generation)}
 
 
+def audit_facts(report: dict) -> dict:
+    """What the audit log keeps of a maintenance run: the generation and what was removed, counted."""
+    return {"generation": report.get("generation"), "files_removed": len(report.get("removed") or []),
+            "layers_before": report["merge"]["layers_before"], "merged": bool(report["merge"]["merged"]),
+            "versions_before": report["compaction"]["versions_before"],
+            "versions_after": report["compaction"]["versions_after"], "healthy": report["check"]["healthy"]}
+
+
 def maintain(store: Store | Path, generations: int | None = None, keep: timedelta | None = None,
              threshold: float | None = None, if_busy: str = "fail", full_text_on: bool | None = None) -> dict:
     """All of it, in order, under the writer lock; then DuckDB's full-text tables of the current
@@ -212,6 +220,7 @@ def maintain(store: Store | Path, generations: int | None = None, keep: timedelt
     report["full_text"] = full_text(store, report["generation"], full_text_on)
     report["check"] = check(store)
     report["seconds"] = round(time.perf_counter() - t0, 3)
+    audit.record(store, "maintain", audit_facts(report))
     log.info("maintain: %d fragments -> %d, %d versions -> %d, %d indices rebuilt, %d catalog layers -> %d, "
              "%d files removed, healthy %s",
              report["compaction"]["fragments_before"], report["compaction"]["fragments_after"],

@@ -6,7 +6,7 @@ which runs them without Prefect.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from quarry.core import gcpause, paths
@@ -141,4 +141,9 @@ def plan_run(store: Path, discovery: Discovery, *, full: bool, fingerprint: str,
         plan = make_plan(discovery.files, docs, verdict.scope, rebuild=bool(reason), unreadable=unreadable,
                          reparse=reparse)
     check_deletes(verdict, plan, docs, limits)
+    if limits.allow_deletes:  # what the guard would have said: the override the audit log records
+        strict = replace(limits, allow_deletes=False)
+        shadow = check_deletes(check_roots(discovery.scans, docs, strict, patterns), plan, docs, strict)
+        verdict.overridden = shadow.refusals + [f"{paths.display(f.path)}: {f.error}" for f in shadow.failures
+                                                if f.path in verdict.scope]
     return RunPlan(plan, reason, verdict, len(docs), sorted(reparse))

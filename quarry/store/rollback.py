@@ -27,7 +27,7 @@ from pathlib import Path
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.models import RunReport
-from quarry.store import generations, journal, layers, vectors
+from quarry.store import audit, generations, journal, layers, vectors
 from quarry.store.handle import Store, as_store
 from quarry.store.layout import WriterLock, new_run_id, require_pointer, write_pointer
 from quarry.store.pointer import Pointer
@@ -87,9 +87,12 @@ def rollback(store: Store | Path, to: int | None = None) -> dict:
     store = as_store(store)
     lock = WriterLock(store).acquire()  # on object storage: the lease, and a pull of CURRENT
     try:
-        return _rollback(store, to)
+        report = _rollback(store, to)
     finally:
         lock.release()
+    audit.record(store, "rollback", {"run_id": report.get("run_id"), "from_generation": report["from_generation"],
+                                     "to_generation": report["to_generation"], "generation": report["generation"]})
+    return report
 
 
 def _rollback(opened: Store, to: int | None) -> dict:
