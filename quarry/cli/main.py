@@ -343,7 +343,7 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
 
 
 @cli.command(name="export")
-@click.argument("out", type=click.Path(file_okay=False))
+@click.argument("out", type=click.Path())
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["parquet", "jsonl"]), default="parquet", show_default=True,
               help="File format of OUT/documents, OUT/sections and OUT/chunks.")
@@ -352,24 +352,29 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
 @click.option("--batch-rows", type=click.IntRange(1, 10_000_000), default=8192, show_default=True,
               help="Rows per streamed batch (memory stays bounded by one batch).")
 @click.option("--overwrite", is_flag=True, help="Write into OUT even if it is not empty (replaces the export files).")
+@click.option("--redact", default="", metavar="KINDS",
+              help="Mask personal data and secrets in the text columns: all, or a comma list of email, phone, "
+                   "card, iban, national_id, secret (docs/corpus.md).")
 @json_option
 @handle_errors
 def export_cmd(out, db, fmt, vectors, where, path_globs, since, until, file_types, doc_ids, as_principals, batch_rows,
-               overwrite, as_json):
-    """Write documents, sections and chunks of the committed index to OUT as Parquet or JSONL."""
+               overwrite, redact, as_json):
+    """Write documents, sections and chunks of the committed index to OUT as Parquet or JSONL
+    (OUT ending in .parquet or .jsonl: the chunks alone, in that one file)."""
     import quarry
 
     with quarry.open(db) as idx:
         report = idx.export(out, fmt, vectors=vectors, filters=build_filter(where, path_globs, since, until,
                                                                           file_types, doc_ids),
                             batch_rows=batch_rows, overwrite=overwrite,
-                            principals=list(as_principals) if as_principals else None)
+                            principals=list(as_principals) if as_principals else None, redact=redact)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
         return
     click.echo(f"exported generation {report.generation} to {report.out}: "
                + ", ".join(f"{n} {name}" for name, n in report.rows.items())
-               + (" (with vectors)" if vectors else "") + (f"; filter: {report.filter}" if report.filter else ""))
+               + (" (with vectors)" if vectors else "") + (f"; filter: {report.filter}" if report.filter else "")
+               + (f"; redacted: {', '.join(report.redacted)}" if report.redacted else ""))
 
 
 @cli.command()

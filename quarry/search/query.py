@@ -584,10 +584,10 @@ class Index:
 
     def export(self, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool = False,
                filters: Filter | str | None = None, batch_rows: int | None = None,
-               overwrite: bool = False, principals=None) -> ExportReport:
+               overwrite: bool = False, principals=None, redact=()) -> ExportReport:
         """Write documents, sections and chunks of the committed generation to the folder ``out``
         as ``parquet`` or ``jsonl`` files: what ``quarry export`` does (see :mod:`quarry.search.export`).
-        With ``principals``, only what the caller may read."""
+        With ``principals``, only what the caller may read; ``redact``: PII kinds masked in the text."""
         from quarry.search.export import BATCH_ROWS, export_snapshot
 
         with self._pinned() as snap:
@@ -596,7 +596,7 @@ class Index:
                 filters = filters.without_permissions() or None
             return export_snapshot(snap, out, fmt, vectors=vectors, filters=filters,
                                    batch_rows=BATCH_ROWS if batch_rows is None else batch_rows,
-                                   overwrite=overwrite)
+                                   overwrite=overwrite, redact=redact)
 
     def sql(self, query: str, limit: int | None = None):
         """Run read-only SQL on the committed catalog: what ``quarry sql`` does (see

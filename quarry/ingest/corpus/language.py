@@ -1,0 +1,40 @@
+"""The language of a text: an ISO 639-1 code from py3langid (langid.py's 97-language model, 2 MB,
+packaged with the library, no download).
+
+Chosen over lingua (lingua-language-detector): lingua is more accurate on a few words but its
+wheel carries every language's n-gram models (hundreds of MB) and loads them into memory; a
+document or a chunk of 100+ words is py3langid's easy case (``bench/dedup.py --languages``).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+__all__ = ["UNDETERMINED", "detect"]
+
+UNDETERMINED = "und"  # ISO 639-2 for a text too short or without letters to tell
+MIN_LETTERS = 20
+SAMPLE_CHARS = 4_000  # a long document's language is read from its start
+_LETTERS = re.compile(r"[^\W\d_]", re.UNICODE)
+_lock = threading.Lock()
+_model = None
+
+
+def _identifier():
+    global _model
+    with _lock:
+        if _model is None:
+            from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+            _model = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=False)
+        return _model
+
+
+def detect(text: str) -> str:
+    """The language code of ``text`` (``en``, ``de``), :data:`UNDETERMINED` below
+    :data:`MIN_LETTERS` letters."""
+    sample = text[:SAMPLE_CHARS]
+    if len(_LETTERS.findall(sample)) < MIN_LETTERS:
+        return UNDETERMINED
+    return _identifier().classify(sample)[0]
