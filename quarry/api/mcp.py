@@ -54,7 +54,8 @@ def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Cal
                where: list[str] | None = None, path: list[str] | None = None, type: list[str] | None = None,
                since: str | None = None, until: str | None = None,
                segments: Literal["balanced", "precision", "find_all"] | None = None,
-               window: int | None = None, explain: bool = False, ctx: Context | None = None) -> dict[str, Any]:
+               window: int | None = None, explain: bool = False, collapse: bool = True,
+               ctx: Context | None = None) -> dict[str, Any]:
         """Search the documents for passages relevant to `query` (keywords or a question); best first.
 
         Returns `results`: each with score, chunk_id, doc_id, path, title, section, page_start/page_end and
@@ -62,13 +63,16 @@ def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Cal
         (exact words, codes, numbers); filters `where` (e.g. "file_type = 'pdf'", "mtime >= 2024-01-01",
         "metadata.author = 'Kim'"), `path` globs (e.g. "reports/**"), `type` (e.g. "pdf"), `since`/`until`
         (YYYY-MM-DD); `window` N adds N chunks of context on each side of every hit (in `windows`);
-        `segments` returns whole relevant passages spanning several chunks instead (in `segments`).
+        `segments` returns whole relevant passages spanning several chunks instead (in `segments`);
+        copies of a passage in other files take one place, listed in the hit's `copies` (`collapse`
+        false lists every copy as its own hit).
         """
         from quarry.api.schemas import SearchRequest
 
         def run():
             request = SearchRequest(query=query, k=k, mode=mode, where=where, path=path, type=type, since=since,
-                                    until=until, segments=segments, window=window, explain=explain)
+                                    until=until, segments=segments, window=window, explain=explain,
+                                    collapse=collapse)
             return request.run(index_of(), caller_of(ctx).principals, rerankers)
 
         return call(run)

@@ -308,10 +308,14 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
               help="Fused candidates handed to the reranker.")
 @click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default=None,
               help="Output format (default table; --json is --format json).")
+@click.option("--no-collapse", "no_collapse", is_flag=True,
+              help="Show every copy of a passage as its own hit (by default copies take one place, \"+N copies\").")
+@click.option("--copies", "show_copies", is_flag=True, help="List the paths of each hit's copies (the table format).")
 @json_option
 @handle_errors
 def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, since, until, file_types, doc_ids,
-           as_principals, weights, min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt, as_json):
+           as_principals, weights, min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt,
+           no_collapse, show_copies, as_json):
     """Search the index for QUERY."""
     import quarry
     from quarry.core.errors import UsageError
@@ -326,7 +330,8 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
                               weights=parse_pairs(weights, "--weights", FUSION_WEIGHTS),
                               min_scores=parse_pairs(min_scores, "--min-score"),
                               rerank=rerank_spec, rerank_candidates=rerank_candidates, segments=segments,
-                              window=window, principals=list(as_principals) if as_principals else None)
+                              window=window, principals=list(as_principals) if as_principals else None,
+                              collapse=not no_collapse)
     for warning in response.warnings:
         click.echo(f"warning: {warning}", err=True)
     if fmt == "json":
@@ -339,7 +344,7 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
     elif response.segments is not None:
         output.print_blocks(response.segments, "segment")
     else:
-        output.print_results(response, explained=explain)
+        output.print_results(response, explained=explain, copies=show_copies)
 
 
 @cli.command(name="export")
