@@ -66,6 +66,7 @@ CREATE TABLE IF NOT EXISTS chunks (
     search_text   VARCHAR NOT NULL,    -- header + text as BM25 tokens (see quarry/textnorm.py)
     -- corpus signals of the text (docs/corpus.md): NULL for chunks indexed before they existed
     norm_hash     VARCHAR,             -- first 16 hex of sha256 of the normalised text: the passage's identity
+    line_hashes   BIGINT[],            -- hashes of its distinct lines of 20+ characters: boilerplate counts them
     lang          VARCHAR,             -- ISO 639-1 language code (und: too little text)
     pii_email     INTEGER,             -- personal data and secrets by kind: counts, never the values
     pii_phone     INTEGER,
@@ -156,6 +157,7 @@ ALTER TABLE documents ADD COLUMN IF NOT EXISTS dup_similarity DOUBLE;
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS lang VARCHAR;
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS pii_total INTEGER;
 ALTER TABLE chunks ADD COLUMN IF NOT EXISTS norm_hash VARCHAR;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS line_hashes BIGINT[];
 ALTER TABLE chunks ADD COLUMN IF NOT EXISTS lang VARCHAR;
 ALTER TABLE chunks ADD COLUMN IF NOT EXISTS pii_email INTEGER;
 ALTER TABLE chunks ADD COLUMN IF NOT EXISTS pii_phone INTEGER;

@@ -512,6 +512,24 @@ def rollback(db, to, list_only, as_json):
         click.echo(f"{report['message']}; `quarry rollback --to {report['from_generation']}` undoes it")
 
 
+@cli.group()
+def corpus():
+    """Corpus preparation: what the store holds before it is exported as a corpus (docs/corpus.md)."""
+
+
+@corpus.command(name="report")
+@db_option
+@json_option
+@handle_errors
+def corpus_report(db, as_json):
+    """Duplicates by folder and bytes saved, languages, PII by kind, boilerplate per root."""
+    import quarry
+
+    with quarry.open(db) as idx:
+        report = idx.corpus_report()
+    reports.echo_json(report) if as_json else reports.print_corpus_report(report)
+
+
 @cli.command()
 @click.argument("query")
 @db_option

@@ -626,6 +626,18 @@ class Index:
                                    batch_rows=BATCH_ROWS if batch_rows is None else batch_rows,
                                    overwrite=overwrite, redact=redact)
 
+    def corpus_report(self) -> dict:
+        """Duplicates by folder, bytes saved, languages, PII by kind, boilerplate per root: what
+        ``quarry corpus report`` prints (:mod:`quarry.search.corpus`). The owner's view: it counts
+        every document."""
+        from quarry.search.corpus import report
+
+        with self._pinned() as snap:
+            if not snap.has_signals:
+                raise UsageError(f"the store at {self.store} was indexed before corpus signals existed: "
+                                 "run quarry index --full to compute them")
+            return {"generation": snap.pointer.generation, **report(snap.con)}
+
     def sql(self, query: str, limit: int | None = None):
         """Run read-only SQL on the committed catalog: what ``quarry sql`` does (see
         :mod:`quarry.search.sql`). Returns a :class:`~quarry.search.sql.SqlResult`."""

@@ -15,6 +15,7 @@ __all__ = ["UNDETERMINED", "detect"]
 
 UNDETERMINED = "und"  # ISO 639-2 for a text too short or without letters to tell
 MIN_LETTERS = 20
+MIN_CONFIDENCE = 0.5  # below it (py3langid's normalised probability) a text of links, code or lists is ``und``
 SAMPLE_CHARS = 4_000  # a long document's language is read from its start
 _LETTERS = re.compile(r"[^\W\d_]", re.UNICODE)
 _lock = threading.Lock()
@@ -27,14 +28,15 @@ def _identifier():
         if _model is None:
             from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
-            _model = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=False)
+            _model = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
         return _model
 
 
 def detect(text: str) -> str:
-    """The language code of ``text`` (``en``, ``de``), :data:`UNDETERMINED` below
-    :data:`MIN_LETTERS` letters."""
+    """The language code of ``text`` (``en``, ``de``; ``zxx``: no linguistic content),
+    :data:`UNDETERMINED` below :data:`MIN_LETTERS` letters or :data:`MIN_CONFIDENCE`."""
     sample = text[:SAMPLE_CHARS]
     if len(_LETTERS.findall(sample)) < MIN_LETTERS:
         return UNDETERMINED
-    return _identifier().classify(sample)[0]
+    lang, confidence = _identifier().classify(sample)
+    return lang if confidence >= MIN_CONFIDENCE else UNDETERMINED

@@ -23,7 +23,7 @@ import unicodedata
 
 import numpy as np
 
-__all__ = ["NUM_PERM", "BANDS", "ROWS", "SHINGLE", "normalise", "content_hash", "short_hash", "signature",
+__all__ = ["line_hashes", "NUM_PERM", "BANDS", "ROWS", "SHINGLE", "normalise", "content_hash", "short_hash", "signature",
            "band_keys", "similarity", "to_blob", "from_blob"]
 
 NUM_PERM = 128
@@ -86,3 +86,17 @@ def to_blob(sig: np.ndarray | None) -> bytes | None:
 
 def from_blob(blob: bytes | None) -> np.ndarray | None:
     return None if blob is None else np.frombuffer(blob, dtype="<u4")
+
+
+MIN_LINE_CHARS = 20  # shorter lines (a bullet, "Contents") repeat for reasons other than boilerplate
+
+
+def line_hashes(text: str) -> list[int]:
+    """A signed 64-bit hash of each distinct normalised line of at least :data:`MIN_LINE_CHARS`
+    characters: what boilerplate detection counts across a root's documents (docs/corpus.md)."""
+    out = set()
+    for line in text.splitlines():
+        norm = normalise(line)
+        if len(norm) >= MIN_LINE_CHARS:
+            out.add(int.from_bytes(hashlib.blake2b(norm.encode(), digest_size=8).digest(), "little", signed=True))
+    return sorted(out)

@@ -9,7 +9,7 @@ __all__ = ["DOCUMENT_COLUMNS", "CHUNK_COLUMNS", "PII_COLUMNS", "document_signals
 
 PII_COLUMNS = tuple(f"pii_{k}" for k in pii.KINDS) + ("pii_total",)
 DOCUMENT_COLUMNS = ("content_hash", "minhash", "lsh_bands", "lang", "pii_total")
-CHUNK_COLUMNS = ("norm_hash", "lang", *PII_COLUMNS, *quality.COLUMNS)
+CHUNK_COLUMNS = ("norm_hash", "line_hashes", "lang", *PII_COLUMNS, *quality.COLUMNS)
 
 
 def document_signals(text: str, chunk_rows: list[dict]) -> dict:
@@ -29,6 +29,7 @@ def chunk_signals(text: str) -> dict:
     found = pii.counts(text)
     return {
         "norm_hash": minhash.short_hash(text),
+        "line_hashes": minhash.line_hashes(text) or None,
         "lang": language.detect(text),
         **{f"pii_{k}": v for k, v in found.items()},
         "pii_total": sum(found.values()),
