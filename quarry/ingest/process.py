@@ -27,6 +27,7 @@ from quarry.ingest.chunking import chunk_document, text_hash
 from quarry.ingest.corpus.signals import chunk_signals, document_signals
 from quarry.ingest.context import compose_header, get_context_writer, header_fields, place_lines
 from quarry.core import faults
+from quarry.core.environment import environment
 from quarry.core.errors import ParseError, QuarryError, UnsupportedFile
 from quarry.core.models import Chunk, DocumentRecord, FileError, FileInfo, ParsedDocument, StageClock, join_header
 from quarry.ingest.parsers import BY_TYPE, parse_data, parse_file
@@ -336,7 +337,10 @@ def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, to
 
 
 def add_signals(text: str, chunks: list[Chunk]) -> dict:
-    """Set each chunk's corpus signals and return the document's (quarry/ingest/corpus/signals.py)."""
+    """Set each chunk's corpus signals and return the document's (quarry/ingest/corpus/signals.py);
+    none with ``QUARRY_CORPUS_SIGNALS=0`` (their columns stay NULL)."""
+    if not environment().corpus_signals:
+        return {}
     for chunk in chunks:
         chunk.signals = chunk_signals(chunk.text)
     return document_signals(text, [c.signals for c in chunks])
