@@ -76,3 +76,33 @@ def test_cli_shows_copies_and_no_collapse_shows_all(store, cli):
     done = cli("search", QUERY, "--db", store, "-k", "4", "--no-collapse", "--format", "jsonl")
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("onboarding") >= 3
+
+
+def test_http_request_takes_collapse(store):
+    from quarry.api.schemas import SearchRequest
+
+    with quarry.open(store) as index:
+        on = SearchRequest(query=QUERY, k=4).run(index, None)
+        off = SearchRequest(query=QUERY, k=4, collapse=False).run(index, None)
+    assert sum("onboarding" in r["path"] for r in on["results"]) == 1
+    assert sum("onboarding" in r["path"] for r in off["results"]) == 3
+
+
+def test_a_catalog_from_before_the_signals_searches_and_exports(tmp_path, run_flow):
+    import duckdb
+
+    from quarry.store.pointer import read_pointer
+
+    tree, db = tmp_path / "tree", tmp_path / "db"
+    write(tree / "a.md", PAGE)
+    write(tree / "b.md", PAGE)
+    run_flow([tree], db)
+    con = duckdb.connect(str(db / read_pointer(db).catalog))
+    for column in ("content_hash", "minhash", "lsh_bands", "dup_cluster", "dup_of", "dup_similarity", "lang",
+                   "pii_total"):
+        con.execute(f"ALTER TABLE documents DROP COLUMN {column}")
+    con.close()
+    with quarry.open(db) as index:
+        assert len(index.search(QUERY, k=4).results) == 2  # nothing to collapse by: both copies
+        report = index.export(tmp_path / "out", "jsonl")
+    assert report.rows["documents"] == 2

@@ -113,6 +113,35 @@ def _json_default(value):
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
+# Signal columns as NULLs of their types, for a catalog committed before they existed (the next
+# run's copy of it gains them: sql/schema.sql).
+_SIGNALS = {
+    "documents": ("content_hash, dup_cluster, dup_of, dup_similarity, lang, pii_total",
+                  "NULL::VARCHAR AS content_hash, NULL::VARCHAR AS dup_cluster, NULL::VARCHAR AS dup_of, "
+                  "NULL::DOUBLE AS dup_similarity, NULL::VARCHAR AS lang, NULL::INTEGER AS pii_total"),
+    "chunks": ("""d.dup_of, c.norm_hash, c.lang,
+       c.pii_email, c.pii_phone, c.pii_card, c.pii_iban, c.pii_national_id, c.pii_secret, c.pii_total,
+       c.q_words, c.q_mean_word, c.q_alpha, c.q_dup_lines, c.q_top_2gram, c.q_dup_5gram""",
+               "NULL::VARCHAR AS dup_of, NULL::VARCHAR AS norm_hash, NULL::VARCHAR AS lang, "
+               + ", ".join(f"NULL::INTEGER AS pii_{k}" for k in ("email", "phone", "card", "iban", "national_id",
+                                                                  "secret", "total"))
+               + ", NULL::INTEGER AS q_words, "
+               + ", ".join(f"NULL::DOUBLE AS {q}" for q in ("q_mean_word", "q_alpha", "q_dup_lines", "q_top_2gram",
+                                                             "q_dup_5gram"))),
+}
+
+
+def export_sql(snap, table: str) -> str:
+    """``sql/export_<table>.sql``, its signal columns NULL for a catalog from before them."""
+    sql = load_sql(f"export_{table}")
+    if table in _SIGNALS and not snap.has_signals:
+        columns, nulls = _SIGNALS[table]
+        if columns not in sql:
+            raise AssertionError(f"export_{table}.sql no longer lists the signal columns as export.py expects")
+        sql = sql.replace(columns, nulls)
+    return sql
+
+
 def _masked(batch: pa.RecordBatch, kinds: tuple[str, ...]) -> pa.RecordBatch:
     """``batch`` with the personal data and secrets of ``kinds`` masked in its free-text columns
     (:data:`REDACTED_COLUMNS`)."""
@@ -146,7 +175,7 @@ def _copy_chunks_with_vectors(snap, filters, path: Path, fmt: str, batch_rows: i
     con, table = snap.con, snap.table
     if table is None:
         raise QuarryError(f"the store at {snap.store} has no vector table to export vectors from")
-    sql, fparams = with_filter(load_sql("export_chunks"), filters)
+    sql, fparams = with_filter(export_sql(snap, "chunks"), filters)
     vec_type = pa.list_(pa.float32(), snap.pointer.dim)
     empty = con.execute(sql, ["", "", *fparams]).fetch_arrow_table()  # no rows: just the schema
     schema = empty.schema.append(pa.field("vector", vec_type))
@@ -229,7 +258,7 @@ def export_snapshot(snap, out: str | os.PathLike, fmt: str = "parquet", *, vecto
         if name == "chunks" and vectors:
             rows = _copy_chunks_with_vectors(snap, filters, path, fmt, batch_rows, kinds)
         else:
-            sql, params = with_filter(load_sql(f"export_{name}"), filters)
+            sql, params = with_filter(export_sql(snap, name), filters)
             if name == "documents" and not snap.has_principals:  # a catalog from before principals
                 sql = sql.replace(", principals\nFROM documents", ", ['public'] AS principals\nFROM documents")
             lead = [None, None] if name == "chunks" else [everything]
@@ -267,7 +296,7 @@ def _export_corpus_file(snap, dest: Path, fmt: str, *, vectors: bool, filters, b
     if vectors:
         rows = _copy_chunks_with_vectors(snap, filters, dest, fmt, batch_rows, kinds)
     else:
-        sql, params = with_filter(load_sql("export_chunks"), filters)
+        sql, params = with_filter(export_sql(snap, "chunks"), filters)
         try:
             rows = _copy_query(snap.con, sql, [None, None, *params], dest, fmt, batch_rows, kinds)
         except duckdb.Error as exc:

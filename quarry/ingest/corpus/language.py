@@ -17,6 +17,7 @@ UNDETERMINED = "und"  # ISO 639-2 for a text too short or without letters to tel
 MIN_LETTERS = 20
 MIN_CONFIDENCE = 0.5  # below it (py3langid's normalised probability) a text of links, code or lists is ``und``
 SAMPLE_CHARS = 4_000  # a long document's language is read from its start
+CHUNK_CHARS = 600  # a chunk's from its first 600 characters: py3langid's scoring loop is Python, linear in bytes
 _LETTERS = re.compile(r"[^\W\d_]", re.UNICODE)
 _lock = threading.Lock()
 _model = None
@@ -32,10 +33,10 @@ def _identifier():
         return _model
 
 
-def detect(text: str) -> str:
+def detect(text: str, sample_chars: int = SAMPLE_CHARS) -> str:
     """The language code of ``text`` (``en``, ``de``; ``zxx``: no linguistic content),
     :data:`UNDETERMINED` below :data:`MIN_LETTERS` letters or :data:`MIN_CONFIDENCE`."""
-    sample = text[:SAMPLE_CHARS]
+    sample = text[:sample_chars]
     if len(_LETTERS.findall(sample)) < MIN_LETTERS:
         return UNDETERMINED
     lang, confidence = _identifier().classify(sample)

@@ -30,7 +30,7 @@ def chunk_signals(text: str) -> dict:
     return {
         "norm_hash": minhash.short_hash(text),
         "line_hashes": minhash.line_hashes(text) or None,
-        "lang": language.detect(text),
+        "lang": language.detect(text, language.CHUNK_CHARS),
         **{f"pii_{k}": v for k, v in found.items()},
         "pii_total": sum(found.values()),
         **quality.signals(text),
