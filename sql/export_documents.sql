@@ -2,7 +2,8 @@
 -- holding a chunk the filter keeps. quarry/export.py replaces the `TRUE /* filter */` marker with
 -- a condition from quarry/filters.py (whitelisted columns, `?` placeholders after ?1).
 SELECT doc_id, path, root, rel_path, file_type, size, mtime, sha256, title, summary, n_pages, n_sections,
-       n_chunks, CAST(metadata AS VARCHAR) AS metadata, indexed_at, run_id, path_bytes, principals
+       n_chunks, CAST(metadata AS VARCHAR) AS metadata, indexed_at, run_id, path_bytes, principals,
+       content_hash, dup_cluster, dup_of, dup_similarity, lang, pii_total
 FROM documents
 WHERE ? OR doc_id IN (
     SELECT c.doc_id

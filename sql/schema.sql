@@ -25,7 +25,16 @@ CREATE TABLE IF NOT EXISTS documents (
     principals VARCHAR[],          -- who may read it (quarry/core/principals.py); NULL (no one) until the run sets it
     page_offsets INTEGER[],        -- where page i + 1 starts in the parsed text (paged formats; NULL: none or unknown)
     ocr_page_numbers INTEGER[],    -- 1-based pages whose text OCR read
-    warnings VARCHAR[]             -- what the parser could not read and chunks the model reads only the start of
+    warnings VARCHAR[],            -- what the parser could not read and chunks the model reads only the start of
+    -- corpus signals (docs/corpus.md; quarry/ingest/corpus/): NULL for documents indexed before they existed
+    content_hash VARCHAR,          -- sha256 of the normalised text: equal for exact copies
+    minhash BLOB,                  -- MinHash signature of its word 4-grams (128 x uint32, little-endian)
+    lsh_bands BIGINT[],            -- its 20 LSH band keys: the near-duplicate index (quarry/store/dedup.py)
+    dup_cluster VARCHAR,           -- doc_id of the canonical member of its duplicate cluster (NULL: no copy)
+    dup_of VARCHAR,                -- doc_id of the canonical copy it duplicates (NULL: unique, or the canonical)
+    dup_similarity DOUBLE,         -- estimated Jaccard similarity to that copy (1.0: the same normalised text)
+    lang VARCHAR,                  -- ISO 639-1 language code of the text (und: too little text)
+    pii_total INTEGER              -- personal data and secrets found in its chunks (counts, never values)
 );
 
 CREATE TABLE IF NOT EXISTS sections (
@@ -54,7 +63,24 @@ CREATE TABLE IF NOT EXISTS chunks (
     text          VARCHAR NOT NULL,
     text_hash     VARCHAR NOT NULL,    -- sha256 of header + "\n\n" + text: the vector cache key
     n_tokens      INTEGER NOT NULL,
-    search_text   VARCHAR NOT NULL     -- header + text as BM25 tokens (see quarry/textnorm.py)
+    search_text   VARCHAR NOT NULL,    -- header + text as BM25 tokens (see quarry/textnorm.py)
+    -- corpus signals of the text (docs/corpus.md): NULL for chunks indexed before they existed
+    norm_hash     VARCHAR,             -- first 16 hex of sha256 of the normalised text: the passage's identity
+    line_hashes   BIGINT[],            -- hashes of its distinct lines of 20+ characters: boilerplate counts them
+    lang          VARCHAR,             -- ISO 639-1 language code (und: too little text)
+    pii_email     INTEGER,             -- personal data and secrets by kind: counts, never the values
+    pii_phone     INTEGER,
+    pii_card      INTEGER,
+    pii_iban      INTEGER,
+    pii_national_id INTEGER,
+    pii_secret    INTEGER,
+    pii_total     INTEGER,
+    q_words       INTEGER,             -- quality signals (quarry/ingest/corpus/quality.py has the formulas)
+    q_mean_word   DOUBLE,
+    q_alpha       DOUBLE,
+    q_dup_lines   DOUBLE,
+    q_top_2gram   DOUBLE,
+    q_dup_5gram   DOUBLE
 );
 
 CREATE TABLE IF NOT EXISTS runs (
@@ -121,3 +147,28 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS permissions_updated INTEGER DEFAULT 0;
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS page_offsets INTEGER[];
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS ocr_page_numbers INTEGER[];
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS warnings VARCHAR[];
+-- Catalogs made before the corpus signals (docs/corpus.md).
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS content_hash VARCHAR;
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS minhash BLOB;
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS lsh_bands BIGINT[];
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS dup_cluster VARCHAR;
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS dup_of VARCHAR;
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS dup_similarity DOUBLE;
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS lang VARCHAR;
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS pii_total INTEGER;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS norm_hash VARCHAR;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS line_hashes BIGINT[];
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS lang VARCHAR;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS pii_email INTEGER;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS pii_phone INTEGER;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS pii_card INTEGER;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS pii_iban INTEGER;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS pii_national_id INTEGER;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS pii_secret INTEGER;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS pii_total INTEGER;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS q_words INTEGER;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS q_mean_word DOUBLE;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS q_alpha DOUBLE;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS q_dup_lines DOUBLE;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS q_top_2gram DOUBLE;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS q_dup_5gram DOUBLE;

@@ -47,7 +47,8 @@ def _default(name: str):
 
 # the search tool's parameters (module names: the tool's annotations are read by name)
 Query, K, Mode, Where, Paths, Types = (_arg(n) for n in ("query", "k", "mode", "where", "path", "type"))
-Since, Until, Segments, Window, Explain = (_arg(n) for n in ("since", "until", "segments", "window", "explain"))
+Since, Until, Segments, Window, Explain, Collapse = (_arg(n) for n in ("since", "until", "segments", "window", "explain",
+                                                                      "collapse"))
 DocId = Annotated[str, Field(max_length=200, description="A document's doc_id, from a search result.")]
 ChunkId = Annotated[str, Field(max_length=200, description="A chunk's chunk_id, from a search result.")]
 Side = Annotated[int, Field(ge=0, le=MAX_WINDOW, description=f"Chunks of the same document on this side (0-{MAX_WINDOW}).")]
@@ -90,6 +91,7 @@ def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Cal
     def search(query: Query, k: K = _default("k"), mode: Mode = _default("mode"), where: Where = None,
                path: Paths = None, type: Types = None, since: Since = None, until: Until = None,
                segments: Segments = None, window: Window = None, explain: Explain = False,
+               collapse: Collapse = True,
                ctx: Context | None = None) -> dict[str, Any]:
         """Search the documents for passages relevant to `query` (keywords or a question); best first.
 
@@ -100,12 +102,14 @@ def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Cal
         "metadata.author = 'Kim'"; a list must all hold), `path` globs (e.g. "reports/**"), `type` (e.g.
         "pdf"), `since`/`until` (YYYY-MM-DD); `window` "B,A" (or N for both sides) adds chunks of context
         around every hit (in `windows`); `segments` returns whole relevant passages spanning several chunks
-        instead (in `segments`).
+        instead (in `segments`); copies of a passage in other files take one place, listed in the hit's
+        `copies` (`collapse` false lists every copy as its own hit).
         """
 
         def run():
             request = SearchRequest(query=query, k=k, mode=mode, where=where, path=path, type=type, since=since,
-                                    until=until, segments=segments, window=window, explain=explain)
+                                    until=until, segments=segments, window=window, explain=explain,
+                                    collapse=collapse)
             return request.run(index_of(), caller_of(ctx).principals, rerankers)
 
         return call(run)

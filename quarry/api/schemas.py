@@ -83,6 +83,7 @@ class SearchRequest(BaseModel):
                                                                  "--rerank).")
     rerank_candidates: int = Field(30, ge=1, le=MAX_K)
     explain: bool = Field(False, description="Each result's retriever ranks and scores.")
+    collapse: bool = Field(True, description="Copies of a passage take one place; the hit lists them in `copies`.")
 
     @field_validator("fusion", mode="after")
     @classmethod
@@ -148,5 +149,5 @@ class SearchRequest(BaseModel):
                                 fusion=self.fusion, weights=self.weights, min_scores=self.min_scores,
                                 filters=filters or None, rerank=self.rerank or None,
                                 rerank_candidates=self.rerank_candidates, segments=segments, window=window,
-                                principals=principals)
+                                principals=principals, collapse=self.collapse)
         return serialize.payload(response, explained=self.explain)

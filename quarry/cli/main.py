@@ -335,10 +335,14 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
               help="Fused candidates handed to the reranker.")
 @click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default=None,
               help="Output format (default table; --json is --format json).")
+@click.option("--no-collapse", "no_collapse", is_flag=True,
+              help="Show every copy of a passage as its own hit (by default copies take one place, \"+N copies\").")
+@click.option("--copies", "show_copies", is_flag=True, help="List the paths of each hit's copies (the table format).")
 @json_option
 @handle_errors
 def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, since, until, file_types, doc_ids,
-           as_principals, weights, min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt, as_json):
+           as_principals, weights, min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt,
+           no_collapse, show_copies, as_json):
     """Search the index for QUERY."""
     import quarry
     from quarry.core.errors import UsageError
@@ -353,7 +357,8 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
                               weights=parse_pairs(weights, "--weights", FUSION_WEIGHTS),
                               min_scores=parse_pairs(min_scores, "--min-score"),
                               rerank=rerank_spec, rerank_candidates=rerank_candidates, segments=segments,
-                              window=window, principals=list(as_principals) if as_principals else None)
+                              window=window, principals=list(as_principals) if as_principals else None,
+                              collapse=not no_collapse)
     for warning in response.warnings:
         click.echo(f"warning: {warning}", err=True)
     if fmt == "json":
@@ -366,13 +371,13 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
     elif response.segments is not None:
         output.print_blocks(response.segments, "segment")
     else:
-        output.print_results(response, explained=explain)
+        output.print_results(response, explained=explain, copies=show_copies)
     if fmt == "table" and response.weak and response.results:
         click.echo(output.WEAK_LINE)
 
 
 @cli.command(name="export")
-@click.argument("out", type=click.Path(file_okay=False))
+@click.argument("out", type=click.Path())
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["parquet", "jsonl"]), default="parquet", show_default=True,
               help="File format of OUT/documents, OUT/sections and OUT/chunks.")
@@ -381,24 +386,29 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
 @click.option("--batch-rows", type=click.IntRange(1, 10_000_000), default=8192, show_default=True,
               help="Rows per streamed batch (memory stays bounded by one batch).")
 @click.option("--overwrite", is_flag=True, help="Write into OUT even if it is not empty (replaces the export files).")
+@click.option("--redact", default="", metavar="KINDS",
+              help="Mask personal data and secrets in the text columns: all, or a comma list of email, phone, "
+                   "card, iban, national_id, secret (docs/corpus.md).")
 @json_option
 @handle_errors
 def export_cmd(out, db, fmt, vectors, where, path_globs, since, until, file_types, doc_ids, as_principals, batch_rows,
-               overwrite, as_json):
-    """Write documents, sections and chunks of the committed index to OUT as Parquet or JSONL."""
+               overwrite, redact, as_json):
+    """Write documents, sections and chunks of the committed index to OUT as Parquet or JSONL
+    (OUT ending in .parquet or .jsonl: the chunks alone, in that one file)."""
     import quarry
 
     with quarry.open(db) as idx:
         report = idx.export(out, fmt, vectors=vectors, filters=build_filter(where, path_globs, since, until,
                                                                           file_types, doc_ids),
                             batch_rows=batch_rows, overwrite=overwrite,
-                            principals=list(as_principals) if as_principals else None)
+                            principals=list(as_principals) if as_principals else None, redact=redact)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
         return
     click.echo(f"exported generation {report.generation} to {report.out}: "
                + ", ".join(f"{n} {name}" for name, n in report.rows.items())
-               + (" (with vectors)" if vectors else "") + (f"; filter: {report.filter}" if report.filter else ""))
+               + (" (with vectors)" if vectors else "") + (f"; filter: {report.filter}" if report.filter else "")
+               + (f"; redacted: {', '.join(report.redacted)}" if report.redacted else ""))
 
 
 @cli.command()
@@ -535,6 +545,24 @@ def rollback(db, to, list_only, as_json):
         reports.echo_json(report)
     else:
         click.echo(f"{report['message']}; `quarry rollback --to {report['from_generation']}` undoes it")
+
+
+@cli.group()
+def corpus():
+    """Corpus preparation: what the store holds before it is exported as a corpus (docs/corpus.md)."""
+
+
+@corpus.command(name="report")
+@db_option
+@json_option
+@handle_errors
+def corpus_report(db, as_json):
+    """Duplicates by folder and bytes saved, languages, PII by kind, boilerplate per root."""
+    import quarry
+
+    with quarry.open(db) as idx:
+        report = idx.corpus_report()
+    reports.echo_json(report) if as_json else reports.print_corpus_report(report)
 
 
 @cli.command()

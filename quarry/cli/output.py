@@ -45,8 +45,9 @@ def _console():
     return Console(highlight=False, soft_wrap=False, width=width)
 
 
-def print_results(response, explained: bool = False, console=None) -> None:
-    """The results as a table: rank, score, where, snippet (plus retriever columns with ``explained``)."""
+def print_results(response, explained: bool = False, console=None, copies: bool = False) -> None:
+    """The results as a table: rank, score, where (with "+N copies", their paths with ``copies``),
+    snippet (plus retriever columns with ``explained``)."""
     from rich.table import Table
 
     console = console or _console()
@@ -68,6 +69,11 @@ def print_results(response, explained: bool = False, console=None) -> None:
     table.add_column("text", overflow="fold", ratio=3)
     for r in response.results:
         where = f"{printable(r.path)}{_pages(r.page_start, r.page_end)}" + (f"\n§ {r.section}" if r.section else "")
+        held = getattr(r, "copies", None) or []
+        if held:
+            where += f"\n+{len(held)} cop{'y' if len(held) == 1 else 'ies'}"
+            if copies:
+                where += "".join(f"\n  {printable(c['path'])}" for c in held)
         row = [str(r.rank), f"{r.score:.4f}"]
         if explained:
             for name in RETRIEVERS:

@@ -285,3 +285,33 @@ def print_eval(result: dict) -> None:
     click.echo(f"{'mode':<8} {'nDCG@10':>8} {'R@10':>8} {'R@100':>8} {'MRR@10':>8}")
     for mode, m in result["modes"].items():
         click.echo(f"{mode:<8} {m['ndcg@10']:>8.4f} {m['recall@10']:>8.4f} {m['recall@100']:>8.4f} {m['mrr@10']:>8.4f}")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def print_corpus_report(r: dict) -> None:
+    """``quarry corpus report`` as text: totals, then one small table per signal."""
+    click.echo(f"generation {r['generation']}: {r['documents']} documents, {r['chunks']} chunks, {_size(r['bytes'])}")
+    if r["documents_without_signals"]:
+        click.echo(f"  {r['documents_without_signals']} documents indexed before corpus signals (quarry index --full)")
+    click.echo(f"\nduplicates: {r['copies']} copies in {r['clusters']} clusters, {_size(r['bytes_saved'])} saved "
+               "by keeping one of each")
+    for d in r["duplicates"][:20]:
+        click.echo(f"  {d['copies']:>6} of {d['documents']:>6} documents  {_size(d['bytes_saved']):>9}  "
+                   f"{printable(d['root'])} : {printable(d['folder'])}")
+    click.echo("\nlanguages (chunks, documents):")
+    for lang in r["languages"][:15]:
+        click.echo(f"  {lang['lang']:<4} {lang['chunks']:>8} {lang['documents']:>8}")
+    click.echo(f"\npersonal data and secrets: {r['chunks_with_pii']} chunks hold some (counts; values are never stored)")
+    for p in r["pii"]:
+        click.echo(f"  {p['kind']:<12} {p['total']:>7} in {p['chunks']} chunks")
+    click.echo("\nboilerplate (lines repeated across a root's documents):")
+    for b in r["boilerplate"]:
+        click.echo(f"  {printable(b['root'])}: {b['boilerplate_lines']} lines, {b['line_share']:.1%} of line "
+                   f"occurrences, {b['boilerplate_chunks']} chunks mostly boilerplate")

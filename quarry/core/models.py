@@ -170,6 +170,7 @@ class Chunk:
     text_hash: str  # sha256 of the embedded text (header + "\n\n" + text)
     n_tokens: int = 0
     truncated: bool = False
+    signals: dict = field(default_factory=dict)  # corpus signals (quarry/ingest/corpus/signals.py): catalog columns
 
     @property
     def embed_text(self) -> str:
@@ -198,6 +199,7 @@ class DocumentRecord:
     page_offsets: list[int] = field(default_factory=list)  # where each page starts in the parsed text
     ocr_page_numbers: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the parser's and the chunker's, for the document view
+    signals: dict = field(default_factory=dict)  # corpus signals (quarry/ingest/corpus/signals.py): catalog columns
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from quarry.ingest.chunking import chunk_document, text_hash
+from quarry.ingest.corpus.signals import chunk_signals, document_signals
 from quarry.ingest.context import compose_header, get_context_writer, header_fields, place_lines
 from quarry.core import faults
+from quarry.core.environment import environment
 from quarry.core.errors import ParseError, QuarryError, UnsupportedFile
 from quarry.core.models import Chunk, DocumentRecord, FileError, FileInfo, ParsedDocument, StageClock, join_header
 from quarry.ingest.parsers import BY_TYPE, parse_data, parse_file
@@ -318,6 +320,8 @@ def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, to
                     chunk.header = "\n".join(p for p in (compose_header(fields, title, summary, section, line), where) if p)
             _recount(chunks[i], tokenizer)
 
+    doc_signals = {i: _guard(failed, i, add_signals, docs[i][2].text, chunks[i]) for i in alive}
+    alive = [i for i in alive if i not in failed]
     _lap(clock, "chunk", t, sum(len(chunks[i]) for i in alive))
     records = [
         DocumentRecord(doc_id=docs[i][1], file=docs[i][0], title=contexts[i][0], summary=contexts[i][1],
@@ -325,10 +329,21 @@ def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, to
                        n_pages=len(docs[i][2].page_offsets) or None, ocr_pages=docs[i][2].ocr_pages,
                        ocr_seconds=docs[i][2].ocr_seconds, page_offsets=list(docs[i][2].page_offsets),
                        ocr_page_numbers=list(docs[i][2].ocr_page_numbers),
-                       warnings=[*docs[i][2].warnings, *_truncation_warnings(chunks[i], tokenizer)])
+                       warnings=[*docs[i][2].warnings, *_truncation_warnings(chunks[i], tokenizer)],
+                       signals=doc_signals[i])
         for i in alive
     ]
     return records, [FileError(docs[i][0].path, error) for i, error in sorted(failed.items())]
+
+
+def add_signals(text: str, chunks: list[Chunk]) -> dict:
+    """Set each chunk's corpus signals and return the document's (quarry/ingest/corpus/signals.py);
+    none with ``QUARRY_CORPUS_SIGNALS=0`` (their columns stay NULL)."""
+    if not environment().corpus_signals:
+        return {}
+    for chunk in chunks:
+        chunk.signals = chunk_signals(chunk.text)
+    return document_signals(text, [c.signals for c in chunks])
 
 
 def _truncation_warnings(chunks: list[Chunk], tokenizer) -> list[str]:

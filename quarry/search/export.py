@@ -27,10 +27,12 @@ import pyarrow.parquet as pq
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.sqlfiles import load_sql
+from quarry.ingest.corpus import pii
 from quarry.search.filters import with_filter
 from quarry.search.windows import id_lines
 
 FORMATS = ("parquet", "jsonl")
+REDACTED_COLUMNS = ("title", "summary", "section", "header", "text")  # free text a person wrote: masked by --redact
 TABLES = ("documents", "sections", "chunks")
 BATCH_ROWS = 8192
 
@@ -48,6 +50,7 @@ class ExportReport:
     filter: str
     rows: dict[str, int] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
+    redacted: list[str] = field(default_factory=list)  # PII kinds masked in the text columns
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -110,12 +113,54 @@ def _json_default(value):
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
-def _copy_query(con, sql: str, params: list, path: Path, fmt: str, batch_rows: int) -> int:
+# Signal columns as NULLs of their types, for a catalog committed before they existed (the next
+# run's copy of it gains them: sql/schema.sql).
+_SIGNALS = {
+    "documents": ("content_hash, dup_cluster, dup_of, dup_similarity, lang, pii_total",
+                  "NULL::VARCHAR AS content_hash, NULL::VARCHAR AS dup_cluster, NULL::VARCHAR AS dup_of, "
+                  "NULL::DOUBLE AS dup_similarity, NULL::VARCHAR AS lang, NULL::INTEGER AS pii_total"),
+    "chunks": ("""d.dup_of, c.norm_hash, c.lang,
+       c.pii_email, c.pii_phone, c.pii_card, c.pii_iban, c.pii_national_id, c.pii_secret, c.pii_total,
+       c.q_words, c.q_mean_word, c.q_alpha, c.q_dup_lines, c.q_top_2gram, c.q_dup_5gram""",
+               "NULL::VARCHAR AS dup_of, NULL::VARCHAR AS norm_hash, NULL::VARCHAR AS lang, "
+               + ", ".join(f"NULL::INTEGER AS pii_{k}" for k in ("email", "phone", "card", "iban", "national_id",
+                                                                  "secret", "total"))
+               + ", NULL::INTEGER AS q_words, "
+               + ", ".join(f"NULL::DOUBLE AS {q}" for q in ("q_mean_word", "q_alpha", "q_dup_lines", "q_top_2gram",
+                                                             "q_dup_5gram"))),
+}
+
+
+def export_sql(snap, table: str) -> str:
+    """``sql/export_<table>.sql``, its signal columns NULL for a catalog from before them."""
+    sql = load_sql(f"export_{table}")
+    if table in _SIGNALS and not snap.has_signals:
+        columns, nulls = _SIGNALS[table]
+        if columns not in sql:
+            raise AssertionError(f"export_{table}.sql no longer lists the signal columns as export.py expects")
+        sql = sql.replace(columns, nulls)
+    return sql
+
+
+def _masked(batch: pa.RecordBatch, kinds: tuple[str, ...]) -> pa.RecordBatch:
+    """``batch`` with the personal data and secrets of ``kinds`` masked in its free-text columns
+    (:data:`REDACTED_COLUMNS`)."""
+    if not kinds:
+        return batch
+    columns = []
+    for name, column in zip(batch.schema.names, batch.columns):
+        if name in REDACTED_COLUMNS:
+            column = pa.array([None if v is None else pii.redact(v, kinds) for v in column.to_pylist()], column.type)
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
+
+
+def _copy_query(con, sql: str, params: list, path: Path, fmt: str, batch_rows: int, redact: tuple[str, ...] = ()) -> int:
     reader = con.execute(sql, params).fetch_record_batch(batch_rows)
     sink = _Sink(path, fmt, reader.schema)
     try:
         for batch in reader:
-            sink.write(batch)
+            sink.write(_masked(batch, redact))
     except BaseException:
         for _ in reader:
             pass
@@ -125,12 +170,12 @@ def _copy_query(con, sql: str, params: list, path: Path, fmt: str, batch_rows: i
     return sink.rows
 
 
-def _copy_chunks_with_vectors(snap, filters, path: Path, fmt: str, batch_rows: int) -> int:
+def _copy_chunks_with_vectors(snap, filters, path: Path, fmt: str, batch_rows: int, redact: tuple[str, ...] = ()) -> int:
     """Chunks joined to their vectors, one LanceDB batch at a time."""
     con, table = snap.con, snap.table
     if table is None:
         raise QuarryError(f"the store at {snap.store} has no vector table to export vectors from")
-    sql, fparams = with_filter(load_sql("export_chunks"), filters)
+    sql, fparams = with_filter(export_sql(snap, "chunks"), filters)
     vec_type = pa.list_(pa.float32(), snap.pointer.dim)
     empty = con.execute(sql, ["", "", *fparams]).fetch_arrow_table()  # no rows: just the schema
     schema = empty.schema.append(pa.field("vector", vec_type))
@@ -143,7 +188,7 @@ def _copy_chunks_with_vectors(snap, filters, path: Path, fmt: str, batch_rows: i
             lines = id_lines(ids)
             for batch in _batches(con, sql, [lines, lines, *fparams], batch_rows):
                 take = pa.array([where[c] for c in batch.column("chunk_id").to_pylist()], pa.int64())
-                sink.write(pa.RecordBatch.from_arrays([*batch.columns, vectors.take(take).cast(vec_type)],
+                sink.write(pa.RecordBatch.from_arrays([*_masked(batch, redact).columns, vectors.take(take).cast(vec_type)],
                                                       schema=schema))
         csql, cparams = with_filter(load_sql("export_count"), filters)
         total = con.execute(csql, cparams).fetchone()[0]
@@ -159,13 +204,14 @@ def _copy_chunks_with_vectors(snap, filters, path: Path, fmt: str, batch_rows: i
 
 
 def export(index, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool = False, filters=None,
-           batch_rows: int = BATCH_ROWS, overwrite: bool = False) -> ExportReport:
+           batch_rows: int = BATCH_ROWS, overwrite: bool = False, redact=()) -> ExportReport:
     """``index.export(out, fmt, ...)``: see :meth:`quarry.search.query.Index.export` and :func:`export_snapshot`."""
-    return index.export(out, fmt, vectors=vectors, filters=filters, batch_rows=batch_rows, overwrite=overwrite)
+    return index.export(out, fmt, vectors=vectors, filters=filters, batch_rows=batch_rows, overwrite=overwrite,
+                        redact=redact)
 
 
 def export_snapshot(snap, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool = False, filters=None,
-                    batch_rows: int = BATCH_ROWS, overwrite: bool = False) -> ExportReport:
+                    batch_rows: int = BATCH_ROWS, overwrite: bool = False, redact=()) -> ExportReport:
     """Write one committed snapshot (:class:`quarry.store.reader.Snapshot`) to the folder ``out`` as ``fmt`` files.
 
     ``filters`` (a :class:`quarry.search.filters.Filter`) keeps the chunks it matches, and the
@@ -173,12 +219,25 @@ def export_snapshot(snap, out: str | os.PathLike, fmt: str = "parquet", *, vecto
     without chunks included. ``vectors=True`` adds each chunk's embedding as ``vector``.
     A folder that already holds files is refused unless ``overwrite`` (then quarry's own files
     in it are replaced and nothing else is touched); a folder inside the store is always refused.
+
+    ``out`` naming a file ``*.parquet`` / ``*.jsonl`` (of ``fmt``) writes the chunks alone to it, a
+    corpus in one file. ``redact``: PII kinds (quarry/ingest/corpus/pii.py; ``"all"``, or a comma
+    list) masked as ``[KIND]`` in the free-text columns (:data:`REDACTED_COLUMNS`).
     """
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    try:
+        kinds = pii.parse_kinds(redact) if isinstance(redact, str) else tuple(redact or ())
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if any(k not in pii.KINDS for k in kinds):
+        raise UsageError(f"unknown PII kind in redact {kinds}; choose of {', '.join(pii.KINDS)}")
     if batch_rows < 1:
         raise UsageError("batch_rows must be at least 1")
     dest = Path(out).expanduser().absolute()
+    if dest.suffix in (".parquet", ".jsonl") and not dest.is_dir():
+        return _export_corpus_file(snap, dest, fmt, vectors=vectors, filters=filters, batch_rows=batch_rows,
+                                   overwrite=overwrite, kinds=kinds)
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"export target {dest} exists and is not a folder")
     store = Path(snap.store).resolve()
@@ -191,19 +250,20 @@ def export_snapshot(snap, out: str | os.PathLike, fmt: str = "parquet", *, vecto
     dest.mkdir(parents=True, exist_ok=True)
     con = snap.con  # one snapshot for the whole export, whatever commits meanwhile
     report = ExportReport(out=str(dest), format=fmt, generation=snap.pointer.generation, model=snap.pointer.model,
-                          dim=snap.pointer.dim, vectors=vectors, filter=str(filters) if filters else "")
+                          dim=snap.pointer.dim, vectors=vectors, filter=str(filters) if filters else "",
+                          redacted=list(kinds))
     everything = not filters
     for name in TABLES:
         path = dest / f"{name}.{fmt}"
         if name == "chunks" and vectors:
-            rows = _copy_chunks_with_vectors(snap, filters, path, fmt, batch_rows)
+            rows = _copy_chunks_with_vectors(snap, filters, path, fmt, batch_rows, kinds)
         else:
-            sql, params = with_filter(load_sql(f"export_{name}"), filters)
+            sql, params = with_filter(export_sql(snap, name), filters)
             if name == "documents" and not snap.has_principals:  # a catalog from before principals
                 sql = sql.replace(", principals\nFROM documents", ", ['public'] AS principals\nFROM documents")
             lead = [None, None] if name == "chunks" else [everything]
             try:
-                rows = _copy_query(con, sql, [*lead, *params], path, fmt, batch_rows)
+                rows = _copy_query(con, sql, [*lead, *params], path, fmt, batch_rows, kinds)
             except duckdb.Error as exc:
                 if filters:  # e.g. a value that cannot be compared with its column
                     raise UsageError(f"filter {filters}: {exc}") from exc
@@ -215,4 +275,34 @@ def export_snapshot(snap, out: str | os.PathLike, fmt: str = "parquet", *, vecto
     tmp.write_text(json.dumps({**report.to_dict(), "exported_at": dt.datetime.now(dt.timezone.utc).isoformat()},
                               indent=2), encoding="utf-8")
     os.replace(tmp, manifest)
+    return report
+
+
+def _export_corpus_file(snap, dest: Path, fmt: str, *, vectors: bool, filters, batch_rows: int, overwrite: bool,
+                        kinds: tuple[str, ...]) -> ExportReport:
+    """The chunks alone, into the one file ``dest`` (its suffix must be ``fmt``'s)."""
+    if dest.suffix != f".{fmt}":
+        raise UsageError(f"export target {dest} ends in {dest.suffix} but the format is {fmt}: "
+                         f"use --format {dest.suffix[1:]} or another name")
+    store = Path(snap.store).resolve()
+    if store in dest.resolve().parents:
+        raise UsageError(f"export target {dest} is inside the store {store}: choose a file outside it")
+    if dest.exists() and not overwrite:
+        raise UsageError(f"export target {dest} exists: pass --overwrite to replace it")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    report = ExportReport(out=str(dest), format=fmt, generation=snap.pointer.generation, model=snap.pointer.model,
+                          dim=snap.pointer.dim, vectors=vectors, filter=str(filters) if filters else "",
+                          redacted=list(kinds))
+    if vectors:
+        rows = _copy_chunks_with_vectors(snap, filters, dest, fmt, batch_rows, kinds)
+    else:
+        sql, params = with_filter(export_sql(snap, "chunks"), filters)
+        try:
+            rows = _copy_query(snap.con, sql, [None, None, *params], dest, fmt, batch_rows, kinds)
+        except duckdb.Error as exc:
+            if filters:
+                raise UsageError(f"filter {filters}: {exc}") from exc
+            raise
+    report.rows["chunks"] = rows
+    report.files["chunks"] = str(dest)
     return report

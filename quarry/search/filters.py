@@ -73,6 +73,16 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "n_tokens": ("c.n_tokens", "int"),
     "section": ("s.title", "str"),
     "page": ("c.page_start", "page"),  # a chunk "is on" every page from page_start to page_end
+    # corpus signals (docs/corpus.md): the document's duplicate cluster and language, the chunk's own
+    "dup_cluster": ("d.dup_cluster", "str"),
+    "dup_of": ("d.dup_of", "str"),
+    "dup_similarity": ("d.dup_similarity", "num"),
+    "doc_lang": ("d.lang", "str"),
+    "lang": ("c.lang", "str"),
+    "norm_hash": ("c.norm_hash", "str"),
+    **{f"pii_{k}": (f"c.pii_{k}", "int") for k in ("email", "phone", "card", "iban", "national_id", "secret", "total")},
+    "q_words": ("c.q_words", "int"),
+    **{q: (f"c.{q}", "num") for q in ("q_mean_word", "q_alpha", "q_dup_lines", "q_top_2gram", "q_dup_5gram")},
 }
 ALIASES = {"type": "file_type", "modified": "mtime"}
 # The permission clause (Filter.readable_by): the document shares a principal with the caller.
@@ -433,7 +443,7 @@ class _Parser:
                 sql = f"{expr} {'NOT ' if negate else ''}IN ({marks})"
                 return Filter(((sql, head + bound),), (f"{name} {'NOT ' if negate else ''}IN {values}",))
             pattern = self.value()
-            if kind in ("int", "time", "page"):
+            if kind in ("int", "num", "time", "page"):
                 raise self.error(f"{word.upper()} needs a text column; {name} is not one")
             op = word.upper()
             sql = f"{expr} {'NOT ' if negate else ''}{op} ?"
@@ -511,6 +521,12 @@ def _convert(name: str, kind: str, raw: str, parser: _Parser | None = None):
             return int(raw)
         except ValueError:
             message = f"{name} takes a whole number, got {raw!r}"
+            raise (parser.error(message) if parser else UsageError(message)) from None
+    if kind == "num":
+        try:
+            return float(raw)
+        except ValueError:
+            message = f"{name} takes a number, got {raw!r}"
             raise (parser.error(message) if parser else UsageError(message)) from None
     if kind == "type":
         return _file_type(raw)

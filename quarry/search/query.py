@@ -36,6 +36,8 @@ from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, DOC_WEIGHT, FUSIONS,
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 from quarry.search.rerank import Reranker
 from quarry.search.segments import RseParams
+from quarry.search.collapse import POOL_FACTOR as COLLAPSE_POOL
+from quarry.search.collapse import collapse as collapse_duplicates
 from quarry.search.arguments import checked_numbers, reranker_of, segment_params, short_id, window_of
 from quarry.search.follower import LRU, Follower
 from quarry.search import relevance
@@ -268,6 +270,7 @@ class Index:
         segments: str | RseParams | None = None,
         window: tuple[int, int] | int | str | None = None,
         principals=None,
+        collapse: bool = True,
     ) -> SearchResponse:
         """Search the committed index: what ``quarry search`` does, flag for keyword.
 
@@ -308,6 +311,12 @@ class Index:
         filter both retrievers apply before they pick candidates, so a document the caller may not
         read never takes a place among the ``k``, a window or a segment. None: no restriction
         beyond the handle's own (``quarry.open(db, principals=...)``).
+
+        ``collapse`` (default): copies of a passage (the same normalised text, or a near-duplicate
+        document's matching chunk) take one place, the best-ranked hit listing the others in
+        ``copies``; the ranking reaches ``3k`` deep so that ``k`` distinct passages remain
+        (:mod:`quarry.search.collapse`; a rerank's or segments' pool is deep already). It runs after
+        the rerank, before segments and the cut to ``k``.
         """
         if k < 1:
             raise UsageError("k must be at least 1")
@@ -323,6 +332,10 @@ class Index:
             candidates = candidates or max(pool, 50)
         else:
             pool = max(k, rerank_candidates) if reranker else k
+        if collapse and reranker is None and params is None:
+            # deeper, so that k distinct passages remain; each retriever's candidates as for k alone
+            candidates = candidates or max(50, 5 * pool)
+            pool = max(pool, COLLAPSE_POOL * k)
         with self._pinned():
             response = self._ranked(query, pool, mode, candidates=candidates, rrf_k=rrf_k, fusion=fusion, weights=weights,
                                     min_scores=min_scores, filters=self._effective(filters, principals))
@@ -330,6 +343,10 @@ class Index:
                 t = time.perf_counter()
                 response.results = reranker.rerank(response.query, response.results)
                 response.timings["rerank"] = _ms(t)
+            if collapse:
+                t = time.perf_counter()
+                response.results = self._collapsed(response.results, self._effective(filters, principals))
+                response.timings["collapse"] = _ms(t)
             if params is not None:
                 t = time.perf_counter()
                 response.segments = segments_from_results(self, response.results, params)
@@ -341,6 +358,17 @@ class Index:
                 response.windows = expand(self, response.results, *before_after)
                 response.timings["window"] = _ms(t)
         return response
+
+    def _collapsed(self, results: list[SearchResult], filters) -> list[SearchResult]:
+        """One hit per passage (:func:`quarry.search.collapse.collapse`) over the pinned snapshot."""
+        snap = self.snapshot
+        if isinstance(filters, str):
+            filters = Filter.build(where=[filters])
+        if filters and filters.restricted and not snap.has_principals:
+            filters = filters.without_permissions() or None
+        if not snap.has_signals:  # a catalog from before the corpus signals: nothing to collapse by
+            return results
+        return collapse_duplicates(snap.con, results, filters, environment().dup_threshold)
 
     def _ranked(self, query: str, k: int, mode: str, *, candidates: int | None, rrf_k: int, fusion: str,
                 weights: dict[str, float] | None, min_scores: dict[str, float] | None,
@@ -653,10 +681,10 @@ class Index:
 
     def export(self, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool = False,
                filters: Filter | str | None = None, batch_rows: int | None = None,
-               overwrite: bool = False, principals=None) -> ExportReport:
+               overwrite: bool = False, principals=None, redact=()) -> ExportReport:
         """Write documents, sections and chunks of the committed generation to the folder ``out``
         as ``parquet`` or ``jsonl`` files: what ``quarry export`` does (see :mod:`quarry.search.export`).
-        With ``principals``, only what the caller may read."""
+        With ``principals``, only what the caller may read; ``redact``: PII kinds masked in the text."""
         from quarry.search.export import BATCH_ROWS, export_snapshot
 
         with self._pinned() as snap:
@@ -665,7 +693,19 @@ class Index:
                 filters = filters.without_permissions() or None
             return export_snapshot(snap, out, fmt, vectors=vectors, filters=filters,
                                    batch_rows=BATCH_ROWS if batch_rows is None else batch_rows,
-                                   overwrite=overwrite)
+                                   overwrite=overwrite, redact=redact)
+
+    def corpus_report(self) -> dict:
+        """Duplicates by folder, bytes saved, languages, PII by kind, boilerplate per root: what
+        ``quarry corpus report`` prints (:mod:`quarry.search.corpus`). The owner's view: it counts
+        every document."""
+        from quarry.search.corpus import report
+
+        with self._pinned() as snap:
+            if not snap.has_signals:
+                raise UsageError(f"the store at {self.store} was indexed before corpus signals existed: "
+                                 "run quarry index --full to compute them")
+            return {"generation": snap.pointer.generation, **report(snap.con)}
 
     def sql(self, query: str, limit: int | None = None):
         """Run read-only SQL on the committed catalog: what ``quarry sql`` does (see

@@ -45,6 +45,9 @@ class SearchResult:
     scores: dict[str, float | None] = field(default_factory=dict)
     ranks: dict[str, int | None] = field(default_factory=dict)
     match: dict = field(default_factory=lambda: {"bm25": None, "vector": None})
+    # other chunks holding this passage ({chunk_id, doc_id, path}), folded into this hit by the
+    # default collapse of duplicates (quarry/search/collapse.py); empty without copies or collapse
+    copies: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -26,6 +26,7 @@ from quarry.core import paths
 from quarry.core.errors import QuarryError
 from quarry.core.models import DocumentRecord
 from quarry.core.sqlfiles import load_sql, statements
+from quarry.ingest.corpus.signals import CHUNK_COLUMNS
 from quarry.retrieval.textnorm import bm25_text
 
 SCHEMA_VERSION = "1"
@@ -148,10 +149,20 @@ def documents_table(records: list[DocumentRecord], run_id: str) -> pa.Table:
             "page_offsets": list(r.page_offsets) or None,
             "ocr_page_numbers": list(r.ocr_page_numbers) or None,
             "warnings": list(r.warnings) or None,
+            **_document_signals(r),
         }
         for r in records
     ]
     return rows_table("documents", rows)
+
+
+def _document_signals(r: DocumentRecord) -> dict:
+    """The corpus signal columns of a documents row; the duplicate cluster is the commit's
+    (quarry/store/dedup.py)."""
+    get = r.signals.get
+    return {"content_hash": get("content_hash"), "minhash": get("minhash"), "lsh_bands": get("lsh_bands"),
+            "dup_cluster": None, "dup_of": None, "dup_similarity": None, "lang": get("lang"),
+            "pii_total": get("pii_total")}
 
 
 def sections_table(records: list[DocumentRecord], page_of) -> pa.Table:
@@ -191,6 +202,7 @@ def chunks_table(records: list[DocumentRecord]) -> pa.Table:
             "text_hash": c.text_hash,
             "n_tokens": c.n_tokens,
             "search_text": bm25_text(f"{c.header}\n{c.text}"),
+            **{name: c.signals.get(name) for name in CHUNK_COLUMNS},
         }
         for r in records
         for c in r.chunks

@@ -72,6 +72,11 @@ class Snapshot:
         return "principals" in self.document_columns
 
     @property
+    def has_signals(self) -> bool:
+        """Whether the catalog carries the corpus signals (duplicate clusters, docs/corpus.md)."""
+        return "dup_cluster" in self.document_columns
+
+    @property
     def table(self):
         """The LanceDB table at the committed version (opened on first use)."""
         if self._table is None:

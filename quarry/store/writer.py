@@ -44,7 +44,7 @@ from quarry.core import faults
 
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.models import DocumentRecord, RunReport
-from quarry.store import acl, catalog, journal, layers, vectors
+from quarry.store import acl, catalog, dedup, journal, layers, vectors
 from quarry.store import generations
 from quarry.store.handle import Store, as_store
 from quarry.store.layout import WriterLock, write_pointer
@@ -303,6 +303,7 @@ class StoreWriter:
             meta["previous_pointer"] = json.dumps(asdict(self.base))
         for key, value in meta.items():
             self._set_meta(key, value)
+        self._update_duplicates()
         faults.point("fts")
         self._write_search_index()
         if finish is not None and run_row is not None:
@@ -331,6 +332,14 @@ class StoreWriter:
         journal.forget(claimed)
         self._after_commit(pointer)
         return CommitInfo(self.generation, pointer.vector_version, time.perf_counter() - t0)
+
+    def _update_duplicates(self) -> None:
+        """Duplicate clusters after this run's changes (quarry/store/dedup.py): documents whose
+        assignment changed are rewritten like a permission change."""
+        if not (self.content_changed or self.row_changed):
+            return
+        changed = dedup.update_clusters(self.con, self._acl_layer())
+        self.row_changed.update(changed)
 
     def _set_meta(self, key: str, value: str) -> None:
         if self.delta:

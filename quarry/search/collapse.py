@@ -1,0 +1,83 @@
+"""Search results with duplicates collapsed: one hit per passage, its copies listed with it.
+
+Two hits are the same passage when their chunks' normalised texts are equal (``chunks.norm_hash``)
+or when their documents are in one duplicate cluster (``documents.dup_cluster``, kept by each
+commit: quarry/store/dedup.py) and the chunks' own MinHash similarity reaches the store's
+threshold. The best-ranked hit stands for the passage; ``copies`` lists the others — the hits
+folded into it and every other chunk with the same normalised text that the search's filter keeps
+(the permission check included: a copy the caller may not read is neither listed nor counted).
+A near copy that is not itself among the candidates is not listed.
+"""
+
+from __future__ import annotations
+
+from quarry.core.sqlfiles import load_sql
+from quarry.ingest.corpus import minhash
+from quarry.search.filters import with_filter
+from quarry.search.windows import id_lines
+
+__all__ = ["POOL_FACTOR", "collapse"]
+
+POOL_FACTOR = 3  # a collapsing search ranks this many times k, so that k distinct passages remain
+
+
+def collapse(con, results: list, filters=None, threshold: float = 0.8) -> list:
+    """``results`` (ranked :class:`~quarry.search.results.SearchResult`) with each passage once,
+    re-ranked from 1, every kept hit's ``copies`` filled."""
+    if not results:
+        return results
+    rows = con.execute(load_sql("collapse_keys"), [id_lines([r.chunk_id for r in results])]).fetchall()
+    keys = {chunk_id: (norm, cluster) for chunk_id, norm, cluster in rows}
+    kept: list = []
+    hashes: list[set[str]] = []
+    signatures: dict[str, object] = {}
+
+    def signature(r):
+        if r.chunk_id not in signatures:
+            signatures[r.chunk_id] = minhash.signature(r.text)
+        return signatures[r.chunk_id]
+
+    for r in results:
+        norm, cluster = keys.get(r.chunk_id, (None, None))
+        home = None
+        for i, rep in enumerate(kept):
+            rep_norm, rep_cluster = keys.get(rep.chunk_id, (None, None))
+            if norm is not None and norm in hashes[i]:
+                home = i
+            elif cluster is not None and cluster == rep_cluster and rep.doc_id != r.doc_id:
+                a, b = signature(r), signature(rep)
+                if a is not None and b is not None and minhash.similarity(a, b) >= threshold:
+                    home = i
+            if home is not None:
+                break
+        if home is None:
+            r.copies = []
+            kept.append(r)
+            hashes.append({norm} if norm else set())
+            continue
+        rep = kept[home]
+        rep.copies.append({"chunk_id": r.chunk_id, "doc_id": r.doc_id, "path": r.path})
+        if norm:
+            hashes[home].add(norm)
+    _add_exact_copies(con, kept, hashes, filters)
+    for rank, r in enumerate(kept, start=1):
+        r.rank = rank
+    return kept
+
+
+def _add_exact_copies(con, kept: list, hashes: list[set[str]], filters) -> None:
+    """Every other readable chunk with the same normalised text as a kept hit, listed as a copy."""
+    wanted = sorted({h for hs in hashes for h in hs})
+    if not wanted:
+        return
+    sql, params = with_filter(load_sql("collapse_copies"), filters)
+    by_hash: dict[str, list[tuple]] = {}
+    for chunk_id, doc_id, path, norm in con.execute(sql, [id_lines(wanted), *params]).fetchall():
+        by_hash.setdefault(norm, []).append((chunk_id, doc_id, path))
+    for r, hs in zip(kept, hashes):
+        listed = {r.chunk_id, *(c["chunk_id"] for c in r.copies)}
+        for h in sorted(hs):
+            for chunk_id, doc_id, path in by_hash.get(h, ()):
+                if chunk_id not in listed:
+                    listed.add(chunk_id)
+                    r.copies.append({"chunk_id": chunk_id, "doc_id": doc_id, "path": path})
