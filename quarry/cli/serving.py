@@ -202,17 +202,30 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     @click.command()
     @db_option
     @click.option("--as", "as_principals", multiple=True, metavar="PRINCIPAL",
-                  help="Read as this principal (repeatable; public is implied). Default: everything, as the "
-                       "store's owner.")
+                  help="Read as this principal (repeatable; public is implied).")
+    @click.option("--admin", is_flag=True,
+                  help="Read every document, as the store's owner. A store with API keys needs --as or --admin; "
+                       "one without reads everything unless --as is given.")
     @handle_errors
-    def mcp(db, as_principals):
+    def mcp(db, as_principals, admin):
         """Serve the index to an MCP client over stdio (tools: search, get_document, get_context, status)."""
         from quarry.api.auth import Caller
+        from quarry.api.keys import KeyRing, key_store
         from quarry.api.mcp import build
+        from quarry.core.errors import UsageError
         from quarry.search.query import open as open_index
         from quarry.store.handle import open_store
 
-        index = open_index(open_store(db))
+        if admin and as_principals:
+            raise UsageError("give --as or --admin, not both")
+        store = open_store(db)
+        if not as_principals and not admin:
+            ring = KeyRing(key_store(store))
+            ring.refresh()
+            if ring.required:  # the store is served with permissions: reading everything must be asked for
+                raise UsageError("this store has API keys: give --as PRINCIPAL to read as someone, or --admin "
+                                 "to read every document as its owner")
+        index = open_index(store)
         caller = Caller.owner(list(as_principals) or None)
         server = build(lambda: index, lambda ctx: caller)
         try:
