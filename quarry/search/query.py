@@ -440,7 +440,7 @@ class Index:
         results = self._hydrate(snap, fused, hits, fused_scores=mode == "hybrid")
         timings["hydrate"] = _ms(t)
         t = time.perf_counter()
-        self._match(snap, query, results, [row for row, _ in fused], hits, "vector" in active, warnings)
+        self._match(snap, query, results, [row for row, _ in fused], hits, "vector" in active)
         timings["match"] = _ms(t)
         timings["total"] = _ms(t_start)
         return SearchResponse(
@@ -498,11 +498,11 @@ class Index:
         return results
 
     def _match(self, snap: Snapshot, query: str, results: list[SearchResult], rows: list[int],
-               hits: dict[str, list[tuple[int, float]]], vector: bool, warnings: list[str]) -> None:
+               hits: dict[str, list[tuple[int, float]]], vector: bool) -> None:
         """Fill each result's ``match``: the query words its chunk holds with its BM25 score, and its
-        cosine, whether or not a retriever ranked it, in every mode (scores of rows a retriever did
-        not return are computed for these rows only; ``bm25`` mode embeds the query for them, so
-        ``weak`` means the same in every mode)."""
+        cosine when the vector retriever ran, whether or not a retriever ranked it (scores of rows
+        a retriever did not return are computed for these rows only). ``bm25`` mode never embeds
+        the query: its hits have no cosine."""
         import numpy as np
 
         from quarry.retrieval.bm25 import query_tokens
@@ -516,17 +516,11 @@ class Index:
         todo = sorted({row for row, h in zip(rows, held) if h.any() and row not in bm25})
         if todo:
             bm25.update(zip(todo, snap.index.bm25.exact_scores(toks, np.asarray(todo, dtype=np.int64)).tolist()))
-        cosine = dict(hits.get("vector", ()))
-        todo = [row for row in rows if row not in cosine]
-        if todo:
-            try:
-                vec = self._embed_query(query, snap)
-            except Exception as exc:  # bm25 mode without a working model: the hits say no cosine
-                if vector:
-                    raise
-                warnings.append(f"no cosine for the hits: {exc}")
-            else:
-                cosine.update(zip(todo, snap.index.dense.cosines(vec, np.asarray(todo, dtype=np.int64)).tolist()))
+        cosine = dict(hits.get("vector", ())) if vector else {}
+        todo = [row for row in rows if vector and row not in cosine]
+        if todo:  # the query's embedding is cached by now
+            vec = self._embed_query(query, snap)
+            cosine.update(zip(todo, snap.index.dense.cosines(vec, np.asarray(todo, dtype=np.int64)).tolist()))
         for result, row, h in zip(results, rows, held):
             result.match = {"bm25": relevance.bm25_match(toks, h.tolist(), bm25.get(row, 0.0)),
                             "vector": relevance.vector_match(cosine.get(row))}

@@ -11,8 +11,9 @@ query's best score, so the first hit of any query scores about 1.0, noise includ
 ``bm25``: the query's BM25 words (:func:`quarry.retrieval.bm25.query_tokens`: stop words
 dropped) that the chunk holds (same stem), how many of how many, and the chunk's BM25 score;
 None when it holds none of them. ``vector``: the cosine of the query's and the chunk's
-embeddings, computed in every mode (``bm25`` mode embeds the query for it, so ``weak`` means the
-same in every mode); None only when the query could not be embedded there.
+embeddings; None when the vector retriever did not run (``bm25`` mode, which never embeds the
+query, or a vector weight of 0): ``weak`` then rests on the words alone, so a long query in
+``bm25`` mode is weak far more often (docs/benchmarks.md, "all words held alone").
 
 A hit is *strong* when either retriever vouches for it on its own: its cosine reaches
 :data:`COSINE_STRONG`, or it holds every word of the query (at least :data:`TERMS_STRONG` and a
