@@ -15,8 +15,10 @@ It is built when it is needed, never by a commit:
   saying so on the log while it builds, and ``quarry maintain`` builds the current one;
 - a build runs in a child process, ``python -m quarry.store.fts STORE GENERATION``, at the lowest
   priority (nice 19, idle I/O class), with DuckDB held to ``QUARRY_FTS_MEMORY_MB`` (1,024) of
-  memory, spilling past it, and ``QUARRY_FTS_THREADS`` (2) threads; its wall and CPU seconds and
-  its peak memory are kept in the file's ``build`` row, which ``quarry status --json`` shows;
+  memory and ``QUARRY_FTS_THREADS`` (2) threads; DuckDB's FTS build spills only in part (at
+  100,000 chunks 150 MB runs out, 400 MB with one thread builds), so a build that runs out starts
+  again with twice the cap, up to half the machine's memory; its wall and CPU seconds, peak
+  memory and the cap it finished under are kept in the file's ``build`` row (``quarry status --json``);
 - builds take one store-wide lock, ``fts.lock`` (flock: a killed builder's lock goes with it), so
   a machine builds a store's tables once at a time: a second query waits for the first's build;
 - a build writes ``fts-<gen>.duckdb.tmp-<pid>`` and renames it into place: a reader sees a whole
