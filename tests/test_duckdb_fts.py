@@ -241,3 +241,32 @@ def test_without_the_extension_asking_for_it_is_a_clear_error(monkeypatch, tmp_p
             fts.ensure(tmp_path, 1)
     finally:
         catalog.fts_extension_path.cache_clear()
+
+
+def test_a_build_that_runs_out_of_memory_tries_again_with_twice_the_cap_up_to_a_ceiling(tree, tmp_path, prefect_api,
+                                                                                        monkeypatch):
+    # DuckDB's FTS build spills only in part: below ~1 GB a 100,000 chunks it runs out (measured
+    # at 100K: 150 MB fails); the cap is doubled, never past half the machine's memory
+    db = tmp_path / "db"
+    index(tree, db)
+    gen = read_pointer(db).generation
+    monkeypatch.setenv("QUARRY_FTS_MEMORY_MB", "64")
+    real, limits = fts._write, []
+
+    def short_of_memory(store, generation, tmp, t0, memory_mb):
+        limits.append(memory_mb)
+        if memory_mb < 256:
+            raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block of size 256.0 KiB")
+        return real(store, generation, tmp, t0, memory_mb)
+
+    monkeypatch.setattr(fts, "_write", short_of_memory)
+    monkeypatch.setattr(fts, "memory_ceiling_mb", lambda: 128)
+    with pytest.raises(duckdb.OutOfMemoryException):
+        fts.build(db, gen)
+    assert limits == [64, 128] and fts.state(db, gen) == "missing" and not list(db.glob("fts-*.tmp-*"))
+
+    monkeypatch.setattr(fts, "memory_ceiling_mb", lambda: 4096)
+    limits.clear()
+    fts.build(db, gen)
+    assert limits == [64, 128, 256]
+    assert fts.build_info(db, gen)["memory_limit_mb"] == 256

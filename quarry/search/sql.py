@@ -56,6 +56,9 @@ def run_sql(con, query: str, generation: int, limit: int | None = None, store: P
         con.execute(stmt)
     if store is not None:
         evals.expose(con, store)
+    # a query past two seconds (match_bm25 over 100,000 chunks) would draw DuckDB's bar on stdout,
+    # into quarry sql --format json's output
+    con.execute("SET enable_progress_bar = false")
     search_path = None
     if store is not None and fts.uses_fts(query):
         if not full_text and fts.state(store, generation) != "ready":

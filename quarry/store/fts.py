@@ -15,8 +15,10 @@ It is built when it is needed, never by a commit:
   saying so on the log while it builds, and ``quarry maintain`` builds the current one;
 - a build runs in a child process, ``python -m quarry.store.fts STORE GENERATION``, at the lowest
   priority (nice 19, idle I/O class), with DuckDB held to ``QUARRY_FTS_MEMORY_MB`` (1,024) of
-  memory, spilling past it, and ``QUARRY_FTS_THREADS`` (2) threads; its wall and CPU seconds and
-  its peak memory are kept in the file's ``build`` row, which ``quarry status --json`` shows;
+  memory and ``QUARRY_FTS_THREADS`` (2) threads; DuckDB's FTS build spills only in part (at
+  100,000 chunks 150 MB runs out, 400 MB with one thread builds), so a build that runs out starts
+  again with twice the cap, up to half the machine's memory; its wall and CPU seconds, peak
+  memory and the cap it finished under are kept in the file's ``build`` row (``quarry status --json``);
 - builds take one store-wide lock, ``fts.lock`` (flock: a killed builder's lock goes with it), so
   a machine builds a store's tables once at a time: a second query waits for the first's build;
 - a build writes ``fts-<gen>.duckdb.tmp-<pid>`` and renames it into place: a reader sees a whole
@@ -32,11 +34,17 @@ keep ``match_bm25``'s meaning only if ``df``, ``num_docs`` and ``avgdl`` are ove
 of every layer: the macro reads them from ``dict`` and ``stats``, so views over the layers must
 subtract the rows later layers replaced, counted from ``terms`` (a row per token: ~150 million at
 a million chunks) at query time, and ``match_bm25`` itself scans ``terms`` whole for each query
-term. The other: build on demand. Measured (docs/benchmarks.md, *Full-text tables on demand*):
-a build at 100,000 chunks is BUILD100K, so a ``match_bm25`` query after a change pays that
-once, and a commit pays nothing, not even a process. Chosen: on demand, with ``quarry maintain``
-building it so that a maintained store answers at once. Per-layer tables remain the way to make
-the first query after a change cheap, at the price of exact statistics computed per query.
+term. Measured at 100,000 chunks (14.1 million ``terms`` rows, one thread): the ``df`` of two
+words counted from ``terms`` over the live rows took 150 ms, read from ``dict`` 1.2 ms, so
+exact per-layer statistics would add about that to every query (ten times it at a million
+chunks) besides the merging. The other: build on demand. Measured (docs/benchmarks.md,
+*Full-text tables on demand*): a build at 100,000 chunks is 33-36 s of CPU and 0.8-0.9 GB at
+peak under the cap, which the first ``match_bm25`` query after a change pays once, and a commit
+pays nothing, not even a process (``bench/scale.py``: no process left behind by ``edit_1``,
+``edit_100`` or ``move_1000``; before, 18.6 and 31.3 s of CPU and 0.77 GB each). Chosen: on
+demand, with ``quarry maintain`` building it so that a maintained store answers at once.
+Per-layer tables remain the way to make the first query after a change cheap, at the price of
+statistics computed per query.
 """
 
 from __future__ import annotations
@@ -167,8 +175,21 @@ def build(store: Path, generation: int, lock_fd: int | None = None) -> Path:
             _remove(debris)
         t0 = time.perf_counter()
         tmp = Path(f"{target}.tmp-{os.getpid()}")
+        limit, ceiling = environment().fts_memory_mb, max(environment().fts_memory_mb, memory_ceiling_mb())
         try:
-            rows = _write(store, generation, tmp, t0)
+            while True:
+                try:
+                    rows = _write(store, generation, tmp, t0, limit)
+                    break
+                except duckdb.OutOfMemoryException:
+                    # DuckDB's FTS build spills only in part: it needs ~1 GB a 100,000 chunks
+                    if limit >= ceiling:
+                        raise
+                    log.warning("full-text tables of generation %d need more than %d MB: building again with %d MB "
+                                "(QUARRY_FTS_MEMORY_MB)", generation, limit, min(ceiling, limit * 2))
+                    limit = min(ceiling, limit * 2)
+                    for leftover in (tmp, Path(f"{tmp}.wal")):
+                        leftover.unlink(missing_ok=True)
             faults.point(BUILD_FAULT)
             os.replace(tmp, target)
         finally:
@@ -181,7 +202,15 @@ def build(store: Path, generation: int, lock_fd: int | None = None) -> Path:
             os.close(fd)
 
 
-def _write(store: Path, generation: int, tmp: Path, t0: float) -> int:
+def memory_ceiling_mb() -> int:
+    """Half the machine's memory: the most a builder's DuckDB is given after running out (:func:`build`)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**21)
+    except (ValueError, OSError):
+        return 4096
+
+
+def _write(store: Path, generation: int, tmp: Path, t0: float, memory_mb: int) -> int:
     """Write the sidecar into ``tmp``: the committed chunks' ids and search text, DuckDB's FTS index
     over them, then the text dropped (``match_bm25`` reads only the index's own tables); and the
     ``build`` row (:func:`build_info`)."""
@@ -193,7 +222,7 @@ def _write(store: Path, generation: int, tmp: Path, t0: float) -> int:
         con.execute(f"LOAD '{catalog.fts_extension_path()}'")
         con.execute("SET enable_progress_bar = false")
         # bounded: DuckDB spills past the cap into the store's folder (removed below)
-        con.execute(f"SET memory_limit = '{int(env.fts_memory_mb)}MB'")
+        con.execute(f"SET memory_limit = '{int(memory_mb)}MB'")
         con.execute(f"SET threads = {int(env.fts_threads)}")
         con.execute("SET preserve_insertion_order = false")
         con.execute("SET temp_directory = ?", [str(spill)])
@@ -215,7 +244,7 @@ def _write(store: Path, generation: int, tmp: Path, t0: float) -> int:
                     "?::DOUBLE AS seconds, ?::DOUBLE AS cpu_seconds, ?::INTEGER AS peak_rss_mb, "
                     "?::INTEGER AS memory_limit_mb, ?::INTEGER AS threads, now() AS built_at",
                     [generation, rows, time.perf_counter() - t0, usage.ru_utime + usage.ru_stime,
-                     usage.ru_maxrss // 1024, env.fts_memory_mb, env.fts_threads])
+                     usage.ru_maxrss // 1024, memory_mb, env.fts_threads])
         con.execute("CHECKPOINT")
         return rows
     finally:
