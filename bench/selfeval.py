@@ -1,6 +1,6 @@
 """Do generated question sets rank configurations as human judgments do?
 
-    python bench/selfeval.py [--sets scifact,cranfield] [--docs 1000] [-n 200] [--handbook] [--json]
+    python bench/selfeval.py [--sets scifact,cranfield] [--docs 1000] [-n 200] [--handbook [--handbook-parts A,B]]
 
 For each BEIR set: the corpus (on SciFact a subset: every document a test query judges, plus
 random others up to --docs, seed 0; Cranfield whole) is written as one Markdown file per record,
@@ -10,8 +10,9 @@ hybrid rrf} x {chunk 400, chunk 1600}. Human side: nDCG@10 on the test judgments
 document MRR@10 and recall@10 of a `known-item` and a `headings` set (-n questions, seed 0) drawn from
 the chunk-400 store; the same questions are scored on both stores (document ids are equal: same
 files). Reported: Kendall's tau-b between the configurations' order by each generated metric and by
-nDCG@10. With --handbook, ../shared/data/trees/sourcegraph-handbook is indexed and scored (both
-methods, three modes) with the time to generate and to score 100 questions.
+nDCG@10. With --handbook, two folders of ../shared/data/trees/sourcegraph-handbook (--handbook-parts)
+are indexed and scored (both methods, three modes) with the time to generate and to score 100
+questions. `--sets ""` runs only that.
 
 Writes bench/results/selfeval.json.
 """
@@ -130,7 +131,10 @@ def taus(configs: list[dict]) -> dict:
     return out
 
 
-def run_handbook(n: int, index_flow) -> dict:
+HANDBOOK_PARTS = ("content/company-info-and-process", "content/benefits-pay-perks")
+
+
+def run_handbook(n: int, index_flow, parts=HANDBOOK_PARTS) -> dict:
     import quarry
     from quarry.eval.questions import generate
     from quarry.eval.scoring import score_set
@@ -138,8 +142,9 @@ def run_handbook(n: int, index_flow) -> dict:
     tree = SHARED / "trees" / "sourcegraph-handbook"
     store = RESULTS / "handbook"
     t = time.perf_counter()
-    index_flow([str(tree)], db=str(store))
-    out = {"set": "sourcegraph-handbook", "index_seconds": round(time.perf_counter() - t, 1), "rows": []}
+    index_flow([str(tree / p) for p in parts], db=str(store))
+    out = {"set": "sourcegraph-handbook", "parts": list(parts), "index_seconds": round(time.perf_counter() - t, 1),
+           "rows": []}
     with quarry.open(store) as idx:
         out["documents"] = idx.status()["documents"]
         out["chunks"] = idx.status()["chunks"]
@@ -162,6 +167,8 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=1000, help="SciFact subset size (judged documents + random others).")
     ap.add_argument("-n", type=int, default=200, help="Questions per generated set.")
     ap.add_argument("--handbook", action="store_true")
+    ap.add_argument("--handbook-parts", default=",".join(HANDBOOK_PARTS),
+                    help="Folders of the handbook tree to index (the whole tree takes most of an hour on 2 shared cores).")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--report", action="store_true", help="Print the tables of the last run's JSON; run nothing.")
     args = ap.parse_args()
@@ -185,9 +192,11 @@ def main() -> None:
                 continue
             results["sets"].append(run_set(name, args.docs, args.n, index_flow))
         if args.handbook:
-            results["handbook"] = run_handbook(args.n, index_flow)
+            results["handbook"] = run_handbook(args.n, index_flow, tuple(p for p in args.handbook_parts.split(",") if p))
     results["load_after"] = os.getloadavg()
     dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists() and not results["sets"]:  # a handbook-only run keeps the BEIR sets of the last run
+        results["sets"] = json.loads(dest.read_text()).get("sets", [])
     dest.write_text(json.dumps(results, indent=2))
     report(results, sys.stderr if args.json else sys.stdout)
     if args.json:
@@ -209,7 +218,7 @@ def report(results: dict, table) -> None:
             print(f"  {k:<32} {v:+.2f}", file=table)
     if results["handbook"]:
         h = results["handbook"]
-        print(f"\nhandbook: {h['documents']} documents, {h['chunks']} chunks (indexed in {h['index_seconds']} s)",
+        print(f"\nhandbook ({', '.join(h.get('parts') or [])}): {h['documents']} documents, {h['chunks']} chunks (indexed in {h['index_seconds']} s)",
               file=table)
         print(f"{'method':<11} {'mode':<7} {'R@10':>6} {'MRR':>6} {'pageR':>6} {'chunkR':>7} {'gen s/100q':>10} "
               f"{'score s/100q':>12}", file=table)
