@@ -447,6 +447,66 @@ OBSERVABILITY = {"off": {"QUARRY_API_METRICS": "0"},
                         "OTEL_TRACES_EXPORTER": "none"}}
 
 
+def asgi_cost(store: Path, token: str, queries: list[str], requests: int = 400, stub_requests: int = 20000) -> dict:
+    """What metrics and tracing cost per request, measured in this process without sockets: the
+    observer around a stub app that answers at once (CPU microseconds per request: none, metrics off,
+    metrics on, metrics and spans made by the SDK and sent nowhere), against the CPU of one
+    ``POST /v1/search`` through the whole app (milliseconds)."""
+    import asyncio
+
+    from fastapi.testclient import TestClient
+
+    from quarry.api.app import ApiConfig, create_app
+    from quarry.api.observe import Observer
+    from quarry.core import tracing
+
+    class State:  # what the observer reads of a server's state on a 200
+        store = None
+
+    async def stub(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def drive(app, n):
+        scope = {"type": "http", "method": "POST", "path": "/v1/search", "headers": [], "client": ("127.0.0.1", 1)}
+
+        async def receive():
+            return {"type": "http.request", "body": b'{"query": "x", "mode": "hybrid"}', "more_body": False}
+
+        async def send(message):
+            pass
+
+        t = time.process_time()
+        for _ in range(n):
+            await app(scope, receive, send)
+        return (time.process_time() - t) / n * 1e6
+
+    tracing._state.clear()
+    micro = {"stub": asyncio.run(drive(stub, stub_requests)),
+             "metrics off": asyncio.run(drive(Observer(stub, State, metrics=False), stub_requests)),
+             "metrics on": asyncio.run(drive(Observer(stub, State), stub_requests))}
+    os.environ.update({k: v for k, v in OBSERVABILITY["on"].items() if k.startswith("OTEL_")})
+    try:
+        micro["metrics and spans"] = asyncio.run(drive(Observer(stub, State), stub_requests))
+    finally:
+        for k in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_EXPORTER"):
+            os.environ.pop(k, None)
+        tracing._state.clear()
+    headers = {"Authorization": f"Bearer {token}"}
+    with TestClient(create_app(ApiConfig(db=str(store), rate_limit=0)).state.asgi) as client:
+        for q in queries[:20]:
+            client.post("/v1/search", json={"query": q}, headers=headers)
+        t = time.process_time()
+        for q in queries[:requests]:
+            answer = client.post("/v1/search", json={"query": q}, headers=headers)
+            assert answer.status_code == 200, answer.text[:300]
+        search_ms = (time.process_time() - t) / min(requests, len(queries)) * 1000
+    overhead = micro["metrics and spans"] - micro["metrics off"]
+    return {"observer_us": {k: round(v, 1) for k, v in micro.items()}, "search_cpu_ms": round(search_ms, 3),
+            "overhead_share": round(overhead / (search_ms * 1000), 4)}
+
+
 def observability(store: Path, token: str, queries: list[str], clients: int, args, logs: Path) -> None:
     """HTTP throughput with metrics and tracing off and on, alternating (off, on, off, on, …) so
     that both meet the same machine load; the totals per setting and their ratio."""
@@ -465,10 +525,12 @@ def observability(store: Path, token: str, queries: list[str], clients: int, arg
                          "load": round(os.getloadavg()[0], 1),
                          **summary([a[0] for a in answers if a[1] == 200], args.seconds, errors)})
             log(f"  {rows[-1]}")
+    cost = asgi_cost(store, token, queries)
+    log(f"  in one process, without sockets: {cost}")
     total = {name: sum(r["requests"] for r in rows if r["observability"] == name) for name in OBSERVABILITY}
     ratio = round(total["on"] / total["off"], 3) if total["off"] else None
     out = {"size": args.size, "workers": args.workers, "seconds": args.seconds, "clients": clients, "rows": rows,
-           "requests": total, "on_over_off": ratio, "machine": {"cpus": os.cpu_count(), "load": os.getloadavg()[0]}}
+           "requests": total, "on_over_off": ratio, "asgi_cost": cost, "machine": {"cpus": os.cpu_count(), "load": os.getloadavg()[0]}}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "api_load_observability.json").write_text(json.dumps(out, indent=2))
     lines = [f"{'metrics+tracing':<15} {'round':>5} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'errors':>6} {'load':>5}"]
@@ -476,6 +538,8 @@ def observability(store: Path, token: str, queries: list[str], clients: int, arg
         lines.append(f"{r['observability']:<15} {r['round']:>5} {r['rps']:>8} {r['p50_ms']:>8} {r['p95_ms']:>8} "
                      f"{r['errors']:>6} {r['load']:>5}")
     lines.append(f"on/off throughput {ratio} (goal >= 0.95)")
+    lines.append("CPU per request around a stub app: " + ", ".join(f"{k} {v} us" for k, v in cost["observer_us"].items())
+                 + f"; one search {cost['search_cpu_ms']} ms: metrics and spans add {100 * cost['overhead_share']:.2f}%")
     print("\n".join(lines), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(out))

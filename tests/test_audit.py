@@ -17,6 +17,7 @@ from quarry.api.keys import KeyRing, key_store
 from quarry.core.errors import RunRefused
 from quarry.store.audit import AuditLog, parse_since
 from quarry.store.handle import open_store
+from quarry.store.maintain import maintain
 from quarry.store.rollback import rollback
 
 
@@ -145,6 +146,7 @@ def test_runs_keys_and_rollback_are_recorded_and_verify_fails_on_tampering(cli, 
         quarry.index([tree], db)
     quarry.index([tree], db, allow_deletes=True)
     rollback(db)
+    maintain(db)
     ring = KeyRing(key_store(open_store(db)), audit=AuditLog(open_store(db)))
     ring.create("alice", ["group:hr"])
     done = cli("keys", "revoke", "alice", "--db", db)
@@ -153,7 +155,7 @@ def test_runs_keys_and_rollback_are_recorded_and_verify_fails_on_tampering(cli, 
     events = _events(cli, db)
     names = [e["event"] for e in events]
     assert names == ["run.permissions_changed", "guard.refused", "guard.override", "run.documents_deleted",
-                     "rollback", "key.created", "key.revoked"]
+                     "rollback", "maintain", "key.created", "key.revoked"]
     acl = events[0]["details"]
     assert acl["documents_changed"] == 3 and acl["before"] == {"documents": 12, "restricted": 0, "principals": 1}
     assert acl["after"] == {"documents": 12, "restricted": 3, "principals": 3}
@@ -161,7 +163,8 @@ def test_runs_keys_and_rollback_are_recorded_and_verify_fails_on_tampering(cli, 
     assert events[2]["details"]["deleted"] == 8 and "would delete 8 of the 12" in events[2]["details"]["would_refuse"][0]
     assert events[3]["details"]["deleted"] == 8
     assert events[4]["details"]["to_generation"] == 2
-    assert events[6]["details"]["key_name"] == "alice" and events[6]["who"]["pid"] != events[5]["who"]["pid"]
+    assert events[5]["details"]["generation"] >= 3 and events[5]["details"]["healthy"] is True
+    assert events[7]["details"]["key_name"] == "alice" and events[7]["who"]["pid"] != events[6]["who"]["pid"]
     assert all(e["who"]["host"] and e["who"]["pid"] for e in events)
     text = cli("audit", "--db", db)
     assert text.returncode == 0 and "guard.override" in text.stdout and "key.revoked" in text.stdout

@@ -202,6 +202,25 @@ def test_api_metrics_and_every_documented_metric(tmp_path, monkeypatch):
         f"metrics missing from docs/operations.md: {sorted(undocumented - set(documented))}"
 
 
+def test_workers_requests_are_summed(tmp_path, monkeypatch):
+    import quarry
+
+    monkeypatch.setenv("QUARRY_EMBED_BACKEND", "hash")
+    db = tmp_path / "db"
+    quarry.index([_tree(tmp_path / "tree", 2)], db)
+    port = free_port()
+    with api_server(db, "--workers", "2", "--metrics-port", str(port), log=tmp_path / "api.log",
+                    env={"QUARRY_EMBED_BACKEND": "hash"}) as (base, _):
+        for _ in range(8):  # new connections: the kernel spreads them over both workers
+            assert httpx.post(f"{base}/v1/search", json={"query": "heron"}, timeout=30).status_code == 200
+        on_api = _samples(httpx.get(f"{base}/metrics", timeout=30).text)
+        on_port = _samples(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text)
+    for samples in (on_api, on_port):
+        assert _value(samples, "quarry_api_requests_total", route="/v1/search", method="POST", status="200") == 8
+        assert _value(samples, "quarry_api_search_duration_seconds_count", endpoint="search", mode="hybrid") == 8
+        assert _value(samples, "quarry_api_served_generation") == 1
+
+
 # --- JSON logs and traces -------------------------------------------------------------------------
 
 SECRET = "sk-log-probe-secret-4711"
