@@ -58,3 +58,16 @@ def test_corpus_report(tmp_path, run_flow, cli):
     assert root["boilerplate_lines"] == 1 and root["boilerplate_chunks"] == 3
     text = cli("corpus", "report", "--db", tmp_path / "db")
     assert "1 copies in 1 clusters" in text.stdout and "email" in text.stdout
+
+
+EN = "This is an English sentence about deploying software to production on Fridays."
+DE = "Das ist ein deutscher Satz über die Bereitstellung von Software in Produktion."
+
+
+def test_chunks_take_the_documents_language_only_when_probes_agree():
+    from quarry.ingest.corpus.signals import record_signals
+
+    doc, chunks = record_signals(" ".join([EN] * 5), [EN, EN, "x 1", EN, EN])
+    assert doc["lang"] == "en" and [c["lang"] for c in chunks] == ["en", "en", "und", "en", "en"]
+    doc, chunks = record_signals(" ".join([EN] * 5), [EN, DE, DE, EN, EN])  # the middle probe (of 0, 2, 4) is German
+    assert [c["lang"] for c in chunks] == ["en", "de", "de", "en", "en"]

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from quarry.ingest.chunking import chunk_document, text_hash
-from quarry.ingest.corpus.signals import chunk_signals, document_signals
+from quarry.ingest.corpus.signals import record_signals
 from quarry.ingest.context import compose_header, get_context_writer, header_fields, place_lines
 from quarry.core import faults
 from quarry.core.environment import environment
@@ -341,9 +341,10 @@ def add_signals(text: str, chunks: list[Chunk]) -> dict:
     none with ``QUARRY_CORPUS_SIGNALS=0`` (their columns stay NULL)."""
     if not environment().corpus_signals:
         return {}
-    for chunk in chunks:
-        chunk.signals = chunk_signals(chunk.text)
-    return document_signals(text, [c.signals for c in chunks])
+    doc, rows = record_signals(text, [c.text for c in chunks])
+    for chunk, row in zip(chunks, rows):
+        chunk.signals = row
+    return doc
 
 
 def _truncation_warnings(chunks: list[Chunk], tokenizer) -> list[str]:

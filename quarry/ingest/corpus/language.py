@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 import threading
 
-__all__ = ["UNDETERMINED", "detect"]
+__all__ = ["UNDETERMINED", "detect", "has_letters"]
 
 UNDETERMINED = "und"  # ISO 639-2 for a text too short or without letters to tell
 MIN_LETTERS = 20
 MIN_CONFIDENCE = 0.5  # below it (py3langid's normalised probability) a text of links, code or lists is ``und``
-SAMPLE_CHARS = 4_000  # a long document's language is read from its start
+SAMPLE_CHARS = 2_000  # a long document's language is read from its start
 CHUNK_CHARS = 600  # a chunk's from its first 600 characters: py3langid's scoring loop is Python, linear in bytes
 _LETTERS = re.compile(r"[^\W\d_]", re.UNICODE)
 _lock = threading.Lock()
@@ -31,6 +31,11 @@ def _identifier():
 
             _model = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
         return _model
+
+
+def has_letters(text: str, sample_chars: int = SAMPLE_CHARS) -> bool:
+    """Whether ``text`` holds enough letters (:data:`MIN_LETTERS`) to have a language."""
+    return len(_LETTERS.findall(text[:sample_chars])) >= MIN_LETTERS
 
 
 def detect(text: str, sample_chars: int = SAMPLE_CHARS) -> str:
