@@ -196,7 +196,7 @@ def main() -> None:
     results["load_after"] = os.getloadavg()
     dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists() and not results["sets"]:  # a handbook-only run keeps the BEIR sets of the last run
-        results["sets"] = json.loads(dest.read_text()).get("sets", [])
+        results["sets"] = [{**r, "tau": taus(r["configs"])} for r in json.loads(dest.read_text()).get("sets", [])]
     dest.write_text(json.dumps(results, indent=2))
     report(results, sys.stderr if args.json else sys.stdout)
     if args.json:
