@@ -91,7 +91,10 @@ def serve(config: ApiConfig, host: str = "127.0.0.1", port: int = 8000, log_leve
 def _run(uvicorn, config: ApiConfig, host: str, port: int, log_level: str) -> None:
     uvicorn.run("quarry.api.app:app_from_env", factory=True, host=host, port=port, workers=config.workers,
                 http="quarry.api.server:NoDelayH11Protocol", log_level=log_level, proxy_headers=False, server_header=False,
-                timeout_graceful_shutdown=10, log_config=_log_config())
+                timeout_graceful_shutdown=10, log_config=_log_config(),
+                # a worker answers uvicorn's health check only once it has imported the app: on a busy
+                # machine that took more than the default 5 s, and uvicorn killed and respawned workers in a loop
+                timeout_worker_healthcheck=60)
 
 
 def _log_config():
