@@ -602,6 +602,26 @@ def test_quarry_mcp_on_a_store_with_keys_needs_as_or_admin(served):
     assert run("--admin").returncode == 0  # stdin closed: the server ends at once
 
 
+def test_quarry_mcp_finds_keys_kept_outside_the_store(tmp_path):
+    """Keys in a --keys-file (or $QUARRY_KEYS_FILE), as `quarry api` is given them, make `quarry mcp`
+    ask for --as or --admin too; the store alone has none."""
+    db = tmp_path / "db"
+    db.mkdir()
+    keys = tmp_path / "outside.json"
+    KeyRing(FileKeys(keys)).create("reader", ["group:hr"])
+    env = {k: v for k, v in os.environ.items() if k != "QUARRY_KEYS_FILE"}
+
+    def run(*args, **extra):
+        return subprocess.run([sys.executable, "-m", "quarry.cli.main", "mcp", "--db", str(db), *args],
+                              capture_output=True, text=True, cwd=ROOT, timeout=120, stdin=subprocess.DEVNULL,
+                              env={**env, **extra})
+
+    assert "no index at" in run().stderr  # no keys with the store: on to opening it
+    for out in (run("--keys-file", str(keys)), run(QUARRY_KEYS_FILE=str(keys))):
+        assert out.returncode == 2 and "has API keys: give --as PRINCIPAL" in out.stderr, out.stderr
+    assert "no index at" in run("--keys-file", str(keys), "--as", "group:hr").stderr
+
+
 def test_mcp_over_stdio_answers_as_v1_search(served):
     from mcp import Client, StdioServerParameters
 

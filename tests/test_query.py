@@ -472,3 +472,38 @@ def test_document_evidence_ranks_the_named_documents_chunks_first(tmp_path):
         assert idx.snapshot.index.manifest["cards"]["documents"] == 3
         # rrf has no normalised scale for the evidence to join: it is not applied there
         assert "documents" not in idx.search("acme 2019 revenue", k=2, fusion="rrf").weights
+
+
+def test_status_counts_the_vocabulary_only_for_an_unrestricted_caller_and_once(tmp_path, monkeypatch):
+    """The whole-index vocabulary (a Python loop over every later segment's terms) is counted only
+    when status returns it, once per loaded generation, and equals a one-segment build's."""
+    from quarry.retrieval.bm25 import BM25Index
+    from quarry.retrieval.segmented import SegmentedBM25
+
+    extra = doc("late", ["Quokka marmalade zebrafish recipes, alpha."], "txt")
+    two = make_store(tmp_path / "two")
+    commit(two, [extra], run_id="late")
+    one = tmp_path / "one"
+    commit(one, [*(doc(f"md{i:02d}", [f"alpha alpha beta {FILLER}", f"gamma delta {i} {FILLER}"],
+                       metadata={"team": "web"}, mtime=T0 + i * DAY) for i in range(60)),
+                 doc("note", [f"An aside: alpha appears here once. {FILLER} Error E11000 in FY2018."], "txt",
+                     metadata={"team": "db"}, folder="notes/sub", mtime=T0 + 100 * DAY),
+                 doc("paper", ["Levels of AGI: performance and generality.", "Autonomy and risk, alpha."], "pdf",
+                     pages=[1, 2], mtime=T0 + 200 * DAY), extra])
+    calls, lookups = [], []
+    counted = SegmentedBM25.vocabulary_size
+    monkeypatch.setattr(SegmentedBM25, "vocabulary_size", lambda self: calls.append(1) or counted(self))
+    text_of = BM25Index.term_text
+    monkeypatch.setattr(BM25Index, "term_text", lambda self, column: lookups.append(1) or text_of(self, column))
+    with open_index(two) as idx:
+        restricted = idx.status(principals=["group:nobody"])
+        assert "search_index" not in restricted and calls == []
+        whole = idx.status()
+        assert len(whole["search_index"]["segments"]) == 2 and calls == [1] and lookups
+        seen = len(lookups)
+        assert idx.status()["search_index"]["terms"] == whole["search_index"]["terms"]
+        assert len(lookups) == seen  # kept for the generation, not counted again
+    with open_index(one) as idx:
+        single = idx.status()["search_index"]
+    assert len(single["segments"]) == 1
+    assert whole["search_index"]["terms"] == single["terms"]

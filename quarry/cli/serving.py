@@ -206,8 +206,9 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     @click.option("--admin", is_flag=True,
                   help="Read every document, as the store's owner. A store with API keys needs --as or --admin; "
                        "one without reads everything unless --as is given.")
+    @keys_file_option
     @handle_errors
-    def mcp(db, as_principals, admin):
+    def mcp(db, as_principals, admin, keys_file):
         """Serve the index to an MCP client over stdio (tools: search, get_document, get_context, status)."""
         from quarry.api.auth import Caller
         from quarry.api.keys import KeyRing, key_store
@@ -220,7 +221,7 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
             raise UsageError("give --as or --admin, not both")
         store = open_store(db)
         if not as_principals and not admin:
-            ring = KeyRing(key_store(store))
+            ring = KeyRing(key_store(store, keys_file))
             ring.refresh()
             if ring.required:  # the store is served with permissions: reading everything must be asked for
                 raise UsageError("this store has API keys: give --as PRINCIPAL to read as someone, or --admin "

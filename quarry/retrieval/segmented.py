@@ -124,10 +124,14 @@ class SegmentedBM25:
         self._idf: dict[tuple, np.ndarray] = {}
         self._df: dict[tuple[int, int], int] = {}  # (segment, column) -> live df: at most the vocabulary
         self._built: dict[tuple[int, int], float] = {}  # (segment, column) -> the idf its weights were built with
+        self._vocabulary: int | None = None  # vocabulary_size(), counted once: the segments never change
 
     def vocabulary_size(self) -> int:
         """Distinct BM25 terms over every segment (the first, usually the largest, counted whole; a
-        later one's terms looked up in those before it), deleted rows' terms included."""
+        later one's terms looked up in those before it), deleted rows' terms included. Counted on
+        the first call (a Python loop over every later segment's terms) and kept."""
+        if self._vocabulary is not None:
+            return self._vocabulary
         total = 0
         for s, part in enumerate(self.parts):
             if s == 0:
@@ -136,6 +140,7 @@ class SegmentedBM25:
             earlier = self.parts[:s]
             total += sum(1 for i in range(part.terms.size)
                          if all(e.term_id(part.term_text(i)) is None for e in earlier))
+        self._vocabulary = total
         return total
 
     # --- terms -------------------------------------------------------------------------------

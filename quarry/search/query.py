@@ -571,20 +571,22 @@ class Index:
                 "catalog_attach": attach_sql(self.store, snap.chain),
                 "vector_table": snap.pointer.vector_table,
                 "vector_version": snap.pointer.vector_version,
-                "search_index": self._index_summary(snap),
+                "search_index": None,  # admin only: filled in below
                 # DuckDB's full-text tables (match_bm25 in quarry sql): ready, building, missing or off
                 "full_text": fts_status(self.store, snap.pointer.generation, self.settings.duckdb_fts),
                 "embedder": describe_backend(self.settings),
                 "last_run": None,
             }
             if access is not None:
-                # the search index's rows, segments and terms count every document, readable or not
+                # the search index's rows, segments and terms count every document, readable or not,
+                # so a restricted caller gets no summary (and none is computed for it)
                 for key in ("store", "catalog", "catalog_attach", "full_text", "vector_table", "vector_version",
                             "embedder", "last_run", "search_index"):
                     info.pop(key)
             else:
                 from quarry.store.layout import disk_usage
 
+                info["search_index"] = self._index_summary(snap)
                 last = self.runs(limit=1)
                 info["last_run"] = last[0] if last else None
                 info["last_evals"] = self.evals(latest=True)
@@ -594,7 +596,8 @@ class Index:
     @staticmethod
     def _index_summary(snap) -> dict | None:
         """The search index in ``status``: :func:`quarry.store.views.index_summary`, its terms the
-        whole index's vocabulary (the manifest's are its newest segment's)."""
+        whole index's vocabulary (the manifest's are its newest segment's; counted once per loaded
+        generation)."""
         if snap.index_manifest is None:
             return None
         summary = views.index_summary(snap.index_manifest)
