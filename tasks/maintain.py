@@ -14,10 +14,11 @@ from quarry.store import maintain
 
 
 @task(name="compact-vectors", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[5, 30])
-def compact_vectors(store: str, keep_hours: float | None = None) -> dict:
+def compact_vectors(store: str, keep_hours: float | None = None, generations_kept: int | None = None) -> dict:
     from datetime import timedelta
 
-    out = maintain.compact(Path(store), timedelta(hours=keep_hours) if keep_hours is not None else None)
+    out = maintain.compact(Path(store), timedelta(hours=keep_hours) if keep_hours is not None else None,
+                           generations_kept)
     get_run_logger().info("compacted %d fragments into %d; %d versions kept of %d", out["fragments_before"],
                           out["fragments_after"], out["versions_after"], out["versions_before"])
     return out
@@ -42,6 +43,14 @@ def merge_layers(store: str) -> dict:
 def remove_old_generations(store: str, keep: int | None = None) -> list[str]:
     out = maintain.remove_generations(Path(store), keep)
     get_run_logger().info("removed %d old generation files", len(out))
+    return out
+
+
+@task(name="build-full-text", cache_policy=NO_CACHE)
+def build_full_text(store: str, generation: int, on: bool | None = None) -> dict:
+    out = maintain.full_text(Path(store), generation, on)
+    get_run_logger().info("DuckDB's full-text tables of generation %d: %s%s", generation, out["state"],
+                          " (built)" if out.get("built") else "")
     return out
 
 

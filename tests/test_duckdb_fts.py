@@ -141,6 +141,26 @@ def test_maintain_builds_the_tables_bounded_and_reports_their_cost(tree, tmp_pat
     assert maintain(db, full_text_on=False)["full_text"] == {"state": "off"}
 
 
+def test_the_maintenance_deployment_runs_quarry_maintains_steps_and_builds_the_tables(tree, tmp_path, prefect_api,
+                                                                                      monkeypatch):
+    """prefect.yaml's quarry-maintain (the flow, with the deployment's parameters) and `quarry maintain`
+    run the same steps: a store only the schedule maintains gets its full-text tables off the query path."""
+    from quarry.flows.maintain import maintain_flow
+    from quarry.store.maintain import maintain
+
+    db = tmp_path / "db"
+    index(tree, db)
+    assert fts.state(db, read_pointer(db).generation) == "missing"
+    monkeypatch.setenv("QUARRY_DUCKDB_FTS", "1")
+    flowed = maintain_flow(db=str(db), keep_generations=2, keep_versions_hours=24, if_busy="skip")
+    assert flowed["full_text"]["state"] == "ready" and flowed["full_text"]["built"]
+    assert flowed["generation"] == read_pointer(db).generation and fts.state(db, flowed["generation"]) == "ready"
+    direct = maintain(db)
+    assert set(flowed) == set(direct), "the flow and quarry maintain report different steps"
+    assert all(set(flowed[k]) == set(direct[k]) for k in ("compaction", "merge", "full_text", "check"))
+    assert direct["full_text"]["state"] == "ready" and not direct["full_text"]["built"]
+
+
 def test_the_builder_runs_at_the_lowest_priority():
     code = ("import os, psutil; from quarry.store import fts; fts.lower_priority(); "
             "print(os.nice(0), psutil.Process().ionice().ioclass == psutil.IOPRIO_CLASS_IDLE)")
