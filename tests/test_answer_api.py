@@ -131,3 +131,63 @@ def test_mcp_client_calls_answer(served, fake):
     assert data["status"] == "answered" and data["citations"] and fake.calls == 1
     _, refused = asyncio.run(run("search-only"))
     assert refused.is_error and "search" in refused.content[0].text
+
+
+@pytest.fixture
+def in_process(tmp_path, monkeypatch):
+    """The application in this process (FastAPI's TestClient) over a store; the endpoint left to each test."""
+    from fastapi.testclient import TestClient
+
+    from quarry.api.app import ApiConfig, create_app
+
+    store = tmp_path / "store"
+    commit(store, [doc(name, texts) for name, texts in DOCS.items()])
+    token = KeyRing(FileKeys(store / "keys.json")).create("full", admin=True, rate_limit=0)[1]
+    for name in ("OPENAI_API_KEY", "QUARRY_LLM_API_KEY", "QUARRY_LLM_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("QUARRY_EMBED_DIM", "64")
+
+    def make():
+        client = TestClient(create_app(ApiConfig(db=str(store))), raise_server_exceptions=False)
+        client.headers["Authorization"] = f"Bearer {token}"
+        return client
+
+    return make
+
+
+def sse(text: str) -> list[tuple[str, dict]]:
+    events, kind = [], None
+    for line in text.splitlines():
+        if line.startswith("event: "):
+            kind = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            events.append((kind, json.loads(line.removeprefix("data: "))))
+    return events
+
+
+def test_no_endpoint_is_a_json_400_streamed_or_not(in_process):
+    with in_process() as http:
+        for stream in (False, True):
+            response = http.post("/v1/answer", json={"question": QUESTION, "stream": stream})
+            assert response.status_code == 400, (stream, response.text)
+            assert response.headers["content-type"].startswith("application/json")
+            assert "QUARRY_LLM_BASE_URL" in response.json()["error"]["message"]
+
+
+def test_a_failure_inside_the_stream_is_an_error_event(in_process, fake, monkeypatch):
+    import quarry.search.answer
+
+    fake.reset()
+    monkeypatch.setenv("QUARRY_LLM_BASE_URL", fake.base_url)
+    monkeypatch.setenv("QUARRY_LLM_MODEL", "fake-chat")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("checker broke\nat /secret/place")
+
+    monkeypatch.setattr(quarry.search.answer, "check", broken)
+    with in_process() as http:
+        response = http.post("/v1/answer", json={"question": QUESTION, "stream": True})
+    assert response.status_code == 200
+    events = sse(response.text)
+    assert [k for k, _ in events][0] == "evidence" and events[-1] == (
+        "error", {"message": "internal error (see the server log)"})
