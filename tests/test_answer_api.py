@@ -191,3 +191,24 @@ def test_a_failure_inside_the_stream_is_an_error_event(in_process, fake, monkeyp
     events = sse(response.text)
     assert [k for k, _ in events][0] == "evidence" and events[-1] == (
         "error", {"message": "internal error (see the server log)"})
+
+
+def test_one_log_line_per_answer_through_the_normal_logging(in_process, fake, monkeypatch, caplog):
+    import logging
+
+    fake.reset()
+    fake.chat_handler = lambda body: "The builds ship every Tuesday [1]."
+    monkeypatch.setenv("QUARRY_LLM_BASE_URL", fake.base_url)
+    monkeypatch.setenv("QUARRY_LLM_MODEL", "fake-chat")
+    monkeypatch.setenv("QUARRY_LLM_API_KEY", "sk-in-process-secret")
+    caplog.set_level(logging.DEBUG, logger="quarry")
+    with in_process() as http:
+        for stream in (False, True):
+            caplog.clear()
+            response = http.post("/v1/answer", json={"question": QUESTION, "style": "text", "stream": stream})
+            assert response.status_code == 200, response.text
+            # caplog's handler is the root's: a logger of its own (propagate=False) would not reach it
+            lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and "answer" in r.getMessage()]
+            assert len(lines) == 1 and lines[0].startswith("answer for full: answered"), lines
+            assert "tokens in" in lines[0] and "total" in lines[0] and "sk-in-process-secret" not in lines[0]
+    assert not logging.getLogger("quarry.api.answers").handlers

@@ -89,7 +89,6 @@ class AnswerGate:
         self.ring = ring
         self.per_minute = per_minute
         self.limiter = RateLimiter(workers)
-        _log_to_stderr()
 
     def check(self, caller: Caller) -> None:
         """Nothing, or :class:`ApiError` 403 (a search-only key) or 429 (answers spent)."""
@@ -104,21 +103,11 @@ class AnswerGate:
                                 f"{math.ceil(wait)} s", headers={"Retry-After": str(math.ceil(wait))})
 
 
-def _log_to_stderr() -> None:
-    """The answer lines go to the server's stderr next to uvicorn's (its log config names only its own
-    loggers), unless the application configured logging itself."""
-    if log.handlers:
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False
-
-
 def log_answer(caller: Caller, data: dict) -> None:
-    """One line per answer: who, status, citations, tokens and time; never the key or the passages."""
+    """The one line per answer (through the server's logging, its format and scrubbing): the key's
+    name, status, citations, tokens and times; never the key or the passages."""
     usage, timings = data.get("usage") or {}, data.get("timings") or {}
-    log.info("answer for %s: %s, %d citations (%d dropped), tokens in %d out %d, %.0f ms", caller.name,
-             data.get("status"), len(data.get("citations") or []), len(data.get("dropped") or []),
-             usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), timings.get("total", 0))
+    log.info("answer for %s: %s, %d citations (%d dropped), tokens in %d out %d, retrieve %.0f ms, generate %.0f ms, "
+             "total %.0f ms", caller.name, data.get("status"), len(data.get("citations") or []),
+             len(data.get("dropped") or []), usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
+             timings.get("retrieve", 0), timings.get("generate", 0), timings.get("total", 0))

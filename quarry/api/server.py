@@ -67,4 +67,16 @@ def serve(config: ApiConfig, host: str = "127.0.0.1", port: int = 8000, log_leve
     os.environ[CONFIG_ENV] = config.to_env()  # each worker process builds its app from it
     uvicorn.run("quarry.api.app:app_from_env", factory=True, host=host, port=port, workers=config.workers,
                 http="quarry.api.server:NoDelayH11Protocol", log_level=log_level, proxy_headers=False, server_header=False,
-                timeout_graceful_shutdown=10)
+                timeout_graceful_shutdown=10, log_config=_log_config(log_level))
+
+
+def _log_config(log_level: str) -> dict:
+    """uvicorn's logging, with quarry's loggers (the answer lines among them) on its handler at
+    ``log_level``, in every worker process."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["quarry"] = {"handlers": ["default"], "level": log_level.upper(), "propagate": False}
+    return config

@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import re
 import threading
 import time
@@ -34,7 +33,6 @@ from quarry.search.prompting import PROMPT_VERSION, answer_messages, answer_sche
 
 __all__ = ["Answer", "answer", "answer_events", "STATUSES", "STYLES", "DEFAULT_CONTEXT_TOKENS"]
 
-log = logging.getLogger("quarry.answer")
 STATUSES = ("answered", "not_found", "refused", "error")
 STYLES = ("auto", "json", "text")
 DEFAULT_CONTEXT_TOKENS = 3000  # tokens of evidence per prompt
@@ -252,9 +250,6 @@ def answer(index, question: str, *, k: int = 8, mode: str = "hybrid", filters=No
             if runtime is None and rt.cache is not None:
                 rt.cache.close()  # the client stays, for the next answer
         out.timings["total"] = _ms(t_all)
-        log.info("answer %s: %d passages, %d citations (%d dropped), tokens in %s out %s, %.0f ms", out.status,
-                 len(out.evidence), len(out.citations), len(out.dropped), out.usage.get("prompt_tokens", 0),
-                 out.usage.get("completion_tokens", 0), out.timings["total"])
     return out
 
 
@@ -403,8 +398,6 @@ def _stream(client, asked: str, passages: list[Passage], response, out: Answer, 
         out.error = "the model's answer was empty"
     out.usage = usage
     out.timings["total"] = _ms(t_all)
-    log.info("answer (streamed) %s: %d passages, %d citations, tokens in %s out %s", out.status, len(passages),
-             len(out.citations), usage["prompt_tokens"], usage["completion_tokens"])
     yield "answer", out
 
 
