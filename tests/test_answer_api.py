@@ -212,3 +212,15 @@ def test_one_log_line_per_answer_through_the_normal_logging(in_process, fake, mo
             assert len(lines) == 1 and lines[0].startswith("answer for full: answered"), lines
             assert "tokens in" in lines[0] and "total" in lines[0] and "sk-in-process-secret" not in lines[0]
     assert not logging.getLogger("quarry.api.answers").handlers
+
+
+def test_search_and_answer_share_the_filters_and_their_messages(in_process):
+    with in_process() as http:
+        asks = [("/v1/search", {"query": QUESTION}), ("/v1/answer", {"question": QUESTION}),
+                ("/v1/answer", {"question": QUESTION, "stream": True})]
+        for path, body in asks:
+            response = http.post(path, json={**body, "where": "file_type = 'pdf"})
+            message = response.json()["error"]["message"]
+            assert response.status_code == 400 and message.startswith("where: unterminated quote"), message
+            too_many = http.post(path, json={**body, "doc": [f"d{i}" for i in range(1001)]})
+            assert too_many.status_code == 422 and "1000 document ids" in too_many.json()["error"]["message"]

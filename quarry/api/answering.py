@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from quarry.api.auth import Caller, RateLimiter
 from quarry.api.errors import ApiError
-from quarry.api.schemas import MAX_LIST, MAX_QUERY, Text
+from quarry.api.schemas import MAX_QUERY, Filters
 
 log = logging.getLogger("quarry.api.answers")
 DEFAULT_ANSWER_RATE_LIMIT = 60  # answers per minute per key
@@ -32,32 +32,18 @@ class Turn(BaseModel):
     content: str = Field(max_length=MAX_TURN)
 
 
-class AnswerRequest(BaseModel):
-    """``POST /v1/answer``: a question, the search's filters, a conversation to condense, streaming."""
-
-    model_config = ConfigDict(extra="forbid")
+class AnswerRequest(Filters):
+    """``POST /v1/answer``: a question, the search's filters (:class:`~quarry.api.schemas.Filters`), a
+    conversation to condense, streaming."""
 
     question: str = Field(min_length=1, max_length=MAX_QUERY, description="What to answer.")
     k: int = Field(8, ge=1, le=50, description="Search results the evidence is cut from.")
     mode: Literal["hybrid", "vector", "bm25"] = "hybrid"
-    where: Text | list[Text] | None = Field(None, description="Filter expressions, all of which must hold.")
-    path: Text | list[Text] | None = Field(None, description="Path globs, any of which may match.")
-    type: Text | list[Text] | None = Field(None, description="File types, e.g. pdf.")
-    since: str | None = Field(None, max_length=64)
-    until: str | None = Field(None, max_length=64)
-    doc: str | list[Annotated[str, Field(max_length=200)]] | None = None
     history: list[Turn] | None = Field(None, max_length=MAX_TURNS,
                                        description="The conversation so far; condensed into a standalone question.")
     max_context_tokens: int | None = Field(None, ge=50, le=200_000, description="Tokens of evidence in the prompt.")
     style: Literal["auto", "json", "text"] = "auto"
     stream: bool = Field(False, description="Server-Sent Events: evidence, tokens, then the checked answer.")
-
-    @field_validator("where", "path", "type", mode="after")
-    @classmethod
-    def _short_lists(cls, value):
-        if isinstance(value, list) and len(value) > MAX_LIST:
-            raise ValueError(f"at most {MAX_LIST} items")
-        return value
 
     @field_validator("question", mode="after")
     @classmethod
@@ -68,10 +54,7 @@ class AnswerRequest(BaseModel):
 
     def arguments(self, principals) -> dict:
         """The keywords of :meth:`quarry.Index.answer` for a caller holding ``principals``."""
-        from quarry.search.filters import Filter
-
-        filters = Filter.build(where=self.where or (), path=self.path or (), since=self.since, until=self.until,
-                               file_type=self.type or (), doc_id=self.doc or ())
+        filters = self.filters()
         return dict(k=self.k, mode=self.mode, filters=filters or None, principals=principals,
                     max_context_tokens=self.max_context_tokens,
                     history=[t.model_dump() for t in self.history] if self.history else None)
