@@ -275,8 +275,11 @@ def test_streaming_checks_and_retrieves_before_the_first_event(store, monkeypatc
     for name in ("OPENAI_API_KEY", "QUARRY_LLM_API_KEY", "QUARRY_LLM_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
     with quarry.open(store, Settings.from_env(embed_backend="hash", embed_dim=DIM)) as idx:
-        with pytest.raises(UsageError, match="QUARRY_LLM_BASE_URL"):
+        with pytest.raises(UsageError, match="QUARRY_LLM_BASE_URL") as streamed:
             idx.answer_events("When does the wombat programme ship its builds?")  # not yet iterated
+        with pytest.raises(UsageError) as whole:
+            idx.answer("When does the wombat programme ship its builds?")
+    assert str(streamed.value) == str(whole.value)  # one message, both ways
 
 
 def test_no_endpoint_is_a_clear_error(store, monkeypatch):

@@ -148,9 +148,7 @@ def _runtime(settings, model: str, runtime=None):
         return runtime
     LLMRuntime = _runtime_class()  # noqa: N806
 
-    if not settings.llm_base_url and not settings.llm_api_key:
-        raise UsageError("answers need an OpenAI-compatible chat endpoint: set QUARRY_LLM_BASE_URL (a local "
-                         "server) or QUARRY_LLM_API_KEY (or OPENAI_API_KEY) for the hosted API; docs/answers.md")
+    _need_endpoint(settings)
     rt = LLMRuntime(settings.model_copy(update={"llm_model": model, "llm_concurrency": 1}), client=_client(settings))
     learned = _LEARNED.get((settings.llm_base_url, model))
     if learned and settings.llm_response_format == "auto":  # what this process learned of the endpoint
@@ -333,7 +331,7 @@ def answer_events(index, question: str, *, k: int = 8, mode: str = "hybrid", fil
         out.timings["total"] = _ms(t_all)
         return iter([("answer", out)])
     if client is None:
-        _runtime_check(settings)
+        _need_endpoint(settings)
         client = _client(settings)
     return _stream(client, asked, passages, response, out, usage, t_all,
                    secrets=tuple(s for s in (settings.llm_api_key,) if s))
@@ -401,7 +399,8 @@ def _stream(client, asked: str, passages: list[Passage], response, out: Answer, 
     yield "answer", out
 
 
-def _runtime_check(settings) -> None:
+def _need_endpoint(settings) -> None:
+    """Nothing, or the one error for answers without a model endpoint configured."""
     if not settings.llm_base_url and not settings.llm_api_key:
         raise UsageError("answers need an OpenAI-compatible chat endpoint: set QUARRY_LLM_BASE_URL (a local "
                          "server) or QUARRY_LLM_API_KEY (or OPENAI_API_KEY) for the hosted API; docs/answers.md")
