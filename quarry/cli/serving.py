@@ -169,7 +169,7 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
                        "store's owner.")
     @handle_errors
     def mcp(db, as_principals):
-        """Serve the index to an MCP client over stdio (tools: search, get_document, get_context, status)."""
+        """Serve the index to an MCP client over stdio (tools: search, get_document, get_context, status, answer)."""
         from quarry.api.auth import Caller
         from quarry.api.mcp import build
         from quarry.search.query import open as open_index
