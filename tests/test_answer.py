@@ -245,6 +245,43 @@ def test_streaming_events_end_with_checked_citations(store, fake):
     assert fake.calls == 1
 
 
+def test_a_reader_leaving_the_stream_closes_the_models_stream(store, fake):
+    import openai
+
+    fake.chat_handler = lambda body: "The builds ship every Tuesday [1]. " * 20
+    streams = []
+
+    class Recording:  # the real client; the streams it opened kept to look at
+        def __init__(self):
+            real = openai.OpenAI(base_url=fake.base_url, api_key="k", max_retries=0)
+            self.chat = self
+            self.completions = self
+            self._create = real.chat.completions.create
+
+        def create(self, **kwargs):
+            streams.append(self._create(**kwargs))
+            return streams[-1]
+
+    with open_with(store, fake) as idx:
+        events = idx.answer_events("When does the wombat programme ship its builds?", client=Recording())
+        assert next(events)[0] == "evidence" and next(events)[0] == "token"
+        events.close()  # the client went away
+    assert len(streams) == 1 and streams[0].response.is_closed
+
+
+def test_streaming_checks_and_retrieves_before_the_first_event(store, monkeypatch):
+    from quarry.core.errors import UsageError
+
+    for name in ("OPENAI_API_KEY", "QUARRY_LLM_API_KEY", "QUARRY_LLM_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    with quarry.open(store, Settings.from_env(embed_backend="hash", embed_dim=DIM)) as idx:
+        with pytest.raises(UsageError, match="QUARRY_LLM_BASE_URL") as streamed:
+            idx.answer_events("When does the wombat programme ship its builds?")  # not yet iterated
+        with pytest.raises(UsageError) as whole:
+            idx.answer("When does the wombat programme ship its builds?")
+    assert str(streamed.value) == str(whole.value)  # one message, both ways
+
+
 def test_no_endpoint_is_a_clear_error(store, monkeypatch):
     from quarry.core.errors import UsageError
 

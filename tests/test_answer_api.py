@@ -131,3 +131,96 @@ def test_mcp_client_calls_answer(served, fake):
     assert data["status"] == "answered" and data["citations"] and fake.calls == 1
     _, refused = asyncio.run(run("search-only"))
     assert refused.is_error and "search" in refused.content[0].text
+
+
+@pytest.fixture
+def in_process(tmp_path, monkeypatch):
+    """The application in this process (FastAPI's TestClient) over a store; the endpoint left to each test."""
+    from fastapi.testclient import TestClient
+
+    from quarry.api.app import ApiConfig, create_app
+
+    store = tmp_path / "store"
+    commit(store, [doc(name, texts) for name, texts in DOCS.items()])
+    token = KeyRing(FileKeys(store / "keys.json")).create("full", admin=True, rate_limit=0)[1]
+    for name in ("OPENAI_API_KEY", "QUARRY_LLM_API_KEY", "QUARRY_LLM_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("QUARRY_EMBED_DIM", "64")
+
+    def make():
+        client = TestClient(create_app(ApiConfig(db=str(store))), raise_server_exceptions=False)
+        client.headers["Authorization"] = f"Bearer {token}"
+        return client
+
+    return make
+
+
+def sse(text: str) -> list[tuple[str, dict]]:
+    events, kind = [], None
+    for line in text.splitlines():
+        if line.startswith("event: "):
+            kind = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            events.append((kind, json.loads(line.removeprefix("data: "))))
+    return events
+
+
+def test_no_endpoint_is_a_json_400_streamed_or_not(in_process):
+    with in_process() as http:
+        for stream in (False, True):
+            response = http.post("/v1/answer", json={"question": QUESTION, "stream": stream})
+            assert response.status_code == 400, (stream, response.text)
+            assert response.headers["content-type"].startswith("application/json")
+            assert "QUARRY_LLM_BASE_URL" in response.json()["error"]["message"]
+
+
+def test_a_failure_inside_the_stream_is_an_error_event(in_process, fake, monkeypatch):
+    import quarry.search.answer
+
+    fake.reset()
+    monkeypatch.setenv("QUARRY_LLM_BASE_URL", fake.base_url)
+    monkeypatch.setenv("QUARRY_LLM_MODEL", "fake-chat")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("checker broke\nat /secret/place")
+
+    monkeypatch.setattr(quarry.search.answer, "check", broken)
+    with in_process() as http:
+        response = http.post("/v1/answer", json={"question": QUESTION, "stream": True})
+    assert response.status_code == 200
+    events = sse(response.text)
+    assert [k for k, _ in events][0] == "evidence" and events[-1] == (
+        "error", {"message": "internal error (see the server log)"})
+
+
+def test_one_log_line_per_answer_through_the_normal_logging(in_process, fake, monkeypatch, caplog):
+    import logging
+
+    fake.reset()
+    fake.chat_handler = lambda body: "The builds ship every Tuesday [1]."
+    monkeypatch.setenv("QUARRY_LLM_BASE_URL", fake.base_url)
+    monkeypatch.setenv("QUARRY_LLM_MODEL", "fake-chat")
+    monkeypatch.setenv("QUARRY_LLM_API_KEY", "sk-in-process-secret")
+    caplog.set_level(logging.DEBUG, logger="quarry")
+    with in_process() as http:
+        for stream in (False, True):
+            caplog.clear()
+            response = http.post("/v1/answer", json={"question": QUESTION, "style": "text", "stream": stream})
+            assert response.status_code == 200, response.text
+            # caplog's handler is the root's: a logger of its own (propagate=False) would not reach it
+            lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and "answer" in r.getMessage()]
+            assert len(lines) == 1 and lines[0].startswith("answer for full: answered"), lines
+            assert "tokens in" in lines[0] and "total" in lines[0] and "sk-in-process-secret" not in lines[0]
+    assert not logging.getLogger("quarry.api.answers").handlers
+
+
+def test_search_and_answer_share_the_filters_and_their_messages(in_process):
+    with in_process() as http:
+        asks = [("/v1/search", {"query": QUESTION}), ("/v1/answer", {"question": QUESTION}),
+                ("/v1/answer", {"question": QUESTION, "stream": True})]
+        for path, body in asks:
+            response = http.post(path, json={**body, "where": "file_type = 'pdf"})
+            message = response.json()["error"]["message"]
+            assert response.status_code == 400 and message.startswith("where: unterminated quote"), message
+            too_many = http.post(path, json={**body, "doc": [f"d{i}" for i in range(1001)]})
+            assert too_many.status_code == 422 and "1000 document ids" in too_many.json()["error"]["message"]

@@ -491,10 +491,25 @@ def test_mcp_over_http_lists_tools_and_answers_as_v1_search(served):
     tools, hits, windowed, status = _mcp_http(served, "eng", calls)
     assert {t.name for t in tools.tools} == {"search", "get_document", "get_context", "status", "answer"}
     assert all(t.description and len(t.description) > 60 for t in tools.tools)
+    # all only read; answer alone reaches an outside system (a paid model)
+    assert {t.name: (t.annotations.read_only_hint, t.annotations.open_world_hint) for t in tools.tools} == {
+        "search": (True, False), "get_document": (True, False), "get_context": (True, False),
+        "status": (True, False), "answer": (True, True)}
     expected = served.search("eng", query="okapi salary review", k=5).json()
     assert [r["chunk_id"] for r in _text(hits)["results"]] == [r["chunk_id"] for r in expected["results"]]
     assert _text(windowed)["windows"]
     assert _text(status)["documents"] == served.call("GET", "/v1/status", "eng").json()["documents"]
+
+
+def test_mcp_help_and_instructions_name_every_tool():
+    from click.testing import CliRunner
+
+    from quarry.api.mcp import INSTRUCTIONS
+    from quarry.cli.main import cli
+
+    help_text = " ".join(CliRunner().invoke(cli, ["mcp", "--help"]).output.split())
+    for name in ("search", "get_document", "get_context", "status", "answer"):
+        assert f"`{name}`" in INSTRUCTIONS and name in help_text, name
 
 
 def test_mcp_tools_hold_the_same_permissions(served):

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from quarry.api.auth import Caller, RateLimiter
 from quarry.api.errors import ApiError
-from quarry.api.schemas import MAX_LIST, MAX_QUERY, Text
+from quarry.api.schemas import MAX_QUERY, Filters
 
 log = logging.getLogger("quarry.api.answers")
 DEFAULT_ANSWER_RATE_LIMIT = 60  # answers per minute per key
@@ -32,32 +32,18 @@ class Turn(BaseModel):
     content: str = Field(max_length=MAX_TURN)
 
 
-class AnswerRequest(BaseModel):
-    """``POST /v1/answer``: a question, the search's filters, a conversation to condense, streaming."""
-
-    model_config = ConfigDict(extra="forbid")
+class AnswerRequest(Filters):
+    """``POST /v1/answer``: a question, the search's filters (:class:`~quarry.api.schemas.Filters`), a
+    conversation to condense, streaming."""
 
     question: str = Field(min_length=1, max_length=MAX_QUERY, description="What to answer.")
     k: int = Field(8, ge=1, le=50, description="Search results the evidence is cut from.")
     mode: Literal["hybrid", "vector", "bm25"] = "hybrid"
-    where: Text | list[Text] | None = Field(None, description="Filter expressions, all of which must hold.")
-    path: Text | list[Text] | None = Field(None, description="Path globs, any of which may match.")
-    type: Text | list[Text] | None = Field(None, description="File types, e.g. pdf.")
-    since: str | None = Field(None, max_length=64)
-    until: str | None = Field(None, max_length=64)
-    doc: str | list[Annotated[str, Field(max_length=200)]] | None = None
     history: list[Turn] | None = Field(None, max_length=MAX_TURNS,
                                        description="The conversation so far; condensed into a standalone question.")
     max_context_tokens: int | None = Field(None, ge=50, le=200_000, description="Tokens of evidence in the prompt.")
     style: Literal["auto", "json", "text"] = "auto"
     stream: bool = Field(False, description="Server-Sent Events: evidence, tokens, then the checked answer.")
-
-    @field_validator("where", "path", "type", mode="after")
-    @classmethod
-    def _short_lists(cls, value):
-        if isinstance(value, list) and len(value) > MAX_LIST:
-            raise ValueError(f"at most {MAX_LIST} items")
-        return value
 
     @field_validator("question", mode="after")
     @classmethod
@@ -68,10 +54,7 @@ class AnswerRequest(BaseModel):
 
     def arguments(self, principals) -> dict:
         """The keywords of :meth:`quarry.Index.answer` for a caller holding ``principals``."""
-        from quarry.search.filters import Filter
-
-        filters = Filter.build(where=self.where or (), path=self.path or (), since=self.since, until=self.until,
-                               file_type=self.type or (), doc_id=self.doc or ())
+        filters = self.filters()
         return dict(k=self.k, mode=self.mode, filters=filters or None, principals=principals,
                     max_context_tokens=self.max_context_tokens,
                     history=[t.model_dump() for t in self.history] if self.history else None)
@@ -89,7 +72,6 @@ class AnswerGate:
         self.ring = ring
         self.per_minute = per_minute
         self.limiter = RateLimiter(workers)
-        _log_to_stderr()
 
     def check(self, caller: Caller) -> None:
         """Nothing, or :class:`ApiError` 403 (a search-only key) or 429 (answers spent)."""
@@ -104,21 +86,11 @@ class AnswerGate:
                                 f"{math.ceil(wait)} s", headers={"Retry-After": str(math.ceil(wait))})
 
 
-def _log_to_stderr() -> None:
-    """The answer lines go to the server's stderr next to uvicorn's (its log config names only its own
-    loggers), unless the application configured logging itself."""
-    if log.handlers:
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False
-
-
 def log_answer(caller: Caller, data: dict) -> None:
-    """One line per answer: who, status, citations, tokens and time; never the key or the passages."""
+    """The one line per answer (through the server's logging, its format and scrubbing): the key's
+    name, status, citations, tokens and times; never the key or the passages."""
     usage, timings = data.get("usage") or {}, data.get("timings") or {}
-    log.info("answer for %s: %s, %d citations (%d dropped), tokens in %d out %d, %.0f ms", caller.name,
-             data.get("status"), len(data.get("citations") or []), len(data.get("dropped") or []),
-             usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), timings.get("total", 0))
+    log.info("answer for %s: %s, %d citations (%d dropped), tokens in %d out %d, retrieve %.0f ms, generate %.0f ms, "
+             "total %.0f ms", caller.name, data.get("status"), len(data.get("citations") or []),
+             len(data.get("dropped") or []), usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
+             timings.get("retrieve", 0), timings.get("generate", 0), timings.get("total", 0))

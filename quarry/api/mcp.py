@@ -29,9 +29,14 @@ quarry searches an indexed collection of documents (PDF, Office, Markdown, mail,
 BM25 + vector search. Start with `search` (a few keywords or a question); each result names its
 document (doc_id, path, title), section, pages and chunk_id. Use `get_context` on a chunk_id to read
 the text around a hit, `get_document` for a document's outline (sections and chunk ids), and
-`status` for what the index holds. You see only documents your key may read."""
+`status` for what the index holds. `answer` writes an answer to a question with checked citations
+([n] markers naming the passages) through the server's language model, a paid call unless nothing
+readable answers it (status not_found): prefer `search` when passages will do. You see only documents
+your key may read."""
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+# answer changes nothing here but reaches an external system: the server's (paid) chat model
+ASKS_A_MODEL = ToolAnnotations(read_only_hint=True, open_world_hint=True)
 
 
 def _arg(name: str):
@@ -147,7 +152,7 @@ def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Cal
         and the committed generation answers come from."""
         return call(lambda: index_of().status(principals=caller_of(ctx).principals))
 
-    @server.tool(annotations=READ_ONLY)
+    @server.tool(annotations=ASKS_A_MODEL)
     def answer(question: str, k: int = 8, path: list[str] | None = None, type: list[str] | None = None,
                ctx: Context | None = None) -> dict[str, Any]:
         """Answer `question` from the documents you may read, with citations checked against the passages.

@@ -49,11 +49,48 @@ class SegmentParams(BaseModel):
         return get_params(self.preset, **self.model_dump(exclude={"preset"}, exclude_none=True))
 
 
-class SearchRequest(BaseModel):
-    """``POST /v1/search``: the fields are :meth:`quarry.Index.search`'s keywords and the filter flags
-    of ``quarry search`` (``where``, ``path``, ``type``, ``since``, ``until``, ``doc``)."""
+class Filters(BaseModel):
+    """The filter fields of ``POST /v1/search`` and ``POST /v1/answer``: the filter flags of
+    ``quarry search`` (``where``, ``path``, ``type``, ``since``, ``until``, ``doc``)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    where: Text | list[Text] | None = Field(None, description="Filter expressions, all of which must hold "
+                                                              "(docs/query.md), e.g. \"file_type = 'pdf'\".")
+    path: Text | list[Text] | None = Field(None, description="Path globs, any of which may match.")
+    type: Text | list[Text] | None = Field(None, description="File types, e.g. pdf.")
+    since: str | None = Field(None, max_length=64, description="Modified on or after (YYYY-MM-DD, or 7d).")
+    until: str | None = Field(None, max_length=64, description="Modified on or before (YYYY-MM-DD).")
+    doc: str | list[Annotated[str, Field(max_length=200)]] | None = Field(None, description="Document ids.")
+
+    @field_validator("where", "path", "type", mode="after")
+    @classmethod
+    def _short_lists(cls, value):
+        if isinstance(value, list) and len(value) > MAX_LIST:
+            raise ValueError(f"at most {MAX_LIST} items")
+        return value
+
+    @field_validator("doc", mode="after")
+    @classmethod
+    def _few_docs(cls, value):
+        if isinstance(value, list) and len(value) > MAX_DOCS:
+            raise ValueError(f"at most {MAX_DOCS} document ids")
+        return value
+
+    def filters(self):
+        """The :class:`~quarry.search.filters.Filter` of these fields (an empty one when none is set)."""
+        from quarry.search.filters import Filter
+
+        try:
+            return Filter.build(where=self.where or (), path=self.path or (), since=self.since, until=self.until,
+                                file_type=self.type or (), doc_id=self.doc or ())
+        except UsageError as exc:  # the library's messages name the CLI's flag; here the field is `where`
+            raise UsageError(str(exc).replace("--where", "where", 1)) from None
+
+
+class SearchRequest(Filters):
+    """``POST /v1/search``: the fields are :meth:`quarry.Index.search`'s keywords and the filters
+    (:class:`Filters`)."""
 
     query: str = Field(min_length=1, max_length=MAX_QUERY, description="What to search for.")
     k: int = Field(10, ge=1, le=MAX_K, description="Results to return.")
@@ -68,13 +105,6 @@ class SearchRequest(BaseModel):
         None, description="Drop candidates scoring below a floor, per retriever in its own terms: vector a cosine "
                           "(-1 to 1, e.g. 0.4), bm25 a BM25 score, fused a fused score; e.g. {\"vector\": 0.4}. "
                           "Each result's `match` shows these scores; `weak` says when no result really matched.")
-    where: Text | list[Text] | None = Field(None, description="Filter expressions, all of which must hold "
-                                                              "(docs/query.md), e.g. \"file_type = 'pdf'\".")
-    path: Text | list[Text] | None = Field(None, description="Path globs, any of which may match.")
-    type: Text | list[Text] | None = Field(None, description="File types, e.g. pdf.")
-    since: str | None = Field(None, max_length=64, description="Modified on or after (YYYY-MM-DD, or 7d).")
-    until: str | None = Field(None, max_length=64, description="Modified on or before (YYYY-MM-DD).")
-    doc: str | list[Annotated[str, Field(max_length=200)]] | None = Field(None, description="Document ids.")
     window: Annotated[str, Field(max_length=16)] | Side | tuple[Side, Side] | None = Field(
         None, description="Chunks before and after each hit: 'B,A', one number for both, or [B, A].")
     segments: Literal["balanced", "precision", "find_all"] | SegmentParams | None = Field(
@@ -92,20 +122,6 @@ class SearchRequest(BaseModel):
 
         if value not in FUSIONS:
             raise ValueError(f"unknown fusion {value!r}; choose one of {', '.join(FUSIONS)}")
-        return value
-
-    @field_validator("where", "path", "type", mode="after")
-    @classmethod
-    def _short_lists(cls, value):
-        if isinstance(value, list) and len(value) > MAX_LIST:
-            raise ValueError(f"at most {MAX_LIST} items")
-        return value
-
-    @field_validator("doc", mode="after")
-    @classmethod
-    def _few_docs(cls, value):
-        if isinstance(value, list) and len(value) > MAX_DOCS:
-            raise ValueError(f"at most {MAX_DOCS} document ids")
         return value
 
     @field_validator("window", mode="after")
@@ -133,16 +149,11 @@ class SearchRequest(BaseModel):
     def run(self, index, principals, rerankers: tuple[str, ...] = ()) -> dict:
         """Search ``index`` as a caller holding ``principals`` (None: everything); the CLI's JSON."""
         from quarry.search import serialize
-        from quarry.search.filters import Filter
 
         if self.rerank and self.rerank not in rerankers:
             enabled = ", ".join(rerankers) or "none"
             raise UsageError(f"rerank {self.rerank!r} is not enabled on this server (enabled: {enabled})")
-        try:
-            filters = Filter.build(where=self.where or (), path=self.path or (), since=self.since, until=self.until,
-                                   file_type=self.type or (), doc_id=self.doc or ())
-        except UsageError as exc:  # the library's messages name the CLI's flag; here the field is `where`
-            raise UsageError(str(exc).replace("--where", "where", 1)) from None
+        filters = self.filters()
         segments = self.segments.params() if isinstance(self.segments, SegmentParams) else self.segments
         window = list(self.window) if isinstance(self.window, tuple) else self.window
         response = index.search(self.query, self.k, self.mode, candidates=self.candidates, rrf_k=self.rrf_k,

@@ -91,17 +91,22 @@ def serve(config: ApiConfig, host: str = "127.0.0.1", port: int = 8000, log_leve
 def _run(uvicorn, config: ApiConfig, host: str, port: int, log_level: str) -> None:
     uvicorn.run("quarry.api.app:app_from_env", factory=True, host=host, port=port, workers=config.workers,
                 http="quarry.api.server:NoDelayH11Protocol", log_level=log_level, proxy_headers=False, server_header=False,
-                timeout_graceful_shutdown=10, log_config=_log_config(),
+                timeout_graceful_shutdown=10, log_config=_log_config(log_level),
                 # a worker answers uvicorn's health check only once it has imported the app: on a busy
                 # machine that took more than the default 5 s, and uvicorn killed and respawned workers in a loop
                 timeout_worker_healthcheck=60)
 
 
-def _log_config():
-    """uvicorn's logging: its own text lines, or JSON ones (``--log-format json``)."""
+def _log_config(log_level: str) -> dict:
+    """uvicorn's logging: its own text lines, or JSON ones (``--log-format json``), with quarry's
+    loggers (the answer lines among them) on its handler at ``log_level``, in every worker process."""
+    import copy
+
     from uvicorn.config import LOGGING_CONFIG
 
     from quarry.core.environment import environment
     from quarry.core.logs import uvicorn_config
 
-    return uvicorn_config(environment().log_format) or LOGGING_CONFIG
+    config = uvicorn_config(environment().log_format) or copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["quarry"] = {"handlers": ["default"], "level": log_level.upper(), "propagate": False}
+    return config

@@ -209,7 +209,7 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
     @keys_file_option
     @handle_errors
     def mcp(db, as_principals, admin, keys_file):
-        """Serve the index to an MCP client over stdio (tools: search, get_document, get_context, status)."""
+        """Serve the index to an MCP client over stdio (tools: search, get_document, get_context, status, answer)."""
         from quarry.api.auth import Caller
         from quarry.api.keys import KeyRing, key_store
         from quarry.api.mcp import build

@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import re
 import threading
 import time
@@ -34,7 +33,6 @@ from quarry.search.prompting import PROMPT_VERSION, answer_messages, answer_sche
 
 __all__ = ["Answer", "answer", "answer_events", "STATUSES", "STYLES", "DEFAULT_CONTEXT_TOKENS"]
 
-log = logging.getLogger("quarry.answer")
 STATUSES = ("answered", "not_found", "refused", "error")
 STYLES = ("auto", "json", "text")
 DEFAULT_CONTEXT_TOKENS = 3000  # tokens of evidence per prompt
@@ -150,9 +148,7 @@ def _runtime(settings, model: str, runtime=None):
         return runtime
     LLMRuntime = _runtime_class()  # noqa: N806
 
-    if not settings.llm_base_url and not settings.llm_api_key:
-        raise UsageError("answers need an OpenAI-compatible chat endpoint: set QUARRY_LLM_BASE_URL (a local "
-                         "server) or QUARRY_LLM_API_KEY (or OPENAI_API_KEY) for the hosted API; docs/answers.md")
+    _need_endpoint(settings)
     rt = LLMRuntime(settings.model_copy(update={"llm_model": model, "llm_concurrency": 1}), client=_client(settings))
     learned = _LEARNED.get((settings.llm_base_url, model))
     if learned and settings.llm_response_format == "auto":  # what this process learned of the endpoint
@@ -252,9 +248,6 @@ def answer(index, question: str, *, k: int = 8, mode: str = "hybrid", filters=No
             if runtime is None and rt.cache is not None:
                 rt.cache.close()  # the client stays, for the next answer
         out.timings["total"] = _ms(t_all)
-        log.info("answer %s: %d passages, %d citations (%d dropped), tokens in %s out %s, %.0f ms", out.status,
-                 len(out.evidence), len(out.citations), len(out.dropped), out.usage.get("prompt_tokens", 0),
-                 out.usage.get("completion_tokens", 0), out.timings["total"])
     return out
 
 
@@ -303,11 +296,11 @@ def answer_events(index, question: str, *, k: int = 8, mode: str = "hybrid", fil
                   client=None) -> Iterator[tuple[str, object]]:
     """The answer as events: ``("evidence", [passages])``, then ``("token", text)`` as the model writes
     (prose with ``[n]``), then ``("answer", Answer)`` with the checked citations. A not_found
-    question yields only the final answer; no request is made."""
-    from quarry.core.openai.redaction import describe_error
-    from quarry.core.openai.retry import call_with_retries
-    from quarry.ingest.llm.client import RETRY
+    question yields only the final answer; no request is made.
 
+    The checks, the condensing of ``history`` and the retrieval run in this call, before the first
+    event, so a missing endpoint or a failed search raises here (an API answers it as an error, not a
+    broken stream). Closing the iterator early closes the model's stream: it stops generating."""
     question = " ".join((question or "").split())
     if not question:
         raise UsageError("the question is empty")
@@ -317,7 +310,6 @@ def answer_events(index, question: str, *, k: int = 8, mode: str = "hybrid", fil
     out = Answer(question=question, status="error", model=name, style="text")
     t_all = time.perf_counter()
     usage = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "retries": 0}
-    secrets = tuple(s for s in (settings.llm_api_key,) if s)
     asked = question
     if history:
         rt = _runtime(settings, name)
@@ -329,8 +321,7 @@ def answer_events(index, question: str, *, k: int = 8, mode: str = "hybrid", fil
         except AnswerError as exc:
             out.error = str(exc)
             out.timings["total"] = _ms(t_all)
-            yield "answer", out
-            return
+            return iter([("answer", out)])
     with index.pinned() as snap:
         out.generation = snap.pointer.generation
         response, passages, why, out.timings["retrieve"] = _retrieve(
@@ -338,15 +329,26 @@ def answer_events(index, question: str, *, k: int = 8, mode: str = "hybrid", fil
     if why:
         out.status, out.searched = "not_found", _not_found(asked, response, passages, why)
         out.timings["total"] = _ms(t_all)
-        yield "answer", out
-        return
+        return iter([("answer", out)])
     if client is None:
-        _runtime_check(settings)
+        _need_endpoint(settings)
         client = _client(settings)
+    return _stream(client, asked, passages, response, out, usage, t_all,
+                   secrets=tuple(s for s in (settings.llm_api_key,) if s))
+
+
+def _stream(client, asked: str, passages: list[Passage], response, out: Answer, usage: dict, t_all: float,
+            secrets: tuple[str, ...]) -> Iterator[tuple[str, object]]:
+    """The model's part of :func:`answer_events`: one streamed request (retried, fewer passages
+    after context-length errors), its tokens, then the checked answer."""
+    from quarry.core.openai.redaction import describe_error
+    from quarry.core.openai.retry import call_with_retries
+    from quarry.ingest.llm.client import RETRY
+
     t = time.perf_counter()
     stream = None
     for attempt in range(SHRINKS + 1):
-        kwargs = dict(model=name, messages=answer_messages(asked, passages, "text"), temperature=0,
+        kwargs = dict(model=out.model, messages=answer_messages(asked, passages, "text"), temperature=0,
                       max_tokens=ANSWER_TOKENS, stream=True, stream_options={"include_usage": True})
 
         def retried(exc, n, delay):
@@ -365,21 +367,25 @@ def answer_events(index, question: str, *, k: int = 8, mode: str = "hybrid", fil
             out.error = message
             break
     out.evidence = passages
-    yield "evidence", [p.to_dict() for p in passages]
     content = []
-    if stream is not None:
-        try:
-            for chunk in stream:
-                if getattr(chunk, "usage", None):
-                    usage["prompt_tokens"] += int(chunk.usage.prompt_tokens or 0)
-                    usage["completion_tokens"] += int(chunk.usage.completion_tokens or 0)
-                for choice in chunk.choices or []:
-                    piece = getattr(choice.delta, "content", None)
-                    if piece:
-                        content.append(piece)
-                        yield "token", piece
-        except Exception as exc:  # noqa: BLE001 - a stream cut short: what came is checked, the error named
-            out.error = describe_error(exc, *secrets)
+    try:
+        yield "evidence", [p.to_dict() for p in passages]
+        if stream is not None:
+            try:
+                for chunk in stream:
+                    if getattr(chunk, "usage", None):
+                        usage["prompt_tokens"] += int(chunk.usage.prompt_tokens or 0)
+                        usage["completion_tokens"] += int(chunk.usage.completion_tokens or 0)
+                    for choice in chunk.choices or []:
+                        piece = getattr(choice.delta, "content", None)
+                        if piece:
+                            content.append(piece)
+                            yield "token", piece
+            except Exception as exc:  # noqa: BLE001 - a stream cut short: what came is checked, the error named
+                out.error = describe_error(exc, *secrets)
+    finally:
+        if stream is not None:
+            stream.close()  # a reader gone early: the model stops and the connection goes back to the pool
     out.timings["generate"] = _ms(t)
     if content:
         _fill(out, check("".join(content), passages), asked, response)
@@ -390,12 +396,11 @@ def answer_events(index, question: str, *, k: int = 8, mode: str = "hybrid", fil
         out.error = "the model's answer was empty"
     out.usage = usage
     out.timings["total"] = _ms(t_all)
-    log.info("answer (streamed) %s: %d passages, %d citations, tokens in %s out %s", out.status, len(passages),
-             len(out.citations), usage["prompt_tokens"], usage["completion_tokens"])
     yield "answer", out
 
 
-def _runtime_check(settings) -> None:
+def _need_endpoint(settings) -> None:
+    """Nothing, or the one error for answers without a model endpoint configured."""
     if not settings.llm_base_url and not settings.llm_api_key:
         raise UsageError("answers need an OpenAI-compatible chat endpoint: set QUARRY_LLM_BASE_URL (a local "
                          "server) or QUARRY_LLM_API_KEY (or OPENAI_API_KEY) for the hosted API; docs/answers.md")
