@@ -593,6 +593,10 @@ def test_mcp_tool_schemas_say_what_each_parameter_takes(served):
     assert search["k"]["maximum"] == 1000 and search["k"]["minimum"] == 1
     assert {"string", "array"} <= {t.get("type") for t in search["where"]["anyOf"]}
     assert {"string", "integer", "array"} <= {t.get("type") for t in search["window"]["anyOf"]}
+    answer = tools["answer"].input_schema["properties"]  # the answer tool's: AnswerRequest's, filters shared
+    assert all(p.get("description") for p in answer.values()), [n for n, p in answer.items() if not p.get("description")]
+    assert answer["k"]["maximum"] == 50 and {"where", "path", "type", "since", "until", "mode"} <= set(answer)
+    assert answer["where"] == search["where"]
     context = tools["get_context"].input_schema["properties"]
     assert context["before"]["maximum"] == 50 and all(p.get("description") for p in context.values())
     expected = served.search("eng", query="okapi salary", k=3, where="file_type = 'md'").json()

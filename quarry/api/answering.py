@@ -38,7 +38,8 @@ class AnswerRequest(Filters):
 
     question: str = Field(min_length=1, max_length=MAX_QUERY, description="What to answer.")
     k: int = Field(8, ge=1, le=50, description="Search results the evidence is cut from.")
-    mode: Literal["hybrid", "vector", "bm25"] = "hybrid"
+    mode: Literal["hybrid", "vector", "bm25"] = Field(
+        "hybrid", description="How the evidence is searched: hybrid (both retrievers fused), vector or bm25.")
     history: list[Turn] | None = Field(None, max_length=MAX_TURNS,
                                        description="The conversation so far; condensed into a standalone question.")
     max_context_tokens: int | None = Field(None, ge=50, le=200_000, description="Tokens of evidence in the prompt.")

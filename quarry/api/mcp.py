@@ -21,6 +21,7 @@ from pydantic import Field, ValidationError
 
 from quarry.api.auth import Caller
 from quarry.api.errors import ApiError, Scrubber, validation_line
+from quarry.api.answering import AnswerRequest
 from quarry.api.schemas import MAX_WINDOW, SearchRequest
 from quarry.core.errors import QuarryError
 
@@ -39,21 +40,24 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 ASKS_A_MODEL = ToolAnnotations(read_only_hint=True, open_world_hint=True)
 
 
-def _arg(name: str):
-    """The type of ``POST /v1/search``'s field ``name``, with its bounds and description: the
-    ``search`` tool's parameters are declared once, in :class:`~quarry.api.schemas.SearchRequest`."""
-    info = SearchRequest.model_fields[name]
+def _arg(name: str, model=SearchRequest):
+    """The type of the HTTP request's field ``name``, with its bounds and description: the ``search``
+    and ``answer`` tools' parameters are declared once, in :class:`~quarry.api.schemas.SearchRequest`
+    and :class:`~quarry.api.answering.AnswerRequest`."""
+    info = model.model_fields[name]
     return Annotated[(info.annotation, *info.metadata, Field(description=info.description))]
 
 
-def _default(name: str):
-    return SearchRequest.model_fields[name].default
+def _default(name: str, model=SearchRequest):
+    return model.model_fields[name].default
 
 
 # the search tool's parameters (module names: the tool's annotations are read by name)
 Query, K, Mode, Where, Paths, Types = (_arg(n) for n in ("query", "k", "mode", "where", "path", "type"))
 Since, Until, Segments, Window, Explain, Collapse = (_arg(n) for n in ("since", "until", "segments", "window", "explain",
                                                                       "collapse"))
+# the answer tool's (its filters are the search's: schemas.Filters)
+Question, AnswerK, AnswerMode = (_arg(n, AnswerRequest) for n in ("question", "k", "mode"))
 DocId = Annotated[str, Field(max_length=200, description="A document's doc_id, from a search result.")]
 ChunkId = Annotated[str, Field(max_length=200, description="A chunk's chunk_id, from a search result.")]
 Side = Annotated[int, Field(ge=0, le=MAX_WINDOW, description=f"Chunks of the same document on this side (0-{MAX_WINDOW}).")]
@@ -153,16 +157,18 @@ def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Cal
         return call(lambda: index_of().status(principals=caller_of(ctx).principals))
 
     @server.tool(annotations=ASKS_A_MODEL)
-    def answer(question: str, k: int = 8, path: list[str] | None = None, type: list[str] | None = None,
+    def answer(question: Question, k: AnswerK = _default("k", AnswerRequest),
+               mode: AnswerMode = _default("mode", AnswerRequest), where: Where = None, path: Paths = None,
+               type: Types = None, since: Since = None, until: Until = None,
                ctx: Context | None = None) -> dict[str, Any]:
         """Answer `question` from the documents you may read, with citations checked against the passages.
 
         Returns `status` (answered, not_found: nothing readable answers it and no model was asked, refused,
         error), `text` with [n] markers, `citations` (number, doc_id, path, title, pages, chunk_id, the quoted
         passage), `evidence` (the numbered passages the model was given), `dropped` citations and `uncited`
-        sentences. Filters: `path` globs, `type` (e.g. pdf). Costs a model call unless not_found.
+        sentences. Filters as for `search`: `where`, `path` globs, `type` (e.g. pdf), `since`/`until`. Costs a model call unless not_found.
         """
-        from quarry.api.answering import AnswerRequest, log_answer
+        from quarry.api.answering import log_answer
 
         def run():
             caller = caller_of(ctx)
@@ -171,7 +177,8 @@ def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Cal
                     answer_gate(caller)
                 except ApiError as exc:
                     raise ToolError(exc.message) from None
-            request = AnswerRequest(question=question, k=k, path=path, type=type)
+            request = AnswerRequest(question=question, k=k, mode=mode, where=where, path=path, type=type, since=since,
+                                    until=until)
             data = request.run(index_of(), caller.principals)
             log_answer(caller, data)
             return data
