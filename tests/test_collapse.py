@@ -106,3 +106,25 @@ def test_a_catalog_from_before_the_signals_searches_and_exports(tmp_path, run_fl
         assert len(index.search(QUERY, k=4).results) == 2  # nothing to collapse by: both copies
         report = index.export(tmp_path / "out", "jsonl")
     assert report.rows["documents"] == 2
+
+
+def test_copies_are_capped_and_counted_in_full(store, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from quarry.cli import output
+    from quarry.search import collapse
+
+    monkeypatch.setattr(collapse, "COPIES_LIMIT", 1)
+    with quarry.open(store) as index:
+        hr = index.search(QUERY, k=4, principals=["group:hr"])
+        public = index.search(QUERY, k=4, principals=[])
+    [hit] = onboarding(hr.results)
+    assert len(hit.copies) == 1 and hit.copies_total == 2
+    assert [r.copies_total for r in onboarding(public.results)] == [1]  # readable copies only
+    assert all(r.copies_total == 0 for r in hr.results if r is not hit)
+    assert hit.to_dict()["copies_total"] == 2
+    buffer = io.StringIO()
+    output.print_results(hr, console=Console(file=buffer, width=200), copies=True)
+    assert "+2 copies" in buffer.getvalue() and "1 more" in buffer.getvalue()

@@ -157,3 +157,41 @@ def test_cli_export(store, tmp_path):
     assert done.exit_code == 2 and "since" in done.stderr
     done = runner.invoke(cli_group, ["export", "--format", "csv", str(tmp_path / "z"), "--db", str(store)])
     assert done.exit_code == 2
+
+
+def test_redact_masks_metadata_and_dup_ids_name_no_unreadable_document(tmp_path, run_flow):
+    import os
+    import time
+
+    tree, db = tmp_path / "tree", tmp_path / "db"
+    (tree / "hr").mkdir(parents=True)
+    (tree / "mail").mkdir()
+    page = ("# Leave\n\nAnnual leave is booked in the portal two weeks ahead; the team lead approves it and "
+            "the calendar shows who is away during the summer.\n")
+    (tree / "hr" / "leave.md").write_text(page)
+    (tree / "leave-copy.md").write_text(page)
+    old = time.time() - 3600
+    os.utime(tree / "hr" / "leave.md", (old, old))  # the oldest: the canonical copy, readable by hr only
+    (tree / "mail" / "note.eml").write_text(
+        "From: Jane Doe <jane.doe@example.org>\nTo: bob.smith@example.com\nSubject: Lunch\n"
+        "Content-Type: text/plain\n\nSee you at noon in the canteen.\n")
+    (tmp_path / "acl.yaml").write_text('- path: "hr/**"\n  principals: [group:hr]\n'
+                                       '- path: "**"\n  principals: [public]\n')
+    run_flow([tree], db, overrides={"acl_rules": str(tmp_path / "acl.yaml")})
+    with quarry.open(db) as index:
+        canonical = index.sql("SELECT doc_id FROM documents WHERE rel_path = 'hr/leave.md'").rows[0][0]
+        index.export(tmp_path / "public", "jsonl", principals=[], redact="email")
+        index.export(tmp_path / "hr", "jsonl", principals=["group:hr"])
+        index.export(tmp_path / "public.jsonl", "jsonl", principals=[])
+    public = tmp_path / "public"
+    for name in ("documents.jsonl", "chunks.jsonl"):
+        text = (public / name).read_text()
+        assert "jane.doe@example.org" not in text and "bob.smith@example.com" not in text
+        assert canonical not in text
+    [note] = [d for d in read_jsonl(public / "documents.jsonl") if d["rel_path"] == "mail/note.eml"]
+    assert "[EMAIL]" in json.loads(note["metadata"])["from"]
+    [copy] = [d for d in read_jsonl(public / "documents.jsonl") if d["rel_path"] == "leave-copy.md"]
+    assert copy["dup_of"] is None and copy["dup_cluster"] is None and copy["dup_similarity"] is None
+    assert canonical not in (tmp_path / "public.jsonl").read_text()
+    [copy] = [d for d in read_jsonl(tmp_path / "hr" / "documents.jsonl") if d["rel_path"] == "leave-copy.md"]
+    assert copy["dup_of"] == canonical and copy["dup_cluster"] == canonical

@@ -71,9 +71,12 @@ def print_results(response, explained: bool = False, console=None, copies: bool 
         where = f"{printable(r.path)}{_pages(r.page_start, r.page_end)}" + (f"\n§ {r.section}" if r.section else "")
         held = getattr(r, "copies", None) or []
         if held:
-            where += f"\n+{len(held)} cop{'y' if len(held) == 1 else 'ies'}"
+            total = max(getattr(r, "copies_total", 0) or 0, len(held))
+            where += f"\n+{total} cop{'y' if total == 1 else 'ies'}"
             if copies:
                 where += "".join(f"\n  {printable(c['path'])}" for c in held)
+                if total > len(held):
+                    where += f"\n  ... {total - len(held)} more"
         row = [str(r.rank), f"{r.score:.4f}"]
         if explained:
             for name in RETRIEVERS:

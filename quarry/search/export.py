@@ -32,7 +32,10 @@ from quarry.search.filters import with_filter
 from quarry.search.windows import id_lines
 
 FORMATS = ("parquet", "jsonl")
-REDACTED_COLUMNS = ("title", "summary", "section", "header", "text")  # free text a person wrote: masked by --redact
+# free text a person wrote, and names that can hold a mail address (a message's path): masked by --redact
+REDACTED_COLUMNS = ("title", "summary", "section", "header", "text", "path", "rel_path")
+REDACTED_JSON = ("metadata",)  # JSON text whose string values --redact masks (document properties, mail headers)
+DUP_COLUMNS = ("dup_of", "dup_cluster")  # doc ids of other documents: blanked where the caller may not read them
 TABLES = ("documents", "sections", "chunks")
 BATCH_ROWS = 8192
 
@@ -142,25 +145,67 @@ def export_sql(snap, table: str) -> str:
     return sql
 
 
-def _masked(batch: pa.RecordBatch, kinds: tuple[str, ...]) -> pa.RecordBatch:
+def _redact_json(text: str, kinds: tuple[str, ...]) -> str:
+    """The JSON ``text`` with every string value's ``kinds`` masked (keys kept); text that is not
+    JSON is masked as a whole."""
+    def walk(value):
+        if isinstance(value, str):
+            return pii.redact(value, kinds)
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        return value
+
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return pii.redact(text, kinds)
+    return json.dumps(walk(parsed), ensure_ascii=False)
+
+
+def _masked(batch: pa.RecordBatch, kinds: tuple[str, ...], hidden: frozenset[str] = frozenset()) -> pa.RecordBatch:
     """``batch`` with the personal data and secrets of ``kinds`` masked in its free-text columns
-    (:data:`REDACTED_COLUMNS`)."""
-    if not kinds:
+    (:data:`REDACTED_COLUMNS`) and in the string values of its JSON columns (:data:`REDACTED_JSON`),
+    and each :data:`DUP_COLUMNS` value naming a document of ``hidden`` (doc ids the caller may not
+    read) set to NULL (``dup_similarity`` with ``dup_of``)."""
+    names = batch.schema.names
+    if not kinds and not hidden:
         return batch
+    gone = None  # rows whose dup_of was blanked
+    if hidden and "dup_of" in names:
+        gone = [v in hidden for v in batch.column(names.index("dup_of")).to_pylist()]
     columns = []
-    for name, column in zip(batch.schema.names, batch.columns):
-        if name in REDACTED_COLUMNS:
+    for name, column in zip(names, batch.columns):
+        if kinds and name in REDACTED_COLUMNS:
             column = pa.array([None if v is None else pii.redact(v, kinds) for v in column.to_pylist()], column.type)
+        elif kinds and name in REDACTED_JSON:
+            column = pa.array([None if v is None else _redact_json(v, kinds) for v in column.to_pylist()], column.type)
+        elif hidden and name in DUP_COLUMNS:
+            column = pa.array([None if v in hidden else v for v in column.to_pylist()], column.type)
+        elif gone is not None and name == "dup_similarity":
+            column = pa.array([None if g else v for v, g in zip(column.to_pylist(), gone)], column.type)
         columns.append(column)
     return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
 
 
-def _copy_query(con, sql: str, params: list, path: Path, fmt: str, batch_rows: int, redact: tuple[str, ...] = ()) -> int:
+def _unreadable(snap, filters) -> frozenset[str]:
+    """With a permission clause in ``filters``: the documents named by a ``dup_of``/``dup_cluster``
+    that the caller may not read (sql/export_unreadable.sql; as many as such clusters at most).
+    Read before a table's rows stream, as one result at a time is all a connection holds."""
+    if not filters or not filters.restricted or not snap.has_signals:
+        return frozenset()
+    sql, params = with_filter(load_sql("export_unreadable"), filters.permissions())
+    return frozenset(row[0] for row in snap.con.execute(sql, params).fetchall())
+
+
+def _copy_query(con, sql: str, params: list, path: Path, fmt: str, batch_rows: int, redact: tuple[str, ...] = (),
+                hidden: frozenset[str] = frozenset()) -> int:
     reader = con.execute(sql, params).fetch_record_batch(batch_rows)
     sink = _Sink(path, fmt, reader.schema)
     try:
         for batch in reader:
-            sink.write(_masked(batch, redact))
+            sink.write(_masked(batch, redact, hidden))
     except BaseException:
         for _ in reader:
             pass
@@ -176,6 +221,7 @@ def _copy_chunks_with_vectors(snap, filters, path: Path, fmt: str, batch_rows: i
     if table is None:
         raise QuarryError(f"the store at {snap.store} has no vector table to export vectors from")
     sql, fparams = with_filter(export_sql(snap, "chunks"), filters)
+    hidden = _unreadable(snap, filters)
     vec_type = pa.list_(pa.float32(), snap.pointer.dim)
     empty = con.execute(sql, ["", "", *fparams]).fetch_arrow_table()  # no rows: just the schema
     schema = empty.schema.append(pa.field("vector", vec_type))
@@ -188,7 +234,8 @@ def _copy_chunks_with_vectors(snap, filters, path: Path, fmt: str, batch_rows: i
             lines = id_lines(ids)
             for batch in _batches(con, sql, [lines, lines, *fparams], batch_rows):
                 take = pa.array([where[c] for c in batch.column("chunk_id").to_pylist()], pa.int64())
-                sink.write(pa.RecordBatch.from_arrays([*_masked(batch, redact).columns, vectors.take(take).cast(vec_type)],
+                sink.write(pa.RecordBatch.from_arrays([*_masked(batch, redact, hidden).columns,
+                                                       vectors.take(take).cast(vec_type)],
                                                       schema=schema))
         csql, cparams = with_filter(load_sql("export_count"), filters)
         total = con.execute(csql, cparams).fetchone()[0]
@@ -222,7 +269,9 @@ def export_snapshot(snap, out: str | os.PathLike, fmt: str = "parquet", *, vecto
 
     ``out`` naming a file ``*.parquet`` / ``*.jsonl`` (of ``fmt``) writes the chunks alone to it, a
     corpus in one file. ``redact``: PII kinds (quarry/ingest/corpus/pii.py; ``"all"``, or a comma
-    list) masked as ``[KIND]`` in the free-text columns (:data:`REDACTED_COLUMNS`).
+    list) masked as ``[KIND]`` in the free-text columns (:data:`REDACTED_COLUMNS`) and the string
+    values of ``metadata``. With a permission clause in ``filters``, ``dup_of``/``dup_cluster``
+    naming a document the caller may not read are NULL.
     """
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -253,6 +302,7 @@ def export_snapshot(snap, out: str | os.PathLike, fmt: str = "parquet", *, vecto
                           dim=snap.pointer.dim, vectors=vectors, filter=str(filters) if filters else "",
                           redacted=list(kinds))
     everything = not filters
+    hidden = _unreadable(snap, filters)
     for name in TABLES:
         path = dest / f"{name}.{fmt}"
         if name == "chunks" and vectors:
@@ -263,7 +313,7 @@ def export_snapshot(snap, out: str | os.PathLike, fmt: str = "parquet", *, vecto
                 sql = sql.replace(", principals\nFROM documents", ", ['public'] AS principals\nFROM documents")
             lead = [None, None] if name == "chunks" else [everything]
             try:
-                rows = _copy_query(con, sql, [*lead, *params], path, fmt, batch_rows, kinds)
+                rows = _copy_query(con, sql, [*lead, *params], path, fmt, batch_rows, kinds, hidden)
             except duckdb.Error as exc:
                 if filters:  # e.g. a value that cannot be compared with its column
                     raise UsageError(f"filter {filters}: {exc}") from exc
@@ -298,7 +348,8 @@ def _export_corpus_file(snap, dest: Path, fmt: str, *, vectors: bool, filters, b
     else:
         sql, params = with_filter(export_sql(snap, "chunks"), filters)
         try:
-            rows = _copy_query(snap.con, sql, [None, None, *params], dest, fmt, batch_rows, kinds)
+            rows = _copy_query(snap.con, sql, [None, None, *params], dest, fmt, batch_rows, kinds,
+                               _unreadable(snap, filters))
         except duckdb.Error as exc:
             if filters:
                 raise UsageError(f"filter {filters}: {exc}") from exc

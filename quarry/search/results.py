@@ -46,8 +46,10 @@ class SearchResult:
     ranks: dict[str, int | None] = field(default_factory=dict)
     match: dict = field(default_factory=lambda: {"bm25": None, "vector": None})
     # other chunks holding this passage ({chunk_id, doc_id, path}), folded into this hit by the
-    # default collapse of duplicates (quarry/search/collapse.py); empty without copies or collapse
+    # default collapse of duplicates (quarry/search/collapse.py); empty without copies or collapse;
+    # at most collapse.COPIES_LIMIT of them, ``copies_total`` counts every readable copy
     copies: list[dict] = field(default_factory=list)
+    copies_total: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
