@@ -5,6 +5,7 @@ commands and a real ``quarry api`` record the events an operator needs."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import threading
 import time
@@ -220,3 +221,34 @@ def test_an_expired_key_is_recorded_once(tmp_path):
     assert [k.name for k in ring.note_expired()] == ["brief"]
     assert ring.note_expired() == []  # already in the log
     assert [e["event"] for e in AuditLog(store).entries()] == ["key.created", "key.created", "key.expired"]
+
+
+def test_a_failing_audit_write_never_fails_the_key_command(tmp_path, caplog):
+    store = open_store(tmp_path / "db")
+    (tmp_path / "db").mkdir(exist_ok=True)
+    (tmp_path / "db" / "audit").write_text("not a folder")  # every append fails (NotADirectoryError)
+    ring = KeyRing(key_store(store), audit=AuditLog(store))
+    with caplog.at_level(logging.WARNING, logger="quarry.audit"):
+        key, token = ring.create("ops", [])
+        assert token.startswith(f"qk_{key.id}_") and ring.list()[0].name == "ops"
+        assert [k.name for k in ring.revoke("ops")] == ["ops"]
+        ring.create("ops", [])  # the revoked name is free again
+    assert sum("could not write the audit entry" in r.getMessage() for r in caplog.records) == 3
+
+
+def test_note_expired_skips_a_damaged_entry_and_records_a_key_once_across_workers(tmp_path, monkeypatch, caplog):
+    store = open_store(tmp_path / "db")
+    ring = KeyRing(key_store(store), audit=AuditLog(store))
+    ring.create("brief", [], expires=time.time() + 0.3)
+    ring.create("lasting", [])
+    (tmp_path / "db" / "audit" / "000000000001.json").write_text("{damaged")
+    time.sleep(0.4)
+    with caplog.at_level(logging.WARNING, logger="quarry.audit"):
+        assert [k.name for k in ring.note_expired()] == ["brief"]
+    assert any("cannot be read" in r.getMessage() for r in caplog.records)
+    # a second worker that read the log before the first wrote: still one entry
+    other = KeyRing(key_store(store), audit=AuditLog(store))
+    monkeypatch.setattr(AuditLog, "entries", lambda self, since=None, tolerant=False: [])
+    assert other.note_expired() == []
+    names = sorted(p.name for p in (tmp_path / "db" / "audit").glob("0*.json"))
+    assert names == ["000000000001.json", "000000000002.json", "000000000003.json"]
