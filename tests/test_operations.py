@@ -213,9 +213,13 @@ def test_workers_requests_are_summed(tmp_path, monkeypatch):
                     env={"QUARRY_EMBED_BACKEND": "hash"}) as (base, _):
         for _ in range(8):  # new connections: the kernel spreads them over both workers
             assert httpx.post(f"{base}/v1/search", json={"query": "heron"}, timeout=30).status_code == 200
-        on_api = _samples(httpx.get(f"{base}/metrics", timeout=30).text)
+        # a store without keys: its callers read only public documents, so /metrics (which counts
+        # every document) is only on the loopback --metrics-port
+        refused = httpx.get(f"{base}/metrics", timeout=30)
         on_port = _samples(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text)
-    for samples in (on_api, on_port):
+    assert refused.status_code == 403 and "--metrics-port" in refused.json()["error"]["message"]
+    assert "quarry_index_documents" not in refused.text
+    for samples in (on_port,):
         assert _value(samples, "quarry_api_requests_total", route="/v1/search", method="POST", status="200") == 8
         assert _value(samples, "quarry_api_search_duration_seconds_count", endpoint="search", mode="hybrid") == 8
         assert _value(samples, "quarry_api_served_generation") == 1

@@ -7,9 +7,9 @@ times searches and answers by mode; counts denied (401, 403) and rate-limited (4
 the key's name, never the token (a token names its key id, which is looked up; an unknown one is
 ``unknown``, a request without one ``none``); and records each denial in the audit log (at most
 one entry per key, route and status a minute in each process, with the count of the ones it
-stands for). ``GET /metrics`` needs an admin key once the store has keys (a loopback server of a
-store without keys serves it to anyone); ``--metrics-port`` serves the same registry on its own
-loopback port, without a key.
+stands for). ``GET /metrics`` needs an admin key; a store without keys never serves it on the API's
+port (its callers read only public documents, and the index gauges count every document):
+``--metrics-port`` serves the same registry on its own loopback port, without a key.
 
 Metrics a scrape reads from the store (the served generation and its age, documents, chunks,
 segments, layers) are collected at scrape time from the index the server holds. With ``--workers
@@ -215,13 +215,19 @@ class Observer:
     async def _serve_metrics(self, scope, receive, send):
         if scope["method"] not in ("GET", "HEAD"):
             return await respond(405, "/metrics answers GET")(scope, receive, send)
+        self.state.auth.refresh()
+        if not self.state.auth.required:
+            # no keys: every caller reads only public documents, and the index gauges count all of them
+            await respond(403, "/metrics of a store without keys is served only on loopback with --metrics-port "
+                               "(or create an admin key: `quarry keys create NAME --admin`)")(scope, receive, send)
+            return await self._denied(scope, "/metrics", 403)
         headers = dict(scope.get("headers") or ())
         try:
             caller = self.state.auth.caller((headers.get(b"authorization") or b"").decode("latin-1") or None)
         except ApiError as exc:
             await respond(exc.status, exc.message, headers=exc.headers)(scope, receive, send)
             return await self._denied(scope, "/metrics", exc.status)
-        if self.state.auth.required and not caller.admin:
+        if not caller.admin:
             await respond(403, "/metrics needs an admin key (`quarry keys create NAME --admin`), or serve it on "
                                "loopback with --metrics-port")(scope, receive, send)
             return await self._denied(scope, "/metrics", 403)
