@@ -186,7 +186,7 @@ def test_denied_requests_and_an_expired_key_are_recorded_by_the_api(tmp_path, mo
     tree, db = _tree(tmp_path / "tree", 4), tmp_path / "db"
     quarry.index([tree], db)
     ring = KeyRing(key_store(open_store(db)), audit=AuditLog(open_store(db)))
-    _, reader = ring.create("reader", ["group:hr"])
+    reader_key, reader = ring.create("reader", ["group:hr"])
     _, brief = ring.create("brief", [], expires=time.time() + 1.0)
     time.sleep(1.2)
     with api_server(db, log=tmp_path / "api.log", env={"QUARRY_EMBED_BACKEND": "hash"}) as (base, _):
@@ -194,16 +194,21 @@ def test_denied_requests_and_an_expired_key_are_recorded_by_the_api(tmp_path, mo
         assert http.get("/v1/runs", headers={"Authorization": f"Bearer {reader}"}).status_code == 403
         assert http.get("/v1/status", headers={"Authorization": f"Bearer {brief}"}).status_code == 401
         assert http.post("/v1/search", json={"query": "heron"}).status_code == 401
+        forged = f"qk_{reader_key.id}_" + "y" * 43  # reader's id without reader's secret: blames nobody
+        assert http.get("/v1/chunks/x", headers={"Authorization": f"Bearer {forged}"}).status_code == 401
         secret = reader.split("_", 2)[2]
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:  # entries are written after the answer
             events = AuditLog(open_store(db)).entries()
-            if len([e for e in events if e["event"] in ("access.denied", "key.expired")]) >= 4:
+            if len([e for e in events if e["event"] in ("access.denied", "key.expired")]) >= 5:
                 break
             time.sleep(0.2)
     denied = {(e["who"].get("key"), e["details"]["route"], e["details"]["status"]) for e in events
               if e["event"] == "access.denied"}
-    assert denied == {("reader", "/v1/runs", 403), ("brief", "/v1/status", 401), ("none", "/v1/search", 401)}
+    assert denied == {("reader", "/v1/runs", 403), ("brief", "/v1/status", 401), ("none", "/v1/search", 401),
+                      ("unknown", "/v1/chunks/{chunk_id}", 401)}
+    assert [e["details"].get("claimed_key") for e in events
+            if e["event"] == "access.denied" and e["who"].get("key") == "unknown"] == ["reader"]
     assert [e["details"]["key_name"] for e in events if e["event"] == "key.expired"] == ["brief"]
     assert all(e["who"]["client"] == "127.0.0.1" for e in events if e["event"] == "access.denied")
     raw = "".join(p.read_text() for p in (db / "audit").glob("*.json"))

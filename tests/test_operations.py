@@ -157,7 +157,7 @@ def test_api_metrics_and_every_documented_metric(tmp_path, monkeypatch):
     db = tmp_path / "db"
     quarry.index([_tree(tmp_path / "tree", 4)], db)
     ring = KeyRing(key_store(open_store(db)))
-    _, admin = ring.create("ops", admin=True)
+    ops, admin = ring.create("ops", admin=True)
     _, reader = ring.create("reader", ["group:hr"], rate_limit=1)
     port = free_port()
     with api_server(db, "--metrics-port", str(port), log=tmp_path / "api.log",
@@ -172,6 +172,8 @@ def test_api_metrics_and_every_documented_metric(tmp_path, monkeypatch):
         assert http.get("/metrics").status_code == 401
         bad = "qk_000000000000_" + "z" * 43
         assert http.get("/metrics", headers={"Authorization": f"Bearer {bad}"}).status_code == 401
+        forged = f"qk_{ops.id}_" + "y" * 43  # names the admin key's id, without its secret
+        assert http.get("/v1/status", headers={"Authorization": f"Bearer {forged}"}).status_code == 401
         assert http.get("/metrics", headers={"Authorization": f"Bearer {reader}"}).status_code in (403, 429)
         answer = http.get("/metrics", headers={"Authorization": f"Bearer {admin}"})
         assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/plain")
@@ -186,8 +188,10 @@ def test_api_metrics_and_every_documented_metric(tmp_path, monkeypatch):
     assert _value(api, "quarry_api_search_duration_seconds_count", endpoint="search", mode="bm25") == 1
     assert _value(api, "quarry_api_search_duration_seconds_count", endpoint="search", mode="hybrid") == 1
     assert _value(api, "quarry_api_rate_limited_requests_total", key="reader") >= 1
-    assert _value(api, "quarry_api_denied_requests_total", key="none", status="401") == 1
-    assert _value(api, "quarry_api_denied_requests_total", key="unknown", status="401") == 1
+    assert _value(api, "quarry_api_denied_requests_total", key="none", claimed_key="", status="401") == 1
+    assert _value(api, "quarry_api_denied_requests_total", key="unknown", claimed_key="", status="401") == 1
+    assert _value(api, "quarry_api_denied_requests_total", key="unknown", claimed_key="ops", status="401") == 1
+    assert _value(api, "quarry_api_denied_requests_total", key="ops", claimed_key="", status="401") is None
     assert _value(api, "quarry_api_served_generation") == 1 and _value(api, "quarry_index_documents") == 4
 
     served = generate_latest(run_registry(lambda: run_facts(db, schedule_seconds=900))).decode()

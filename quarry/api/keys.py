@@ -355,17 +355,23 @@ class KeyRing:
         return self._ever or bool(self._keys)
 
     def key(self, key_id: str) -> Key | None:
-        """The key of that id as last read (whatever its status), or None: what a denied request's
-        token names, for metrics and the audit log (its name, never the token)."""
+        """The key of that id as last read (whatever its status), or None: the key a token claims,
+        which only :meth:`identify` confirms."""
         return self._keys.get(key_id)
 
     def verify(self, token: str | None) -> Key | None:
         """The active key this bearer token belongs to, or None. Constant time in the secret."""
+        key = self.identify(token)
+        return key if key is not None and key.status() == "active" else None
+
+    def identify(self, token: str | None) -> Key | None:
+        """The key whose secret this token carries, whatever its status (revoked, expired), or None:
+        who a denied request really came from. Constant time in the secret."""
         m = _TOKEN.match(token or "")
         ident, secret = (m.group(1), m.group(2)) if m else ("", "x" * 43)
         key = self._keys.get(ident)
         salt, stored = (key.salt, key.hash) if key is not None else ("00" * 16, "0" * 64)
         ok = hmac.compare_digest(_digest(salt, secret), stored)
-        if not ok or key is None or m is None or key.status() != "active":
+        if not ok or key is None or m is None:
             return None
         return key
