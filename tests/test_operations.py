@@ -289,12 +289,16 @@ def test_spans_of_runs_and_requests_carry_into_json_logs(tmp_path, monkeypatch):
         app = create_app(ApiConfig(db=str(db)))
         with TestClient(app.state.asgi) as client:
             assert client.post("/v1/search", json={"query": "heron"}).status_code == 200
+            assert client.get("/v1/documents/probe-doc-4711").status_code == 404
     finally:
         logging.getLogger("quarry").removeHandler(keep)
         tracing._state.clear()
     names = [s.name for s in exporter.get_finished_spans()]
     assert "quarry.index" in names and {"quarry.discover", "quarry.plan", "quarry.parse", "quarry.load"} <= set(names)
-    assert "POST /v1/search" in names
+    assert "POST /v1/search" in names and "GET /v1/documents/{doc_id}" in names
+    ours = [s for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "quarry"]
+    assert "GET /v1/documents/{doc_id}" in [s.name for s in ours]
+    assert not [s for s in ours if "probe-doc-4711" in s.name or "probe-doc-4711" in str(dict(s.attributes or {}))]
     run = next(s for s in exporter.get_finished_spans() if s.name == "quarry.index")
     stage = next(s for s in exporter.get_finished_spans() if s.name == "quarry.plan")
     assert stage.context.trace_id == run.context.trace_id

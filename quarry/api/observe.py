@@ -2,7 +2,8 @@
 and denied requests in the store's audit log.
 
 :class:`Observer` wraps the whole ASGI application (one line in :mod:`quarry.api.app`). For every
-HTTP request it counts the route (the route's template, never the raw path), method and status;
+HTTP request it counts the route (the route's template, never the raw path), method and status,
+and names its span ``METHOD <route template>``;
 times searches and answers by mode; counts denied (401, 403) and rate-limited (429) requests by
 the key's name, never the token (the name of the key whose secret the token carries, whatever its
 status; any other token is ``unknown``, with the name of the key its id claims as ``claimed_key``,
@@ -188,12 +189,16 @@ class Observer:
                 status[0] = message["status"]
             await send(message)
 
-        with tracing.span(f"{scope['method']} {scope['path']}", **{"http.request.method": scope["method"],
-                                                                    "url.path": scope["path"]}):
+        # named by the route template once routing found it, never the raw path (ids, high cardinality)
+        with tracing.span(f"{scope['method']}", **{"http.request.method": scope["method"]}) as span:
             try:
                 await self.app(scope, peek if endpoint else receive, sending)
             finally:
                 route = _route_of(scope)
+                if span is not None:
+                    span.update_name(f"{scope['method']} {route}")
+                    span.set_attribute("http.route", route)
+                    span.set_attribute("http.response.status_code", status[0])
                 self.metrics.requests.labels(route, scope["method"], str(status[0])).inc()
                 if endpoint and status[0] < 400:
                     self.metrics.latency.labels(endpoint, _mode(body)).observe(time.perf_counter() - start)
