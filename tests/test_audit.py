@@ -5,6 +5,7 @@ commands and a real ``quarry api`` record the events an operator needs."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import threading
 import time
@@ -185,7 +186,7 @@ def test_denied_requests_and_an_expired_key_are_recorded_by_the_api(tmp_path, mo
     tree, db = _tree(tmp_path / "tree", 4), tmp_path / "db"
     quarry.index([tree], db)
     ring = KeyRing(key_store(open_store(db)), audit=AuditLog(open_store(db)))
-    _, reader = ring.create("reader", ["group:hr"])
+    reader_key, reader = ring.create("reader", ["group:hr"])
     _, brief = ring.create("brief", [], expires=time.time() + 1.0)
     time.sleep(1.2)
     with api_server(db, log=tmp_path / "api.log", env={"QUARRY_EMBED_BACKEND": "hash"}) as (base, _):
@@ -193,16 +194,21 @@ def test_denied_requests_and_an_expired_key_are_recorded_by_the_api(tmp_path, mo
         assert http.get("/v1/runs", headers={"Authorization": f"Bearer {reader}"}).status_code == 403
         assert http.get("/v1/status", headers={"Authorization": f"Bearer {brief}"}).status_code == 401
         assert http.post("/v1/search", json={"query": "heron"}).status_code == 401
+        forged = f"qk_{reader_key.id}_" + "y" * 43  # reader's id without reader's secret: blames nobody
+        assert http.get("/v1/chunks/x", headers={"Authorization": f"Bearer {forged}"}).status_code == 401
         secret = reader.split("_", 2)[2]
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:  # entries are written after the answer
             events = AuditLog(open_store(db)).entries()
-            if len([e for e in events if e["event"] in ("access.denied", "key.expired")]) >= 4:
+            if len([e for e in events if e["event"] in ("access.denied", "key.expired")]) >= 5:
                 break
             time.sleep(0.2)
     denied = {(e["who"].get("key"), e["details"]["route"], e["details"]["status"]) for e in events
               if e["event"] == "access.denied"}
-    assert denied == {("reader", "/v1/runs", 403), ("brief", "/v1/status", 401), ("none", "/v1/search", 401)}
+    assert denied == {("reader", "/v1/runs", 403), ("brief", "/v1/status", 401), ("none", "/v1/search", 401),
+                      ("unknown", "/v1/chunks/{chunk_id}", 401)}
+    assert [e["details"].get("claimed_key") for e in events
+            if e["event"] == "access.denied" and e["who"].get("key") == "unknown"] == ["reader"]
     assert [e["details"]["key_name"] for e in events if e["event"] == "key.expired"] == ["brief"]
     assert all(e["who"]["client"] == "127.0.0.1" for e in events if e["event"] == "access.denied")
     raw = "".join(p.read_text() for p in (db / "audit").glob("*.json"))
@@ -220,3 +226,34 @@ def test_an_expired_key_is_recorded_once(tmp_path):
     assert [k.name for k in ring.note_expired()] == ["brief"]
     assert ring.note_expired() == []  # already in the log
     assert [e["event"] for e in AuditLog(store).entries()] == ["key.created", "key.created", "key.expired"]
+
+
+def test_a_failing_audit_write_never_fails_the_key_command(tmp_path, caplog):
+    store = open_store(tmp_path / "db")
+    (tmp_path / "db").mkdir(exist_ok=True)
+    (tmp_path / "db" / "audit").write_text("not a folder")  # every append fails (NotADirectoryError)
+    ring = KeyRing(key_store(store), audit=AuditLog(store))
+    with caplog.at_level(logging.WARNING, logger="quarry.audit"):
+        key, token = ring.create("ops", [])
+        assert token.startswith(f"qk_{key.id}_") and ring.list()[0].name == "ops"
+        assert [k.name for k in ring.revoke("ops")] == ["ops"]
+        ring.create("ops", [])  # the revoked name is free again
+    assert sum("could not write the audit entry" in r.getMessage() for r in caplog.records) == 3
+
+
+def test_note_expired_skips_a_damaged_entry_and_records_a_key_once_across_workers(tmp_path, monkeypatch, caplog):
+    store = open_store(tmp_path / "db")
+    ring = KeyRing(key_store(store), audit=AuditLog(store))
+    ring.create("brief", [], expires=time.time() + 0.3)
+    ring.create("lasting", [])
+    (tmp_path / "db" / "audit" / "000000000001.json").write_text("{damaged")
+    time.sleep(0.4)
+    with caplog.at_level(logging.WARNING, logger="quarry.audit"):
+        assert [k.name for k in ring.note_expired()] == ["brief"]
+    assert any("cannot be read" in r.getMessage() for r in caplog.records)
+    # a second worker that read the log before the first wrote: still one entry
+    other = KeyRing(key_store(store), audit=AuditLog(store))
+    monkeypatch.setattr(AuditLog, "entries", lambda self, since=None, tolerant=False: [])
+    assert other.note_expired() == []
+    names = sorted(p.name for p in (tmp_path / "db" / "audit").glob("0*.json"))
+    assert names == ["000000000001.json", "000000000002.json", "000000000003.json"]

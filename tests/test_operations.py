@@ -157,7 +157,7 @@ def test_api_metrics_and_every_documented_metric(tmp_path, monkeypatch):
     db = tmp_path / "db"
     quarry.index([_tree(tmp_path / "tree", 4)], db)
     ring = KeyRing(key_store(open_store(db)))
-    _, admin = ring.create("ops", admin=True)
+    ops, admin = ring.create("ops", admin=True)
     _, reader = ring.create("reader", ["group:hr"], rate_limit=1)
     port = free_port()
     with api_server(db, "--metrics-port", str(port), log=tmp_path / "api.log",
@@ -172,6 +172,8 @@ def test_api_metrics_and_every_documented_metric(tmp_path, monkeypatch):
         assert http.get("/metrics").status_code == 401
         bad = "qk_000000000000_" + "z" * 43
         assert http.get("/metrics", headers={"Authorization": f"Bearer {bad}"}).status_code == 401
+        forged = f"qk_{ops.id}_" + "y" * 43  # names the admin key's id, without its secret
+        assert http.get("/v1/status", headers={"Authorization": f"Bearer {forged}"}).status_code == 401
         assert http.get("/metrics", headers={"Authorization": f"Bearer {reader}"}).status_code in (403, 429)
         answer = http.get("/metrics", headers={"Authorization": f"Bearer {admin}"})
         assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/plain")
@@ -186,8 +188,10 @@ def test_api_metrics_and_every_documented_metric(tmp_path, monkeypatch):
     assert _value(api, "quarry_api_search_duration_seconds_count", endpoint="search", mode="bm25") == 1
     assert _value(api, "quarry_api_search_duration_seconds_count", endpoint="search", mode="hybrid") == 1
     assert _value(api, "quarry_api_rate_limited_requests_total", key="reader") >= 1
-    assert _value(api, "quarry_api_denied_requests_total", key="none", status="401") == 1
-    assert _value(api, "quarry_api_denied_requests_total", key="unknown", status="401") == 1
+    assert _value(api, "quarry_api_denied_requests_total", key="none", claimed_key="", status="401") == 1
+    assert _value(api, "quarry_api_denied_requests_total", key="unknown", claimed_key="", status="401") == 1
+    assert _value(api, "quarry_api_denied_requests_total", key="unknown", claimed_key="ops", status="401") == 1
+    assert _value(api, "quarry_api_denied_requests_total", key="ops", claimed_key="", status="401") is None
     assert _value(api, "quarry_api_served_generation") == 1 and _value(api, "quarry_index_documents") == 4
 
     served = generate_latest(run_registry(lambda: run_facts(db, schedule_seconds=900))).decode()
@@ -213,9 +217,13 @@ def test_workers_requests_are_summed(tmp_path, monkeypatch):
                     env={"QUARRY_EMBED_BACKEND": "hash"}) as (base, _):
         for _ in range(8):  # new connections: the kernel spreads them over both workers
             assert httpx.post(f"{base}/v1/search", json={"query": "heron"}, timeout=30).status_code == 200
-        on_api = _samples(httpx.get(f"{base}/metrics", timeout=30).text)
+        # a store without keys: its callers read only public documents, so /metrics (which counts
+        # every document) is only on the loopback --metrics-port
+        refused = httpx.get(f"{base}/metrics", timeout=30)
         on_port = _samples(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text)
-    for samples in (on_api, on_port):
+    assert refused.status_code == 403 and "--metrics-port" in refused.json()["error"]["message"]
+    assert "quarry_index_documents" not in refused.text
+    for samples in (on_port,):
         assert _value(samples, "quarry_api_requests_total", route="/v1/search", method="POST", status="200") == 8
         assert _value(samples, "quarry_api_search_duration_seconds_count", endpoint="search", mode="hybrid") == 8
         assert _value(samples, "quarry_api_served_generation") == 1
@@ -281,12 +289,16 @@ def test_spans_of_runs_and_requests_carry_into_json_logs(tmp_path, monkeypatch):
         app = create_app(ApiConfig(db=str(db)))
         with TestClient(app.state.asgi) as client:
             assert client.post("/v1/search", json={"query": "heron"}).status_code == 200
+            assert client.get("/v1/documents/probe-doc-4711").status_code == 404
     finally:
         logging.getLogger("quarry").removeHandler(keep)
         tracing._state.clear()
     names = [s.name for s in exporter.get_finished_spans()]
     assert "quarry.index" in names and {"quarry.discover", "quarry.plan", "quarry.parse", "quarry.load"} <= set(names)
-    assert "POST /v1/search" in names
+    assert "POST /v1/search" in names and "GET /v1/documents/{doc_id}" in names
+    ours = [s for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "quarry"]
+    assert "GET /v1/documents/{doc_id}" in [s.name for s in ours]
+    assert not [s for s in ours if "probe-doc-4711" in s.name or "probe-doc-4711" in str(dict(s.attributes or {}))]
     run = next(s for s in exporter.get_finished_spans() if s.name == "quarry.index")
     stage = next(s for s in exporter.get_finished_spans() if s.name == "quarry.plan")
     assert stage.context.trace_id == run.context.trace_id

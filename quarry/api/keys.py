@@ -22,6 +22,7 @@ import fcntl
 import hashlib
 import hmac
 import json
+import logging
 import os
 import re
 import secrets
@@ -45,6 +46,7 @@ PREFIX = "qk"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 _TOKEN = re.compile(r"^qk_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 _RELATIVE = re.compile(r"^(\d+)\s*([mhdw])$")
+log = logging.getLogger("quarry.audit")
 
 
 @dataclass
@@ -339,16 +341,29 @@ class KeyRing:
         expires by the clock, with no command to record it); the keys recorded now."""
         if self.audit is None:
             return []
-        seen = {e["details"].get("key_id") for e in self.audit.entries() if e["event"] == "key.expired"}
-        expired = [k for k in self.list() if k.status() == "expired" and k.id not in seen]
-        for key in expired:
-            self._record("key.expired", key)
-        return expired
+        try:
+            seen = {e.get("details", {}).get("key_id") for e in self.audit.entries(tolerant=True)
+                    if e.get("event") == "key.expired"}
+            expired = [k for k in self.list() if k.status() == "expired" and k.id not in seen]
+            # one marker per key: workers that read the log at once record it once, not each
+            expired = [k for k in expired if self.audit.once(f"expired-{k.id}")]
+        except Exception as exc:  # noqa: BLE001 - the log out of reach: listing keys goes on
+            log.warning("could not record expired keys in the audit log %s: %s", self.audit, exc)
+            return []
+        return [k for k in expired if self._record("key.expired", k)]
 
-    def _record(self, event: str, key: Key) -> None:
-        if self.audit is not None:
+    def _record(self, event: str, key: Key) -> bool:
+        """Append ``event`` to the audit log; a failure is a warning, never an error (the key change
+        it records stands, and its token is still shown)."""
+        if self.audit is None:
+            return False
+        try:
             self.audit.append(event, {"key_id": key.id, "key_name": key.name, "admin": key.admin,
                                       "principals": len(key.principals), "expires": _iso(key.expires)})
+            return True
+        except Exception as exc:  # noqa: BLE001 - recording never fails what it records
+            log.warning("could not write the audit entry %s for key %r to %s: %s", event, key.name, self.audit, exc)
+            return False
 
     # --- the server's side --------------------------------------------------------------------
 
@@ -372,17 +387,23 @@ class KeyRing:
         return self._keys.get(key_id)
 
     def key(self, key_id: str) -> Key | None:
-        """The key of that id as last read (whatever its status), or None: what a denied request's
-        token names, for metrics and the audit log (its name, never the token)."""
+        """The key of that id as last read (whatever its status), or None: the key a token claims,
+        which only :meth:`identify` confirms."""
         return self._keys.get(key_id)
 
     def verify(self, token: str | None) -> Key | None:
         """The active key this bearer token belongs to, or None. Constant time in the secret."""
+        key = self.identify(token)
+        return key if key is not None and key.status() == "active" else None
+
+    def identify(self, token: str | None) -> Key | None:
+        """The key whose secret this token carries, whatever its status (revoked, expired), or None:
+        who a denied request really came from. Constant time in the secret."""
         m = _TOKEN.match(token or "")
         ident, secret = (m.group(1), m.group(2)) if m else ("", "x" * 43)
         key = self._keys.get(ident)
         salt, stored = (key.salt, key.hash) if key is not None else ("00" * 16, "0" * 64)
         ok = hmac.compare_digest(_digest(salt, secret), stored)
-        if not ok or key is None or m is None or key.status() != "active":
+        if not ok or key is None or m is None:
             return None
         return key

@@ -2,14 +2,16 @@
 and denied requests in the store's audit log.
 
 :class:`Observer` wraps the whole ASGI application (one line in :mod:`quarry.api.app`). For every
-HTTP request it counts the route (the route's template, never the raw path), method and status;
+HTTP request it counts the route (the route's template, never the raw path), method and status,
+and names its span ``METHOD <route template>``;
 times searches and answers by mode; counts denied (401, 403) and rate-limited (429) requests by
-the key's name, never the token (a token names its key id, which is looked up; an unknown one is
-``unknown``, a request without one ``none``); and records each denial in the audit log (at most
+the key's name, never the token (the name of the key whose secret the token carries, whatever its
+status; any other token is ``unknown``, with the name of the key its id claims as ``claimed_key``,
+which nobody vouches for; a request without one ``none``); and records each denial in the audit log (at most
 one entry per key, route and status a minute in each process, with the count of the ones it
-stands for). ``GET /metrics`` needs an admin key once the store has keys (a loopback server of a
-store without keys serves it to anyone); ``--metrics-port`` serves the same registry on its own
-loopback port, without a key.
+stands for). ``GET /metrics`` needs an admin key; a store without keys never serves it on the API's
+port (its callers read only public documents, and the index gauges count every document):
+``--metrics-port`` serves the same registry on its own loopback port, without a key.
 
 Metrics a scrape reads from the store (the served generation and its age, documents, chunks,
 segments, layers) are collected at scrape time from the index the server holds. With ``--workers
@@ -89,8 +91,9 @@ class ApiMetrics:
                                 ["route", "method", "status"], registry=self.registry)
         self.latency = Histogram("quarry_api_search_duration_seconds", "Latency of searches and answers, by mode",
                                  ["endpoint", "mode"], buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.denied = Counter("quarry_api_denied_requests", "Requests refused 401 or 403, by key name",
-                              ["key", "status"], registry=self.registry)
+        self.denied = Counter("quarry_api_denied_requests",
+                              "Requests refused 401 or 403, by key name (claimed_key: the unverified key a bad token names)",
+                              ["key", "claimed_key", "status"], registry=self.registry)
         self.limited = Counter("quarry_api_rate_limited_requests", "Requests refused 429 (over the key's rate)",
                                ["key"], registry=self.registry)
 
@@ -186,12 +189,16 @@ class Observer:
                 status[0] = message["status"]
             await send(message)
 
-        with tracing.span(f"{scope['method']} {scope['path']}", **{"http.request.method": scope["method"],
-                                                                    "url.path": scope["path"]}):
+        # named by the route template once routing found it, never the raw path (ids, high cardinality)
+        with tracing.span(f"{scope['method']}", **{"http.request.method": scope["method"]}) as span:
             try:
                 await self.app(scope, peek if endpoint else receive, sending)
             finally:
                 route = _route_of(scope)
+                if span is not None:
+                    span.update_name(f"{scope['method']} {route}")
+                    span.set_attribute("http.route", route)
+                    span.set_attribute("http.response.status_code", status[0])
                 self.metrics.requests.labels(route, scope["method"], str(status[0])).inc()
                 if endpoint and status[0] < 400:
                     self.metrics.latency.labels(endpoint, _mode(body)).observe(time.perf_counter() - start)
@@ -215,13 +222,19 @@ class Observer:
     async def _serve_metrics(self, scope, receive, send):
         if scope["method"] not in ("GET", "HEAD"):
             return await respond(405, "/metrics answers GET")(scope, receive, send)
+        self.state.auth.refresh()
+        if not self.state.auth.required:
+            # no keys: every caller reads only public documents, and the index gauges count all of them
+            await respond(403, "/metrics of a store without keys is served only on loopback with --metrics-port "
+                               "(or create an admin key: `quarry keys create NAME --admin`)")(scope, receive, send)
+            return await self._denied(scope, "/metrics", 403)
         headers = dict(scope.get("headers") or ())
         try:
             caller = self.state.auth.caller((headers.get(b"authorization") or b"").decode("latin-1") or None)
         except ApiError as exc:
             await respond(exc.status, exc.message, headers=exc.headers)(scope, receive, send)
             return await self._denied(scope, "/metrics", exc.status)
-        if self.state.auth.required and not caller.admin:
+        if not caller.admin:
             await respond(403, "/metrics needs an admin key (`quarry keys create NAME --admin`), or serve it on "
                                "loopback with --metrics-port")(scope, receive, send)
             return await self._denied(scope, "/metrics", 403)
@@ -233,16 +246,16 @@ class Observer:
         await Response(payload, media_type=CONTENT_TYPE_LATEST)(scope, receive, send)
 
     async def _denied(self, scope, route: str, status: int) -> None:
-        key = self._key_of(scope)
+        key, claimed = self._key_of(scope)
         name = key.name if key is not None else ("none" if not _authorization(scope) else "unknown")
         if status == 429:
             self.metrics.limited.labels(name).inc()
             return
-        self.metrics.denied.labels(name, str(status)).inc()
+        self.metrics.denied.labels(name, claimed, str(status)).inc()
         client = (scope.get("client") or (None,))[0]
         now = time.monotonic()
         with self._guard:
-            seen = self._audited.setdefault((name, route, status), [float("-inf"), 0])
+            seen = self._audited.setdefault((name, claimed, route, status), [float("-inf"), 0])
             seen[1] += 1
             if now - seen[0] < _AUDIT_EVERY:
                 return
@@ -252,26 +265,35 @@ class Observer:
                 self._expired_seen.add(key.id)
         from starlette.concurrency import run_in_threadpool
 
-        await run_in_threadpool(self._audit, name, route, status, scope["method"], client, count, expired)
+        await run_in_threadpool(self._audit, name, claimed, route, status, scope["method"], client, count, expired)
 
-    def _audit(self, name, route, status, method, client, count, expired) -> None:
+    def _audit(self, name, claimed, route, status, method, client, count, expired) -> None:
         from quarry.api.keys import KeyRing
         from quarry.store.audit import AuditLog, record
 
         reason = {401: "unauthenticated", 403: "forbidden"}.get(status, str(status))
-        record(self.state.store, "access.denied", {"route": route, "method": method, "status": status,
-                                                   "reason": reason, "requests": count}, key=name, client=client)
+        details = {"route": route, "method": method, "status": status, "reason": reason, "requests": count}
+        if claimed:
+            details["claimed_key"] = claimed  # what the token's id says, unverified: never blame that key
+        record(self.state.store, "access.denied", details, key=name, client=client)
         if expired:
             try:
                 KeyRing(self.state.auth.ring.where, audit=AuditLog(self.state.store)).note_expired()
             except Exception as exc:  # noqa: BLE001 - recording must not fail the request
                 log.warning("could not record expired keys in the audit log: %s", exc)
 
-    def _key_of(self, scope):
-        m = _TOKEN_ID.match(_authorization(scope))
+    def _key_of(self, scope) -> tuple:
+        """(the key whose secret the token carries, or None; the name its id claims when it does not, or "")."""
+        authorization = _authorization(scope)
+        m = _TOKEN_ID.match(authorization)
         if m is None:
-            return None
-        return self.state.auth.ring.key(m.group(1))
+            return None, ""
+        ring = self.state.auth.ring
+        key = ring.identify(authorization.strip().partition(" ")[2].strip())
+        if key is not None:
+            return key, ""
+        claimed = ring.key(m.group(1))
+        return None, claimed.name if claimed is not None else ""
 
 
 def _authorization(scope) -> str:

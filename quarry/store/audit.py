@@ -180,19 +180,34 @@ class AuditLog:
                 time.sleep(0.01)
         raise QuarryError(f"the audit log {self} kept changing while this process wrote to it: try again")
 
-    def entries(self, since: datetime | None = None) -> list[dict]:
-        """The entries in order (those at or after ``since``, a UTC time, when given)."""
+    def entries(self, since: datetime | None = None, tolerant: bool = False) -> list[dict]:
+        """The entries in order (those at or after ``since``, a UTC time, when given). A damaged
+        entry raises, or with ``tolerant`` is skipped with a warning."""
         out = []
         for name in self.where.names():
             try:
                 entry = json.loads(self.where.read(name))
+                if not isinstance(entry, dict):
+                    raise ValueError("not an object")
             except (ValueError, FileNotFoundError) as exc:
+                if tolerant:
+                    log.warning("skipping audit entry %s/%s: cannot be read (%s)", self.where, name, exc)
+                    continue
                 raise QuarryError(f"audit entry {self.where}/{name} cannot be read ({exc}): "
                                   "`quarry audit verify` checks the log") from None
             if since is not None and datetime.fromisoformat(entry.get("time", "")) < since:
                 continue
             out.append(entry)
         return out
+
+    def once(self, tag: str) -> bool:
+        """Claim ``tag`` for good (a create-only marker ``once-<tag>`` beside the entries, which the
+        chain ignores): True for the one caller that claims it first, False for every later one."""
+        try:
+            self.where.create(f"once-{tag}", b"")
+            return True
+        except _Taken:
+            return False
 
     def verify(self) -> Verification:
         """Walk the chain: every number present once, every entry matching its hash, every ``prev``
