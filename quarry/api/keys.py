@@ -383,10 +383,6 @@ class KeyRing:
         return self._ever or bool(self._keys)
 
     def get(self, key_id: str) -> Key | None:
-        """The key of this id as last read (None when unknown)."""
-        return self._keys.get(key_id)
-
-    def key(self, key_id: str) -> Key | None:
         """The key of that id as last read (whatever its status), or None: the key a token claims,
         which only :meth:`identify` confirms."""
         return self._keys.get(key_id)

@@ -292,7 +292,7 @@ class Observer:
         key = ring.identify(authorization.strip().partition(" ")[2].strip())
         if key is not None:
             return key, ""
-        claimed = ring.key(m.group(1))
+        claimed = ring.get(m.group(1))
         return None, claimed.name if claimed is not None else ""
 
 
