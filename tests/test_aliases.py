@@ -68,7 +68,8 @@ def _best_body(db, question: str) -> list[tuple[str, float]]:
     """Each file's best chunk that does not hold the cover (where the short form is written)."""
     best: dict[str, float] = {}
     with quarry.open(db) as idx:
-        for hit in idx.search(question, k=10).results:
+        # the two bodies are copies of each other: each file's own hit is wanted, so no collapse
+        for hit in idx.search(question, k=10, collapse=False).results:
             if "Trading Symbol" not in hit.text and "(“" not in hit.text:
                 best.setdefault(hit.path.rsplit("/", 1)[-1], hit.score)
     return sorted(best.items(), key=lambda kv: -kv[1])
