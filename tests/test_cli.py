@@ -13,7 +13,7 @@ from quarry.cli.main import cli as cli_group
 
 RESULT_KEYS = {"rank", "score", "chunk_id", "doc_id", "path", "title", "section", "header", "text", "page_start",
                "page_end", "chunk_index", "section_index", "file_type", "start_char", "end_char", "fused", "scores",
-               "ranks"}
+               "ranks", "match", "copies", "copies_total"}
 RUN_KEYS = {"run_id", "started", "finished", "status", "added", "updated", "moved", "deleted", "skipped", "failed",
             "embedded_chunks", "reused_vectors", "model_calls", "errors"}
 
