@@ -321,7 +321,7 @@ def answer_events(index, question: str, *, k: int = 8, mode: str = "hybrid", fil
         except AnswerError as exc:
             out.error = str(exc)
             out.timings["total"] = _ms(t_all)
-            return iter([("answer", out)])
+            return _only(out)
     with index.pinned() as snap:
         out.generation = snap.pointer.generation
         response, passages, why, out.timings["retrieve"] = _retrieve(
@@ -329,7 +329,7 @@ def answer_events(index, question: str, *, k: int = 8, mode: str = "hybrid", fil
     if why:
         out.status, out.searched = "not_found", _not_found(asked, response, passages, why)
         out.timings["total"] = _ms(t_all)
-        return iter([("answer", out)])
+        return _only(out)
     if client is None:
         _need_endpoint(settings)
         client = _client(settings)
@@ -404,3 +404,9 @@ def _need_endpoint(settings) -> None:
     if not settings.llm_base_url and not settings.llm_api_key:
         raise UsageError("answers need an OpenAI-compatible chat endpoint: set QUARRY_LLM_BASE_URL (a local "
                          "server) or QUARRY_LLM_API_KEY (or OPENAI_API_KEY) for the hosted API; docs/answers.md")
+
+
+def _only(out: Answer):
+    """The events of an answer decided before any model call: the answer alone, as a generator (the
+    caller closes what it is given when its client leaves)."""
+    yield ("answer", out)
