@@ -79,7 +79,12 @@ def test_every_task_takes_and_returns_plain_picklable_data(tree, tmp_path, run_f
     deploys = tree / "runbooks" / "deploys.md"
     deploys.write_text(deploys.read_text() + "\nA new paragraph about quokka rollbacks.\n")
     (tree / "handbook" / "code-review.rst").rename(tree / "handbook" / "reviews.rst")
-    second = run_flow([tree], db)
+    import quarry
+    from quarry.eval.sets import generate_set
+
+    with quarry.open(db) as idx:  # a question set, so that the edit run's evaluation task runs too
+        generate_set(idx, 5, "known-item", seed=0, name="pipe")
+    second = run_flow([tree], db, evaluate={"sets": ["pipe"], "margin": 1.0})
     assert (second["updated"], second["moved"]) == (1, 1)
     from quarry.flows.maintain import maintain_flow
 
