@@ -334,7 +334,7 @@ class Index:
             pool = max(k, rerank_candidates) if reranker else k
         if collapse and reranker is None and params is None:
             # deeper, so that k distinct passages remain; each retriever's candidates as for k alone
-            candidates = candidates or max(50, 5 * pool)
+            candidates = max(50, 5 * pool) if candidates is None else candidates  # 0 stays 0: a usage error
             pool = max(pool, COLLAPSE_POOL * k)
         with self._pinned():
             response = self._ranked(query, pool, mode, candidates=candidates, rrf_k=rrf_k, fusion=fusion, weights=weights,
