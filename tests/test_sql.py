@@ -22,13 +22,16 @@ def con(tmp_path):
     c = catalog.create(tmp_path / "c.duckdb")
     now = dt.datetime(2024, 1, 2, 3, 4, 5)
     c.execute(
-        "INSERT INTO documents VALUES ('d1', '/r/a.md', '/r', 'a.md', 'md', 10, ?, 'sha', 'Title', 'Sum', NULL, 1, 1,"
+        "INSERT INTO documents (doc_id, path, root, rel_path, file_type, size, mtime, sha256, title, summary, n_pages, "
+        "n_sections, n_chunks, metadata, indexed_at, run_id, path_bytes, principals, page_offsets, ocr_page_numbers, "
+        "warnings) VALUES ('d1', '/r/a.md', '/r', 'a.md', 'md', 10, ?, 'sha', 'Title', 'Sum', NULL, 1, 1,"
         " '{}', ?, 'run0', NULL, ['group:hr'], [0, 120], [2], ['page 3 could not be read'])",
         [now, now],
     )
     c.execute("INSERT INTO sections VALUES ('d1', 0, 'Intro', 1, 0, 10, NULL, NULL, NULL)")
     c.execute(
-        "INSERT INTO chunks VALUES ('d1:0', 'd1', 0, 0, 0, 10, NULL, NULL, 'Document: Title', "
+        "INSERT INTO chunks (chunk_id, doc_id, section_index, chunk_index, start_char, end_char, page_start, page_end, "
+        "header, text, text_hash, n_tokens, search_text) VALUES ('d1:0', 'd1', 0, 0, 0, 10, NULL, NULL, 'Document: Title', "
         "'error E11000 in FY2018', 'h', 5, 'document title error e11000 e 11000 in fy2018 fy 2018')"
     )
     searchindex.use_source(c, "main")  # the temporary views the index queries read
@@ -121,12 +124,28 @@ PARAMS = {
     "eval_term_counts": None,
     "evals_table": None,
     "evals_insert": "evals",
+    "acl_counts": None,
+    # corpus preparation: duplicates, collapse, the corpus report
+    "collapse_copies": ["h1\nh2", 20],
+    "collapse_keys": ["d1:0"],
+    "corpus_boilerplate": [2, 0.5],
+    "corpus_duplicates": None,
+    "corpus_languages": None,
+    "corpus_pii": None,
+    "corpus_totals": None,
+    "dedup_apply": "wanted_dups",
+    "dedup_candidates": None,
+    "dedup_members": [["d1"]],
+    "export_unreadable": None,
+    "layer_dedup_apply": "wanted_dups",
 }
 
 MOVED = [("d1", "/r/b\udce9.md", "/r", "b.md", dt.datetime(2024, 1, 1), "run1")]
 REGISTERED = {"moved_documents": lambda: layers.moves_table(MOVED),
               "touched_documents": lambda: layers.touches_table([("d1", dt.datetime(2024, 1, 1), "run1")]),
-              "moved_paths": lambda: layers.moves_table(MOVED).select(["doc_id", "path"])}
+              "moved_paths": lambda: layers.moves_table(MOVED).select(["doc_id", "path"]),
+              "wanted_dups": lambda: pa.table({"doc_id": ["d1"], "dup_cluster": ["d1"], "dup_of": pa.array([None], pa.string()),
+                                               "dup_similarity": pa.array([1.0], pa.float64())})}
 
 
 @pytest.mark.parametrize("name", ALL_SQL)

@@ -32,7 +32,8 @@ def make_index(tmp_path, docs: dict[str, tuple[str, list[tuple[int, int]]]], n_c
         con.execute("INSERT INTO sections VALUES (?, 0, 'Intro', 1, 0, ?, NULL, NULL, NULL)", [doc_id, len(text)])
         for i, (a, b) in enumerate(spans):
             con.execute(
-                "INSERT INTO chunks VALUES (?, ?, 0, ?, ?, ?, ?, ?, ?, ?, 'h', 1, '')",
+                "INSERT INTO chunks (chunk_id, doc_id, section_index, chunk_index, start_char, end_char, page_start, "
+                "page_end, header, text, text_hash, n_tokens, search_text) VALUES (?, ?, 0, ?, ?, ?, ?, ?, ?, ?, 'h', 1, '')",
                 [f"{doc_id}:{i}", doc_id, i, a, b, i // 2 + 1, i // 2 + 1, f"Header {doc_id}", text[a:b]],
             )
     return SimpleNamespace(chunk_reader=lambda: ChunkReader(con))
