@@ -324,7 +324,10 @@ def test_prometheus_scrapes_quarry_api_and_quarry_serve(tmp_path):
     _need(PROMETHEUS)
     import quarry
 
-    env = {**os.environ, "QUARRY_EMBED_BACKEND": "hash", "PYTHONUNBUFFERED": "1"}
+    # quarry serve answers /metrics on --port from its own private Prefect server: without the
+    # PREFECT_API_URL an earlier test's fixture may have left in this process's environment
+    env = {**{k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}, "QUARRY_EMBED_BACKEND": "hash",
+           "PYTHONUNBUFFERED": "1"}
     tree, db = _tree(tmp_path / "tree", 4), tmp_path / "db"
     os.environ["QUARRY_EMBED_BACKEND"] = "hash"
     try:
