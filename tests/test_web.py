@@ -243,6 +243,31 @@ def test_status_page_counts_and_links_the_api_docs(app, store):
     assert 'href="/docs"' in r.text and "store on disk" in r.text and "Last run" in r.text
 
 
+def test_corpus_page_shows_the_corpus_report_to_admins_only(app, store):
+    """The corpus report as a page: the same numbers as ``Index.corpus_report`` (what ``quarry
+    corpus report`` prints); it counts every document, so a key short of admin gets a 403 and no
+    link to it."""
+    with quarry.open(store.db) as idx:
+        report = idx.corpus_report()
+    admin = client(app, store, "admin")
+    page = admin.get("/corpus")
+    assert page.status_code == 200, page.text
+    text = " ".join(" ".join(parsed(page.text).text).split())
+    assert f"documents {report['documents']:,}" in text and f"chunks {report['chunks']:,}" in text
+    for section in ("Duplicates by folder", "Languages", "Personal data and secrets", "Boilerplate"):
+        assert section in text
+    for lang in report["languages"]:
+        assert f"{lang['lang']} {lang['chunks']:,} {lang['documents']:,}" in text
+    for kind in report["pii"]:
+        assert f"{kind['kind']} {kind['total']:,} {kind['chunks']:,}" in text
+    assert 'href="/corpus"' in admin.get("/status").text
+    outsider = client(app, store, "outsider")
+    refused = outsider.get("/corpus")
+    assert refused.status_code == 403 and "admin key" in refused.text
+    assert 'href="/corpus"' not in outsider.get("/status").text
+    assert client(app, store).get("/corpus").status_code == 303  # signed out: to the sign-in page
+
+
 # --- permissions: a key without the principal sees nothing of the restricted document ------------
 
 

@@ -250,9 +250,9 @@ def document_page(request: Request, doc_id: str, chunk: str = "", q: str = "", s
 
 # --- runs -----------------------------------------------------------------------------------------
 
-def _admin(request: Request) -> None:
+def _admin(request: Request, what: str = "the runs name files") -> None:
     if not request.state.caller.admin:
-        raise ApiError(403, "the runs name files of every permission: they need an admin key "
+        raise ApiError(403, f"{what} of every permission: they need an admin key "
                             "(`quarry keys create NAME --admin`)")
 
 
@@ -276,6 +276,17 @@ def run_page(request: Request, run_id: str):
     _admin(request)
     run = state_of(request).index().run(run_id[:200])
     return render(request, "run.html", run=run, stages=views.stage_rows(run.get("durations") or {}))
+
+
+# --- corpus report --------------------------------------------------------------------------------
+
+@router.get("/corpus")
+@html_errors()
+def corpus_page(request: Request):
+    """``quarry corpus report`` as a page: duplicates by folder, languages, personal data by kind,
+    boilerplate per root. It counts every document, so it is an admin page like the runs."""
+    _admin(request, "the corpus report counts documents")
+    return render(request, "corpus.html", report=state_of(request).index().corpus_report())
 
 
 # --- status ---------------------------------------------------------------------------------------
