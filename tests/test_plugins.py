@@ -73,6 +73,27 @@ def test_a_store_indexed_and_searched_through_plugins(quarry_with_plugin, tmp_pa
     assert json.loads(sql.stdout) == [{"by": "quarry-demo-plugin"}]
 
 
+def test_a_parser_that_never_returns_fails_its_file_within_the_limits(quarry_with_plugin, tmp_path):
+    """A heavy format whose parser spins the CPU forever is stopped at its CPU budget
+    (QUARRY_PARSE_TIMEOUT), parsed once more alone with four times the budget, then reported; one
+    that sleeps forever is stopped by the wall-clock backstop (ten times the budget); the rest of
+    the tree is indexed. Before, a lone heavy file parsed in the run's own process with no limit
+    (this run never ended) and the limit was wall-clock time."""
+    tree, db = tmp_path / "tree", tmp_path / "db"
+    tree.mkdir()
+    (tree / "forever.spin").write_text("spins")
+    (tree / "asleep.wait").write_text("sleeps")
+    (tree / "notes.md").write_text("# Notes\n\nA plain Markdown page about compost.\n")
+    done = quarry_with_plugin("index", tree, "--db", db, "--json", QUARRY_PARSE_TIMEOUT="1", QUARRY_EMBED_BACKEND="hash")
+    assert done.returncode == 3, done.stderr  # some files failed; the rest committed
+    report = json.loads(done.stdout)
+    assert report["added"] == 1 and report["failed"] == 2
+    errors = {e["path"].rsplit("/", 1)[-1]: e["error"] for e in report["errors"]}
+    assert "more than 1 s of CPU, and more than 4 s when parsed again alone (QUARRY_PARSE_TIMEOUT" \
+        in errors["forever.spin"]
+    assert "longer than 10 s of wall time" in errors["asleep.wait"] and "looks stuck" in errors["asleep.wait"]
+
+
 def test_without_the_plugin_its_names_are_unknown(cli, tmp_path):
     done = cli("search", "x", "--db", tmp_path / "none", "--fusion", "max")
     assert done.returncode == 2 and "'max' is not one of 'tmm', 'rrf'" in done.stderr

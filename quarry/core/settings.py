@@ -110,7 +110,7 @@ class Settings(BaseSettings):
     openai_api_key: str = _secret("openai_api_key", "OPENAI_API_KEY")
     # run
     parse_workers: int = Field(0, ge=0)  # 0 = one per CPU
-    parse_timeout: int = Field(120, ge=1)  # seconds per file
+    parse_timeout: int = Field(120, ge=1)  # CPU seconds a file's parse may use (quarry/ingest/process.py)
     ocr: bool = True  # OCR images and PDF pages without a text layer (QUARRY_OCR=0 turns it off)
     rehash: bool = False  # read every file's bytes each run, not trusting an unchanged size and mtime (--full does too)
     duckdb_fts: bool = True  # DuckDB's full-text tables for match_bm25 in SQL, built on demand (docs/export.md)

@@ -128,8 +128,8 @@ def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, o
                 ) -> list[ParsedDocument | str]:
     """Parse ``files``; each result is a document or the reason it could not be read.
 
-    With ``ocr``, a batch holding a PDF or an image always uses the pool, even for one file,
-    so that OCR (tens of seconds a page on a small machine) stays under the per-file timeout.
+    Heavy formats (PDF, Office, images: CPU-bound, OCR) parse in a process pool, even one file, each
+    under a CPU budget (:func:`_parse_heavy`): a parser that never returns is stopped there.
     Members of archives are read first, each archive once (``_read_members``), and objects on
     object storage a few at a time (``_read_objects``), then parsed as files.
     """
@@ -148,24 +148,8 @@ def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, o
         _convert_legacy(files, results, members, kinds, timeout, paths, stamps)
         heavy = [i for i, f in enumerate(files)
                  if (fmt := BY_TYPE.get(f.file_type)) is not None and fmt.heavy and results[i] is None]
-        may_ocr = ocr and any(BY_TYPE[files[i].file_type].ocr for i in heavy)
-        if ((workers > 1 and len(heavy) > 1) or may_ocr) and not _daemonic():
-            ctx = multiprocessing.get_context("spawn")  # fork is unsafe under Prefect's threads
-            pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(heavy))), mp_context=ctx)
-            futures = {i: pool.submit(_parse_one, *source(i)) for i in heavy}
-            hung = False
-            for i, fut in futures.items():
-                try:
-                    results[i] = fut.result(timeout=timeout)
-                except FutureTimeout:
-                    results[i] = f"parsing took longer than {timeout:.0f} s"
-                    hung = True
-                except Exception as exc:  # a worker died (out of memory, a crash in a C library)
-                    results[i] = f"parser process failed: {type(exc).__name__}: {exc}"
-            if hung:
-                for proc in list(getattr(pool, "_processes", {}).values()):
-                    proc.kill()
-            pool.shutdown(wait=not hung, cancel_futures=True)
+        if heavy and not _daemonic():  # even one file: only a worker can be stopped when its parser never returns
+            _parse_heavy({i: source(i) for i in heavy}, results, workers, timeout)
         for i, f in enumerate(files):
             if results[i] is None:
                 results[i] = _parse_one(*source(i))
@@ -176,6 +160,99 @@ def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, o
         if meta and isinstance(results[i], ParsedDocument):  # the document's own metadata wins a clash
             results[i].metadata = {**meta, **results[i].metadata}
     return results  # type: ignore[return-value]
+
+
+WALL_FACTOR = 10  # a parse that runs this many times its CPU budget in wall time is stuck (asleep, blocked)
+RETRY_FACTOR = 4  # a file over its CPU budget is parsed again alone, with this many times the budget
+
+
+class _OverBudget(BaseException):
+    """Raised in a pool worker when a parse has used its CPU budget (a BaseException, so that no
+    parser's ``except Exception`` swallows it)."""
+
+
+_OVER_BUDGET = "\0over-budget"  # a worker's answer: the parse used its CPU budget
+_DIED = "\0worker-died"  # the pool's worker ended during the parse
+_RETRY = (_OVER_BUDGET, _DIED)
+
+
+def _on_budget(signum, frame):
+    raise _OverBudget
+
+
+def _parse_budgeted(budget: float, *source) -> ParsedDocument | str:
+    """:func:`_parse_one` in a pool worker under a CPU-time budget of ``budget`` seconds.
+
+    The budget counts this process's own CPU time (``ITIMER_PROF``: every thread, user and
+    system), not the wall clock, so a neighbour that keeps the cores busy does not make a file
+    fail. The timer's signal stops a parse that runs Python code; one spinning inside a C library
+    never returns to Python, and meets ``RLIMIT_CPU`` at twice the budget, where the kernel ends
+    the worker (the pool then reports it died)."""
+    import resource
+    import signal
+
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    spent = used.ru_utime + used.ru_stime
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    ceiling = int(spent + 2 * budget) + 2
+    if soft != resource.RLIM_INFINITY:
+        ceiling = min(ceiling, soft)
+    previous = signal.signal(signal.SIGPROF, _on_budget)
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (ceiling, hard))
+        signal.setitimer(signal.ITIMER_PROF, budget)
+        return _parse_one(*source)
+    except _OverBudget:
+        return _OVER_BUDGET
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _parse_heavy(sources: dict[int, tuple], results: list, workers: int, budget: float) -> None:
+    """Parse the files ``sources`` (index: :func:`_parse_one`'s arguments) in a process pool, each under a CPU budget of
+    ``budget`` seconds (``QUARRY_PARSE_TIMEOUT``) and a wall-clock backstop of
+    :data:`WALL_FACTOR` times that for a parser that is stuck without using CPU.
+
+    A file over its CPU budget, or whose worker died (out of memory; the CPU ceiling; a crash in a
+    C library — which also ends the pool's other parses), is parsed once more alone, in a pool of
+    its own, with :data:`RETRY_FACTOR` times the budget, before it is reported."""
+    ctx = multiprocessing.get_context("spawn")  # fork is unsafe under Prefect's threads
+    again = _run_pool(list(sources), sources, results, max(1, min(workers, len(sources))), budget, ctx)
+    for i in again:
+        _run_pool([i], sources, results, 1, budget * RETRY_FACTOR, ctx)
+        if results[i] == _OVER_BUDGET:
+            results[i] = (f"parsing used more than {budget:.0f} s of CPU, and more than "
+                          f"{budget * RETRY_FACTOR:.0f} s when parsed again alone (QUARRY_PARSE_TIMEOUT raises it)")
+        elif results[i] == _DIED:
+            results[i] = ("the parser process died, also when the file was parsed again alone (out of memory, "
+                          f"more than {2 * budget * RETRY_FACTOR:.0f} s of CPU, or a crash in a library)")
+
+
+def _run_pool(indices: list[int], sources: dict[int, tuple], results: list, workers: int, budget: float,
+              ctx) -> list[int]:
+    """One pool over ``indices``; returns those to parse again alone (over budget, worker died)."""
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    futures = {i: pool.submit(_parse_budgeted, budget, *sources[i]) for i in indices}
+    wall = budget * WALL_FACTOR
+    hung, again = False, []
+    for i, fut in futures.items():
+        try:
+            results[i] = fut.result(timeout=wall)
+        except FutureTimeout:
+            results[i] = (f"parsing took longer than {wall:.0f} s of wall time, {WALL_FACTOR} times its CPU "
+                          "budget (QUARRY_PARSE_TIMEOUT): the parser looks stuck")
+            hung = True
+        except Exception:  # the worker died (BrokenProcessPool): out of memory, the CPU ceiling, a C crash
+            results[i] = _DIED
+        if results[i] in _RETRY:
+            again.append(i)
+    if hung:
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.kill()
+    pool.shutdown(wait=not hung, cancel_futures=True)
+    return again
 
 
 def _convert_legacy(files: list[FileInfo], results: list, members: dict[int, tuple[bytes, str]], kinds: list[str],
