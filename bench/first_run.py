@@ -9,7 +9,11 @@ checkout with its own ``.venv``, e.g. of ``main``: the two interleave, so both m
 
 - ``new store, empty cache``: no kept Prefect database yet (a user's very first run);
 - ``new store``: a new store with the cache the first run left;
-- ``second run``: the same store again, nothing changed.
+- ``second run``: the same store again, nothing changed;
+- ``new store, at a terminal`` and its ``second run, at a terminal``: the same two with
+  ``QUARRY_PREFECT_LINGER=300``, what a run at a terminal does: the first leaves its Prefect server
+  for the next run of the store, and the second uses it (a checkout without the setting runs
+  both as above). The bench ends that server after the pair.
 
 The split comes from timestamps each process of the run appends to a file (``bench/trace``, put on
 ``PYTHONPATH``; it imports nothing early): ``import`` is the start of the interpreter to the start
@@ -40,7 +44,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "sample"
 TRACE = ROOT / "bench" / "trace"
-CASES = ("new store, empty cache", "new store", "second run")
+CASES = ("new store, empty cache", "new store", "second run", "new store, at a terminal",
+         "second run, at a terminal")
 PARTS = ("import", "server", "migrations", "flow", "commit", "exit")
 
 
@@ -53,10 +58,10 @@ def _python(checkout: Path) -> str:
     return str(python)
 
 
-def _index(checkout: Path, db: Path, cache: Path, trace: Path) -> dict:
+def _index(checkout: Path, db: Path, cache: Path, trace: Path, linger: str = "0") -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PYTHONPATH")}
     env.update(QUARRY_CACHE_DIR=str(cache), QUARRY_EMBED_BACKEND="hash", HF_HUB_OFFLINE="1", PYTHONPATH=str(TRACE),
-               QUARRY_BENCH_TRACE=str(trace))
+               QUARRY_BENCH_TRACE=str(trace), QUARRY_PREFECT_LINGER=linger)
     trace.unlink(missing_ok=True)
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.time()
@@ -69,6 +74,15 @@ def _index(checkout: Path, db: Path, cache: Path, trace: Path) -> dict:
     cpu = (now.ru_utime + now.ru_stime) - (used.ru_utime + used.ru_stime)
     parts = split(start, end, [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()])
     return {**parts, "cpu": round(cpu, 3)}
+
+
+def _end_lingering(db: Path) -> None:
+    """Stop the Prefect server a run at a terminal left for the next run of ``db``."""
+    try:
+        pid = json.loads((db / "prefect" / "server.json").read_text(encoding="utf-8"))["pid"]
+        os.kill(int(pid), 15)
+    except (OSError, ValueError, KeyError):
+        pass
 
 
 def split(start: float, end: float, events: list[dict]) -> dict:
@@ -117,6 +131,9 @@ def main() -> int:
                 runs[name][CASES[0]].append(_index(checkout, work / f"{name}-{r}-a", cache, trace))
                 runs[name][CASES[1]].append(_index(checkout, work / f"{name}-{r}-b", cache, trace))
                 runs[name][CASES[2]].append(_index(checkout, work / f"{name}-{r}-b", cache, trace))
+                runs[name][CASES[3]].append(_index(checkout, work / f"{name}-{r}-c", cache, trace, "300"))
+                runs[name][CASES[4]].append(_index(checkout, work / f"{name}-{r}-c", cache, trace, "300"))
+                _end_lingering(work / f"{name}-{r}-c")
             load.append(os.getloadavg()[0])
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -130,10 +147,10 @@ def main() -> int:
                          "wall_min": round(min(t["wall"] for t in ts), 2), "wall_max": round(max(t["wall"] for t in ts), 2)})
     print(f"quarry index {SAMPLE.relative_to(ROOT)} (hash embedder, no PREFECT_API_URL), median seconds of "
           f"{args.rounds} runs; load average {min(load):.1f}-{max(load):.1f} on {os.cpu_count()} CPUs")
-    head = f"{'':<7} {'case':<23}" + "".join(f" {p:>10}" for p in PARTS) + f" {'wall':>6} {'min':>6} {'max':>6} {'cpu':>6}"
+    head = f"{'':<7} {'case':<26}" + "".join(f" {p:>10}" for p in PARTS) + f" {'wall':>6} {'min':>6} {'max':>6} {'cpu':>6}"
     print(head)
     for row in rows:
-        print(f"{row['version']:<7} {row['case']:<23}" + "".join(f" {row[p]:>10.2f}" for p in PARTS)
+        print(f"{row['version']:<7} {row['case']:<26}" + "".join(f" {row[p]:>10.2f}" for p in PARTS)
               + f" {row['wall']:>6.2f} {row['wall_min']:>6.2f} {row['wall_max']:>6.2f} {row['cpu']:>6.2f}")
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -95,7 +95,8 @@ def serving_api(store: Path) -> str | None:
 
 @contextlib.contextmanager
 def prefect_api(log_dir: Path, services: bool = False, database: Path | None = None, check=None,
-                port: int | None = None, announce: Path | None = None, metrics: tuple[str, float] | None = None):
+                port: int | None = None, announce: Path | None = None, metrics: tuple[str, float] | None = None,
+                linger: float = 0.0):
     """Yield with ``PREFECT_API_URL`` pointing at a reachable Prefect API.
 
     Uses the user's server when ``PREFECT_API_URL`` is set; otherwise starts a private one, on
@@ -107,6 +108,9 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
     ``PREFECT_API_URL`` is set and before waiting for the server: Prefect reads its settings once,
     at import, so work that imports Prefect must not come earlier. ``metrics``: (store, schedule
     seconds): the private server also answers ``/metrics`` with the store's run metrics.
+    ``linger`` (seconds, with ``announce``): the private server stays after this process for the
+    next run, which finds it through ``announce``, and ends once no run has used it that long
+    (``flows/prefect_server.py``); the announcement then names the server's own process.
     """
     prefect_environment()
     if os.environ.get("PREFECT_API_URL"):
@@ -136,7 +140,8 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
     proc = subprocess.Popen(
         [sys.executable, "-m", "quarry.flows.prefect_server", str(port), str(os.getpid()),
          *(["--services"] if services else []),
-         *(["--metrics", metrics[0], str(metrics[1])] if metrics else [])],
+         *(["--metrics", metrics[0], str(metrics[1])] if metrics else []),
+         *(["--linger", str(linger), str(announce)] if linger and announce is not None else [])],
         stdout=log,
         stderr=log,
         stdin=subprocess.DEVNULL,
@@ -157,7 +162,8 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
 
             announce.parent.mkdir(parents=True, exist_ok=True)
             tmp = announce.with_name(f".{announce.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}), encoding="utf-8")
+            owner = proc.pid if linger else os.getpid()
+            tmp.write_text(json.dumps({"url": url, "pid": owner}), encoding="utf-8")
             os.replace(tmp, announce)
         yield url
     finally:
@@ -167,12 +173,52 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
                     announce.unlink()
         _flush_prefect_logs()
         os.environ.pop("PREFECT_API_URL", None)
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        if linger and announce is not None and proc.poll() is None and _announced(announce, proc.pid):
+            proc.returncode = 0  # it stays for the next run; Popen must not warn that it still runs
+        else:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         log.close()
+
+
+def _announced(announce: Path, pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return f'"pid": {pid}' in announce.read_text(encoding="utf-8")
+    return False
+
+
+def linger_seconds() -> float:
+    """How long an index run's private Prefect server stays for the next run of the store
+    (``QUARRY_PREFECT_LINGER``): 300 s when quarry runs at a terminal (a person who will run the
+    next command soon), none otherwise (a schedule, a script, a test)."""
+    from quarry.core.environment import environment
+
+    chosen = environment().prefect_linger
+    if chosen is not None:
+        return chosen
+    return 300.0 if sys.stdin.isatty() and sys.stdout.isatty() else 0.0
+
+
+@contextlib.contextmanager
+def lease(store: Path):
+    """Hold a lease on a lingering private server of ``store`` while the block runs: taken before
+    the announcement is read, so the server cannot end between the read and the run."""
+    leases = store / "prefect" / "leases"
+    path = leases / str(os.getpid())
+    try:
+        leases.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    except OSError:
+        path = None
+    try:
+        yield
+    finally:
+        if path is not None:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def _wait_for(proc: subprocess.Popen, url: str, deadline: float, log: Path) -> None:

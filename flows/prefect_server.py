@@ -1,7 +1,13 @@
-"""``python -m quarry.flows.prefect_server PORT PARENT_PID [--services]``: Prefect's API server, for one parent.
+"""``python -m quarry.flows.prefect_server PORT PARENT_PID [--services] [--linger SECONDS ANNOUNCE]``:
+Prefect's API server, for one parent.
 
 A watchdog thread ends the server as soon as the parent process is gone, so a killed
-``quarry index`` or ``quarry serve`` never leaves a server behind.
+``quarry index`` or ``quarry serve`` never leaves a server behind. With ``--linger`` (an
+interactive ``quarry index``: :func:`quarry.flows.orchestration.prefect_api`), it stays after its
+parent for the next run of the same store, which finds it through ``ANNOUNCE``
+(``<store>/prefect/server.json``), and ends once no run has used it for ``SECONDS``. A run that
+uses it holds a lease, a file named by its process id in ``leases/`` beside ``ANNOUNCE``; the
+server counts a lease whose process lives as a run in progress.
 
 Without ``--services`` the server runs in Prefect's ephemeral mode: the API only, no background
 services, which is all a one-shot ``quarry index`` needs and the fastest to start. With
@@ -19,11 +25,13 @@ is only the watchdog and the choice of mode; the server itself is Prefect's app 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import sys
 import threading
 import time
+from pathlib import Path
 
 
 def _watch(parent: int) -> None:
@@ -31,6 +39,64 @@ def _watch(parent: int) -> None:
         time.sleep(1.0)
         if os.getppid() != parent:
             os._exit(0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _leased(leases: Path) -> bool:
+    """Whether a run holds a lease (a file named by a living process id); stale leases go."""
+    held = False
+    try:
+        names = os.listdir(leases)
+    except OSError:
+        return False
+    for name in names:
+        if name.isdigit() and _alive(int(name)):
+            held = True
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(leases / name)
+    return held
+
+
+def _linger(parent: int, seconds: float, announce: Path) -> None:
+    """End the server once its parent is gone and no run has held a lease for ``seconds``, or
+    when the store is gone. Before ending, it withdraws its announcement and looks at the leases
+    once more: a run takes its lease before it reads the announcement, so a run that read it is
+    seen here and the server stays."""
+    leases = announce.parent / "leases"
+    used = time.monotonic()
+    while True:
+        time.sleep(1.0)
+        if not announce.parent.is_dir():
+            os._exit(0)
+        if os.getppid() == parent or _leased(leases):
+            used = time.monotonic()
+            continue
+        if time.monotonic() - used < seconds:
+            continue
+        text = None
+        with contextlib.suppress(OSError):
+            text = announce.read_text(encoding="utf-8")
+            if f'"pid": {os.getpid()}' in text:
+                os.unlink(announce)
+            else:
+                text = None
+        if _leased(leases):  # a run read the announcement before it went: stay, announced again
+            if text is not None:
+                with contextlib.suppress(OSError):
+                    announce.write_text(text, encoding="utf-8")
+            used = time.monotonic()
+            continue
+        os._exit(0)
 
 
 def create_app():
@@ -62,7 +128,12 @@ def create_app():
 def main() -> None:
     port, parent = int(sys.argv[1]), int(sys.argv[2])
     services = "--services" in sys.argv[3:]
-    threading.Thread(target=_watch, args=(parent,), daemon=True).start()
+    if "--linger" in sys.argv:
+        at = sys.argv.index("--linger")
+        watch, args = _linger, (parent, float(sys.argv[at + 1]), Path(sys.argv[at + 2]))
+    else:
+        watch, args = _watch, (parent,)
+    threading.Thread(target=watch, args=args, daemon=True).start()
     os.environ["PREFECT_UI_ENABLED"] = "0"
     if services:
         os.environ.pop("PREFECT__SERVER_EPHEMERAL", None)

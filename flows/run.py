@@ -180,21 +180,29 @@ def _secrets(settings: dict) -> Iterator[None]:
 @contextlib.contextmanager
 def _history(store: Path) -> Iterator[str]:
     """A Prefect API for the run: ``PREFECT_API_URL`` when set; else the private server of a
-    ``quarry serve`` of this store, when one is running; else a private server of this call's own,
+    ``quarry serve`` of this store, or one an earlier interactive run left for the next
+    (``QUARRY_PREFECT_LINGER``), when one is running; else a private server of this call's own,
     its database under the store (``<store>/prefect/prefect.db``), so the run's history stays with
     the index it describes."""
-    from quarry.flows.orchestration import prefect_api, serving_api
+    from quarry.flows.orchestration import SERVER_FILE, lease, linger_seconds, prefect_api, serving_api
 
-    url = None if os.environ.get("PREFECT_API_URL") else serving_api(store)
-    if url is not None:
-        os.environ["PREFECT_API_URL"] = url
-        try:
-            with prefect_api(store / "logs", check=_import_the_flow) as found:
-                yield found
-        finally:
-            os.environ.pop("PREFECT_API_URL", None)
+    if os.environ.get("PREFECT_API_URL"):
+        with prefect_api(store / "logs", check=_import_the_flow) as found:
+            yield found
         return
-    with prefect_api(store / "logs", database=store / "prefect" / "prefect.db", check=_import_the_flow) as found:
+    with lease(store):
+        url = serving_api(store)
+        if url is not None:
+            os.environ["PREFECT_API_URL"] = url
+            try:
+                with prefect_api(store / "logs", check=_import_the_flow) as found:
+                    yield found
+            finally:
+                os.environ.pop("PREFECT_API_URL", None)
+            return
+    linger = linger_seconds()
+    with prefect_api(store / "logs", database=store / "prefect" / "prefect.db", check=_import_the_flow,
+                     announce=store / "prefect" / SERVER_FILE if linger else None, linger=linger) as found:
         yield found
 
 

@@ -23,6 +23,8 @@ os.environ["PREFECT_HOME"] = _home
 os.environ.setdefault("QUARRY_EMBED_BACKEND", "hash")
 # no detached full-text builder after every test commit (2 cores); tests/test_duckdb_fts.py turns it on
 os.environ.setdefault("QUARRY_DUCKDB_FTS", "0")
+# no private Prefect server stays after a test's run, even when the suite runs at a terminal
+os.environ.setdefault("QUARRY_PREFECT_LINGER", "0")
 from quarry.flows.orchestration import prefect_environment  # noqa: E402
 
 prefect_environment()

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -183,6 +185,85 @@ def test_a_one_shot_run_keeps_its_prefect_history_under_the_store(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (db / "prefect" / "prefect.db").is_file()
     assert not (tmp_path / "prefect-home" / "prefect.db").exists()
+
+
+def _server(db: Path) -> dict | None:
+    try:
+        return json.loads((db / "prefect" / "server.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/status").read_text().find("zombie") < 0
+
+
+def test_an_interactive_run_leaves_its_prefect_server_for_the_next_run_then_it_ends(tmp_path):
+    """With QUARRY_PREFECT_LINGER (300 s by default at a terminal) the private server stays after
+    `quarry index` for the next run of the store, which uses it instead of starting one, and it
+    ends once no run has used it that long. Without it (not a terminal, as here) nothing stays."""
+    tree, db = _tree(tmp_path / "tree", 2), tmp_path / "db"
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+
+    def index(linger: str | None) -> subprocess.CompletedProcess:
+        run_env = {**env, **({"QUARRY_PREFECT_LINGER": linger} if linger is not None else {})}
+        done = subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)],
+                              capture_output=True, text=True, env=run_env, cwd=ROOT, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    index(None)  # not a terminal: no server stays
+    assert _server(db) is None
+    index("20")
+    first = _server(db)
+    assert first is not None and _alive(first["pid"])
+    (tree / "new.md").write_text("# New\n\nA page added between the runs.\n")
+    index("3")  # uses the waiting server: no new one, the same announcement
+    assert _server(db) == first and _alive(first["pid"])
+    import quarry
+
+    with quarry.open(db) as idx:
+        assert idx.status()["documents"] == 3 and len(idx.runs(10)) == 3
+    # the lingering server was started with 20 s; it ends 20 s after the last run's lease is gone
+    deadline = time.monotonic() + 180
+    while _alive(first["pid"]):
+        assert time.monotonic() < deadline, "the lingering Prefect server never ended"
+        time.sleep(1)
+    assert _server(db) is None
+    assert not list((db / "prefect" / "leases").iterdir())
+
+
+def test_a_lingering_server_ends_when_its_store_is_removed(tmp_path):
+    tree, db = _tree(tmp_path / "tree", 1), tmp_path / "db"
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    done = subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)],
+                          capture_output=True, text=True, env={**env, "QUARRY_PREFECT_LINGER": "600"}, cwd=ROOT,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    pid = _server(db)["pid"]
+    shutil.rmtree(db)
+    deadline = time.monotonic() + 60
+    while _alive(pid):
+        assert time.monotonic() < deadline, "the lingering Prefect server outlived its store"
+        time.sleep(0.5)
+
+
+def test_linger_defaults_to_five_minutes_at_a_terminal_only(monkeypatch):
+    from quarry.flows.orchestration import linger_seconds
+
+    monkeypatch.delenv("QUARRY_PREFECT_LINGER", raising=False)
+    for tty, expected in ((True, 300.0), (False, 0.0)):
+        monkeypatch.setattr(sys.stdin, "isatty", lambda tty=tty: tty, raising=False)
+        monkeypatch.setattr(sys.stdout, "isatty", lambda tty=tty: tty, raising=False)
+        assert linger_seconds() == expected
+    monkeypatch.setenv("QUARRY_PREFECT_LINGER", "0")
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    assert linger_seconds() == 0.0
 
 
 def test_serve_indexes_at_start_not_at_the_first_tick(prefect_api, tmp_path):

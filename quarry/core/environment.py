@@ -56,6 +56,9 @@ class Environment(BaseSettings):
     keys_check_seconds: float | None = Field(None, ge=0)  # how often a server re-reads its keys
     api_rate_limit: int = Field(600, ge=0)  # requests per minute per API key (0: unlimited)
     prefect_startup_timeout: float = Field(120.0, gt=0)  # seconds to wait for a private Prefect server
+    # seconds an interactive run's private Prefect server stays for the next run of the store (0: none;
+    # unset: 300 when quarry runs at a terminal, else 0)
+    prefect_linger: float | None = Field(None, ge=0)
     log_level: str = ""  # quarry's and Prefect's log level (the CLI's --log-level)
     log_format: str = Field("text", pattern="^(text|json)$")  # text, or json: one object a line (--log-format)
     api_metrics: bool = True  # quarry api counts requests and serves /metrics (off: neither; denials are still audited)
