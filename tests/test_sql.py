@@ -138,6 +138,14 @@ PARAMS = {
     "dedup_members": [["d1"]],
     "export_unreadable": None,
     "layer_dedup_apply": "wanted_dups",
+    "corpus_boilerplate_lines": [2, 0.5],
+    "boilerplate_lines": [["d1"]],
+    "boilerplate_counts": [[1, 2]],
+    "boilerplate_roots": None,
+    "boilerplate_chunks": [["d1"], [1, 2]],
+    "boilerplate_all": [3, 0.02, True],
+    "boilerplate_apply": "wanted_boilerplate",
+    "layer_boilerplate_apply": "wanted_boilerplate",
 }
 
 MOVED = [("d1", "/r/b\udce9.md", "/r", "b.md", dt.datetime(2024, 1, 1), "run1")]
@@ -145,7 +153,9 @@ REGISTERED = {"moved_documents": lambda: layers.moves_table(MOVED),
               "touched_documents": lambda: layers.touches_table([("d1", dt.datetime(2024, 1, 1), "run1")]),
               "moved_paths": lambda: layers.moves_table(MOVED).select(["doc_id", "path"]),
               "wanted_dups": lambda: pa.table({"doc_id": ["d1"], "dup_cluster": ["d1"], "dup_of": pa.array([None], pa.string()),
-                                               "dup_similarity": pa.array([1.0], pa.float64())})}
+                                               "dup_similarity": pa.array([1.0], pa.float64())}),
+              "wanted_boilerplate": lambda: pa.table({"chunk_id": ["d1:0"], "doc_id": ["d1"], "boilerplate": [0.5],
+                                                      "search_text": ["x"], "text_hash": ["h"]})}
 
 
 @pytest.mark.parametrize("name", ALL_SQL)

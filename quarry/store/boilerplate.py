@@ -1,0 +1,202 @@
+"""Boilerplate flags kept true at each commit (``chunks.boilerplate``), and with
+``QUARRY_BOILERPLATE=strip`` the BM25 text and vectors that leave those lines out.
+
+A line is boilerplate in a root when enough of the root's documents hold it
+(quarry/ingest/corpus/boilerplate.py). A commit cannot afford to count every line again, so it
+counts only the lines it may have flipped: ``L``, the lines of the documents it added, changed,
+moved, deleted or whose duplicate assignment changed (deleted ones' lines are taken by the writer
+before their rows go). One scan of ``chunks.line_hashes`` (``list_has_any``, no unnest of the
+catalog) counts, per root, the documents holding each line of ``L``. The commit changed at most
+``k`` documents, so a line's holders and its root's size moved by at most ``k``: only lines whose
+count lies within ``k`` of the threshold can have flipped (``F``). The chunks recomputed are those
+of the changed documents and those holding a line of ``F``; their other lines are counted by a
+second such scan, and only rows whose value changed are written — into a delta layer as an edit
+would (quarry/store/layers.py), or in place in a whole catalog.
+
+What an incremental commit does not see: a line no change touched keeps its status while its
+root's document count moves the threshold (``max(3, ceil(2% x n))``) under it. ``quarry maintain``
+recomputes every chunk (:func:`update` with ``full``), and so does the first commit of a store
+and of a catalog from before the column (meta ``boilerplate_flags`` not set).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from quarry.core.sqlfiles import load_sql
+from quarry.ingest.chunking import text_hash
+from quarry.ingest.corpus import boilerplate as rules
+
+__all__ = ["MARK", "Update", "update", "mode", "stale"]
+
+# meta key: the QUARRY_BOILERPLATE mode every chunk's flag and texts were computed for once (then
+# commits keep them); another mode, or none, makes the next commit compute every chunk's
+MARK = "boilerplate_flags"
+
+
+def mode() -> str:
+    """``QUARRY_BOILERPLATE``: keep or strip."""
+    return "strip" if rules.stripping() else "keep"
+
+
+def stale(con) -> bool:
+    """Whether the catalog ``con`` reads needs every chunk's flag computed again: another mode's
+    flags, or a line whose status the growth of its root moved (``quarry maintain``)."""
+    from quarry.store.catalog import get_meta
+
+    if get_meta(con).get(MARK) != mode():
+        return True
+    return con.execute(load_sql("boilerplate_all"), [rules.MIN_DOCS, rules.SHARE, False]).fetchone() is not None
+_WANTED = "wanted_boilerplate"
+_SCHEMA = pa.schema([("chunk_id", pa.string()), ("doc_id", pa.string()), ("boilerplate", pa.float64()),
+                     ("search_text", pa.string()), ("text_hash", pa.string())])
+
+
+@dataclass
+class Update:
+    """What :func:`update` changed: documents whose chunks rows changed, those a delta layer
+    copied from an earlier one, and the vectors of chunks whose embedded text changed (stripping)."""
+
+    changed: list[str] = field(default_factory=list)
+    copied: list[str] = field(default_factory=list)
+    vectors: pa.Table | None = None  # chunk_id, text_hash, vector: the LanceDB rows to update
+    by_chunk: dict[str, np.ndarray] = field(default_factory=dict)  # the same vectors by chunk_id
+    flagged: int = 0
+    complete: bool = True  # every chunk's texts are as the mode wants (False: no vector for some stripped text)
+
+
+def _status(con, lines: set[int]) -> dict[tuple[str, int], int]:
+    if not lines:
+        return {}
+    return {(r, h): n for r, h, n in con.execute(load_sql("boilerplate_counts"), [sorted(lines)]).fetchall()}
+
+
+def _maybe_flipped(lines: set[int], counts: dict, roots: dict[str, int], k: int) -> set[int]:
+    """Lines of ``lines`` whose status in some root may differ from before a change of ``k``
+    documents: holders and the root's size each moved by at most ``k``."""
+    out = set()
+    for root, n in roots.items():
+        low, high = rules.threshold(max(0, n - k)), rules.threshold(n + k)
+        for h in lines:
+            c = counts.get((root, h), 0)
+            if c == 0:
+                continue  # no document of the root holds it now: no chunk there to update
+            if rules.is_boilerplate(c, n):
+                if c - k < high:
+                    out.add(h)
+            elif c + k >= low:
+                out.add(h)
+    return out
+
+
+def update(con, docs: set[str], removed_lines: set[int], removed_docs: int, layer: tuple[int, int] | None,
+           strip: bool = False, lookup: Callable | None = None, embed: Callable | None = None,
+           full: bool = False) -> Update:
+    """Bring ``chunks.boilerplate`` of the catalog ``con`` writes in line after a commit's changes.
+
+    ``docs``: documents added, changed or moved, or whose duplicate assignment changed;
+    ``removed_lines``/``removed_docs``: the lines and number of documents deleted or replaced;
+    ``layer``: ``(generation, base)`` of the delta layer written, else a whole catalog. With
+    ``strip``, chunks' BM25 text and text hash leave their boilerplate lines out; their new
+    vectors come from ``lookup(hashes)`` (the vector cache) or ``embed(texts)``; without either a
+    chunk keeps its texts. ``full``: every chunk from scratch (``quarry maintain``, a first commit)."""
+    if full:
+        rows = _all_rows(con)
+    else:
+        rows = _changed_rows(con, docs, removed_lines, len(docs) + removed_docs)
+    out = Update(flagged=len(rows))
+    wanted = []
+    restrip: dict[str, tuple[str, str]] = {}  # chunk_id -> (new text hash, embedded text)
+    for chunk_id, doc_id, share, boiler, header, text, search, thash, stored in rows:
+        new_search, new_hash = search, thash
+        if strip or full:
+            lines = set(boiler or ()) if strip else set()
+            new_search = rules.search_text(header, text, lines)
+            embedded = rules.embed_text(header, text, lines)
+            new_hash = text_hash(embedded)
+            if new_hash != thash:
+                restrip[chunk_id] = (new_hash, embedded)
+        if share != stored or new_search != search or new_hash != thash:
+            wanted.append((chunk_id, doc_id, share, new_search, new_hash, search, thash))
+    vecs = _vectors(restrip, lookup, embed)
+    rows_out = []
+    for chunk_id, doc_id, share, new_search, new_hash, search, thash in wanted:
+        if new_hash != thash and new_hash not in vecs:  # no vector for the stripped text: texts stay
+            new_search, new_hash = search, thash
+            out.complete = False
+        rows_out.append({"chunk_id": chunk_id, "doc_id": doc_id, "boilerplate": share, "search_text": new_search,
+                         "text_hash": new_hash})
+    if not rows_out:
+        return out
+    if vecs:
+        ids = [r["chunk_id"] for r in rows_out if r["text_hash"] in vecs and restrip.get(r["chunk_id"])]
+        if ids:
+            out.by_chunk = {c: vecs[restrip[c][0]] for c in ids}
+            dim = len(next(iter(vecs.values())))
+            out.vectors = pa.table({
+                "chunk_id": pa.array(ids, pa.string()),
+                "text_hash": pa.array([restrip[c][0] for c in ids], pa.string()),
+                "vector": pa.FixedSizeListArray.from_arrays(
+                    pa.array(np.stack([vecs[restrip[c][0]] for c in ids]).astype(np.float32).ravel()), dim)})
+    con.register(_WANTED, pa.Table.from_pylist(rows_out, schema=_SCHEMA))
+    try:
+        if layer is None:
+            out.changed = sorted({d for (d,) in con.execute(load_sql("boilerplate_apply")).fetchall()})
+        else:
+            from quarry.store import layers
+
+            out.copied = layers.rewrite_principals(con, "layer_boilerplate_apply", *layer)
+            out.changed = sorted({r["doc_id"] for r in rows_out})
+    finally:
+        con.unregister(_WANTED)
+    logging.getLogger("quarry").info("boilerplate: %d chunks recomputed, %d rows updated, %d re-embedded (%s)",
+                                     len(rows), len(rows_out), 0 if out.vectors is None else out.vectors.num_rows,
+                                     "all" if full else "incremental")
+    return out
+
+
+def _changed_rows(con, docs: set[str], removed_lines: set[int], k: int) -> list[tuple]:
+    """The chunks an incremental commit recomputes, with their new share and boilerplate lines."""
+    ids = sorted(docs)
+    lines = set(removed_lines)
+    if ids:
+        lines.update(h for (h,) in con.execute(load_sql("boilerplate_lines"), [ids]).fetchall())
+    if not lines:
+        return []
+    roots = {r: n for r, n in con.execute(load_sql("boilerplate_roots")).fetchall()}
+    counts = _status(con, lines)
+    flipped = _maybe_flipped(lines, counts, roots, k)
+    found = con.execute(load_sql("boilerplate_chunks"), [ids, sorted(flipped)]).fetchall()
+    changed = set(ids)
+    rows = [r for r in found if r[1] in changed or any(h in flipped for h in (r[4] or ()))]
+    others = {h for r in rows for h in (r[4] or ())} - lines
+    counts.update(_status(con, others))
+    out = []
+    for chunk_id, doc_id, root, norm_hash, line_hashes, stored, header, text, search, thash in rows:
+        n = roots.get(root, 0)
+        boiler = [h for h in (line_hashes or ()) if rules.is_boilerplate(counts.get((root, h), 0), n)]
+        share = None if norm_hash is None else rules.share(line_hashes, set(boiler))
+        out.append((chunk_id, doc_id, share, boiler, header, text, search, thash, stored))
+    return out
+
+
+def _all_rows(con) -> list[tuple]:
+    return con.execute(load_sql("boilerplate_all"), [rules.MIN_DOCS, rules.SHARE, True]).fetchall()
+
+
+def _vectors(restrip: dict[str, tuple[str, str]], lookup, embed) -> dict[str, np.ndarray]:
+    """Vectors of the stripped texts: stored ones by text hash first, the rest embedded."""
+    if not restrip:
+        return {}
+    texts = {h: t for h, t in restrip.values()}
+    found = dict(lookup(sorted(texts))) if lookup is not None else {}
+    missing = [h for h in texts if h not in found]
+    if missing and embed is not None:
+        got = embed([texts[h] for h in missing])
+        found.update(zip(missing, np.asarray(got, dtype=np.float32)))
+    return found
