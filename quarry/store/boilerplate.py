@@ -96,7 +96,7 @@ def _maybe_flipped(lines: set[int], counts: dict, roots: dict[str, int], k: int)
 
 def update(con, docs: set[str], removed_lines: set[int], removed_docs: int, layer: tuple[int, int] | None,
            strip: bool = False, lookup: Callable | None = None, embed: Callable | None = None,
-           full: bool = False) -> Update:
+           full: bool = False, restore: bool = False) -> Update:
     """Bring ``chunks.boilerplate`` of the catalog ``con`` writes in line after a commit's changes.
 
     ``docs``: documents added, changed or moved, or whose duplicate assignment changed;
@@ -104,7 +104,9 @@ def update(con, docs: set[str], removed_lines: set[int], removed_docs: int, laye
     ``layer``: ``(generation, base)`` of the delta layer written, else a whole catalog. With
     ``strip``, chunks' BM25 text and text hash leave their boilerplate lines out; their new
     vectors come from ``lookup(hashes)`` (the vector cache) or ``embed(texts)``; without either a
-    chunk keeps its texts. ``full``: every chunk from scratch (``quarry maintain``, a first commit)."""
+    chunk keeps its texts; ``restore``: without ``strip``, give stripped chunks their whole texts
+    back (the catalog was stripped before). ``full``: every chunk from scratch (``quarry
+    maintain``, a first commit)."""
     if full:
         rows = _all_rows(con)
     else:
@@ -114,7 +116,7 @@ def update(con, docs: set[str], removed_lines: set[int], removed_docs: int, laye
     restrip: dict[str, tuple[str, str]] = {}  # chunk_id -> (new text hash, embedded text)
     for chunk_id, doc_id, share, boiler, header, text, search, thash, stored in rows:
         new_search, new_hash = search, thash
-        if strip or full:
+        if strip or (restore and (share or stored)):
             lines = set(boiler or ()) if strip else set()
             new_search = rules.search_text(header, text, lines)
             embedded = rules.embed_text(header, text, lines)

@@ -362,13 +362,14 @@ class StoreWriter:
         """Boilerplate flags after this run's changes (quarry/store/boilerplate.py): chunks whose
         flag, or with ``QUARRY_BOILERPLATE=strip`` whose BM25 and embedded text, changed are
         rewritten as an edit would; returns whether vectors changed."""
-        mode = boilerplate.mode()
-        full = self.recount_boilerplate or catalog.get_meta(self.con).get(boilerplate.MARK) != mode
+        mode, before = boilerplate.mode(), catalog.get_meta(self.con).get(boilerplate.MARK)
+        full = self.recount_boilerplate or before != mode
         if not full and not (self.content_changed or self.row_changed):
             return False
         result = boilerplate.update(self.con, self.content_changed | self.row_changed, self.removed_lines,
                                     self.removed_docs, self._acl_layer(), strip=mode == "strip",
-                                    lookup=self.lookup_vectors, embed=self.embed, full=full)
+                                    lookup=self.lookup_vectors, embed=self.embed, full=full,
+                                    restore=before == "strip" and mode != "strip")
         if full and result.complete:
             self._set_meta(boilerplate.MARK, mode)
         self.content_changed.update(result.copied)
