@@ -189,3 +189,19 @@ def test_strip_brings_earlier_documents_in_line(tmp_path, run_flow, monkeypatch)
     (root / "expenses.md").unlink()
     run_flow([root], db)
     _check_stripped(db, set())  # and given their lines back when it falls back
+
+
+def test_a_move_across_roots_moves_the_count(tmp_path, run_flow):
+    a, b, db = tmp_path / "a", tmp_path / "b", tmp_path / "db"
+    for topic in ("deploy", "expenses", "oncall"):
+        write(a / f"{topic}.md", page(topic, True))
+    for topic in ("laptops", "holidays"):
+        write(b / f"{topic}.md", page(topic, True))
+    run_flow([a, b], db)
+    assert flags(db) == {"deploy.md": 0.5, "expenses.md": 0.5, "oncall.md": 0.5, "laptops.md": 0.0,
+                         "holidays.md": 0.0}  # counted per root: two in b
+    (a / "oncall.md").rename(b / "oncall.md")  # the same bytes: a move, nothing parsed again
+    report = run_flow([a, b], db)
+    assert report["moved"] == 1 and report["embedded_chunks"] == 0
+    assert flags(db) == {"deploy.md": 0.0, "expenses.md": 0.0, "oncall.md": 0.5, "laptops.md": 0.5,
+                         "holidays.md": 0.5}

@@ -140,6 +140,7 @@ PARAMS = {
     "layer_dedup_apply": "wanted_dups",
     "corpus_boilerplate_lines": [2, 0.5],
     "boilerplate_lines": [["d1"]],
+    "document_roots": [["d1"]],
     "boilerplate_counts": [[1, 2]],
     "boilerplate_roots": None,
     "boilerplate_chunks": [["d1"], [1, 2]],

@@ -40,7 +40,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from quarry.core import faults
+from quarry.core import faults, paths
 
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.models import DocumentRecord, RunReport
@@ -98,6 +98,9 @@ class StoreWriter:
         self.merged: list[int] | None = []  # what the commit merged (None: everything, a new base)
         self.removed_lines: set[int] = set()  # line hashes of chunks this run deleted or replaced (boilerplate)
         self.removed_docs = 0
+        # documents whose lines count differently now: content replaced or deleted, moved, re-clustered
+        # (not touches or permission changes, which change no line's holders)
+        self.line_changed: set[str] = set()
         self.recount_boilerplate = False  # every chunk's boilerplate flag from scratch (quarry maintain)
         # texts -> vectors of the run's model, for chunks QUARRY_BOILERPLATE=strip changes at commit
         self.embed = None
@@ -193,6 +196,7 @@ class StoreWriter:
         self.written.update(doc_ids)
         self.content_changed.update(doc_ids)
         self.row_changed.update(doc_ids)
+        self.line_changed.update(doc_ids)
         self._keep_vectors(records, vecs)
         faults.point("after-catalog")
 
@@ -229,6 +233,7 @@ class StoreWriter:
             self.written.difference_update(doc_ids)
             self.content_changed.update(doc_ids)
             self.row_changed.update(doc_ids)
+            self.line_changed.update(doc_ids)
 
     def _note_removed(self, doc_ids: list[str]) -> None:
         """Remember the lines of documents about to be deleted or replaced: their holders drop, and
@@ -245,6 +250,7 @@ class StoreWriter:
         if not moves:
             return
         table = layers.moves_table(moves)
+        roots = dict(self.con.execute(catalog.load_sql("document_roots"), [[m[0] for m in moves]]).fetchall())
         self.con.register("moved_paths", table.select(["doc_id", "path"]))
         try:
             moved = self.con.execute(catalog.load_sql("moved_chunks")).fetch_arrow_table()
@@ -256,6 +262,7 @@ class StoreWriter:
         else:
             _classic_rewrite(self.con, "move_documents", "moved_documents", table)
         self.row_changed.update(m[0] for m in moves)
+        self.line_changed.update(m[0] for m in moves if roots.get(m[0]) != paths.display(m[2]))
 
     def move_document(self, doc_id: str, path: str, root: str, rel_path: str, mtime, run_id: str) -> None:
         """One moved file (see :meth:`move_documents`)."""
@@ -357,6 +364,7 @@ class StoreWriter:
             return
         changed = dedup.update_clusters(self.con, self._acl_layer())
         self.row_changed.update(changed)
+        self.line_changed.update(changed)
 
     def _update_boilerplate(self) -> bool:
         """Boilerplate flags after this run's changes (quarry/store/boilerplate.py): chunks whose
@@ -364,9 +372,9 @@ class StoreWriter:
         rewritten as an edit would; returns whether vectors changed."""
         mode, before = boilerplate.mode(), catalog.get_meta(self.con).get(boilerplate.MARK)
         full = self.recount_boilerplate or before != mode
-        if not full and not (self.content_changed or self.row_changed):
+        if not full and not self.line_changed:
             return False
-        result = boilerplate.update(self.con, self.content_changed | self.row_changed, self.removed_lines,
+        result = boilerplate.update(self.con, self.line_changed, self.removed_lines,
                                     self.removed_docs, self._acl_layer(), strip=mode == "strip",
                                     lookup=self.lookup_vectors, embed=self.embed, full=full,
                                     restore=before == "strip" and mode != "strip")
