@@ -2,7 +2,7 @@
 -- before the column, and `quarry maintain`): a line of 20+ characters is boilerplate in a root when
 -- at least max($1, ceil($2 x n)) of the root's n documents hold it, copies (dup_of set) not
 -- counted. Returns the chunks whose share differs from the stored one or that hold boilerplate
--- (or held it, when $3: whether the BM25 and embedded texts are checked too), with their boilerplate lines and what stripping reads.
+-- (or held it, when $3: whether the BM25 and embedded texts are checked too; they are read only then), with their boilerplate lines and what stripping reads.
 WITH docs AS (
     SELECT root, count(*) AS n FROM documents WHERE dup_of IS NULL GROUP BY root
 ), lines AS (
@@ -25,6 +25,9 @@ WITH docs AS (
                 ELSE coalesce(len(b.lines) / nullif(len(c.line_hashes), 0), 0)::DOUBLE END AS share
     FROM chunks c LEFT JOIN boiler b ON b.chunk_id = c.chunk_id
 )
-SELECT w.chunk_id, w.doc_id, w.share, w.boiler, c.header, c.text, c.search_text, c.text_hash, w.stored
-FROM wanted w JOIN chunks c ON c.chunk_id = w.chunk_id
-WHERE w.share IS DISTINCT FROM w.stored OR ($3::BOOLEAN AND (w.share > 0 OR w.stored > 0));
+SELECT w.chunk_id, w.doc_id, w.share, w.boiler,
+       CASE WHEN t.texts THEN c.header END, CASE WHEN t.texts THEN c.text END,
+       CASE WHEN t.texts THEN c.search_text END, CASE WHEN t.texts THEN c.text_hash END, w.stored
+FROM wanted w JOIN chunks c ON c.chunk_id = w.chunk_id,
+     LATERAL (SELECT $3::BOOLEAN AND (w.share > 0 OR w.stored > 0) AS texts) t
+WHERE w.share IS DISTINCT FROM w.stored OR t.texts;

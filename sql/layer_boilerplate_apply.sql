@@ -1,5 +1,6 @@
 -- Chunks' boilerplate share (and, stripping, BM25 text and text hash) in a delta layer, from the
--- registered Arrow table wanted_boilerplate(chunk_id, doc_id, boilerplate, search_text, text_hash):
+-- registered Arrow table wanted_boilerplate(chunk_id, doc_id, boilerplate, search_text, text_hash; texts
+-- NULL: unchanged):
 -- a document whose sections and chunks an earlier layer holds has them copied into this one first
 -- (its owners' content_layer becomes this layer; its documents row stays where it is), then the
 -- layer's chunks are updated. $1: this layer's generation, $2: the generation's base. Returns the
@@ -15,7 +16,8 @@ INSERT OR REPLACE INTO layer.owners
 SELECT c.doc_id, coalesce(o.doc_layer, $2::INTEGER), $1::INTEGER FROM layer_copied c LEFT JOIN layer.owners o USING (doc_id);
 INSERT INTO layer.sections BY NAME SELECT * FROM layer_copied_sections;
 INSERT INTO layer.chunks BY NAME SELECT * FROM layer_copied_chunks;
-UPDATE layer.chunks SET boilerplate = w.boilerplate, search_text = w.search_text, text_hash = w.text_hash
+UPDATE layer.chunks SET boilerplate = w.boilerplate, search_text = coalesce(w.search_text, layer.chunks.search_text),
+    text_hash = coalesce(w.text_hash, layer.chunks.text_hash)
 FROM wanted_boilerplate w WHERE layer.chunks.chunk_id = w.chunk_id;
 SELECT doc_id FROM layer_copied ORDER BY doc_id;
 DROP TABLE layer_copied;

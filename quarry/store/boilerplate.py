@@ -108,7 +108,7 @@ def update(con, docs: set[str], removed_lines: set[int], removed_docs: int, laye
     back (the catalog was stripped before). ``full``: every chunk from scratch (``quarry
     maintain``, a first commit)."""
     if full:
-        rows = _all_rows(con)
+        rows = _all_rows(con, strip or restore)
     else:
         rows = _changed_rows(con, docs, removed_lines, len(docs) + removed_docs)
     out = Update(flagged=len(rows))
@@ -116,7 +116,7 @@ def update(con, docs: set[str], removed_lines: set[int], removed_docs: int, laye
     restrip: dict[str, tuple[str, str]] = {}  # chunk_id -> (new text hash, embedded text)
     for chunk_id, doc_id, share, boiler, header, text, search, thash, stored in rows:
         new_search, new_hash = search, thash
-        if strip or (restore and (share or stored)):
+        if text is not None and (strip or (restore and (share or stored))):  # texts read where they may change
             lines = set(boiler or ()) if strip else set()
             new_search = rules.search_text(header, text, lines)
             embedded = rules.embed_text(header, text, lines)
@@ -131,6 +131,8 @@ def update(con, docs: set[str], removed_lines: set[int], removed_docs: int, laye
         if new_hash != thash and new_hash not in vecs:  # no vector for the stripped text: texts stay
             new_search, new_hash = search, thash
             out.complete = False
+            if share == stored:
+                continue
         rows_out.append({"chunk_id": chunk_id, "doc_id": doc_id, "boilerplate": share, "search_text": new_search,
                          "text_hash": new_hash})
     if not rows_out:
@@ -187,8 +189,8 @@ def _changed_rows(con, docs: set[str], removed_lines: set[int], k: int) -> list[
     return out
 
 
-def _all_rows(con) -> list[tuple]:
-    return con.execute(load_sql("boilerplate_all"), [rules.MIN_DOCS, rules.SHARE, True]).fetchall()
+def _all_rows(con, texts: bool) -> list[tuple]:
+    return con.execute(load_sql("boilerplate_all"), [rules.MIN_DOCS, rules.SHARE, texts]).fetchall()
 
 
 def _vectors(restrip: dict[str, tuple[str, str]], lookup, embed) -> dict[str, np.ndarray]:
