@@ -1,8 +1,10 @@
 -- Every chunk's boilerplate share from scratch (the first commit of a store or of a catalog from
--- before the column, and `quarry maintain`): a line of 20+ characters is boilerplate in a root when
--- at least max($1, ceil($2 x n)) of the root's n documents hold it, copies (dup_of set) not
--- counted. Returns the chunks whose share differs from the stored one or that hold boilerplate
--- (or held it, when $3: whether the BM25 and embedded texts are checked too; they are read only then), with their boilerplate lines and what stripping reads.
+-- before the column, another QUARRY_BOILERPLATE, and `quarry maintain`) into the temporary table
+-- boilerplate_all: a line of 20+ characters is boilerplate in a root when at least max($1, ceil($2
+-- x n)) of the root's n documents hold it, copies (dup_of set) not counted. It holds the chunks
+-- whose share differs from the stored one, and with $3 (texts may change) those that hold
+-- boilerplate or held it, with their boilerplate lines.
+CREATE OR REPLACE TEMP TABLE boilerplate_all AS
 WITH docs AS (
     SELECT root, count(*) AS n FROM documents WHERE dup_of IS NULL GROUP BY root
 ), lines AS (
@@ -25,9 +27,5 @@ WITH docs AS (
                 ELSE coalesce(len(b.lines) / nullif(len(c.line_hashes), 0), 0)::DOUBLE END AS share
     FROM chunks c LEFT JOIN boiler b ON b.chunk_id = c.chunk_id
 )
-SELECT w.chunk_id, w.doc_id, w.share, w.boiler,
-       CASE WHEN t.texts THEN c.header END, CASE WHEN t.texts THEN c.text END,
-       CASE WHEN t.texts THEN c.search_text END, CASE WHEN t.texts THEN c.text_hash END, w.stored
-FROM wanted w JOIN chunks c ON c.chunk_id = w.chunk_id,
-     LATERAL (SELECT $3::BOOLEAN AND (w.share > 0 OR w.stored > 0) AS texts) t
-WHERE w.share IS DISTINCT FROM w.stored OR t.texts;
+SELECT chunk_id, doc_id, share, boiler, stored FROM wanted
+WHERE share IS DISTINCT FROM stored OR ($3::BOOLEAN AND (share > 0 OR stored > 0));

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from quarry.core.sqlfiles import load_sql
+from quarry.core.sqlfiles import load_sql, statements
 from quarry.ingest.chunking import text_hash
 from quarry.ingest.corpus import boilerplate as rules
 
@@ -51,8 +51,13 @@ def stale(con) -> bool:
 
     if get_meta(con).get(MARK) != mode():
         return True
-    return con.execute(load_sql("boilerplate_all"), [rules.MIN_DOCS, rules.SHARE, False]).fetchone() is not None
-_WANTED = "wanted_boilerplate"
+    con.execute(load_sql("boilerplate_all"), [rules.MIN_DOCS, rules.SHARE, False])
+    try:
+        return con.execute(load_sql("boilerplate_all_count")).fetchone()[0] > 0
+    finally:
+        for stmt in statements("boilerplate_drop"):
+            con.execute(stmt)
+_ROWS = "boilerplate_rows"
 _SCHEMA = pa.schema([("chunk_id", pa.string()), ("doc_id", pa.string()), ("boilerplate", pa.float64()),
                      ("search_text", pa.string()), ("text_hash", pa.string())])
 
@@ -67,6 +72,8 @@ class Update:
     vectors: pa.Table | None = None  # chunk_id, text_hash, vector: the LanceDB rows to update
     by_chunk: dict[str, np.ndarray] = field(default_factory=dict)  # the same vectors by chunk_id
     flagged: int = 0
+    updated: int = 0  # rows computed in Python and written (flag-only changes of a full recount stay in SQL)
+    rows: pa.Table | None = None  # those rows
     complete: bool = True  # every chunk's texts are as the mode wants (False: no vector for some stripped text)
 
 
@@ -107,10 +114,42 @@ def update(con, docs: set[str], removed_lines: set[int], removed_docs: int, laye
     chunk keeps its texts; ``restore``: without ``strip``, give stripped chunks their whole texts
     back (the catalog was stripped before). ``full``: every chunk from scratch (``quarry
     maintain``, a first commit)."""
-    if full:
-        rows = _all_rows(con, strip or restore)
-    else:
-        rows = _changed_rows(con, docs, removed_lines, len(docs) + removed_docs)
+    texts = strip or restore
+    for stmt in statements("boilerplate_wanted"):
+        con.execute(stmt)
+    try:
+        if full:
+            con.execute(load_sql("boilerplate_all"), [rules.MIN_DOCS, rules.SHARE, texts])
+            con.execute(load_sql("boilerplate_all_flags"), [texts])  # flag-only changes: no row leaves DuckDB
+            rows = con.execute(load_sql("boilerplate_all_rows")).fetchall() if texts else []
+        else:
+            rows = _changed_rows(con, docs, removed_lines, len(docs) + removed_docs)
+        out = _compute(rows, strip, restore, lookup, embed)
+        if out.rows is not None:
+            con.register(_ROWS, out.rows)
+            try:
+                con.execute(load_sql("boilerplate_add"))
+            finally:
+                con.unregister(_ROWS)
+        if layer is None:
+            out.changed = sorted({d for (d,) in con.execute(load_sql("boilerplate_apply")).fetchall()})
+        else:
+            from quarry.store import layers
+
+            out.copied = layers.rewrite_principals(con, "layer_boilerplate_apply", *layer)
+            out.changed = [d for (d,) in con.execute(load_sql("boilerplate_wanted_docs")).fetchall()]
+    finally:
+        for stmt in statements("boilerplate_drop"):
+            con.execute(stmt)
+    logging.getLogger("quarry").info("boilerplate: %d chunks recomputed in Python, %d rows updated in %d documents, "
+                                     "%d re-embedded (%s)", len(rows), out.updated, len(out.changed),
+                                     0 if out.vectors is None else out.vectors.num_rows, "all" if full else "incremental")
+    return out
+
+
+def _compute(rows: list[tuple], strip: bool, restore: bool, lookup, embed) -> Update:
+    """New shares and texts of ``rows`` (chunk_id, doc_id, share, boilerplate lines, header, text,
+    search_text, text_hash, stored share): the rows to write and the vectors of changed texts."""
     out = Update(flagged=len(rows))
     wanted = []
     restrip: dict[str, tuple[str, str]] = {}  # chunk_id -> (new text hash, embedded text)
@@ -135,32 +174,18 @@ def update(con, docs: set[str], removed_lines: set[int], removed_docs: int, laye
                 continue
         rows_out.append({"chunk_id": chunk_id, "doc_id": doc_id, "boilerplate": share, "search_text": new_search,
                          "text_hash": new_hash})
-    if not rows_out:
-        return out
-    if vecs:
-        ids = [r["chunk_id"] for r in rows_out if r["text_hash"] in vecs and restrip.get(r["chunk_id"])]
-        if ids:
-            out.by_chunk = {c: vecs[restrip[c][0]] for c in ids}
-            dim = len(next(iter(vecs.values())))
-            out.vectors = pa.table({
-                "chunk_id": pa.array(ids, pa.string()),
-                "text_hash": pa.array([restrip[c][0] for c in ids], pa.string()),
-                "vector": pa.FixedSizeListArray.from_arrays(
-                    pa.array(np.stack([vecs[restrip[c][0]] for c in ids]).astype(np.float32).ravel()), dim)})
-    con.register(_WANTED, pa.Table.from_pylist(rows_out, schema=_SCHEMA))
-    try:
-        if layer is None:
-            out.changed = sorted({d for (d,) in con.execute(load_sql("boilerplate_apply")).fetchall()})
-        else:
-            from quarry.store import layers
-
-            out.copied = layers.rewrite_principals(con, "layer_boilerplate_apply", *layer)
-            out.changed = sorted({r["doc_id"] for r in rows_out})
-    finally:
-        con.unregister(_WANTED)
-    logging.getLogger("quarry").info("boilerplate: %d chunks recomputed, %d rows updated, %d re-embedded (%s)",
-                                     len(rows), len(rows_out), 0 if out.vectors is None else out.vectors.num_rows,
-                                     "all" if full else "incremental")
+    out.updated = len(rows_out)
+    if rows_out:
+        out.rows = pa.Table.from_pylist(rows_out, schema=_SCHEMA)
+    ids = [r["chunk_id"] for r in rows_out if r["chunk_id"] in restrip and r["text_hash"] == restrip[r["chunk_id"]][0]]
+    if ids:
+        out.by_chunk = {c: vecs[restrip[c][0]] for c in ids}
+        dim = len(next(iter(vecs.values())))
+        out.vectors = pa.table({
+            "chunk_id": pa.array(ids, pa.string()),
+            "text_hash": pa.array([restrip[c][0] for c in ids], pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(
+                pa.array(np.stack([out.by_chunk[c] for c in ids]).astype(np.float32).ravel()), dim)})
     return out
 
 
@@ -187,10 +212,6 @@ def _changed_rows(con, docs: set[str], removed_lines: set[int], k: int) -> list[
         share = None if norm_hash is None else rules.share(line_hashes, set(boiler))
         out.append((chunk_id, doc_id, share, boiler, header, text, search, thash, stored))
     return out
-
-
-def _all_rows(con, texts: bool) -> list[tuple]:
-    return con.execute(load_sql("boilerplate_all"), [rules.MIN_DOCS, rules.SHARE, texts]).fetchall()
 
 
 def _vectors(restrip: dict[str, tuple[str, str]], lookup, embed) -> dict[str, np.ndarray]:
