@@ -6,9 +6,10 @@ A line is boilerplate in a root when enough of the root's documents hold it
 counts only the lines it may have flipped: ``L``, the lines of the documents it added, changed,
 moved, deleted or whose duplicate assignment changed (deleted ones' lines are taken by the writer
 before their rows go). One scan of ``chunks.line_hashes`` (``list_has_any``, no unnest of the
-catalog) counts, per root, the documents holding each line of ``L``. The commit changed at most
-``k`` documents, so a line's holders and its root's size moved by at most ``k``: only lines whose
-count lies within ``k`` of the threshold can have flipped (``F``). The chunks recomputed are those
+catalog) counts, per root, the documents holding each line of ``L``. A line's holders moved by at
+most the number ``d`` of changed documents (old or new versions) holding it, and a root's size by
+at most the ``k`` documents changed: only lines whose count lies within ``d`` of the threshold,
+give or take what ``k`` moves it, can have flipped (``F``). The chunks recomputed are those
 of the changed documents and those holding a line of ``F``; their other lines are counted by a
 second such scan, and only rows whose value changed are written — into a delta layer as an edit
 would (quarry/store/layers.py), or in place in a whole catalog.
@@ -21,6 +22,7 @@ and of a catalog from before the column (meta ``boilerplate_flags`` not set).
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,31 +85,33 @@ def _status(con, lines: set[int]) -> dict[tuple[str, int], int]:
     return {(r, h): n for r, h, n in con.execute(load_sql("boilerplate_counts"), [sorted(lines)]).fetchall()}
 
 
-def _maybe_flipped(lines: set[int], counts: dict, roots: dict[str, int], k: int) -> set[int]:
-    """Lines of ``lines`` whose status in some root may differ from before a change of ``k``
-    documents: holders and the root's size each moved by at most ``k``."""
+def _maybe_flipped(moved: dict[int, int], counts: dict, roots: dict[str, int], k: int) -> set[int]:
+    """Lines whose status in some root may differ from before this commit: ``moved`` gives, per
+    line, how many of the changed documents (before or after) hold it — its holders moved by at
+    most that much — and ``k`` bounds how far each root's document count moved."""
     out = set()
     for root, n in roots.items():
         low, high = rules.threshold(max(0, n - k)), rules.threshold(n + k)
-        for h in lines:
+        for h, d in moved.items():
             c = counts.get((root, h), 0)
             if c == 0:
                 continue  # no document of the root holds it now: no chunk there to update
             if rules.is_boilerplate(c, n):
-                if c - k < high:
+                if c - d < high:
                     out.add(h)
-            elif c + k >= low:
+            elif c + d >= low:
                 out.add(h)
     return out
 
 
-def update(con, docs: set[str], removed_lines: set[int], removed_docs: int, layer: tuple[int, int] | None,
+def update(con, docs: set[str], removed_lines: dict[int, int], removed_docs: int, layer: tuple[int, int] | None,
            strip: bool = False, lookup: Callable | None = None, embed: Callable | None = None,
            full: bool = False, restore: bool = False) -> Update:
     """Bring ``chunks.boilerplate`` of the catalog ``con`` writes in line after a commit's changes.
 
     ``docs``: documents added, changed or moved, or whose duplicate assignment changed;
-    ``removed_lines``/``removed_docs``: the lines and number of documents deleted or replaced;
+    ``removed_lines``/``removed_docs``: the lines of the documents deleted or replaced (line ->
+    how many of them held it) and their number;
     ``layer``: ``(generation, base)`` of the delta layer written, else a whole catalog. With
     ``strip``, chunks' BM25 text and text hash leave their boilerplate lines out; their new
     vectors come from ``lookup(hashes)`` (the vector cache) or ``embed(texts)``; without either a
@@ -189,17 +193,18 @@ def _compute(rows: list[tuple], strip: bool, restore: bool, lookup, embed) -> Up
     return out
 
 
-def _changed_rows(con, docs: set[str], removed_lines: set[int], k: int) -> list[tuple]:
+def _changed_rows(con, docs: set[str], removed_lines: dict[int, int], k: int) -> list[tuple]:
     """The chunks an incremental commit recomputes, with their new share and boilerplate lines."""
     ids = sorted(docs)
-    lines = set(removed_lines)
+    moved = collections.Counter(removed_lines)
     if ids:
-        lines.update(h for (h,) in con.execute(load_sql("boilerplate_lines"), [ids]).fetchall())
+        moved.update(dict(con.execute(load_sql("boilerplate_lines"), [ids]).fetchall()))
+    lines = set(moved)
     if not lines:
         return []
     roots = {r: n for r, n in con.execute(load_sql("boilerplate_roots")).fetchall()}
     counts = _status(con, lines)
-    flipped = _maybe_flipped(lines, counts, roots, k)
+    flipped = _maybe_flipped(moved, counts, roots, k)
     found = con.execute(load_sql("boilerplate_chunks"), [ids, sorted(flipped)]).fetchall()
     changed = set(ids)
     rows = [r for r in found if r[1] in changed or any(h in flipped for h in (r[4] or ()))]

@@ -29,6 +29,7 @@ maintain`` builds the others (quarry/store/fts.py).
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -96,7 +97,8 @@ class StoreWriter:
         self.run_vectors: dict[str, np.ndarray] | None = {}  # chunk_id -> vector of this run's chunks
         self.private: list[Path] = []  # private copies of layers another process held read-write
         self.merged: list[int] | None = []  # what the commit merged (None: everything, a new base)
-        self.removed_lines: set[int] = set()  # line hashes of chunks this run deleted or replaced (boilerplate)
+        # line hash -> documents holding it that this run deleted or replaced (boilerplate)
+        self.removed_lines: collections.Counter = collections.Counter()
         self.removed_docs = 0
         # documents whose lines count differently now: content replaced or deleted, moved, re-clustered
         # (not touches or permission changes, which change no line's holders)
@@ -240,8 +242,7 @@ class StoreWriter:
         the commit checks whether that flips them (quarry/store/boilerplate.py)."""
         if doc_ids:
             self.removed_docs += len(doc_ids)
-            self.removed_lines.update(h for (h,) in self.con.execute(catalog.load_sql("boilerplate_lines"),
-                                                                     [doc_ids]).fetchall())
+            self.removed_lines.update(dict(self.con.execute(catalog.load_sql("boilerplate_lines"), [doc_ids]).fetchall()))
 
     def move_documents(self, moves: list[tuple]) -> None:
         """Files that moved with the same bytes, all of a run at once: ``(doc_id, path, root,
