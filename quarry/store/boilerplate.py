@@ -5,8 +5,8 @@ A line is boilerplate in a root when enough of the root's documents hold it
 (quarry/ingest/corpus/boilerplate.py). A commit cannot afford to count every line again, so it
 counts only the lines it may have flipped: ``L``, the lines of the documents it added, changed,
 moved, deleted or whose duplicate assignment changed (deleted ones' lines are taken by the writer
-before their rows go). One scan of ``chunks.line_hashes`` (``list_has_any``, no unnest of the
-catalog) counts, per root, the documents holding each line of ``L``. A line's holders moved by at
+before their rows go). One pass over ``chunks.line_hashes``, semi-joined with ``L``, counts per
+root the documents holding each line of ``L``. A line's holders moved by at
 most the number ``d`` of changed documents (old or new versions) holding it, and a root's size by
 at most the ``k`` documents changed: only lines whose count lies within ``d`` of the threshold,
 give or take what ``k`` moves it, can have flipped (``F``). The chunks recomputed are those
