@@ -147,13 +147,14 @@ PARAMS = {
     "boilerplate_all": [3, 0.02, True],
     "boilerplate_apply": "wanted_boilerplate",
     "layer_boilerplate_apply": "wanted_boilerplate",
+    "layer_boilerplate_copy": "wanted_boilerplate",
+    "layer_boilerplate_copied": "wanted_boilerplate",
     "boilerplate_wanted": None,
     "boilerplate_add": "boilerplate_rows",
     "boilerplate_drop": None,
     "boilerplate_all_flags": "boilerplate_all",
     "boilerplate_all_rows": "boilerplate_all",
     "boilerplate_all_count": "boilerplate_all",
-    "boilerplate_wanted_docs": "wanted_boilerplate",
 }
 
 MOVED = [("d1", "/r/b\udce9.md", "/r", "b.md", dt.datetime(2024, 1, 1), "run1")]

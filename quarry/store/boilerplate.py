@@ -136,12 +136,13 @@ def update(con, docs: set[str], removed_lines: dict[int, int], removed_docs: int
             finally:
                 con.unregister(_ROWS)
         if layer is None:
-            out.changed = sorted({d for (d,) in con.execute(load_sql("boilerplate_apply")).fetchall()})
+            out.changed = _apply(con, "boilerplate_apply")
         else:
             from quarry.store import layers
 
-            out.copied = layers.rewrite_principals(con, "layer_boilerplate_apply", *layer)
-            out.changed = [d for (d,) in con.execute(load_sql("boilerplate_wanted_docs")).fetchall()]
+            if con.execute(load_sql("layer_boilerplate_copied"), list(layer)).fetchone() is not None:
+                out.copied = layers.rewrite_principals(con, "layer_boilerplate_copy", *layer)
+            out.changed = _apply(con, "layer_boilerplate_apply")
     finally:
         for stmt in statements("boilerplate_drop"):
             con.execute(stmt)
@@ -149,6 +150,14 @@ def update(con, docs: set[str], removed_lines: dict[int, int], removed_docs: int
                                      "%d re-embedded (%s)", len(rows), out.updated, len(out.changed),
                                      0 if out.vectors is None else out.vectors.num_rows, "all" if full else "incremental")
     return out
+
+
+def _apply(con, name: str) -> list[str]:
+    """Run ``sql/<name>.sql`` (texts, then flags); the documents whose chunks it changed."""
+    *texts, flags = statements(name)
+    for stmt in texts:
+        con.execute(stmt)
+    return sorted({d for (d,) in con.execute(flags).fetchall()})
 
 
 def _compute(rows: list[tuple], strip: bool, restore: bool, lookup, embed) -> Update:
