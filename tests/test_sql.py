@@ -155,6 +155,7 @@ PARAMS = {
     "boilerplate_all_flags": "boilerplate_all",
     "boilerplate_all_rows": "boilerplate_all",
     "boilerplate_all_count": "boilerplate_all",
+    "boilerplate_wanted_docs": "wanted_boilerplate",
 }
 
 MOVED = [("d1", "/r/b\udce9.md", "/r", "b.md", dt.datetime(2024, 1, 1), "run1")]

@@ -154,10 +154,9 @@ def update(con, docs: set[str], removed_lines: dict[int, int], removed_docs: int
 
 def _apply(con, name: str) -> list[str]:
     """Run ``sql/<name>.sql`` (texts, then flags); the documents whose chunks it changed."""
-    *texts, flags = statements(name)
-    for stmt in texts:
+    for stmt in statements(name):
         con.execute(stmt)
-    return sorted({d for (d,) in con.execute(flags).fetchall()})
+    return [d for (d,) in con.execute(load_sql("boilerplate_wanted_docs")).fetchall()]
 
 
 def _compute(rows: list[tuple], strip: bool, restore: bool, lookup, embed) -> Update:
