@@ -27,6 +27,7 @@ from quarry.core.storeurl import root_path
 from quarry.flows.pipeline import Totals, run_batches, unwalked
 from quarry.flows.runners import FILES_PER_BATCH, plan_runner, task_runner, task_settings
 from quarry.ingest.embedders import describe, get_embedder
+from quarry.ingest.embedding import embed_texts
 from quarry.ingest.process import content_fingerprint, recorded_versions
 from quarry.store import audit, journal
 from quarry.store.acl import counts as acl_counts
@@ -184,6 +185,8 @@ def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> d
         nonlocal writer
         if writer is None:
             writer = StoreWriter(opened, model, dim, duckdb_fts=settings.duckdb_fts).open()
+            # chunks QUARRY_BOILERPLATE=strip changes at commit are embedded here, with the run's model
+            writer.embed = lambda texts: embed_texts(texts, get_embedder(settings)).vectors
             attach_writer(run_id, writer)
         return writer
 

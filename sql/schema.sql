@@ -80,7 +80,8 @@ CREATE TABLE IF NOT EXISTS chunks (
     q_alpha       DOUBLE,
     q_dup_lines   DOUBLE,
     q_top_2gram   DOUBLE,
-    q_dup_5gram   DOUBLE
+    q_dup_5gram   DOUBLE,
+    boilerplate   DOUBLE               -- share of its line_hashes that are boilerplate in its root (docs/corpus.md)
 );
 
 CREATE TABLE IF NOT EXISTS runs (
@@ -172,3 +173,5 @@ ALTER TABLE chunks ADD COLUMN IF NOT EXISTS q_alpha DOUBLE;
 ALTER TABLE chunks ADD COLUMN IF NOT EXISTS q_dup_lines DOUBLE;
 ALTER TABLE chunks ADD COLUMN IF NOT EXISTS q_top_2gram DOUBLE;
 ALTER TABLE chunks ADD COLUMN IF NOT EXISTS q_dup_5gram DOUBLE;
+-- Catalogs made before the boilerplate flag: NULL until the next commit computes every chunk's.
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS boilerplate DOUBLE;

@@ -138,6 +138,24 @@ PARAMS = {
     "dedup_members": [["d1"]],
     "export_unreadable": None,
     "layer_dedup_apply": "wanted_dups",
+    "corpus_boilerplate_lines": [2, 0.5],
+    "boilerplate_lines": [["d1"]],
+    "document_roots": [["d1"]],
+    "boilerplate_counts": [[1, 2]],
+    "boilerplate_roots": None,
+    "boilerplate_chunks": [["d1"], [1, 2]],
+    "boilerplate_all": [3, 0.02, True],
+    "boilerplate_apply": "wanted_boilerplate",
+    "layer_boilerplate_apply": "wanted_boilerplate",
+    "layer_boilerplate_copy": "wanted_boilerplate",
+    "layer_boilerplate_copied": "wanted_boilerplate",
+    "boilerplate_wanted": None,
+    "boilerplate_add": "boilerplate_rows",
+    "boilerplate_drop": None,
+    "boilerplate_all_flags": "boilerplate_all",
+    "boilerplate_all_rows": "boilerplate_all",
+    "boilerplate_all_count": "boilerplate_all",
+    "boilerplate_wanted_docs": "wanted_boilerplate",
 }
 
 MOVED = [("d1", "/r/b\udce9.md", "/r", "b.md", dt.datetime(2024, 1, 1), "run1")]
@@ -145,7 +163,12 @@ REGISTERED = {"moved_documents": lambda: layers.moves_table(MOVED),
               "touched_documents": lambda: layers.touches_table([("d1", dt.datetime(2024, 1, 1), "run1")]),
               "moved_paths": lambda: layers.moves_table(MOVED).select(["doc_id", "path"]),
               "wanted_dups": lambda: pa.table({"doc_id": ["d1"], "dup_cluster": ["d1"], "dup_of": pa.array([None], pa.string()),
-                                               "dup_similarity": pa.array([1.0], pa.float64())})}
+                                               "dup_similarity": pa.array([1.0], pa.float64())}),
+              "wanted_boilerplate": lambda: pa.table({"chunk_id": ["d1:0"], "doc_id": ["d1"], "boilerplate": [0.5],
+                                                      "search_text": ["x"], "text_hash": ["h"]}),
+              "boilerplate_all": lambda: pa.table({"chunk_id": ["d1:0"], "doc_id": ["d1"], "share": [0.5],
+                                                   "boiler": pa.array([[1]], pa.list_(pa.int64())),
+                                                   "stored": pa.array([None], pa.float64())})}
 
 
 @pytest.mark.parametrize("name", ALL_SQL)
@@ -187,6 +210,12 @@ def test_sql_file_runs(request, con, name):
             con.register(table, con.execute(f"SELECT * FROM {src} LIMIT 0").fetch_arrow_table())
         for stmt in statements(name):
             con.execute(stmt)
+        return
+    if name in ("boilerplate_add", "boilerplate_all_flags"):  # they write into the commit's temporary table
+        con.execute(load_sql("boilerplate_wanted"))
+        con.register(params, REGISTERED["wanted_boilerplate" if params == "boilerplate_rows" else params]())
+        con.execute(load_sql(name), [False] if "$1" in load_sql(name) else [])
+        assert con.execute("SELECT chunk_id FROM wanted_boilerplate").fetchall() == [("d1:0",)]
         return
     if isinstance(params, str) and params in REGISTERED:
         con.register(params, REGISTERED[params]())

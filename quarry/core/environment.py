@@ -41,6 +41,7 @@ class Environment(BaseSettings):
     max_layers: int = Field(16, ge=2)  # most catalog layers (index segments) a generation reads
     dup_threshold: float = Field(0.8, ge=0.5, le=1.0)  # estimated Jaccard from which two documents are near-duplicates
     corpus_signals: bool = True  # compute duplicate signatures, PII, language and quality per chunk (docs/corpus.md)
+    boilerplate: str = Field("keep", pattern="^(keep|strip)$")  # strip: boilerplate lines leave BM25 text and embeddings
     compact_fragments: int = Field(64, ge=0)  # LanceDB fragments past which a commit compacts
     prune_versions: int = Field(100, ge=0)  # LanceDB versions past which a commit prunes old ones
     fts_memory_mb: int = Field(1024, ge=64)  # DuckDB's memory while it builds the full-text tables (match_bm25)

@@ -5,11 +5,10 @@ boilerplate per root — read from the committed catalog's signal columns (docs/
 from __future__ import annotations
 
 from quarry.core.sqlfiles import load_sql
+from quarry.ingest.corpus.boilerplate import MIN_DOCS as BOILERPLATE_MIN_DOCS
+from quarry.ingest.corpus.boilerplate import SHARE as BOILERPLATE_SHARE
 
 __all__ = ["BOILERPLATE_MIN_DOCS", "BOILERPLATE_SHARE", "report"]
-
-BOILERPLATE_MIN_DOCS = 3  # a line is boilerplate in a root when at least this many of its documents hold it...
-BOILERPLATE_SHARE = 0.02  # ...and at least this share of them
 
 
 def _records(con, name: str, params=None) -> list[dict]:
@@ -28,5 +27,12 @@ def report(con, min_docs: int = BOILERPLATE_MIN_DOCS, share: float = BOILERPLATE
         "pii": [{"kind": r["kind"], "total": int(r["total"] or 0), "chunks": int(r["chunks"] or 0)}
                 for r in _records(con, "corpus_pii")],
         "boilerplate": [{**r, "line_share": round(float(r["line_share"]), 4)}
-                        for r in _records(con, "corpus_boilerplate", [min_docs, share])],
+                        for r in _records(con, _boilerplate_sql(con), [min_docs, share])],
     }
+
+
+def _boilerplate_sql(con) -> str:
+    """The boilerplate query: from ``chunks.boilerplate``, or from the lines for a catalog
+    committed before that column."""
+    columns = {r[0] for r in con.execute("DESCRIBE chunks").fetchall()}
+    return "corpus_boilerplate" if "boilerplate" in columns else "corpus_boilerplate_lines"

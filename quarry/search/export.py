@@ -132,6 +132,7 @@ _SIGNALS = {
                + ", ".join(f"NULL::DOUBLE AS {q}" for q in ("q_mean_word", "q_alpha", "q_dup_lines", "q_top_2gram",
                                                              "q_dup_5gram"))),
 }
+_BOILERPLATE = ("c.boilerplate\n", "NULL::DOUBLE AS boilerplate\n")  # a catalog from before that column
 
 
 def export_sql(snap, table: str) -> str:
@@ -142,6 +143,8 @@ def export_sql(snap, table: str) -> str:
         if columns not in sql:
             raise AssertionError(f"export_{table}.sql no longer lists the signal columns as export.py expects")
         sql = sql.replace(columns, nulls)
+    if table == "chunks" and not snap.has_boilerplate:
+        sql = sql.replace(*_BOILERPLATE)
     return sql
 
 

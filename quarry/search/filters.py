@@ -83,6 +83,7 @@ COLUMNS: dict[str, tuple[str, str]] = {
     **{f"pii_{k}": (f"c.pii_{k}", "int") for k in ("email", "phone", "card", "iban", "national_id", "secret", "total")},
     "q_words": ("c.q_words", "int"),
     **{q: (f"c.{q}", "num") for q in ("q_mean_word", "q_alpha", "q_dup_lines", "q_top_2gram", "q_dup_5gram")},
+    "boilerplate": ("c.boilerplate", "num"),  # share of the chunk's lines that are boilerplate in its root
 }
 ALIASES = {"type": "file_type", "modified": "mtime"}
 # The permission clause (Filter.readable_by): the document shares a principal with the caller.

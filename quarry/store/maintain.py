@@ -15,11 +15,14 @@ Prefect tasks and ``quarry/flows/maintain.py`` is the schedulable flow.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 import warnings
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+
+import duckdb
 
 from quarry.core.errors import QuarryError, StoreLocked, StoreNotFound
 from quarry.store import audit, vectors
@@ -131,18 +134,40 @@ def merge(store: Store | Path) -> dict:
     deleted = int((manifest.get("deleted") or {}).get("rows", 0))
     out = {"layers_before": len(chain), "deleted_rows_before": deleted, "merged": False,
            "generation": pointer.generation}
-    if (len(chain) <= 1 and not deleted) or not pointer.vector_table:
+    if not pointer.vector_table:
+        return out
+    recount = _boilerplate_stale(store, pointer)
+    out["boilerplate_recounted"] = recount
+    if len(chain) <= 1 and not deleted and not recount:
         return out
     # a merge changes no chunk: the new generation links the full-text tables the store had
     had_fts = fts.path(store.folder, pointer.generation).is_file()
     writer = StoreWriter(store, pointer.model, pointer.dim, duckdb_fts=had_fts).open()
     try:
-        writer.merge_all()
+        if len(chain) > 1 or deleted:
+            writer.merge_all()
+        # every chunk's boilerplate flag from scratch: lines no commit touched whose root's growth
+        # moved the threshold under them (quarry/store/boilerplate.py)
+        writer.recount_boilerplate = recount
         info = writer.commit(None, {})
     finally:
         writer.close()
     out.update(merged=True, generation=info.generation, seconds=round(time.perf_counter() - t0, 3))
     return out
+
+
+def _boilerplate_stale(store: Store, pointer) -> bool:
+    from quarry.store import boilerplate, layers
+
+    con, folders = layers.connect(store.folder, pointer.generation, pointer.layers or None)
+    try:
+        return boilerplate.stale(con)
+    except duckdb.Error:  # a catalog from before the column: the next commit computes every flag
+        return False
+    finally:
+        con.close()
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def remove_generations(store: Store | Path, keep: int | None = None) -> list[str]:

@@ -45,6 +45,7 @@ class Snapshot:
     _cursors: list = field(default_factory=list, repr=False)
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _columns: frozenset | None = field(default=None, repr=False)
+    _chunk_columns: frozenset | None = field(default=None, repr=False)
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -75,6 +76,13 @@ class Snapshot:
     def has_signals(self) -> bool:
         """Whether the catalog carries the corpus signals (duplicate clusters, docs/corpus.md)."""
         return "dup_cluster" in self.document_columns
+
+    @property
+    def has_boilerplate(self) -> bool:
+        """Whether the catalog's chunks carry the boilerplate flag (``chunks.boilerplate``)."""
+        if self._chunk_columns is None:
+            self._chunk_columns = frozenset(r[0] for r in self.con.execute("DESCRIBE chunks").fetchall())
+        return "boilerplate" in self._chunk_columns
 
     @property
     def table(self):

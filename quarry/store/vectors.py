@@ -181,9 +181,16 @@ def move_documents(table, moved: pa.Table) -> None:
     """Set the ``path`` of rows by chunk id (``moved``: ``chunk_id``, ``path``): one merge on
     chunk_id, one table version, however many files of a run moved; vectors stay as they are.
     The merge finds its rows through the ``chunk_id`` index (:func:`index_keys`)."""
-    if moved.num_rows:
+    update_rows(table, moved)
+
+
+def update_rows(table, rows: pa.Table) -> None:
+    """Set some columns of rows by chunk id (``rows``: ``chunk_id`` and the columns to set): one
+    merge on chunk_id, one table version. The merge finds its rows through the ``chunk_id`` index
+    (:func:`index_keys`)."""
+    if rows.num_rows:
         index_keys(table)
-        table.merge_insert(KEY).when_matched_update_all().execute(moved)
+        table.merge_insert(KEY).when_matched_update_all().execute(rows)
 
 
 KEY = "chunk_id"

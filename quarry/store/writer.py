@@ -29,6 +29,7 @@ maintain`` builds the others (quarry/store/fts.py).
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -40,11 +41,11 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from quarry.core import faults
+from quarry.core import faults, paths
 
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.models import DocumentRecord, RunReport
-from quarry.store import acl, catalog, dedup, journal, layers, vectors
+from quarry.store import acl, boilerplate, catalog, dedup, journal, layers, vectors
 from quarry.store import generations
 from quarry.store.handle import Store, as_store
 from quarry.store.layout import WriterLock, write_pointer
@@ -96,6 +97,15 @@ class StoreWriter:
         self.run_vectors: dict[str, np.ndarray] | None = {}  # chunk_id -> vector of this run's chunks
         self.private: list[Path] = []  # private copies of layers another process held read-write
         self.merged: list[int] | None = []  # what the commit merged (None: everything, a new base)
+        # line hash -> documents holding it that this run deleted or replaced (boilerplate)
+        self.removed_lines: collections.Counter = collections.Counter()
+        self.removed_docs = 0
+        # documents whose lines count differently now: content replaced or deleted, moved, re-clustered
+        # (not touches or permission changes, which change no line's holders)
+        self.line_changed: set[str] = set()
+        self.recount_boilerplate = False  # every chunk's boilerplate flag from scratch (quarry maintain)
+        # texts -> vectors of the run's model, for chunks QUARRY_BOILERPLATE=strip changes at commit
+        self.embed = None
 
     def open(self) -> StoreWriter:
         self.lock.acquire()
@@ -175,6 +185,7 @@ class StoreWriter:
         doc_ids = [r.doc_id for r in records]
         self.run_ids.add(run_id)
         stored = dict(self.con.execute(catalog.load_sql("stored_documents"), [doc_ids]).fetchall())
+        self._note_removed(sorted(stored))
         vectors.delete_documents(self.table, self._in_table(doc_ids, stored))
         self.pending.update(doc_ids)
         vectors.add_rows(self.table, vectors.rows_table(self.model, self.dim, records, vecs))
@@ -187,6 +198,7 @@ class StoreWriter:
         self.written.update(doc_ids)
         self.content_changed.update(doc_ids)
         self.row_changed.update(doc_ids)
+        self.line_changed.update(doc_ids)
         self._keep_vectors(records, vecs)
         faults.point("after-catalog")
 
@@ -214,6 +226,7 @@ class StoreWriter:
     def delete_documents(self, doc_ids: list[str]) -> None:
         if doc_ids:
             self.dirty = True
+            self._note_removed(doc_ids)
             vectors.delete_documents(self.table, doc_ids)
             if self.delta:
                 layers.delete_documents(self.con, doc_ids)
@@ -222,6 +235,14 @@ class StoreWriter:
             self.written.difference_update(doc_ids)
             self.content_changed.update(doc_ids)
             self.row_changed.update(doc_ids)
+            self.line_changed.update(doc_ids)
+
+    def _note_removed(self, doc_ids: list[str]) -> None:
+        """Remember the lines of documents about to be deleted or replaced: their holders drop, and
+        the commit checks whether that flips them (quarry/store/boilerplate.py)."""
+        if doc_ids:
+            self.removed_docs += len(doc_ids)
+            self.removed_lines.update(dict(self.con.execute(catalog.load_sql("boilerplate_lines"), [doc_ids]).fetchall()))
 
     def move_documents(self, moves: list[tuple]) -> None:
         """Files that moved with the same bytes, all of a run at once: ``(doc_id, path, root,
@@ -230,6 +251,7 @@ class StoreWriter:
         if not moves:
             return
         table = layers.moves_table(moves)
+        roots = dict(self.con.execute(catalog.load_sql("document_roots"), [[m[0] for m in moves]]).fetchall())
         self.con.register("moved_paths", table.select(["doc_id", "path"]))
         try:
             moved = self.con.execute(catalog.load_sql("moved_chunks")).fetch_arrow_table()
@@ -241,6 +263,7 @@ class StoreWriter:
         else:
             _classic_rewrite(self.con, "move_documents", "moved_documents", table)
         self.row_changed.update(m[0] for m in moves)
+        self.line_changed.update(m[0] for m in moves if roots.get(m[0]) != paths.display(m[2]))
 
     def move_document(self, doc_id: str, path: str, root: str, rel_path: str, mtime, run_id: str) -> None:
         """One moved file (see :meth:`move_documents`)."""
@@ -304,6 +327,8 @@ class StoreWriter:
         for key, value in meta.items():
             self._set_meta(key, value)
         self._update_duplicates()
+        if self._update_boilerplate():
+            self._set_meta("vector_version", str(self.table.version))
         faults.point("fts")
         self._write_search_index()
         if finish is not None and run_row is not None:
@@ -340,6 +365,32 @@ class StoreWriter:
             return
         changed = dedup.update_clusters(self.con, self._acl_layer())
         self.row_changed.update(changed)
+        self.line_changed.update(changed)
+
+    def _update_boilerplate(self) -> bool:
+        """Boilerplate flags after this run's changes (quarry/store/boilerplate.py): chunks whose
+        flag, or with ``QUARRY_BOILERPLATE=strip`` whose BM25 and embedded text, changed are
+        rewritten as an edit would; returns whether vectors changed."""
+        mode, before = boilerplate.mode(), catalog.get_meta(self.con).get(boilerplate.MARK)
+        full = self.recount_boilerplate or before != mode
+        if not full and not self.line_changed:
+            return False
+        result = boilerplate.update(self.con, self.line_changed, self.removed_lines,
+                                    self.removed_docs, self._acl_layer(), strip=mode == "strip",
+                                    lookup=self.lookup_vectors, embed=self.embed, full=full,
+                                    restore=before == "strip" and mode != "strip")
+        if full and result.complete:
+            self._set_meta(boilerplate.MARK, mode)
+        self.content_changed.update(result.copied)
+        if result.vectors is None:
+            return False
+        self.content_changed.update(result.changed)  # their BM25 texts changed: DuckDB's full-text tables are stale
+        vectors.update_rows(self.table, result.vectors)
+        if self.run_vectors is not None:
+            for chunk_id, vec in result.by_chunk.items():
+                if chunk_id in self.run_vectors:
+                    self.run_vectors[chunk_id] = vec
+        return True
 
     def _set_meta(self, key: str, value: str) -> None:
         if self.delta:

@@ -23,7 +23,7 @@ import unicodedata
 
 import numpy as np
 
-__all__ = ["line_hashes", "NUM_PERM", "BANDS", "ROWS", "SHINGLE", "normalise", "content_hash", "short_hash", "signature",
+__all__ = ["line_hashes", "line_hash", "NUM_PERM", "BANDS", "ROWS", "SHINGLE", "normalise", "content_hash", "short_hash", "signature",
            "band_keys", "similarity", "to_blob", "from_blob"]
 
 NUM_PERM = 128
@@ -91,12 +91,16 @@ def from_blob(blob: bytes | None) -> np.ndarray | None:
 MIN_LINE_CHARS = 20  # shorter lines (a bullet, "Contents") repeat for reasons other than boilerplate
 
 
+def line_hash(line: str) -> int | None:
+    """A signed 64-bit hash of a line's normalised text; None for a line shorter than
+    :data:`MIN_LINE_CHARS` normalised characters (never counted)."""
+    norm = normalise(line)
+    if len(norm) < MIN_LINE_CHARS:
+        return None
+    return int.from_bytes(hashlib.blake2b(norm.encode(), digest_size=8).digest(), "little", signed=True)
+
+
 def line_hashes(text: str) -> list[int]:
-    """A signed 64-bit hash of each distinct normalised line of at least :data:`MIN_LINE_CHARS`
-    characters: what boilerplate detection counts across a root's documents (docs/corpus.md)."""
-    out = set()
-    for line in text.splitlines():
-        norm = normalise(line)
-        if len(norm) >= MIN_LINE_CHARS:
-            out.add(int.from_bytes(hashlib.blake2b(norm.encode(), digest_size=8).digest(), "little", signed=True))
-    return sorted(out)
+    """:func:`line_hash` of each distinct line of at least :data:`MIN_LINE_CHARS` characters: what
+    boilerplate detection counts across a root's documents (docs/corpus.md)."""
+    return sorted({h for h in map(line_hash, text.splitlines()) if h is not None})

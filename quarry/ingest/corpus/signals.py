@@ -12,7 +12,8 @@ LANGUAGE_PROBES = 3  # chunks of a document whose language is read before its ot
 
 PII_COLUMNS = tuple(f"pii_{k}" for k in pii.KINDS) + ("pii_total",)
 DOCUMENT_COLUMNS = ("content_hash", "minhash", "lsh_bands", "lang", "pii_total")
-CHUNK_COLUMNS = ("norm_hash", "line_hashes", "lang", *PII_COLUMNS, *quality.COLUMNS)
+# boilerplate: set by the commit, which counts lines across the root (quarry/store/boilerplate.py)
+CHUNK_COLUMNS = ("norm_hash", "line_hashes", "lang", *PII_COLUMNS, *quality.COLUMNS, "boilerplate")
 
 
 def document_signals(text: str, chunk_rows: list[dict], lang: str | None = None) -> dict:
