@@ -143,8 +143,8 @@ def libraries_bench(tree: Path, n: int = 600) -> dict:
     return out
 
 
-def quarry_index(tree: Path, db: Path, signals: bool) -> tuple[float, dict]:
-    env = {**os.environ, "QUARRY_EMBED_BACKEND": "hash", "QUARRY_CORPUS_SIGNALS": "1" if signals else "0",
+def quarry_index(tree: Path, db: Path, signals: bool, backend: str = "hash") -> tuple[float, dict]:
+    env = {**os.environ, "QUARRY_EMBED_BACKEND": backend, "QUARRY_CORPUS_SIGNALS": "1" if signals else "0",
            "QUARRY_DUCKDB_FTS": "0"}
     t = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)],
@@ -158,7 +158,7 @@ def quarry_index(tree: Path, db: Path, signals: bool) -> tuple[float, dict]:
     return wall, run
 
 
-def cost_bench(tree: Path, files: int, repeat: int, seed: int = 1) -> dict:
+def cost_bench(tree: Path, files: int, repeat: int, seed: int = 1, backend: str = "hash") -> dict:
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="quarry-dedup-"))
     try:
@@ -177,15 +177,16 @@ def cost_bench(tree: Path, files: int, repeat: int, seed: int = 1) -> dict:
         walls = {"without": [], "with": []}
         runs = {}
         for i in range(repeat):
-            for label, signals in (("without", False), ("with", True)):
+            pair = (("without", False), ("with", True))
+            for label, signals in (pair if i % 2 == 0 else pair[::-1]):  # alternate: both meet the same load
                 db = work / f"db-{label}-{i}"
-                wall, run = quarry_index(src, db, signals)
+                wall, run = quarry_index(src, db, signals, backend)
                 walls[label].append(round(wall, 2))
                 runs[label] = run
         edited = sorted(src.rglob("*.md"))[0]
         edited.write_text(edited.read_text() + "\n\nOne more paragraph, edited for the benchmark.\n")
-        wall, run = quarry_index(src, work / f"db-with-{repeat - 1}", True)
-        return {"files": sum(1 for _ in src.rglob("*.md")), "wall_without_s": walls["without"],
+        wall, run = quarry_index(src, work / f"db-with-{repeat - 1}", True, backend)
+        return {"files": sum(1 for _ in src.rglob("*.md")), "backend": backend, "wall_without_s": walls["without"],
                 "wall_with_s": walls["with"],
                 "overhead": round(sum(walls["with"]) / max(1e-9, sum(walls["without"])) - 1, 4),
                 "run_total_without_s": runs["without"].get("durations", {}).get("total"),
@@ -206,6 +207,8 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=100, help="documents given generated copies")
     ap.add_argument("--files", type=int, default=200, help="Markdown files of the tree in the cost runs (0: skip them)")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--embed-backend", default="hash",
+                    help="the cost runs' embedder: hash (nothing but parsing and chunking costs) or a real one, e.g. onnx-int8")
     ap.add_argument("--libraries", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -217,7 +220,7 @@ def main() -> None:
     if args.libraries:
         out["libraries"] = libraries_bench(args.tree)
     if args.files:
-        out["cost"] = cost_bench(args.tree, args.files, args.repeat)
+        out["cost"] = cost_bench(args.tree, args.files, args.repeat, backend=args.embed_backend)
     out["load_after"] = os.getloadavg()
     p = out["pairs"]
     lines = [f"load {out['load'][0]:.1f}",
