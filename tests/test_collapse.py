@@ -108,6 +108,29 @@ def test_a_catalog_from_before_the_signals_searches_and_exports(tmp_path, run_fl
     assert report.rows["documents"] == 2
 
 
+def test_a_catalog_from_before_the_chunk_signals_searches_with_filters(tmp_path, run_flow):
+    """A store an older quarry wrote lacks today's chunk columns (the signals, the boilerplate
+    flag): a filtered search, which numbers the live chunks in a view of every column, reads the
+    missing ones as NULL instead of failing on them."""
+    import duckdb
+
+    from quarry.ingest.corpus.signals import CHUNK_COLUMNS
+    from quarry.store.pointer import read_pointer
+
+    tree, db = tmp_path / "tree", tmp_path / "db"
+    write(tree / "a.md", PAGE)
+    write(tree / "b.md", PAGE)
+    run_flow([tree], db)
+    con = duckdb.connect(str(db / read_pointer(db).catalog))
+    for column in dict.fromkeys((*CHUNK_COLUMNS, "boilerplate")):
+        con.execute(f"ALTER TABLE chunks DROP COLUMN {column}")
+    con.close()
+    with quarry.open(db) as index:
+        found = index.search(QUERY, k=4, filters="file_type = 'md'", collapse=False)
+        assert len(found.results) == 2
+        assert index.search(QUERY, k=4, filters="lang = 'en'", collapse=False).results == []  # NULL here
+
+
 def test_copies_are_capped_and_counted_in_full(store, monkeypatch):
     import io
 

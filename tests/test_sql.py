@@ -101,6 +101,7 @@ PARAMS = {
     "layer_rows": None,
     "layer_previous_owners": [["d1"]],
     "catalog_columns": ["c"],
+    "layer_columns": ["c", "main", "chunks"],
     "acl_sources": None,
     "acl_set_source": ["/r", "rules", "/etc/quarry/acl.yaml"],
     "acl_principals": None,

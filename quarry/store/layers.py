@@ -185,14 +185,19 @@ def missing_columns(con, db: str) -> list[str]:
 # --- views -----------------------------------------------------------------------------------
 
 
-def _branches(table: str, chain: Sequence[int], numbered: dict[int, int] | None = None) -> list[str]:
+def _branches(table: str, chain: Sequence[int], numbered: dict[int, int] | None = None,
+              have: dict[int, frozenset[str]] | None = None) -> list[str]:
     """One SELECT per layer of ``chain`` (base first, the connection's own layer last) of the live
     rows of ``table``; with ``numbered`` (layer -> first row id), each row also gets its search
-    index row id: its place in the layer's table by chunk_id, plus that offset."""
+    index row id: its place in the layer's table by chunk_id, plus that offset. ``have`` (layer ->
+    its table's columns): a column of today's schema that a layer written by an older quarry lacks
+    is NULL in that layer's rows."""
     cols = _cols(table)
     base, own = chain[0], chain[-1]
     out = []
     for gen in chain:
+        if have is not None:
+            cols = ", ".join(_q(c) if c in have[gen] else f"NULL AS {_q(c)}" for c in catalog.table_schema(table).names)
         if len(chain) == 1:
             source, where = "main", ""
         elif gen == own:
@@ -233,10 +238,26 @@ def chunk_texts(con, generation: int, base: int, chunk_ids: Sequence[str]) -> di
     return dict(con.execute(sql, [list(chunk_ids)]).fetchall())
 
 
-def chunk_rows_sql(chain: Sequence[int], offsets: dict[int, int]) -> str:
+def chunk_rows_sql(chain: Sequence[int], offsets: dict[int, int], con=None) -> str:
     """A temporary view ``chunk_rows``: the live chunks with the row id the search index gives them
-    (``sql/filter_rows.sql``). ``offsets``: each layer's first row id."""
-    return "CREATE OR REPLACE TEMP VIEW chunk_rows AS\n" + "\nUNION ALL ".join(_branches("chunks", chain, offsets))
+    (``sql/filter_rows.sql``). ``offsets``: each layer's first row id. With ``con`` (the reader's
+    connection, the layers attached), columns a layer written by an older quarry lacks read NULL."""
+    have = None
+    if con is not None:
+        have = {gen: _layer_columns(con, "chunks", chain, gen) for gen in chain}
+    return "CREATE OR REPLACE TEMP VIEW chunk_rows AS\n" + "\nUNION ALL ".join(_branches("chunks", chain, offsets, have))
+
+
+def _layer_columns(con, table: str, chain: Sequence[int], gen: int) -> frozenset[str]:
+    """The columns of ``table`` in layer ``gen`` of ``chain``, as :func:`_branches` reads it."""
+    if len(chain) == 1:
+        db, schema = con.execute("SELECT current_database()").fetchone()[0], "main"
+    elif gen == chain[-1]:
+        db, schema = con.execute("SELECT current_database()").fetchone()[0], LAYER
+    else:
+        db, schema = alias(gen), "main" if gen == chain[0] else LAYER
+    rows = con.execute(load_sql("layer_columns"), [db, schema, table]).fetchall()
+    return frozenset(r[0] for r in rows)
 
 
 # --- writing a delta -----------------------------------------------------------------------

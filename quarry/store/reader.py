@@ -126,7 +126,7 @@ class Snapshot:
             else:
                 raise StoreCorrupt(f"the search index of generation {self.pointer.generation} in {self.store} does not "
                                    f"match its catalog's layers: {DOCTOR_HINT.format(store=self.store)}")
-            self.con.execute(layers.chunk_rows_sql(chain, offsets))
+            self.con.execute(layers.chunk_rows_sql(chain, offsets, self.con))
             self._local.rows_view = True
         return "chunk_rows"
 
