@@ -194,7 +194,9 @@ def ensure_torch(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ensure_torch(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if not {"-h", "--help"} & set(argv):  # the options need no torch to be listed
+        ensure_torch(argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chunks", type=int, default=600, help="how many chunks to embed (default 600)")
     parser.add_argument("--repeat", type=int, default=3, help="timed rounds per backend; the best counts (default 3)")
