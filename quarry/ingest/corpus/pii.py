@@ -77,6 +77,15 @@ def _phone_ok(value: str) -> bool:
 _RULES = (("secret", _SECRET, None), ("email", _EMAIL, None), ("iban", _IBAN, _iban_ok), ("card", _CARD, _card_ok),
           ("national_id", _NATIONAL, None), ("phone", _PHONE, _phone_ok))
 _DIGITS = re.compile(r"\d\d")
+# Every secret rule needs one of these in the text (the keyword rule: a keyword, then ':' or '='):
+# a text with none skips the secret pattern, the costliest of the rules on prose.
+_SECRET_HINTS = ("PRIVATE KEY", "AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "ghp_", "gho_", "ghu_", "ghs_",
+                 "ghr_", "github_pat_", "xox", "k_live_", "AIza", "eyJ")
+_SECRET_KEYWORD = re.compile(r"(?i:key|secret|token|passwd|password|pwd)['\"]?\s*[:=]")
+
+
+def _may_hold_secret(text: str) -> bool:
+    return any(h in text for h in _SECRET_HINTS) or _SECRET_KEYWORD.search(text) is not None
 _NEEDS_DIGITS = {"iban", "card", "national_id", "phone"}  # a text without two digits in a row holds none: skipped
 
 
@@ -87,7 +96,8 @@ def find(text: str, kinds=KINDS) -> list[tuple[str, int, int]]:
     out = []
     digits = _DIGITS.search(text) is not None
     for kind, pattern, check in _RULES:
-        if kind not in kinds or (kind in _NEEDS_DIGITS and not digits) or (kind == "email" and "@" not in text):
+        if kind not in kinds or (kind in _NEEDS_DIGITS and not digits) or (kind == "email" and "@" not in text) \
+                or (kind == "secret" and not _may_hold_secret(text)):
             continue
         for m in pattern.finditer(text):
             a, b = m.span()
