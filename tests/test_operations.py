@@ -320,7 +320,7 @@ def test_without_an_endpoint_spans_are_free_and_import_no_sdk():
 # --- Debian's Prometheus scraping quarry ------------------------------------------------------------
 
 @pytest.mark.slow
-def test_prometheus_scrapes_quarry_api_and_quarry_serve(tmp_path):
+def test_prometheus_scrapes_quarry_api_and_quarry_serve(tmp_path, monkeypatch):
     _need(PROMETHEUS)
     import quarry
 
@@ -329,11 +329,10 @@ def test_prometheus_scrapes_quarry_api_and_quarry_serve(tmp_path):
     env = {**{k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}, "QUARRY_EMBED_BACKEND": "hash",
            "PYTHONUNBUFFERED": "1"}
     tree, db = _tree(tmp_path / "tree", 4), tmp_path / "db"
-    os.environ["QUARRY_EMBED_BACKEND"] = "hash"
-    try:
-        quarry.index([tree], db)
-    finally:
-        os.environ.pop("QUARRY_EMBED_BACKEND", None)
+    # (monkeypatch: the session's own value comes back after; popping it left every later test of
+    # the session on the real model, whose int8 vectors depend on the batch)
+    monkeypatch.setenv("QUARRY_EMBED_BACKEND", "hash")
+    quarry.index([tree], db)
     api_metrics, serve_port, prom_port = free_port(), free_port(), free_port()
     serve_log = open(tmp_path / "serve.log", "w")
     serve = subprocess.Popen([sys.executable, "-m", "quarry.cli.main", "serve", str(tree), "--db", str(db),

@@ -206,6 +206,9 @@ def test_a_distributed_runner_builds_the_store_a_threads_run_builds(runner, tmp_
     default runner's. Ray is the optional extra quarry[ray]: skipped where it is not installed."""
     if runner == "ray":
         pytest.importorskip("prefect_ray", reason="needs quarry[ray] (prefect-ray, ray)")
+    # the hash embedder, whatever an earlier test left: a real model's int8 vectors depend on which
+    # chunks share a batch, and the runners batch differently
+    monkeypatch.setenv("QUARRY_EMBED_BACKEND", "hash")
     tree = tmp_path / "tree"
     shutil.copytree(SAMPLE, tree)
     shutil.copy(shared("pdf", "levels_of_agi.pdf"), tree / "agi.pdf")  # a heavy format: the parse pool in a worker
