@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 
@@ -256,12 +257,11 @@ def test_quarry_eval_beir_dir_still_works_and_records(cli, tmp_path):
 
 def test_llm_method_on_a_chat_server(store):
     """A question per sampled chunk, filtered; failures counted; the same seed asks nothing again (cached)."""
-    import hashlib
 
     from fakeopenai import FakeOpenAI
     from quarry.core.openai.retry import RetryPolicy
     from quarry.core.settings import Settings
-    from quarry.eval.llmquestions import QuestionWriter
+    from quarry.eval.llmquestions import FIRST_WORDS, QuestionWriter
     from quarry.ingest.llm.client import LLMRuntime
 
     def handler(request):
@@ -272,16 +272,28 @@ def test_llm_method_on_a_chat_server(store):
             return {"question": "What is on page 3?", "answer": words[-1]}
         if kind == 1:
             return "not json at all"
-        return {"question": f"Which word follows {words[-4]} in the findings about {words[-6]}?", "answer": words[-3]}
+        # an answer from past the passage's first words (the filter rejects one that opens it), so
+        # that which chunks the seed draws (their ids follow the tree's path) cannot starve the set
+        head = {t.lower() for t in re.findall(r"\w+", passage)[:FIRST_WORDS]}
+        at = next((i for i in range(len(words) - 1, 0, -1)
+                   if words[i].isalpha() and words[i].lower() not in head), len(words) - 3)
+        return {"question": f"Which word follows {words[at - 1]} in the findings about {words[0]}?",
+                "answer": words[at]}
+
+    kinds: dict[str, int] = {}
 
     def kind_of(request):
+        """The first passage asked gets a question the filter rejects, the second a reply that is
+        no JSON, every other a good question: the same for a passage each time it is asked, and the
+        two bad ones come first (one request at a time), so both are counted before the set fills."""
         passage = request["messages"][-1]["content"]
-        return int(hashlib.sha256(passage.encode()).hexdigest(), 16) % 4
+        return kinds.setdefault(passage, min(len(kinds), 2))
 
     db = store / "store"
     with FakeOpenAI() as server:
         server.chat_handler = handler
-        settings = Settings.from_env(embed_backend="hash", llm_base_url=server.base_url, llm_api_key="k", llm_model="m")
+        settings = Settings.from_env(embed_backend="hash", llm_base_url=server.base_url, llm_api_key="k", llm_model="m",
+                                     llm_concurrency=1)
 
         def writer():
             return QuestionWriter(LLMRuntime(settings, db, policy=RetryPolicy(attempts=1, base=0.001, cap=0.01)))
