@@ -70,25 +70,41 @@ LONG_CONFIGS = {
     "semantic-p95": {"sectioner": "semantic", "semantic_percentile": 95},
     "llm": {"sectioner": "llm"},  # the endpoint is filled in by main()
     # The model's document summary and section summaries in the header (structure sections).
-    "llm-context": {"context": "llm", "llm_section_summaries": True,
-                    "header_fields": ("title", "section", "summary", "section_summary")},
+    "llm-context": {
+        "context": "llm",
+        "llm_section_summaries": True,
+        "header_fields": ("title", "section", "summary", "section_summary"),
+    },
     # Both: the model's sections, each with the model's summary.
-    "llm+context": {"sectioner": "llm", "context": "llm", "llm_section_summaries": True,
-                    "header_fields": ("title", "section", "summary", "section_summary")},
+    "llm+context": {
+        "sectioner": "llm",
+        "context": "llm",
+        "llm_section_summaries": True,
+        "header_fields": ("title", "section", "summary", "section_summary"),
+    },
 }
 LLM_CONFIGS = ("llm", "llm-context", "llm+context")
 
 
-def write_long_corpus(beir_dir: Path, dest: Path, per_file: int, limit: int, seed: int = 13,
-                      judged_splits: str = "*", only: set[str] | None = None) -> dict:
+def write_long_corpus(
+    beir_dir: Path,
+    dest: Path,
+    per_file: int,
+    limit: int,
+    seed: int = 13,
+    judged_splits: str = "*",
+    only: set[str] | None = None,
+) -> dict:
     """Write the long-document variant of a BEIR set; return ``{file name: [abstract ids]}``.
 
     ``only``: keep just these judged abstracts (those of the queries scored), plus unjudged others.
     """
     from quarry.eval.evaluation import _read_jsonl, _read_qrels
 
-    corpus = {str(r["_id"]): (str(r.get("title") or ""), str(r.get("text") or ""))
-              for _, r in _read_jsonl(beir_dir / "corpus.jsonl")}
+    corpus = {
+        str(r["_id"]): (str(r.get("title") or ""), str(r.get("text") or ""))
+        for _, r in _read_jsonl(beir_dir / "corpus.jsonl")
+    }
     judged = set()
     for qrels in (beir_dir / "qrels").glob(f"{judged_splits}.tsv"):
         judged |= {d for rels in _read_qrels(qrels).values() for d in rels}
@@ -158,8 +174,15 @@ def score(store: Path, queries: dict, qrels: dict, to_doc) -> dict:
     return out
 
 
-def run_set(name: str, configs: dict, split: str, backend: str, index_flow, long: dict | None, limit: int | None,
-            ) -> list[dict]:
+def run_set(
+    name: str,
+    configs: dict,
+    split: str,
+    backend: str,
+    index_flow,
+    long: dict | None,
+    limit: int | None,
+) -> list[dict]:
     from quarry.eval.evaluation import load_beir, write_corpus_tree
 
     beir = load_beir(str(BEIR / name), split)
@@ -173,8 +196,9 @@ def run_set(name: str, configs: dict, split: str, backend: str, index_flow, long
     tree = STORES / f"ablation-{label}-corpus"
     if long:
         only = {d for q in qids for d in beir.qrels.get(q, {})} if long.get("scored_only") and limit else None
-        layout = write_long_corpus(BEIR / name, tree, long["per_file"], long["limit"], judged_splits=long["judged"],
-                                   only=only)
+        layout = write_long_corpus(
+            BEIR / name, tree, long["per_file"], long["limit"], judged_splits=long["judged"], only=only
+        )
         spans = abstract_spans(tree, layout)
         to_doc = lambda r: owner(spans.get(r.path, []), r.start_char, r.end_char)  # noqa: E731
         info = {"files": len(layout["files"]), "abstracts": layout["abstracts"], "judged": layout["judged"]}
@@ -191,17 +215,27 @@ def run_set(name: str, configs: dict, split: str, backend: str, index_flow, long
         seconds = time.perf_counter() - t
         metrics = score(store, beir.queries, qrels, to_doc)
         shown = {k: v for k, v in overrides.items() if k not in ("llm_base_url", "llm_api_key")}
-        row = {"set": label, "split": split, "queries": len(qids), "config": config, "overrides": shown,
-               "backend": backend, "chunks": metrics.pop("chunks"), "embedded": report.get("embedded_chunks"),
-               "index_seconds": round(seconds, 1), "modes": metrics, **info}
+        row = {
+            "set": label,
+            "split": split,
+            "queries": len(qids),
+            "config": config,
+            "overrides": shown,
+            "backend": backend,
+            "chunks": metrics.pop("chunks"),
+            "embedded": report.get("embedded_chunks"),
+            "index_seconds": round(seconds, 1),
+            "modes": metrics,
+            **info,
+        }
         if config in LLM_CONFIGS:
             per = 1000 / max(1, report["chunks"])
-            row.update({k: report[k] for k in ("llm_calls", "llm_prompt_tokens", "llm_completion_tokens",
-                                                 "llm_cached")},
-                       llm_fallback_windows=len(report["llm_fallback_windows"]),
-                       llm_calls_per_1k_chunks=round(report["llm_calls"] * per, 1),
-                       llm_tokens_per_1k_chunks=round((report["llm_prompt_tokens"]
-                                                       + report["llm_completion_tokens"]) * per))
+            row.update(
+                {k: report[k] for k in ("llm_calls", "llm_prompt_tokens", "llm_completion_tokens", "llm_cached")},
+                llm_fallback_windows=len(report["llm_fallback_windows"]),
+                llm_calls_per_1k_chunks=round(report["llm_calls"] * per, 1),
+                llm_tokens_per_1k_chunks=round((report["llm_prompt_tokens"] + report["llm_completion_tokens"]) * per),
+            )
         results.append(row)
         print(_line(row), flush=True)
     return results
@@ -209,9 +243,12 @@ def run_set(name: str, configs: dict, split: str, backend: str, index_flow, long
 
 def _line(row: dict) -> str:
     cells = " ".join(f"{row['modes'][m]['ndcg@10']:>7.4f} {row['modes'][m]['recall@10']:>7.4f}" for m in MODES)
-    llm = (f"  llm {row['llm_calls']} calls ({row['llm_calls_per_1k_chunks']}/1k chunks), "
-           f"{row['llm_tokens_per_1k_chunks']} tokens/1k chunks, {row['llm_fallback_windows']} fallback windows"
-           if "llm_calls" in row else "")
+    llm = (
+        f"  llm {row['llm_calls']} calls ({row['llm_calls_per_1k_chunks']}/1k chunks), "
+        f"{row['llm_tokens_per_1k_chunks']} tokens/1k chunks, {row['llm_fallback_windows']} fallback windows"
+        if "llm_calls" in row
+        else ""
+    )
     return f"{row['set']:<15} {row['split']:<5} {row['config']:<22} {cells} {row['chunks'] or 0:>6}{llm}"
 
 
@@ -232,8 +269,11 @@ def _plausible_answer(request: dict):
         lines = re.findall(r"^\[(\d+)\] (.*)$", prompt, re.M)
         return {"sections": [{"title": " ".join(t.split()[:6]), "start_line": int(n)} for n, t in lines[::25]]}
     if request.get("response_format"):
-        return {"title": "A descriptive title of the document", "summary": "One sentence that says what the "
-                "document is about, in about twenty words, as a model would write it for a search index."}
+        return {
+            "title": "A descriptive title of the document",
+            "summary": "One sentence that says what the "
+            "document is about, in about twenty words, as a model would write it for a search index.",
+        }
     return "This chunk is from the section of the document that explains the topic named in its heading."
 
 
@@ -249,24 +289,39 @@ def llm_cost(tree: Path, index_flow) -> list[dict]:
         server.chat_handler = _plausible_answer
         for name, extra in LLM_VARIANTS.items():
             store = Path(tempfile.mkdtemp(prefix="quarry-llm-cost-")) / "db"
-            overrides = {"sectioner": "llm", "context": "llm", "llm_base_url": server.base_url, "llm_model": "m",
-                         "embed_backend": "hash", **extra}
+            overrides = {
+                "sectioner": "llm",
+                "context": "llm",
+                "llm_base_url": server.base_url,
+                "llm_model": "m",
+                "embed_backend": "hash",
+                **extra,
+            }
             t = time.perf_counter()
             report = index_flow([str(tree)], db=str(store), overrides=overrides)
             per = 1000 / max(1, report["chunks"])
-            row = {"tree": str(tree), "variant": name, "files": report["added"], "chunks": report["chunks"],
-                   "llm_calls": report["llm_calls"], "llm_prompt_tokens": report["llm_prompt_tokens"],
-                   "llm_completion_tokens": report["llm_completion_tokens"],
-                   "calls_per_1k_chunks": round(report["llm_calls"] * per, 1),
-                   "prompt_tokens_per_1k_chunks": round(report["llm_prompt_tokens"] * per),
-                   "completion_tokens_per_1k_chunks": round(report["llm_completion_tokens"] * per),
-                   "seconds": round(time.perf_counter() - t, 1)}
+            row = {
+                "tree": str(tree),
+                "variant": name,
+                "files": report["added"],
+                "chunks": report["chunks"],
+                "llm_calls": report["llm_calls"],
+                "llm_prompt_tokens": report["llm_prompt_tokens"],
+                "llm_completion_tokens": report["llm_completion_tokens"],
+                "calls_per_1k_chunks": round(report["llm_calls"] * per, 1),
+                "prompt_tokens_per_1k_chunks": round(report["llm_prompt_tokens"] * per),
+                "completion_tokens_per_1k_chunks": round(report["llm_completion_tokens"] * per),
+                "seconds": round(time.perf_counter() - t, 1),
+            }
             rerun = index_flow([str(tree)], db=str(store), full=True, overrides=overrides)
             row["calls_on_full_reindex"] = rerun["llm_calls"]
             rows.append(row)
-            print(f"{name:<20} {row['files']:>6} {row['chunks']:>7} {row['llm_calls']:>7} "
-                  f"{row['calls_per_1k_chunks']:>9} {row['prompt_tokens_per_1k_chunks']:>11} "
-                  f"{row['completion_tokens_per_1k_chunks']:>9} {row['calls_on_full_reindex']:>7}", flush=True)
+            print(
+                f"{name:<20} {row['files']:>6} {row['chunks']:>7} {row['llm_calls']:>7} "
+                f"{row['calls_per_1k_chunks']:>9} {row['prompt_tokens_per_1k_chunks']:>11} "
+                f"{row['completion_tokens_per_1k_chunks']:>9} {row['calls_on_full_reindex']:>7}",
+                flush=True,
+            )
     return rows
 
 
@@ -281,13 +336,23 @@ def main() -> None:
     ap.add_argument("--per-file", type=int, default=8, help="abstracts per long document")
     ap.add_argument("--long-limit", type=int, default=2000, help="abstracts in a long corpus (judged ones always)")
     ap.add_argument("--limit", type=int, default=None, help="score only the first N queries (quick checks)")
-    ap.add_argument("--llm-cost", default=None, metavar="TREE",
-                    help="measure LLM calls/tokens per 1,000 chunks on TREE against the fake server, then stop")
+    ap.add_argument(
+        "--llm-cost",
+        default=None,
+        metavar="TREE",
+        help="measure LLM calls/tokens per 1,000 chunks on TREE against the fake server, then stop",
+    )
     ap.add_argument("--judged", default="*", help="qrels splits whose documents the long corpora keep ('test')")
-    ap.add_argument("--scored-only", action="store_true",
-                    help="with --limit: long corpora keep only the judged abstracts of the scored queries")
-    ap.add_argument("--llm-server", action="store_true",
-                    help="start llama-cpp-python's server with SmolLM2-135M (.venv-llm) for the llm config")
+    ap.add_argument(
+        "--scored-only",
+        action="store_true",
+        help="with --limit: long corpora keep only the judged abstracts of the scored queries",
+    )
+    ap.add_argument(
+        "--llm-server",
+        action="store_true",
+        help="start llama-cpp-python's server with SmolLM2-135M (.venv-llm) for the llm config",
+    )
     ap.add_argument("--llm-base-url", default="", help="an OpenAI-compatible endpoint for the llm config")
     ap.add_argument("--llm-model", default="")
     ap.add_argument("--json", action="store_true")
@@ -299,8 +364,10 @@ def main() -> None:
 
     prefect_environment()
     if args.llm_cost:
-        print(f"{'variant':<20} {'files':>6} {'chunks':>7} {'calls':>7} {'calls/1k':>9} {'prompt/1k':>11} "
-              f"{'compl/1k':>9} {'re-run':>7}")
+        print(
+            f"{'variant':<20} {'files':>6} {'chunks':>7} {'calls':>7} {'calls/1k':>9} {'prompt/1k':>11} "
+            f"{'compl/1k':>9} {'re-run':>7}"
+        )
         with prefect_api(STORES / "logs"):
             from quarry.flows.index import index_flow
 
@@ -328,9 +395,12 @@ def main() -> None:
         if not args.llm_base_url and not os.environ.get("QUARRY_LLM_BASE_URL"):
             ap.error("the llm config needs --llm-server, --llm-base-url or QUARRY_LLM_BASE_URL")
         for name in LLM_CONFIGS:
-            LONG_CONFIGS[name] = {**LONG_CONFIGS[name], "llm_concurrency": 2,
-                                  **({"llm_base_url": args.llm_base_url} if args.llm_base_url else {}),
-                                  **({"llm_model": args.llm_model} if args.llm_model else {})}
+            LONG_CONFIGS[name] = {
+                **LONG_CONFIGS[name],
+                "llm_concurrency": 2,
+                **({"llm_base_url": args.llm_base_url} if args.llm_base_url else {}),
+                **({"llm_model": args.llm_model} if args.llm_model else {}),
+            }
     try:
         results = _run(args, results)
     finally:
@@ -357,10 +427,20 @@ def _run(args, results: list[dict]) -> list[dict]:
             results += run_set(name, configs, args.split, args.backend, index_flow, None, args.limit)
         for name in filter(None, args.long.split(",")):
             configs = {c: LONG_CONFIGS[c] for c in args.long_configs.split(",")}
-            results += run_set(name, configs, args.split, args.backend, index_flow,
-                               {"per_file": args.per_file, "limit": args.long_limit, "judged": args.judged,
-                                "scored_only": args.scored_only},
-                               args.limit)
+            results += run_set(
+                name,
+                configs,
+                args.split,
+                args.backend,
+                index_flow,
+                {
+                    "per_file": args.per_file,
+                    "limit": args.long_limit,
+                    "judged": args.judged,
+                    "scored_only": args.scored_only,
+                },
+                args.limit,
+            )
     return results
 
 

@@ -135,8 +135,11 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--rows", type=int, default=0, help="compare ANN libraries at this many rows (see above)")
-    ap.add_argument("--libraries", default="quarry-ivf,faiss-ivf,usearch,hnswlib,faiss-hnsw",
-                    help="with --rows: which indexes to build")
+    ap.add_argument(
+        "--libraries",
+        default="quarry-ivf,faiss-ivf,usearch,hnswlib,faiss-hnsw",
+        help="with --rows: which indexes to build",
+    )
     ap.add_argument("--max-queries", type=int, default=0, help="with --rows: time only the first N queries")
     ap.add_argument("--nlists", default="1000,2000,4000", help="with --rows: IVF list counts to try")
     args = ap.parse_args()
@@ -160,31 +163,66 @@ def main() -> None:
     for share in [float(s) for s in args.shares.split(",")]:
         index = dense.DenseIndex(arrays, probe_share=share, min_probes=1)
         found, ms = timed(index, queries, args.k, method="ivf")
-        rows.append({"method": "ivf", "setting": f"nlist {info['ivf']['nlist']}, nprobe {index.nprobe()} "
-                     f"(share {share:g})", "probe_share": share, "recall_at_10": round(recall(found, truth), 4),
-                     "p50_ms": ms})
+        rows.append(
+            {
+                "method": "ivf",
+                "setting": f"nlist {info['ivf']['nlist']}, nprobe {index.nprobe()} (share {share:g})",
+                "probe_share": share,
+                "recall_at_10": round(recall(found, truth), 4),
+                "p50_ms": ms,
+            }
+        )
     index = dense.DenseIndex(arrays)
     found, ms = timed(index, queries, args.k, method="ivf")
-    rows.append({"method": "ivf", "setting": f"nlist {info['ivf']['nlist']}, nprobe {index.nprobe()} (default)",
-                 "recall_at_10": round(recall(found, truth), 4), "p50_ms": ms, "default": True})
+    rows.append(
+        {
+            "method": "ivf",
+            "setting": f"nlist {info['ivf']['nlist']}, nprobe {index.nprobe()} (default)",
+            "recall_at_10": round(recall(found, truth), 4),
+            "p50_ms": ms,
+            "default": True,
+        }
+    )
     # Filtered: the truth is exact search over the kept rows; "auto" is what a search runs.
     default = dense.DenseIndex(arrays)
     n_hand = len(handbook_vectors())
     rng = np.random.default_rng(0)
-    masks = {"random 20% of rows": rng.random(len(corpus)) < 0.2, "random 2% of rows": rng.random(len(corpus)) < 0.02,
-             "SciFact rows only (the queries' own)": np.arange(len(corpus)) >= n_hand,
-             "handbook rows only (far from queries)": np.arange(len(corpus)) < n_hand}
+    masks = {
+        "random 20% of rows": rng.random(len(corpus)) < 0.2,
+        "random 2% of rows": rng.random(len(corpus)) < 0.02,
+        "SciFact rows only (the queries' own)": np.arange(len(corpus)) >= n_hand,
+        "handbook rows only (far from queries)": np.arange(len(corpus)) < n_hand,
+    }
     for name, mask in masks.items():
         want, _ = timed(exact, queries, args.k, method="exact", mask=mask)
         found, ms = timed(default, queries, args.k, method="auto", mask=mask)
-        rows.append({"method": "auto+filter", "setting": f"{name}", "kept": int(mask.sum()),
-                     "recall_at_10": round(recall(found, want), 4), "p50_ms": ms})
+        rows.append(
+            {
+                "method": "auto+filter",
+                "setting": f"{name}",
+                "kept": int(mask.sum()),
+                "recall_at_10": round(recall(found, want), 4),
+                "p50_ms": ms,
+            }
+        )
     for mult in (4, 10, 20):
         found, ms = timed(exact, queries, args.k, method="binary", rescore_multiplier=mult)
-        rows.append({"method": "binary", "setting": f"rescore x{mult}", "recall_at_10": round(recall(found, truth), 4),
-                     "p50_ms": ms})
-    out = {"corpus": len(corpus), "queries": len(queries), "model": "all-MiniLM-L6-v2 (onnx-int8)",
-           "ivf_build_seconds": round(build_s, 2), "ivf": info["ivf"], "results": rows}
+        rows.append(
+            {
+                "method": "binary",
+                "setting": f"rescore x{mult}",
+                "recall_at_10": round(recall(found, truth), 4),
+                "p50_ms": ms,
+            }
+        )
+    out = {
+        "corpus": len(corpus),
+        "queries": len(queries),
+        "model": "all-MiniLM-L6-v2 (onnx-int8)",
+        "ivf_build_seconds": round(build_s, 2),
+        "ivf": info["ivf"],
+        "results": rows,
+    }
     CACHE.mkdir(parents=True, exist_ok=True)
     (ROOT / "bench" / "results" / "ann_recall.json").write_text(json.dumps(out, indent=2))
     lines = [f"{'method':<12} {'setting':<40} {'recall@10':>9} {'p50 ms':>8}"]
@@ -205,7 +243,7 @@ def synthetic_corpus(real, rows: int, seed: int = 0):
 
     rng = np.random.default_rng(seed)
     out = np.empty((rows, real.shape[1]), dtype=np.float32)
-    out[:len(real)] = real[:rows]
+    out[: len(real)] = real[:rows]
     for start in range(len(real), rows, 65536):
         stop = min(rows, start + 65536)
         i = rng.integers(0, len(real), stop - start)
@@ -222,11 +260,13 @@ def exact_top(corpus, queries, k, mask=None):
     best_s = np.full((len(queries), k), -np.inf, dtype=np.float32)
     best_i = np.zeros((len(queries), k), dtype=np.int64)
     for start in range(0, len(corpus), 131072):
-        block = corpus[start:start + 131072] @ queries.T  # rows x queries
+        block = corpus[start : start + 131072] @ queries.T  # rows x queries
         if mask is not None:
-            block[~mask[start:start + 131072]] = -np.inf
+            block[~mask[start : start + 131072]] = -np.inf
         s = np.concatenate([best_s, block.T], axis=1)
-        ids = np.concatenate([best_i, np.broadcast_to(np.arange(start, start + len(block)), (len(queries), len(block)))], axis=1)
+        ids = np.concatenate(
+            [best_i, np.broadcast_to(np.arange(start, start + len(block)), (len(queries), len(block)))], axis=1
+        )
         pick = np.argpartition(-s, k - 1, axis=1)[:, :k]
         best_s, best_i = np.take_along_axis(s, pick, 1), np.take_along_axis(ids, pick, 1)
     return [set(r.tolist()) for r in best_i]
@@ -247,7 +287,11 @@ def _time_queries(fn, queries, truth, k):
         samples.append((time.process_time() - t) * 1000)
         hits.append(len(set(int(x) for x in got[:k]) & want) / k)
     ordered = sorted(samples)
-    return round(statistics.mean(hits), 4), round(statistics.median(ordered), 2), round(ordered[int(0.95 * (len(ordered) - 1))], 2)
+    return (
+        round(statistics.mean(hits), 4),
+        round(statistics.median(ordered), 2),
+        round(ordered[int(0.95 * (len(ordered) - 1))], 2),
+    )
 
 
 def compare_at_scale(args) -> None:
@@ -262,11 +306,13 @@ def compare_at_scale(args) -> None:
     parts = [scifact_store_vectors()] + ([np.load(CACHE / "handbook.npy")] if (CACHE / "handbook.npy").exists() else [])
     real = dense.normalise(np.concatenate(parts))
     queries = dense.normalise(query_vectors())
-    queries = queries[:args.max_queries] if args.max_queries else queries
+    queries = queries[: args.max_queries] if args.max_queries else queries
     t0 = time.perf_counter()
     corpus = synthetic_corpus(real, args.rows)
-    log(f"{len(real)} real vectors -> {len(corpus)} rows in {time.perf_counter() - t0:.0f} s; "
-        f"{len(queries)} real queries; load {os.getloadavg()[0]:.1f}")
+    log(
+        f"{len(real)} real vectors -> {len(corpus)} rows in {time.perf_counter() - t0:.0f} s; "
+        f"{len(queries)} real queries; load {os.getloadavg()[0]:.1f}"
+    )
     mask = np.random.default_rng(1).random(len(corpus)) < 0.2
     t0 = time.perf_counter()
     truth = exact_top(corpus, queries, k)
@@ -277,13 +323,29 @@ def compare_at_scale(args) -> None:
 
     def add(method, setting, build_s, mem_mb, fn, fn_f=None):
         r, p50, p95 = _time_queries(fn, queries, truth, k)
-        row = {"method": method, "setting": setting, "build_s": round(build_s, 1), "mem_mb": mem_mb,
-               "recall_at_10": r, "p50_ms": p50, "p95_ms": p95, "load": round(os.getloadavg()[0], 1)}
+        row = {
+            "method": method,
+            "setting": setting,
+            "build_s": round(build_s, 1),
+            "mem_mb": mem_mb,
+            "recall_at_10": r,
+            "p50_ms": p50,
+            "p95_ms": p95,
+            "load": round(os.getloadavg()[0], 1),
+        }
         if fn_f is not None:
-            row["filtered_recall_at_10"], row["filtered_p50_ms"], row["filtered_p95_ms"] = _time_queries(fn_f, queries, truth_f, k)
+            row["filtered_recall_at_10"], row["filtered_p50_ms"], row["filtered_p95_ms"] = _time_queries(
+                fn_f, queries, truth_f, k
+            )
         rows.append(row)
-        log(f"  {method:<12} {setting:<34} build {build_s:6.1f} s  recall {r:.4f}  p50 {p50} ms  p95 {p95} ms"
-            + (f"  | 20% filter: recall {row['filtered_recall_at_10']:.4f} p50 {row['filtered_p50_ms']} ms" if fn_f else ""))
+        log(
+            f"  {method:<12} {setting:<34} build {build_s:6.1f} s  recall {r:.4f}  p50 {p50} ms  p95 {p95} ms"
+            + (
+                f"  | 20% filter: recall {row['filtered_recall_at_10']:.4f} p50 {row['filtered_p50_ms']} ms"
+                if fn_f
+                else ""
+            )
+        )
 
     if "quarry-ivf" in libs:
         for nlist in [int(x) for x in args.nlists.split(",")]:
@@ -292,11 +354,23 @@ def compare_at_scale(args) -> None:
             build_s = time.perf_counter() - t0
             for share in [float(x) for x in args.shares.split(",")]:
                 index = dense.DenseIndex(arrays, probe_share=share, min_probes=1)
-                add("quarry-ivf", f"nlist {nlist}, nprobe {index.nprobe()}", build_s, 0,
-                    lambda q: index.search(q, k, method="ivf")[0], lambda q: index.search(q, k, mask=mask)[0])
+                add(
+                    "quarry-ivf",
+                    f"nlist {nlist}, nprobe {index.nprobe()}",
+                    build_s,
+                    0,
+                    lambda q: index.search(q, k, method="ivf")[0],
+                    lambda q: index.search(q, k, mask=mask)[0],
+                )
             index = dense.DenseIndex(arrays)
-            add("quarry-ivf", f"nlist {nlist}, nprobe {index.nprobe()} (default probes)", build_s, 0,
-                lambda q: index.search(q, k, method="ivf")[0], lambda q: index.search(q, k, mask=mask)[0])
+            add(
+                "quarry-ivf",
+                f"nlist {nlist}, nprobe {index.nprobe()} (default probes)",
+                build_s,
+                0,
+                lambda q: index.search(q, k, method="ivf")[0],
+                lambda q: index.search(q, k, mask=mask)[0],
+            )
             del arrays
             gc.collect()
     if "faiss-ivf" in libs or "faiss-hnsw" in libs:
@@ -308,7 +382,9 @@ def compare_at_scale(args) -> None:
             t0 = time.perf_counter()
             quant = faiss.IndexFlatIP(corpus.shape[1])
             index = faiss.IndexIVFFlat(quant, corpus.shape[1], nlist, faiss.METRIC_INNER_PRODUCT)
-            index.train(corpus[np.random.default_rng(0).choice(len(corpus), min(len(corpus), nlist * 32), replace=False)])
+            index.train(
+                corpus[np.random.default_rng(0).choice(len(corpus), min(len(corpus), nlist * 32), replace=False)]
+            )
             index.add(corpus)
             build_s = time.perf_counter() - t0
             bits = np.packbits(mask, bitorder="little")  # kept alive: the selector points into it
@@ -316,8 +392,14 @@ def compare_at_scale(args) -> None:
             for nprobe in (16, 32, 64, 128):
                 p = faiss.SearchParametersIVF(nprobe=nprobe)
                 pf = faiss.SearchParametersIVF(nprobe=nprobe, sel=sel)
-                add("faiss-ivf", f"nlist {nlist}, nprobe {nprobe}", build_s, 0,
-                    lambda q: index.search(q[None], k, params=p)[1][0], lambda q: index.search(q[None], k, params=pf)[1][0])
+                add(
+                    "faiss-ivf",
+                    f"nlist {nlist}, nprobe {nprobe}",
+                    build_s,
+                    0,
+                    lambda q: index.search(q[None], k, params=p)[1][0],
+                    lambda q: index.search(q[None], k, params=pf)[1][0],
+                )
             del index, quant
             gc.collect()
         if "faiss-hnsw" in libs:
@@ -330,7 +412,13 @@ def compare_at_scale(args) -> None:
             build_s = time.perf_counter() - t0
             for ef in (32, 64, 128):
                 p = faiss.SearchParametersHNSW(efSearch=ef)
-                add("faiss-hnsw", f"M 32, efC 80, efSearch {ef}", build_s, 0, lambda q: index.search(q[None], k, params=p)[1][0])
+                add(
+                    "faiss-hnsw",
+                    f"M 32, efC 80, efSearch {ef}",
+                    build_s,
+                    0,
+                    lambda q: index.search(q[None], k, params=p)[1][0],
+                )
             del index
             gc.collect()
     if "usearch" in libs:
@@ -343,8 +431,13 @@ def compare_at_scale(args) -> None:
             build_s = time.perf_counter() - t0
             for ef in (32, 64, 128):
                 index.expansion_search = ef
-                add("usearch", f"{dtype}, M 16, efC 128, ef {ef}", build_s, 0,
-                    lambda q: index.search(q, k, threads=1).keys)
+                add(
+                    "usearch",
+                    f"{dtype}, M 16, efC 128, ef {ef}",
+                    build_s,
+                    0,
+                    lambda q: index.search(q, k, threads=1).keys,
+                )
             del index
             gc.collect()
     if "hnswlib" in libs:
@@ -359,16 +452,32 @@ def compare_at_scale(args) -> None:
         build_s = time.perf_counter() - t0
         for ef in (32, 64, 128):
             index.set_ef(ef)
-            add("hnswlib", f"M 16, efC 100, ef {ef}", build_s, 0, lambda q: index.knn_query(q, k)[0][0],
-                lambda q: index.knn_query(q, k, filter=lambda i: bool(mask[i]))[0][0])
+            add(
+                "hnswlib",
+                f"M 16, efC 100, ef {ef}",
+                build_s,
+                0,
+                lambda q: index.knn_query(q, k)[0][0],
+                lambda q: index.knn_query(q, k, filter=lambda i: bool(mask[i]))[0][0],
+            )
         del index
-    out = {"rows": len(corpus), "real_rows": len(real), "queries": len(queries), "k": k,
-           "corpus": "real MiniLM vectors + mixtures normalise(e_i + a e_j + 0.35 g), seed 0 (see the docstring)",
-           "results": rows}
+    out = {
+        "rows": len(corpus),
+        "real_rows": len(real),
+        "queries": len(queries),
+        "k": k,
+        "corpus": "real MiniLM vectors + mixtures normalise(e_i + a e_j + 0.35 g), seed 0 (see the docstring)",
+        "results": rows,
+    }
     (ROOT / "bench" / "results" / f"ann_scale-{len(corpus)}.json").write_text(json.dumps(out, indent=2))
-    lines = [f"{'method':<12} {'setting':<34} {'build s':>8} {'recall@10':>9} {'p50 ms':>7} {'p95 ms':>7} {'filt. recall':>12}"]
-    lines += [f"{r['method']:<12} {r['setting']:<34} {r['build_s']:>8} {r['recall_at_10']:>9} {r['p50_ms']:>7} "
-              f"{r['p95_ms']:>7} {r.get('filtered_recall_at_10', ''):>12}" for r in rows]
+    lines = [
+        f"{'method':<12} {'setting':<34} {'build s':>8} {'recall@10':>9} {'p50 ms':>7} {'p95 ms':>7} {'filt. recall':>12}"
+    ]
+    lines += [
+        f"{r['method']:<12} {r['setting']:<34} {r['build_s']:>8} {r['recall_at_10']:>9} {r['p50_ms']:>7} "
+        f"{r['p95_ms']:>7} {r.get('filtered_recall_at_10', ''):>12}"
+        for r in rows
+    ]
     print("\n".join(lines), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(out))

@@ -43,8 +43,10 @@ def scripted(body: dict) -> str:
     words = passages[0][1].split()
     quote = " ".join(words[2:10])
     last = passages[min(1, len(passages) - 1)][0]
-    return (f'The first passage says "{quote}" [1]. A second source agrees [{last}][{len(passages) + 5}]. '
-            "More research is needed.")
+    return (
+        f'The first passage says "{quote}" [1]. A second source agrees [{last}][{len(passages) + 5}]. '
+        "More research is needed."
+    )
 
 
 def build_tree(folder: Path, n_questions: int, n_docs: int) -> list[dict]:
@@ -88,9 +90,10 @@ def main() -> None:
     os.environ.setdefault("QUARRY_DUCKDB_FTS", "0")
     out = sys.stderr if args.json else sys.stdout
 
+    from quarry.flows.run import index
+
     import quarry
     from quarry.core.settings import Settings
-    from quarry.flows.run import index
 
     work = Path(tempfile.mkdtemp(prefix="quarry-bench-answers-"))
     questions = build_tree(work / "tree", args.questions, args.docs)
@@ -107,8 +110,10 @@ def main() -> None:
         fake.chat_handler = scripted
         settings = Settings.from_env(llm_base_url=fake.base_url, llm_model="fake-chat", llm_api_key="")
     rows = []
-    head = f"{'id':>6} {'status':>9} {'retr ms':>8} {'gen ms':>8} {'psg':>4} {'tok in':>7} {'tok out':>7} " \
-           f"{'kept':>4} {'drop':>4} {'uncit':>5} {'quote':>5} {'rel':>4}"
+    head = (
+        f"{'id':>6} {'status':>9} {'retr ms':>8} {'gen ms':>8} {'psg':>4} {'tok in':>7} {'tok out':>7} "
+        f"{'kept':>4} {'drop':>4} {'uncit':>5} {'quote':>5} {'rel':>4}"
+    )
     print(head, file=out, flush=True)
     with quarry.open(work / "db", settings) as idx:
         if fake is not None:  # warm the maps, the query model and the client (a real model is asked once per question)
@@ -116,41 +121,66 @@ def main() -> None:
         for q in questions:
             a = idx.answer(q["text"], max_context_tokens=args.max_context_tokens)
             cited_docs = {Path(c.path).stem for c in a.citations}
-            rows.append({"id": q["id"], "status": a.status, "retrieve_ms": a.timings.get("retrieve", 0.0),
-                         "generate_ms": a.timings.get("generate", 0.0), "total_ms": a.timings.get("total", 0.0),
-                         "passages": len(a.evidence), "prompt_tokens": a.usage.get("prompt_tokens", 0),
-                         "completion_tokens": a.usage.get("completion_tokens", 0), "kept": len(a.citations),
-                         "dropped": len(a.dropped), "uncited": len(a.uncited),
-                         "quotes_found": sum(1 for x in a.quotes if x["found"]), "quotes": len(a.quotes),
-                         "cites_relevant": bool(cited_docs & set(q["relevant"])), "error": a.error})
+            rows.append(
+                {
+                    "id": q["id"],
+                    "status": a.status,
+                    "retrieve_ms": a.timings.get("retrieve", 0.0),
+                    "generate_ms": a.timings.get("generate", 0.0),
+                    "total_ms": a.timings.get("total", 0.0),
+                    "passages": len(a.evidence),
+                    "prompt_tokens": a.usage.get("prompt_tokens", 0),
+                    "completion_tokens": a.usage.get("completion_tokens", 0),
+                    "kept": len(a.citations),
+                    "dropped": len(a.dropped),
+                    "uncited": len(a.uncited),
+                    "quotes_found": sum(1 for x in a.quotes if x["found"]),
+                    "quotes": len(a.quotes),
+                    "cites_relevant": bool(cited_docs & set(q["relevant"])),
+                    "error": a.error,
+                }
+            )
             r = rows[-1]  # printed as it comes: a real model may take minutes an answer
-            print(f"{r['id']:>6} {r['status']:>9} {r['retrieve_ms']:8.1f} {r['generate_ms']:8.1f} {r['passages']:4d} "
-                  f"{r['prompt_tokens']:7d} {r['completion_tokens']:7d} {r['kept']:4d} {r['dropped']:4d} "
-                  f"{r['uncited']:5d} {r['quotes_found']}/{r['quotes']:<3} {'yes' if r['cites_relevant'] else 'no':>4}",
-                  file=out, flush=True)
+            print(
+                f"{r['id']:>6} {r['status']:>9} {r['retrieve_ms']:8.1f} {r['generate_ms']:8.1f} {r['passages']:4d} "
+                f"{r['prompt_tokens']:7d} {r['completion_tokens']:7d} {r['kept']:4d} {r['dropped']:4d} "
+                f"{r['uncited']:5d} {r['quotes_found']}/{r['quotes']:<3} {'yes' if r['cites_relevant'] else 'no':>4}",
+                file=out,
+                flush=True,
+            )
     if fake is not None:
         fake.stop()
     med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
     summary = {
-        "questions": len(rows), "model": "fake" if fake is not None else settings.answer_model or settings.llm_model_name,
-        "docs": args.docs, "embed": args.embed, "max_context_tokens": args.max_context_tokens,
+        "questions": len(rows),
+        "model": "fake" if fake is not None else settings.answer_model or settings.llm_model_name,
+        "docs": args.docs,
+        "embed": args.embed,
+        "max_context_tokens": args.max_context_tokens,
         "answered": sum(r["status"] == "answered" for r in rows),
         "not_found": sum(r["status"] == "not_found" for r in rows),
         "errors": sum(r["status"] == "error" for r in rows),
-        "p50_retrieve_ms": med("retrieve_ms"), "p50_generate_ms": med("generate_ms"), "p50_total_ms": med("total_ms"),
-        "p50_prompt_tokens": med("prompt_tokens"), "p50_completion_tokens": med("completion_tokens"),
-        "citations_kept": sum(r["kept"] for r in rows), "citations_dropped": sum(r["dropped"] for r in rows),
+        "p50_retrieve_ms": med("retrieve_ms"),
+        "p50_generate_ms": med("generate_ms"),
+        "p50_total_ms": med("total_ms"),
+        "p50_prompt_tokens": med("prompt_tokens"),
+        "p50_completion_tokens": med("completion_tokens"),
+        "citations_kept": sum(r["kept"] for r in rows),
+        "citations_dropped": sum(r["dropped"] for r in rows),
         "sentences_uncited": sum(r["uncited"] for r in rows),
         "cites_a_judged_relevant_abstract": sum(r["cites_relevant"] for r in rows),
         "load": os.getloadavg()[0],
     }
-    print(f"\n{summary['answered']} answered, {summary['not_found']} not found, {summary['errors']} errors of "
-          f"{summary['questions']} ({summary['model']}); p50 retrieve {summary['p50_retrieve_ms']:.1f} ms, generate "
-          f"{summary['p50_generate_ms']:.1f} ms, total {summary['p50_total_ms']:.1f} ms; p50 tokens "
-          f"{summary['p50_prompt_tokens']:.0f} in / {summary['p50_completion_tokens']:.0f} out; citations kept "
-          f"{summary['citations_kept']}, dropped {summary['citations_dropped']}, uncited sentences "
-          f"{summary['sentences_uncited']}; a judged-relevant abstract cited in "
-          f"{summary['cites_a_judged_relevant_abstract']}; load {summary['load']:.1f}", file=out)
+    print(
+        f"\n{summary['answered']} answered, {summary['not_found']} not found, {summary['errors']} errors of "
+        f"{summary['questions']} ({summary['model']}); p50 retrieve {summary['p50_retrieve_ms']:.1f} ms, generate "
+        f"{summary['p50_generate_ms']:.1f} ms, total {summary['p50_total_ms']:.1f} ms; p50 tokens "
+        f"{summary['p50_prompt_tokens']:.0f} in / {summary['p50_completion_tokens']:.0f} out; citations kept "
+        f"{summary['citations_kept']}, dropped {summary['citations_dropped']}, uncited sentences "
+        f"{summary['sentences_uncited']}; a judged-relevant abstract cited in "
+        f"{summary['cites_a_judged_relevant_abstract']}; load {summary['load']:.1f}",
+        file=out,
+    )
     results = ROOT / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
     payload = {"summary": summary, "rows": rows}

@@ -76,18 +76,29 @@ def ensure_store(size: int, sents, rebuild: bool) -> Path:
     log(f"building a {size}-chunk store in {folder} ...")
     info = ql.build_store(size, folder, sents)
     store = folder / "store"
-    from quarry.store.writer import StoreWriter
     from quarry.core.settings import Settings  # noqa: F401 - settings come from ENV below
+    from quarry.store.writer import StoreWriter
 
     writer = StoreWriter(store, ql.MODEL, DIM).open()
     try:
         ids = [d for (d,) in writer.con.execute("SELECT doc_id FROM documents ORDER BY doc_id").fetchall()]
         changed = writer.set_document_principals(
-            {d: (["public"] if i % 4 == 0 else [GROUPS[i % len(GROUPS)]]) for i, d in enumerate(ids)})
+            {d: (["public"] if i % 4 == 0 else [GROUPS[i % len(GROUPS)]]) for i, d in enumerate(ids)}
+        )
         import datetime as dt
 
-        writer.commit({"run_id": "bench-acl", "started": dt.datetime.now(), "status": "completed",
-                       "roots": ["/corpus"], "errors": [], "durations": {}, "settings": {}}, {})
+        writer.commit(
+            {
+                "run_id": "bench-acl",
+                "started": dt.datetime.now(),
+                "status": "completed",
+                "roots": ["/corpus"],
+                "errors": [],
+                "durations": {},
+                "settings": {},
+            },
+            {},
+        )
     finally:
         writer.close()
     marker.write_text(json.dumps({**info, "format": STORE_FORMAT, "principals_set": changed}, indent=2))
@@ -115,11 +126,25 @@ class Server:
     def __init__(self, store, workers: int, log_path: Path, env: dict | None = None):
         self.port = _free_port()
         self.log_path = log_path
-        cmd = [sys.executable, "-m", "quarry.cli.main", "api", "--db", str(store), "--port", str(self.port),
-               "--workers", str(workers), "--log-level", "warning", "--no-mcp"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "quarry.cli.main",
+            "api",
+            "--db",
+            str(store),
+            "--port",
+            str(self.port),
+            "--workers",
+            str(workers),
+            "--log-level",
+            "warning",
+            "--no-mcp",
+        ]
         self.fh = open(log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.fh, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     env={**os.environ, **ENV, **(env or {})})
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.fh, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **ENV, **(env or {})}
+        )
         import httpx
 
         deadline = time.monotonic() + 120
@@ -165,11 +190,14 @@ def _answer(status: int, payload: bytes, live_path: str | None) -> tuple:
     return (body["generation"], sorted(found), None)
 
 
-async def _client(port: int, token: str, bodies: list[bytes], start: int, deadline: float, out: list,
-                  live_path: str | None) -> None:
+async def _client(
+    port: int, token: str, bodies: list[bytes], start: int, deadline: float, out: list, live_path: str | None
+) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    head = (f"POST /v1/search HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
-            "Content-Type: application/json\r\n").encode()
+    head = (
+        f"POST /v1/search HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
+        "Content-Type: application/json\r\n"
+    ).encode()
     i = start
     try:
         while time.time() < deadline:
@@ -203,15 +231,17 @@ def _load_process(port, token, bodies, connections, offset, deadline, live_path,
     out: list = []
 
     async def main():
-        await asyncio.gather(*(_client(port, token, bodies, (offset + c) * 7919, deadline, out, live_path)
-                               for c in range(connections)))
+        await asyncio.gather(
+            *(_client(port, token, bodies, (offset + c) * 7919, deadline, out, live_path) for c in range(connections))
+        )
 
     asyncio.run(main())
     queue.put(out)
 
 
-def http_load(port: int, token: str, bodies: list[bytes], clients: int, seconds: float,
-              live_path: str | None = None) -> list:
+def http_load(
+    port: int, token: str, bodies: list[bytes], clients: int, seconds: float, live_path: str | None = None
+) -> list:
     """``clients`` kept-alive connections sending back to back for ``seconds``, spread over up to 4
     client processes (8 connections each: one Python thread cannot feed 32 connections on a busy
     machine, and would be measured instead of the server). Returns [(latency s, status, generation,
@@ -221,8 +251,10 @@ def http_load(port: int, token: str, bodies: list[bytes], clients: int, seconds:
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
     deadline = time.time() + 1.0 + seconds  # the processes start first
-    pool = [ctx.Process(target=_load_process, args=(port, token, bodies, per[n], sum(per[:n]), deadline, live_path,
-                                                    queue)) for n in range(procs)]
+    pool = [
+        ctx.Process(target=_load_process, args=(port, token, bodies, per[n], sum(per[:n]), deadline, live_path, queue))
+        for n in range(procs)
+    ]
     for p in pool:
         p.start()
     out = []
@@ -277,8 +309,10 @@ def inprocess_load(store: Path, queries: list[str], clients: int, workers: int, 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     start_at = time.time() + 8  # after every process has opened the index and warmed up
-    pool = [ctx.Process(target=_inprocess_worker, args=(str(store), queries, per[n], seconds, start_at, queue))
-            for n in range(procs)]
+    pool = [
+        ctx.Process(target=_inprocess_worker, args=(str(store), queries, per[n], seconds, start_at, queue))
+        for n in range(procs)
+    ]
     for p in pool:
         p.start()
     samples = []
@@ -300,8 +334,14 @@ def summary(latencies: list[float], seconds: float, errors: int = 0) -> dict:
     def pct(p):
         return round(ordered[min(len(ordered) - 1, int(round(p * (len(ordered) - 1))))] * 1000, 2)
 
-    return {"requests": len(ordered), "errors": errors, "rps": round(len(ordered) / seconds, 1),
-            "p50_ms": round(statistics.median(ordered) * 1000, 2), "p95_ms": pct(0.95), "p99_ms": pct(0.99)}
+    return {
+        "requests": len(ordered),
+        "errors": errors,
+        "rps": round(len(ordered) / seconds, 1),
+        "p50_ms": round(statistics.median(ordered) * 1000, 2),
+        "p95_ms": pct(0.95),
+        "p99_ms": pct(0.99),
+    }
 
 
 # --- commits while serving -----------------------------------------------------------------------------
@@ -317,8 +357,13 @@ def commit_loop(store: Path, tree: Path, stop: threading.Event, versions: dict, 
     while not stop.is_set():
         n += 1
         (tree / "live.md").write_text(f"# Live\n\nzebraquill livepage marker version v{n} of the live page.\n")
-        proc = subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(store)],
-                              capture_output=True, text=True, cwd=ROOT, env={**os.environ, **ENV})
+        proc = subprocess.run(
+            [sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(store)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, **ENV},
+        )
         if proc.returncode != 0:
             errors.append(proc.stderr.strip()[-500:])
             return
@@ -335,8 +380,13 @@ def during_commits(store: Path, token: str, queries: list[str], workers: int, se
     for i in range(20):
         (tree / f"page{i}.md").write_text(f"# Page {i}\n\nA page of the small tree, number {i}, about okapis.\n")
     (tree / "live.md").write_text("# Live\n\nzebraquill livepage marker version v0 of the live page.\n")
-    subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(store)], check=True,
-                   capture_output=True, cwd=ROOT, env={**os.environ, **ENV})
+    subprocess.run(
+        [sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(store)],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+        env={**os.environ, **ENV},
+    )
     from quarry.store.pointer import read_pointer
 
     versions = {read_pointer(store).generation: "v0"}
@@ -371,10 +421,16 @@ def during_commits(store: Path, token: str, queries: list[str], workers: int, se
             mixed += 1
         elif generation not in versions:
             unknown += 1
-    return {**summary([a[0] for a in answers if a[1] == 200], seconds, failed), "clients": 8,
-            "commits": len(versions) - 1, "generations_seen": sorted(generations), "live_answers_checked": checked,
-            "answers_not_from_one_generation": mixed, "answers_of_unrecorded_generation": unknown,
-            "indexer_errors": loop_errors}
+    return {
+        **summary([a[0] for a in answers if a[1] == 200], seconds, failed),
+        "clients": 8,
+        "commits": len(versions) - 1,
+        "generations_seen": sorted(generations),
+        "live_answers_checked": checked,
+        "answers_not_from_one_generation": mixed,
+        "answers_of_unrecorded_generation": unknown,
+        "indexer_errors": loop_errors,
+    }
 
 
 # --- memory ------------------------------------------------------------------------------------------
@@ -386,8 +442,13 @@ def worker_memory(server: Server) -> list[dict]:
     out = []
     for pid in server.pids():
         mem = psutil.Process(pid).memory_full_info()
-        out.append({"rss_mb": round(mem.rss / 2**20, 1), "uss_mb": round(mem.uss / 2**20, 1),
-                    "pss_mb": round(getattr(mem, "pss", 0) / 2**20, 1)})
+        out.append(
+            {
+                "rss_mb": round(mem.rss / 2**20, 1),
+                "uss_mb": round(mem.uss / 2**20, 1),
+                "pss_mb": round(getattr(mem, "pss", 0) / 2**20, 1),
+            }
+        )
     return out
 
 
@@ -403,33 +464,49 @@ def warm(port: int, token: str | None, queries: list[str]) -> None:
 def measure_memory(store: Path, token: str, queries: list[str], logs: Path) -> list[dict]:
     import httpx
 
-
     rows = []
     for workers in (1, 2):
         server = Server(store, workers, logs / f"api-mem-{workers}.log")
         try:
             warm(server.port, token, queries)
-            rows.append({"store": store.parent.name, "embedder": "hash", "workers": workers,
-                         "processes": worker_memory(server)})
+            rows.append(
+                {"store": store.parent.name, "embedder": "hash", "workers": workers, "processes": worker_memory(server)}
+            )
         finally:
             server.stop()
     # the default model: a small store embedded with onnx-int8 all-MiniLM-L6-v2
     small = Path(tempfile.mkdtemp(prefix="quarry-api-mem-"))
     env = {k: v for k, v in os.environ.items() if k not in ("QUARRY_EMBED_BACKEND", "QUARRY_EMBED_DIM")}
-    subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(ROOT / "data" / "sample"), "--db",
-                    str(small / "db")], check=True, capture_output=True, cwd=ROOT, env=env)
+    subprocess.run(
+        [sys.executable, "-m", "quarry.cli.main", "index", str(ROOT / "data" / "sample"), "--db", str(small / "db")],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+        env=env,
+    )
     for workers in (1, 2):
         saved = {k: os.environ.pop(k, None) for k in ("QUARRY_EMBED_BACKEND", "QUARRY_EMBED_DIM")}
         try:
-            server = Server(small / "db", workers, logs / f"api-mem-model-{workers}.log",
-                            env={"QUARRY_EMBED_BACKEND": "onnx-int8", "QUARRY_EMBED_DIM": "0"})
+            server = Server(
+                small / "db",
+                workers,
+                logs / f"api-mem-model-{workers}.log",
+                env={"QUARRY_EMBED_BACKEND": "onnx-int8", "QUARRY_EMBED_DIM": "0"},
+            )
             try:
                 for _ in range(40):  # the index opened in every worker, the model not loaded yet
                     httpx.get(f"http://127.0.0.1:{server.port}/v1/status", timeout=60)
                 before = worker_memory(server)
                 warm(server.port, None, queries)
-                rows.append({"store": "data/sample", "embedder": "onnx-int8", "workers": workers,
-                             "processes": worker_memory(server), "before_first_search": before})
+                rows.append(
+                    {
+                        "store": "data/sample",
+                        "embedder": "onnx-int8",
+                        "workers": workers,
+                        "processes": worker_memory(server),
+                        "before_first_search": before,
+                    }
+                )
             finally:
                 server.stop()
         finally:
@@ -442,9 +519,14 @@ def measure_memory(store: Path, token: str, queries: list[str], logs: Path) -> l
 
 
 # metrics off; metrics on and a span per request made by OpenTelemetry's SDK, sent nowhere
-OBSERVABILITY = {"off": {"QUARRY_API_METRICS": "0"},
-                 "on": {"QUARRY_API_METRICS": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
-                        "OTEL_TRACES_EXPORTER": "none"}}
+OBSERVABILITY = {
+    "off": {"QUARRY_API_METRICS": "0"},
+    "on": {
+        "QUARRY_API_METRICS": "1",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+        "OTEL_TRACES_EXPORTER": "none",
+    },
+}
 
 
 def asgi_cost(store: Path, token: str, queries: list[str], requests: int = 400, stub_requests: int = 20000) -> dict:
@@ -483,9 +565,11 @@ def asgi_cost(store: Path, token: str, queries: list[str], requests: int = 400, 
         return (time.process_time() - t) / n * 1e6
 
     tracing._state.clear()
-    micro = {"stub": asyncio.run(drive(stub, stub_requests)),
-             "metrics off": asyncio.run(drive(Observer(stub, State, metrics=False), stub_requests)),
-             "metrics on": asyncio.run(drive(Observer(stub, State), stub_requests))}
+    micro = {
+        "stub": asyncio.run(drive(stub, stub_requests)),
+        "metrics off": asyncio.run(drive(Observer(stub, State, metrics=False), stub_requests)),
+        "metrics on": asyncio.run(drive(Observer(stub, State), stub_requests)),
+    }
     os.environ.update({k: v for k, v in OBSERVABILITY["on"].items() if k.startswith("OTEL_")})
     try:
         micro["metrics and spans"] = asyncio.run(drive(Observer(stub, State), stub_requests))
@@ -503,8 +587,11 @@ def asgi_cost(store: Path, token: str, queries: list[str], requests: int = 400, 
             assert answer.status_code == 200, answer.text[:300]
         search_ms = (time.process_time() - t) / min(requests, len(queries)) * 1000
     overhead = micro["metrics and spans"] - micro["metrics off"]
-    return {"observer_us": {k: round(v, 1) for k, v in micro.items()}, "search_cpu_ms": round(search_ms, 3),
-            "overhead_share": round(overhead / (search_ms * 1000), 4)}
+    return {
+        "observer_us": {k: round(v, 1) for k, v in micro.items()},
+        "search_cpu_ms": round(search_ms, 3),
+        "overhead_share": round(overhead / (search_ms * 1000), 4),
+    }
 
 
 def observability(store: Path, token: str, queries: list[str], clients: int, args, logs: Path) -> None:
@@ -516,30 +603,53 @@ def observability(store: Path, token: str, queries: list[str], clients: int, arg
             server = Server(store, args.workers, logs / f"api-{name}.log", env=env)
             try:
                 http_load(server.port, token, make_bodies(queries), args.workers * 2, 3)  # warm every worker
-                log(f"HTTP, metrics and tracing {name}, {clients} clients, {args.seconds:.0f} s (round {round_ + 1}) ...")
+                log(
+                    f"HTTP, metrics and tracing {name}, {clients} clients, {args.seconds:.0f} s (round {round_ + 1}) ..."
+                )
                 answers = http_load(server.port, token, make_bodies(queries), clients, args.seconds)
             finally:
                 server.stop()
             errors = sum(1 for a in answers if a[1] != 200)
-            rows.append({"observability": name, "round": round_ + 1, "clients": clients, "workers": args.workers,
-                         "load": round(os.getloadavg()[0], 1),
-                         **summary([a[0] for a in answers if a[1] == 200], args.seconds, errors)})
+            rows.append(
+                {
+                    "observability": name,
+                    "round": round_ + 1,
+                    "clients": clients,
+                    "workers": args.workers,
+                    "load": round(os.getloadavg()[0], 1),
+                    **summary([a[0] for a in answers if a[1] == 200], args.seconds, errors),
+                }
+            )
             log(f"  {rows[-1]}")
     cost = asgi_cost(store, token, queries)
     log(f"  in one process, without sockets: {cost}")
     total = {name: sum(r["requests"] for r in rows if r["observability"] == name) for name in OBSERVABILITY}
     ratio = round(total["on"] / total["off"], 3) if total["off"] else None
-    out = {"size": args.size, "workers": args.workers, "seconds": args.seconds, "clients": clients, "rows": rows,
-           "requests": total, "on_over_off": ratio, "asgi_cost": cost, "machine": {"cpus": os.cpu_count(), "load": os.getloadavg()[0]}}
+    out = {
+        "size": args.size,
+        "workers": args.workers,
+        "seconds": args.seconds,
+        "clients": clients,
+        "rows": rows,
+        "requests": total,
+        "on_over_off": ratio,
+        "asgi_cost": cost,
+        "machine": {"cpus": os.cpu_count(), "load": os.getloadavg()[0]},
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "api_load_observability.json").write_text(json.dumps(out, indent=2))
     lines = [f"{'metrics+tracing':<15} {'round':>5} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'errors':>6} {'load':>5}"]
     for r in rows:
-        lines.append(f"{r['observability']:<15} {r['round']:>5} {r['rps']:>8} {r['p50_ms']:>8} {r['p95_ms']:>8} "
-                     f"{r['errors']:>6} {r['load']:>5}")
+        lines.append(
+            f"{r['observability']:<15} {r['round']:>5} {r['rps']:>8} {r['p50_ms']:>8} {r['p95_ms']:>8} "
+            f"{r['errors']:>6} {r['load']:>5}"
+        )
     lines.append(f"on/off throughput {ratio} (goal >= 0.95)")
-    lines.append("CPU per request around a stub app: " + ", ".join(f"{k} {v} us" for k, v in cost["observer_us"].items())
-                 + f"; one search {cost['search_cpu_ms']} ms: metrics and spans add {100 * cost['overhead_share']:.2f}%")
+    lines.append(
+        "CPU per request around a stub app: "
+        + ", ".join(f"{k} {v} us" for k, v in cost["observer_us"].items())
+        + f"; one search {cost['search_cpu_ms']} ms: metrics and spans add {100 * cost['overhead_share']:.2f}%"
+    )
     print("\n".join(lines), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(out))
@@ -556,9 +666,14 @@ def main() -> None:
     ap.add_argument("--memory", action="store_true", help="also measure worker memory")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the cached store")
     ap.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-    ap.add_argument("--observability", type=int, default=0, metavar="ROUNDS",
-                    help="only compare HTTP throughput with metrics and tracing (no exporter) on and off, "
-                         "ROUNDS alternations at the first --clients count")
+    ap.add_argument(
+        "--observability",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="only compare HTTP throughput with metrics and tracing (no exporter) on and off, "
+        "ROUNDS alternations at the first --clients count",
+    )
     args = ap.parse_args()
     os.environ.update(ENV)
     import numpy as np
@@ -591,14 +706,27 @@ def main() -> None:
                 errors = sum(1 for a in answers if a[1] != 200)
                 if errors:
                     log(f"  first error: {next(a for a in answers if a[1] != 200)}")
-                rows.append({"path": "http", "clients": c, "workers": args.workers,
-                             "load": round(os.getloadavg()[0], 1),
-                             **summary([a[0] for a in answers if a[1] == 200], args.seconds, errors)})
+                rows.append(
+                    {
+                        "path": "http",
+                        "clients": c,
+                        "workers": args.workers,
+                        "load": round(os.getloadavg()[0], 1),
+                        **summary([a[0] for a in answers if a[1] == 200], args.seconds, errors),
+                    }
+                )
                 log(f"  {rows[-1]}")
                 log(f"in-process, {c} callers in {min(c, args.workers)} processes, {args.seconds:.0f} s ...")
                 samples = inprocess_load(store, queries, c, args.workers, args.seconds)
-                rows.append({"path": "in-process", "clients": c, "workers": min(c, args.workers),
-                             "load": round(os.getloadavg()[0], 1), **summary(samples, args.seconds)})
+                rows.append(
+                    {
+                        "path": "in-process",
+                        "clients": c,
+                        "workers": min(c, args.workers),
+                        "load": round(os.getloadavg()[0], 1),
+                        **summary(samples, args.seconds),
+                    }
+                )
                 log(f"  {rows[-1]}")
         finally:
             server.stop()
@@ -607,43 +735,72 @@ def main() -> None:
         http = next(r for r in rows if r["path"] == "http" and r["clients"] == c)
         local = next(r for r in rows if r["path"] == "in-process" and r["clients"] == c)
         ratio = http["rps"] / local["rps"] if local["rps"] else None
-        goals.append({"clients": c, "throughput_ratio": round(ratio, 3) if ratio else None,
-                      "p95_http_ms": http["p95_ms"], "p95_inprocess_ms": local["p95_ms"],
-                      "p95_bound_ms": round(2 * local["p95_ms"] + 5, 2) if local["p95_ms"] else None,
-                      "errors": http["errors"]})
+        goals.append(
+            {
+                "clients": c,
+                "throughput_ratio": round(ratio, 3) if ratio else None,
+                "p95_http_ms": http["p95_ms"],
+                "p95_inprocess_ms": local["p95_ms"],
+                "p95_bound_ms": round(2 * local["p95_ms"] + 5, 2) if local["p95_ms"] else None,
+                "errors": http["errors"],
+            }
+        )
     commits = None
     if args.commit_seconds > 0:
         log(f"HTTP, 8 clients, {args.commit_seconds:.0f} s while quarry index commits in a loop ...")
         commits = during_commits(store, token, queries, args.workers, args.commit_seconds, logs)
         log(f"  {commits}")
     memory = measure_memory(store, token, queries, logs) if args.memory else None
-    out = {"size": args.size, "workers": args.workers, "seconds": args.seconds, "caller": CALLER, "rows": rows,
-           "goals": goals, "during_commits": commits, "memory": memory,
-           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                       "load_before": os.getloadavg()[0]}}
+    out = {
+        "size": args.size,
+        "workers": args.workers,
+        "seconds": args.seconds,
+        "caller": CALLER,
+        "rows": rows,
+        "goals": goals,
+        "during_commits": commits,
+        "memory": memory,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_before": os.getloadavg()[0],
+        },
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "api_load.json").write_text(json.dumps(out, indent=2))
-    lines = [f"{'path':<11} {'clients':>7} {'procs':>5} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
-             f"{'errors':>6} {'load':>5}"]
+    lines = [
+        f"{'path':<11} {'clients':>7} {'procs':>5} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
+        f"{'errors':>6} {'load':>5}"
+    ]
     for r in rows:
-        lines.append(f"{r['path']:<11} {r['clients']:>7} {r['workers']:>5} {r['rps']:>8} {r['p50_ms']:>8} "
-                     f"{r['p95_ms']:>8} {r['p99_ms']:>8} {r['errors']:>6} {r['load']:>5}")
+        lines.append(
+            f"{r['path']:<11} {r['clients']:>7} {r['workers']:>5} {r['rps']:>8} {r['p50_ms']:>8} "
+            f"{r['p95_ms']:>8} {r['p99_ms']:>8} {r['errors']:>6} {r['load']:>5}"
+        )
     lines.append("")
     for g in goals:
-        lines.append(f"{g['clients']:>3} clients: HTTP/in-process throughput {g['throughput_ratio']} (goal >= 0.7); "
-                     f"p95 {g['p95_http_ms']} ms vs bound {g['p95_bound_ms']} ms (2x in-process + 5)")
+        lines.append(
+            f"{g['clients']:>3} clients: HTTP/in-process throughput {g['throughput_ratio']} (goal >= 0.7); "
+            f"p95 {g['p95_http_ms']} ms vs bound {g['p95_bound_ms']} ms (2x in-process + 5)"
+        )
     if commits:
-        lines.append(f"during commits: {commits['requests']} requests, {commits['errors']} failed, "
-                     f"{commits['commits']} commits, generations {commits['generations_seen']}, "
-                     f"{commits['answers_not_from_one_generation']} of {commits['live_answers_checked']} checked "
-                     f"answers not from one generation; p95 {commits['p95_ms']} ms")
+        lines.append(
+            f"during commits: {commits['requests']} requests, {commits['errors']} failed, "
+            f"{commits['commits']} commits, generations {commits['generations_seen']}, "
+            f"{commits['answers_not_from_one_generation']} of {commits['live_answers_checked']} checked "
+            f"answers not from one generation; p95 {commits['p95_ms']} ms"
+        )
     for m in memory or []:
-        lines.append(f"memory {m['store']} {m['embedder']} x{m['workers']}: "
-                     + ", ".join(f"rss {p['rss_mb']} MB, pss {p['pss_mb']} MB, uss {p['uss_mb']} MB"
-                                 for p in m["processes"])
-                     + ("; before the first search: " + ", ".join(f"uss {p['uss_mb']} MB"
-                                                                   for p in m["before_first_search"])
-                        if m.get("before_first_search") else ""))
+        lines.append(
+            f"memory {m['store']} {m['embedder']} x{m['workers']}: "
+            + ", ".join(f"rss {p['rss_mb']} MB, pss {p['pss_mb']} MB, uss {p['uss_mb']} MB" for p in m["processes"])
+            + (
+                "; before the first search: " + ", ".join(f"uss {p['uss_mb']} MB" for p in m["before_first_search"])
+                if m.get("before_first_search")
+                else ""
+            )
+        )
     print("\n".join(lines), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(out))

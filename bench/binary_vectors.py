@@ -40,8 +40,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
-
 from embed import DATA, split_paragraphs  # noqa: E402
+
 from quarry.retrieval.binaryvec import BinaryIndex  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "binary_vectors.json")
@@ -51,8 +51,9 @@ MULTIPLIERS = (2, 4, 8, 10)
 
 def handbook_pieces(size: int = 600, seed: int = 0) -> list[str]:
     """Every handbook Markdown piece, in a fixed shuffled order."""
-    paths = sorted(glob.glob(os.path.join(DATA, "trees", "sourcegraph-handbook", "content", "**", "*.md"),
-                             recursive=True))
+    paths = sorted(
+        glob.glob(os.path.join(DATA, "trees", "sourcegraph-handbook", "content", "**", "*.md"), recursive=True)
+    )
     pieces: list[str] = []
     for path in paths:
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -83,7 +84,7 @@ def embed_cached(label: str, texts: list[str], embedder) -> np.ndarray:
     parts = []
     step = 512
     for start in range(0, len(texts), step):
-        parts.append(embedder.embed(texts[start:start + step]))
+        parts.append(embedder.embed(texts[start : start + step]))
         done = min(start + step, len(texts))
         rate = done / (time.perf_counter() - started)
         print(f"\rembedding {label}: {done}/{len(texts)} ({rate:.0f}/s)", end="", file=sys.stderr)
@@ -101,8 +102,9 @@ def flat_search(vectors: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
     return top[np.argsort(-scores[top], kind="stable")]
 
 
-def measure(rows, queries: np.ndarray, truth: list[set[int]] | None, k: int, label: str,
-            vectors: np.ndarray | None = None) -> list[dict]:
+def measure(
+    rows, queries: np.ndarray, truth: list[set[int]] | None, k: int, label: str, vectors: np.ndarray | None = None
+) -> list[dict]:
     """Latency percentiles per query and recall@k against ``truth`` for every (name, bytes, fn).
 
     With ``vectors``, also the cosine kept: the mean true cosine of a method's top k over that
@@ -130,11 +132,18 @@ def measure(rows, queries: np.ndarray, truth: list[set[int]] | None, k: int, lab
     out = []
     for (name, nbytes, _), t, h, c in zip(rows, times, hits, kept):
         ms = np.array(t) * 1000
-        out.append({"queries": label, "n_queries": len(queries), "method": name, "bytes": int(nbytes),
-                    "p50_ms": round(float(np.percentile(ms, 50)), 3),
-                    "p95_ms": round(float(np.percentile(ms, 95)), 3),
-                    "recall": round(float(np.mean(h)), 4) if h else None,
-                    "cosine_kept": round(float(np.mean(c)), 4) if c else None})
+        out.append(
+            {
+                "queries": label,
+                "n_queries": len(queries),
+                "method": name,
+                "bytes": int(nbytes),
+                "p50_ms": round(float(np.percentile(ms, 50)), 3),
+                "p95_ms": round(float(np.percentile(ms, 95)), 3),
+                "recall": round(float(np.mean(h)), 4) if h else None,
+                "cosine_kept": round(float(np.mean(c)), 4) if c else None,
+            }
+        )
         print(f"{label}: {name}: p50 {out[-1]['p50_ms']} ms, recall {out[-1]['recall']}", file=sys.stderr)
     return out
 
@@ -142,8 +151,10 @@ def measure(rows, queries: np.ndarray, truth: list[set[int]] | None, k: int, lab
 def methods(vectors: np.ndarray, mapped: np.ndarray | None, k: int, center: bool):
     """(name, bytes in memory, search function) for every method compared."""
     index = BinaryIndex(vectors)
-    rows = [("exact float32", vectors.nbytes, lambda q: flat_search(vectors, q, k)),
-            ("hamming only", index.nbytes, lambda q: index.search(q, k, rescore_multiplier=0)[0])]
+    rows = [
+        ("exact float32", vectors.nbytes, lambda q: flat_search(vectors, q, k)),
+        ("hamming only", index.nbytes, lambda q: index.search(q, k, rescore_multiplier=0)[0]),
+    ]
     for m in MULTIPLIERS:
         rows.append((f"hamming + rescore x{m}", index.nbytes, lambda q, m=m: index.search(q, k, m)[0]))
     if mapped is not None:
@@ -174,15 +185,20 @@ def synthetic(vectors: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
 
 
 def table(report: dict) -> str:
-    lines = [f"corpus: {report['corpus']} handbook chunks, {report['dim']}-d {report['model']} ({report['backend']}); "
-             f"k={report['k']}; one query at a time, 1 thread; {os.cpu_count()} CPUs", "",
-             "| queries | method | memory | p50 ms | p95 ms | recall@10 | cosine kept |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"corpus: {report['corpus']} handbook chunks, {report['dim']}-d {report['model']} ({report['backend']}); "
+        f"k={report['k']}; one query at a time, 1 thread; {os.cpu_count()} CPUs",
+        "",
+        "| queries | method | memory | p50 ms | p95 ms | recall@10 | cosine kept |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in report["results"]:
         recall = "" if r["recall"] is None else f"{r['recall']:.3f}"
         kept = "" if r.get("cosine_kept") is None else f"{r['cosine_kept']:.4f}"
-        lines.append(f"| {r['queries']} ({r['n_queries']}) | {r['method']} | {r['bytes'] / 2**20:.2f} MiB "
-                     f"| {r['p50_ms']:.3f} | {r['p95_ms']:.3f} | {recall} | {kept} |")
+        lines.append(
+            f"| {r['queries']} ({r['n_queries']}) | {r['method']} | {r['bytes'] / 2**20:.2f} MiB "
+            f"| {r['p50_ms']:.3f} | {r['p95_ms']:.3f} | {recall} | {kept} |"
+        )
     return "\n".join(lines)
 
 
@@ -193,16 +209,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scifact", type=int, default=1109, help="SciFact queries to use (default all 1109)")
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--center", action="store_true", help="also measure mean-centred bits")
-    parser.add_argument("--scale", type=int, default=0,
-                        help="also time a synthetic corpus of this many rows (perturbed copies; latency only)")
+    parser.add_argument(
+        "--scale",
+        type=int,
+        default=0,
+        help="also time a synthetic corpus of this many rows (perturbed copies; latency only)",
+    )
     args = parser.parse_args(argv)
 
-    from quarry.ingest.embedders import get_embedder
     from quarry.core.settings import Settings
+    from quarry.ingest.embedders import get_embedder
 
     embedder = get_embedder(Settings.from_env(embed_backend="onnx-int8"))
     pieces = handbook_pieces()
-    held, corpus_texts = pieces[: args.holdout], pieces[args.holdout:]
+    held, corpus_texts = pieces[: args.holdout], pieces[args.holdout :]
     if args.chunks:
         corpus_texts = corpus_texts[: args.chunks]
     vectors = embed_cached("handbook", corpus_texts, embedder)
@@ -218,8 +238,14 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for label, queries in query_sets:
         results.extend(run_set(label, vectors, mapped, queries, args.k, args.center))
-    report = {"model": embedder.model, "backend": "onnx-int8", "dim": int(vectors.shape[1]),
-              "corpus": int(len(vectors)), "k": args.k, "results": results}
+    report = {
+        "model": embedder.model,
+        "backend": "onnx-int8",
+        "dim": int(vectors.shape[1]),
+        "corpus": int(len(vectors)),
+        "k": args.k,
+        "results": results,
+    }
 
     if args.scale:
         big = synthetic(vectors, args.scale)

@@ -50,23 +50,32 @@ def make_base(store: Path, chunks: int) -> Path:
     path = store / "catalog-000001.duckdb"
     con = catalog.create(path)
     docs = max(1, chunks // 20)
-    con.execute("""
+    con.execute(
+        """
         INSERT INTO documents
         SELECT printf('%020x', d), '/tree/part' || (d // 1000) || '/doc' || d || '.md', '/tree',
                'part' || (d // 1000) || '/doc' || d || '.md', 'md', 14000, TIMESTAMP '2024-01-01', md5(d::VARCHAR),
                'Document ' || d, '', NULL, 20, 20, '{}', TIMESTAMP '2024-01-01', 'r1', NULL
-        FROM range(?) t(d)""", [docs])
-    con.execute("""
+        FROM range(?) t(d)""",
+        [docs],
+    )
+    con.execute(
+        """
         INSERT INTO sections
         SELECT printf('%020x', d), s, 'Section ' || s, 2, s * 700, s * 700 + 700, NULL, NULL, NULL
-        FROM range(?) t(d), range(20) u(s)""", [docs])
-    con.execute("""
+        FROM range(?) t(d), range(20) u(s)""",
+        [docs],
+    )
+    con.execute(
+        """
         INSERT INTO chunks
         SELECT printf('%020x', d) || ':' || s, printf('%020x', d), s, s, s * 700, s * 700 + 700, NULL, NULL,
                'Document: Document ' || d || ' > Section ' || s,
                repeat('lorem ipsum dolor sit amet ' || (d * 20 + s) || ' ', 25), md5((d * 20 + s)::VARCHAR), 180,
                repeat('lorem ipsum dolor sit amet ' || (d * 20 + s) || ' ', 25)
-        FROM range(?) t(d), range(20) u(s)""", [docs])
+        FROM range(?) t(d), range(20) u(s)""",
+        [docs],
+    )
     con.execute("CHECKPOINT")
     con.close()
     return path
@@ -80,10 +89,32 @@ def edited_record(doc: int):
 
     doc_id = f"{doc:020x}"
     rel = f"part{doc // 1000}/doc{doc}.md"
-    file = FileInfo(path=f"/tree/{rel}", root="/tree", rel_path=rel, file_type="md", size=14001, mtime=1.7e9,
-                    sha256=hashlib.sha256(b"edited").hexdigest())
-    chunks = [Chunk(f"{doc_id}:{s}", doc_id, s, s, s * 700, s * 700 + 700, None, None, "Document: edited",
-                    "edited paragraph " * 40, hashlib.sha256(f"e{s}".encode()).hexdigest(), 180) for s in range(20)]
+    file = FileInfo(
+        path=f"/tree/{rel}",
+        root="/tree",
+        rel_path=rel,
+        file_type="md",
+        size=14001,
+        mtime=1.7e9,
+        sha256=hashlib.sha256(b"edited").hexdigest(),
+    )
+    chunks = [
+        Chunk(
+            f"{doc_id}:{s}",
+            doc_id,
+            s,
+            s,
+            s * 700,
+            s * 700 + 700,
+            None,
+            None,
+            "Document: edited",
+            "edited paragraph " * 40,
+            hashlib.sha256(f"e{s}".encode()).hexdigest(),
+            180,
+        )
+        for s in range(20)
+    ]
     sections = [Section(s, f"Section {s}", 2, s * 700, s * 700 + 700) for s in range(20)]
     return DocumentRecord(doc_id, file, "Document (edited)", "", sections, chunks)
 
@@ -142,18 +173,24 @@ def reader_costs(store: Path, generation: int, repeat: int = 5) -> dict:
             offsets[g] = start
             table = "main.chunks" if g == chain[0] else "layer.chunks"
             start += con.execute(f'SELECT count(*) FROM "catalog-{g:06d}".{table}').fetchone()[0]
-        con.execute(layers.chunk_rows_sql(chain if len(chain) > 1 else (generation,),
-                                          offsets if len(chain) > 1 else {generation: 0}))
-        for name, sql, params in (("count", "SELECT count(*) FROM chunks", None),
-                                  ("status", load_sql("status"), None),
-                                  ("filter", load_sql("filter_rows").replace("TRUE /* filter */", "d.path LIKE ?"),
-                                   ["%/part3/%"])):
+        con.execute(
+            layers.chunk_rows_sql(
+                chain if len(chain) > 1 else (generation,), offsets if len(chain) > 1 else {generation: 0}
+            )
+        )
+        for name, sql, params in (
+            ("count", "SELECT count(*) FROM chunks", None),
+            ("status", load_sql("status"), None),
+            ("filter", load_sql("filter_rows").replace("TRUE /* filter */", "d.path LIKE ?"), ["%/part3/%"]),
+        ):
             t = time.perf_counter()
             con.execute(sql, params).fetchall() if params else con.execute(sql).fetchall()
             queries[name].append(time.perf_counter() - t)
         con.close()
-    return {"open_ms": round(statistics.median(opens) * 1000, 1),
-            **{f"{k}_ms": round(statistics.median(v) * 1000, 1) for k, v in queries.items()}}
+    return {
+        "open_ms": round(statistics.median(opens) * 1000, 1),
+        **{f"{k}_ms": round(statistics.median(v) * 1000, 1) for k, v in queries.items()},
+    }
 
 
 def main() -> None:
@@ -166,7 +203,9 @@ def main() -> None:
     store.mkdir(parents=True)
     t = time.perf_counter()
     base = make_base(store, args.chunks)
-    log(f"base catalog of {args.chunks} chunks: {base.stat().st_size / 2**20:.0f} MB in {time.perf_counter() - t:.0f} s")
+    log(
+        f"base catalog of {args.chunks} chunks: {base.stat().st_size / 2**20:.0f} MB in {time.perf_counter() - t:.0f} s"
+    )
     rows = []
     seconds, size = commit_copy(store, base, 90)
     rows.append({"layout": "copy (before)", "commit_s": round(seconds, 2), "bytes_written": size})
@@ -178,19 +217,28 @@ def main() -> None:
     for gen in range(3, 10):  # eight stacked deltas
         commit_delta(store, gen - 1, gen, gen * 11)
     reads["8 deltas"] = reader_costs(store, 9)
-    out = {"chunks": args.chunks, "base_bytes": base.stat().st_size, "commits": rows, "readers": reads,
-           "load_avg": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+    out = {
+        "chunks": args.chunks,
+        "base_bytes": base.stat().st_size,
+        "commits": rows,
+        "readers": reads,
+        "load_avg": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
     path = RESULTS / "catalog_layers.json"
     old = json.loads(path.read_text())["results"] if path.exists() else []
     results = [r for r in old if r["chunks"] != args.chunks] + [out]
     path.write_text(json.dumps({"results": results}, indent=2))
-    lines = [f"{args.chunks} chunks, base catalog {out['base_bytes'] / 2**20:.0f} MB (load {out['load_avg']})",
-             f"{'commit of one edited document':<32} {'wall s':>7} {'MB written':>10}"]
+    lines = [
+        f"{args.chunks} chunks, base catalog {out['base_bytes'] / 2**20:.0f} MB (load {out['load_avg']})",
+        f"{'commit of one edited document':<32} {'wall s':>7} {'MB written':>10}",
+    ]
     for r in rows:
         if "commit_s" in r:
             lines.append(f"{r['layout']:<32} {r['commit_s']:>7} {r['bytes_written'] / 2**20:>10.2f}")
         else:
-            lines.append(f"{r['layout']:<32} a reader process while the writer holds the file: {r['reader_while_writing']}")
+            lines.append(
+                f"{r['layout']:<32} a reader process while the writer holds the file: {r['reader_while_writing']}"
+            )
     lines.append(f"{'reader':<12} {'open ms':>8} {'count ms':>9} {'status ms':>10} {'filter ms':>10}")
     for name, r in reads.items():
         lines.append(f"{name:<12} {r['open_ms']:>8} {r['count_ms']:>9} {r['status_ms']:>10} {r['filter_ms']:>10}")

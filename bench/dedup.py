@@ -54,8 +54,12 @@ def variants(text: str, rng: random.Random) -> dict[str, str]:
     rewritten = list(words)
     for i in rng.sample(range(len(words)), max(1, len(words) * 2 // 5)):
         rewritten[i] = f"w{rng.randrange(10**6)}"
-    return {"exact": text, "resaved": text.replace("\n", "  \r\n").upper(), "edited": " ".join(edited),
-            "rewritten": " ".join(rewritten)}
+    return {
+        "exact": text,
+        "resaved": text.replace("\n", "  \r\n").upper(),
+        "edited": " ".join(edited),
+        "rewritten": " ".join(rewritten),
+    }
 
 
 def pairs_bench(tree: Path, sample: int, threshold: float, seed: int = 1) -> dict:
@@ -104,15 +108,28 @@ def pairs_bench(tree: Path, sample: int, threshold: float, seed: int = 1) -> dic
     tp = len(involved & truth)
     fp = sum(1 for p in involved - truth if not explained(p))
     fn = len(truth - found)
-    per_kind = {kind: sum(1 for p in found if any(f"generated/{kind}/" in x for x in p) and p in truth)
-                for kind in KINDS[:3]}
+    per_kind = {
+        kind: sum(1 for p in found if any(f"generated/{kind}/" in x for x in p) and p in truth) for kind in KINDS[:3]
+    }
     false_rewritten = sum(1 for p in found if any("generated/rewritten/" in x for x in p))
     assigned = clusters(members, candidates, threshold)
-    return {"documents": len(texts), "generated": len(generated), "threshold": threshold,
-            "candidates": len(candidates), "true_pairs": len(truth), "found_true": tp, "false_pairs": fp,
-            "missed": fn, "precision": round(tp / max(1, tp + fp), 4), "recall": round(tp / max(1, len(truth)), 4),
-            "found_by_kind": per_kind, "rewritten_matched": false_rewritten, "natural_pairs": len(natural),
-            "documents_in_clusters": len(assigned), "sign_seconds": round(sign_s, 3)}
+    return {
+        "documents": len(texts),
+        "generated": len(generated),
+        "threshold": threshold,
+        "candidates": len(candidates),
+        "true_pairs": len(truth),
+        "found_true": tp,
+        "false_pairs": fp,
+        "missed": fn,
+        "precision": round(tp / max(1, tp + fp), 4),
+        "recall": round(tp / max(1, len(truth)), 4),
+        "found_by_kind": per_kind,
+        "rewritten_matched": false_rewritten,
+        "natural_pairs": len(natural),
+        "documents_in_clusters": len(assigned),
+        "sign_seconds": round(sign_s, 3),
+    }
 
 
 def libraries_bench(tree: Path, n: int = 600) -> dict:
@@ -122,7 +139,7 @@ def libraries_bench(tree: Path, n: int = 600) -> dict:
     shingles = []
     for t in texts:
         w = re.findall(r"\w+", t.lower())
-        shingles.append([" ".join(w[i:i + 5]) for i in range(max(1, len(w) - 4))])
+        shingles.append([" ".join(w[i : i + 5]) for i in range(max(1, len(w) - 4))])
     import rensa
 
     t = time.perf_counter()
@@ -144,16 +161,32 @@ def libraries_bench(tree: Path, n: int = 600) -> dict:
 
 
 def quarry_index(tree: Path, db: Path, signals: bool, backend: str = "hash") -> tuple[float, dict]:
-    env = {**os.environ, "QUARRY_EMBED_BACKEND": backend, "QUARRY_CORPUS_SIGNALS": "1" if signals else "0",
-           "QUARRY_DUCKDB_FTS": "0"}
+    env = {
+        **os.environ,
+        "QUARRY_EMBED_BACKEND": backend,
+        "QUARRY_CORPUS_SIGNALS": "1" if signals else "0",
+        "QUARRY_DUCKDB_FTS": "0",
+    }
     t = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=3600)
+    done = subprocess.run(
+        [sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=3600,
+    )
     wall = time.perf_counter() - t
     if done.returncode != 0:
         raise SystemExit(f"quarry index failed: {done.stderr.strip().splitlines()[-1:]}")
-    runs = subprocess.run([sys.executable, "-m", "quarry.cli.main", "runs", "--db", str(db), "--json", "--limit", "1"],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    runs = subprocess.run(
+        [sys.executable, "-m", "quarry.cli.main", "runs", "--db", str(db), "--json", "--limit", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
+    )
     run = json.loads(runs.stdout)[0] if runs.returncode == 0 and runs.stdout.strip() else {}
     return wall, run
 
@@ -178,7 +211,7 @@ def cost_bench(tree: Path, files: int, repeat: int, seed: int = 1, backend: str 
         runs = {}
         for i in range(repeat):
             pair = (("without", False), ("with", True))
-            for label, signals in (pair if i % 2 == 0 else pair[::-1]):  # alternate: both meet the same load
+            for label, signals in pair if i % 2 == 0 else pair[::-1]:  # alternate: both meet the same load
                 db = work / f"db-{label}-{i}"
                 wall, run = quarry_index(src, db, signals, backend)
                 walls[label].append(round(wall, 2))
@@ -186,17 +219,22 @@ def cost_bench(tree: Path, files: int, repeat: int, seed: int = 1, backend: str 
         edited = sorted(src.rglob("*.md"))[0]
         edited.write_text(edited.read_text() + "\n\nOne more paragraph, edited for the benchmark.\n")
         wall, run = quarry_index(src, work / f"db-with-{repeat - 1}", True, backend)
-        return {"files": sum(1 for _ in src.rglob("*.md")), "backend": backend, "wall_without_s": walls["without"],
-                "wall_with_s": walls["with"],
-                "overhead": round(sum(walls["with"]) / max(1e-9, sum(walls["without"])) - 1, 4),
-                "run_total_without_s": runs["without"].get("durations", {}).get("total"),
-                "run_total_with_s": runs["with"].get("durations", {}).get("total"),
-                "chunk_stage_without_s": runs["without"].get("durations", {}).get("chunk", {}).get("busy_seconds"),
-                "chunk_stage_with_s": runs["with"].get("durations", {}).get("chunk", {}).get("busy_seconds"),
-                "commit_without_s": runs["without"].get("durations", {}).get("commit", {}).get("seconds"),
-                "commit_with_s": runs["with"].get("durations", {}).get("commit", {}).get("seconds"),
-                "edit_run_wall_s": round(wall, 2), "edit_run_parsed": run.get("durations", {}).get("parse", {}).get("rows"),
-                "edit_run_updated": run.get("updated")}
+        return {
+            "files": sum(1 for _ in src.rglob("*.md")),
+            "backend": backend,
+            "wall_without_s": walls["without"],
+            "wall_with_s": walls["with"],
+            "overhead": round(sum(walls["with"]) / max(1e-9, sum(walls["without"])) - 1, 4),
+            "run_total_without_s": runs["without"].get("durations", {}).get("total"),
+            "run_total_with_s": runs["with"].get("durations", {}).get("total"),
+            "chunk_stage_without_s": runs["without"].get("durations", {}).get("chunk", {}).get("busy_seconds"),
+            "chunk_stage_with_s": runs["with"].get("durations", {}).get("chunk", {}).get("busy_seconds"),
+            "commit_without_s": runs["without"].get("durations", {}).get("commit", {}).get("seconds"),
+            "commit_with_s": runs["with"].get("durations", {}).get("commit", {}).get("seconds"),
+            "edit_run_wall_s": round(wall, 2),
+            "edit_run_parsed": run.get("durations", {}).get("parse", {}).get("rows"),
+            "edit_run_updated": run.get("updated"),
+        }
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -207,8 +245,11 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=100, help="documents given generated copies")
     ap.add_argument("--files", type=int, default=200, help="Markdown files of the tree in the cost runs (0: skip them)")
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--embed-backend", default="hash",
-                    help="the cost runs' embedder: hash (nothing but parsing and chunking costs) or a real one, e.g. onnx-int8")
+    ap.add_argument(
+        "--embed-backend",
+        default="hash",
+        help="the cost runs' embedder: hash (nothing but parsing and chunking costs) or a real one, e.g. onnx-int8",
+    )
     ap.add_argument("--libraries", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -223,23 +264,29 @@ def main() -> None:
         out["cost"] = cost_bench(args.tree, args.files, args.repeat, backend=args.embed_backend)
     out["load_after"] = os.getloadavg()
     p = out["pairs"]
-    lines = [f"load {out['load'][0]:.1f}",
-             f"pairs at threshold {p['threshold']}: {p['documents']} documents + {p['generated']} generated, "
-             f"{p['candidates']} candidates",
-             f"  precision {p['precision']:.3f}  recall {p['recall']:.3f}  ({p['found_true']} of {p['true_pairs']} true "
-             f"pairs, {p['false_pairs']} false, {p['missed']} missed; found by kind {p['found_by_kind']}; "
-             f"rewritten copies matched {p['rewritten_matched']})",
-             f"  natural pairs in the tree: {p['natural_pairs']}; signing {p['sign_seconds']} s"]
+    lines = [
+        f"load {out['load'][0]:.1f}",
+        f"pairs at threshold {p['threshold']}: {p['documents']} documents + {p['generated']} generated, "
+        f"{p['candidates']} candidates",
+        f"  precision {p['precision']:.3f}  recall {p['recall']:.3f}  ({p['found_true']} of {p['true_pairs']} true "
+        f"pairs, {p['false_pairs']} false, {p['missed']} missed; found by kind {p['found_by_kind']}; "
+        f"rewritten copies matched {p['rewritten_matched']})",
+        f"  natural pairs in the tree: {p['natural_pairs']}; signing {p['sign_seconds']} s",
+    ]
     if "libraries" in out:
         lib = out["libraries"]
-        lines.append(f"signatures of {lib['texts']} texts: rensa {lib['rensa_s']} s, datasketch {lib['datasketch_s']} s")
+        lines.append(
+            f"signatures of {lib['texts']} texts: rensa {lib['rensa_s']} s, datasketch {lib['datasketch_s']} s"
+        )
     if "cost" in out:
         c = out["cost"]
-        lines += [f"full run of {c['files']} files: without signals {c['wall_without_s']} s, with {c['wall_with_s']} s "
-                  f"({c['overhead']:+.1%}); chunk stage {c['chunk_stage_without_s']} -> {c['chunk_stage_with_s']} s, "
-                  f"commit {c['commit_without_s']} -> {c['commit_with_s']} s",
-                  f"one file edited: {c['edit_run_wall_s']} s, {c['edit_run_parsed']} file parsed, "
-                  f"{c['edit_run_updated']} updated"]
+        lines += [
+            f"full run of {c['files']} files: without signals {c['wall_without_s']} s, with {c['wall_with_s']} s "
+            f"({c['overhead']:+.1%}); chunk stage {c['chunk_stage_without_s']} -> {c['chunk_stage_with_s']} s, "
+            f"commit {c['commit_without_s']} -> {c['commit_with_s']} s",
+            f"one file edited: {c['edit_run_wall_s']} s, {c['edit_run_parsed']} file parsed, "
+            f"{c['edit_run_updated']} updated",
+        ]
     print("\n".join(lines), file=sys.stderr)
     results = ROOT / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)

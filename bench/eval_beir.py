@@ -37,8 +37,9 @@ def main() -> None:
         os.environ["QUARRY_EMBED_BACKEND"] = args.backend
     backend = os.environ.get("QUARRY_EMBED_BACKEND", "default")
 
-    from quarry.eval.beir import run_beir_eval
     from quarry.flows.orchestration import prefect_api
+
+    from quarry.eval.beir import run_beir_eval
 
     stores = ROOT / "bench" / "results" / "stores"
     results = []
@@ -50,9 +51,13 @@ def main() -> None:
             if not folder.exists():
                 print(f"skipping {name}: {folder} not found", file=sys.stderr)
                 continue
-            out = run_beir_eval(str(folder), db=str(stores / f"{name}-{backend}"),
-                                modes=("bm25", "vector", "hybrid"), split=args.split,
-                                index=lambda paths, store: index_flow(paths, db=str(store)))
+            out = run_beir_eval(
+                str(folder),
+                db=str(stores / f"{name}-{backend}"),
+                modes=("bm25", "vector", "hybrid"),
+                split=args.split,
+                index=lambda paths, store: index_flow(paths, db=str(store)),
+            )
             out["backend"] = backend
             results.append(out)
     dest = ROOT / "bench" / "results" / "eval_beir.json"
@@ -62,8 +67,11 @@ def main() -> None:
     print(f"{'set':<10} {'mode':<7} {'nDCG@10':>8} {'R@10':>7} {'R@100':>7} {'MRR@10':>7}", file=table)
     for r in results:
         for mode, m in r["modes"].items():
-            print(f"{r['dataset']:<10} {mode:<7} {m['ndcg@10']:>8.4f} {m['recall@10']:>7.4f} {m['recall@100']:>7.4f} "
-                  f"{m['mrr@10']:>7.4f}", file=table)
+            print(
+                f"{r['dataset']:<10} {mode:<7} {m['ndcg@10']:>8.4f} {m['recall@10']:>7.4f} {m['recall@100']:>7.4f} "
+                f"{m['mrr@10']:>7.4f}",
+                file=table,
+            )
         if r["dataset"] in ANCHORS:
             print(f"{'':<10} anchors: {ANCHORS[r['dataset']]}", file=table)
     if args.json:

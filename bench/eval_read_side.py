@@ -100,8 +100,9 @@ def ensure_store(name: str, backend: str) -> tuple[Path, dict[str, str]]:
     tree = store.parent / f"{store.name}-corpus" / name
     beir = load_beir(str(BEIR / name), "test")
     if not (store / "CURRENT").exists():
-        from quarry.eval.beir import run_beir_eval
         from quarry.flows.orchestration import prefect_api
+
+        from quarry.eval.beir import run_beir_eval
 
         os.environ["QUARRY_EMBED_BACKEND"] = backend
         with prefect_api(STORES / "logs"):
@@ -143,12 +144,22 @@ def run_split(idx, name: str, split: str, by_path, limit, methods) -> dict:
             else:
                 raise ValueError(m)
             chunks = sum(size(u) for u in shown)
-            rows[m][q] = {"ranking": doc_ranking(deep, by_path), "ctx": ctx_docs(deep, by_path),
-                          "chunks": chunks, "units": len(shown), "shown": set(doc_ranking(shown, by_path)),
-                          "same": set(doc_ranking(pool[:chunks], by_path))}
+            rows[m][q] = {
+                "ranking": doc_ranking(deep, by_path),
+                "ctx": ctx_docs(deep, by_path),
+                "chunks": chunks,
+                "units": len(shown),
+                "shown": set(doc_ranking(shown, by_path)),
+                "same": set(doc_ranking(pool[:chunks], by_path)),
+            }
     elapsed = time.perf_counter() - t0
-    return {"dataset": name, "split": split, "queries": len(qids), "seconds": round(elapsed, 1),
-            "methods": {m: score(rows[m], qrels) for m in methods}}
+    return {
+        "dataset": name,
+        "split": split,
+        "queries": len(qids),
+        "seconds": round(elapsed, 1),
+        "methods": {m: score(rows[m], qrels) for m in methods},
+    }
 
 
 def main() -> None:
@@ -165,11 +176,17 @@ def main() -> None:
 
     import quarry
 
-    methods: dict[str, object] = {m: None for m in (
-        "hybrid", "window 1,1", "window 0,2",
-        "segments balanced scores", "segments balanced rank",
-        "segments precision scores", "segments find_all scores",
-    )}
+    methods: dict[str, object] = dict.fromkeys(
+        (
+            "hybrid",
+            "window 1,1",
+            "window 0,2",
+            "segments balanced scores",
+            "segments balanced rank",
+            "segments precision scores",
+            "segments find_all scores",
+        )
+    )
     if args.rerank:
         from quarry.search.rerank import get_reranker
 
@@ -190,13 +207,19 @@ def main() -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps({"budget_chunks": BUDGET, "results": results}, indent=2))
     out = sys.stderr if args.json else sys.stdout
-    print(f"{'set':<10} {'split':<6} {'method':<26} {'nDCG@10':>8} {'R@10':>7} {'R@ctx30':>8} {'ctx':>5} "
-          f"{'units':>5} {'R@shown':>8} {'hybR@same':>9}", file=out)
+    print(
+        f"{'set':<10} {'split':<6} {'method':<26} {'nDCG@10':>8} {'R@10':>7} {'R@ctx30':>8} {'ctx':>5} "
+        f"{'units':>5} {'R@shown':>8} {'hybR@same':>9}",
+        file=out,
+    )
     for r in results:
         for m, s in r["methods"].items():
-            print(f"{r['dataset']:<10} {r['split']:<6} {m:<26} {s['ndcg@10']:>8.4f} {s['recall@10']:>7.4f} "
-                  f"{s['recall@ctx30']:>8.4f} {s['ctx_chunks']:>5.1f} {s['units']:>5.1f} {s['recall_shown']:>8.4f} "
-                  f"{s['hybrid_recall_same_ctx']:>9.4f}", file=out)
+            print(
+                f"{r['dataset']:<10} {r['split']:<6} {m:<26} {s['ndcg@10']:>8.4f} {s['recall@10']:>7.4f} "
+                f"{s['recall@ctx30']:>8.4f} {s['ctx_chunks']:>5.1f} {s['units']:>5.1f} {s['recall_shown']:>8.4f} "
+                f"{s['hybrid_recall_same_ctx']:>9.4f}",
+                file=out,
+            )
     if args.json:
         print(json.dumps({"budget_chunks": BUDGET, "results": results}, indent=2))
 

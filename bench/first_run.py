@@ -44,8 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "sample"
 TRACE = ROOT / "bench" / "trace"
-CASES = ("new store, empty cache", "new store", "second run", "new store, at a terminal",
-         "second run, at a terminal")
+CASES = ("new store, empty cache", "new store", "second run", "new store, at a terminal", "second run, at a terminal")
 PARTS = ("import", "server", "migrations", "flow", "commit", "exit")
 
 
@@ -60,13 +59,26 @@ def _python(checkout: Path) -> str:
 
 def _index(checkout: Path, db: Path, cache: Path, trace: Path, linger: str = "0") -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PYTHONPATH")}
-    env.update(QUARRY_CACHE_DIR=str(cache), QUARRY_EMBED_BACKEND="hash", HF_HUB_OFFLINE="1", PYTHONPATH=str(TRACE),
-               QUARRY_BENCH_TRACE=str(trace), QUARRY_PREFECT_LINGER=linger)
+    env.update(
+        QUARRY_CACHE_DIR=str(cache),
+        QUARRY_EMBED_BACKEND="hash",
+        HF_HUB_OFFLINE="1",
+        PYTHONPATH=str(TRACE),
+        QUARRY_BENCH_TRACE=str(trace),
+        QUARRY_PREFECT_LINGER=linger,
+    )
     trace.unlink(missing_ok=True)
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.time()
-    done = subprocess.run([_python(checkout), "-m", "quarry.cli.main", "index", str(SAMPLE), "--db", str(db)],
-                          capture_output=True, text=True, env=env, cwd=checkout, timeout=600, check=False)
+    done = subprocess.run(
+        [_python(checkout), "-m", "quarry.cli.main", "index", str(SAMPLE), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=checkout,
+        timeout=600,
+        check=False,
+    )
     end = time.time()
     if done.returncode != 0:
         raise SystemExit(f"quarry index failed ({done.returncode}) in {checkout}: {done.stderr[-2000:]}")
@@ -125,7 +137,7 @@ def main() -> int:
     load = [os.getloadavg()[0]]
     try:
         for r in range(args.rounds):
-            for name, checkout in (list(versions.items()) if r % 2 == 0 else list(versions.items())[::-1]):
+            for name, checkout in list(versions.items()) if r % 2 == 0 else list(versions.items())[::-1]:
                 cache, trace = work / f"cache-{name}", work / f"trace-{name}.jsonl"
                 shutil.rmtree(cache, ignore_errors=True)
                 runs[name][CASES[0]].append(_index(checkout, work / f"{name}-{r}-a", cache, trace))
@@ -142,20 +154,45 @@ def main() -> int:
     for name in versions:
         for case in CASES:
             ts = runs[name][case]
-            rows.append({"version": name, "case": case, "runs": len(ts),
-                         **{k: round(statistics.median(t[k] for t in ts), 2) for k in (*PARTS, "wall", "cpu")},
-                         "wall_min": round(min(t["wall"] for t in ts), 2), "wall_max": round(max(t["wall"] for t in ts), 2)})
-    print(f"quarry index {SAMPLE.relative_to(ROOT)} (hash embedder, no PREFECT_API_URL), median seconds of "
-          f"{args.rounds} runs; load average {min(load):.1f}-{max(load):.1f} on {os.cpu_count()} CPUs")
-    head = f"{'':<7} {'case':<26}" + "".join(f" {p:>10}" for p in PARTS) + f" {'wall':>6} {'min':>6} {'max':>6} {'cpu':>6}"
+            rows.append(
+                {
+                    "version": name,
+                    "case": case,
+                    "runs": len(ts),
+                    **{k: round(statistics.median(t[k] for t in ts), 2) for k in (*PARTS, "wall", "cpu")},
+                    "wall_min": round(min(t["wall"] for t in ts), 2),
+                    "wall_max": round(max(t["wall"] for t in ts), 2),
+                }
+            )
+    print(
+        f"quarry index {SAMPLE.relative_to(ROOT)} (hash embedder, no PREFECT_API_URL), median seconds of "
+        f"{args.rounds} runs; load average {min(load):.1f}-{max(load):.1f} on {os.cpu_count()} CPUs"
+    )
+    head = (
+        f"{'':<7} {'case':<26}" + "".join(f" {p:>10}" for p in PARTS) + f" {'wall':>6} {'min':>6} {'max':>6} {'cpu':>6}"
+    )
     print(head)
     for row in rows:
-        print(f"{row['version']:<7} {row['case']:<26}" + "".join(f" {row[p]:>10.2f}" for p in PARTS)
-              + f" {row['wall']:>6.2f} {row['wall_min']:>6.2f} {row['wall_max']:>6.2f} {row['cpu']:>6.2f}")
+        print(
+            f"{row['version']:<7} {row['case']:<26}"
+            + "".join(f" {row[p]:>10.2f}" for p in PARTS)
+            + f" {row['wall']:>6.2f} {row['wall_min']:>6.2f} {row['wall_max']:>6.2f} {row['cpu']:>6.2f}"
+        )
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"rows": rows, "runs": runs, "load": load, "cpu_count": os.cpu_count(),
-                               "checkouts": {k: str(v) for k, v in versions.items()}}, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "runs": runs,
+                "load": load,
+                "cpu_count": os.cpu_count(),
+                "checkouts": {k: str(v) for k, v in versions.items()},
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {out}")
     return 0
 

@@ -93,13 +93,17 @@ def idle_runs(run, tree: Path, db: Path, repeat: int) -> tuple[list[dict], list[
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", type=Path, default=HANDBOOK)
-    ap.add_argument("--backend", default=None, help="embedding backend (default: quarry's default); hash = pipeline only")
+    ap.add_argument(
+        "--backend", default=None, help="embedding backend (default: quarry's default); hash = pipeline only"
+    )
     ap.add_argument("--runner", default=None, help="task runner (default: quarry's default, threads)")
     ap.add_argument("--repeat", type=int, default=5, help="runs of each nothing-to-do case")
     ap.add_argument("--json", action="store_true", help="JSON on stdout (the table still goes to stderr)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (tree and store) for --reuse")
     ap.add_argument("--reuse", type=Path, default=None, help="a kept work folder: skip the full index")
-    ap.add_argument("--in-flight", type=int, default=None, help="batches between submission and load (default: the runner's)")
+    ap.add_argument(
+        "--in-flight", type=int, default=None, help="batches between submission and load (default: the runner's)"
+    )
     ap.add_argument("--full-only", action="store_true", help="the full index alone (no idle, touch or edit runs)")
     args = ap.parse_args()
     if args.backend:
@@ -122,12 +126,12 @@ def main() -> None:
     t = time.perf_counter()
     with prefect_api(work / "logs"):
         server_start = time.perf_counter() - t
-        from prefect import flow
-
         import dataclasses
 
         import quarry.flows.index as index_module
+        from prefect import flow
         from quarry.flows.index import index_flow
+
         from quarry.store.pointer import read_pointer
 
         if args.in_flight:
@@ -166,12 +170,17 @@ def main() -> None:
             report = index_flow([str(tree)], db=str(db))
             wall, cpu = time.perf_counter() - t, cpu_seconds() - c
             after = read_pointer(db)
-            return {"step": step, "wall_s": round(wall, 4), "cpu_s": round(cpu, 4),
-                    "quarry_s": report["durations"]["total"]["seconds"],
-                    "model_calls": report["model_calls"], "embedded": report["embedded_chunks"],
-                    "catalog_copies": opens["n"] - before_opens,
-                    "new_generation": pointer is None or after.generation != pointer.generation,
-                    "report": report}
+            return {
+                "step": step,
+                "wall_s": round(wall, 4),
+                "cpu_s": round(cpu, 4),
+                "quarry_s": report["durations"]["total"]["seconds"],
+                "model_calls": report["model_calls"],
+                "embedded": report["embedded_chunks"],
+                "catalog_copies": opens["n"] - before_opens,
+                "new_generation": pointer is None or after.generation != pointer.generation,
+                "report": report,
+            }
 
         full = None
         if not args.reuse:
@@ -185,31 +194,47 @@ def main() -> None:
     def summary(runs: list[dict]) -> dict | None:
         if not runs:
             return None
-        return {"runs": len(runs), "wall_median_s": round(statistics.median(r["wall_s"] for r in runs), 4),
-                "wall_max_s": max(r["wall_s"] for r in runs),
-                "cpu_median_s": round(statistics.median(r["cpu_s"] for r in runs), 4),
-                "quarry_median_s": round(statistics.median(r["quarry_s"] for r in runs), 4),
-                "model_calls": sum(r["model_calls"] for r in runs),
-                "catalog_copies": sum(r["catalog_copies"] for r in runs),
-                "new_generations": sum(bool(r["new_generation"]) for r in runs)}
+        return {
+            "runs": len(runs),
+            "wall_median_s": round(statistics.median(r["wall_s"] for r in runs), 4),
+            "wall_max_s": max(r["wall_s"] for r in runs),
+            "cpu_median_s": round(statistics.median(r["cpu_s"] for r in runs), 4),
+            "quarry_median_s": round(statistics.median(r["quarry_s"] for r in runs), 4),
+            "model_calls": sum(r["model_calls"] for r in runs),
+            "catalog_copies": sum(r["catalog_copies"] for r in runs),
+            "new_generations": sum(bool(r["new_generation"]) for r in runs),
+        }
 
     result = {
-        "tree": str(args.tree), "files": sum(1 for p in tree.rglob("*") if p.is_file()),
+        "tree": str(args.tree),
+        "files": sum(1 for p in tree.rglob("*") if p.is_file()),
         "backend": os.environ.get("QUARRY_EMBED_BACKEND", "default"),
         "runner": os.environ.get("QUARRY_RUNNER", "threads"),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "load_average": [round(x, 2) for x in os.getloadavg()]},
-        "prefect": {"import_s": round(prefect_import, 3), "server_start_s": round(server_start, 3),
-                    "empty_flow_median_s": round(floor_default, 4), "empty_flow_no_heartbeat_median_s":
-                    round(floor_quarry, 4)},
-        "full": None if full is None else {k: v for k, v in full.items() if k != "report"}
-        | {"durations": full["report"]["durations"], "chunks": full["report"]["chunks"],
-           "files_added": full["report"]["added"]},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+        },
+        "prefect": {
+            "import_s": round(prefect_import, 3),
+            "server_start_s": round(server_start, 3),
+            "empty_flow_median_s": round(floor_default, 4),
+            "empty_flow_no_heartbeat_median_s": round(floor_quarry, 4),
+        },
+        "full": None
+        if full is None
+        else {k: v for k, v in full.items() if k != "report"}
+        | {
+            "durations": full["report"]["durations"],
+            "chunks": full["report"]["chunks"],
+            "files_added": full["report"]["added"],
+        },
         "no_change": summary(idle),
         "touched": summary(touched),
         "in_flight": args.in_flight,
-        "edit": None if edit is None else
-        {k: v for k, v in edit.items() if k != "report"} | {"exact": edit["embedded"] == edit["chunks_changed"]},
+        "edit": None
+        if edit is None
+        else {k: v for k, v in edit.items() if k != "report"} | {"exact": edit["embedded"] == edit["chunks_changed"]},
     }
     out = ROOT / "bench" / "results" / "flow_stages.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -217,12 +242,18 @@ def main() -> None:
 
     err = sys.stderr
     load = result["machine"]["load_average"]
-    print(f"{result['files']} files, backend {result['backend']}, runner {result['runner']}, "
-          f"{result['machine']['cpus']} CPUs, load average {load[0]} {load[1]} {load[2]}", file=err)
+    print(
+        f"{result['files']} files, backend {result['backend']}, runner {result['runner']}, "
+        f"{result['machine']['cpus']} CPUs, load average {load[0]} {load[1]} {load[2]}",
+        file=err,
+    )
     p = result["prefect"]
-    print(f"prefect: import {p['import_s']:.2f} s, private server start {p['server_start_s']:.2f} s, "
-          f"empty flow run {p['empty_flow_median_s']:.3f} s, without the run heartbeat (as quarry's flow is "
-          f"called) {p['empty_flow_no_heartbeat_median_s']:.3f} s (medians of {args.repeat})", file=err)
+    print(
+        f"prefect: import {p['import_s']:.2f} s, private server start {p['server_start_s']:.2f} s, "
+        f"empty flow run {p['empty_flow_median_s']:.3f} s, without the run heartbeat (as quarry's flow is "
+        f"called) {p['empty_flow_no_heartbeat_median_s']:.3f} s (medians of {args.repeat})",
+        file=err,
+    )
     if full is not None:
         print(f"\nfull index: {full['wall_s']:.1f} s wall, {result['full']['chunks']} chunks", file=err)
         print(f"  {'stage':<9} {'wall s':>9} {'busy s':>9} {'rows':>8} {'rows/s':>10}", file=err)
@@ -233,18 +264,29 @@ def main() -> None:
             print(f"  {stage:<9} {d['seconds']:>9.3f} {busy:>9} {rows:>8} {rate:>10}", file=err)
         print("  wall = while any batch was in the stage; busy = summed over batches side by side", file=err)
     if edit is not None:
-        print(f"\n{'case':<22} {'wall med':>9} {'wall max':>9} {'cpu med':>8} {'quarry':>8} {'calls':>6} "
-              f"{'copies':>7}", file=err)
+        print(
+            f"\n{'case':<22} {'wall med':>9} {'wall max':>9} {'cpu med':>8} {'quarry':>8} {'calls':>6} {'copies':>7}",
+            file=err,
+        )
         for name in ("no_change", "touched"):
             s = result[name]
-            print(f"{name:<22} {s['wall_median_s']:>9.3f} {s['wall_max_s']:>9.3f} {s['cpu_median_s']:>8.3f} "
-                  f"{s['quarry_median_s']:>8.3f} {s['model_calls']:>6} {s['catalog_copies']:>7}", file=err)
+            print(
+                f"{name:<22} {s['wall_median_s']:>9.3f} {s['wall_max_s']:>9.3f} {s['cpu_median_s']:>8.3f} "
+                f"{s['quarry_median_s']:>8.3f} {s['model_calls']:>6} {s['catalog_copies']:>7}",
+                file=err,
+            )
         e = result["edit"]
-        print(f"{'one paragraph edited':<22} {e['wall_s']:>9.3f} {'':>9} {e['cpu_s']:>8.3f} {e['quarry_s']:>8.3f} "
-              f"{e['model_calls']:>6} {e['catalog_copies']:>7}   embedded {e['embedded']} chunks, "
-              f"{e['chunks_changed']} changed text (exact: {e['exact']})", file=err)
-        print("quarry = the run's own wall time (runs.durations.total); wall adds Prefect's flow-run overhead; "
-              "cpu = this process only", file=err)
+        print(
+            f"{'one paragraph edited':<22} {e['wall_s']:>9.3f} {'':>9} {e['cpu_s']:>8.3f} {e['quarry_s']:>8.3f} "
+            f"{e['model_calls']:>6} {e['catalog_copies']:>7}   embedded {e['embedded']} chunks, "
+            f"{e['chunks_changed']} changed text (exact: {e['exact']})",
+            file=err,
+        )
+        print(
+            "quarry = the run's own wall time (runs.durations.total); wall adds Prefect's flow-run overhead; "
+            "cpu = this process only",
+            file=err,
+        )
     if args.json:
         print(json.dumps(result, indent=2))
     if args.keep or args.reuse:

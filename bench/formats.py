@@ -32,17 +32,30 @@ sys.path.insert(0, str(ROOT))
 DATA = ROOT.parent / "shared" / "data"
 RESULTS = HERE / "results" / "formats.json"
 QUERIES = [  # (words that file holds, the file: its path ends with this)
-    ("Tangerine Aqua Purple", "/fake-power-point-table.pptx"), ("Maple Leafs TOR", "/stanley-cups.xlsx"),
-    ("Violets are blue roses", "/fake-email.eml"), ("telemark turn", "/winter-sports.epub"),
-    ("favorite things parrots hockey", "/simple.odt"), ("first paragraph heading", "/fake-doc.rtf"),
-    ("partridges pear tree", "/simple.yaml"), ("lorem ipsum dolor", "/loremipsum-flat.pdf"),
-    ("okapi shipment", "/deck.pptx"), ("Jacquard loom", "/note.eml"), ("Puffin Gannet", "/birds.ods"),
-    ("Quokka census", "/doc.rtf"), ("Lighthouse keeper", "/README"), ("gravitate pelican", "/tool.py"),
-    ("bluefin codename", "/conf.yaml"), ("Valparaiso", "/user.json"), ("Trondheim Norway", "/villes.csv"),
+    ("Tangerine Aqua Purple", "/fake-power-point-table.pptx"),
+    ("Maple Leafs TOR", "/stanley-cups.xlsx"),
+    ("Violets are blue roses", "/fake-email.eml"),
+    ("telemark turn", "/winter-sports.epub"),
+    ("favorite things parrots hockey", "/simple.odt"),
+    ("first paragraph heading", "/fake-doc.rtf"),
+    ("partridges pear tree", "/simple.yaml"),
+    ("lorem ipsum dolor", "/loremipsum-flat.pdf"),
+    ("okapi shipment", "/deck.pptx"),
+    ("Jacquard loom", "/note.eml"),
+    ("Puffin Gannet", "/birds.ods"),
+    ("Quokka census", "/doc.rtf"),
+    ("Lighthouse keeper", "/README"),
+    ("gravitate pelican", "/tool.py"),
+    ("bluefin codename", "/conf.yaml"),
+    ("Valparaiso", "/user.json"),
+    ("Trondheim Norway", "/villes.csv"),
     # old shares: legacy Office, UTF-16 mail, archive members
-    ("favorite things parrots hockey", "/legacy/simple.doc"), ("Tangerine Aqua Purple", "/legacy/deck.ppt"),
-    ("Violets are blue roses", "/mail/utf16-le-bom.eml"), ("Violets are blue roses", "/mail/utf16-be.eml"),
-    ("Maple Leafs TOR", "/bundle.zip!/sheets/stanley-cups.xlsx"), ("telemark turn", "/bundle.zip!/books/winter-sports.epub"),
+    ("favorite things parrots hockey", "/legacy/simple.doc"),
+    ("Tangerine Aqua Purple", "/legacy/deck.ppt"),
+    ("Violets are blue roses", "/mail/utf16-le-bom.eml"),
+    ("Violets are blue roses", "/mail/utf16-be.eml"),
+    ("Maple Leafs TOR", "/bundle.zip!/sheets/stanley-cups.xlsx"),
+    ("telemark turn", "/bundle.zip!/books/winter-sports.epub"),
     ("first paragraph heading", "/old.tar.gz!/rtf/fake-doc.rtf"),
 ]
 
@@ -61,11 +74,26 @@ def old_share(tree: Path) -> list[str]:
     missing = []
     (tree / "legacy").mkdir(parents=True)
     if soffice():
-        for src, target, name in ((formats / "simple.odt", "doc", "simple.doc"),
-                                  (formats / "fake-power-point-table.pptx", "ppt", "deck.ppt")):
+        for src, target, name in (
+            (formats / "simple.odt", "doc", "simple.doc"),
+            (formats / "fake-power-point-table.pptx", "ppt", "deck.ppt"),
+        ):
             out = tree / "made"
-            subprocess.run([soffice(), "--headless", "--norestore", f"-env:UserInstallation={(tree / 'p').as_uri()}",
-                            "--convert-to", target, "--outdir", str(out), str(src)], check=True, capture_output=True)
+            subprocess.run(
+                [
+                    soffice(),
+                    "--headless",
+                    "--norestore",
+                    f"-env:UserInstallation={(tree / 'p').as_uri()}",
+                    "--convert-to",
+                    target,
+                    "--outdir",
+                    str(out),
+                    str(src),
+                ],
+                check=True,
+                capture_output=True,
+            )
             (out / f"{src.stem}.{target}").rename(tree / "legacy" / name)
         shutil.rmtree(tree / "made")
         shutil.rmtree(tree / "p", ignore_errors=True)
@@ -118,24 +146,44 @@ def main() -> None:
         report = json.loads(done.stdout)
         found = {}
         for query, name in QUERIES:
-            out = json.loads(quarry("search", query, "--db", str(work / "db"), "--mode", "bm25", "--json",
-                                    "-k", "10").stdout)["results"]
+            out = json.loads(
+                quarry("search", query, "--db", str(work / "db"), "--mode", "bm25", "--json", "-k", "10").stdout
+            )["results"]
             hit = next((r for r in out if r["path"].endswith(name)), None)
-            found[name.lstrip("/")] = {"query": query, "found": hit is not None, "rank": hit["rank"] if hit else None,
-                                       "page_start": hit["page_start"] if hit else None}
+            found[name.lstrip("/")] = {
+                "query": query,
+                "found": hit is not None,
+                "rank": hit["rank"] if hit else None,
+                "page_start": hit["page_start"] if hit else None,
+            }
         errors = Counter(e["error"].split(":")[0] for e in report["errors"])
-        failed_here = {e["path"].split("/old-share/")[1]: e["error"] for e in report["errors"] if "/old-share/" in e["path"]}
-        result = {"files": len(readable) + len(unsupported), "by_type": dict(types), "unsupported": len(unsupported),
-                  "added": report["added"], "failed": report["failed"], "failures": dict(errors),
-                  "chunks": report["chunks"], "ocr_pages": report["ocr_pages"], "ocr_seconds": report["ocr_seconds"],
-                  "index_seconds": round(seconds, 1), "durations": report["durations"], "search": found,
-                  "old_share_failures": failed_here, "not_made": not_made}
+        failed_here = {
+            e["path"].split("/old-share/")[1]: e["error"] for e in report["errors"] if "/old-share/" in e["path"]
+        }
+        result = {
+            "files": len(readable) + len(unsupported),
+            "by_type": dict(types),
+            "unsupported": len(unsupported),
+            "added": report["added"],
+            "failed": report["failed"],
+            "failures": dict(errors),
+            "chunks": report["chunks"],
+            "ocr_pages": report["ocr_pages"],
+            "ocr_seconds": report["ocr_seconds"],
+            "index_seconds": round(seconds, 1),
+            "durations": report["durations"],
+            "search": found,
+            "old_share_failures": failed_here,
+            "not_made": not_made,
+        }
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"{result['files']} files: {result['added']} indexed, {result['failed']} failed, "
-          f"{result['unsupported']} unsupported; {result['chunks']} chunks; OCR {result['ocr_pages']} pages in "
-          f"{result['ocr_seconds']:.1f} s; index {result['index_seconds']} s\n")
+    print(
+        f"{result['files']} files: {result['added']} indexed, {result['failed']} failed, "
+        f"{result['unsupported']} unsupported; {result['chunks']} chunks; OCR {result['ocr_pages']} pages in "
+        f"{result['ocr_seconds']:.1f} s; index {result['index_seconds']} s\n"
+    )
     print("| type | files |\n|---|---|")
     for kind, n in sorted(types.items()):
         print(f"| {kind} | {n} |")

@@ -33,9 +33,10 @@ ALPHAS = [round(a, 2) for a in np.arange(0.0, 1.01, 0.05)]
 
 def candidates(name: str, backend: str, splits: list[str]) -> dict:
     """{split: {qid: {"vector": [(doc, score)], "bm25": [...]}}}, plus qrels, for one set."""
+    from quarry.flows.orchestration import prefect_api
+
     import quarry
     from quarry.eval.evaluation import load_beir, write_corpus_tree
-    from quarry.flows.orchestration import prefect_api
 
     stores = ROOT / "bench" / "results" / "stores"
     store = stores / f"{name}-{backend}"
@@ -99,7 +100,9 @@ def fuse(lists: dict, method: str, alpha: float = 0.5) -> list[str]:
             for (chunk, doc, _s), v in zip(items, norm):
                 fused.setdefault(chunk, {})[mode] = float(v)
                 docs[chunk] = doc
-        fused = {c: sum(weights[m] * parts.get(m, missing[m]) for m in ("vector", "bm25")) for c, parts in fused.items()}
+        fused = {
+            c: sum(weights[m] * parts.get(m, missing[m]) for m in ("vector", "bm25")) for c, parts in fused.items()
+        }
     ranking, seen = [], set()
     for chunk in sorted(fused, key=lambda c: (-fused[c], c)):
         if docs[chunk] not in seen:
@@ -147,20 +150,31 @@ def main() -> None:
     rows = []
     for name, splits in data.items():
         test = splits["test"]
-        for label, ranker in [("bm25", lambda l: single(l, "bm25")), ("vector", lambda l: single(l, "vector")),
-                              ("rrf", lambda l: fuse(l, "rrf"))] + [
-                (f"{m} a={tuned[m]}", (lambda m: lambda l: fuse(l, m, tuned[m]))(m)) for m in ("mm", "tmm", "z")]:
+        for label, ranker in [
+            ("bm25", lambda l: single(l, "bm25")),
+            ("vector", lambda l: single(l, "vector")),
+            ("rrf", lambda l: fuse(l, "rrf")),
+        ] + [(f"{m} a={tuned[m]}", (lambda m: lambda l: fuse(l, m, tuned[m]))(m)) for m in ("mm", "tmm", "z")]:
             m = score(test, ranker)
-            rows.append({"set": name, "method": label, "ndcg@10": m["ndcg@10"], "recall@10": m["recall@10"],
-                         "recall@100": m["recall@100"]})
+            rows.append(
+                {
+                    "set": name,
+                    "method": label,
+                    "ndcg@10": m["ndcg@10"],
+                    "recall@10": m["recall@10"],
+                    "recall@100": m["recall@100"],
+                }
+            )
     dest = ROOT / "bench" / "results" / "fusion.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps({"tuned_on": "scifact train", "alphas": tuned, "results": rows}, indent=2))
     out = sys.stderr if args.json else sys.stdout
     print(f"{'set':<10} {'method':<12} {'nDCG@10':>8} {'R@10':>7} {'R@100':>7}", file=out)
     for r in rows:
-        print(f"{r['set']:<10} {r['method']:<12} {r['ndcg@10']:>8.4f} {r['recall@10']:>7.4f} {r['recall@100']:>7.4f}",
-              file=out)
+        print(
+            f"{r['set']:<10} {r['method']:<12} {r['ndcg@10']:>8.4f} {r['recall@10']:>7.4f} {r['recall@100']:>7.4f}",
+            file=out,
+        )
     if args.json:
         print(json.dumps({"alphas": tuned, "results": rows}, indent=2))
 

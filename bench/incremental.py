@@ -76,9 +76,25 @@ def main() -> None:
             t = time.perf_counter()
             report = index_flow([str(tree)], db=str(db))
             seconds = time.perf_counter() - t
-            row = {"step": step, "seconds": round(seconds, 2), **{k: report[k] for k in (
-                "added", "updated", "moved", "deleted", "skipped", "chunks", "embedded_chunks", "reused_vectors",
-                "model_calls")}, **extra}
+            row = {
+                "step": step,
+                "seconds": round(seconds, 2),
+                **{
+                    k: report[k]
+                    for k in (
+                        "added",
+                        "updated",
+                        "moved",
+                        "deleted",
+                        "skipped",
+                        "chunks",
+                        "embedded_chunks",
+                        "reused_vectors",
+                        "model_calls",
+                    )
+                },
+                **extra,
+            }
             rows.append(row)
             return row
 
@@ -112,14 +128,23 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     table = sys.stderr if args.json else sys.stdout
-    print(f"{'step':<32} {'s':>8} {'add':>5} {'upd':>5} {'mov':>5} {'del':>5} {'skip':>5} {'embedded':>9} "
-          f"{'reused':>7} {'calls':>6}", file=table)
+    print(
+        f"{'step':<32} {'s':>8} {'add':>5} {'upd':>5} {'mov':>5} {'del':>5} {'skip':>5} {'embedded':>9} "
+        f"{'reused':>7} {'calls':>6}",
+        file=table,
+    )
     for r in rows:
-        print(f"{r['step']:<32} {r['seconds']:>8.2f} {r['added']:>5} {r['updated']:>5} {r['moved']:>5} "
-              f"{r['deleted']:>5} {r['skipped']:>5} {r['embedded_chunks']:>9} {r['reused_vectors']:>7} "
-              f"{r['model_calls']:>6}", file=table)
-    print(f"no-change run = {100 * result['nochange_fraction']:.2f}% of the full index; edit run embedded "
-          f"{edit['embedded_chunks']} chunks, {changed} chunks changed text (exact: {edit['exact']})", file=table)
+        print(
+            f"{r['step']:<32} {r['seconds']:>8.2f} {r['added']:>5} {r['updated']:>5} {r['moved']:>5} "
+            f"{r['deleted']:>5} {r['skipped']:>5} {r['embedded_chunks']:>9} {r['reused_vectors']:>7} "
+            f"{r['model_calls']:>6}",
+            file=table,
+        )
+    print(
+        f"no-change run = {100 * result['nochange_fraction']:.2f}% of the full index; edit run embedded "
+        f"{edit['embedded_chunks']} chunks, {changed} chunks changed text (exact: {edit['exact']})",
+        file=table,
+    )
     if args.json:
         print(json.dumps(result, indent=2))
     shutil.rmtree(work, ignore_errors=True)

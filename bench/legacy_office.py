@@ -29,8 +29,10 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 DATA = ROOT.parent / "shared" / "data" / "formats"
 RESULTS = HERE / "results" / "legacy_office.json"
-SOURCES = {"doc": ["simple.odt", "docx-tables.docx", "duplicate-paragraphs.docx", "fake-doc.rtf"],
-           "ppt": ["fake-power-point-table.pptx"]}
+SOURCES = {
+    "doc": ["simple.odt", "docx-tables.docx", "duplicate-paragraphs.docx", "fake-doc.rtf"],
+    "ppt": ["fake-power-point-table.pptx"],
+}
 _ASPOSE = """import sys, aspose.words_foss as aw
 sys.stdout.write(aw.Document(sys.argv[1]).get_text())"""
 
@@ -48,8 +50,10 @@ def quarry_text(path: Path) -> str:
 def run(cmd: list[str], timeout: int = 120) -> str:
     done = subprocess.run(cmd, capture_output=True, timeout=timeout)
     if done.returncode != 0:
-        raise RuntimeError((done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()[-1:] or
-                           [f"exit {done.returncode}"])
+        raise RuntimeError(
+            (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()[-1:]
+            or [f"exit {done.returncode}"]
+        )
     return done.stdout.decode("utf-8", "replace")
 
 
@@ -63,8 +67,12 @@ def converters(aspose_python: str | None) -> dict:
     if shutil.which("antiword"):
         found["antiword"] = (("doc",), lambda p: run(["antiword", "-w", "0", "-m", "UTF-8.txt", str(p)]))
     if shutil.which("catdoc"):
-        found["catdoc/catppt"] = (("doc", "ppt"), lambda p: run(
-            ["catdoc", "-w", "-d", "utf-8", str(p)] if p.suffix == ".doc" else ["catppt", "-d", "utf-8", str(p)]))
+        found["catdoc/catppt"] = (
+            ("doc", "ppt"),
+            lambda p: run(
+                ["catdoc", "-w", "-d", "utf-8", str(p)] if p.suffix == ".doc" else ["catppt", "-d", "utf-8", str(p)]
+            ),
+        )
     if aspose_python:
         found["aspose-words-foss"] = (("doc",), lambda p: run([aspose_python, "-c", _ASPOSE, str(p)]))
     return found
@@ -77,9 +85,22 @@ def make_files(work: Path) -> list[tuple[Path, str]]:
     out = []
     for kind, names in SOURCES.items():
         srcs = [DATA / n for n in names if (DATA / n).exists()]
-        subprocess.run([soffice(), "--headless", "--norestore", f"-env:UserInstallation={(work / 'p').as_uri()}",
-                        "--convert-to", kind, "--outdir", str(work / "made"), *map(str, srcs)],
-                       check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [
+                soffice(),
+                "--headless",
+                "--norestore",
+                f"-env:UserInstallation={(work / 'p').as_uri()}",
+                "--convert-to",
+                kind,
+                "--outdir",
+                str(work / "made"),
+                *map(str, srcs),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
         out += [(work / "made" / f"{s.stem}.{kind}", quarry_text(s)) for s in srcs]
     return out
 
@@ -119,11 +140,23 @@ def main() -> None:
                 except Exception as exc:  # a converter's failure is a result here
                     text, error = "", str(exc)[:120]
                 seconds = time.perf_counter() - t
-                recall = (len(words(text) & words(reference)) / len(words(reference))
-                          if reference and words(reference) else None)
-                rows.append({"file": path.name, "source": "made" if path.is_relative_to(work) else "extra",
-                             "converter": name, "ok": bool(text.strip()), "recall": recall,
-                             "seconds": round(seconds, 3), "chars": len(text), "error": error})
+                recall = (
+                    len(words(text) & words(reference)) / len(words(reference))
+                    if reference and words(reference)
+                    else None
+                )
+                rows.append(
+                    {
+                        "file": path.name,
+                        "source": "made" if path.is_relative_to(work) else "extra",
+                        "converter": name,
+                        "ok": bool(text.strip()),
+                        "recall": recall,
+                        "seconds": round(seconds, 3),
+                        "chars": len(text),
+                        "error": error,
+                    }
+                )
 
         # what a batch costs: quarry converts a batch's legacy files with one LibreOffice call
         from quarry.ingest.parsers.legacy import convert_many
@@ -131,8 +164,12 @@ def main() -> None:
         legacy = [(str(n), p.read_bytes(), p.suffix.lower().lstrip(".")) for n, (p, _) in enumerate(files)]
         t = time.perf_counter()
         converted = convert_many(legacy, 300)
-        batch = {"files": len(legacy), "converted": len(converted), "seconds": round(time.perf_counter() - t, 2),
-                 "seconds_per_file": round((time.perf_counter() - t) / max(len(legacy), 1), 3)}
+        batch = {
+            "files": len(legacy),
+            "converted": len(converted),
+            "seconds": round(time.perf_counter() - t, 2),
+            "seconds_per_file": round((time.perf_counter() - t) / max(len(legacy), 1), 3),
+        }
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -140,19 +177,26 @@ def main() -> None:
     for name in found:
         mine = [r for r in rows if r["converter"] == name]
         recalls = [r["recall"] if r["ok"] else 0.0 for r in mine if r["recall"] is not None]
-        summary[name] = {"files": len(mine), "read": sum(r["ok"] for r in mine),
-                         "mean_recall": round(statistics.mean(recalls), 3) if recalls else None,
-                         "median_seconds": round(statistics.median(r["seconds"] for r in mine), 3) if mine else None}
+        summary[name] = {
+            "files": len(mine),
+            "read": sum(r["ok"] for r in mine),
+            "mean_recall": round(statistics.mean(recalls), 3) if recalls else None,
+            "median_seconds": round(statistics.median(r["seconds"] for r in mine), 3) if mine else None,
+        }
     print("| converter | files | read | mean recall (unread = 0) | median s/file |\n|---|---|---|---|---|")
     for name, s in summary.items():
         print(f"| {name} | {s['files']} | {s['read']} | {s['mean_recall']} | {s['median_seconds']} |")
-    print(f"\nLibreOffice, one call for all {batch['files']} files (what a batch does): {batch['converted']} converted "
-          f"in {batch['seconds']} s, {batch['seconds_per_file']} s a file")
+    print(
+        f"\nLibreOffice, one call for all {batch['files']} files (what a batch does): {batch['converted']} converted "
+        f"in {batch['seconds']} s, {batch['seconds_per_file']} s a file"
+    )
     print("\n| file | converter | read | recall | s | error |\n|---|---|---|---|---|---|")
     for r in rows:
         recall = "" if r["recall"] is None else f"{r['recall']:.2f}"
-        print(f"| {r['file']} ({r['source']}) | {r['converter']} | {'yes' if r['ok'] else 'no'} | {recall} | "
-              f"{r['seconds']:.2f} | {r['error'][:60]} |")
+        print(
+            f"| {r['file']} ({r['source']}) | {r['converter']} | {'yes' if r['ok'] else 'no'} | {recall} | "
+            f"{r['seconds']:.2f} | {r['error'][:60]} |"
+        )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"summary": summary, "libreoffice_batch": batch, "files": rows}, indent=2))
 

@@ -81,26 +81,53 @@ K = 10
 # The test questions are those about these filings: the 11 10-Ks this bench reported before the
 # document evidence existed, and the mixed subset's filings of MGM Resorts, Johnson & Johnson and
 # Best Buy; questions about any other filing indexed beside them are train.
-TEST_FILINGS = {"3M_2018_10K", "3M_2022_10K", "ADOBE_2017_10K", "ADOBE_2022_10K", "BOEING_2018_10K", "BOEING_2022_10K",
-                "CORNING_2020_10K", "CORNING_2021_10K", "CORNING_2022_10K", "GENERALMILLS_2019_10K",
-                "GENERALMILLS_2020_10K",
-                "MGMRESORTS_2022Q4_EARNINGS", "MGMRESORTS_2023Q2_10Q", "JOHNSON_JOHNSON_2022Q4_EARNINGS",
-                "JOHNSON_JOHNSON_2023Q2_EARNINGS", "JOHNSON_JOHNSON_2023_8K_dated-2023-08-30", "JOHNSON_JOHNSON_2022_10K",
-                "BESTBUY_2024Q2_10Q", "BESTBUY_2023_10K"}
+TEST_FILINGS = {
+    "3M_2018_10K",
+    "3M_2022_10K",
+    "ADOBE_2017_10K",
+    "ADOBE_2022_10K",
+    "BOEING_2018_10K",
+    "BOEING_2022_10K",
+    "CORNING_2020_10K",
+    "CORNING_2021_10K",
+    "CORNING_2022_10K",
+    "GENERALMILLS_2019_10K",
+    "GENERALMILLS_2020_10K",
+    "MGMRESORTS_2022Q4_EARNINGS",
+    "MGMRESORTS_2023Q2_10Q",
+    "JOHNSON_JOHNSON_2022Q4_EARNINGS",
+    "JOHNSON_JOHNSON_2023Q2_EARNINGS",
+    "JOHNSON_JOHNSON_2023_8K_dated-2023-08-30",
+    "JOHNSON_JOHNSON_2022_10K",
+    "BESTBUY_2024Q2_10Q",
+    "BESTBUY_2023_10K",
+}
 # ``--set tenk``: 25 10-K filings of ten companies. The 11 10-Ks of TEST_FILINGS are test; the other
 # companies' 10-Ks (each with questions in FinanceBench's open-source set) are train.
-TENK_FILINGS = sorted({f for f in TEST_FILINGS if f.endswith("_10K") and not f.startswith(("JOHNSON", "BESTBUY"))}
-                      | {f"AMERICANWATERWORKS_{y}_10K" for y in (2020, 2021, 2022)}
-                      | {f"LOCKHEEDMARTIN_{y}_10K" for y in (2020, 2021, 2022)}
-                      | {f"VERIZON_{y}_10K" for y in (2021, 2022)} | {f"PEPSICO_{y}_10K" for y in (2021, 2022)}
-                      | {f"NIKE_{y}_10K" for y in (2018, 2019, 2021, 2023)})
+TENK_FILINGS = sorted(
+    {f for f in TEST_FILINGS if f.endswith("_10K") and not f.startswith(("JOHNSON", "BESTBUY"))}
+    | {f"AMERICANWATERWORKS_{y}_10K" for y in (2020, 2021, 2022)}
+    | {f"LOCKHEEDMARTIN_{y}_10K" for y in (2020, 2021, 2022)}
+    | {f"VERIZON_{y}_10K" for y in (2021, 2022)}
+    | {f"PEPSICO_{y}_10K" for y in (2021, 2022)}
+    | {f"NIKE_{y}_10K" for y in (2018, 2019, 2021, 2023)}
+)
 KINDS = ROOT / "bench" / "data" / "longpdf-kinds.json"
 KEYS = ("page R@1", "page R@10", "doc R@10", "nDCG@10")
 CONSENSUS_WEIGHTS = [0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0]
 DOC_WEIGHTS = [0.0, 0.05, 0.1, 0.15]
 OFFLINE = ("bm25", "vector", "rrf", "tmm", "default", "grid")
-METHODS = ["bm25", "vector", "rrf", "tmm", "default", "page-bm25", "tmm+page-bm25", "segments",
-           "hybrid (library default, online)"]
+METHODS = [
+    "bm25",
+    "vector",
+    "rrf",
+    "tmm",
+    "default",
+    "page-bm25",
+    "tmm+page-bm25",
+    "segments",
+    "hybrid (library default, online)",
+]
 
 
 def questions(data: Path, only: list[str] | None = None) -> list[dict]:
@@ -138,8 +165,12 @@ def metrics(ranked: list, relevant: list) -> dict:
     dcg = sum(1 / math.log2(i + 2) for i, p in enumerate(top) if p in rel)
     ideal = sum(1 / math.log2(i + 2) for i in range(min(len(rel), K)))
     docs = {d for d, _ in rel}
-    return {"page R@1": len(rel & set(ranked[:1])) / len(rel), "page R@10": len(rel & set(top)) / len(rel),
-            "doc R@10": len(docs & {d for d, _ in top}) / len(docs), "nDCG@10": dcg / ideal}
+    return {
+        "page R@1": len(rel & set(ranked[:1])) / len(rel),
+        "page R@10": len(rel & set(top)) / len(rel),
+        "doc R@10": len(docs & {d for d, _ in top}) / len(docs),
+        "nDCG@10": dcg / ideal,
+    }
 
 
 class PageBM25:
@@ -187,7 +218,8 @@ def page_units(idx) -> tuple[list[tuple[str, int]], list[str]]:
     """``(keys, texts)``: every page of the index, its chunks' text under the filing's header."""
     rows = idx.snapshot.con.execute(
         "SELECT d.path, c.page_start, c.header, c.text FROM chunks c JOIN documents d USING (doc_id) "
-        "WHERE c.page_start IS NOT NULL ORDER BY d.path, c.chunk_index").fetchall()
+        "WHERE c.page_start IS NOT NULL ORDER BY d.path, c.chunk_index"
+    ).fetchall()
     pages: dict[tuple[str, int], list[str]] = {}
     for path, page, header, text in rows:
         parts = pages.setdefault((path, page), [header.split("\n")[0]] if header else [])
@@ -200,9 +232,16 @@ def kinds_questions(data: Path) -> list[dict]:
     """The questions of :data:`KINDS` whose PDF is in ``data``, each with its document's split."""
     spec = json.loads(KINDS.read_text())
     have = {p.name for p in data.glob("*.pdf")}
-    return [{"id": f"kinds-{i}", "question": q["question"], "pages": sorted((Path(q["file"]).stem, p) for p in q["pages"]),
-             "split": spec["documents"][q["file"]]["split"]}
-            for i, q in enumerate(spec["questions"]) if q["file"] in have]
+    return [
+        {
+            "id": f"kinds-{i}",
+            "question": q["question"],
+            "pages": sorted((Path(q["file"]).stem, p) for p in q["pages"]),
+            "split": spec["documents"][q["file"]]["split"],
+        }
+        for i, q in enumerate(spec["questions"])
+        if q["file"] in have
+    ]
 
 
 def collect(idx, qs: list[dict], pool: int) -> dict:
@@ -210,11 +249,11 @@ def collect(idx, qs: list[dict], pool: int) -> dict:
     (raw scores), each chunk's ``(file, first page, last page)`` and document row, the card
     scores of every document, and the page rankings that need the index (page-level BM25, its
     TMM with vector pages, relevant segments, and ``Index.search`` online with the defaults)."""
+    from quality import _Positions  # bench/ is on sys.path: these scripts run as python bench/<name>.py
+
     from quarry.retrieval.bm25 import query_tokens
     from quarry.search.fusion import fuse
     from quarry.search.segments import relevant_segments
-
-    from quality import _Positions  # bench/ is on sys.path: these scripts run as python bench/<name>.py
 
     index = idx.snapshot.index
     position = _Positions(index.cards)
@@ -242,13 +281,17 @@ def collect(idx, qs: list[dict], pool: int) -> dict:
         segs = relevant_segments(idx, q["question"], "balanced")
         online = idx.search(q["question"], k=pool // 5).results  # fuses max(50, 5k) = pool per retriever
         out[q["id"]] = {
-            "lists": lists, "where": [[c, *w] for c, w in where.items()], "doc": [[c, d] for c, d in doc.items()],
+            "lists": lists,
+            "where": [[c, *w] for c, w in where.items()],
+            "doc": [[c, d] for c, d in doc.items()],
             "cards": cards,
             "page-bm25": [list(p) for p, _ in page_hits],
-            "tmm+page-bm25": [list(p) for p, _ in fuse({"vector": list(vector_pages.items()), "bm25": page_hits},
-                                                       depth=pool)],
+            "tmm+page-bm25": [
+                list(p) for p, _ in fuse({"vector": list(vector_pages.items()), "bm25": page_hits}, depth=pool)
+            ],
             "segments": pages_of([(s.path, s.page_start, s.page_end) for s in segs], name_of),
-            "hybrid (library default, online)": pages_of([(h.path, h.page_start, h.page_end) for h in online], name_of)}
+            "hybrid (library default, online)": pages_of([(h.path, h.page_start, h.page_end) for h in online], name_of),
+        }
     return out
 
 
@@ -277,17 +320,24 @@ def rank(c: dict, method: str, pool: int, **kw) -> list[tuple[str, int]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", default="financebench", choices=["financebench", "tenk", "kinds"])
-    ap.add_argument("--data", default=None, help="financebench: a folder holding data/ and pdfs/ "
-                    "(default $QUARRY_FINANCEBENCH); kinds: a folder of the PDFs bench/data/longpdf-kinds.json "
-                    "names (default $QUARRY_LONGPDF_KINDS)")
+    ap.add_argument(
+        "--data",
+        default=None,
+        help="financebench: a folder holding data/ and pdfs/ "
+        "(default $QUARRY_FINANCEBENCH); kinds: a folder of the PDFs bench/data/longpdf-kinds.json "
+        "names (default $QUARRY_LONGPDF_KINDS)",
+    )
     ap.add_argument("--backend", default="onnx-int8")
     ap.add_argument("--pool", type=int, default=250, help="chunks per retriever (Index.search(k=50) fuses 250)")
-    ap.add_argument("--store", default=None, help="the index to use or build (default bench/results/stores/"
-                    "<set>-<backend>)")
+    ap.add_argument(
+        "--store", default=None, help="the index to use or build (default bench/results/stores/<set>-<backend>)"
+    )
     ap.add_argument("--fresh", action="store_true", help="read the candidates again rather than from the cache")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    env = {"financebench": "QUARRY_FINANCEBENCH", "tenk": "QUARRY_FINANCEBENCH", "kinds": "QUARRY_LONGPDF_KINDS"}[args.set]
+    env = {"financebench": "QUARRY_FINANCEBENCH", "tenk": "QUARRY_FINANCEBENCH", "kinds": "QUARRY_LONGPDF_KINDS"}[
+        args.set
+    ]
     data = Path(args.data or os.environ.get(env) or ROOT.parent / "data-ext" / args.set)
     only = TENK_FILINGS if args.set == "tenk" else None
     if args.set in ("financebench", "tenk"):
@@ -302,8 +352,9 @@ def main() -> None:
         ok = bool(list(data.glob("*.pdf")))
         pdfs = data
     if not ok:
-        print(f"skipping: no {args.set} PDFs at {data} (see this script's docstring for how to get them)",
-              file=sys.stderr)
+        print(
+            f"skipping: no {args.set} PDFs at {data} (see this script's docstring for how to get them)", file=sys.stderr
+        )
         return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["QUARRY_EMBED_BACKEND"] = args.backend
@@ -323,9 +374,17 @@ def main() -> None:
             # the PDFs carry a text layer: no OCR; parsed in this process (a 250-page filing takes
             # minutes on a busy 2-core machine, past the default per-file timeout); only the PDFs
             # (notes or question files kept beside them would otherwise be indexed as documents)
-            index_flow([str(pdfs)], db=str(store), overrides={
-                "embed_backend": args.backend, "ocr": False, "parse_workers": 1, "parse_timeout": 3600,
-                "include": tuple(f"{f}.pdf" for f in only) if only else ("*.pdf",)})
+            index_flow(
+                [str(pdfs)],
+                db=str(store),
+                overrides={
+                    "embed_backend": args.backend,
+                    "ocr": False,
+                    "parse_workers": 1,
+                    "parse_timeout": 3600,
+                    "include": tuple(f"{f}.pdf" for f in only) if only else ("*.pdf",),
+                },
+            )
     t = time.perf_counter()
     cache = ROOT / "bench" / "results" / f"longpdf-{args.set}-candidates.json"
     with quarry.open(store) as idx:
@@ -335,14 +394,21 @@ def main() -> None:
             "SELECT count(*) FROM (SELECT DISTINCT doc_id, page_start FROM chunks WHERE page_start IS NOT NULL)"
         ).fetchone()[0]
         cached = json.loads(cache.read_text()) if cache.exists() and not args.fresh else {}
-        if cached.get("store") == str(store.resolve()) and cached.get("generation") == generation \
-                and cached.get("pool") == args.pool and set(cached["questions"]) >= {q["id"] for q in qs}:
+        if (
+            cached.get("store") == str(store.resolve())
+            and cached.get("generation") == generation
+            and cached.get("pool") == args.pool
+            and set(cached["questions"]) >= {q["id"] for q in qs}
+        ):
             cand = cached["questions"]
         else:
             cand = collect(idx, qs, args.pool)
             cache.parent.mkdir(parents=True, exist_ok=True)
-            cache.write_text(json.dumps({"store": str(store.resolve()), "generation": generation, "pool": args.pool,
-                                         "questions": cand}))
+            cache.write_text(
+                json.dumps(
+                    {"store": str(store.resolve()), "generation": generation, "pool": args.pool, "questions": cand}
+                )
+            )
     per: dict[tuple[str, str], list[dict]] = {}
     grid: dict[tuple[str, float, float], list[dict]] = {}
     for q in qs:
@@ -357,33 +423,56 @@ def main() -> None:
     def mean(items: list[dict]) -> dict:
         return {key: round(sum(x[key] for x in items) / len(items), 4) for key in KEYS}
 
-    rows = [{"split": split, "method": m, "questions": len(per[(split, m)]), **mean(per[(split, m)])}
-            for split in ("train", "test") for m in METHODS if (split, m) in per]
-    doc_grid = [{"split": split, "consensus": cw, "documents": dw, **mean(items)}
-                for (split, cw, dw), items in sorted(grid.items())]
+    rows = [
+        {"split": split, "method": m, "questions": len(per[(split, m)]), **mean(per[(split, m)])}
+        for split in ("train", "test")
+        for m in METHODS
+        if (split, m) in per
+    ]
+    doc_grid = [
+        {"split": split, "consensus": cw, "documents": dw, **mean(items)}
+        for (split, cw, dw), items in sorted(grid.items())
+    ]
     files = sorted({p.stem for p in pdfs.glob("*.pdf")} & set(only or [p.stem for p in pdfs.glob("*.pdf")]))
-    payload = {"set": args.set, "data": str(data), "questions": len(qs), "files": len(files), "pages": n_pages,
-               "backend": args.backend, "pool": args.pool, "documents_weight": fusion.DOC_WEIGHT,
-               "seconds": round(time.perf_counter() - t), "grid": doc_grid, "results": rows}
+    payload = {
+        "set": args.set,
+        "data": str(data),
+        "questions": len(qs),
+        "files": len(files),
+        "pages": n_pages,
+        "backend": args.backend,
+        "pool": args.pool,
+        "documents_weight": fusion.DOC_WEIGHT,
+        "seconds": round(time.perf_counter() - t),
+        "grid": doc_grid,
+        "results": rows,
+    }
     dest = ROOT / "bench" / "results" / f"longpdf-{args.set}.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(payload, indent=2))
     out = sys.stderr if args.json else sys.stdout
     print(f"python bench/longpdf.py --set {args.set} --data {data}", file=out)
-    print(f"{args.set}: {len(qs)} questions, {len(files)} PDFs, {n_pages} pages; default: tmm + document "
-          f"evidence {fusion.DOC_WEIGHT}", file=out)
+    print(
+        f"{args.set}: {len(qs)} questions, {len(files)} PDFs, {n_pages} pages; default: tmm + document "
+        f"evidence {fusion.DOC_WEIGHT}",
+        file=out,
+    )
     print("grid (consensus weight x document evidence weight): page R@10 / doc R@10 / page nDCG@10", file=out)
     for g in doc_grid:
-        print(f"  {g['split']:<5} c={g['consensus']:<5} w={g['documents']:<5} {g['page R@10']:.4f} / "
-              f"{g['doc R@10']:.4f} / {g['nDCG@10']:.4f}", file=out)
+        print(
+            f"  {g['split']:<5} c={g['consensus']:<5} w={g['documents']:<5} {g['page R@10']:.4f} / "
+            f"{g['doc R@10']:.4f} / {g['nDCG@10']:.4f}",
+            file=out,
+        )
     print(f"{'split':<5} {'method':<34} {'n':>3} " + " ".join(f"{k:>10}" for k in KEYS), file=out)
     for r in rows:
-        print(f"{r['split']:<5} {r['method']:<34} {r['questions']:>3} " + " ".join(f"{r[k]:>10.4f}" for k in KEYS),
-              file=out)
+        print(
+            f"{r['split']:<5} {r['method']:<34} {r['questions']:>3} " + " ".join(f"{r[k]:>10.4f}" for k in KEYS),
+            file=out,
+        )
     if args.json:
         print(json.dumps(payload, indent=2))
 
 
 if __name__ == "__main__":
     main()
-

@@ -85,18 +85,36 @@ def main() -> None:
         pdf.close()
         hyp = ocr_image(image)
         seconds = time.perf_counter() - t
-        rows.append({"page": label, "ref_chars": len(" ".join(ref.split())), "cer": round(cer(ref, hyp), 4),
-                     "cer_nospace": round(cer(ref, hyp, spaces=False), 4), "seconds": round(seconds, 1)})
-        print(f"{label:<48} {rows[-1]['ref_chars']:>6} {rows[-1]['cer']:>7.2%} {rows[-1]['cer_nospace']:>7.2%} "
-              f"{seconds:>7.1f}", file=sys.stderr)
-    report = {"engine": engine_name(), "dpi": DPI, "engine_load_s": round(load, 2), "cpus": os.cpu_count(),
-              "load_avg_1m": round(os.getloadavg()[0], 2), "pages": rows,
-              "mean_seconds_per_page": round(sum(r["seconds"] for r in rows) / len(rows), 1)}
+        rows.append(
+            {
+                "page": label,
+                "ref_chars": len(" ".join(ref.split())),
+                "cer": round(cer(ref, hyp), 4),
+                "cer_nospace": round(cer(ref, hyp, spaces=False), 4),
+                "seconds": round(seconds, 1),
+            }
+        )
+        print(
+            f"{label:<48} {rows[-1]['ref_chars']:>6} {rows[-1]['cer']:>7.2%} {rows[-1]['cer_nospace']:>7.2%} "
+            f"{seconds:>7.1f}",
+            file=sys.stderr,
+        )
+    report = {
+        "engine": engine_name(),
+        "dpi": DPI,
+        "engine_load_s": round(load, 2),
+        "cpus": os.cpu_count(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "pages": rows,
+        "mean_seconds_per_page": round(sum(r["seconds"] for r in rows) / len(rows), 1),
+    }
     print("\n| page | ref chars | CER | CER (no spaces) | s/page |\n|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['page']} | {r['ref_chars']} | {r['cer']:.2%} | {r['cer_nospace']:.2%} | {r['seconds']} |")
-    print(f"\nengine {report['engine']} at {DPI} dpi, loaded in {load:.1f} s; {report['cpus']} CPUs, "
-          f"load average {report['load_avg_1m']} while measuring")
+    print(
+        f"\nengine {report['engine']} at {DPI} dpi, loaded in {load:.1f} s; {report['cpus']} CPUs, "
+        f"load average {report['load_avg_1m']} while measuring"
+    )
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     with open(RESULTS, "w") as f:
         json.dump(report, f, indent=2)

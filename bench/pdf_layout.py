@@ -53,29 +53,46 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no PDFs: {DATA} is absent and none were given")
         return 1
     rows = []
-    print(f"{'file':42} {'pages':>5} {'s/page':>7} {'layout':>7} {'headings':>8} {'titled':>6} {'tables':>6} "
-          f"{'t+title':>7} {'t+cols':>6}")
+    print(
+        f"{'file':42} {'pages':>5} {'s/page':>7} {'layout':>7} {'headings':>8} {'titled':>6} {'tables':>6} "
+        f"{'t+title':>7} {'t+cols':>6}"
+    )
     for path in files:
         started = time.perf_counter()
         doc = parse_file(str(path), ocr=False)
         seconds = time.perf_counter() - started
         layout = layout_seconds(path.read_bytes(), doc)
         n = len(doc.page_offsets) or 1
-        row = {"file": path.name, "pages": n, "seconds_per_page": seconds / n, "layout_seconds_per_page": layout / n,
-               "headings": len(doc.headings), "titled_pages": sum(1 for t in doc.page_titles if t),
-               "tables": len(doc.tables), "tables_titled": sum(1 for t in doc.tables if t.title),
-               "tables_with_columns": sum(1 for t in doc.tables if t.columns)}
+        row = {
+            "file": path.name,
+            "pages": n,
+            "seconds_per_page": seconds / n,
+            "layout_seconds_per_page": layout / n,
+            "headings": len(doc.headings),
+            "titled_pages": sum(1 for t in doc.page_titles if t),
+            "tables": len(doc.tables),
+            "tables_titled": sum(1 for t in doc.tables if t.title),
+            "tables_with_columns": sum(1 for t in doc.tables if t.columns),
+        }
         rows.append(row)
-        print(f"{path.name[:42]:42} {n:5} {row['seconds_per_page']:7.4f} {row['layout_seconds_per_page']:7.4f} "
-              f"{row['headings']:8} {row['titled_pages']:6} {row['tables']:6} {row['tables_titled']:7} "
-              f"{row['tables_with_columns']:6}")
+        print(
+            f"{path.name[:42]:42} {n:5} {row['seconds_per_page']:7.4f} {row['layout_seconds_per_page']:7.4f} "
+            f"{row['headings']:8} {row['titled_pages']:6} {row['tables']:6} {row['tables_titled']:7} "
+            f"{row['tables_with_columns']:6}"
+        )
     pages = sum(r["pages"] for r in rows)
     total = sum(r["seconds_per_page"] * r["pages"] for r in rows)
     layout = sum(r["layout_seconds_per_page"] * r["pages"] for r in rows)
-    summary = {"pages": pages, "seconds_per_page": total / pages, "layout_seconds_per_page": layout / pages,
-               "layout_share_of_the_rest": layout / max(1e-9, total - layout)}
-    print(f"{'all':42} {pages:5} {summary['seconds_per_page']:7.4f} {summary['layout_seconds_per_page']:7.4f}  "
-          f"(layout {100 * summary['layout_share_of_the_rest']:.0f}% over the rest of the parse)")
+    summary = {
+        "pages": pages,
+        "seconds_per_page": total / pages,
+        "layout_seconds_per_page": layout / pages,
+        "layout_share_of_the_rest": layout / max(1e-9, total - layout),
+    }
+    print(
+        f"{'all':42} {pages:5} {summary['seconds_per_page']:7.4f} {summary['layout_seconds_per_page']:7.4f}  "
+        f"(layout {100 * summary['layout_share_of_the_rest']:.0f}% over the rest of the parse)"
+    )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"files": rows, "summary": summary}, indent=2))
     return 0

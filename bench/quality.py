@@ -67,6 +67,7 @@ def open_set(name: str, backend: str, index_flow):
 
         def to_doc(path, start, end):
             return by_path.get(path)
+
     if not (store / "CURRENT").exists():
         index_flow([str(tree)], db=str(store), overrides={"embed_backend": backend})
     return store, to_doc
@@ -141,7 +142,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", default="scifact,cranfield,scifact-long,cranfield-long")
     ap.add_argument("--backend", default="onnx-int8")
-    ap.add_argument("--pool", type=int, default=500, help="candidates per retriever (Index.search(k) fuses max(50, 5k))")
+    ap.add_argument(
+        "--pool", type=int, default=500, help="candidates per retriever (Index.search(k) fuses max(50, 5k))"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -170,10 +173,20 @@ def main() -> None:
                 beir = load_beir(str(BEIR / base), split)
                 t = time.perf_counter()
                 lists, docs, card_scores, card_of = candidates(store, to_doc, beir, args.pool)
-                data[(name, split)] = {"lists": lists, "docs": docs, "qrels": beir.qrels, "beir": beir,
-                                       "pool": args.pool, "card_scores": card_scores, "card_of": card_of}
-                print(f"{name} {split}: {len(lists)} queries read in {time.perf_counter() - t:.0f} s",
-                      file=sys.stderr, flush=True)
+                data[(name, split)] = {
+                    "lists": lists,
+                    "docs": docs,
+                    "qrels": beir.qrels,
+                    "beir": beir,
+                    "pool": args.pool,
+                    "card_scores": card_scores,
+                    "card_of": card_of,
+                }
+                print(
+                    f"{name} {split}: {len(lists)} queries read in {time.perf_counter() - t:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     train = data.get(("scifact", "train"))
     grid = []
@@ -182,11 +195,15 @@ def main() -> None:
             m = metrics(train, "tmm", alpha=alpha, adapt=adapt)
             grid.append({"alpha": alpha, "adapt": adapt, "ndcg@10": m["ndcg@10"]})
         best = max(grid, key=lambda g: (round(g["ndcg@10"], 4), -g["adapt"], -abs(g["alpha"] - 0.5)))
-        fixed = max((g for g in grid if g["adapt"] == 0), key=lambda g: (round(g["ndcg@10"], 4), -abs(g["alpha"] - 0.5)))
-        print(f"tuned on scifact train: alpha={best['alpha']} adapt={best['adapt']} "
-              f"(nDCG@10 {best['ndcg@10']:.4f}); fixed weights best alpha={fixed['alpha']} "
-              f"({fixed['ndcg@10']:.4f}); library default alpha={fusion.TMM_ALPHA} adapt={fusion.TMM_ADAPT}",
-              file=sys.stderr)
+        fixed = max(
+            (g for g in grid if g["adapt"] == 0), key=lambda g: (round(g["ndcg@10"], 4), -abs(g["alpha"] - 0.5))
+        )
+        print(
+            f"tuned on scifact train: alpha={best['alpha']} adapt={best['adapt']} "
+            f"(nDCG@10 {best['ndcg@10']:.4f}); fixed weights best alpha={fixed['alpha']} "
+            f"({fixed['ndcg@10']:.4f}); library default alpha={fusion.TMM_ALPHA} adapt={fusion.TMM_ADAPT}",
+            file=sys.stderr,
+        )
     else:
         best = fixed = {"alpha": fusion.TMM_ALPHA, "adapt": fusion.TMM_ADAPT}
     # the document consensus's and evidence's weights at the library's alpha, on every split (a
@@ -196,14 +213,20 @@ def main() -> None:
         for c, w in itertools.product(CONSENSUS_WEIGHTS, DOC_WEIGHTS):
             m = metrics(d, "tmm", documents=w, consensus=c, alpha=fusion.TMM_ALPHA, adapt=0.0)
             doc_grid.append({"set": name, "split": split, "consensus": c, "documents": w, "ndcg@10": m["ndcg@10"]})
-            print(f"{name} {split}, consensus {c}, document weight {w}: nDCG@10 {m['ndcg@10']:.4f}",
-                  file=sys.stderr)
+            print(f"{name} {split}, consensus {c}, document weight {w}: nDCG@10 {m['ndcg@10']:.4f}", file=sys.stderr)
 
-    methods = [("bm25", "bm25", {}), ("vector", "vector", {}), ("rrf", "rrf", {}),
-               (f"tmm a={fixed['alpha']}", "tmm", {"alpha": fixed["alpha"], "adapt": 0.0}),
-               (f"tmm a={best['alpha']} adapt={best['adapt']}", "tmm", {"alpha": best["alpha"], "adapt": best["adapt"]}),
-               (f"tmm a={fusion.TMM_ALPHA} + documents {fusion.DOC_WEIGHT}", "tmm",
-                {"alpha": fusion.TMM_ALPHA, "adapt": fusion.TMM_ADAPT, "documents": fusion.DOC_WEIGHT})]
+    methods = [
+        ("bm25", "bm25", {}),
+        ("vector", "vector", {}),
+        ("rrf", "rrf", {}),
+        (f"tmm a={fixed['alpha']}", "tmm", {"alpha": fixed["alpha"], "adapt": 0.0}),
+        (f"tmm a={best['alpha']} adapt={best['adapt']}", "tmm", {"alpha": best["alpha"], "adapt": best["adapt"]}),
+        (
+            f"tmm a={fusion.TMM_ALPHA} + documents {fusion.DOC_WEIGHT}",
+            "tmm",
+            {"alpha": fusion.TMM_ALPHA, "adapt": fusion.TMM_ADAPT, "documents": fusion.DOC_WEIGHT},
+        ),
+    ]
     rows = []
     for (name, split), d in data.items():
         for label, method, kw in methods:
@@ -211,26 +234,44 @@ def main() -> None:
             rows.append({"set": name, "split": split, "queries": len(d["lists"]), "method": label, **m})
         store, to_doc = stores[name]
         m = _evaluate(online(store, to_doc, d["beir"], args.pool // 5), d["qrels"])
-        rows.append({"set": name, "split": split, "queries": len(d["lists"]), "method": "hybrid (library default)", **m})
+        rows.append(
+            {"set": name, "split": split, "queries": len(d["lists"]), "method": "hybrid (library default)", **m}
+        )
         for r in rows:
             if r["set"] == name and r["split"] == split:
-                singles = max(x["ndcg@10"] for x in rows if x["set"] == name and x["split"] == split
-                              and x["method"] in ("bm25", "vector"))
+                singles = max(
+                    x["ndcg@10"]
+                    for x in rows
+                    if x["set"] == name and x["split"] == split and x["method"] in ("bm25", "vector")
+                )
                 r["vs_best_single"] = round(r["ndcg@10"] - singles, 4)
 
     dest = ROOT / "bench" / "results" / "quality.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"tuned_on": "scifact train", "pool": args.pool, "backend": args.backend,
-               "chosen": {"alpha": best["alpha"], "adapt": best["adapt"]},
-               "library_default": {"fusion": fusion.DEFAULT_FUSION, "alpha": fusion.TMM_ALPHA,
-                                   "adapt": fusion.TMM_ADAPT, "documents": fusion.DOC_WEIGHT},
-               "grid": grid, "documents_grid": doc_grid, "results": rows}
+    payload = {
+        "tuned_on": "scifact train",
+        "pool": args.pool,
+        "backend": args.backend,
+        "chosen": {"alpha": best["alpha"], "adapt": best["adapt"]},
+        "library_default": {
+            "fusion": fusion.DEFAULT_FUSION,
+            "alpha": fusion.TMM_ALPHA,
+            "adapt": fusion.TMM_ADAPT,
+            "documents": fusion.DOC_WEIGHT,
+        },
+        "grid": grid,
+        "documents_grid": doc_grid,
+        "results": rows,
+    }
     dest.write_text(json.dumps(payload, indent=2))
     out = sys.stderr if args.json else sys.stdout
     print(f"{'set':<15} {'split':<5} {'method':<34} {'nDCG@10':>8} {'R@10':>7} {'R@100':>7} {'vs best':>8}", file=out)
     for r in rows:
-        print(f"{r['set']:<15} {r['split']:<5} {r['method']:<34} {r['ndcg@10']:>8.4f} {r['recall@10']:>7.4f} "
-              f"{r['recall@100']:>7.4f} {r['vs_best_single']:>+8.4f}", file=out)
+        print(
+            f"{r['set']:<15} {r['split']:<5} {r['method']:<34} {r['ndcg@10']:>8.4f} {r['recall@10']:>7.4f} "
+            f"{r['recall@100']:>7.4f} {r['vs_best_single']:>+8.4f}",
+            file=out,
+        )
     if args.json:
         print(json.dumps(payload, indent=2))
 
@@ -255,4 +296,3 @@ class _Positions(dict):
 
 if __name__ == "__main__":
     main()
-

@@ -88,9 +88,15 @@ def make_records(size: int, sents: list[str], rng):
         ftype = TYPES[int(rng.integers(len(TYPES)))]
         title = sents[int(rng.integers(len(sents)))][:60]
         folder = f"team{d % 8}/area{d % 31}"
-        file = FileInfo(path=f"/corpus/{folder}/{name}.{ftype}", root="/corpus", rel_path=f"{folder}/{name}.{ftype}",
-                        file_type=ftype, size=8000, mtime=base + float(rng.integers(0, 6 * 365 * 86400)),
-                        sha256=hashlib.sha256(name.encode()).hexdigest())
+        file = FileInfo(
+            path=f"/corpus/{folder}/{name}.{ftype}",
+            root="/corpus",
+            rel_path=f"{folder}/{name}.{ftype}",
+            file_type=ftype,
+            size=8000,
+            mtime=base + float(rng.integers(0, 6 * 365 * 86400)),
+            sha256=hashlib.sha256(name.encode()).hexdigest(),
+        )
         chunks, pos = [], 0
         for c in range(CHUNKS_PER_DOC):
             parts = [sents[int(i)] for i in rng.integers(0, len(sents), size=6)]
@@ -99,12 +105,32 @@ def make_records(size: int, sents: list[str], rng):
             text = " ".join(parts)
             header = f"Document: {title}"
             page = c // 3 + 1 if ftype == "pdf" else None
-            chunks.append(Chunk(chunk_id=f"{doc_id}:{c}", doc_id=doc_id, section_index=0, chunk_index=c, start=pos,
-                                end=pos + len(text), page_start=page, page_end=page, header=header, text=text,
-                                text_hash=hashlib.sha256(join_header(header, text).encode()).hexdigest(), n_tokens=180))
+            chunks.append(
+                Chunk(
+                    chunk_id=f"{doc_id}:{c}",
+                    doc_id=doc_id,
+                    section_index=0,
+                    chunk_index=c,
+                    start=pos,
+                    end=pos + len(text),
+                    page_start=page,
+                    page_end=page,
+                    header=header,
+                    text=text,
+                    text_hash=hashlib.sha256(join_header(header, text).encode()).hexdigest(),
+                    n_tokens=180,
+                )
+            )
             pos += len(text) + 1
-        yield DocumentRecord(doc_id=doc_id, file=file, title=title, summary="", metadata={"team": f"team{d % 8}"},
-                             sections=[Section(0, title, 1, 0, pos)], chunks=chunks)
+        yield DocumentRecord(
+            doc_id=doc_id,
+            file=file,
+            title=title,
+            summary="",
+            metadata={"team": f"team{d % 8}"},
+            sections=[Section(0, title, 1, 0, pos)],
+            chunks=chunks,
+        )
 
 
 def build_store(size: int, folder: Path, sents: list[str]) -> dict:
@@ -129,18 +155,34 @@ def build_store(size: int, folder: Path, sents: list[str]) -> dict:
             _write(writer, batch, rng)
         load_s = time.perf_counter() - t0
         t1 = time.perf_counter()
-        writer.commit({"run_id": "bench", "started": dt.datetime.now(), "status": "completed", "roots": ["/corpus"],
-                       "errors": [], "durations": {}, "settings": {}}, {})
+        writer.commit(
+            {
+                "run_id": "bench",
+                "started": dt.datetime.now(),
+                "status": "completed",
+                "roots": ["/corpus"],
+                "errors": [],
+                "durations": {},
+                "settings": {},
+            },
+            {},
+        )
         commit_s = time.perf_counter() - t1
     finally:
         writer.close()
     manifest = json.loads(next(store.glob("index-*/index.json")).read_text())
-    info = {"format": STORE_FORMAT, "size": size, "load_seconds": round(load_s, 1),
-            "commit_seconds": round(commit_s, 2),
-            "index": manifest}
-    log(f"  built {size} chunks: load {load_s:.1f} s, commit {commit_s:.1f} s "
+    info = {
+        "format": STORE_FORMAT,
+        "size": size,
+        "load_seconds": round(load_s, 1),
+        "commit_seconds": round(commit_s, 2),
+        "index": manifest,
+    }
+    log(
+        f"  built {size} chunks: load {load_s:.1f} s, commit {commit_s:.1f} s "
         f"(search index {manifest['build_seconds']} s: BM25 {manifest['bm25']['seconds']} s, "
-        f"vectors read {manifest['dense']['read_seconds']} s, dense/IVF {manifest['dense']['seconds']} s)")
+        f"vectors read {manifest['dense']['read_seconds']} s, dense/IVF {manifest['dense']['seconds']} s)"
+    )
     return info
 
 
@@ -244,10 +286,12 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
 
 def measure_quarry(store: Path, size: int, queries: list[str], vectors, vector_search: str = "auto") -> list[dict]:
     import quarry.search.query
-    from quarry.search.filters import Filter
     from quarry.core.settings import Settings
+    from quarry.search.filters import Filter
 
-    idx = quarry.search.query.open(store, Settings.from_env(embed_backend="hash", embed_dim=DIM), vector_search=vector_search)
+    idx = quarry.search.query.open(
+        store, Settings.from_env(embed_backend="hash", embed_dim=DIM), vector_search=vector_search
+    )
     for q, v in zip(queries, vectors):
         idx._query_cache.put(q, v)  # embeddings are not what is timed (see the docstring)
     filters = {False: None, True: Filter.build(file_type=["pdf"])}
@@ -269,11 +313,23 @@ def measure_quarry(store: Path, size: int, queries: list[str], vectors, vector_s
             c50, c95 = percentiles(cpu)
             # CPU time is what a query costs on an idle core; on a shared, loaded machine the
             # wall time adds however long the scheduler kept the process waiting.
-            rows.append({"engine": "quarry", "size": size, "mode": mode, "filtered": filtered, "p50_ms": p50,
-                         "p95_ms": p95, "p50_cpu_ms": c50, "p95_cpu_ms": c95, "load": round(os.getloadavg()[0], 1),
-                         "vector_search": vector_search,
-                         "filter": "file_type = pdf" if filtered else "", "kept_rows": kept if filtered else size,
-                         **({"filter_first_call_ms": round(first_mask_ms, 1)} if filtered else {})})
+            rows.append(
+                {
+                    "engine": "quarry",
+                    "size": size,
+                    "mode": mode,
+                    "filtered": filtered,
+                    "p50_ms": p50,
+                    "p95_ms": p95,
+                    "p50_cpu_ms": c50,
+                    "p95_cpu_ms": c95,
+                    "load": round(os.getloadavg()[0], 1),
+                    "vector_search": vector_search,
+                    "filter": "file_type = pdf" if filtered else "",
+                    "kept_rows": kept if filtered else size,
+                    **({"filter_first_call_ms": round(first_mask_ms, 1)} if filtered else {}),
+                }
+            )
     idx.close()
     return rows
 
@@ -305,7 +361,8 @@ def native_table(folder: Path, store: Path):
     idx = quarry.search.query.open(store, Settings.from_env(embed_backend="hash", embed_dim=DIM))
     cat = idx.snapshot.con.execute(
         "SELECT c.chunk_id, c.header || '\n' || c.text AS text, d.file_type "
-        "FROM chunks c JOIN documents d USING (doc_id) ORDER BY c.chunk_id").fetch_arrow_table()
+        "FROM chunks c JOIN documents d USING (doc_id) ORDER BY c.chunk_id"
+    ).fetch_arrow_table()
     ids, matrix = qvectors.read_all(idx.snapshot.table)
     idx.close()
     vec_of = dict(zip(ids.to_pylist(), range(len(ids))))
@@ -331,8 +388,13 @@ def measure_native(folder: Path, store: Path, size: int, queries, vectors) -> li
         elif mode == "bm25":
             s = table.search(q, query_type="fts")
         else:
-            s = (table.search(query_type="hybrid", vector_column_name="vector").vector(v).text(q)
-                 .distance_type("cosine").rerank(reranker))
+            s = (
+                table.search(query_type="hybrid", vector_column_name="vector")
+                .vector(v)
+                .text(q)
+                .distance_type("cosine")
+                .rerank(reranker)
+            )
         if where:
             s = s.where(where, prefilter=True)
         return s.select(["chunk_id"]).limit(pool if mode == "hybrid" else 10).to_arrow()
@@ -349,8 +411,17 @@ def measure_native(folder: Path, store: Path, size: int, queries, vectors) -> li
                 run(mode, q, v, where)
                 samples.append((time.perf_counter() - t) * 1000)
             p50, p95 = percentiles(samples)
-            rows.append({"engine": "lancedb-native", "size": size, "mode": mode, "filtered": filtered, "p50_ms": p50,
-                         "p95_ms": p95, "filter": where or ""})
+            rows.append(
+                {
+                    "engine": "lancedb-native",
+                    "size": size,
+                    "mode": mode,
+                    "filtered": filtered,
+                    "p50_ms": p50,
+                    "p95_ms": p95,
+                    "filter": where or "",
+                }
+            )
     return rows
 
 
@@ -359,15 +430,27 @@ def measure_cold(store: Path, size: int, query: str, runs: int = 3) -> dict:
     samples = []
     for _ in range(runs):
         t = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "quarry.cli.main", "search", query, "--db", str(store), "--json"],
-                              capture_output=True, text=True, env=env, cwd=ROOT)
+        proc = subprocess.run(
+            [sys.executable, "-m", "quarry.cli.main", "search", query, "--db", str(store), "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
         samples.append((time.perf_counter() - t) * 1000)
         if proc.returncode != 0:
             log(f"  cold search failed: {proc.stderr.strip()[-500:]}")
             break
-    return {"engine": "quarry", "size": size, "mode": "hybrid-cold-process", "filtered": False,
-            "p50_ms": round(statistics.median(samples), 1), "p95_ms": round(max(samples), 1), "runs": len(samples),
-            "embed_backend": "hash"}
+    return {
+        "engine": "quarry",
+        "size": size,
+        "mode": "hybrid-cold-process",
+        "filtered": False,
+        "p50_ms": round(statistics.median(samples), 1),
+        "p95_ms": round(max(samples), 1),
+        "runs": len(samples),
+        "embed_backend": "hash",
+    }
 
 
 def main() -> None:
@@ -378,10 +461,16 @@ def main() -> None:
     ap.add_argument("--skip-native", action="store_true", help="do not measure LanceDB's native search")
     ap.add_argument("--skip-cold", action="store_true", help="do not time a cold `quarry search` process")
     ap.add_argument("--rebuild", action="store_true", help="rebuild cached stores")
-    ap.add_argument("--reindex", action="store_true",
-                    help="rebuild only the search index of cached stores (after a change to quarry/retrieval)")
-    ap.add_argument("--reindex-dense", action="store_true",
-                    help="rebuild only the vector files of cached stores (after a change to quarry/retrieval/dense.py)")
+    ap.add_argument(
+        "--reindex",
+        action="store_true",
+        help="rebuild only the search index of cached stores (after a change to quarry/retrieval)",
+    )
+    ap.add_argument(
+        "--reindex-dense",
+        action="store_true",
+        help="rebuild only the vector files of cached stores (after a change to quarry/retrieval/dense.py)",
+    )
     ap.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     args = ap.parse_args()
     import numpy as np
@@ -407,16 +496,26 @@ def main() -> None:
             results += measure_native(folder, store, size, queries, qvecs)
         if not args.skip_cold:
             results.append(measure_cold(store, size, queries[1]))
-    out = {"results": results, "stores": stores, "queries": len(queries), "k": 10, "candidates": 50,
-           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}}
+    out = {
+        "results": results,
+        "stores": stores,
+        "queries": len(queries),
+        "k": 10,
+        "candidates": 50,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "query_latency.json").write_text(json.dumps(out, indent=2))
-    table = [f"{'engine':<15} {'size':>8} {'mode':<20} {'filtered':<8} {'p50 ms':>8} {'p95 ms':>8} {'p50 cpu':>8} "
-             f"{'p95 cpu':>8} {'load':>5}"]
+    table = [
+        f"{'engine':<15} {'size':>8} {'mode':<20} {'filtered':<8} {'p50 ms':>8} {'p95 ms':>8} {'p50 cpu':>8} "
+        f"{'p95 cpu':>8} {'load':>5}"
+    ]
     for r in results:
-        table.append(f"{r['engine']:<15} {r['size']:>8} {r['mode']:<20} {str(r['filtered']):<8} "
-                     f"{r['p50_ms']:>8} {r['p95_ms']:>8} {r.get('p50_cpu_ms', ''):>8} {r.get('p95_cpu_ms', ''):>8} "
-                     f"{r.get('load', ''):>5}")
+        table.append(
+            f"{r['engine']:<15} {r['size']:>8} {r['mode']:<20} {str(r['filtered']):<8} "
+            f"{r['p50_ms']:>8} {r['p95_ms']:>8} {r.get('p50_cpu_ms', ''):>8} {r.get('p95_cpu_ms', ''):>8} "
+            f"{r.get('load', ''):>5}"
+        )
     print("\n".join(table), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(out))

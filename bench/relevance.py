@@ -70,8 +70,12 @@ def noise_strings(corpus: dict, n: int, rng: random.Random) -> list[str]:
     """``n`` strings of :data:`NOISE_WORDS` words drawn by frequency from a corpus's text."""
     from quarry.retrieval.stopwords import STOPWORDS
 
-    words = [w for title, text in corpus.values() for w in f"{title} {text}".lower().split()
-             if w.isalpha() and len(w) > 2 and w not in STOPWORDS]
+    words = [
+        w
+        for title, text in corpus.values()
+        for w in f"{title} {text}".lower().split()
+        if w.isalpha() and len(w) > 2 and w not in STOPWORDS
+    ]
     return [" ".join(rng.choice(words) for _ in range(NOISE_WORDS)) for _ in range(n)]
 
 
@@ -81,18 +85,25 @@ def collect(backend: str) -> dict:
     from quarry.eval.evaluation import load_beir
 
     rng = random.Random(SEED)
-    beirs = {name: {split: load_beir(str(BEIR / name), split) for split in (("train", "test") if name == "scifact"
-                                                                           else ("test",))} for name in SETS}
+    beirs = {
+        name: {
+            split: load_beir(str(BEIR / name), split)
+            for split in (("train", "test") if name == "scifact" else ("test",))
+        }
+        for name in SETS
+    }
     out = {}
     for name in SETS:
         other = next(n for n in SETS if n != name)
         store, by_path = store_of(name, backend)
-        asked = {f"{split}": [(q, b.queries[q], b.qrels[q]) for q in sorted(b.queries)]
-                 for split, b in beirs[name].items()}
+        asked = {
+            f"{split}": [(q, b.queries[q], b.qrels[q]) for q in sorted(b.queries)] for split, b in beirs[name].items()
+        }
         other_set = beirs[other]["test"]
         asked["noise-queries"] = [(q, other_set.queries[q], None) for q in sorted(other_set.queries)]
-        asked["noise-words"] = [(f"w{i}", text, None)
-                                for i, text in enumerate(noise_strings(other_set.corpus, 300, rng))]
+        asked["noise-words"] = [
+            (f"w{i}", text, None) for i, text in enumerate(noise_strings(other_set.corpus, 300, rng))
+        ]
         out[name] = {}
         with quarry.open(store) as idx:
             idx.prime_queries([text for items in asked.values() for _, text, _ in items])
@@ -101,9 +112,14 @@ def collect(backend: str) -> dict:
                 for _qid, text, qrels in items:
                     response = idx.search(text, k=K)
                     docs = [by_path.get(r.path, r.path) for r in response.results]
-                    rows.append({"query": text, "weak": response.weak,
-                                 "relevant": None if qrels is None else [qrels.get(d, 0) > 0 for d in docs],
-                                 "matches": [r.match for r in response.results]})
+                    rows.append(
+                        {
+                            "query": text,
+                            "weak": response.weak,
+                            "relevant": None if qrels is None else [qrels.get(d, 0) > 0 for d in docs],
+                            "matches": [r.match for r in response.results],
+                        }
+                    )
                 out[name][pool] = rows
     return out
 
@@ -154,7 +170,7 @@ def scores(pools: dict, c: float, t: int, s: float) -> dict:
     hit_strong = (cos >= c) | ((held >= np.minimum(t, of)) & (held >= s * of) & (held > 0))
     rel = np.zeros_like(hit_strong)
     for i, r in enumerate(good):
-        rel[i, :len(r["relevant"])] = r["relevant"]
+        rel[i, : len(r["relevant"])] = r["relevant"]
     out["relevant_hits_strong"] = float(hit_strong[rel].mean()) if rel.any() else 0.0
     return out
 
@@ -181,8 +197,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="onnx-int8")
     ap.add_argument("--max-false-weak", type=float, default=0.02)
-    ap.add_argument("--reuse", action="store_true",
-                    help="score the hits the last run kept (bench/results/relevance-hits.json) without searching")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="score the hits the last run kept (bench/results/relevance-hits.json) without searching",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     os.environ["QUARRY_EMBED_BACKEND"] = args.backend
@@ -195,8 +214,11 @@ def main() -> None:
         data = collect(args.backend)
         hits_file.parent.mkdir(parents=True, exist_ok=True)
         hits_file.write_text(json.dumps(data))
-    tuning = {"train": data["scifact"]["train"], "noise-queries": data["scifact"]["noise-queries"],
-              "noise-words": data["scifact"]["noise-words"]}
+    tuning = {
+        "train": data["scifact"]["train"],
+        "noise-queries": data["scifact"]["noise-queries"],
+        "noise-words": data["scifact"]["noise-words"],
+    }
     (c, t, s), tuned = choose(tuning, args.max_false_weak)
     shipped = (relevance.COSINE_STRONG, relevance.TERMS_STRONG, relevance.SHARE_STRONG)
     held_out = {
@@ -204,11 +226,23 @@ def main() -> None:
         "cranfield": data["cranfield"],
     }
     table = []
-    for label, rule in (("chosen", (c, t, s)), ("shipped", shipped), ("cosine only", (c, 99, 0.0)),
-                        ("bm25 only", (9.0, t, s))):
+    for label, rule in (
+        ("chosen", (c, t, s)),
+        ("shipped", shipped),
+        ("cosine only", (c, 99, 0.0)),
+        ("bm25 only", (9.0, t, s)),
+    ):
         for pool_name, pools in (("scifact train (tuning)", tuning), *held_out.items()):
-            table.append({"rule": label, "cosine": rule[0], "terms": rule[1], "share": rule[2], "pool": pool_name,
-                          **scores(pools, *rule)})
+            table.append(
+                {
+                    "rule": label,
+                    "cosine": rule[0],
+                    "terms": rule[1],
+                    "share": rule[2],
+                    "pool": pool_name,
+                    **scores(pools, *rule),
+                }
+            )
     sweep = []  # the chosen rule's BM25 part with the cosine moved: the trade-off around the choice
     for cos in (0.35, 0.375, 0.40, 0.425, 0.45, 0.475, 0.50):
         row = {"cosine": cos}
@@ -222,28 +256,52 @@ def main() -> None:
             cos, held, of = arrays(rows)
             best = cos.max(axis=1)
             dists[f"{name} {pool}"] = {q: round(float(np.quantile(best, q)), 3) for q in (0.05, 0.25, 0.5, 0.75, 0.95)}
-    result = {"backend": args.backend, "k": K, "max_false_weak": args.max_false_weak,
-              "chosen": {"cosine": c, "terms": t, "share": s}, "tuning": tuned, "table": table, "sweep": sweep,
-              "best_cosine_quantiles": dists}
+    result = {
+        "backend": args.backend,
+        "k": K,
+        "max_false_weak": args.max_false_weak,
+        "chosen": {"cosine": c, "terms": t, "share": s},
+        "tuning": tuned,
+        "table": table,
+        "sweep": sweep,
+        "best_cosine_quantiles": dists,
+    }
     dest = ROOT / "bench" / "results" / "relevance.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(result, indent=2))
     out = sys.stderr if args.json else sys.stdout
-    print(f"chosen on SciFact train + noise (false weak <= {args.max_false_weak:.0%}): cosine >= {c}, "
-          f"or >= min({t}, of) words held and a share >= {s}", file=out)
-    print(f"{'rule':<12} {'pool':<23} {'n rel':>6} {'false weak':>10} {'weak no-rel':>11} {'weak noise-q':>12} "
-          f"{'weak noise-w':>12} {'precision':>9} {'recall':>7} {'rel hits strong':>15}", file=out)
+    print(
+        f"chosen on SciFact train + noise (false weak <= {args.max_false_weak:.0%}): cosine >= {c}, "
+        f"or >= min({t}, of) words held and a share >= {s}",
+        file=out,
+    )
+    print(
+        f"{'rule':<12} {'pool':<23} {'n rel':>6} {'false weak':>10} {'weak no-rel':>11} {'weak noise-q':>12} "
+        f"{'weak noise-w':>12} {'precision':>9} {'recall':>7} {'rel hits strong':>15}",
+        file=out,
+    )
     for row in table:
-        print(f"{row['rule']:<12} {row['pool']:<23} {row['answers_with_relevant']:>6} {row['false_weak']:>10.3f} "
-              f"{row['weak_without_relevant']:>11.3f} {row['weak_noise-queries']:>12.3f} "
-              f"{row['weak_noise-words']:>12.3f} {row['precision']:>9.3f} {row['recall']:>7.3f} "
-              f"{row['relevant_hits_strong']:>15.3f}", file=out)
-    print(f"the cosine moved, words part kept (false weak / recall): {'cosine':>6} "
-          + " ".join(f"{name:>24}" for name in ("scifact train (tuning)", *held_out)), file=out)
+        print(
+            f"{row['rule']:<12} {row['pool']:<23} {row['answers_with_relevant']:>6} {row['false_weak']:>10.3f} "
+            f"{row['weak_without_relevant']:>11.3f} {row['weak_noise-queries']:>12.3f} "
+            f"{row['weak_noise-words']:>12.3f} {row['precision']:>9.3f} {row['recall']:>7.3f} "
+            f"{row['relevant_hits_strong']:>15.3f}",
+            file=out,
+        )
+    print(
+        f"the cosine moved, words part kept (false weak / recall): {'cosine':>6} "
+        + " ".join(f"{name:>24}" for name in ("scifact train (tuning)", *held_out)),
+        file=out,
+    )
     for row in sweep:
-        print(f"{'':<58}{row['cosine']:>6.3f} " + " ".join(
-            f"{row[name]['false_weak']:>11.3f} / {row[name]['recall']:>.3f}" for name in ("scifact train (tuning)", *held_out)),
-              file=out)
+        print(
+            f"{'':<58}{row['cosine']:>6.3f} "
+            + " ".join(
+                f"{row[name]['false_weak']:>11.3f} / {row[name]['recall']:>.3f}"
+                for name in ("scifact train (tuning)", *held_out)
+            ),
+            file=out,
+        )
     print("best cosine per answer (quantiles 5/25/50/75/95%):", file=out)
     for key, qs in dists.items():
         print(f"  {key:<28} " + " ".join(f"{v:>6.3f}" for v in qs.values()), file=out)

@@ -27,8 +27,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "reliability")]
-ENV = {**os.environ, "QUARRY_EMBED_BACKEND": os.environ.get("QUARRY_EMBED_BACKEND", "hash"),
-       "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+ENV = {
+    **os.environ,
+    "QUARRY_EMBED_BACKEND": os.environ.get("QUARRY_EMBED_BACKEND", "hash"),
+    "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+}
 
 _MEASURE = r"""
 import resource, subprocess, sys, time
@@ -46,8 +49,13 @@ sys.stdout.write(out[-20000:])
 
 def quarry(*args, timeout: float = 1800) -> tuple[int, int, float, str]:
     """Run `quarry ARGS` in a fresh wrapper; (exit code, peak RSS of the tree in MB, seconds, output)."""
-    done = subprocess.run([sys.executable, "-c", _MEASURE, str(timeout), sys.executable, "-m", "quarry.cli.main",
-                           *map(str, args)], capture_output=True, text=True, env=ENV, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(timeout), sys.executable, "-m", "quarry.cli.main", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+    )
     head, _, rest = done.stdout.partition("@@MEASURE@@ ")
     line, _, out = rest.partition("\n")
     rc, rss, secs = line.split()
@@ -55,8 +63,16 @@ def quarry(*args, timeout: float = 1800) -> tuple[int, int, float, str]:
 
 
 def _row(name, tried, crashed, reported, lost, rss=None, seconds=None, note=""):
-    return {"case": name, "tried": tried, "crashed": crashed, "reported": reported, "data_lost": lost,
-            "peak_rss_mb": rss, "seconds": seconds, "note": note}
+    return {
+        "case": name,
+        "tried": tried,
+        "crashed": crashed,
+        "reported": reported,
+        "data_lost": lost,
+        "peak_rss_mb": rss,
+        "seconds": seconds,
+        "note": note,
+    }
 
 
 def _runs(db):
@@ -71,6 +87,7 @@ def hostile_inputs(work: Path) -> dict:
 
     import quarry as q
     from quarry.core import paths
+
     tree, db = work / "hostile", work / "hostile-db"
     expects = make_tree(tree)
     rc, rss, secs, out = quarry("index", tree, "--db", db)
@@ -87,8 +104,16 @@ def hostile_inputs(work: Path) -> dict:
     run2 = _runs(db)
     crashed += int(rc2 not in (0, 3) or "Traceback" in out2)
     lost += run2["added"] + run2["updated"] + run2["deleted"]  # a re-run must change nothing
-    return _row("hostile tree (names, bytes, PDFs, zip bomb, FIFO/socket/device, links)", len(expects), crashed,
-                len(run["errors"]), lost, rss, secs, f"exit {rc}; re-run: 0 changes, {len(run2['errors'])} reported")
+    return _row(
+        "hostile tree (names, bytes, PDFs, zip bomb, FIFO/socket/device, links)",
+        len(expects),
+        crashed,
+        len(run["errors"]),
+        lost,
+        rss,
+        secs,
+        f"exit {rc}; re-run: 0 changes, {len(run2['errors'])} reported",
+    )
 
 
 def big_inputs(work: Path, quick: bool) -> list[dict]:
@@ -115,17 +140,38 @@ def big_inputs(work: Path, quick: bool) -> list[dict]:
         text_file(tree / fname, size, one)
         rc, rss, secs, out = quarry("index", tree, "--db", work / f"{tree.name}-db")
         ok = rc == 0 and "Traceback" not in out
-        rows.append(_row(name, 1, int(not ok and rc not in (0, 3)), int(rc == 3), int(not ok), rss, secs,
-                         out.strip().splitlines()[-1][:80] if not ok else ""))
+        rows.append(
+            _row(
+                name,
+                1,
+                int(not ok and rc not in (0, 3)),
+                int(rc == 3),
+                int(not ok),
+                rss,
+                secs,
+                out.strip().splitlines()[-1][:80] if not ok else "",
+            )
+        )
     pages = 200 if quick else 2000
     tree = work / "pdf"
     tree.mkdir()
-    (tree / "long.pdf").write_bytes(pdf_bytes([f"Page {i}: the heron survey of the weir, count {i}." for i in
-                                               range(pages)]))
+    (tree / "long.pdf").write_bytes(
+        pdf_bytes([f"Page {i}: the heron survey of the weir, count {i}." for i in range(pages)])
+    )
     rc, rss, secs, out = quarry("index", tree, "--db", work / "pdf-db")
     ok = rc == 0
-    rows.append(_row(f"{pages}-page generated PDF", 1, int(rc not in (0, 3) or "Traceback" in out), int(rc == 3),
-                     int(not ok), rss, secs, "" if ok else out.strip().splitlines()[-1][:80]))
+    rows.append(
+        _row(
+            f"{pages}-page generated PDF",
+            1,
+            int(rc not in (0, 3) or "Traceback" in out),
+            int(rc == 3),
+            int(not ok),
+            rss,
+            secs,
+            "" if ok else out.strip().splitlines()[-1][:80],
+        )
+    )
     return rows
 
 
@@ -138,8 +184,16 @@ def tiny_files(work: Path, n: int) -> dict:
         (d / f"f{i}.md").write_text(f"# File {i}\n\nTiny file number {i} about item{i}.\n")
     rc, rss, secs, out = quarry("index", tree, "--db", work / "tiny-db")
     rc2, _, secs2, _ = quarry("index", tree, "--db", work / "tiny-db")
-    return _row(f"{n:,} tiny files", n, int(rc not in (0, 3) or "Traceback" in out), int(rc == 3),
-                int(rc != 0 or rc2 != 0), rss, secs, f"re-run unchanged in {secs2:.0f} s")
+    return _row(
+        f"{n:,} tiny files",
+        n,
+        int(rc not in (0, 3) or "Traceback" in out),
+        int(rc == 3),
+        int(rc != 0 or rc2 != 0),
+        rss,
+        secs,
+        f"re-run unchanged in {secs2:.0f} s",
+    )
 
 
 def pytest_rows(files: list[tuple[str, str, str]]) -> list[dict]:
@@ -148,16 +202,31 @@ def pytest_rows(files: list[tuple[str, str, str]]) -> list[dict]:
     for name, path, marks in files:
         xml = Path(tempfile.mkdtemp()) / "r.xml"
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", path, "-m", marks,
-                        f"--junitxml={xml}"], env=ENV, cwd=ROOT, capture_output=True, text=True)
+        subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", path, "-m", marks, f"--junitxml={xml}"],
+            env=ENV,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         import xml.etree.ElementTree as ET
 
         suite = ET.parse(xml).getroot()
         suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
         tests, failures = int(suite.get("tests")), int(suite.get("failures")) + int(suite.get("errors"))
         skipped = int(suite.get("skipped"))
-        rows.append(_row(name, tests - skipped, failures, tests - skipped - failures, 0,
-                         None, round(time.perf_counter() - t, 1), f"{skipped} skipped" if skipped else ""))
+        rows.append(
+            _row(
+                name,
+                tests - skipped,
+                failures,
+                tests - skipped - failures,
+                0,
+                None,
+                round(time.perf_counter() - t, 1),
+                f"{skipped} skipped" if skipped else "",
+            )
+        )
     return rows
 
 
@@ -188,8 +257,16 @@ def random_kills(work: Path, kills: int, seed: int = 13) -> dict:
         rc, _, _, out = quarry("index", tree, "--db", db)
         crashed += int(rc != 0 or "Traceback" in out)
         lost += int(contents(db) != clean[which])
-    return _row("kill -9 at random moments, then re-run", kills, crashed, 0, lost, None,
-                round(time.perf_counter() - t, 1), f"{killed} killed mid-run; store == clean run after each")
+    return _row(
+        "kill -9 at random moments, then re-run",
+        kills,
+        crashed,
+        0,
+        lost,
+        None,
+        round(time.perf_counter() - t, 1),
+        f"{killed} killed mid-run; store == clean run after each",
+    )
 
 
 def main() -> None:
@@ -208,14 +285,25 @@ def main() -> None:
         if args.tiny:
             rows.append(tiny_files(work, args.tiny))
         if not args.skip_tests:
-            rows += pytest_rows([
-                ("remote API faults (429, 5xx, hang, drop, bad JSON, wrong count/dim, drip)",
-                 "tests/reliability/test_api_faults.py", "not slow"),
-                ("storage faults (read-only, disk full, odd paths, damaged files, readers, 2nd writer)",
-                 "tests/reliability/test_storage_faults.py", "slow or not slow"),
-                ("abuse (hostile strings, export, echoed keys, prompt injection)",
-                 "tests/reliability/test_abuse.py", "not slow"),
-            ])
+            rows += pytest_rows(
+                [
+                    (
+                        "remote API faults (429, 5xx, hang, drop, bad JSON, wrong count/dim, drip)",
+                        "tests/reliability/test_api_faults.py",
+                        "not slow",
+                    ),
+                    (
+                        "storage faults (read-only, disk full, odd paths, damaged files, readers, 2nd writer)",
+                        "tests/reliability/test_storage_faults.py",
+                        "slow or not slow",
+                    ),
+                    (
+                        "abuse (hostile strings, export, echoed keys, prompt injection)",
+                        "tests/reliability/test_abuse.py",
+                        "not slow",
+                    ),
+                ]
+            )
         if args.kills:
             rows.append(random_kills(work, args.kills))
     finally:
@@ -223,16 +311,26 @@ def main() -> None:
     print(f"| {'case':<80} | tried | crashed | reported | data lost | peak RSS MB | s |")
     print(f"|{'-' * 82}|------:|--------:|---------:|----------:|------------:|--:|")
     for r in rows:
-        print(f"| {r['case'][:80]:<80} | {r['tried']} | {r['crashed']} | {r['reported']} | {r['data_lost']} | "
-              f"{r['peak_rss_mb'] if r['peak_rss_mb'] is not None else '-'} | {r['seconds'] or '-'} |")
+        print(
+            f"| {r['case'][:80]:<80} | {r['tried']} | {r['crashed']} | {r['reported']} | {r['data_lost']} | "
+            f"{r['peak_rss_mb'] if r['peak_rss_mb'] is not None else '-'} | {r['seconds'] or '-'} |"
+        )
     for r in rows:
         if r["note"]:
             print(f"  {r['case'][:50]}: {r['note']}")
     out = ROOT / args.json
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"rows": rows, "machine": os.uname().nodename, "cpus": os.cpu_count(),
-                               "maxrss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024},
-                              indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "machine": os.uname().nodename,
+                "cpus": os.cpu_count(),
+                "maxrss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {out}")
     sys.exit(1 if any(r["crashed"] or r["data_lost"] for r in rows) else 0)
 

@@ -36,8 +36,14 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-QUERIES = ["expense policy for travel", "how do I request time off", "security incident response",
-           "onboarding checklist for new hires", "performance review cycle", "who approves a purchase"]
+QUERIES = [
+    "expense policy for travel",
+    "how do I request time off",
+    "security incident response",
+    "onboarding checklist for new hires",
+    "performance review cycle",
+    "who approves a purchase",
+]
 
 
 def _port() -> int:
@@ -63,8 +69,11 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="quarry-remote-bench-"))
     port = _port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     endpoint = f"http://127.0.0.1:{port}"
     try:
         for _ in range(100):
@@ -74,9 +83,17 @@ def main() -> None:
             except OSError:
                 time.sleep(0.1)
         urllib.request.urlopen(urllib.request.Request(f"{endpoint}/bench", method="PUT")).close()
-        env = {**os.environ, "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-               "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true",
-               "QUARRY_EMBED_BACKEND": args.embed_backend, "QUARRY_STORE_CACHE": str(work / "cache-writer")}
+        env = {
+            **os.environ,
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "QUARRY_EMBED_BACKEND": args.embed_backend,
+            "QUARRY_STORE_CACHE": str(work / "cache-writer"),
+        }
         os.environ.update({k: v for k, v in env.items() if k.startswith(("AWS_", "QUARRY_"))})
         stores = {"s3": "s3://bench/store", "s3, check 1 s": "s3://bench/store", "local": str(work / "local")}
         for db in set(stores.values()):
@@ -109,24 +126,39 @@ def main() -> None:
             chunks = idx.status()["chunks"]
             idx.close()
             times.sort()
-            results.append({"store": name, "chunks": chunks, "cold_process_s": round(cold, 3),
-                            "cached_process_s": round(cached, 3), "open_ms": round(opened * 1000, 1),
-                            "open_first_query_ms": round(first * 1000, 1),
-                            "warm_p50_ms": round(statistics.median(times) * 1000, 2),
-                            "warm_p95_ms": round(times[int(0.95 * (len(times) - 1))] * 1000, 2)})
+            results.append(
+                {
+                    "store": name,
+                    "chunks": chunks,
+                    "cold_process_s": round(cold, 3),
+                    "cached_process_s": round(cached, 3),
+                    "open_ms": round(opened * 1000, 1),
+                    "open_first_query_ms": round(first * 1000, 1),
+                    "warm_p50_ms": round(statistics.median(times) * 1000, 2),
+                    "warm_p95_ms": round(times[int(0.95 * (len(times) - 1))] * 1000, 2),
+                }
+            )
         cache = work / "cache-0-api"
         size = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file())
-        print(f"{'store':<14} {'chunks':>6} {'cold process':>13} {'cached process':>15} {'open':>10} "
-              f"{'open+1st query':>15} {'warm p50':>9} {'warm p95':>9}")
+        print(
+            f"{'store':<14} {'chunks':>6} {'cold process':>13} {'cached process':>15} {'open':>10} "
+            f"{'open+1st query':>15} {'warm p50':>9} {'warm p95':>9}"
+        )
         for r in results:
-            print(f"{r['store']:<14} {r['chunks']:>6} {r['cold_process_s']:>11.2f} s {r['cached_process_s']:>13.2f} s "
-                  f"{r['open_ms']:>7.1f} ms {r['open_first_query_ms']:>12.1f} ms {r['warm_p50_ms']:>6.2f} ms "
-                  f"{r['warm_p95_ms']:>6.2f} ms")
+            print(
+                f"{r['store']:<14} {r['chunks']:>6} {r['cold_process_s']:>11.2f} s {r['cached_process_s']:>13.2f} s "
+                f"{r['open_ms']:>7.1f} ms {r['open_first_query_ms']:>12.1f} ms {r['warm_p50_ms']:>6.2f} ms "
+                f"{r['warm_p95_ms']:>6.2f} ms"
+            )
         print(f"reader cache for the s3 store: {size / 1e6:.1f} MB (one generation)")
         out = ROOT / "bench" / "results" / "remote_reader.json"
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"tree": str(args.tree), "embed_backend": args.embed_backend, "results": results,
-                                   "cache_bytes": size}, indent=2))
+        out.write_text(
+            json.dumps(
+                {"tree": str(args.tree), "embed_backend": args.embed_backend, "results": results, "cache_bytes": size},
+                indent=2,
+            )
+        )
     finally:
         server.terminate()
         server.wait(timeout=10)

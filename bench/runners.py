@@ -29,8 +29,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 TREE = ROOT.parent / "shared" / "data" / "trees" / "sourcegraph-handbook" / "content" / "departments" / "engineering"
-QUERIES = ["on-call rotation and incident response", "code review guidelines", "how to deploy to production",
-           "hiring process for engineers", "postmortem template"]
+QUERIES = [
+    "on-call rotation and incident response",
+    "code review guidelines",
+    "how to deploy to production",
+    "hiring process for engineers",
+    "postmortem template",
+]
 
 
 def quarry_bin() -> str:
@@ -47,10 +52,15 @@ def index_once(tree: Path, store: Path, runner: str, workers: int) -> dict:
     if proc.returncode not in (0, 3):  # 3: the run completed and reported failed files
         raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     report = json.loads(proc.stdout)
-    return {"runner": runner, "workers": workers if runner != "threads" else 1, "wall_s": round(wall, 2),
-            "chunks": report["chunks"], "embedded": report["embedded_chunks"],
-            "stages_s": {k: v["seconds"] for k, v in report["durations"].items()},
-            "chunks_per_s": round(report["chunks"] / wall, 1) if wall else None}
+    return {
+        "runner": runner,
+        "workers": workers if runner != "threads" else 1,
+        "wall_s": round(wall, 2),
+        "chunks": report["chunks"],
+        "embedded": report["embedded_chunks"],
+        "stages_s": {k: v["seconds"] for k, v in report["durations"].items()},
+        "chunks_per_s": round(report["chunks"] / wall, 1) if wall else None,
+    }
 
 
 def fingerprint(store: Path) -> dict:
@@ -87,22 +97,36 @@ def main() -> None:
             print(f"{runner}: {row['wall_s']} s", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    payload = {"tree": str(args.tree), "files": sum(1 for p in args.tree.rglob("*") if p.is_file()),
-               "backend": os.environ.get("QUARRY_EMBED_BACKEND", "default"), "cpus": os.cpu_count(),
-               "load_average": [round(x, 2) for x in os.getloadavg()], "results": rows}
+    payload = {
+        "tree": str(args.tree),
+        "files": sum(1 for p in args.tree.rglob("*") if p.is_file()),
+        "backend": os.environ.get("QUARRY_EMBED_BACKEND", "default"),
+        "cpus": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "results": rows,
+    }
     dest = ROOT / "bench" / "results" / "runners.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(payload, indent=2))
     out = sys.stderr if args.json else sys.stdout
-    print(f"{payload['files']} files, backend {payload['backend']}, {payload['cpus']} CPUs, "
-          f"load average {' '.join(map(str, payload['load_average']))}", file=out)
+    print(
+        f"{payload['files']} files, backend {payload['backend']}, {payload['cpus']} CPUs, "
+        f"load average {' '.join(map(str, payload['load_average']))}",
+        file=out,
+    )
     stages = sorted({s for r in rows for s in r["stages_s"]} - {"total"})
-    print(f"{'runner':<10} {'workers':>7} {'wall s':>8} {'chunks':>7} {'chunks/s':>9} {'same':>5}  "
-          + " ".join(f"{s:>9}" for s in stages), file=out)
+    print(
+        f"{'runner':<10} {'workers':>7} {'wall s':>8} {'chunks':>7} {'chunks/s':>9} {'same':>5}  "
+        + " ".join(f"{s:>9}" for s in stages),
+        file=out,
+    )
     for r in rows:
-        print(f"{r['runner']:<10} {r['workers']:>7} {r['wall_s']:>8.1f} {r['chunks']:>7} {r['chunks_per_s']:>9} "
-              f"{'yes' if r['same_as_first'] else 'NO':>5}  " + " ".join(f"{r['stages_s'].get(s, 0):>9.2f}" for s in stages),
-              file=out)
+        print(
+            f"{r['runner']:<10} {r['workers']:>7} {r['wall_s']:>8.1f} {r['chunks']:>7} {r['chunks_per_s']:>9} "
+            f"{'yes' if r['same_as_first'] else 'NO':>5}  "
+            + " ".join(f"{r['stages_s'].get(s, 0):>9.2f}" for s in stages),
+            file=out,
+        )
     if args.json:
         print(json.dumps(payload, indent=2))
 

@@ -119,15 +119,41 @@ def vocabulary(size: int = 30_000, seed: int = 1) -> list[str]:
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    onsets = ["", "b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "st", "tr", "pl",
-              "ch", "sh", "gr", "br"]
+    onsets = [
+        "",
+        "b",
+        "c",
+        "d",
+        "f",
+        "g",
+        "h",
+        "k",
+        "l",
+        "m",
+        "n",
+        "p",
+        "r",
+        "s",
+        "t",
+        "v",
+        "w",
+        "st",
+        "tr",
+        "pl",
+        "ch",
+        "sh",
+        "gr",
+        "br",
+    ]
     vowels = ["a", "e", "i", "o", "u", "ai", "ea", "ou"]
     codas = ["", "", "n", "r", "s", "t", "l", "m", "nd", "st", "ck"]
     words: dict[str, None] = {}
     while len(words) < size:
         n = int(rng.integers(1, 4))
-        w = "".join(onsets[rng.integers(len(onsets))] + vowels[rng.integers(len(vowels))] + codas[rng.integers(len(codas))]
-                    for _ in range(n))
+        w = "".join(
+            onsets[rng.integers(len(onsets))] + vowels[rng.integers(len(vowels))] + codas[rng.integers(len(codas))]
+            for _ in range(n)
+        )
         if len(w) >= 2:
             words[w] = None
     return sorted(words, key=len)  # frequent words short, as in English
@@ -137,7 +163,7 @@ def zipf_words(rng, words: list[str], count: int):
     import numpy as np
 
     ranks = np.arange(1, len(words) + 1, dtype=np.float64)
-    p = ranks ** -1.1
+    p = ranks**-1.1
     return rng.choice(len(words), size=count, p=p / p.sum())
 
 
@@ -163,8 +189,8 @@ def make_tree(chunks: int, seed: int = 7) -> Path:
         parts = [f"# {' '.join(w[:6]).capitalize()}\n"]
         pos = 6
         for s in range(CHUNKS_PER_FILE):
-            heading = " ".join(w[pos:pos + 4]).capitalize()
-            body = w[pos + 4:pos + 4 + per_para].tolist()
+            heading = " ".join(w[pos : pos + 4]).capitalize()
+            body = w[pos + 4 : pos + 4 + per_para].tolist()
             pos += per_para + 4
             for i in range(14, len(body), 15):  # sentences of 15 words
                 body[i] += "."
@@ -340,8 +366,13 @@ def left_behind(known: set[int], timeout: float = 7200.0) -> dict:
         if not tree:
             break
         time.sleep(0.2)
-    return {"processes": len(seen), "cpu_s": round(cpu, 2), "peak_rss_mb": round(max(peak, peak_own) / 2**20),
-            "idle_after_s": round(time.perf_counter() - t0, 2), "subreaper": SUBREAPER}
+    return {
+        "processes": len(seen),
+        "cpu_s": round(cpu, 2),
+        "peak_rss_mb": round(max(peak, peak_own) / 2**20),
+        "idle_after_s": round(time.perf_counter() - t0, 2),
+        "subreaper": SUBREAPER,
+    }
 
 
 CHILD_ENV = {"PREFECT_LOGGING_LEVEL": "WARNING", "LANCEDB_LOG": "error", "TOKENIZERS_PARALLELISM": "false"}
@@ -385,13 +416,20 @@ def run_flow(tree: Path, store: Path, overrides: dict, out: Path, mode: str = "i
             alive = proc.is_alive
             wait = proc.join
         else:
-            proc = subprocess.Popen([sys.executable, "-c", CHILD, str(ROOT / "bench"), json.dumps(args)],
-                                    cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err_fh, text=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-c", CHILD, str(ROOT / "bench"), json.dumps(args)],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=err_fh,
+                text=True,
+            )
             alive = lambda: proc.poll() is None  # noqa: E731
 
             def wait(seconds: float) -> None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(seconds)
+
         peak, at, main_peak, series = 0, 0.0, 0, []
         while alive():
             by_pid = _tree_rss(proc.pid)
@@ -447,15 +485,20 @@ def wait_full_text(store: Path) -> dict:
     state = fts.wait(store, pointer.generation, timeout=3600)
     info = fts.build_info(store, pointer.generation) or {}
     built_now = info.get("generation") == pointer.generation
-    out = {"fts_state": state, "fts_wait_s": round(time.perf_counter() - t, 2),
-           "fts_build_s": round(info["seconds"], 2) if info and built_now else (0.0 if info else None),
-           "fts_bytes": fts.path(store, pointer.generation).stat().st_size if info else 0}
+    out = {
+        "fts_state": state,
+        "fts_wait_s": round(time.perf_counter() - t, 2),
+        "fts_build_s": round(info["seconds"], 2) if info and built_now else (0.0 if info else None),
+        "fts_bytes": fts.path(store, pointer.generation).stat().st_size if info else 0,
+    }
     log(f"  full-text tables: {state}, built in {out['fts_build_s']} s (waited {out['fts_wait_s']} s after the run)")
     return out
 
 
-FTS_SQL = ("SELECT d.rel_path, fts_main_chunks.match_bm25(c.chunk_id, ?) AS score FROM chunks c "
-           "JOIN documents d USING (doc_id) WHERE score IS NOT NULL ORDER BY score DESC LIMIT 10")
+FTS_SQL = (
+    "SELECT d.rel_path, fts_main_chunks.match_bm25(c.chunk_id, ?) AS score FROM chunks c "
+    "JOIN documents d USING (doc_id) WHERE score IS NOT NULL ORDER BY score DESC LIMIT 10"
+)
 
 
 def measure_full_text(tree: Path, store: Path, overrides: dict, folder: Path, words: str, name: str) -> dict:
@@ -474,14 +517,22 @@ def measure_full_text(tree: Path, store: Path, overrides: dict, folder: Path, wo
     second = run_flow(tree, store, overrides, folder / f"{name}-again.json", mode="sql", query=query)
     gen = _generation(store)
     info = fts.build_info(store, gen) or {}
-    out = {"fts_query_s": round(first["wall_s"], 2), "fts_query_cpu_s": round(first.get("cpu_in_child_s", 0.0), 2),
-           "fts_query_peak_rss_mb": first["peak_rss_mb"], "fts_query_again_s": round(second["wall_s"], 2),
-           "fts_top": [r[0] for r in first.get("rows", [])][:3],
-           "fts_build_s": round(info.get("seconds", 0.0), 2), "fts_build_cpu_s": round(info.get("cpu_seconds", 0.0), 2),
-           "fts_build_peak_mb": info.get("peak_rss_mb"), "fts_bytes": fts.path(store, gen).stat().st_size,
-           "fts_limits": {"memory_mb": info.get("memory_limit_mb"), "threads": info.get("threads")}}
-    log(f"  full text: first query {out['fts_query_s']} s (build {out['fts_build_s']} s, {out['fts_build_cpu_s']} s "
-        f"CPU, peak {out['fts_build_peak_mb']} MB), again {out['fts_query_again_s']} s; top {out['fts_top']}")
+    out = {
+        "fts_query_s": round(first["wall_s"], 2),
+        "fts_query_cpu_s": round(first.get("cpu_in_child_s", 0.0), 2),
+        "fts_query_peak_rss_mb": first["peak_rss_mb"],
+        "fts_query_again_s": round(second["wall_s"], 2),
+        "fts_top": [r[0] for r in first.get("rows", [])][:3],
+        "fts_build_s": round(info.get("seconds", 0.0), 2),
+        "fts_build_cpu_s": round(info.get("cpu_seconds", 0.0), 2),
+        "fts_build_peak_mb": info.get("peak_rss_mb"),
+        "fts_bytes": fts.path(store, gen).stat().st_size,
+        "fts_limits": {"memory_mb": info.get("memory_limit_mb"), "threads": info.get("threads")},
+    }
+    log(
+        f"  full text: first query {out['fts_query_s']} s (build {out['fts_build_s']} s, {out['fts_build_cpu_s']} s "
+        f"CPU, peak {out['fts_build_peak_mb']} MB), again {out['fts_query_again_s']} s; top {out['fts_top']}"
+    )
     return out
 
 
@@ -491,7 +542,7 @@ def _epoch(stamp) -> float:
 
     if not stamp:
         return float("nan")
-    return dt.datetime.fromisoformat(str(stamp).replace("Z", "")).replace(tzinfo=dt.timezone.utc).timestamp()
+    return dt.datetime.fromisoformat(str(stamp).replace("Z", "")).replace(tzinfo=dt.UTC).timestamp()
 
 
 # --- queries -------------------------------------------------------------------------------------
@@ -499,7 +550,9 @@ def _epoch(stamp) -> float:
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
-    return round(statistics.median(ordered), 2), round(ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))], 2)
+    return round(statistics.median(ordered), 2), round(
+        ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))], 2
+    )
 
 
 def _query_setup(embedder: str, n_queries: int):
@@ -534,7 +587,7 @@ def measure_side_by_side(stores: list[Path], embedder: str, n_queries: int) -> l
     cpu: list[list[float]] = [[] for _ in stores]
     for i, q in enumerate(queries):
         order = list(range(len(indexes)))
-        for j in (order if i % 2 == 0 else order[::-1]):
+        for j in order if i % 2 == 0 else order[::-1]:
             t, c = time.perf_counter(), time.process_time()
             indexes[j].search(q, k=10, mode="hybrid")
             wall[j].append((time.perf_counter() - t) * 1000)
@@ -542,9 +595,16 @@ def measure_side_by_side(stores: list[Path], embedder: str, n_queries: int) -> l
     out = []
     for idx, w, c in zip(indexes, wall, cpu):
         (p50, p95), (c50, c95) = percentiles(w), percentiles(c)
-        out.append({"hybrid_p50_ms": p50, "hybrid_p95_ms": p95, "hybrid_p50_cpu_ms": c50, "hybrid_p95_cpu_ms": c95,
-                    "segments": len(idx.snapshot.index.manifest.get("segments") or []) or 1,
-                    "queries": len(queries)})
+        out.append(
+            {
+                "hybrid_p50_ms": p50,
+                "hybrid_p95_ms": p95,
+                "hybrid_p50_cpu_ms": c50,
+                "hybrid_p95_cpu_ms": c95,
+                "segments": len(idx.snapshot.index.manifest.get("segments") or []) or 1,
+                "queries": len(queries),
+            }
+        )
         idx.close()
     return out
 
@@ -567,8 +627,14 @@ def measure_queries(store: Path, embedder: str, n_queries: int, recall: bool = T
         cpu.append((time.process_time() - c) * 1000)
     p50, p95 = percentiles(samples)
     c50, c95 = percentiles(cpu)  # what a query costs on an idle core (see bench/query_latency.py)
-    out = {"hybrid_p50_ms": p50, "hybrid_p95_ms": p95, "hybrid_p50_cpu_ms": c50, "hybrid_p95_cpu_ms": c95,
-           "open_ms": round(open_ms, 1), "queries": len(queries)}
+    out = {
+        "hybrid_p50_ms": p50,
+        "hybrid_p95_ms": p95,
+        "hybrid_p50_cpu_ms": c50,
+        "hybrid_p95_cpu_ms": c95,
+        "open_ms": round(open_ms, 1),
+        "queries": len(queries),
+    }
     index = idx.snapshot.index
     if recall:
         hits = []
@@ -597,12 +663,22 @@ def load_avg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def run_row(chunks: int, embedder: str, runner: str, n_queries: int, keep: bool, commits: int = 50,
-            only_full: bool = False, reuse: bool | set[str] = False) -> list[dict]:
+def run_row(
+    chunks: int,
+    embedder: str,
+    runner: str,
+    n_queries: int,
+    keep: bool,
+    commits: int = 50,
+    only_full: bool = False,
+    reuse: bool | set[str] = False,
+) -> list[dict]:
     tree = make_tree(chunks)
     folder = WORK / f"store-{chunks}-{embedder}"
     if reuse:
-        return reuse_row(tree, folder, chunks, embedder, runner, n_queries, commits, reuse if isinstance(reuse, set) else None)
+        return reuse_row(
+            tree, folder, chunks, embedder, runner, n_queries, commits, reuse if isinstance(reuse, set) else None
+        )
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     store = folder / "store"
@@ -611,13 +687,17 @@ def run_row(chunks: int, embedder: str, runner: str, n_queries: int, keep: bool,
         overrides["runner"] = runner
     log(f"indexing {chunks} chunks ({embedder}, load {load_avg()}) ...")
     first = run_flow(tree, store, overrides, folder / "run1.json")
-    log(f"  {first['chunks']} chunks in {first['wall_s']:.0f} s, peak RSS {first['peak_rss_mb']} MB, "
+    log(
+        f"  {first['chunks']} chunks in {first['wall_s']:.0f} s, peak RSS {first['peak_rss_mb']} MB, "
         f"{first['bytes_written'] / 2**20:.0f} MB written; "
-        f"stages {', '.join(f'{k} {v:.1f} s' for k, v in stage_seconds(first).items())}")
+        f"stages {', '.join(f'{k} {v:.1f} s' for k, v in stage_seconds(first).items())}"
+    )
     log(f"re-indexing the unchanged tree (load {load_avg()}) ...")
     second = run_flow(tree, store, overrides, folder / "run2.json")
-    log(f"  no-change run {second['wall_s']:.1f} s, {second['bytes_written'] / 2**20:.1f} MB written; "
-        f"stages {', '.join(f'{k} {v:.1f} s' for k, v in stage_seconds(second).items())}")
+    log(
+        f"  no-change run {second['wall_s']:.1f} s, {second['bytes_written'] / 2**20:.1f} MB written; "
+        f"stages {', '.join(f'{k} {v:.1f} s' for k, v in stage_seconds(second).items())}"
+    )
     full_text = measure_full_text(tree, store, overrides, folder, "quillotrax FY2018", "fts_full")
     log(f"querying (load {load_avg()}) ...")
     queries = measure_queries(store, embedder, n_queries)
@@ -625,22 +705,32 @@ def run_row(chunks: int, embedder: str, runner: str, n_queries: int, keep: bool,
     stages, stages2 = stage_seconds(first), stage_seconds(second)
     base = {"chunks": n, "embedder": embedder, "runner": runner, "synthetic": True}
     full = {
-        "run": "full", "chunks": n, "files": first.get("added"), "runner": runner, "embedder": embedder,
-        "wall_s": round(first["wall_s"], 1), "bytes_written": first["bytes_written"],
+        "run": "full",
+        "chunks": n,
+        "files": first.get("added"),
+        "runner": runner,
+        "embedder": embedder,
+        "wall_s": round(first["wall_s"], 1),
+        "bytes_written": first["bytes_written"],
         "cpu_s": round(first.get("cpu_in_child_s", 0.0), 1),
         "peak_rss_mb": first["peak_rss_mb"],
-        "peak_rss_mb_batches": first["peak_rss_mb_batches"], "peak_rss_mb_commit": first["peak_rss_mb_commit"],
+        "peak_rss_mb_batches": first["peak_rss_mb_batches"],
+        "peak_rss_mb_commit": first["peak_rss_mb_commit"],
         "peak_rss_mb_main_process": first["peak_rss_mb_main_process"],
         "rows_per_s": {s: round(n / stages[s]) for s in STAGES if stages.get(s)},
         "stage_s": {k: round(v, 1) for k, v in stages.items()},
         "commit_s": round(stages.get("commit", 0.0), 1),
-        "left_behind": first.get("left_behind"), **full_text,
-        "no_change_s": round(second["wall_s"], 1), "no_change_peak_rss_mb": second["peak_rss_mb"],
+        "left_behind": first.get("left_behind"),
+        **full_text,
+        "no_change_s": round(second["wall_s"], 1),
+        "no_change_peak_rss_mb": second["peak_rss_mb"],
         # the no-change run inside its process, Prefect API server start included (the rest of
         # no_change_s is starting Python and importing quarry, Prefect and friends)
         "no_change_in_process_s": round(second.get("wall_in_child_s", 0.0), 1),
         "no_change_stage_s": {k: round(v, 2) for k, v in stages2.items()},
-        **queries, "load_avg": load_avg(), "synthetic": True,
+        **queries,
+        "load_avg": load_avg(),
+        "synthetic": True,
     }
     rows = [full]
     if only_full:
@@ -650,8 +740,16 @@ def run_row(chunks: int, embedder: str, runner: str, n_queries: int, keep: bool,
     return _finish(rows, folder, keep)
 
 
-def reuse_row(tree: Path, folder: Path, chunks: int, embedder: str, runner: str, n_queries: int,
-              commits: int, only: set[str] | None = None) -> list[dict]:
+def reuse_row(
+    tree: Path,
+    folder: Path,
+    chunks: int,
+    embedder: str,
+    runner: str,
+    n_queries: int,
+    commits: int,
+    only: set[str] | None = None,
+) -> list[dict]:
     """The incremental rows only, on the store an earlier ``--keep`` run left (the full run's row
     is kept from that run): one unmeasured run first brings the store back to the tree (the
     earlier run's edits were put back in the tree, not in the store)."""
@@ -682,8 +780,9 @@ def warm_server(store: Path):
     from quarry.flows.orchestration import SERVER_FILE, prefect_api, warm_context
 
     saved = {k: os.environ.get(k) for k in ("PREFECT_API_URL",)}
-    with prefect_api(store / "logs", database=store / "prefect" / "prefect.db",
-                     announce=store / "prefect" / SERVER_FILE):
+    with prefect_api(
+        store / "logs", database=store / "prefect" / "prefect.db", announce=store / "prefect" / SERVER_FILE
+    ):
         os.environ.pop("PREFECT_API_URL", None)  # children find the announced server, as under quarry serve
         if not COLD:
             WARM = warm_context()
@@ -701,8 +800,9 @@ def warm_server(store: Path):
                     os.environ[key] = value
 
 
-def _incrementals(rows, tree, store, overrides, folder, base, embedder, n_queries, commits,
-                  only: set[str] | None = None) -> None:
+def _incrementals(
+    rows, tree, store, overrides, folder, base, embedder, n_queries, commits, only: set[str] | None = None
+) -> None:
     """The incremental rows (``only``: those of :data:`RUNS` to measure; default all)."""
     want = lambda name: only is None or name in only  # noqa: E731
     if want("no_change"):
@@ -723,8 +823,11 @@ def _incrementals(rows, tree, store, overrides, folder, base, embedder, n_querie
             report = run_flow(tree, store, overrides, folder / f"{name}.json")
             row = _incremental(name, base, report)
             if name == "edit_1":  # outside the row's wall: the query a SQL user runs after the edit
-                row.update(measure_full_text(tree, store, overrides, folder, f"quillotrax{name.replace('_', '')}",
-                                             "fts_edit_1"))
+                row.update(
+                    measure_full_text(
+                        tree, store, overrides, folder, f"quillotrax{name.replace('_', '')}", "fts_edit_1"
+                    )
+                )
                 row["fts_found_edit"] = any(r == picked[0].relative_to(tree).as_posix() for r in row.get("fts_top", []))
             rows.append(row)
         if not (want("move_1000") or want("after_50_commits") or want("after_maintain")):
@@ -744,16 +847,21 @@ def _incrementals(rows, tree, store, overrides, folder, base, embedder, n_querie
         if not (want("after_50_commits") or want("after_maintain")):
             return
         files = sorted(tree.rglob("doc*.md"))
-        picked = files[len(files) // 3:: max(1, len(files) // (3 * commits))][:commits]
+        picked = files[len(files) // 3 :: max(1, len(files) // (3 * commits))][:commits]
         for path in picked:
             originals.setdefault(path, path.read_bytes())
         log(f"after_50_commits: {commits} runs of one edited file each (load {load_avg()}) ...")
-        report = run_flow(tree, store, overrides, folder / "commits.json", mode="commits",
-                          files=[str(p) for p in picked])
+        report = run_flow(
+            tree, store, overrides, folder / "commits.json", mode="commits", files=[str(p) for p in picked]
+        )
         walls = report.get("commit_wall_s", [])
         row = _incremental("after_50_commits", base, report)
-        row.update({"commits": len(walls), "per_commit_wall_s": {"p50": percentiles(walls)[0], "max": max(walls)}
-                    if walls else {}})
+        row.update(
+            {
+                "commits": len(walls),
+                "per_commit_wall_s": {"p50": percentiles(walls)[0], "max": max(walls)} if walls else {},
+            }
+        )
         row.update(measure_queries(store, embedder, n_queries, recall=False))
         rows.append(row)
         if not want("after_maintain"):
@@ -769,13 +877,18 @@ def _incrementals(rows, tree, store, overrides, folder, base, embedder, n_querie
         row.update(measure_queries(store, embedder, n_queries, recall=False))
         before, after = measure_side_by_side([unmerged, store], embedder, n_queries)
         shutil.rmtree(unmerged, ignore_errors=True)
-        row["side_by_side"] = {"after_50_commits": before, "after_maintain": after,
-                               "p50_ratio": round(before["hybrid_p50_ms"] / after["hybrid_p50_ms"], 2),
-                               "p50_cpu_ratio": round(before["hybrid_p50_cpu_ms"] / after["hybrid_p50_cpu_ms"], 2),
-                               "load_avg": load_avg()}
-        log(f"  side by side, hybrid p50 after {len(walls)} commits / after maintain: {before['hybrid_p50_ms']} / "
+        row["side_by_side"] = {
+            "after_50_commits": before,
+            "after_maintain": after,
+            "p50_ratio": round(before["hybrid_p50_ms"] / after["hybrid_p50_ms"], 2),
+            "p50_cpu_ratio": round(before["hybrid_p50_cpu_ms"] / after["hybrid_p50_cpu_ms"], 2),
+            "load_avg": load_avg(),
+        }
+        log(
+            f"  side by side, hybrid p50 after {len(walls)} commits / after maintain: {before['hybrid_p50_ms']} / "
             f"{after['hybrid_p50_ms']} ms ({row['side_by_side']['p50_ratio']}x; CPU "
-            f"{row['side_by_side']['p50_cpu_ratio']}x)")
+            f"{row['side_by_side']['p50_cpu_ratio']}x)"
+        )
         rows.append(row)
     finally:
         if moved is not None and moved[1].exists():
@@ -786,18 +899,27 @@ def _incrementals(rows, tree, store, overrides, folder, base, embedder, n_querie
 
 def _incremental(name: str, base: dict, report: dict) -> dict:
     """A row for one incremental run: what the issue asks of each, and the run's own counters."""
-    row = {"run": name, **base, "wall_s": round(report["wall_s"], 2), "bytes_written": report["bytes_written"],
-           "peak_rss_mb": report["peak_rss_mb"], "in_process_s": round(report.get("wall_in_child_s", 0.0), 2),
-           "cpu_s": round(report.get("cpu_in_child_s", 0.0), 2), "load_avg": load_avg(),
-           "process": "forked" if WARM is not None else "new interpreter"}
+    row = {
+        "run": name,
+        **base,
+        "wall_s": round(report["wall_s"], 2),
+        "bytes_written": report["bytes_written"],
+        "peak_rss_mb": report["peak_rss_mb"],
+        "in_process_s": round(report.get("wall_in_child_s", 0.0), 2),
+        "cpu_s": round(report.get("cpu_in_child_s", 0.0), 2),
+        "load_avg": load_avg(),
+        "process": "forked" if WARM is not None else "new interpreter",
+    }
     for key in ("added", "updated", "moved", "deleted", "embedded_chunks", "left_behind"):
         if key in report:
             row[key] = report[key]
     if report.get("durations"):
         row["stage_s"] = {k: round(v, 2) for k, v in stage_seconds(report).items()}
     left = report.get("left_behind") or {}
-    log(f"  {name}: {row['wall_s']} s, {row['bytes_written'] / 2**20:.1f} MB written, peak {row['peak_rss_mb']} MB; "
-        f"left behind: {left.get('processes')} processes, {left.get('cpu_s')} s CPU, peak {left.get('peak_rss_mb')} MB")
+    log(
+        f"  {name}: {row['wall_s']} s, {row['bytes_written'] / 2**20:.1f} MB written, peak {row['peak_rss_mb']} MB; "
+        f"left behind: {left.get('processes')} processes, {left.get('cpu_s')} s CPU, peak {left.get('peak_rss_mb')} MB"
+    )
     return row
 
 
@@ -810,10 +932,15 @@ def _finish(rows: list[dict], folder: Path, keep: bool) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chunks", type=int, default=1_000_000, help="chunks in the synthetic tree")
-    ap.add_argument("--embedder", default="hash", choices=["hash", "onnx-int8"],
-                    help="hash: the pipeline cost; onnx-int8: the real default model (use --sample)")
-    ap.add_argument("--sample", type=int, default=0,
-                    help="run the model on this many chunks and extrapolate to --chunks (labelled)")
+    ap.add_argument(
+        "--embedder",
+        default="hash",
+        choices=["hash", "onnx-int8"],
+        help="hash: the pipeline cost; onnx-int8: the real default model (use --sample)",
+    )
+    ap.add_argument(
+        "--sample", type=int, default=0, help="run the model on this many chunks and extrapolate to --chunks (labelled)"
+    )
     ap.add_argument("--runner", default="default", help="the flow's task runner (a Settings field when not default)")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--commits", type=int, default=50, help="small commits before after_50_commits is measured")
@@ -821,17 +948,27 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the store under bench/results/scale/")
     ap.add_argument("--reuse", action="store_true", help="only the incremental rows, on the store a --keep run kept")
     ap.add_argument("--rows", default="", help="with --reuse: the rows to measure, comma-separated (default all)")
-    ap.add_argument("--cold", action="store_true", help="each incremental row in a new interpreter, not forked "
-                    "from a warm process as quarry serve runs it")
+    ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="each incremental row in a new interpreter, not forked from a warm process as quarry serve runs it",
+    )
     ap.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     args = ap.parse_args()
     global COLD, SUBREAPER
     COLD = args.cold
     SUBREAPER = become_subreaper()
     size = args.sample or args.chunks
-    rows = run_row(size, args.embedder, args.runner, args.queries, args.keep, args.commits,
-                   only_full=args.only_full or bool(args.sample),
-                   reuse=(set(args.rows.split(",")) if args.rows else True) if args.reuse else False)
+    rows = run_row(
+        size,
+        args.embedder,
+        args.runner,
+        args.queries,
+        args.keep,
+        args.commits,
+        only_full=args.only_full or bool(args.sample),
+        reuse=(set(args.rows.split(",")) if args.rows else True) if args.reuse else False,
+    )
     row = rows[0]
     path = RESULTS / "scale.json"
     old = json.loads(path.read_text())["results"] if path.exists() else []
@@ -844,9 +981,11 @@ def main() -> None:
             scale = args.chunks / base["chunks"]
             rest = (base["wall_s"] - base["stage_s"].get("embed", 0.0)) * scale
             row["extrapolated_wall_s"] = round(rest + per_chunk * args.chunks, 0)
-            row["extrapolated_note"] = (f"extrapolated, not measured: the {base['chunks']}-chunk hash run's time "
-                                        f"outside embedding x {scale:g} (linear) + {per_chunk * 1000:.2f} ms/chunk "
-                                        f"of model time x {args.chunks}")
+            row["extrapolated_note"] = (
+                f"extrapolated, not measured: the {base['chunks']}-chunk hash run's time "
+                f"outside embedding x {scale:g} (linear) + {per_chunk * 1000:.2f} ms/chunk "
+                f"of model time x {args.chunks}"
+            )
         row["model_ms_per_chunk"] = round(per_chunk * 1000, 3)
     key = lambda r: (r["chunks"], r["embedder"], r.get("run", "full"))  # noqa: E731
     new_keys = {key(r) for r in rows}
@@ -856,28 +995,38 @@ def main() -> None:
     out = {"results": results}
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2))
-    lines = [f"{'chunks':>8} {'embedder':<10} {'run':<17} {'wall s':>7} {'MB written':>10} {'peak MB':>8} "
-             f"{'p50 ms':>7} {'p95 ms':>7}  notes"]
+    lines = [
+        f"{'chunks':>8} {'embedder':<10} {'run':<17} {'wall s':>7} {'MB written':>10} {'peak MB':>8} "
+        f"{'p50 ms':>7} {'p95 ms':>7}  notes"
+    ]
     for r in results:
         notes = ""
         if r.get("run", "full") == "full":
-            notes = (f"commit {r['commit_s']} s, no-change {r['no_change_s']} s, recall {r.get('recall_at_10')}; "
-                     + ", ".join(f"{k} {v}" for k, v in r["rows_per_s"].items()))
+            notes = (
+                f"commit {r['commit_s']} s, no-change {r['no_change_s']} s, recall {r.get('recall_at_10')}; "
+                + ", ".join(f"{k} {v}" for k, v in r["rows_per_s"].items())
+            )
             if r.get("extrapolated_note"):
                 notes += f"  [{r['extrapolated_note']}: {r['extrapolated_wall_s']} s]"
         elif "embedded_chunks" in r:
             notes = f"embedded {r['embedded_chunks']}, moved {r.get('moved', 0)}"
         left = r.get("left_behind") or {}
         if left:
-            notes += f"; left behind {left.get('processes')} proc, {left.get('cpu_s')} s CPU, {left.get('peak_rss_mb')} MB"
+            notes += (
+                f"; left behind {left.get('processes')} proc, {left.get('cpu_s')} s CPU, {left.get('peak_rss_mb')} MB"
+            )
         if r.get("fts_query_s") is not None:
-            notes += (f"; match_bm25 first {r['fts_query_s']} s (build {r.get('fts_build_cpu_s')} s CPU, "
-                      f"{r.get('fts_build_peak_mb')} MB), again {r.get('fts_query_again_s')} s")
+            notes += (
+                f"; match_bm25 first {r['fts_query_s']} s (build {r.get('fts_build_cpu_s')} s CPU, "
+                f"{r.get('fts_build_peak_mb')} MB), again {r.get('fts_query_again_s')} s"
+            )
         if r.get("per_commit_wall_s"):
             notes += f"{r['commits']} commits, per commit p50 {r['per_commit_wall_s']['p50']} s"
         written = f"{r['bytes_written'] / 2**20:.1f}" if r.get("bytes_written") is not None else "-"
-        lines.append(f"{r['chunks']:>8} {r['embedder']:<10} {r.get('run', 'full'):<17} {r['wall_s']:>7} {written:>10} "
-                     f"{r['peak_rss_mb']:>8} {r.get('hybrid_p50_ms', '-'):>7} {r.get('hybrid_p95_ms', '-'):>7}  {notes}")
+        lines.append(
+            f"{r['chunks']:>8} {r['embedder']:<10} {r.get('run', 'full'):<17} {r['wall_s']:>7} {written:>10} "
+            f"{r['peak_rss_mb']:>8} {r.get('hybrid_p50_ms', '-'):>7} {r.get('hybrid_p95_ms', '-'):>7}  {notes}"
+        )
     print("\n".join(lines), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(out))

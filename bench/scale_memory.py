@@ -41,8 +41,21 @@ OUT = ROOT / "bench" / "results" / "scale_memory"
 
 
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (n, ctypes.c_size_t)
+        for n in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 def main() -> None:
@@ -55,8 +68,8 @@ def main() -> None:
     args = ap.parse_args()
 
     import pyarrow as pa
-
     from scale import DIM, make_tree
+
     from quarry.store import catalog, vectors, writer
 
     libc = ctypes.CDLL("libc.so.6")
@@ -75,10 +88,16 @@ def main() -> None:
         with open("/proc/self/statm") as fh:
             rss = int(fh.read().split()[1]) * page
         m = libc.mallinfo2()
-        row = {"t": round(time.perf_counter() - t0, 1), "chunks": state["chunks"], "rss_mb": round(rss / 2**20, 1),
-               "arrow_mb": round(pa.total_allocated_bytes() / 2**20, 1), "malloc_arena_mb": round(m.arena / 2**20, 1),
-               "malloc_in_use_mb": round(m.uordblks / 2**20, 1), "malloc_free_mb": round(m.fordblks / 2**20, 1),
-               "tag": tag}
+        row = {
+            "t": round(time.perf_counter() - t0, 1),
+            "chunks": state["chunks"],
+            "rss_mb": round(rss / 2**20, 1),
+            "arrow_mb": round(pa.total_allocated_bytes() / 2**20, 1),
+            "malloc_arena_mb": round(m.arena / 2**20, 1),
+            "malloc_in_use_mb": round(m.uordblks / 2**20, 1),
+            "malloc_free_mb": round(m.fordblks / 2**20, 1),
+            "tag": tag,
+        }
         if tracemalloc.is_tracing():
             row["traced_mb"] = round(tracemalloc.get_traced_memory()[0] / 2**20, 1)
         samples.append(row)
@@ -92,8 +111,10 @@ def main() -> None:
             try:
                 return fn(*a, **k)
             finally:
-                seconds[f"{module.__name__.rsplit('.', 1)[-1]}.{name}"] = \
+                seconds[f"{module.__name__.rsplit('.', 1)[-1]}.{name}"] = (
                     seconds.get(f"{module.__name__.rsplit('.', 1)[-1]}.{name}", 0.0) + time.perf_counter() - t
+                )
+
         setattr(module, name, wrapper)
 
     for name in ("delete_documents", "add_rows", "rows_table"):
@@ -111,11 +132,17 @@ def main() -> None:
         at = state["snapshots"].pop(0)
         gc.collect()
         row = sample(f"snapshot {at}")
-        row.update(gc_objects=len(gc.get_objects()), seconds={k: round(v, 1) for k, v in seconds.items()},
-                   lance_fragments=self.table.stats()["fragment_stats"]["num_fragments"],
-                   lance_version=self.table.version,
-                   duckdb_memory=dict(self.con.execute("SELECT tag, memory_usage_bytes FROM duckdb_memory() "
-                                                       "WHERE memory_usage_bytes > 0").fetchall()))
+        row.update(
+            gc_objects=len(gc.get_objects()),
+            seconds={k: round(v, 1) for k, v in seconds.items()},
+            lance_fragments=self.table.stats()["fragment_stats"]["num_fragments"],
+            lance_version=self.table.version,
+            duckdb_memory=dict(
+                self.con.execute(
+                    "SELECT tag, memory_usage_bytes FROM duckdb_memory() WHERE memory_usage_bytes > 0"
+                ).fetchall()
+            ),
+        )
         if tracemalloc.is_tracing():
             tracemalloc.take_snapshot().dump(str(OUT / f"snap{at}.tm"))
         print(json.dumps(row), file=sys.stderr, flush=True)
@@ -136,8 +163,15 @@ def main() -> None:
     report = quarry.index([str(tree)], store, embed_backend="hash", embed_dim=DIM)
     sample("end")
     (OUT / "samples.json").write_text(json.dumps(samples))
-    print(json.dumps({"chunks": report.get("chunks"),
-                      "stage_s": {k: v["seconds"] for k, v in report.get("durations", {}).items()}}), file=sys.stderr)
+    print(
+        json.dumps(
+            {
+                "chunks": report.get("chunks"),
+                "stage_s": {k: v["seconds"] for k, v in report.get("durations", {}).items()},
+            }
+        ),
+        file=sys.stderr,
+    )
     shutil.rmtree(store, ignore_errors=True)
 
 

@@ -71,8 +71,11 @@ def main() -> None:
         for name, store, counts in cases:  # BM25 alone, every query new to a fresh reader
             idx = _open(store, settings, counts)
             bm25 = idx.snapshot.index.bm25
-            shape[name] = {"segments": len(bm25.parts), "deleted_rows": int(len(bm25.deleted)),
-                           "counted_segments": sum(x is not None for x in bm25.dead_terms)}
+            shape[name] = {
+                "segments": len(bm25.parts),
+                "deleted_rows": int(len(bm25.deleted)),
+                "counted_segments": sum(x is not None for x in bm25.dead_terms),
+            }
             for toks in tokens[:5]:  # the files paged in
                 bm25.search_tokens(toks, 50)
             times = []
@@ -88,29 +91,49 @@ def main() -> None:
         times = [[] for _ in readers]
         for i, q in enumerate(queries):
             order = list(range(len(readers)))
-            for j in (order if i % 2 == 0 else order[::-1]):
+            for j in order if i % 2 == 0 else order[::-1]:
                 t = time.perf_counter()
                 readers[j].search(q, k=10, mode="hybrid")
                 times[j].append((time.perf_counter() - t) * 1000)
         for (name, _, _), ts, idx in zip(cases, times, readers):
             rounds[name]["hybrid"].append(statistics.median(ts))
             idx.close()
-    rows = [{"case": name, **shape[name], "bm25_cold_p50_ms": [round(x, 3) for x in rounds[name]["bm25"]],
-             "hybrid_p50_ms": [round(x, 3) for x in rounds[name]["hybrid"]]} for name, _, _ in cases]
-    payload = {"store": args.store, "merged": args.merged, "queries": args.queries, "rounds": args.rounds,
-               "load_avg": " ".join(f"{x:.2f}" for x in os.getloadavg()), "results": rows}
+    rows = [
+        {
+            "case": name,
+            **shape[name],
+            "bm25_cold_p50_ms": [round(x, 3) for x in rounds[name]["bm25"]],
+            "hybrid_p50_ms": [round(x, 3) for x in rounds[name]["hybrid"]],
+        }
+        for name, _, _ in cases
+    ]
+    payload = {
+        "store": args.store,
+        "merged": args.merged,
+        "queries": args.queries,
+        "rounds": args.rounds,
+        "load_avg": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "results": rows,
+    }
     dest = ROOT / "bench" / "results" / "segment_queries.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(payload, indent=2))
     out = sys.stderr if args.json else sys.stdout
-    print(f"python bench/segment_queries.py --store {args.store}" + (f" --merged {args.merged}" if args.merged else ""),
-          file=out)
-    print(f"{'case':<8} {'segments':>8} {'deleted':>8} {'counted':>8}  {'BM25 p50 ms (rounds)':<24} hybrid p50 ms (rounds)",
-          file=out)
+    print(
+        f"python bench/segment_queries.py --store {args.store}" + (f" --merged {args.merged}" if args.merged else ""),
+        file=out,
+    )
+    print(
+        f"{'case':<8} {'segments':>8} {'deleted':>8} {'counted':>8}  {'BM25 p50 ms (rounds)':<24} hybrid p50 ms (rounds)",
+        file=out,
+    )
     for r in rows:
-        print(f"{r['case']:<8} {r['segments']:>8} {r['deleted_rows']:>8} {r['counted_segments']:>8}  "
-              f"{' '.join(f'{x:.3f}' for x in r['bm25_cold_p50_ms']):<24} "
-              f"{' '.join(f'{x:.3f}' for x in r['hybrid_p50_ms'])}", file=out)
+        print(
+            f"{r['case']:<8} {r['segments']:>8} {r['deleted_rows']:>8} {r['counted_segments']:>8}  "
+            f"{' '.join(f'{x:.3f}' for x in r['bm25_cold_p50_ms']):<24} "
+            f"{' '.join(f'{x:.3f}' for x in r['hybrid_p50_ms'])}",
+            file=out,
+        )
     if args.json:
         print(json.dumps(payload, indent=2))
 

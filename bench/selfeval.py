@@ -106,16 +106,24 @@ def run_set(name: str, docs: int, n: int, index_flow) -> dict:
                     out[f"{method}_questions"] = len(sets[method])
             idx.prime_queries(list(beir.queries.values()))
             for mode, fusion in CONFIGS:
-                row = {"chunk_size": size, "mode": mode, "fusion": fusion,
-                       "ndcg@10": human_ndcg(idx, beir, by_path, mode, fusion)}
+                row = {
+                    "chunk_size": size,
+                    "mode": mode,
+                    "fusion": fusion,
+                    "ndcg@10": human_ndcg(idx, beir, by_path, mode, fusion),
+                }
                 for method, questions in sets.items():
                     scored = score_set(idx, questions, (mode,), 10, {"fusion": fusion} if fusion else None)[mode]
                     row[f"{method} mrr@10"] = scored["metrics"]["mrr@10"]
                     row[f"{method} recall@10"] = scored["metrics"]["recall@10"]
                     row[f"{method} s/100q"] = round(100 * scored["seconds"] / max(len(questions), 1), 2)
                 out["configs"].append(row)
-                print(f"  {name} cs{size} {mode} {fusion or ''}: " + ", ".join(
-                    f"{k} {v:.3f}" for k, v in row.items() if isinstance(v, float)), file=sys.stderr, flush=True)
+                print(
+                    f"  {name} cs{size} {mode} {fusion or ''}: "
+                    + ", ".join(f"{k} {v:.3f}" for k, v in row.items() if isinstance(v, float)),
+                    file=sys.stderr,
+                    flush=True,
+                )
     out["tau"] = taus(out["configs"])
     return out
 
@@ -143,8 +151,12 @@ def run_handbook(n: int, index_flow, parts=HANDBOOK_PARTS) -> dict:
     store = RESULTS / "handbook"
     t = time.perf_counter()
     index_flow([str(tree / p) for p in parts], db=str(store))
-    out = {"set": "sourcegraph-handbook", "parts": list(parts), "index_seconds": round(time.perf_counter() - t, 1),
-           "rows": []}
+    out = {
+        "set": "sourcegraph-handbook",
+        "parts": list(parts),
+        "index_seconds": round(time.perf_counter() - t, 1),
+        "rows": [],
+    }
     with quarry.open(store) as idx:
         out["documents"] = idx.status()["documents"]
         out["chunks"] = idx.status()["chunks"]
@@ -154,10 +166,16 @@ def run_handbook(n: int, index_flow, parts=HANDBOOK_PARTS) -> dict:
             gen = time.perf_counter() - t
             for mode in ("bm25", "vector", "hybrid"):
                 scored = score_set(idx, questions, (mode,), 10)[mode]
-                out["rows"].append({"method": method, "mode": mode, "questions": len(questions),
-                                    "generate s/100q": round(100 * gen / max(len(questions), 1), 2),
-                                    "score s/100q": round(100 * scored["seconds"] / max(len(questions), 1), 2),
-                                    **scored["metrics"]})
+                out["rows"].append(
+                    {
+                        "method": method,
+                        "mode": mode,
+                        "questions": len(questions),
+                        "generate s/100q": round(100 * gen / max(len(questions), 1), 2),
+                        "score s/100q": round(100 * scored["seconds"] / max(len(questions), 1), 2),
+                        **scored["metrics"],
+                    }
+                )
     return out
 
 
@@ -167,8 +185,11 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=1000, help="SciFact subset size (judged documents + random others).")
     ap.add_argument("-n", type=int, default=200, help="Questions per generated set.")
     ap.add_argument("--handbook", action="store_true")
-    ap.add_argument("--handbook-parts", default=",".join(HANDBOOK_PARTS),
-                    help="Folders of the handbook tree to index (the whole tree takes most of an hour on 2 shared cores).")
+    ap.add_argument(
+        "--handbook-parts",
+        default=",".join(HANDBOOK_PARTS),
+        help="Folders of the handbook tree to index (the whole tree takes most of an hour on 2 shared cores).",
+    )
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--report", action="store_true", help="Print the tables of the last run's JSON; run nothing.")
     args = ap.parse_args()
@@ -192,7 +213,9 @@ def main() -> None:
                 continue
             results["sets"].append(run_set(name, args.docs, args.n, index_flow))
         if args.handbook:
-            results["handbook"] = run_handbook(args.n, index_flow, tuple(p for p in args.handbook_parts.split(",") if p))
+            results["handbook"] = run_handbook(
+                args.n, index_flow, tuple(p for p in args.handbook_parts.split(",") if p)
+            )
     results["load_after"] = os.getloadavg()
     dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists() and not results["sets"]:  # a handbook-only run keeps the BEIR sets of the last run
@@ -205,27 +228,44 @@ def main() -> None:
 
 def report(results: dict, table) -> None:
     for r in results["sets"]:
-        print(f"\n{r['set']}: {r['documents']} documents, {r['queries']} judged queries; "
-              f"{r['known-item_questions']} known-item, {r['headings_questions']} headings questions", file=table)
-        print(f"{'chunk':>5} {'mode':<7} {'fusion':<6} {'nDCG@10':>8} {'KI MRR':>7} {'KI R@10':>8} {'HD MRR':>7} "
-              f"{'HD R@10':>8}", file=table)
+        print(
+            f"\n{r['set']}: {r['documents']} documents, {r['queries']} judged queries; "
+            f"{r['known-item_questions']} known-item, {r['headings_questions']} headings questions",
+            file=table,
+        )
+        print(
+            f"{'chunk':>5} {'mode':<7} {'fusion':<6} {'nDCG@10':>8} {'KI MRR':>7} {'KI R@10':>8} {'HD MRR':>7} "
+            f"{'HD R@10':>8}",
+            file=table,
+        )
         for c in r["configs"]:
-            print(f"{c['chunk_size']:>5} {c['mode']:<7} {c['fusion'] or '':<6} {c['ndcg@10']:>8.3f} "
-                  f"{c['known-item mrr@10']:>7.3f} {c['known-item recall@10']:>8.3f} {c['headings mrr@10']:>7.3f} "
-                  f"{c['headings recall@10']:>8.3f}", file=table)
+            print(
+                f"{c['chunk_size']:>5} {c['mode']:<7} {c['fusion'] or '':<6} {c['ndcg@10']:>8.3f} "
+                f"{c['known-item mrr@10']:>7.3f} {c['known-item recall@10']:>8.3f} {c['headings mrr@10']:>7.3f} "
+                f"{c['headings recall@10']:>8.3f}",
+                file=table,
+            )
         print("Kendall's tau-b vs nDCG@10:", file=table)
         for k, v in r["tau"].items():
             print(f"  {k:<32} {v:+.2f}", file=table)
     if results["handbook"]:
         h = results["handbook"]
-        print(f"\nhandbook ({', '.join(h.get('parts') or [])}): {h['documents']} documents, {h['chunks']} chunks (indexed in {h['index_seconds']} s)",
-              file=table)
-        print(f"{'method':<11} {'mode':<7} {'R@10':>6} {'MRR':>6} {'pageR':>6} {'chunkR':>7} {'gen s/100q':>10} "
-              f"{'score s/100q':>12}", file=table)
+        print(
+            f"\nhandbook ({', '.join(h.get('parts') or [])}): {h['documents']} documents, {h['chunks']} chunks (indexed in {h['index_seconds']} s)",
+            file=table,
+        )
+        print(
+            f"{'method':<11} {'mode':<7} {'R@10':>6} {'MRR':>6} {'pageR':>6} {'chunkR':>7} {'gen s/100q':>10} "
+            f"{'score s/100q':>12}",
+            file=table,
+        )
         for row in h["rows"]:
-            print(f"{row['method']:<11} {row['mode']:<7} {row['recall@10']:>6.3f} {row['mrr@10']:>6.3f} "
-                  f"{row['page_recall@10']:>6.3f} {row['chunk_recall@10']:>7.3f} {row['generate s/100q']:>10} "
-                  f"{row['score s/100q']:>12}", file=table)
+            print(
+                f"{row['method']:<11} {row['mode']:<7} {row['recall@10']:>6.3f} {row['mrr@10']:>6.3f} "
+                f"{row['page_recall@10']:>6.3f} {row['chunk_recall@10']:>7.3f} {row['generate s/100q']:>10} "
+                f"{row['score s/100q']:>12}",
+                file=table,
+            )
     print(f"\nbackend {results['backend']}; load {results['load']} -> {results['load_after']}", file=table)
 
 

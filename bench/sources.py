@@ -74,7 +74,7 @@ def build_tree(out: Path, n_md: int, n_pdf: int) -> None:
         for stem, reader, pages in sources:
             start, length = (made * 7) % len(pages), 1 + made % 3
             writer = PdfWriter()
-            for p in pages[start:start + length]:
+            for p in pages[start : start + length]:
                 writer.add_page(reader.pages[p])
             path = out / "papers" / f"{stem}-{made:03d}.pdf"
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,8 +94,9 @@ def _port() -> int:
 def upload(client, tree: Path) -> int:
     files = [p for p in sorted(tree.rglob("*")) if p.is_file()]
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda p: client.upload_file(str(p), BUCKET, f"{PREFIX}/{p.relative_to(tree).as_posix()}"),
-                      files))
+        list(
+            pool.map(lambda p: client.upload_file(str(p), BUCKET, f"{PREFIX}/{p.relative_to(tree).as_posix()}"), files)
+        )
     return len(files)
 
 
@@ -108,15 +109,22 @@ def measured(root: str, db: Path, env: dict) -> dict:
     """Run ``quarry index`` under a small wrapper process: its wall time, and its peak RSS as the
     wrapper's RUSAGE_CHILDREN states it (the largest of the ``quarry`` process and the children it
     waited for, its private Prefect server among them), untouched by the runs before it."""
-    code = ("import json, resource, subprocess, sys, time\n"
-            "t = time.perf_counter()\n"
-            "p = subprocess.run(sys.argv[1:], capture_output=True)\n"
-            "wall = time.perf_counter() - t\n"
-            "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024\n"
-            "sys.stdout.write(json.dumps({'rc': p.returncode, 'wall': wall, 'rss': rss, "
-            "'out': p.stdout.decode(errors='replace'), 'err': p.stderr.decode(errors='replace')[-3000:]}))\n")
-    done = subprocess.run([sys.executable, "-c", code, sys.executable, "-m", "quarry.cli.main", "index", root,
-                           "--db", str(db), "--json"], env=env, capture_output=True, text=True, cwd=ROOT)
+    code = (
+        "import json, resource, subprocess, sys, time\n"
+        "t = time.perf_counter()\n"
+        "p = subprocess.run(sys.argv[1:], capture_output=True)\n"
+        "wall = time.perf_counter() - t\n"
+        "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024\n"
+        "sys.stdout.write(json.dumps({'rc': p.returncode, 'wall': wall, 'rss': rss, "
+        "'out': p.stdout.decode(errors='replace'), 'err': p.stderr.decode(errors='replace')[-3000:]}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, sys.executable, "-m", "quarry.cli.main", "index", root, "--db", str(db), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     got = json.loads(done.stdout)
     if got["rc"] not in (0, 3):
         sys.exit(f"quarry index {root} failed ({got['rc']}): {got['err']}")
@@ -142,8 +150,9 @@ def main() -> None:
     port = _port()
     endpoint = f"http://127.0.0.1:{port}"
     with log.open("wb") as out:
-        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                  stdout=out, stderr=out)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out
+        )
     results = []
     try:
         for _ in range(200):
@@ -152,19 +161,38 @@ def main() -> None:
                 break
             except OSError:
                 time.sleep(0.1)
-        aws = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret",
-               "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true", "AWS_ALLOW_HTTP": "true"}
-        env = {**os.environ, **aws, "QUARRY_EMBED_BACKEND": args.embed_backend, "HF_HUB_OFFLINE": "1",
-               "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+        aws = {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench-secret",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_ALLOW_HTTP": "true",
+        }
+        env = {
+            **os.environ,
+            **aws,
+            "QUARRY_EMBED_BACKEND": args.embed_backend,
+            "HF_HUB_OFFLINE": "1",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "DO_NOT_TRACK": "1",
+        }
         import boto3
 
-        client = boto3.session.Session().client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                                                aws_access_key_id="bench", aws_secret_access_key="bench-secret")
+        client = boto3.session.Session().client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="bench",
+            aws_secret_access_key="bench-secret",
+        )
         client.create_bucket(Bucket=BUCKET)
         t0 = time.perf_counter()
         n = upload(client, tree)
-        print(f"tree: {n} files ({args.md} Markdown, {args.pdfs} PDF), uploaded in {time.perf_counter() - t0:.1f} s",
-              file=sys.stderr)
+        print(
+            f"tree: {n} files ({args.md} Markdown, {args.pdfs} PDF), uploaded in {time.perf_counter() - t0:.1f} s",
+            file=sys.stderr,
+        )
         url = f"s3://{BUCKET}/{PREFIX}"
         edited = sorted((tree / "abstracts").rglob("*.md"))[len(list((tree / "abstracts").rglob("*.md"))) // 2]
         for run in ("full", "no_change", "edit"):
@@ -175,11 +203,18 @@ def main() -> None:
                 before = object_gets(log)
                 got = measured(root, work / f"db-{source}", env)
                 report = got["report"]
-                results.append({"source": source, "run": run, "wall_s": got["wall_s"],
-                                "gets": object_gets(log) - before if source == "s3" else 0,
-                                "embedded": report["added"] + report["updated"],
-                                "embedded_chunks": report["embedded_chunks"], "peak_rss_mb": got["peak_rss_mb"],
-                                "failed": report["failed"]})
+                results.append(
+                    {
+                        "source": source,
+                        "run": run,
+                        "wall_s": got["wall_s"],
+                        "gets": object_gets(log) - before if source == "s3" else 0,
+                        "embedded": report["added"] + report["updated"],
+                        "embedded_chunks": report["embedded_chunks"],
+                        "peak_rss_mb": got["peak_rss_mb"],
+                        "failed": report["failed"],
+                    }
+                )
                 print(f"  {source:5} {run:9} {got['wall_s']:8.1f} s", file=sys.stderr)
     finally:
         server.terminate()
@@ -191,20 +226,36 @@ def main() -> None:
     summary = {
         "full_wall_ratio_s3_over_local": round(by["s3", "full"]["wall_s"] / by["local", "full"]["wall_s"], 3),
         "no_change_share_of_full_s3": round(by["s3", "no_change"]["wall_s"] / by["s3", "full"]["wall_s"], 4),
-        "peak_rss_ratio_s3_over_local": round(max(r["peak_rss_mb"] for r in results if r["source"] == "s3")
-                                              / max(r["peak_rss_mb"] for r in results if r["source"] == "local"), 3),
+        "peak_rss_ratio_s3_over_local": round(
+            max(r["peak_rss_mb"] for r in results if r["source"] == "s3")
+            / max(r["peak_rss_mb"] for r in results if r["source"] == "local"),
+            3,
+        ),
     }
-    doc = {"results": results, "summary": summary, "md": args.md, "pdfs": args.pdfs,
-           "embed_backend": args.embed_backend, "load_average": os.getloadavg(),
-           "command": " ".join(["python", "bench/sources.py", *sys.argv[1:]])}
-    lines = ["| source | run | wall s | object GETs | documents embedded | chunks embedded | peak RSS MB |",
-             "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['source']} | {r['run']} | {r['wall_s']:.1f} | {r['gets']} | {r['embedded']} | "
-              f"{r['embedded_chunks']} | {r['peak_rss_mb']:.0f} |" for r in results]
+    doc = {
+        "results": results,
+        "summary": summary,
+        "md": args.md,
+        "pdfs": args.pdfs,
+        "embed_backend": args.embed_backend,
+        "load_average": os.getloadavg(),
+        "command": " ".join(["python", "bench/sources.py", *sys.argv[1:]]),
+    }
+    lines = [
+        "| source | run | wall s | object GETs | documents embedded | chunks embedded | peak RSS MB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['source']} | {r['run']} | {r['wall_s']:.1f} | {r['gets']} | {r['embedded']} | "
+        f"{r['embedded_chunks']} | {r['peak_rss_mb']:.0f} |"
+        for r in results
+    ]
     lines.append("")
-    lines.append(f"s3 / local full-run wall: {summary['full_wall_ratio_s3_over_local']:.2f} (goal <= 1.3); "
-                 f"s3 no-change / full: {100 * summary['no_change_share_of_full_s3']:.1f}% (goal <= 5%); "
-                 f"peak RSS s3 / local: {summary['peak_rss_ratio_s3_over_local']:.2f} (goal <= 1.2)")
+    lines.append(
+        f"s3 / local full-run wall: {summary['full_wall_ratio_s3_over_local']:.2f} (goal <= 1.3); "
+        f"s3 no-change / full: {100 * summary['no_change_share_of_full_s3']:.1f}% (goal <= 5%); "
+        f"peak RSS s3 / local: {summary['peak_rss_ratio_s3_over_local']:.2f} (goal <= 1.2)"
+    )
     table = "\n".join(lines)
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -56,6 +56,7 @@ class RunnerFailed(Exception):
 
 # --- environments ----------------------------------------------------------------------------
 
+
 def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
@@ -96,10 +97,14 @@ def quarry_python(backend: str) -> Path | None:
 
 # --- the tree --------------------------------------------------------------------------------
 
+
 def pick_files(src: Path, exts: tuple[str, ...], limit: int | None) -> list[Path]:
     """Relative paths of the files to copy: by extension (``()`` = all), ``limit`` spread evenly."""
-    files = sorted(p.relative_to(src) for p in src.rglob("*")
-                   if p.is_file() and not p.is_symlink() and (not exts or p.suffix.lower() in exts))
+    files = sorted(
+        p.relative_to(src)
+        for p in src.rglob("*")
+        if p.is_file() and not p.is_symlink() and (not exts or p.suffix.lower() in exts)
+    )
     if limit and limit < len(files):
         files = [files[i * len(files) // limit] for i in range(limit)]
     return files
@@ -137,8 +142,10 @@ def _prose(block: str) -> bool:
 
 def edit_paragraph(tree: Path) -> Path:
     """Append a sentence to the longest prose paragraph of the median-sized Markdown file that has one."""
-    candidates = sorted((p for p in tree.rglob("*.md") if any(map(_prose, p.read_text("utf-8").split("\n\n")))),
-                        key=lambda p: (p.stat().st_size, str(p)))
+    candidates = sorted(
+        (p for p in tree.rglob("*.md") if any(map(_prose, p.read_text("utf-8").split("\n\n")))),
+        key=lambda p: (p.stat().st_size, str(p)),
+    )
     if not candidates:
         raise SystemExit(f"no Markdown file under {tree} has a prose paragraph to edit")
     target = candidates[len(candidates) // 2]
@@ -151,14 +158,16 @@ def edit_paragraph(tree: Path) -> Path:
 
 # --- runners ---------------------------------------------------------------------------------
 
+
 class Runner:
     """One long-lived runner process: send a run name, read one JSON line back."""
 
     def __init__(self, cmd: list[str], env: dict, log: Path):
         self.log = log
-        self._log = open(log, "ab")  # noqa: SIM115 - the runner's stderr for its whole life; close() closes it
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                     env=env, text=True, cwd=log.parent)
+        self._log = open(log, "ab")
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env, text=True, cwd=log.parent
+        )
         self.ready = self._read()
 
     def _read(self) -> dict:
@@ -186,12 +195,26 @@ class Runner:
 
 
 def runner_for(system: str, backend: str, tree: Path, work: Path, args) -> Runner:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1"
+    )
     if system == "llamaindex":
-        cmd = [str(venv_python(PEER_VENV)), str(PEERS / "llamaindex_run.py"), "--tree", str(tree),
-               "--work", str(work), "--chunk-size", str(args.li_chunk_size), "--chunk-overlap",
-               str(args.li_chunk_overlap), "--chunk-unit", args.li_chunk_unit, "--batch-size", str(args.li_batch_size)]
+        cmd = [
+            str(venv_python(PEER_VENV)),
+            str(PEERS / "llamaindex_run.py"),
+            "--tree",
+            str(tree),
+            "--work",
+            str(work),
+            "--chunk-size",
+            str(args.li_chunk_size),
+            "--chunk-overlap",
+            str(args.li_chunk_overlap),
+            "--chunk-unit",
+            args.li_chunk_unit,
+            "--batch-size",
+            str(args.li_batch_size),
+        ]
     else:
         python = quarry_python(backend)
         if python is None:
@@ -203,8 +226,9 @@ def runner_for(system: str, backend: str, tree: Path, work: Path, args) -> Runne
     return Runner(cmd, env, work / "runner.log")
 
 
-def bench_system(system: str, backend: str, src: Path, files: list[Path], base: float, work: Path, args,
-                 log=sys.stderr) -> tuple[dict, list[dict]]:
+def bench_system(
+    system: str, backend: str, src: Path, files: list[Path], base: float, work: Path, args, log=sys.stderr
+) -> tuple[dict, list[dict]]:
     """The four runs of one system on its own copy of the tree; returns (setup, rows)."""
     work.mkdir(parents=True)
     tree = work / "tree"
@@ -216,8 +240,11 @@ def bench_system(system: str, backend: str, src: Path, files: list[Path], base: 
         print(f"{label}: {exc}", file=log)
         return {"system": system, "backend": backend, "error": str(exc).splitlines()[0]}, []
     setup = {"system": system, "backend": backend, **{k: v for k, v in runner.ready.items() if k != "event"}}
-    print(f"{label}: ready in {setup['startup_s']} s" +
-          (f" + warm-up {setup['warmup_s']} s" if "warmup_s" in setup else ""), file=log)
+    print(
+        f"{label}: ready in {setup['startup_s']} s"
+        + (f" + warm-up {setup['warmup_s']} s" if "warmup_s" in setup else ""),
+        file=log,
+    )
     rows = []
     try:
         for run in RUNS:
@@ -230,9 +257,19 @@ def bench_system(system: str, backend: str, src: Path, files: list[Path], base: 
             if "embedder" in result:
                 setup["embedder"] = result.pop("embedder")
             wall, chunks = result.pop("wall_s"), result.pop("chunks")
-            rows.append({"system": system, "backend": backend, "run": result.pop("run"), "wall_s": wall,
-                         "chunks": chunks, "embedded": result.pop("embedded"), "truncated": result.pop("truncated"),
-                         "chunks_per_s": round(chunks / wall, 1) if chunks and wall else None, **result})
+            rows.append(
+                {
+                    "system": system,
+                    "backend": backend,
+                    "run": result.pop("run"),
+                    "wall_s": wall,
+                    "chunks": chunks,
+                    "embedded": result.pop("embedded"),
+                    "truncated": result.pop("truncated"),
+                    "chunks_per_s": round(chunks / wall, 1) if chunks and wall else None,
+                    **result,
+                }
+            )
             print(f"{label} {run}: {wall:.2f} s, {chunks} chunks, {rows[-1]['embedded']} embedded", file=log)
     except RunnerFailed as exc:
         print(f"{label}: {exc}", file=log)
@@ -244,33 +281,55 @@ def bench_system(system: str, backend: str, src: Path, files: list[Path], base: 
 
 # --- report ----------------------------------------------------------------------------------
 
+
 def goal(rows: list[dict]) -> list[dict]:
     """quarry's full-index wall time as a fraction of LlamaIndex's, per quarry backend (goal <= 0.5)."""
     full = {(r["system"], r["backend"]): r for r in rows if r["run"] == "full"}
     li = next((r for (s, _), r in full.items() if s == "llamaindex"), None)
     if li is None:
         return []
-    return [{"backend": b, "fraction_of_llamaindex": round(r["wall_s"] / li["wall_s"], 3),
-             "truncated": r["truncated"], "met": r["wall_s"] <= 0.5 * li["wall_s"] and r["truncated"] == 0}
-            for (s, b), r in full.items() if s == "quarry"]
+    return [
+        {
+            "backend": b,
+            "fraction_of_llamaindex": round(r["wall_s"] / li["wall_s"], 3),
+            "truncated": r["truncated"],
+            "met": r["wall_s"] <= 0.5 * li["wall_s"] and r["truncated"] == 0,
+        }
+        for (s, b), r in full.items()
+        if s == "quarry"
+    ]
 
 
 def print_table(result: dict, out) -> None:
-    print(f"{'system':<11} {'backend':<10} {'run':<10} {'wall_s':>8} {'chunks':>7} {'embedded':>9} "
-          f"{'truncated':>9} {'chunks/s':>9} {'calls':>6}", file=out)
+    print(
+        f"{'system':<11} {'backend':<10} {'run':<10} {'wall_s':>8} {'chunks':>7} {'embedded':>9} "
+        f"{'truncated':>9} {'chunks/s':>9} {'calls':>6}",
+        file=out,
+    )
     for r in result["results"]:
         cps = "-" if r["chunks_per_s"] is None else f"{r['chunks_per_s']:.1f}"
-        print(f"{r['system']:<11} {r['backend']:<10} {r['run']:<10} {r['wall_s']:>8.2f} {r['chunks']:>7} "
-              f"{r['embedded']:>9} {r['truncated']:>9} {cps:>9} {r.get('model_calls', '-'):>6}", file=out)
+        print(
+            f"{r['system']:<11} {r['backend']:<10} {r['run']:<10} {r['wall_s']:>8.2f} {r['chunks']:>7} "
+            f"{r['embedded']:>9} {r['truncated']:>9} {cps:>9} {r.get('model_calls', '-'):>6}",
+            file=out,
+        )
     for s in result["setup"]:
-        what = f"error: {s['error']}" if "error" in s else (
-            f"start-up {s['startup_s']} s" + (f", warm-up {s['warmup_s']} s" if "warmup_s" in s else "")
-            + " (not in wall_s)")
+        what = (
+            f"error: {s['error']}"
+            if "error" in s
+            else (
+                f"start-up {s['startup_s']} s"
+                + (f", warm-up {s['warmup_s']} s" if "warmup_s" in s else "")
+                + " (not in wall_s)"
+            )
+        )
         print(f"{s['system']} ({s['backend']}): {what}", file=out)
     for g in result["goal"]:
-        print(f"quarry {g['backend']} full index = {100 * g['fraction_of_llamaindex']:.1f}% of LlamaIndex's wall "
-              f"time, {g['truncated']} truncated (goal <= 50%, 0 truncated: {'met' if g['met'] else 'not met'})",
-              file=out)
+        print(
+            f"quarry {g['backend']} full index = {100 * g['fraction_of_llamaindex']:.1f}% of LlamaIndex's wall "
+            f"time, {g['truncated']} truncated (goal <= 50%, 0 truncated: {'met' if g['met'] else 'not met'})",
+            file=out,
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -279,20 +338,32 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--systems", default="quarry,llamaindex", help="comma-separated: quarry, llamaindex")
     ap.add_argument("--backends", default="onnx-int8,torch", help="quarry's embedding backends, comma-separated")
     ap.add_argument("--limit-files", type=int, default=None, help="index only N files of the tree, spread evenly")
-    ap.add_argument("--exts", default=".md,.txt",
-                    help="file types copied for both systems (default: the tree's text files); 'all' for every file")
+    ap.add_argument(
+        "--exts",
+        default=".md,.txt",
+        help="file types copied for both systems (default: the tree's text files); 'all' for every file",
+    )
     ap.add_argument("--json", action="store_true", help="JSON on stdout, the table on stderr")
     ap.add_argument("--setup", action="store_true", help="build (or refresh) bench/peers/.venv and exit")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "vs_llamaindex.json")
-    ap.add_argument("--work", type=Path, default=None,
-                    help="folder for the trees and stores, emptied first (default: $TMPDIR/quarry-vs-llamaindex)")
+    ap.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="folder for the trees and stores, emptied first (default: $TMPDIR/quarry-vs-llamaindex)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the trees and stores after the run")
     ap.add_argument("--li-chunk-size", type=int, default=800)
     ap.add_argument("--li-chunk-overlap", type=int, default=0)
-    ap.add_argument("--li-chunk-unit", choices=("chars", "tokens"), default="chars",
-                    help="what SentenceSplitter's chunk_size counts: characters (quarry's unit) or tiktoken tokens")
-    ap.add_argument("--li-batch-size", type=int, default=0,
-                    help="HuggingFaceEmbedding embed_batch_size (0: its default)")
+    ap.add_argument(
+        "--li-chunk-unit",
+        choices=("chars", "tokens"),
+        default="chars",
+        help="what SentenceSplitter's chunk_size counts: characters (quarry's unit) or tiktoken tokens",
+    )
+    ap.add_argument(
+        "--li-batch-size", type=int, default=0, help="HuggingFaceEmbedding embed_batch_size (0: its default)"
+    )
     args = ap.parse_args(argv)
 
     if args.setup:
@@ -318,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     # One fixed folder, not a random one: LlamaIndex embeds each chunk with its file's path, so a
     # random name would change token counts (and truncations) from one bench run to the next.
     work = args.work or Path(tempfile.gettempdir()) / "quarry-vs-llamaindex"
-    lock = open(f"{work}.lock", "w")  # noqa: SIM115 - held until the process exits
+    lock = open(f"{work}.lock", "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -335,8 +406,16 @@ def main(argv: list[str] | None = None) -> None:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 
-    result = {"tree": str(args.tree), "files": len(files), "exts": list(exts) or "all", "limit_files": args.limit_files,
-              "peer_setup_s": peer_setup_s, "setup": setups, "goal": goal(rows), "results": rows}
+    result = {
+        "tree": str(args.tree),
+        "files": len(files),
+        "exts": list(exts) or "all",
+        "limit_files": args.limit_files,
+        "peer_setup_s": peer_setup_s,
+        "setup": setups,
+        "goal": goal(rows),
+        "results": rows,
+    }
     if args.keep:
         result["work"] = str(work)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -71,22 +71,52 @@ def add_runs(store: Path, n: int = RUNS) -> None:
             scale = 1 + i / n
             durations = {}
             for stage in STAGES:
-                seconds = {"parse": 40, "embed": 90, "load": 12, "commit": 8}.get(stage, 0.5) * scale * rng.uniform(.7, 1.3)
-                durations[stage] = {"seconds": round(seconds, 3), "busy_seconds": round(seconds * 1.6, 3),
-                                    "rows": 1000 + i, "rows_per_s": round((1000 + i) / seconds, 1)}
-            durations["total"] = {"seconds": round(sum(v["seconds"] for v in durations.values()) * .7, 3),
-                                  "busy_seconds": None, "rows": None, "rows_per_s": None}
-            failed = [{"path": f"/corpus/team{j}/broken{i}-{j}.pdf", "error": "not valid PDF: EOF marker not found"}
-                      for j in range(i % 7 == 0 and 3 or 0)]
+                seconds = (
+                    {"parse": 40, "embed": 90, "load": 12, "commit": 8}.get(stage, 0.5) * scale * rng.uniform(0.7, 1.3)
+                )
+                durations[stage] = {
+                    "seconds": round(seconds, 3),
+                    "busy_seconds": round(seconds * 1.6, 3),
+                    "rows": 1000 + i,
+                    "rows_per_s": round((1000 + i) / seconds, 1),
+                }
+            durations["total"] = {
+                "seconds": round(sum(v["seconds"] for v in durations.values()) * 0.7, 3),
+                "busy_seconds": None,
+                "rows": None,
+                "rows_per_s": None,
+            }
+            failed = [
+                {"path": f"/corpus/team{j}/broken{i}-{j}.pdf", "error": "not valid PDF: EOF marker not found"}
+                for j in range(i % 7 == 0 and 3 or 0)
+            ]
             unsupported = [{"path": f"/corpus/team1/video{i}.mp4", "reason": "media"}] if i % 5 == 0 else []
             started = start + dt.timedelta(days=i)
-            insert_run(con, {"run_id": f"bench-web-{i:03d}", "started": started,
-                             "finished": started + dt.timedelta(seconds=durations["total"]["seconds"]),
-                             "status": "partial" if failed else "completed", "roots": ["/corpus"], "added": 20 + i,
-                             "updated": 40, "deleted": 2, "skipped": 20_000, "failed": len(failed),
-                             "unsupported": len(unsupported), "unsupported_files": unsupported, "chunks": 1000 + i,
-                             "embedded_chunks": 900, "reused_vectors": 100 + i, "model_calls": 30, "errors": failed,
-                             "durations": durations, "settings": {"chunk_size": 800}, "runner": "threads"})
+            insert_run(
+                con,
+                {
+                    "run_id": f"bench-web-{i:03d}",
+                    "started": started,
+                    "finished": started + dt.timedelta(seconds=durations["total"]["seconds"]),
+                    "status": "partial" if failed else "completed",
+                    "roots": ["/corpus"],
+                    "added": 20 + i,
+                    "updated": 40,
+                    "deleted": 2,
+                    "skipped": 20_000,
+                    "failed": len(failed),
+                    "unsupported": len(unsupported),
+                    "unsupported_files": unsupported,
+                    "chunks": 1000 + i,
+                    "embedded_chunks": 900,
+                    "reused_vectors": 100 + i,
+                    "model_calls": 30,
+                    "errors": failed,
+                    "durations": durations,
+                    "settings": {"chunk_size": 800},
+                    "runner": "threads",
+                },
+            )
         con.execute("CHECKPOINT")
     finally:
         con.close()
@@ -99,8 +129,9 @@ def pct(values: list[float], p: float) -> float:
 
 def pages(store: Path, queries: list[str]) -> list[dict]:
     """The pages measured: name, URL (a function of the repetition, so searches vary), key."""
-    import quarry
     from api_load import CALLER
+
+    import quarry
 
     with quarry.open(store) as idx:
         hit = idx.search(queries[0], k=1, principals=CALLER).results[0]
@@ -109,12 +140,22 @@ def pages(store: Path, queries: list[str]) -> list[dict]:
         {"page": "sign-in", "url": lambda i: "/login", "who": None},
         {"page": "search (form)", "url": lambda i: "/", "who": "reader"},
         {"page": "search", "url": lambda i: f"/?q={queries[i % len(queries)]}", "who": "reader"},
-        {"page": "search, explain + window", "url": lambda i: f"/?q={queries[-1 - i % len(queries)]}&explain=1&window=1,1",
-         "who": "reader"},
-        {"page": "results fragment", "url": lambda i: f"/fragments/results?q={queries[(i + 7) % len(queries)]}",
-         "who": "reader", "fragment": True},
-        {"page": "document", "url": lambda i: f"/documents/{hit.doc_id}?chunk={hit.chunk_id}&q=x#c-{hit.chunk_index}",
-         "who": "reader"},
+        {
+            "page": "search, explain + window",
+            "url": lambda i: f"/?q={queries[-1 - i % len(queries)]}&explain=1&window=1,1",
+            "who": "reader",
+        },
+        {
+            "page": "results fragment",
+            "url": lambda i: f"/fragments/results?q={queries[(i + 7) % len(queries)]}",
+            "who": "reader",
+            "fragment": True,
+        },
+        {
+            "page": "document",
+            "url": lambda i: f"/documents/{hit.doc_id}?chunk={hit.chunk_id}&q=x#c-{hit.chunk_index}",
+            "who": "reader",
+        },
         {"page": f"runs ({RUNS + 1})", "url": lambda i: "/runs", "who": "admin"},
         {"page": "run", "url": lambda i: f"/runs/{run_id}", "who": "admin"},
         {"page": "status", "url": lambda i: "/status", "who": "reader"},
@@ -138,8 +179,13 @@ def http_times(base: str, tokens: dict, page: dict, repeat: int) -> dict:
                 body += b"".join(chunks)
             whole.append((time.perf_counter() - t) * 1000)
             size = len(body)
-    return {"ttfb_p50_ms": pct(first, 50), "ttfb_p95_ms": pct(first, 95), "html_p50_ms": pct(whole, 50),
-            "html_p95_ms": pct(whole, 95), "html_bytes": size}
+    return {
+        "ttfb_p50_ms": pct(first, 50),
+        "ttfb_p95_ms": pct(first, 95),
+        "html_p50_ms": pct(whole, 50),
+        "html_p95_ms": pct(whole, 95),
+        "html_bytes": size,
+    }
 
 
 def browser():
@@ -148,8 +194,15 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1280,900",
-                "--no-first-run", "--disable-extensions"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1280,900",
+        "--no-first-run",
+        "--disable-extensions",
+    ):
         options.add_argument(arg)
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
 
@@ -180,10 +233,17 @@ def browser_times(driver, base: str, tokens: dict, page: dict, repeat: int) -> d
     driver.execute_cdp_cmd("Network.clearBrowserCache", {})
     cold = load(repeat)
     warm = [load(i) for i in range(repeat)]
-    return {"cold_load_ms": round(cold["load"], 1), "cold_ttfb_ms": round(cold["ttfb"], 1),
-            "transferred_bytes": cold["transferred"], "decoded_bytes": cold["decoded"], "resources": cold["resources"],
-            "foreign_resources": cold["foreign"], "warm_load_p50_ms": pct([w["load"] for w in warm], 50),
-            "warm_load_p95_ms": pct([w["load"] for w in warm], 95), "warm_ttfb_p50_ms": pct([w["ttfb"] for w in warm], 50)}
+    return {
+        "cold_load_ms": round(cold["load"], 1),
+        "cold_ttfb_ms": round(cold["ttfb"], 1),
+        "transferred_bytes": cold["transferred"],
+        "decoded_bytes": cold["decoded"],
+        "resources": cold["resources"],
+        "foreign_resources": cold["foreign"],
+        "warm_load_p50_ms": pct([w["load"] for w in warm], 50),
+        "warm_load_p95_ms": pct([w["load"] for w in warm], 95),
+        "warm_ttfb_p50_ms": pct([w["ttfb"] for w in warm], 50),
+    }
 
 
 def main() -> None:
@@ -209,8 +269,10 @@ def main() -> None:
         if key.name.startswith("bench-web-") and key.status() == "active":
             ring.revoke(key.id)
     stamp = int(time.time())
-    tokens = {"reader": ring.create(f"bench-web-reader-{stamp}", api_load.CALLER, rate_limit=0)[1],
-              "admin": ring.create(f"bench-web-admin-{stamp}", admin=True, rate_limit=0)[1]}
+    tokens = {
+        "reader": ring.create(f"bench-web-reader-{stamp}", api_load.CALLER, rate_limit=0)[1],
+        "admin": ring.create(f"bench-web-admin-{stamp}", admin=True, rate_limit=0)[1],
+    }
     measured = pages(store, queries)
     logs = RESULTS / "web_logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -235,28 +297,46 @@ def main() -> None:
     finally:
         server.stop()
     search = next(r for r in rows if r["page"] == "search")
-    goals = {"max_transferred_bytes": max((r.get("transferred_bytes") or 0) for r in rows),
-             "all_pages_within_200kb": all((r.get("transferred_bytes") or r["html_bytes"]) <= GOAL_BYTES for r in rows),
-             "search_cold_load_ms": search.get("cold_load_ms"), "search_warm_load_p50_ms": search.get("warm_load_p50_ms"),
-             "search_within_300ms": (search.get("cold_load_ms") or 1e9) <= GOAL_SEARCH_MS,
-             "foreign_resources": sum(r.get("foreign_resources") or 0 for r in rows)}
-    out = {"size": args.size, "repeat": args.repeat, "rows": rows, "goals": goals,
-           "browser": shutil.which("chromium") and os.popen("chromium --version 2>/dev/null").read().strip(),
-           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                       "load": os.getloadavg()[0]}}
+    goals = {
+        "max_transferred_bytes": max((r.get("transferred_bytes") or 0) for r in rows),
+        "all_pages_within_200kb": all((r.get("transferred_bytes") or r["html_bytes"]) <= GOAL_BYTES for r in rows),
+        "search_cold_load_ms": search.get("cold_load_ms"),
+        "search_warm_load_p50_ms": search.get("warm_load_p50_ms"),
+        "search_within_300ms": (search.get("cold_load_ms") or 1e9) <= GOAL_SEARCH_MS,
+        "foreign_resources": sum(r.get("foreign_resources") or 0 for r in rows),
+    }
+    out = {
+        "size": args.size,
+        "repeat": args.repeat,
+        "rows": rows,
+        "goals": goals,
+        "browser": shutil.which("chromium") and os.popen("chromium --version 2>/dev/null").read().strip(),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load": os.getloadavg()[0],
+        },
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "web.json").write_text(json.dumps(out, indent=2))
-    header = (f"{'page':<26} {'TTFB p50':>8} {'p95':>6} {'HTML p50':>8} {'HTML KB':>7} {'cold load':>9} "
-              f"{'warm p50':>8} {'transfer KB':>11}")
+    header = (
+        f"{'page':<26} {'TTFB p50':>8} {'p95':>6} {'HTML p50':>8} {'HTML KB':>7} {'cold load':>9} "
+        f"{'warm p50':>8} {'transfer KB':>11}"
+    )
     lines = [header, "-" * len(header)]
     for r in rows:
-        lines.append(f"{r['page']:<26} {r['ttfb_p50_ms']:>8} {r['ttfb_p95_ms']:>6} {r['html_p50_ms']:>8} "
-                     f"{r['html_bytes'] / 1000:>7.1f} {r.get('cold_load_ms', '–'):>9} {r.get('warm_load_p50_ms', '–'):>8} "
-                     f"{(r['transferred_bytes'] / 1000) if 'transferred_bytes' in r else float('nan'):>11.1f}")
-    lines.append(f"goals: every page <= 200 KB transferred: {goals['all_pages_within_200kb']} (largest "
-                 f"{goals['max_transferred_bytes'] / 1000:.1f} KB); search page loaded <= 300 ms: "
-                 f"{goals['search_within_300ms']} (cold {goals['search_cold_load_ms']} ms, warm p50 "
-                 f"{goals['search_warm_load_p50_ms']} ms); resources from other hosts: {goals['foreign_resources']}")
+        lines.append(
+            f"{r['page']:<26} {r['ttfb_p50_ms']:>8} {r['ttfb_p95_ms']:>6} {r['html_p50_ms']:>8} "
+            f"{r['html_bytes'] / 1000:>7.1f} {r.get('cold_load_ms', '–'):>9} {r.get('warm_load_p50_ms', '–'):>8} "
+            f"{(r['transferred_bytes'] / 1000) if 'transferred_bytes' in r else float('nan'):>11.1f}"
+        )
+    lines.append(
+        f"goals: every page <= 200 KB transferred: {goals['all_pages_within_200kb']} (largest "
+        f"{goals['max_transferred_bytes'] / 1000:.1f} KB); search page loaded <= 300 ms: "
+        f"{goals['search_within_300ms']} (cold {goals['search_cold_load_ms']} ms, warm p50 "
+        f"{goals['search_warm_load_p50_ms']} ms); resources from other hosts: {goals['foreign_resources']}"
+    )
     print("\n".join(lines), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(out, indent=2))

@@ -10,40 +10,39 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from prefect import Flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.states import Completed
-
-from quarry.core import progress
-from quarry.core.errors import QualityBelowThreshold, RunRefused, StoreLocked, UsageError
-from quarry.ingest.guard import GuardLimits, pattern_flags
-from quarry.core.models import LLM_COUNTERS, RunReport, StageClock
-from quarry.core.paths import display
-from quarry.core.settings import Settings
-from quarry.core.storeurl import root_path
 from quarry.flows.pipeline import Totals, run_batches, unwalked
 from quarry.flows.runners import FILES_PER_BATCH, plan_runner, task_runner, task_settings
-from quarry.ingest.embedders import describe, get_embedder
-from quarry.ingest.embedding import embed_texts
-from quarry.ingest.process import content_fingerprint, recorded_versions
-from quarry.store import audit, journal
-from quarry.store.acl import counts as acl_counts
-from quarry.store.metrics import run_facts, written_since
-from quarry.core.environment import environment
-from quarry.core.metrics import write_textfile
-from quarry.core import logs, tracing
-from quarry.store.handle import open_store
-from quarry.store.layout import WriterLock, new_run_id
-from quarry.store.pointer import read_pointer
-from quarry.store.writer import StoreWriter, remove_debris
 from quarry.tasks.acl import apply_permissions, plan_run_permissions
 from quarry.tasks.discover import discover_files, plan_changes
 from quarry.tasks.embed import StoredVectors
 from quarry.tasks.evaluate import evaluate_generation
 from quarry.tasks.load import apply_removals_and_moves, attach_writer, commit_run, detach_writer
+
+from quarry.core import logs, progress, tracing
+from quarry.core.environment import environment
+from quarry.core.errors import QualityBelowThreshold, RunRefused, StoreLocked, UsageError
+from quarry.core.metrics import write_textfile
+from quarry.core.models import LLM_COUNTERS, RunReport, StageClock
+from quarry.core.paths import display
+from quarry.core.settings import Settings
+from quarry.core.storeurl import root_path
+from quarry.ingest.embedders import describe, get_embedder
+from quarry.ingest.embedding import embed_texts
+from quarry.ingest.guard import GuardLimits, pattern_flags
+from quarry.ingest.process import content_fingerprint, recorded_versions
+from quarry.store import audit, journal
+from quarry.store.acl import counts as acl_counts
+from quarry.store.handle import open_store
+from quarry.store.layout import WriterLock, new_run_id
+from quarry.store.metrics import run_facts, written_since
+from quarry.store.pointer import read_pointer
+from quarry.store.writer import StoreWriter, remove_debris
 
 BYTES_PER_BATCH = 32 << 20
 
@@ -69,7 +68,7 @@ def _batches(items, files_per_batch: int = FILES_PER_BATCH, bytes_per_batch: int
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class _CalledFlow(Flow):
@@ -140,13 +139,17 @@ def index_flow(
         except StoreLocked as exc:
             if if_busy == "fail":
                 raise
-            row = journal.record_skip(store, run_id, started, [display(r) for r in roots], str(exc),
-                                      settings.public_dict())
+            row = journal.record_skip(
+                store, run_id, started, [display(r) for r in roots], str(exc), settings.public_dict()
+            )
             logger.info("run %s skipped: %s", run_id, exc)
             _write_metrics(store, started)
             return Completed(message=f"skipped: {exc}", name="Skipped", data=row)
     try:
-        with tracing.span("quarry.index", **{"quarry.run_id": run_id, "quarry.roots": len(roots)}), logs.bind(run_id=run_id):
+        with (
+            tracing.span("quarry.index", **{"quarry.run_id": run_id, "quarry.roots": len(roots)}),
+            logs.bind(run_id=run_id),
+        ):
             report = _index(logger, settings, store, roots, run_id, started, full, dry_run)
     finally:
         if lock is not None:
@@ -160,8 +163,13 @@ def index_flow(
 
 def _evaluate(store: str, options: dict) -> dict:
     """The evaluation after a run (outside the writer lock: it only reads the committed generation)."""
-    out = evaluate_generation(store, list(options["sets"]), float(options.get("margin", 0.05)),
-                              list(options.get("modes") or ["hybrid"]), int(options.get("k", 10)))
+    out = evaluate_generation(
+        store,
+        list(options["sets"]),
+        float(options.get("margin", 0.05)),
+        list(options.get("modes") or ["hybrid"]),
+        int(options.get("k", 10)),
+    )
     if out["flagged"] and options.get("fail", True):
         raise QualityBelowThreshold("quality dropped below the previous generation's: " + "; ".join(out["flagged"]))
     return out
@@ -197,21 +205,45 @@ def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> d
         files, unsupported = found.files, found.unsupported
         clock.rows["discover"] += len(files) + len(unsupported) + len(found.unreadable)
         with clock.timing("plan", len(files)):
-            planned = plan_changes(store, unwalked(found), full, content_fingerprint(settings), model, dim,
-                                   GuardLimits.from_settings(settings), pattern_flags(settings.include, settings.exclude))
+            planned = plan_changes(
+                store,
+                unwalked(found),
+                full,
+                content_fingerprint(settings),
+                model,
+                dim,
+                GuardLimits.from_settings(settings),
+                pattern_flags(settings.include, settings.exclude),
+            )
         plan, rebuild_reason, verdict = planned.plan, planned.rebuild, planned.verdict
-        permissions = plan_run_permissions(store, unwalked(files), roots, settings.acl, settings.acl_rules,
-                                           unwalked({f.path for f, _ in plan.to_process}))
+        permissions = plan_run_permissions(
+            store,
+            unwalked(files),
+            roots,
+            settings.acl,
+            settings.acl_rules,
+            unwalked({f.path for f, _ in plan.to_process}),
+        )
         if dry_run:
             return {**planned.dry_run_report(run_id, found), "permissions": permissions.changed}
         if verdict.refused:
-            report = RunReport(run_id=run_id, started=started, status="refused", runner=settings.runner,
-                               roots=[display(r) for r in roots], unsupported=len(unsupported),
-                               errors=[{"path": None, "error": r} for r in verdict.refusals],
-                               durations=clock.as_dict(), settings=settings.public_dict(),
-                               unsupported_files=found.unsupported_files(), message=verdict.message())
+            report = RunReport(
+                run_id=run_id,
+                started=started,
+                status="refused",
+                runner=settings.runner,
+                roots=[display(r) for r in roots],
+                unsupported=len(unsupported),
+                errors=[{"path": None, "error": r} for r in verdict.refusals],
+                durations=clock.as_dict(),
+                settings=settings.public_dict(),
+                unsupported_files=found.unsupported_files(),
+                message=verdict.message(),
+            )
             journal.record_run(opened, report.finished_with(commit_seconds=0.0))
-            audit.record(opened, "guard.refused", {"run_id": run_id, "roots": report.roots, "reasons": verdict.refusals})
+            audit.record(
+                opened, "guard.refused", {"run_id": run_id, "roots": report.roots, "reasons": verdict.refusals}
+            )
             _artifact({**report.to_dict(), "plan": plan.counts()})
             raise RunRefused(verdict.message())
 
@@ -219,16 +251,29 @@ def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> d
         totals = Totals()
         if todo:  # a run with nothing to process starts no runner: no pool, no cluster
             runner_plan = plan_runner(settings)
-            logger.info("runner %s: %d workers, at most %d batches in flight, %d files per batch", runner_plan.name,
-                        runner_plan.workers, runner_plan.in_flight, runner_plan.files_per_batch)
+            logger.info(
+                "runner %s: %d workers, at most %d batches in flight, %d files per batch",
+                runner_plan.name,
+                runner_plan.workers,
+                runner_plan.in_flight,
+                runner_plan.files_per_batch,
+            )
             bar = progress.start("indexing", total=len(todo))
             try:
                 with task_runner(settings, runner_plan) as runner:
                     totals = run_batches(
-                        runner, _batches(todo, runner_plan.files_per_batch), settings=task_settings(settings, runner_plan),
-                        run_id=run_id, in_flight=runner_plan.in_flight, parse_workers=runner_plan.parse_workers,
-                        store=str(store), lookup=StoredVectors(opened, model, dim).lookup, open_writer=open_writer,
-                        clock=clock, on_done=lambda n, chunks, ocr: bar.advance(n, chunks=chunks, ocr_pages=ocr))
+                        runner,
+                        _batches(todo, runner_plan.files_per_batch),
+                        settings=task_settings(settings, runner_plan),
+                        run_id=run_id,
+                        in_flight=runner_plan.in_flight,
+                        parse_workers=runner_plan.parse_workers,
+                        store=str(store),
+                        lookup=StoredVectors(opened, model, dim).lookup,
+                        open_writer=open_writer,
+                        clock=clock,
+                        on_done=lambda n, chunks, ocr: bar.advance(n, chunks=chunks, ocr_pages=ocr),
+                    )
             finally:
                 bar.stop()
 
@@ -239,8 +284,9 @@ def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> d
         with clock.timing("load"):
             # A new store is committed even when empty (it then answers searches), unless every root failed.
             new_store = not committed and (todo or not verdict.failures)
-            if writer is None and (new_store or rebuild_reason or plan.removed or plan.moved or empty_existing
-                                   or permissions.needs_writer):
+            if writer is None and (
+                new_store or rebuild_reason or plan.removed or plan.moved or empty_existing or permissions.needs_writer
+            ):
                 open_writer()
             acl_before = acl_counts(store) if permissions.changed else None
             if writer is not None:
@@ -275,9 +321,13 @@ def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> d
             durations=clock.as_dict(),
             settings=settings.public_dict(),
         )
-        meta = {"content_fingerprint": content_fingerprint(settings), "format_versions": recorded_versions(),
-                "sectioner": settings.sectioner,
-                "context": settings.context, "embed_backend": settings.embed_backend}
+        meta = {
+            "content_fingerprint": content_fingerprint(settings),
+            "format_versions": recorded_versions(),
+            "sectioner": settings.sectioner,
+            "context": settings.context,
+            "embed_backend": settings.embed_backend,
+        }
         if writer is not None:
             _info, report = commit_run(run_id, unwalked(report), meta)
         else:
@@ -288,16 +338,31 @@ def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> d
             report = report.finished_with(commit_seconds=time.perf_counter() - t)
             journal.record_run(opened, report)
         _audit_run(opened, report, verdict, acl_before)
-        out = {**report.to_dict(), "dry_run": False, "plan": plan.counts(), "rebuild": rebuild_reason,
-               "reparsed_formats": planned.reparsed}
+        out = {
+            **report.to_dict(),
+            "dry_run": False,
+            "plan": plan.counts(),
+            "rebuild": rebuild_reason,
+            "reparsed_formats": planned.reparsed,
+        }
         _artifact(out)
-        logger.info("run %s: %s; embedded %d chunks in %d model calls, reused %d stored vectors", run_id,
-                    {k: out[k] for k in ("added", "updated", "moved", "deleted", "skipped", "unsupported", "failed")},
-                    report.embedded_chunks, report.model_calls, report.reused_vectors)
+        logger.info(
+            "run %s: %s; embedded %d chunks in %d model calls, reused %d stored vectors",
+            run_id,
+            {k: out[k] for k in ("added", "updated", "moved", "deleted", "skipped", "unsupported", "failed")},
+            report.embedded_chunks,
+            report.model_calls,
+            report.reused_vectors,
+        )
         if settings.uses_llm:
-            logger.info("LLM: %d calls, %d cached answers, %d prompt + %d completion tokens, %d fallbacks",
-                        report.llm_calls, report.llm_cached, report.llm_prompt_tokens, report.llm_completion_tokens,
-                        len(report.llm_fallback_windows))
+            logger.info(
+                "LLM: %d calls, %d cached answers, %d prompt + %d completion tokens, %d fallbacks",
+                report.llm_calls,
+                report.llm_cached,
+                report.llm_prompt_tokens,
+                report.llm_completion_tokens,
+                len(report.llm_fallback_windows),
+            )
         return out
     finally:
         if writer is not None:
@@ -311,7 +376,7 @@ def _write_metrics(store, started: datetime) -> None:
     if not path:
         return
     try:
-        since = started.replace(tzinfo=timezone.utc).timestamp()
+        since = started.replace(tzinfo=UTC).timestamp()
         write_textfile(path, run_facts(store, bytes_written=written_since(store, since)))
     except Exception as exc:  # noqa: BLE001 - the run stands; its metrics file says nothing new
         get_run_logger().warning("could not write the metrics file %s: %s", path, exc)
@@ -326,8 +391,16 @@ def _audit_run(opened, report: RunReport, verdict, acl_before: dict | None) -> N
     if report.deleted:
         audit.record(opened, "run.documents_deleted", {**facts, "deleted": report.deleted})
     if acl_before is not None and report.permissions_updated:
-        audit.record(opened, "run.permissions_changed", {**facts, "documents_changed": report.permissions_updated,
-                                                         "before": acl_before, "after": acl_counts(opened.folder)})
+        audit.record(
+            opened,
+            "run.permissions_changed",
+            {
+                **facts,
+                "documents_changed": report.permissions_updated,
+                "before": acl_before,
+                "after": acl_counts(opened.folder),
+            },
+        )
 
 
 def _llm_counts(llm: dict) -> dict:
@@ -340,12 +413,22 @@ def _llm_counts(llm: dict) -> dict:
 def _artifact(report: dict) -> None:
     rows = "\n".join(f"| {k} | {report[k]} |" for k in RunReport.counters())
     errors = "\n".join(f"- `{e['path']}`: {e['error']}" for e in report["errors"][:200]) or "none"
-    unsupported = "\n".join(f"- `{u['path']}`: {u['reason']}" for u in report.get("unsupported_files", [])[:200]) or "none"
-    fallbacks = "\n".join(
-        f"- `{f['path']}` {f['kind']}" + (f" window {f['window']}" if f["window"] is not None else "")
-        + f": {f['error']}" for f in report.get("llm_fallback_windows", [])[:200]) or "none"
-    timing = "\n".join(f"| {stage} | {d['seconds']:.2f} | {d['rows'] if d['rows'] is not None else ''} | "
-                       f"{d['rows_per_s'] or ''} |" for stage, d in report["durations"].items())
+    unsupported = (
+        "\n".join(f"- `{u['path']}`: {u['reason']}" for u in report.get("unsupported_files", [])[:200]) or "none"
+    )
+    fallbacks = (
+        "\n".join(
+            f"- `{f['path']}` {f['kind']}"
+            + (f" window {f['window']}" if f["window"] is not None else "")
+            + f": {f['error']}"
+            for f in report.get("llm_fallback_windows", [])[:200]
+        )
+        or "none"
+    )
+    timing = "\n".join(
+        f"| {stage} | {d['seconds']:.2f} | {d['rows'] if d['rows'] is not None else ''} | {d['rows_per_s'] or ''} |"
+        for stage, d in report["durations"].items()
+    )
     message = f"**{report['status']}**: {report['message']}\n\n" if report.get("message") else ""
     create_markdown_artifact(
         key="quarry-index-run",

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import UTC
 from pathlib import Path
 
 from quarry.core.errors import QuarryError, UsageError
@@ -94,9 +95,16 @@ def serving_api(store: Path) -> str | None:
 
 
 @contextlib.contextmanager
-def prefect_api(log_dir: Path, services: bool = False, database: Path | None = None, check=None,
-                port: int | None = None, announce: Path | None = None, metrics: tuple[str, float] | None = None,
-                linger: float = 0.0):
+def prefect_api(
+    log_dir: Path,
+    services: bool = False,
+    database: Path | None = None,
+    check=None,
+    port: int | None = None,
+    announce: Path | None = None,
+    metrics: tuple[str, float] | None = None,
+    linger: float = 0.0,
+):
     """Yield with ``PREFECT_API_URL`` pointing at a reachable Prefect API.
 
     Uses the user's server when ``PREFECT_API_URL`` is set; otherwise starts a private one, on
@@ -124,8 +132,9 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError as exc:
-                raise QuarryError(f"cannot serve the Prefect API on 127.0.0.1:{port}: {exc.strerror or exc}; "
-                                  "choose another --port") from None
+                raise QuarryError(
+                    f"cannot serve the Prefect API on 127.0.0.1:{port}: {exc.strerror or exc}; choose another --port"
+                ) from None
     port = port or _free_port()
     log = open(log_dir / "prefect-server.log", "ab")
     env = dict(os.environ)
@@ -138,10 +147,16 @@ def prefect_api(log_dir: Path, services: bool = False, database: Path | None = N
             for name, value in LEAN_START.items():
                 env.setdefault(name, value)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "quarry.flows.prefect_server", str(port), str(os.getpid()),
-         *(["--services"] if services else []),
-         *(["--metrics", metrics[0], str(metrics[1])] if metrics else []),
-         *(["--linger", str(linger), str(announce)] if linger and announce is not None else [])],
+        [
+            sys.executable,
+            "-m",
+            "quarry.flows.prefect_server",
+            str(port),
+            str(os.getpid()),
+            *(["--services"] if services else []),
+            *(["--metrics", metrics[0], str(metrics[1])] if metrics else []),
+            *(["--linger", str(linger), str(announce)] if linger and announce is not None else []),
+        ],
         stdout=log,
         stderr=log,
         stdin=subprocess.DEVNULL,
@@ -389,11 +404,28 @@ def _save_template(database: Path, template: Path) -> None:
 
 
 # What a warm process imports (``flows/warm.py``): the flow, the store, the embedders' runtimes, Prefect's engine.
-WARM_MODULES = ("quarry.flows.index", "quarry.store.writer", "quarry.tasks.load", "quarry.ingest.embedders.local",
-                "quarry.ingest.embedders.onnx_backend", "quarry.ingest.facets", "quarry.ingest.llm.context",
-                "quarry.sql", "lancedb", "duckdb", "pyarrow", "numpy", "numpy.ma", "onnxruntime", "tokenizers",
-                "prefect.flow_engine", "prefect.client.orchestration", "prefect.task_engine",
-                "prefect.utilities.visualization", "fastapi")
+WARM_MODULES = (
+    "quarry.flows.index",
+    "quarry.store.writer",
+    "quarry.tasks.load",
+    "quarry.ingest.embedders.local",
+    "quarry.ingest.embedders.onnx_backend",
+    "quarry.ingest.facets",
+    "quarry.ingest.llm.context",
+    "quarry.sql",
+    "lancedb",
+    "duckdb",
+    "pyarrow",
+    "numpy",
+    "numpy.ma",
+    "onnxruntime",
+    "tokenizers",
+    "prefect.flow_engine",
+    "prefect.client.orchestration",
+    "prefect.task_engine",
+    "prefect.utilities.visualization",
+    "fastapi",
+)
 # numpy.ma: what pyarrow imports to convert the run's vectors; prefect.utilities.visualization:
 # what calling a flow imports (graphviz). Each imported in every forked run otherwise (~10 ms).
 
@@ -459,18 +491,25 @@ def validate_cron(expr: str, timezone: str | None = None) -> None:
         raise UsageError(f"--cron {expr!r} is not a valid cron schedule: {reason}") from None
 
 
-_NICKNAMES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
-              "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *"}
+_NICKNAMES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
 
 
 def schedule_seconds(expr: str) -> float:
     """The longest gap between the next few ticks of ``expr``: the interval the stale-index gauge
     and alert count in (an irregular schedule counts its longest gap)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from cronsim import CronSim
 
-    ticks = CronSim(_NICKNAMES.get(expr.strip().lower(), expr), datetime.now(timezone.utc))
+    ticks = CronSim(_NICKNAMES.get(expr.strip().lower(), expr), datetime.now(UTC))
     times = [next(ticks) for _ in range(9)]
     return max((b - a).total_seconds() for a, b in zip(times, times[1:]))
 
@@ -482,9 +521,16 @@ def deployment_name(store: Path) -> str:
     return f"quarry-index-{hashlib.sha256(str(store).encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
 
 
-def serve_index(roots: list[str], store: Path, cron: str, name: str | None = None,
-                overrides: dict | None = None, on_start=None, initial_run: bool = True,
-                evaluate: dict | None = None) -> None:
+def serve_index(
+    roots: list[str],
+    store: Path,
+    cron: str,
+    name: str | None = None,
+    overrides: dict | None = None,
+    on_start=None,
+    initial_run: bool = True,
+    evaluate: dict | None = None,
+) -> None:
     """Run the index flow on ``cron`` until SIGTERM or SIGINT (Ctrl-C); needs :func:`prefect_api`.
 
     ``initial_run``: one run of the deployment starts now, not at the first tick of ``cron`` (a
@@ -499,7 +545,6 @@ def serve_index(roots: list[str], store: Path, cron: str, name: str | None = Non
     import signal
 
     from prefect.runner import Runner
-
     from quarry.flows.index import index_flow
 
     class _Runner(Runner):

@@ -24,12 +24,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from prefect.utilities.annotations import quote
-
-from quarry.core.models import DocumentRecord, FileError, FileInfo, StageClock
-from quarry.ingest.embedding import EmbedPlan, EmbedStats, plan_embedding
 from quarry.tasks.embed import embed_batch
 from quarry.tasks.load import load_batch
 from quarry.tasks.process import process_batch
+
+from quarry.core.models import DocumentRecord, FileError, FileInfo, StageClock
+from quarry.ingest.embedding import EmbedPlan, EmbedStats, plan_embedding
 
 
 class unwalked(quote):
@@ -118,8 +118,12 @@ def run_batches(
                 more = False
                 break
             outstanding += 1
-            submit(process_batch, {"items": items, "settings": settings, "workers": parse_workers, "store": store},
-                   "process", _Batch(items))
+            submit(
+                process_batch,
+                {"items": items, "settings": settings, "workers": parse_workers, "store": store},
+                "process",
+                _Batch(items),
+            )
         if outstanding == 0:
             return totals
         stage, batch, future = done.get()
@@ -136,8 +140,9 @@ def run_batches(
                 batch.plan = plan = plan_embedding(batch.records, lookup)
             totals.embed.add(plan.stats)
             if plan.texts:
-                submit(embed_batch, {"texts": plan.texts, "n_tokens": plan.n_tokens, "settings": settings},
-                       "embed", batch)
+                submit(
+                    embed_batch, {"texts": plan.texts, "n_tokens": plan.n_tokens, "settings": settings}, "embed", batch
+                )
             else:
                 load(batch, plan.vectors)
         else:

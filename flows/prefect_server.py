@@ -143,8 +143,8 @@ def main() -> None:
     # would walk them all at each full collection while they import (~15% of the import's CPU).
     # Paused while they import, then frozen out of its way for the server's life (as flows/warm.py).
     gc.disable()
-    import uvicorn
     import prefect.server.api.server  # noqa: F401  (imported here, with the collector paused)
+    import uvicorn
 
     gc.freeze()
     gc.enable()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,9 +29,17 @@ __all__ = ["index", "preview", "serve", "SECRET_SETTINGS"]
 SECRET_SETTINGS = {"llm_api_key": "QUARRY_LLM_API_KEY", "openai_api_key": "QUARRY_OPENAI_API_KEY"}
 
 
-def index(paths: str | os.PathLike | Iterable[str | os.PathLike], db: str | os.PathLike | None = None, *,
-          full: bool = False, dry_run: bool = False, if_busy: str = "fail", progress: bool = False,
-          evaluate: dict | None = None, **settings) -> dict:
+def index(
+    paths: str | os.PathLike | Iterable[str | os.PathLike],
+    db: str | os.PathLike | None = None,
+    *,
+    full: bool = False,
+    dry_run: bool = False,
+    if_busy: str = "fail",
+    progress: bool = False,
+    evaluate: dict | None = None,
+    **settings,
+) -> dict:
     """Index the files under ``paths`` into the store ``db`` (default ``$QUARRY_DB`` or ``./.quarry``).
 
     A path is a folder, a file, or a tree on object storage (``s3://bucket/prefix``,
@@ -75,9 +83,9 @@ def index(paths: str | os.PathLike | Iterable[str | os.PathLike], db: str | os.P
     try:
         with _secrets(settings), _history(store.folder) as api:
             from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+            from quarry.flows.index import heartbeat_asked, index_flow
 
             from quarry.core import progress as bars
-            from quarry.flows.index import heartbeat_asked, index_flow
 
             bars.enable(progress)
             # Prefect reads PREFECT_API_URL once, when first imported: a second call in the same
@@ -87,17 +95,25 @@ def index(paths: str | os.PathLike | Iterable[str | os.PathLike], db: str | os.P
                 if not heartbeat_asked():  # what the flow would set itself: one copy of the settings, not two
                     updates[PREFECT_FLOWS_HEARTBEAT_FREQUENCY] = None
                 with temporary_settings(updates=updates):
-                    return index_flow(roots, db=str(store.folder), full=full, overrides=overrides,
-                                      evaluate=evaluate)
+                    return index_flow(roots, db=str(store.folder), full=full, overrides=overrides, evaluate=evaluate)
             finally:
                 bars.enable(False)
     finally:
         lock.release()
 
 
-def serve(paths, db: str | os.PathLike | None = None, *, cron: str, name: str | None = None,
-          port: int | None = None, initial_run: bool = True, on_start=None, evaluate: dict | None = None,
-          **settings) -> None:
+def serve(
+    paths,
+    db: str | os.PathLike | None = None,
+    *,
+    cron: str,
+    name: str | None = None,
+    port: int | None = None,
+    initial_run: bool = True,
+    on_start=None,
+    evaluate: dict | None = None,
+    **settings,
+) -> None:
     """Re-index ``paths`` into ``db`` on ``cron`` until SIGTERM or SIGINT (what ``quarry serve`` does).
 
     The first run starts at once (``initial_run=False``: at the first tick). Without
@@ -116,12 +132,28 @@ def serve(paths, db: str | os.PathLike | None = None, *, cron: str, name: str | 
     overrides = {k: v for k, v in settings.items() if v is not None and k not in SECRET_SETTINGS} or None
     from quarry.flows.orchestration import SERVER_FILE, prefect_api, schedule_seconds, serve_index, validate_cron
 
-    with _secrets(settings), prefect_api(store / "logs", services=True, database=store / "prefect" / "prefect.db",
-                                         check=lambda: validate_cron(cron), port=port,
-                                         announce=store / "prefect" / SERVER_FILE,
-                                         metrics=(str(store), schedule_seconds(cron))) as url:
-        serve_index(roots, store, cron, name=name, overrides=overrides, initial_run=initial_run, evaluate=evaluate,
-                    on_start=(lambda deployment: on_start(deployment, url)) if on_start else None)
+    with (
+        _secrets(settings),
+        prefect_api(
+            store / "logs",
+            services=True,
+            database=store / "prefect" / "prefect.db",
+            check=lambda: validate_cron(cron),
+            port=port,
+            announce=store / "prefect" / SERVER_FILE,
+            metrics=(str(store), schedule_seconds(cron)),
+        ) as url,
+    ):
+        serve_index(
+            roots,
+            store,
+            cron,
+            name=name,
+            overrides=overrides,
+            initial_run=initial_run,
+            evaluate=evaluate,
+            on_start=(lambda deployment: on_start(deployment, url)) if on_start else None,
+        )
 
 
 def preview(roots: list[str], store: Path, settings: Settings, *, full: bool = False) -> dict:
@@ -134,8 +166,16 @@ def preview(roots: list[str], store: Path, settings: Settings, *, full: bool = F
 
     model, dim = describe(settings)
     found = discover_roots(roots, settings.include, settings.exclude, store, full or settings.rehash)
-    planned = plan_run(store, found, full=full, fingerprint=content_fingerprint(settings), model=model, dim=dim,
-                       limits=GuardLimits.from_settings(settings), patterns=pattern_flags(settings.include, settings.exclude))
+    planned = plan_run(
+        store,
+        found,
+        full=full,
+        fingerprint=content_fingerprint(settings),
+        model=model,
+        dim=dim,
+        limits=GuardLimits.from_settings(settings),
+        patterns=pattern_flags(settings.include, settings.exclude),
+    )
     from quarry.store.acl import plan_for_run
 
     permissions = plan_for_run(store, found.files, roots, settings.acl, settings.acl_rules)
@@ -155,7 +195,7 @@ def _skipped(store: Store, roots: list[str], exc: StoreLocked, settings: Setting
     from quarry.store.journal import record_skip
     from quarry.store.layout import new_run_id
 
-    started = datetime.now(timezone.utc).replace(tzinfo=None)
+    started = datetime.now(UTC).replace(tzinfo=None)
     return record_skip(store, new_run_id(), started, roots, str(exc), settings.public_dict())
 
 
@@ -201,8 +241,13 @@ def _history(store: Path) -> Iterator[str]:
                 os.environ.pop("PREFECT_API_URL", None)
             return
     linger = linger_seconds()
-    with prefect_api(store / "logs", database=store / "prefect" / "prefect.db", check=_import_the_flow,
-                     announce=store / "prefect" / SERVER_FILE if linger else None, linger=linger) as found:
+    with prefect_api(
+        store / "logs",
+        database=store / "prefect" / "prefect.db",
+        check=_import_the_flow,
+        announce=store / "prefect" / SERVER_FILE if linger else None,
+        linger=linger,
+    ) as found:
         yield found
 
 
@@ -218,7 +263,6 @@ def _import_the_flow() -> None:
     try:
         import fastapi.encoders  # noqa: F401  (Prefect's, for the flow run's parameters: half a small run otherwise)
         import lancedb  # noqa: F401  (the writer's, imported on first use otherwise)
-
         import quarry.flows.index  # noqa: F401
     finally:
         if enabled:

@@ -63,9 +63,12 @@ def plan_runner(settings: Settings) -> RunnerPlan:
     """
     if settings.runner == "threads":
         workers = settings.workers or 1
-        return RunnerPlan("threads", workers, 2 * workers, parse_workers(settings), settings.embed_threads,
-                          FILES_PER_BATCH)
-    remote = (settings.runner == "dask" and settings.dask_address) or (settings.runner == "ray" and settings.ray_address)
+        return RunnerPlan(
+            "threads", workers, 2 * workers, parse_workers(settings), settings.embed_threads, FILES_PER_BATCH
+        )
+    remote = (settings.runner == "dask" and settings.dask_address) or (
+        settings.runner == "ray" and settings.ray_address
+    )
     workers = settings.workers or cpus()
     threads = settings.embed_threads or (0 if remote else max(1, cpus() // workers))
     return RunnerPlan(settings.runner, workers, 2 * workers, 1, threads, FILES_PER_BATCH)
@@ -112,13 +115,21 @@ def task_runner(settings: Settings, plan: RunnerPlan):
         try:
             from prefect_dask import DaskTaskRunner
         except ImportError as exc:
-            raise ConfigError("--runner dask needs prefect-dask: pip install prefect-dask (it is in "
-                              "requirements.lock)") from exc
+            raise ConfigError(
+                "--runner dask needs prefect-dask: pip install prefect-dask (it is in requirements.lock)"
+            ) from exc
         if settings.dask_address:
             return DaskTaskRunner(address=settings.dask_address)
-        return DaskTaskRunner(cluster_class=_local_dask_cluster, cluster_kwargs={
-            "n_workers": plan.workers, "threads_per_worker": 1, "processes": True, "dashboard_address": None,
-            "silence_logs": logging.ERROR})
+        return DaskTaskRunner(
+            cluster_class=_local_dask_cluster,
+            cluster_kwargs={
+                "n_workers": plan.workers,
+                "threads_per_worker": 1,
+                "processes": True,
+                "dashboard_address": None,
+                "silence_logs": logging.ERROR,
+            },
+        )
     if plan.name == "ray":
         try:
             from prefect_ray import RayTaskRunner
@@ -128,6 +139,5 @@ def task_runner(settings: Settings, plan: RunnerPlan):
         warnings.filterwarnings("ignore", message="lancedb fork support is experimental", category=RuntimeWarning)
         if settings.ray_address:
             return RayTaskRunner(address=settings.ray_address)
-        return RayTaskRunner(init_kwargs={"num_cpus": plan.workers, "include_dashboard": False,
-                                          "log_to_driver": False})
+        return RayTaskRunner(init_kwargs={"num_cpus": plan.workers, "include_dashboard": False, "log_to_driver": False})
     raise ConfigError(f"unknown task runner {plan.name!r}")

@@ -43,7 +43,7 @@ _EXPORTS = {
 __all__ = ["open", "index", "__version__", *_EXPORTS]
 
 
-def open(db=None, settings=None, **kwargs):  # noqa: A001 - mirrors the builtin on purpose: quarry.open(db)
+def open(db=None, settings=None, **kwargs):
     """Open the index at ``db`` (default ``$QUARRY_DB`` or ``./.quarry``) for searching; returns an
     :class:`Index`. Use it as a context manager, or call ``close()``.
 

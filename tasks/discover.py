@@ -15,18 +15,31 @@ def discover_files(roots: list[str], include: tuple, exclude: tuple, store=None,
     Files the committed catalog of ``store`` knows are not read again while their size and mtime match,
     unless ``rehash``."""
     found = discover_roots(roots, include, exclude, store, rehash)
-    get_run_logger().info("discovered %d readable files, %d of unsupported types, %d unreadable; roots: %s",
-                          len(found.files), len(found.unsupported), len(found.unreadable),
-                          ", ".join(f"{s.root} ({s.status})" for s in found.scans))
+    get_run_logger().info(
+        "discovered %d readable files, %d of unsupported types, %d unreadable; roots: %s",
+        len(found.files),
+        len(found.unsupported),
+        len(found.unreadable),
+        ", ".join(f"{s.root} ({s.status})" for s in found.scans),
+    )
     return found
 
 
 @task(name="plan", cache_policy=NO_CACHE)
-def plan_changes(store, discovery: Discovery, full: bool, fingerprint: str, model: str, dim: int,
-                 limits: GuardLimits, patterns: tuple[str, ...] = ()) -> RunPlan:
+def plan_changes(
+    store,
+    discovery: Discovery,
+    full: bool,
+    fingerprint: str,
+    model: str,
+    dim: int,
+    limits: GuardLimits,
+    patterns: tuple[str, ...] = (),
+) -> RunPlan:
     """Diff the discovered files against the committed catalog, through the deletion guard."""
-    planned = plan_run(store, discovery, full=full, fingerprint=fingerprint, model=model, dim=dim, limits=limits,
-                       patterns=patterns)
+    planned = plan_run(
+        store, discovery, full=full, fingerprint=fingerprint, model=model, dim=dim, limits=limits, patterns=patterns
+    )
     logger = get_run_logger()
     logger.info("plan: %s%s", planned.plan.counts(), f" (rebuild: {planned.rebuild})" if planned.rebuild else "")
     for failure in planned.verdict.failures:

@@ -30,8 +30,14 @@ def _worth_retrying(task, task_run, state) -> bool:
     return True
 
 
-@task(name="embed", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=2),
-      retry_jitter_factor=0.5, retry_condition_fn=_worth_retrying)
+@task(
+    name="embed",
+    cache_policy=NO_CACHE,
+    retries=3,
+    retry_delay_seconds=exponential_backoff(backoff_factor=2),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=_worth_retrying,
+)
 def embed_batch(texts: list[str], n_tokens: list[int], settings: Settings) -> EmbeddedTexts:
     """Embed ``texts`` with this process's cached model (``get_embedder``: a Dask or Ray worker
     loads it once). Only texts without a stored vector come here (see :class:`StoredVectors`)."""

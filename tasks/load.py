@@ -35,8 +35,10 @@ def _writer(run_id: str) -> StoreWriter:
     try:
         return _writers[run_id]
     except KeyError:
-        raise QuarryError(f"run {run_id} has no open writer in process {os.getpid()}: load and commit tasks run "
-                          "in the flow's process, which owns the writer; call them, never submit them") from None
+        raise QuarryError(
+            f"run {run_id} has no open writer in process {os.getpid()}: load and commit tasks run "
+            "in the flow's process, which owns the writer; call them, never submit them"
+        ) from None
 
 
 @task(name="load", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])
@@ -52,8 +54,12 @@ def load_batch(run_id: str, records: list[DocumentRecord], vectors: dict[str, np
 def apply_removals_and_moves(run_id: str, plan: Plan, extra_deletes: list[str]) -> None:
     writer = _writer(run_id)
     writer.delete_documents([d.doc_id for d in plan.removed] + extra_deletes)
-    writer.move_documents([(doc_id, file.path, file.root, file.rel_path, utc_timestamp(file.mtime), run_id)
-                           for file, doc_id, _old in plan.moved])
+    writer.move_documents(
+        [
+            (doc_id, file.path, file.root, file.rel_path, utc_timestamp(file.mtime), run_id)
+            for file, doc_id, _old in plan.moved
+        ]
+    )
     writer.touch_documents([(doc_id, utc_timestamp(f.mtime), run_id) for f, doc_id in plan.touched])
     get_run_logger().info("deleted %d documents, moved %d", len(plan.removed) + len(extra_deletes), len(plan.moved))
 
@@ -71,6 +77,7 @@ def commit_run(run_id: str, report: RunReport, meta: dict) -> tuple[CommitInfo, 
         return written[0]
 
     info = _writer(run_id).commit(report, meta, finish=finish)
-    get_run_logger().info("committed generation %d (vector version %d) in %.2f s", info.generation,
-                          info.vector_version, info.seconds)
+    get_run_logger().info(
+        "committed generation %d (vector version %d) in %.2f s", info.generation, info.vector_version, info.seconds
+    )
     return info, written[0]

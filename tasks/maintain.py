@@ -17,10 +17,16 @@ from quarry.store import maintain
 def compact_vectors(store: str, keep_hours: float | None = None, generations_kept: int | None = None) -> dict:
     from datetime import timedelta
 
-    out = maintain.compact(Path(store), timedelta(hours=keep_hours) if keep_hours is not None else None,
-                           generations_kept)
-    get_run_logger().info("compacted %d fragments into %d; %d versions kept of %d", out["fragments_before"],
-                          out["fragments_after"], out["versions_after"], out["versions_before"])
+    out = maintain.compact(
+        Path(store), timedelta(hours=keep_hours) if keep_hours is not None else None, generations_kept
+    )
+    get_run_logger().info(
+        "compacted %d fragments into %d; %d versions kept of %d",
+        out["fragments_before"],
+        out["fragments_after"],
+        out["versions_after"],
+        out["versions_before"],
+    )
     return out
 
 
@@ -34,8 +40,12 @@ def rebuild_indices(store: str, threshold: float | None = None) -> list[dict]:
 @task(name="merge-layers", cache_policy=NO_CACHE)
 def merge_layers(store: str) -> dict:
     out = maintain.merge(Path(store))
-    get_run_logger().info("catalog layers and index segments: %d -> %d (generation %d)", out["layers_before"],
-                          1 if out["merged"] else out["layers_before"], out["generation"])
+    get_run_logger().info(
+        "catalog layers and index segments: %d -> %d (generation %d)",
+        out["layers_before"],
+        1 if out["merged"] else out["layers_before"],
+        out["generation"],
+    )
     return out
 
 
@@ -49,14 +59,19 @@ def remove_old_generations(store: str, keep: int | None = None) -> list[str]:
 @task(name="build-full-text", cache_policy=NO_CACHE)
 def build_full_text(store: str, generation: int, on: bool | None = None) -> dict:
     out = maintain.full_text(Path(store), generation, on)
-    get_run_logger().info("DuckDB's full-text tables of generation %d: %s%s", generation, out["state"],
-                          " (built)" if out.get("built") else "")
+    get_run_logger().info(
+        "DuckDB's full-text tables of generation %d: %s%s",
+        generation,
+        out["state"],
+        " (built)" if out.get("built") else "",
+    )
     return out
 
 
 @task(name="check-store", cache_policy=NO_CACHE)
 def check_store(store: str) -> dict:
     out = maintain.check(Path(store))
-    get_run_logger().info("consistency check: %s (%d findings)", "healthy" if out["healthy"] else "PROBLEMS",
-                          len(out["findings"]))
+    get_run_logger().info(
+        "consistency check: %s (%d findings)", "healthy" if out["healthy"] else "PROBLEMS", len(out["findings"])
+    )
     return out

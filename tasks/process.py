@@ -11,8 +11,9 @@ from quarry.ingest import process
 
 
 @task(name="process-files", cache_policy=NO_CACHE)
-def process_batch(items: list[tuple[FileInfo, str]], settings: Settings, workers: int = 1,
-                  store: str | None = None) -> process.ProcessedBatch:
+def process_batch(
+    items: list[tuple[FileInfo, str]], settings: Settings, workers: int = 1, store: str | None = None
+) -> process.ProcessedBatch:
     """:func:`quarry.ingest.process.process_batch` as a task: plain data in and out, so it runs in
     a thread of the flow's process or in a Dask or Ray worker alike.
 
@@ -23,10 +24,17 @@ def process_batch(items: list[tuple[FileInfo, str]], settings: Settings, workers
     batch = process.process_batch(items, settings, workers=workers, store=store)
     chunks = sum(len(r.chunks) for r in batch.records)
     logger = get_run_logger()
-    logger.info("processed %d files into %d chunks (%d failed, %d empty)", len(items), chunks,
-                len(batch.errors), len(batch.empty))
+    logger.info(
+        "processed %d files into %d chunks (%d failed, %d empty)",
+        len(items),
+        chunks,
+        len(batch.errors),
+        len(batch.empty),
+    )
     if batch.llm:
-        logger.info("LLM: %d calls, %d answers from cache, %d prompt + %d completion tokens, %d fallbacks",
-                    *(batch.llm[k] for k in LLM_COUNTERS),
-                    len(batch.llm["llm_fallback_windows"]))
+        logger.info(
+            "LLM: %d calls, %d answers from cache, %d prompt + %d completion tokens, %d fallbacks",
+            *(batch.llm[k] for k in LLM_COUNTERS),
+            len(batch.llm["llm_fallback_windows"]),
+        )
     return batch

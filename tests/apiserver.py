@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-
 from localserver import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,9 +21,13 @@ def api_server(db, *args: str, log: Path, env: dict | None = None, timeout: floa
     port = free_port()
     cmd = [sys.executable, "-m", "quarry.cli.main", "api", "--db", str(db), "--port", str(port), *args]
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-                                cwd=ROOT)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            cwd=ROOT,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout

@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-
 from localserver import free_port, local_server
 
 AZURITE = Path(__file__).resolve().parent / "azurite"
@@ -36,8 +35,7 @@ def azurite_bin() -> Path:
     missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"az:// tests need Azurite, which needs {' and '.join(missing)} (not found on PATH)")
-    done = subprocess.run(["npm", "ci", "--loglevel=error"], cwd=AZURITE, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(["npm", "ci", "--loglevel=error"], cwd=AZURITE, capture_output=True, text=True, timeout=600)
     if done.returncode != 0 or not exe.is_file():
         raise RuntimeError(f"`npm ci` in {AZURITE} failed (run `make azurite`):\n{done.stderr[-2000:]}")
     return exe
@@ -49,20 +47,42 @@ def azurite_server(timeout: float = 60):
     exe = azurite_bin()
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryDirectory(prefix="quarry-azurite-") as work, local_server(
-            [str(exe), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence", "--silent",
-             "--disableTelemetry", "--skipApiVersionCheck"],
-            lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close(), f"Azurite on {endpoint}",
-            timeout, cwd=work, env={**os.environ, "AZURITE_ACCOUNTS": f"{ACCOUNT}:{SECRET}"}):
-        env = {"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": endpoint,
-               "AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": SECRET}
+    with (
+        tempfile.TemporaryDirectory(prefix="quarry-azurite-") as work,
+        local_server(
+            [
+                str(exe),
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(port),
+                "--inMemoryPersistence",
+                "--silent",
+                "--disableTelemetry",
+                "--skipApiVersionCheck",
+            ],
+            lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close(),
+            f"Azurite on {endpoint}",
+            timeout,
+            cwd=work,
+            env={**os.environ, "AZURITE_ACCOUNTS": f"{ACCOUNT}:{SECRET}"},
+        ),
+    ):
+        env = {
+            "AZURE_STORAGE_USE_EMULATOR": "true",
+            "AZURITE_BLOB_STORAGE_URL": endpoint,
+            "AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT,
+            "AZURE_STORAGE_ACCOUNT_KEY": SECRET,
+        }
         yield endpoint, env
 
 
 def connection_env(endpoint: str) -> dict:
     """The same account as one ``AZURE_STORAGE_CONNECTION_STRING`` (what the portal hands out)."""
-    return {"AZURE_STORAGE_CONNECTION_STRING": f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};"
-                                               f"AccountKey={SECRET};BlobEndpoint={endpoint}/{ACCOUNT};"}
+    return {
+        "AZURE_STORAGE_CONNECTION_STRING": f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};"
+        f"AccountKey={SECRET};BlobEndpoint={endpoint}/{ACCOUNT};"
+    }
 
 
 def new_container(endpoint: str) -> str:

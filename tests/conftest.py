@@ -109,6 +109,7 @@ def pytest_collection_modifyitems(config, items):
 
 # --- object-storage emulators, one per test module --------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def s3():
     """moto's S3 server, with the AWS_* environment pointing at it; yields its endpoint."""
@@ -130,6 +131,7 @@ def gcs():
 
 # --- LibreOffice, for legacy DOC and PPT ------------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def soffice():
     """The LibreOffice program; the test is skipped, saying why, where it is not installed, except
@@ -150,12 +152,28 @@ def legacy_files(soffice, tmp_path_factory):
     """DOC and PPT files written by LibreOffice itself from the shared DOCX, ODT and PPTX samples:
     {name: path} for simple.doc, docx-tables.doc and fake-power-point-table.ppt."""
     out = tmp_path_factory.mktemp("legacy")
-    sources = {"doc": [shared("formats", "simple.odt"), shared("formats", "docx-tables.docx")],
-               "ppt": [shared("formats", "fake-power-point-table.pptx")]}
+    sources = {
+        "doc": [shared("formats", "simple.odt"), shared("formats", "docx-tables.docx")],
+        "ppt": [shared("formats", "fake-power-point-table.pptx")],
+    }
     for target, files in sources.items():
-        subprocess.run([soffice, "--headless", "--norestore", f"-env:UserInstallation={(out / 'profile').as_uri()}",
-                        "--convert-to", target, "--outdir", str(out), *map(str, files)],
-                       check=True, capture_output=True, timeout=300, env={**os.environ, "HOME": str(out)})
+        subprocess.run(
+            [
+                soffice,
+                "--headless",
+                "--norestore",
+                f"-env:UserInstallation={(out / 'profile').as_uri()}",
+                "--convert-to",
+                target,
+                "--outdir",
+                str(out),
+                *map(str, files),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+            env={**os.environ, "HOME": str(out)},
+        )
     made = {p.name: p for p in out.iterdir() if p.suffix in (".doc", ".ppt")}
     assert set(made) == {"simple.doc", "docx-tables.doc", "fake-power-point-table.ppt"}, made
     return made

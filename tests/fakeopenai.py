@@ -94,9 +94,17 @@ class _Script:
 class FakeOpenAI:
     """An OpenAI-compatible server on 127.0.0.1, in a daemon thread; a context manager."""
 
-    def __init__(self, dim: int = 64, *, delay: float = 0.0, max_inputs: int | None = None,
-                 max_input_tokens: int | None = None, max_request_tokens: int | None = None,
-                 api_key: str | None = None, token_counter: Callable[[str], int] = fake_tokens):
+    def __init__(
+        self,
+        dim: int = 64,
+        *,
+        delay: float = 0.0,
+        max_inputs: int | None = None,
+        max_input_tokens: int | None = None,
+        max_request_tokens: int | None = None,
+        api_key: str | None = None,
+        token_counter: Callable[[str], int] = fake_tokens,
+    ):
         self.dim = dim
         self.delay = delay
         self.max_inputs = max_inputs
@@ -130,8 +138,9 @@ class FakeOpenAI:
     def start(self) -> FakeOpenAI:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fakeopenai", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fakeopenai", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -155,12 +164,19 @@ class FakeOpenAI:
 
     # -- scripting ---------------------------------------------------------------------------
 
-    def fail_next(self, n: int = 1, status: int = 429, retry_after: float | str | None = None, *,
-                  retry_after_ms: float | None = None, body: object = None, path: str | None = None) -> None:
+    def fail_next(
+        self,
+        n: int = 1,
+        status: int = 429,
+        retry_after: float | str | None = None,
+        *,
+        retry_after_ms: float | None = None,
+        body: object = None,
+        path: str | None = None,
+    ) -> None:
         """The next ``n`` requests (to ``path`` only, when given) answer ``status``."""
         with self._lock:
-            self._script.failures.extend(
-                _Failure(status, retry_after, retry_after_ms, body, path) for _ in range(n))
+            self._script.failures.extend(_Failure(status, retry_after, retry_after_ms, body, path) for _ in range(n))
 
     def delay_next(self, n: int, seconds: float) -> None:
         """The next ``n`` requests wait ``seconds`` before answering."""
@@ -256,11 +272,15 @@ class FakeOpenAI:
             return 400, _error(f"too many inputs: {len(inputs)} > {self.max_inputs} per request", "input")
         counts = [self.token_counter(t) for t in inputs]
         if self.max_input_tokens is not None and max(counts) > self.max_input_tokens:
-            return 400, _error(f"This model's maximum context length is {self.max_input_tokens} tokens, "
-                               f"however you requested {max(counts)} tokens", "input")
+            return 400, _error(
+                f"This model's maximum context length is {self.max_input_tokens} tokens, "
+                f"however you requested {max(counts)} tokens",
+                "input",
+            )
         if self.max_request_tokens is not None and sum(counts) > self.max_request_tokens:
-            return 400, _error(f"Requested {sum(counts)} tokens, max {self.max_request_tokens} tokens per request",
-                               "input")
+            return 400, _error(
+                f"Requested {sum(counts)} tokens, max {self.max_request_tokens} tokens per request", "input"
+            )
         dim = self.dim
         asked = body.get("dimensions")
         if asked is not None:
@@ -275,8 +295,11 @@ class FakeOpenAI:
             vec = fake_vector(text, max(dim, self.dim))[:dim]
             if self.renormalise:
                 vec = vec / np.linalg.norm(vec)
-            emb = (base64.b64encode(vec.astype("<f4").tobytes()).decode() if encoding == "base64"
-                   else [float(x) for x in vec])
+            emb = (
+                base64.b64encode(vec.astype("<f4").tobytes()).decode()
+                if encoding == "base64"
+                else [float(x) for x in vec]
+            )
             data.append({"object": "embedding", "index": i, "embedding": emb})
         if self.wrong_count > 0:
             data += data[: self.wrong_count]
@@ -285,8 +308,12 @@ class FakeOpenAI:
         if self.shuffle:
             random.shuffle(data)
         total = sum(counts)
-        return 200, {"object": "list", "data": data, "model": body.get("model", EMBED_MODEL),
-                     "usage": {"prompt_tokens": total, "total_tokens": total}}
+        return 200, {
+            "object": "list",
+            "data": data,
+            "model": body.get("model", EMBED_MODEL),
+            "usage": {"prompt_tokens": total, "total_tokens": total},
+        }
 
     def _chat(self, body: dict) -> tuple[int, object]:
         messages = body.get("messages")
@@ -298,25 +325,37 @@ class FakeOpenAI:
                 if self.format_refusal_status >= 500:
                     return self.format_refusal_status, _error(
                         "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
-                        "'msg': \"Input should be 'text' or 'json_object'\"}", kind="internal_server_error")
-                return 422, {"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
-                                         "msg": "Input should be 'text' or 'json_object'",
-                                         "input": fmt.get("type")}]}
+                        "'msg': \"Input should be 'text' or 'json_object'\"}",
+                        kind="internal_server_error",
+                    )
+                return 422, {
+                    "detail": [
+                        {
+                            "type": "literal_error",
+                            "loc": ["body", "response_format", "type"],
+                            "msg": "Input should be 'text' or 'json_object'",
+                            "input": fmt.get("type"),
+                        }
+                    ]
+                }
         prompt = sum(self.token_counter(str(m.get("content", ""))) for m in messages if isinstance(m, dict))
         if self.max_context is not None and prompt > self.max_context:
-            return 400, _error(f"This model's maximum context length is {self.max_context} tokens. However, your "
-                               f"messages resulted in {prompt} tokens.", "messages")
+            return 400, _error(
+                f"This model's maximum context length is {self.max_context} tokens. However, your "
+                f"messages resulted in {prompt} tokens.",
+                "messages",
+            )
         content = self.chat_handler(body)
         if not isinstance(content, str):
             content = json.dumps(content)
         completion = self.token_counter(content)
         return 200, {
-            "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
+            "id": f"chatcmpl-{len(self.requests)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
             "model": body.get("model", CHAT_MODEL),
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion},
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
         }
 
 
@@ -332,8 +371,13 @@ def _error(message: str, param: str | None = None, kind: str = "invalid_request_
     return {"error": {"message": message, "type": kind, "param": param, "code": None}}
 
 
-_STATUS_TYPES = {401: "invalid_api_key", 403: "permission_denied", 404: "not_found", 408: "timeout",
-                 429: "rate_limit_exceeded"}
+_STATUS_TYPES = {
+    401: "invalid_api_key",
+    403: "permission_denied",
+    404: "not_found",
+    408: "timeout",
+    429: "rate_limit_exceeded",
+}
 
 
 def _handler_for(server: FakeOpenAI):
@@ -346,8 +390,9 @@ def _handler_for(server: FakeOpenAI):
 
         drip = 0.0  # seconds between bytes of this answer (a slow drip), 0 for one write
 
-        def _send(self, status: int, payload: object = None, raw: bytes | None = None,
-                  headers: dict[str, str] | None = None) -> None:
+        def _send(
+            self, status: int, payload: object = None, raw: bytes | None = None, headers: dict[str, str] | None = None
+        ) -> None:
             data = raw if raw is not None else json.dumps(payload).encode()
             try:
                 self.send_response(status)
@@ -360,7 +405,7 @@ def _handler_for(server: FakeOpenAI):
                     for i in range(len(data)):
                         if server._stopping.wait(self.drip):
                             break
-                        self.wfile.write(data[i:i + 1])
+                        self.wfile.write(data[i : i + 1])
                         self.wfile.flush()
                     self.close_connection = True
                     return
@@ -372,11 +417,17 @@ def _handler_for(server: FakeOpenAI):
             """A chat answer as Server-Sent Events: content deltas of a few words, then usage, then [DONE]."""
             content = payload["choices"][0]["message"]["content"]
             words = content.split(" ")
-            pieces = [" ".join(words[i:i + 3]) + (" " if i + 3 < len(words) else "") for i in range(0, len(words), 3)]
-            base = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],
-                    "model": payload["model"]}
-            events = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": p},
-                                            "finish_reason": None}]} for p in pieces]
+            pieces = [" ".join(words[i : i + 3]) + (" " if i + 3 < len(words) else "") for i in range(0, len(words), 3)]
+            base = {
+                "id": payload["id"],
+                "object": "chat.completion.chunk",
+                "created": payload["created"],
+                "model": payload["model"],
+            }
+            events = [
+                {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": p}, "finish_reason": None}]}
+                for p in pieces
+            ]
             events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
             events.append({**base, "choices": [], "usage": payload["usage"]})
             try:
@@ -398,8 +449,10 @@ def _handler_for(server: FakeOpenAI):
             server._enter(request)
             try:
                 if self.path.rstrip("/") == "/v1/models":
-                    models = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"}
-                              for m in (EMBED_MODEL, CHAT_MODEL)]
+                    models = [
+                        {"id": m, "object": "model", "created": 0, "owned_by": "fake"}
+                        for m in (EMBED_MODEL, CHAT_MODEL)
+                    ]
                     self._send(200, {"object": "list", "data": models})
                 else:
                     self._send(404, _error(f"no route {self.path}", kind="not_found"))
@@ -434,8 +487,11 @@ def _handler_for(server: FakeOpenAI):
                 return
             if server.api_key is not None and request.headers.get("authorization") != f"Bearer {server.api_key}":
                 given = request.headers.get("authorization", "")
-                message = f"Incorrect API key provided: {given.removeprefix('Bearer ')}" if server.echo_key \
+                message = (
+                    f"Incorrect API key provided: {given.removeprefix('Bearer ')}"
+                    if server.echo_key
                     else "Incorrect API key provided"
+                )
                 self._send(401, _error(message, kind="invalid_api_key"))
                 return
             if failure is not None:
@@ -446,8 +502,9 @@ def _handler_for(server: FakeOpenAI):
                     headers["retry-after-ms"] = str(failure.retry_after_ms)
                 body = failure.body
                 if body is None:
-                    body = _error(f"scripted failure {failure.status}", kind=_STATUS_TYPES.get(failure.status,
-                                                                                             "server_error"))
+                    body = _error(
+                        f"scripted failure {failure.status}", kind=_STATUS_TYPES.get(failure.status, "server_error")
+                    )
                 raw = body.encode() if isinstance(body, str) else None
                 self._send(failure.status, body, raw=raw, headers=headers)
                 return

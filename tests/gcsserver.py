@@ -31,10 +31,14 @@ from dataclasses import dataclass
 from localserver import free_port, local_server
 
 PROJECT = "quarry-test"
-NO_PRECONDITIONS = ("gcp-storage-emulator ignores ifGenerationMatch (every conditional write wins): set "
-                    "QUARRY_GCS_TESTBENCH to a Python with Google's storage-testbench to run this on gs://")
-NO_LANCE = ("LanceDB's object store lists GCS objects through the XML API (GET /bucket?list-type=2), which no "
-            "emulator installable here serves (gcp-storage-emulator: 501, storage-testbench: 404)")
+NO_PRECONDITIONS = (
+    "gcp-storage-emulator ignores ifGenerationMatch (every conditional write wins): set "
+    "QUARRY_GCS_TESTBENCH to a Python with Google's storage-testbench to run this on gs://"
+)
+NO_LANCE = (
+    "LanceDB's object store lists GCS objects through the XML API (GET /bucket?list-type=2), which no "
+    "emulator installable here serves (gcp-storage-emulator: 501, storage-testbench: 404)"
+)
 
 
 @dataclass
@@ -69,15 +73,36 @@ def gcs_emulator(timeout: float = 60):
             pytest.skip(f"{module} is not installed: pip install -e '.[test]'")
     port = free_port()
     if testbench:
-        cmd = [testbench, "-m", "gunicorn", f"--bind=127.0.0.1:{port}", "--worker-class=sync", "--threads=16",
-               "testbench:run()"]
+        cmd = [
+            testbench,
+            "-m",
+            "gunicorn",
+            f"--bind=127.0.0.1:{port}",
+            "--worker-class=sync",
+            "--threads=16",
+            "testbench:run()",
+        ]
         emulator = Emulator("storage-testbench", f"http://127.0.0.1:{port}", preconditions=True)
     else:
-        cmd = [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port),
-               "--in-memory", "-q"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "gcp_storage_emulator",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--in-memory",
+            "-q",
+        ]
         emulator = Emulator("gcp-storage-emulator", f"http://127.0.0.1:{port}", preconditions=False)
-    with local_server(cmd, lambda: urllib.request.urlopen(emulator.endpoint, timeout=1).close(),
-                      f"{emulator.name} on {emulator.endpoint}", timeout):
+    with local_server(
+        cmd,
+        lambda: urllib.request.urlopen(emulator.endpoint, timeout=1).close(),
+        f"{emulator.name} on {emulator.endpoint}",
+        timeout,
+    ):
         with _guard:
             _running.append(emulator)
         try:
@@ -97,8 +122,12 @@ def _installed(module: str) -> bool:
 def new_bucket(endpoint: str) -> str:
     """Create a bucket with a fresh name through the JSON API; returns the name."""
     name = f"quarry-{uuid.uuid4().hex[:12]}"
-    req = urllib.request.Request(f"{endpoint}/storage/v1/b?project={PROJECT}", method="POST",
-                                 data=json.dumps({"name": name}).encode(), headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{endpoint}/storage/v1/b?project={PROJECT}",
+        method="POST",
+        data=json.dumps({"name": name}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     urllib.request.urlopen(req, timeout=10).close()
     return name
 

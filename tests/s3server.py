@@ -33,11 +33,21 @@ def moto_server(timeout: float = 30, log: str | None = None, server_env: dict | 
     if server_env:
         popen["env"] = {**os.environ, **server_env}
     try:
-        with local_server([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                          lambda: urllib.request.urlopen(endpoint, timeout=1).close(), f"moto's server on {endpoint}",
-                          timeout, **popen):
-            env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET,
-                   "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true"}
+        with local_server(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            lambda: urllib.request.urlopen(endpoint, timeout=1).close(),
+            f"moto's server on {endpoint}",
+            timeout,
+            **popen,
+        ):
+            env = {
+                "AWS_ENDPOINT_URL": endpoint,
+                "AWS_ACCESS_KEY_ID": KEY,
+                "AWS_SECRET_ACCESS_KEY": SECRET,
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_ALLOW_HTTP": "true",
+                "AWS_EC2_METADATA_DISABLED": "true",
+            }
             yield endpoint, env
     finally:
         if out is not None:

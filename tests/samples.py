@@ -9,7 +9,6 @@ from email.message import EmailMessage
 from pathlib import Path
 
 
-
 def write_xlsx(path: Path, rows: int = 300) -> Path:
     import openpyxl
 
@@ -55,10 +54,8 @@ def write_eml(path: Path, attach: bool = True) -> Path:
     msg.set_content("The engine weaves algebraic patterns like a Jacquard loom.")
     msg.add_alternative("<p>HTML body that should not win over the plain text</p>", subtype="html")
     if attach:
-        msg.add_attachment(b"name,role\nBernoulli,numbers\n", maintype="text", subtype="csv",
-                           filename="table.csv")
-        msg.add_attachment(b"\x00\x01binary", maintype="application", subtype="octet-stream",
-                           filename="blob.bin")
+        msg.add_attachment(b"name,role\nBernoulli,numbers\n", maintype="text", subtype="csv", filename="table.csv")
+        msg.add_attachment(b"\x00\x01binary", maintype="application", subtype="octet-stream", filename="blob.bin")
     path.write_bytes(bytes(msg))
     return path
 

@@ -24,19 +24,29 @@ development, manufacture and sale of a broad range of products in the health car
 """
 
 
-@pytest.mark.parametrize("opening,names,expected", [
-    # JNJ24C is a note, "JnJ" the ticker again (case aside), "the Company" every filing
-    (COVER, ["JOHNSON & JOHNSON"], ["JNJ", "J&J"]),
-    ("3M Company was incorporated in 1929. The Company's ticker symbol is MMM. As used herein, the term “3M” or "
-     "“Company” includes 3M Company and its subsidiaries.", [], ["MMM", "3M"]),
-    ("MGM Resorts International (NYSE: MGM) owns casinos.", ["MGM Resorts International"], ["MGM"]),
-    ("The World Health Organization (WHO) publishes this report every year.", ["World Health Organization"],
-     ["WHO"]),
-    # an abbreviation whose letters do not begin the name's words is not its name
-    ("The World Health Organization (2019) report.", ["World Health Organization"], []),
-    ("We, the registrant (the “Company”), report.", ["registrant"], []),
-    ("A paper about fusion functions, from 2023.", ["A paper"], []),
-])
+@pytest.mark.parametrize(
+    "opening,names,expected",
+    [
+        # JNJ24C is a note, "JnJ" the ticker again (case aside), "the Company" every filing
+        (COVER, ["JOHNSON & JOHNSON"], ["JNJ", "J&J"]),
+        (
+            "3M Company was incorporated in 1929. The Company's ticker symbol is MMM. As used herein, the term “3M” or "
+            "“Company” includes 3M Company and its subsidiaries.",
+            [],
+            ["MMM", "3M"],
+        ),
+        ("MGM Resorts International (NYSE: MGM) owns casinos.", ["MGM Resorts International"], ["MGM"]),
+        (
+            "The World Health Organization (WHO) publishes this report every year.",
+            ["World Health Organization"],
+            ["WHO"],
+        ),
+        # an abbreviation whose letters do not begin the name's words is not its name
+        ("The World Health Organization (2019) report.", ["World Health Organization"], []),
+        ("We, the registrant (the “Company”), report.", ["registrant"], []),
+        ("A paper about fusion functions, from 2023.", ["A paper"], []),
+    ],
+)
 def test_aliases_a_document_gives_itself(opening, names, expected):
     assert aliases(opening, names) == expected
 
@@ -45,16 +55,19 @@ def test_aliases_join_the_stated_facets():
     facets = stated_facets(COVER)
     assert facets["company"] == "JOHNSON & JOHNSON" and facets["aliases"] == "JNJ, J&J"
     # the title a file's metadata gives is one of its names
-    assert stated_facets("Retrieval Augmented Generation (RAG) explained.", "Retrieval Augmented Generation") == \
-        {"aliases": "RAG"}
+    assert stated_facets("Retrieval Augmented Generation (RAG) explained.", "Retrieval Augmented Generation") == {
+        "aliases": "RAG"
+    }
     assert stated_facets("Plain notes about nothing in particular.") == {}
 
 
 def _index(tmp_path, run_flow):
     tree = tmp_path / "tree"
     tree.mkdir()
-    body = ("Net sales rose in every segment and the dividend was raised again this year, while operating "
-            "cash flow paid for the capital expenditure of the new plants. ") * 6
+    body = (
+        "Net sales rose in every segment and the dividend was raised again this year, while operating "
+        "cash flow paid for the capital expenditure of the new plants. "
+    ) * 6
     (tree / "filing-a.txt").write_text(COVER + "\n\n" + body)
     other = COVER.replace("JOHNSON & JOHNSON", "ACME HOLDINGS").replace("Johnson & Johnson", "Acme Holdings")
     other = other.replace("JNJ", "ACH").replace("“J&J”, “JnJ” or ", "")

@@ -7,19 +7,23 @@ from __future__ import annotations
 import json
 
 import pytest
+from fakeopenai import FakeOpenAI
+from test_query import DIM, FILLER, commit, doc
 
 import quarry
-from fakeopenai import FakeOpenAI
 from quarry.core.settings import Settings
 from quarry.search.citations import check, parse_content
 from quarry.search.evidence import Passage, content_terms, pack, shares_content_word
-from test_query import DIM, FILLER, commit, doc
 
 DOCS = {
-    "build": ["The wombat programme ships its builds every Tuesday from the quartz pipeline.",
-              f"{FILLER} The quartz pipeline runs the release checks before each build ships."],
-    "picnic": ["The wombat programme held its annual picnic by the river in June.",
-               f"{FILLER} Everyone brought sandwiches and the wombat team won the tug of war."],
+    "build": [
+        "The wombat programme ships its builds every Tuesday from the quartz pipeline.",
+        f"{FILLER} The quartz pipeline runs the release checks before each build ships.",
+    ],
+    "picnic": [
+        "The wombat programme held its annual picnic by the river in June.",
+        f"{FILLER} Everyone brought sandwiches and the wombat team won the tug of war.",
+    ],
     "budget": ["The wombat programme spends most of its budget on quartz hardware.", FILLER],
 }
 
@@ -38,22 +42,42 @@ def fake():
 
 
 def open_with(store, fake, **kw):
-    settings = Settings.from_env(embed_backend="hash", embed_dim=DIM, llm_base_url=fake.base_url, llm_model="fake-chat",
-                                 llm_api_key="sk-test-secret", **kw)
+    settings = Settings.from_env(
+        embed_backend="hash",
+        embed_dim=DIM,
+        llm_base_url=fake.base_url,
+        llm_model="fake-chat",
+        llm_api_key="sk-test-secret",
+        **kw,
+    )
     return quarry.open(store, settings)
 
 
 def passage(n, text, doc_id="d", chunks=None):
-    return Passage(number=n, doc_id=doc_id, path=f"docs/{doc_id}.md", title=doc_id, section="", page_start=None,
-                   page_end=None, first_chunk=0, last_chunk=0, chunk_ids=chunks or [f"{doc_id}:0"], text=text)
+    return Passage(
+        number=n,
+        doc_id=doc_id,
+        path=f"docs/{doc_id}.md",
+        title=doc_id,
+        section="",
+        page_start=None,
+        page_end=None,
+        first_chunk=0,
+        last_chunk=0,
+        chunk_ids=chunks or [f"{doc_id}:0"],
+        text=text,
+    )
 
 
 # --- checking, without a server -------------------------------------------------------------------
 
 
 def test_citations_are_renumbered_invented_ones_dropped_and_uncited_sentences_marked():
-    passages = [passage(1, "Alpha ships on Tuesday."), passage(2, "Beta ships on Friday."),
-                passage(3, "Gamma never ships.")]
+    passages = [
+        passage(1, "Alpha ships on Tuesday."),
+        passage(2, "Beta ships on Friday."),
+        passage(3, "Gamma never ships."),
+    ]
     checked = check("Gamma never ships [3]. Alpha ships on Tuesday [1][7]. Everything else is unknown.", passages)
     assert checked.text == "Gamma never ships [1]. Alpha ships on Tuesday [2]. Everything else is unknown."
     assert [(c.number, c.passage) for c in checked.citations] == [(1, 3), (2, 1)]
@@ -62,14 +86,17 @@ def test_citations_are_renumbered_invented_ones_dropped_and_uncited_sentences_ma
     assert [s["uncited"] for s in checked.sentences] == [False, False, True]
 
 
-@pytest.mark.parametrize("content, cites", [
-    ("Alpha ships. [1] Beta ships. [2]", [[1], [2]]),  # markers after the full stop
-    ("Alpha and beta ship [1, 2].", [[1, 2]]),
-    ("Alpha ships [2][2].", [[2]]),
-    ('{"status": "answered", "claims": [{"text": "Alpha ships.", "citations": [2, 1]}]}', [[2, 1]]),
-    ('{"answer": "Alpha ships.", "citations": [1]}', [[1]]),
-    ('```json\n{"answer": "Alpha ships [2]."}\n```', [[2]]),
-])
+@pytest.mark.parametrize(
+    "content, cites",
+    [
+        ("Alpha ships. [1] Beta ships. [2]", [[1], [2]]),  # markers after the full stop
+        ("Alpha and beta ship [1, 2].", [[1, 2]]),
+        ("Alpha ships [2][2].", [[2]]),
+        ('{"status": "answered", "claims": [{"text": "Alpha ships.", "citations": [2, 1]}]}', [[2, 1]]),
+        ('{"answer": "Alpha ships.", "citations": [1]}', [[1]]),
+        ('```json\n{"answer": "Alpha ships [2]."}\n```', [[2]]),
+    ],
+)
 def test_answer_forms_are_parsed(content, cites):
     claims, not_found = parse_content(content)
     assert not not_found
@@ -83,26 +110,46 @@ def test_not_found_answers(content):
 
 
 def test_quotes_must_be_in_a_cited_passage():
-    passages = [passage(1, "The pipeline runs the “release checks” before\neach build ships.", chunks=["d:0", "d:1"]),
-                passage(2, "Something else entirely, about budgets.")]
+    passages = [
+        passage(1, "The pipeline runs the “release checks” before\neach build ships.", chunks=["d:0", "d:1"]),
+        passage(2, "Something else entirely, about budgets."),
+    ]
     passages[0].chunk_offsets = [0, 40]
-    content = json.dumps({"status": "answered", "claims": [
-        {"text": "Checks run first.", "citations": [1], "quote": 'runs the "release checks" before each build'},
-        {"text": "Budgets exist.", "citations": [2], "quote": "budgets are unlimited"}]})
+    content = json.dumps(
+        {
+            "status": "answered",
+            "claims": [
+                {"text": "Checks run first.", "citations": [1], "quote": 'runs the "release checks" before each build'},
+                {"text": "Budgets exist.", "citations": [2], "quote": "budgets are unlimited"},
+            ],
+        }
+    )
     checked = check(content, passages)
     assert [q["found"] for q in checked.quotes] == [True, False]
     assert checked.citations[0].quote_verified and checked.citations[0].quote.startswith("runs the")
     assert not checked.citations[1].quote_verified  # an excerpt of the passage instead
     assert checked.citations[1].quote == "Something else entirely, about budgets."
-    prose = check('It "runs the release checks before each build" [1]. It says "budgets are unlimited" [2].',
-                  passages)
+    prose = check('It "runs the release checks before each build" [1]. It says "budgets are unlimited" [2].', passages)
     assert [q["found"] for q in prose.quotes] == [True, False]
 
 
 def test_duplicate_passages_are_given_once_within_the_budget():
-    cands = [dict(doc_id=d, path=d, title=d, section="", page_start=None, page_end=None, first_chunk=0, last_chunk=0,
-                  chunk_ids=[f"{d}:0"], text=t, score=1.0)
-             for d, t in (("a", "Same words here."), ("b", "same  words HERE."), ("c", "x" * 400), ("d", "short"))]
+    cands = [
+        dict(
+            doc_id=d,
+            path=d,
+            title=d,
+            section="",
+            page_start=None,
+            page_end=None,
+            first_chunk=0,
+            last_chunk=0,
+            chunk_ids=[f"{d}:0"],
+            text=t,
+            score=1.0,
+        )
+        for d, t in (("a", "Same words here."), ("b", "same  words HERE."), ("c", "x" * 400), ("d", "short"))
+    ]
     got = pack(cands, max_tokens=20)
     assert [p.doc_id for p in got] == ["a", "d"]  # b duplicates a; c does not fit
     assert [p.number for p in got] == [1, 2]
@@ -110,13 +157,16 @@ def test_duplicate_passages_are_given_once_within_the_budget():
     assert first[0].truncated and first[0].tokens <= 20  # a first passage is cut, never dropped
 
 
-@pytest.mark.parametrize("question, text, shares", [
-    ("When does the wombat programme ship builds?", "Builds ship on Tuesdays.", True),  # stems: builds/ship
-    ("What does the document say about wombats?", "The wombat eats grass.", True),
-    ("Explain what the document describes", "Explain what the document describes.", False),  # question words only
-    ("zyxxqv plorbnik frumious", "The wombat eats grass.", False),
-    ("the of and what", "the of and what", False),
-])
+@pytest.mark.parametrize(
+    "question, text, shares",
+    [
+        ("When does the wombat programme ship builds?", "Builds ship on Tuesdays.", True),  # stems: builds/ship
+        ("What does the document say about wombats?", "The wombat eats grass.", True),
+        ("Explain what the document describes", "Explain what the document describes.", False),  # question words only
+        ("zyxxqv plorbnik frumious", "The wombat eats grass.", False),
+        ("the of and what", "the of and what", False),
+    ],
+)
 def test_content_words_as_bm25_reads_them(question, text, shares):
     assert shares_content_word(question, [passage(1, text)]) is shares
     assert "what" not in content_terms(question)
@@ -126,8 +176,12 @@ def test_content_words_as_bm25_reads_them(question, text, shares):
 
 
 def test_answered_with_checked_citations_and_the_prompt_fences_the_evidence(store, fake):
-    fake.chat_handler = lambda body: {"status": "answered", "claims": [
-        {"text": "Builds ship every Tuesday.", "citations": [1, 42], "quote": "ships its builds every Tuesday"}]}
+    fake.chat_handler = lambda body: {
+        "status": "answered",
+        "claims": [
+            {"text": "Builds ship every Tuesday.", "citations": [1, 42], "quote": "ships its builds every Tuesday"}
+        ],
+    }
     with open_with(store, fake) as idx:
         got = idx.answer("When does the wombat programme ship its builds?")
     assert got.status == "answered", got.error
@@ -141,8 +195,9 @@ def test_answered_with_checked_citations_and_the_prompt_fences_the_evidence(stor
     (request,) = fake.calls_to("/v1/chat/completions")
     assert request.json["response_format"]["type"] == "json_schema"  # structured output, numbers enumerated
     schema = request.json["response_format"]["json_schema"]["schema"]
-    assert schema["properties"]["claims"]["items"]["properties"]["citations"]["items"]["enum"] == \
-        [p.number for p in got.evidence]
+    assert schema["properties"]["claims"]["items"]["properties"]["citations"]["items"]["enum"] == [
+        p.number for p in got.evidence
+    ]
     prompt = fake.prompts[0]
     assert '<passage number="1" source="/r/docs/build.md">' in prompt and "untrusted" in prompt
     assert "sk-test-secret" not in json.dumps(got.to_dict())
@@ -220,8 +275,10 @@ def test_history_is_condensed_into_a_standalone_question(store, fake):
         return "Every Tuesday [1]."
 
     fake.chat_handler = handler
-    history = [{"role": "user", "content": "Tell me about the wombat programme."},
-               {"role": "assistant", "content": "It is a programme [1]."}]
+    history = [
+        {"role": "user", "content": "Tell me about the wombat programme."},
+        {"role": "assistant", "content": "It is a programme [1]."},
+    ]
     with open_with(store, fake) as idx:
         got = idx.answer("and when does it ship them?", history=history, style="text")
     assert got.standalone_question == "When does the wombat programme ship its builds?"
@@ -299,12 +356,26 @@ def test_quarry_ask_prints_the_answer_and_its_sources(store, fake, monkeypatch):
     from quarry.cli.main import cli
 
     fake.chat_handler = lambda body: "Builds ship every Tuesday [2]. Nobody knows why."
-    for name, value in (("QUARRY_LLM_BASE_URL", fake.base_url), ("QUARRY_LLM_MODEL", "fake-chat"),
-                        ("QUARRY_EMBED_BACKEND", "hash"), ("QUARRY_EMBED_DIM", str(DIM))):
+    for name, value in (
+        ("QUARRY_LLM_BASE_URL", fake.base_url),
+        ("QUARRY_LLM_MODEL", "fake-chat"),
+        ("QUARRY_EMBED_BACKEND", "hash"),
+        ("QUARRY_EMBED_DIM", str(DIM)),
+    ):
         monkeypatch.setenv(name, value)
     runner = CliRunner()
-    text = runner.invoke(cli, ["ask", "When does the wombat programme ship its builds?", "--db", str(store),
-                               "--style", "text", "--show-evidence"])
+    text = runner.invoke(
+        cli,
+        [
+            "ask",
+            "When does the wombat programme ship its builds?",
+            "--db",
+            str(store),
+            "--style",
+            "text",
+            "--show-evidence",
+        ],
+    )
     assert text.exit_code == 0, text.output
     assert text.stdout.startswith("Builds ship every Tuesday [1]. Nobody knows why.\n\nSources:\n  [1] /r/docs/")
     assert "Evidence given to the model:" in text.stdout and "--- passage 1:" in text.stdout

@@ -9,12 +9,12 @@ import json
 
 import httpx
 import pytest
-
 from apiserver import api_server
 from fakeopenai import FakeOpenAI
-from quarry.api.keys import FileKeys, KeyRing
 from test_answer import DOCS
 from test_query import commit, doc
+
+from quarry.api.keys import FileKeys, KeyRing
 
 QUESTION = "When does the wombat programme ship its builds?"
 
@@ -33,11 +33,17 @@ def served(tmp_path_factory, fake):
     commit(store, [doc(name, texts) for name, texts in DOCS.items()])
     ring = KeyRing(FileKeys(store / "keys.json"))
     # the helper's documents have no principals (the owner's alone): the keys read everything
-    tokens = {"full": ring.create("full", admin=True, rate_limit=0)[1],
-              "search-only": ring.create("search-only", admin=True, answers=False)[1],
-              "two-answers": ring.create("two-answers", admin=True, rate_limit=0, answer_rate_limit=2)[1]}
-    env = {"QUARRY_LLM_BASE_URL": fake.base_url, "QUARRY_LLM_MODEL": "fake-chat",
-           "QUARRY_LLM_API_KEY": "sk-api-secret-123", "QUARRY_EMBED_DIM": "64"}
+    tokens = {
+        "full": ring.create("full", admin=True, rate_limit=0)[1],
+        "search-only": ring.create("search-only", admin=True, answers=False)[1],
+        "two-answers": ring.create("two-answers", admin=True, rate_limit=0, answer_rate_limit=2)[1],
+    }
+    env = {
+        "QUARRY_LLM_BASE_URL": fake.base_url,
+        "QUARRY_LLM_MODEL": "fake-chat",
+        "QUARRY_LLM_API_KEY": "sk-api-secret-123",
+        "QUARRY_EMBED_DIM": "64",
+    }
     log = work / "api.log"
     with api_server(store, "--log-level", "info", log=log, env=env) as (base, _):
         yield base, tokens, log
@@ -68,8 +74,9 @@ def test_answer_streams_server_sent_events_ending_with_checked_citations(served,
     fake.reset()
     events = []
     with httpx.Client(base_url=base, timeout=60) as http:
-        with http.stream("POST", "/v1/answer", json={"question": QUESTION, "stream": True},
-                         headers=auth(tokens, "full")) as response:
+        with http.stream(
+            "POST", "/v1/answer", json={"question": QUESTION, "stream": True}, headers=auth(tokens, "full")
+        ) as response:
             assert response.status_code == 200
             assert response.headers["content-type"].startswith("text/event-stream")
             kind = None
@@ -104,8 +111,12 @@ def test_a_key_limited_to_search_and_answers_rate_limited_apart(served, fake):
         response = http.post("/v1/answer", json={"question": QUESTION}, headers=auth(tokens, "search-only"))
         assert response.status_code == 403 and "search" in response.json()["error"]["message"]
         assert http.post("/v1/search", json={"query": "wombat"}, headers=auth(tokens, "search-only")).status_code == 200
-        codes = [http.post("/v1/answer", json={"question": QUESTION, "style": "text"},
-                           headers=auth(tokens, "two-answers")).status_code for _ in range(3)]
+        codes = [
+            http.post(
+                "/v1/answer", json={"question": QUESTION, "style": "text"}, headers=auth(tokens, "two-answers")
+            ).status_code
+            for _ in range(3)
+        ]
         assert codes == [200, 200, 429]
         assert http.post("/v1/search", json={"query": "wombat"}, headers=auth(tokens, "two-answers")).status_code == 200
 
@@ -190,7 +201,9 @@ def test_a_failure_inside_the_stream_is_an_error_event(in_process, fake, monkeyp
     assert response.status_code == 200
     events = sse(response.text)
     assert [k for k, _ in events][0] == "evidence" and events[-1] == (
-        "error", {"message": "internal error (see the server log)"})
+        "error",
+        {"message": "internal error (see the server log)"},
+    )
 
 
 def test_one_log_line_per_answer_through_the_normal_logging(in_process, fake, monkeypatch, caplog):
@@ -216,8 +229,11 @@ def test_one_log_line_per_answer_through_the_normal_logging(in_process, fake, mo
 
 def test_search_and_answer_share_the_filters_and_their_messages(in_process):
     with in_process() as http:
-        asks = [("/v1/search", {"query": QUESTION}), ("/v1/answer", {"question": QUESTION}),
-                ("/v1/answer", {"question": QUESTION, "stream": True})]
+        asks = [
+            ("/v1/search", {"query": QUESTION}),
+            ("/v1/answer", {"question": QUESTION}),
+            ("/v1/answer", {"question": QUESTION, "stream": True}),
+        ]
         for path, body in asks:
             response = http.post(path, json={**body, "where": "file_type = 'pdf"})
             message = response.json()["error"]["message"]

@@ -15,7 +15,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, SAMPLE
 from llamaserver import MODEL_ALIAS, live_server, llama_server  # noqa: F401 - the fixtures
 
@@ -23,8 +22,14 @@ pytestmark = pytest.mark.llm_server
 
 
 def quarry(*args, env):
-    return subprocess.run([sys.executable, "-m", "quarry.cli.main", *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, **env}, cwd=ROOT, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "quarry.cli.main", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        cwd=ROOT,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +42,17 @@ def sample_db(tmp_path_factory, prefect_api):
 
 def test_quarry_ask_answers_with_a_valid_citation_and_says_not_found(sample_db, live_server):
     env = {"QUARRY_LLM_BASE_URL": live_server.base_url, "QUARRY_LLM_MODEL": MODEL_ALIAS, "QUARRY_LLM_API_KEY": ""}
-    done = quarry("ask", "How do we roll back a bad deploy?", "--db", sample_db, "--format", "json",
-                  "--max-context-tokens", "1200", env=env)
+    done = quarry(
+        "ask",
+        "How do we roll back a bad deploy?",
+        "--db",
+        sample_db,
+        "--format",
+        "json",
+        "--max-context-tokens",
+        "1200",
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     answer = json.loads(done.stdout)
     assert answer["status"] == "answered", answer
@@ -50,12 +64,14 @@ def test_quarry_ask_answers_with_a_valid_citation_and_says_not_found(sample_db, 
         assert c["path"].startswith(str(SAMPLE))
     assert answer["usage"]["calls"] >= 1 and answer["usage"]["prompt_tokens"] > 0
 
-    text = quarry("ask", "How do we roll back a bad deploy?", "--db", sample_db, "--max-context-tokens", "1200",
-                  env=env)
+    text = quarry(
+        "ask", "How do we roll back a bad deploy?", "--db", sample_db, "--max-context-tokens", "1200", env=env
+    )
     assert text.returncode == 0 and "Sources:" in text.stdout and "[1]" in text.stdout
 
-    absent = quarry("ask", "What is the zorblaxian tariff on moon cheese?", "--db", sample_db, "--format", "json",
-                    env=env)
+    absent = quarry(
+        "ask", "What is the zorblaxian tariff on moon cheese?", "--db", sample_db, "--format", "json", env=env
+    )
     assert absent.returncode == 0, absent.stderr[-2000:]
     got = json.loads(absent.stdout)
     assert got["status"] == "not_found" and not got["usage"].get("calls")  # the model was never asked

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from apiserver import ROOT, api_server
+
 from quarry.api.keys import FileKeys, KeyRing
 
 RULES = """\
@@ -43,8 +43,12 @@ def write_tree(root: Path) -> Path:
         for i, topic in enumerate(topics):
             sections = []
             for j in range(5):
-                sections.append(f"## Part {j} of {topic}\n\n" + " ".join(
-                    [f"This paragraph {j} covers {topic} for the okapi team, with salary and release notes."] * 4))
+                sections.append(
+                    f"## Part {j} of {topic}\n\n"
+                    + " ".join(
+                        [f"This paragraph {j} covers {topic} for the okapi team, with salary and release notes."] * 4
+                    )
+                )
             path = root / folder / f"doc{i}.md"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(f"# {topic.title()}\n\n" + "\n\n".join(sections) + "\n", encoding="utf-8")
@@ -78,10 +82,15 @@ def served(tmp_path_factory, prefect_api):
     ring = KeyRing(FileKeys(db / "keys.json"))
     t0 = time.time()
     tokens = {}
-    for name, kwargs in {"admin": {"admin": True}, "hr": {"principals": ["group:hr"]},
-                         "eng": {"principals": ["group:eng"]}, "plain": {}, "revoked": {"principals": ["group:hr"]},
-                         "expired": {"principals": ["group:hr"], "expires": t0 + 2},
-                         "limited": {"rate_limit": 5}}.items():
+    for name, kwargs in {
+        "admin": {"admin": True},
+        "hr": {"principals": ["group:hr"]},
+        "eng": {"principals": ["group:eng"]},
+        "plain": {},
+        "revoked": {"principals": ["group:hr"]},
+        "expired": {"principals": ["group:hr"], "expires": t0 + 2},
+        "limited": {"rate_limit": 5},
+    }.items():
         tokens[name] = ring.create(name, **kwargs)[1]
     ring.revoke("revoked")
     log = work / "api.log"
@@ -120,7 +129,9 @@ def test_health_readiness_and_openapi(served):
     assert all(served.call("GET", a).status_code == 200 for a in assets)
     assert served.call("GET", "/redoc").status_code == 404
     spec = served.call("GET", "/openapi.json").json()
-    assert {"/v1/search", "/v1/documents/{doc_id}", "/v1/chunks/{chunk_id}", "/v1/status", "/v1/runs"} <= set(spec["paths"])
+    assert {"/v1/search", "/v1/documents/{doc_id}", "/v1/chunks/{chunk_id}", "/v1/status", "/v1/runs"} <= set(
+        spec["paths"]
+    )
     assert "window" in json.dumps(spec["components"]["schemas"]["SearchRequest"])
 
 
@@ -134,14 +145,28 @@ def test_search_answers_the_clis_json(served, cli):
     assert body == expected  # one serialiser: the same document, field for field
 
 
-@pytest.mark.parametrize("options", [
-    {"mode": "bm25"}, {"mode": "vector"}, {"mode": "hybrid", "fusion": "rrf", "rrf_k": 10},
-    {"candidates": 7}, {"weights": {"vector": 0.5, "bm25": 2, "documents": 0}},
-    {"min_scores": {"bm25": 0.1}}, {"where": "file_type = 'md'"}, {"where": ["file_type = md", "chunk_index >= 1"]},
-    {"path": "eng/**"}, {"type": ["md"]}, {"since": "2000-01-01", "until": "2999-01-01"},
-    {"window": "1,1"}, {"window": 2}, {"window": [0, 1]}, {"segments": "balanced"},
-    {"segments": {"preset": "find_all", "max_length": 4, "relevance": "rank"}}, {"explain": True},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"mode": "bm25"},
+        {"mode": "vector"},
+        {"mode": "hybrid", "fusion": "rrf", "rrf_k": 10},
+        {"candidates": 7},
+        {"weights": {"vector": 0.5, "bm25": 2, "documents": 0}},
+        {"min_scores": {"bm25": 0.1}},
+        {"where": "file_type = 'md'"},
+        {"where": ["file_type = md", "chunk_index >= 1"]},
+        {"path": "eng/**"},
+        {"type": ["md"]},
+        {"since": "2000-01-01", "until": "2999-01-01"},
+        {"window": "1,1"},
+        {"window": 2},
+        {"window": [0, 1]},
+        {"segments": "balanced"},
+        {"segments": {"preset": "find_all", "max_length": 4, "relevance": "rank"}},
+        {"explain": True},
+    ],
+)
 def test_every_search_option(served, options):
     response = served.search("hr", query="okapi salary review", k=4, **options)
     assert response.status_code == 200, response.text
@@ -171,8 +196,9 @@ def test_doc_filter_and_rerank_gate(served):
 
 
 def test_documents_and_chunks(served):
-    hit = next(r for r in served.search("hr", query="salary bands", k=10).json()["results"]
-               if r["path"].endswith("hr/doc0.md"))
+    hit = next(
+        r for r in served.search("hr", query="salary bands", k=10).json()["results"] if r["path"].endswith("hr/doc0.md")
+    )
     doc = served.call("GET", f"/v1/documents/{hit['doc_id']}", "hr").json()
     assert doc["doc_id"] == hit["doc_id"] and doc["generation"] >= 1 and doc["sections"]
     assert [c["chunk_id"] for c in doc["chunks"]][hit["chunk_index"]] == hit["chunk_id"]
@@ -208,9 +234,13 @@ def test_status_and_runs(served):
 # --- the auth matrix ------------------------------------------------------------------------------
 
 
-ENDPOINTS = [("POST", "/v1/search", {"json": {"query": "okapi"}}), ("GET", "/v1/status", {}),
-             ("GET", "/v1/runs", {}), ("GET", "/v1/documents/0123456789abcdef0123", {}),
-             ("GET", "/v1/chunks/0123456789abcdef0123:0", {})]
+ENDPOINTS = [
+    ("POST", "/v1/search", {"json": {"query": "okapi"}}),
+    ("GET", "/v1/status", {}),
+    ("GET", "/v1/runs", {}),
+    ("GET", "/v1/documents/0123456789abcdef0123", {}),
+    ("GET", "/v1/chunks/0123456789abcdef0123:0", {}),
+]
 
 
 @pytest.mark.parametrize("who", [None, "qk_000000000000_" + "x" * 43, "garbage", "revoked", "expired"])
@@ -221,8 +251,10 @@ def test_no_valid_key_is_401(served, who, method, path, kwargs):
 
 
 def test_who_sees_what(served):
-    seen = {who: set(paths(served.search(who, query="okapi salary review team", k=50).json()))
-            for who in ("admin", "hr", "eng", "plain")}
+    seen = {
+        who: set(paths(served.search(who, query="okapi salary review team", k=50).json()))
+        for who in ("admin", "hr", "eng", "plain")
+    }
     hr, eng, news = ({f"{f}/doc{i}.md" for i in range(3)} for f in ("hr", "eng", "news"))
     assert seen["admin"] == hr | eng | news
     assert seen["hr"] == hr | eng | news
@@ -255,15 +287,18 @@ BAD = [
     ("negative weight", {"json": {"query": "okapi", "weights": {"vector": -1}}}, 422),
     ("huge window", {"json": {"query": "okapi", "window": "1000,1000"}}, 422),
     ("window and segments", {"json": {"query": "okapi", "window": 1, "segments": "balanced"}}, 400),
-    ("segments out of bounds", {"json": {"query": "okapi", "segments": {"results": 10 ** 9}}}, 422),
+    ("segments out of bounds", {"json": {"query": "okapi", "segments": {"results": 10**9}}}, 422),
     ("hostile where: OR", {"json": {"query": "okapi", "where": "file_type = 'md' OR 1=1"}}, 400),
     ("hostile where: statement", {"json": {"query": "okapi", "where": "1=1; DROP TABLE documents; --"}}, 400),
     ("hostile where: union", {"json": {"query": "okapi", "where": "title = x UNION SELECT * FROM documents"}}, 400),
     ("hostile where: principals", {"json": {"query": "okapi", "where": "principals IS NOT NULL"}}, 400),
     ("hostile where: subquery", {"json": {"query": "okapi", "where": "doc_id IN (SELECT doc_id FROM documents)"}}, 400),
     ("bad date", {"json": {"query": "okapi", "since": "yesterday-ish"}}, 400),
-    ("2 MB body", {"content": b'{"query": "' + b"a" * (2 << 20) + b'"}',
-                   "headers": {"Content-Type": "application/json"}}, 413),
+    (
+        "2 MB body",
+        {"content": b'{"query": "' + b"a" * (2 << 20) + b'"}', "headers": {"Content-Type": "application/json"}},
+        413,
+    ),
 ]
 
 
@@ -274,25 +309,39 @@ def test_bad_input_is_a_json_4xx_and_the_server_stays_up(served, label, kwargs, 
     assert served.search("hr", query="okapi", k=1).status_code == 200
 
 
-@pytest.mark.parametrize("kwargs, status, said", [
-    ({"json": {"k": 3}}, 422, "query: required"),
-    ({"json": {"query": "okapi", "k": "ten"}}, 422, "k: "),
-    ({"json": {"query": "okapi", "kk": 3}}, 422, "kk: unknown field"),
-    ({"json": ["okapi"]}, 422, "the body must be a JSON object sent as Content-Type: application/json, not a list"),
-    ({"content": b'{"query": "okapi"}', "headers": {"Content-Type": "text/plain"}}, 422,
-     "the body must be a JSON object sent as Content-Type: application/json (this one was sent as text/plain)"),
-    ({}, 422, "no body: the body must be a JSON object"),
-    ({"json": {"query": "okapi", "where": "nonsense ==="}}, 400, "where 'nonsense ==='"),
-    ({"json": {"query": "okapi", "where": ["file_type = md", "bogus ~ 1"]}}, 400, "where "),
-])
+@pytest.mark.parametrize(
+    "kwargs, status, said",
+    [
+        ({"json": {"k": 3}}, 422, "query: required"),
+        ({"json": {"query": "okapi", "k": "ten"}}, 422, "k: "),
+        ({"json": {"query": "okapi", "kk": 3}}, 422, "kk: unknown field"),
+        ({"json": ["okapi"]}, 422, "the body must be a JSON object sent as Content-Type: application/json, not a list"),
+        (
+            {"content": b'{"query": "okapi"}', "headers": {"Content-Type": "text/plain"}},
+            422,
+            "the body must be a JSON object sent as Content-Type: application/json (this one was sent as text/plain)",
+        ),
+        ({}, 422, "no body: the body must be a JSON object"),
+        ({"json": {"query": "okapi", "where": "nonsense ==="}}, 400, "where 'nonsense ==='"),
+        ({"json": {"query": "okapi", "where": ["file_type = md", "bogus ~ 1"]}}, 400, "where "),
+    ],
+)
 def test_error_messages_name_the_field_and_the_cause(served, kwargs, status, said):
     message = is_error(served.call("POST", "/v1/search", "hr", **kwargs), status)["message"]
     assert said in message and "--where" not in message and "Input should be a valid dictionary" not in message
 
 
-@pytest.mark.parametrize("path", ["/v1/documents/..%2F..%2F..%2Fetc%2Fpasswd", "/v1/documents/%2e%2e",
-                                  "/v1/chunks/..%2Fkeys.json", "/v1/documents/' OR 1=1 --",
-                                  "/v1/chunks/" + "a" * 5000, "/v1/documents/%00"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/documents/..%2F..%2F..%2Fetc%2Fpasswd",
+        "/v1/documents/%2e%2e",
+        "/v1/chunks/..%2Fkeys.json",
+        "/v1/documents/' OR 1=1 --",
+        "/v1/chunks/" + "a" * 5000,
+        "/v1/documents/%00",
+    ],
+)
 def test_path_traversal_in_ids_is_404(served, path):
     is_error(served.call("GET", path, "admin"), 404)
     assert served.call("GET", "/healthz").status_code == 200
@@ -318,13 +367,20 @@ def test_json_log_lines_parse_and_hold_no_key_or_secret_setting(served, tmp_path
     and no secret setting of the server's environment."""
     log = tmp_path / "api-json.log"
     secret_setting = "aws-secret-probe-0123456789"
-    with api_server(served.db, log=log, env={"QUARRY_LOG_FORMAT": "json",
-                                             "AWS_SECRET_ACCESS_KEY": secret_setting}) as (base, _proc):
+    with api_server(served.db, log=log, env={"QUARRY_LOG_FORMAT": "json", "AWS_SECRET_ACCESS_KEY": secret_setting}) as (
+        base,
+        _proc,
+    ):
         http = httpx.Client(base_url=base, timeout=60)
         hr = served.tokens["hr"]
-        assert http.post("/v1/search", json={"query": "okapi"}, headers={"Authorization": f"Bearer {hr}"}).status_code == 200
+        assert (
+            http.post("/v1/search", json={"query": "okapi"}, headers={"Authorization": f"Bearer {hr}"}).status_code
+            == 200
+        )
         assert http.get(f"/v1/documents/{hr}", headers={"Authorization": f"Bearer {hr}"}).status_code == 404
-        assert http.get("/v1/status", headers={"Authorization": "Bearer qk_000000000000_" + "y" * 43}).status_code == 401
+        assert (
+            http.get("/v1/status", headers={"Authorization": "Bearer qk_000000000000_" + "y" * 43}).status_code == 401
+        )
         http.close()
     lines = [line for line in log.read_text().splitlines() if line.strip()]
     records = [json.loads(line) for line in lines]  # every line is one JSON object
@@ -351,13 +407,20 @@ def test_a_commit_is_picked_up_without_a_restart_each_answer_from_one_generation
     stop = threading.Event()
 
     def ask():
-        with httpx.Client(base_url=served.base, timeout=60,
-                          headers={"Authorization": f"Bearer {served.tokens['plain']}"}) as http:
+        with httpx.Client(
+            base_url=served.base, timeout=60, headers={"Authorization": f"Bearer {served.tokens['plain']}"}
+        ) as http:
             while not stop.is_set():
-                body = http.post("/v1/search", json={"query": "okapi marker version live page", "k": 3,
-                                                     "mode": "bm25"}).json()
-                found = {w for r in body["results"] if r["path"].endswith("live.md")
-                         for w in r["text"].split() if w.startswith("v") and w[1:].isdigit()}
+                body = http.post(
+                    "/v1/search", json={"query": "okapi marker version live page", "k": 3, "mode": "bm25"}
+                ).json()
+                found = {
+                    w
+                    for r in body["results"]
+                    if r["path"].endswith("live.md")
+                    for w in r["text"].split()
+                    if w.startswith("v") and w[1:].isdigit()
+                }
                 answers.append((body["generation"], found))
 
     threads = [threading.Thread(target=ask) for _ in range(3)]
@@ -385,8 +448,9 @@ def test_a_commit_is_picked_up_without_a_restart_each_answer_from_one_generation
 
 
 def test_permissions_changed_by_a_run_apply_to_the_next_request(served, run_flow):
-    hr_hit = next(r for r in served.search("admin", query="parental leave policy", k=5).json()["results"]
-                  if "/hr/" in r["path"])
+    hr_hit = next(
+        r for r in served.search("admin", query="parental leave policy", k=5).json()["results"] if "/hr/" in r["path"]
+    )
     assert served.call("GET", f"/v1/documents/{hr_hit['doc_id']}", "eng").status_code == 404
     served.rules.write_text(RULES.replace('principals: ["group:hr"]', 'principals: ["group:hr", "group:eng"]'))
     try:
@@ -407,8 +471,13 @@ def test_a_public_host_without_keys_is_refused_unless_insecure(tmp_path, prefect
     tree = write_tree(tmp_path / "tree")
     db = tmp_path / "db"
     index_flow([str(tree)], db=str(db))
-    out = subprocess.run([sys.executable, "-m", "quarry.cli.main", "api", "--db", str(db), "--host", "0.0.0.0",
-                          "--port", "1"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "quarry.cli.main", "api", "--db", str(db), "--host", "0.0.0.0", "--port", "1"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert out.returncode == 2 and "refusing to serve 0.0.0.0 without API keys" in out.stderr
     with api_server(db, "--host", "0.0.0.0", "--insecure-no-auth", log=tmp_path / "log") as (base, _):
         body = httpx.post(f"{base}/v1/search", json={"query": "okapi", "k": 50}).json()
@@ -493,8 +562,12 @@ def test_mcp_over_http_lists_tools_and_answers_as_v1_search(served):
     assert all(t.description and len(t.description) > 60 for t in tools.tools)
     # all only read; answer alone reaches an outside system (a paid model)
     assert {t.name: (t.annotations.read_only_hint, t.annotations.open_world_hint) for t in tools.tools} == {
-        "search": (True, False), "get_document": (True, False), "get_context": (True, False),
-        "status": (True, False), "answer": (True, True)}
+        "search": (True, False),
+        "get_document": (True, False),
+        "get_context": (True, False),
+        "status": (True, False),
+        "answer": (True, True),
+    }
     expected = served.search("eng", query="okapi salary review", k=5).json()
     assert [r["chunk_id"] for r in _text(hits)["results"]] == [r["chunk_id"] for r in expected["results"]]
     assert _text(windowed)["windows"]
@@ -544,8 +617,9 @@ def _rpc_error(response, status):
 
 def test_mcp_over_http_needs_a_key(served):
     """The 401 is a JSON-RPC error, so the SDK's client shows why (not 'Server returned an error response')."""
-    message = _rpc_error(served.call("POST", "/mcp", None, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
-                         401)
+    message = _rpc_error(
+        served.call("POST", "/mcp", None, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}), 401
+    )
     assert "needs an API key" in message
     assert "not valid" in _rpc_error(served.call("POST", "/mcp/", "revoked", json={}), 401)
 
@@ -577,24 +651,38 @@ def test_mcp_takes_post_only(served, method):
 def test_mcp_tool_schemas_say_what_each_parameter_takes(served):
     async def calls(client):
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        good = [await client.call_tool("search", args) for args in (
-            {"query": "okapi salary", "k": 3, "where": "file_type = 'md'"},
-            {"query": "okapi salary", "k": 3, "where": ["file_type = 'md'", "chunk_index >= 0"]},
-            {"query": "okapi salary", "k": 2, "window": "0,1"})]
-        bad = [await client.call_tool("search", args) for args in (
-            {"query": "okapi", "where": "nonsense ==="}, {"query": "okapi", "k": "ten"},
-            {"query": "okapi", "k": 5000}, {"query": "okapi", "window": "1;1"})]
+        good = [
+            await client.call_tool("search", args)
+            for args in (
+                {"query": "okapi salary", "k": 3, "where": "file_type = 'md'"},
+                {"query": "okapi salary", "k": 3, "where": ["file_type = 'md'", "chunk_index >= 0"]},
+                {"query": "okapi salary", "k": 2, "window": "0,1"},
+            )
+        ]
+        bad = [
+            await client.call_tool("search", args)
+            for args in (
+                {"query": "okapi", "where": "nonsense ==="},
+                {"query": "okapi", "k": "ten"},
+                {"query": "okapi", "k": 5000},
+                {"query": "okapi", "window": "1;1"},
+            )
+        ]
         bad.append(await client.call_tool("get_context", {"chunk_id": "x:0", "before": 99}))
         return tools, good, bad
 
     tools, good, bad = _mcp_http(served, "eng", calls)
     search = tools["search"].input_schema["properties"]
-    assert all(p.get("description") for p in search.values()), [n for n, p in search.items() if not p.get("description")]
+    assert all(p.get("description") for p in search.values()), [
+        n for n, p in search.items() if not p.get("description")
+    ]
     assert search["k"]["maximum"] == 1000 and search["k"]["minimum"] == 1
     assert {"string", "array"} <= {t.get("type") for t in search["where"]["anyOf"]}
     assert {"string", "integer", "array"} <= {t.get("type") for t in search["window"]["anyOf"]}
     answer = tools["answer"].input_schema["properties"]  # the answer tool's: AnswerRequest's, filters shared
-    assert all(p.get("description") for p in answer.values()), [n for n, p in answer.items() if not p.get("description")]
+    assert all(p.get("description") for p in answer.values()), [
+        n for n, p in answer.items() if not p.get("description")
+    ]
     assert answer["k"]["maximum"] == 50 and {"where", "path", "type", "since", "until", "mode"} <= set(answer)
     assert answer["where"] == search["where"]
     context = tools["get_context"].input_schema["properties"]
@@ -611,8 +699,14 @@ def test_mcp_tool_schemas_say_what_each_parameter_takes(served):
 
 def test_quarry_mcp_on_a_store_with_keys_needs_as_or_admin(served):
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "quarry.cli.main", "mcp", "--db", str(served.db), *args],
-                              capture_output=True, text=True, cwd=ROOT, timeout=120, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [sys.executable, "-m", "quarry.cli.main", "mcp", "--db", str(served.db), *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
 
     out = run()
     assert out.returncode == 2 and "has API keys: give --as PRINCIPAL" in out.stderr, out.stderr
@@ -631,9 +725,15 @@ def test_quarry_mcp_finds_keys_kept_outside_the_store(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "QUARRY_KEYS_FILE"}
 
     def run(*args, **extra):
-        return subprocess.run([sys.executable, "-m", "quarry.cli.main", "mcp", "--db", str(db), *args],
-                              capture_output=True, text=True, cwd=ROOT, timeout=120, stdin=subprocess.DEVNULL,
-                              env={**env, **extra})
+        return subprocess.run(
+            [sys.executable, "-m", "quarry.cli.main", "mcp", "--db", str(db), *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            env={**env, **extra},
+        )
 
     assert "no index at" in run().stderr  # no keys with the store: on to opening it
     for out in (run("--keys-file", str(keys)), run(QUARRY_KEYS_FILE=str(keys))):
@@ -644,9 +744,12 @@ def test_quarry_mcp_finds_keys_kept_outside_the_store(tmp_path):
 def test_mcp_over_stdio_answers_as_v1_search(served):
     from mcp import Client, StdioServerParameters
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "quarry.cli.main", "mcp", "--db", str(served.db),
-                                                                 "--as", "group:eng"],
-                                   env={**os.environ}, cwd=str(ROOT))
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "quarry.cli.main", "mcp", "--db", str(served.db), "--as", "group:eng"],
+        env={**os.environ},
+        cwd=str(ROOT),
+    )
 
     async def run():
         async with Client(params) as client:

@@ -16,9 +16,20 @@ from quarry.api.server import NoDelayH11Protocol, check_host, is_loopback
 from quarry.core.errors import UsageError
 
 
-@pytest.mark.parametrize("host, loopback", [("127.0.0.1", True), ("127.1.2.3", True), ("::1", True),
-                                            ("[::1]", True), ("localhost", True), ("0.0.0.0", False),
-                                            ("::", False), ("10.0.0.5", False), ("example.org", False)])
+@pytest.mark.parametrize(
+    "host, loopback",
+    [
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.5", False),
+        ("example.org", False),
+    ],
+)
 def test_loopback_hosts(host, loopback):
     assert is_loopback(host) is loopback
 
@@ -49,7 +60,7 @@ def test_every_connection_gets_tcp_nodelay_even_from_a_socket_rebuilt_with_proto
         protocol = NoDelayH11Protocol.__new__(NoDelayH11Protocol)
         try:
             protocol.connection_made(Transport())
-        except Exception:  # noqa: BLE001 - the h11 state the bare object lacks; the option is set first
+        except Exception:
             pass
         assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
     finally:
@@ -82,8 +93,10 @@ def test_a_streamed_body_over_the_limit_is_413(tmp_path):
 
 def test_messages_lose_the_stores_paths_and_stay_one_short_line():
     scrub = Scrubber("/srv/quarry/store", "/srv")
-    assert scrub("catalog /srv/quarry/store/catalog-000001.duckdb is\ndamaged") == \
-        "catalog <store>/catalog-000001.duckdb is damaged"
+    assert (
+        scrub("catalog /srv/quarry/store/catalog-000001.duckdb is\ndamaged")
+        == "catalog <store>/catalog-000001.duckdb is damaged"
+    )
     assert len(scrub("x" * 5000)) == 500
 
 
@@ -94,9 +107,11 @@ def test_the_docs_list_every_search_field_and_error_code():
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
     start = text.index("`POST /v1/search` takes")
-    fields = text[start:text.index("```bash", start)]
-    names = [n for line in fields.splitlines() if line.startswith("| `") for n in re.findall(r"`(\w+)`", line.split("|")[1])]
+    fields = text[start : text.index("```bash", start)]
+    names = [
+        n for line in fields.splitlines() if line.startswith("| `") for n in re.findall(r"`(\w+)`", line.split("|")[1])
+    ]
     assert names == list(SearchRequest.model_fields)
-    errors = text[text.index("### Errors"):text.index("## Keys")]
+    errors = text[text.index("### Errors") : text.index("## Keys")]
     codes = re.findall(r"^\| (\d{3}) \| `(\w+)`", errors, re.M)
     assert {int(status): code for status, code in codes} == _STATUS_CODES

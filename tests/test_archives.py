@@ -73,7 +73,11 @@ def test_zip_members_are_files_named_inside_their_archive(tmp_path):
     pptx = files["bundle.zip!/slides/fake-power-point-table.pptx"]
     data = shared(*FILES["slides/fake-power-point-table.pptx"][0]).read_bytes()
     assert pptx.path == str((tmp_path / "tree" / "bundle.zip").resolve()) + "!/slides/fake-power-point-table.pptx"
-    assert (pptx.file_type, pptx.size, pptx.archive) == ("pptx", len(data), str((tmp_path / "tree" / "bundle.zip").resolve()))
+    assert (pptx.file_type, pptx.size, pptx.archive) == (
+        "pptx",
+        len(data),
+        str((tmp_path / "tree" / "bundle.zip").resolve()),
+    )
     assert pptx.sha256 == archive.member_digest("zip", data)  # crc32 and size from the archive's directory
 
 
@@ -82,7 +86,9 @@ def test_members_of_a_batch_are_read_in_one_pass_and_parsed_like_files(tmp_path,
     readable, _ = discover([tmp_path / "tree"])
     opened = []
     real = archive._extract
-    monkeypatch.setattr(archive, "_extract", lambda fh, kind, names: opened.append(sorted(names)) or real(fh, kind, names))
+    monkeypatch.setattr(
+        archive, "_extract", lambda fh, kind, names: opened.append(sorted(names)) or real(fh, kind, names)
+    )
     results = parse_files(readable, workers=2)
     assert len(opened) == 1 and len(opened[0]) == len(FILES)  # one decompression for the whole batch
     for f, doc in zip(readable, results):
@@ -103,7 +109,10 @@ def test_nested_archives_open_to_a_depth_and_no_further(tmp_path):
     readable, _ = discover([tmp_path / "tree"], errors=errors)
     assert archive.MAX_DEPTH == 3
     assert sorted(f.rel_path for f in readable) == [
-        "outer.zip!/inner/l2.tar!/l3.zip!/three.md", "outer.zip!/inner/l2.tar!/two.md", "outer.zip!/one.md"]
+        "outer.zip!/inner/l2.tar!/l3.zip!/three.md",
+        "outer.zip!/inner/l2.tar!/two.md",
+        "outer.zip!/one.md",
+    ]
     assert [e.error for e in errors] == ["archive nested more than 3 deep: not opened"]
     assert errors[0].path.endswith("outer.zip!/inner/l2.tar!/l3.zip!/l4.zip")
     results = parse_files(readable)
@@ -175,7 +184,8 @@ def test_a_member_over_the_file_limit_fails_alone(tmp_path, monkeypatch):
     readable, _ = discover([tmp_path / "tree"], errors=errors)
     assert [f.rel_path for f in readable] == ["mixed.zip!/small.md"]
     assert [(e.path.rsplit("!/", 1)[1], e.error) for e in errors] == [
-        ("big.txt", "file is over the 0 MB limit (QUARRY_MAX_FILE_MB); skipped")]
+        ("big.txt", "file is over the 0 MB limit (QUARRY_MAX_FILE_MB); skipped")
+    ]
 
 
 def _mark_encrypted(path: Path, member: str) -> None:
@@ -184,7 +194,7 @@ def _mark_encrypted(path: Path, member: str) -> None:
     for sig, flag_at, name_at in ((b"PK\x03\x04", 6, 30), (b"PK\x01\x02", 8, 46)):
         at = data.find(sig)
         while at >= 0:
-            if data[at + name_at:at + name_at + len(member)] == member.encode():
+            if data[at + name_at : at + name_at + len(member)] == member.encode():
                 data[at + flag_at] |= 0x1
             at = data.find(sig, at + 4)
     path.write_bytes(bytes(data))
@@ -258,8 +268,9 @@ def test_archives_through_runs(tmp_path, run_flow, cli):
             assert hits and hits[0].path == f"{root}/bundle.zip!/{name}", (words, [h.path for h in hits])
         slide = idx.search("Tangerine Aqua", k=1, mode="bm25").results[0]
         assert slide.page_start == 1
-        only_mail = idx.search("Violets are blue", k=5, mode="bm25",
-                               filters=quarry.Filter.build(path="old/mail.tar.gz!/*.eml")).results
+        only_mail = idx.search(
+            "Violets are blue", k=5, mode="bm25", filters=quarry.Filter.build(path="old/mail.tar.gz!/*.eml")
+        ).results
         assert {h.path for h in only_mail} == {f"{root}/old/mail.tar.gz!/fake-email.eml"}
     found = json.loads(cli("search", "kumquat", "--db", db, "--path", "broken-inside.zip", "--json").stdout)
     assert [r["path"] for r in found["results"]] == [f"{root}/broken-inside.zip!/ok.md"]

@@ -12,8 +12,8 @@ import time
 
 import httpx
 import pytest
-
 from apiserver import api_server
+
 from quarry.api.keys import KeyRing, key_store
 from quarry.core.errors import RunRefused
 from quarry.store.audit import AuditLog, parse_since
@@ -49,13 +49,16 @@ def test_entries_chain_and_verify(tmp_path, where):
 
 
 @pytest.mark.parametrize("where", ["local", "object"])
-@pytest.mark.parametrize("tamper, expected", [
-    ("edit", "entry 2 does not match its hash (edited)"),
-    ("edit-and-rehash", "entry 3 does not follow entry 2"),
-    ("remove", "entry 2 is missing (removed)"),
-    ("reorder", "entry 2 holds entry 3 (moved or reordered)"),
-    ("renumber", "entry 2 does not follow entry 1"),
-])
+@pytest.mark.parametrize(
+    "tamper, expected",
+    [
+        ("edit", "entry 2 does not match its hash (edited)"),
+        ("edit-and-rehash", "entry 3 does not follow entry 2"),
+        ("remove", "entry 2 is missing (removed)"),
+        ("reorder", "entry 2 holds entry 3 (moved or reordered)"),
+        ("renumber", "entry 2 does not follow entry 1"),
+    ],
+)
 def test_verify_finds_an_edited_removed_or_reordered_entry(tmp_path, where, tamper, expected):
     from quarry.store.audit import _digest
 
@@ -116,11 +119,13 @@ def test_since_and_unknown_events(tmp_path):
 
 # --- real runs ---------------------------------------------------------------------------------
 
+
 def _tree(root, n=12):
     root.mkdir(parents=True, exist_ok=True)
     for i in range(n):
         (root / f"hr-{i:02d}.md" if i < 3 else root / f"note{i:02d}.md").write_text(
-            f"# Note {i}\n\nThe heron colony number {i} nests by the reservoir.\n")
+            f"# Note {i}\n\nThe heron colony number {i} nests by the reservoir.\n"
+        )
     return root
 
 
@@ -137,7 +142,9 @@ def test_runs_keys_and_rollback_are_recorded_and_verify_fails_on_tampering(cli, 
     tree, db = _tree(tmp_path / "tree"), tmp_path / "db"
     quarry.index([tree], db)
     rules = tmp_path / "acl.yaml"
-    rules.write_text('- path: "**/hr-*"\n  principals: ["group:hr", "user:ann"]\n- path: "**"\n  principals: ["public"]\n')
+    rules.write_text(
+        '- path: "**/hr-*"\n  principals: ["group:hr", "user:ann"]\n- path: "**"\n  principals: ["public"]\n'
+    )
     quarry.index([tree], db, acl_rules=str(rules))  # permissions change: 3 documents, 1 -> 3 principals
     gone = tmp_path / "gone"
     gone.mkdir()
@@ -155,13 +162,23 @@ def test_runs_keys_and_rollback_are_recorded_and_verify_fails_on_tampering(cli, 
 
     events = _events(cli, db)
     names = [e["event"] for e in events]
-    assert names == ["run.permissions_changed", "guard.refused", "guard.override", "run.documents_deleted",
-                     "rollback", "maintain", "key.created", "key.revoked"]
+    assert names == [
+        "run.permissions_changed",
+        "guard.refused",
+        "guard.override",
+        "run.documents_deleted",
+        "rollback",
+        "maintain",
+        "key.created",
+        "key.revoked",
+    ]
     acl = events[0]["details"]
     assert acl["documents_changed"] == 3 and acl["before"] == {"documents": 12, "restricted": 0, "principals": 1}
     assert acl["after"] == {"documents": 12, "restricted": 3, "principals": 3}
     assert "would delete 8 of the 12" in events[1]["details"]["reasons"][0]
-    assert events[2]["details"]["deleted"] == 8 and "would delete 8 of the 12" in events[2]["details"]["would_refuse"][0]
+    assert (
+        events[2]["details"]["deleted"] == 8 and "would delete 8 of the 12" in events[2]["details"]["would_refuse"][0]
+    )
     assert events[3]["details"]["deleted"] == 8
     assert events[4]["details"]["to_generation"] == 2
     assert events[5]["details"]["generation"] >= 3 and events[5]["details"]["healthy"] is True
@@ -203,12 +220,22 @@ def test_denied_requests_and_an_expired_key_are_recorded_by_the_api(tmp_path, mo
             if len([e for e in events if e["event"] in ("access.denied", "key.expired")]) >= 5:
                 break
             time.sleep(0.2)
-    denied = {(e["who"].get("key"), e["details"]["route"], e["details"]["status"]) for e in events
-              if e["event"] == "access.denied"}
-    assert denied == {("reader", "/v1/runs", 403), ("brief", "/v1/status", 401), ("none", "/v1/search", 401),
-                      ("unknown", "/v1/chunks/{chunk_id}", 401)}
-    assert [e["details"].get("claimed_key") for e in events
-            if e["event"] == "access.denied" and e["who"].get("key") == "unknown"] == ["reader"]
+    denied = {
+        (e["who"].get("key"), e["details"]["route"], e["details"]["status"])
+        for e in events
+        if e["event"] == "access.denied"
+    }
+    assert denied == {
+        ("reader", "/v1/runs", 403),
+        ("brief", "/v1/status", 401),
+        ("none", "/v1/search", 401),
+        ("unknown", "/v1/chunks/{chunk_id}", 401),
+    }
+    assert [
+        e["details"].get("claimed_key")
+        for e in events
+        if e["event"] == "access.denied" and e["who"].get("key") == "unknown"
+    ] == ["reader"]
     assert [e["details"]["key_name"] for e in events if e["event"] == "key.expired"] == ["brief"]
     assert all(e["who"]["client"] == "127.0.0.1" for e in events if e["event"] == "access.denied")
     raw = "".join(p.read_text() for p in (db / "audit").glob("*.json"))

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 # the scripts (a module other benches import, such as consensus.py, has no `__main__`)
@@ -21,7 +20,8 @@ def test_the_benches_are_found():
 
 @pytest.mark.parametrize("name", BENCHES)
 def test_a_bench_lists_its_options(name):
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / name), "--help"], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / name), "--help"], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage:" in done.stdout, done.stdout[-500:]

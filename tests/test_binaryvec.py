@@ -158,8 +158,13 @@ def test_centering_rescues_vectors_that_share_an_offset():
     vectors, queries = both[:3000], both[3000:]
 
     def recall(index):
-        hits = [len(set(exact_topk(vectors, q, 10)[0].tolist())
-                    & set(index.search(q, 10, rescore_multiplier=4)[0].tolist())) / 10 for q in queries]
+        hits = [
+            len(
+                set(exact_topk(vectors, q, 10)[0].tolist()) & set(index.search(q, 10, rescore_multiplier=4)[0].tolist())
+            )
+            / 10
+            for q in queries
+        ]
         return float(np.mean(hits))
 
     assert recall(BinaryIndex(vectors, center=True)) > recall(BinaryIndex(vectors)) + 0.2

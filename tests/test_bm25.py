@@ -12,21 +12,36 @@ import pyarrow as pa
 import pytest
 from conftest import shared
 
+from quarry.core.sqlfiles import load_sql
 from quarry.retrieval import bm25
 from quarry.retrieval.bm25 import BM25Index, Vocabulary, query_tokens, stem_words
 from quarry.retrieval.searchindex import use_source
-from quarry.core.sqlfiles import load_sql
+from quarry.retrieval.textnorm import bm25_text, tokens
 from quarry.store import catalog
 from quarry.store.catalog import table_schema
-from quarry.retrieval.textnorm import bm25_text, tokens
 
 
 def catalog_with(tmp_path, texts: list[str]):
     """A real catalog holding one chunk per text (chunk ids sort in list order)."""
     con = catalog.create(tmp_path / "c.duckdb")
-    rows = [{"chunk_id": f"{i:08d}:0", "doc_id": f"{i:08d}", "section_index": 0, "chunk_index": 0, "start_char": 0,
-             "end_char": len(t), "page_start": None, "page_end": None, "header": "", "text": t, "text_hash": str(i),
-             "n_tokens": 1, "search_text": bm25_text(t)} for i, t in enumerate(texts)]
+    rows = [
+        {
+            "chunk_id": f"{i:08d}:0",
+            "doc_id": f"{i:08d}",
+            "section_index": 0,
+            "chunk_index": 0,
+            "start_char": 0,
+            "end_char": len(t),
+            "page_start": None,
+            "page_end": None,
+            "header": "",
+            "text": t,
+            "text_hash": str(i),
+            "n_tokens": 1,
+            "search_text": bm25_text(t),
+        }
+        for i, t in enumerate(texts)
+    ]
     con.register("new_chunks", pa.Table.from_pylist(rows, schema=table_schema("chunks")))
     con.execute("INSERT INTO chunks BY NAME SELECT * FROM new_chunks")
     con.unregister("new_chunks")
@@ -96,8 +111,10 @@ def test_porter_stemmer_equals_duckdbs_on_real_words(scifact):
     import duckdb
 
     texts, _ = scifact
-    words = sorted({t for text in texts for t in tokens(text)} | {"running", "caresses", "ponies", "relational",
-                                                                 "hopping", "agreed", "feed", "y", "s", "yyy"})
+    words = sorted(
+        {t for text in texts for t in tokens(text)}
+        | {"running", "caresses", "ponies", "relational", "hopping", "agreed", "feed", "y", "s", "yyy"}
+    )
     con = duckdb.connect()
     con.execute(f"LOAD '{catalog.fts_extension_path()}'")
     ref = con.execute("SELECT list_transform($1::VARCHAR[], t -> stem(t, 'porter'))", [words]).fetchone()[0]
@@ -115,10 +132,10 @@ def test_a_query_word_missing_from_the_corpus_meets_its_stem(tmp_path):
 @pytest.fixture(scope="module")
 def handbook(tmp_path_factory):
     """Real handbook pages holding codes (FY24, Q2, v1.1.5, ISO27001, SHA256), plus neighbours."""
+    from quarry.core.settings import Settings
     from quarry.ingest.discover import discover
     from quarry.ingest.plan import new_doc_id
     from quarry.ingest.process import process_files
-    from quarry.core.settings import Settings
 
     root = shared("trees", "sourcegraph-handbook")
     files, _ = discover([root])
@@ -210,11 +227,18 @@ def reference_build(con, n_rows):
     order = sorted(kept, key=lambda i: surface[i])
     term_blob, term_offsets = bm25._pack([str(t) for t in terms])
     surface_blob, surface_offsets = bm25._pack([surface[i] for i in order])
-    return {"bm25.terms.bin": term_blob, "bm25.term_offsets.npy": term_offsets, "bm25.surface.bin": surface_blob,
-            "bm25.surface_offsets.npy": surface_offsets, "bm25.surface_terms.npy": term_of[order].astype(np.int32),
-            "bm25.indptr.npy": indptr, "bm25.rows.npy": rows, "bm25.weights.npy": weights,
-            "bm25.tf.npy": tf.astype(np.min_scalar_type(int(tf.max()) if len(tf) else 0)),
-            "bm25.length.npy": np.bincount(rows, weights=tf, minlength=n_rows).astype(np.uint32)}
+    return {
+        "bm25.terms.bin": term_blob,
+        "bm25.term_offsets.npy": term_offsets,
+        "bm25.surface.bin": surface_blob,
+        "bm25.surface_offsets.npy": surface_offsets,
+        "bm25.surface_terms.npy": term_of[order].astype(np.int32),
+        "bm25.indptr.npy": indptr,
+        "bm25.rows.npy": rows,
+        "bm25.weights.npy": weights,
+        "bm25.tf.npy": tf.astype(np.min_scalar_type(int(tf.max()) if len(tf) else 0)),
+        "bm25.length.npy": np.bincount(rows, weights=tf, minlength=n_rows).astype(np.uint32),
+    }
 
 
 def assert_same_files(got: dict, want: dict):

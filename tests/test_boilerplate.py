@@ -10,10 +10,10 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from test_dedup import DISCLAIMER, write
 
 import quarry
 from quarry.ingest.corpus import boilerplate as rules
-from test_dedup import DISCLAIMER, write
 
 TOPICS = {
     "deploy": "Ship your starter change to production following the deploy runbook with your buddy watching.",
@@ -32,15 +32,19 @@ def page(topic: str, disclaimer: bool) -> str:
 def flags(db) -> dict[str, float | None]:
     """rel_path -> the largest boilerplate share among its chunks."""
     with quarry.open(db) as index:
-        rows = index.sql("SELECT d.rel_path, max(c.boilerplate) AS b FROM chunks c JOIN documents d USING (doc_id) "
-                         "GROUP BY d.rel_path").records()
+        rows = index.sql(
+            "SELECT d.rel_path, max(c.boilerplate) AS b FROM chunks c JOIN documents d USING (doc_id) "
+            "GROUP BY d.rel_path"
+        ).records()
     return {r["rel_path"]: r["b"] for r in rows}
 
 
 def chunks(db) -> list[dict]:
     with quarry.open(db) as index:
-        return index.sql("SELECT d.rel_path, c.chunk_id, c.header, c.text, c.search_text, c.text_hash, c.boilerplate "
-                         "FROM chunks c JOIN documents d USING (doc_id) ORDER BY c.chunk_id").records()
+        return index.sql(
+            "SELECT d.rel_path, c.chunk_id, c.header, c.text, c.search_text, c.text_hash, c.boilerplate "
+            "FROM chunks c JOIN documents d USING (doc_id) ORDER BY c.chunk_id"
+        ).records()
 
 
 @pytest.fixture
@@ -126,8 +130,9 @@ def test_export_where_boilerplate(tree, tmp_path, run_flow, cli):
     assert set(table.column("boilerplate").to_pylist()) == {0.0}
     assert all(DISCLAIMER not in t for t in table.column("text").to_pylist())
     assert json.loads(done.stdout)["rows"]["chunks"] == table.num_rows >= 1
-    done = cli("sql", "SELECT count(*) AS n FROM chunks WHERE boilerplate >= 0.5", "--db", tmp_path / "db",
-               "--format", "json")
+    done = cli(
+        "sql", "SELECT count(*) AS n FROM chunks WHERE boilerplate >= 0.5", "--db", tmp_path / "db", "--format", "json"
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)[0]["n"] == 3
 
@@ -136,8 +141,10 @@ def _embedded(db, chunk_ids: list[str]) -> dict[str, np.ndarray]:
     with quarry.open(db) as index:
         table = index.snapshot.table
         rows = table.search().where("chunk_id IN (%s)" % ", ".join(f"'{c}'" for c in chunk_ids)).limit(100).to_arrow()
-    return {c: np.asarray(v, dtype=np.float32) for c, v in zip(rows.column("chunk_id").to_pylist(),
-                                                                rows.column("vector").to_pylist())}
+    return {
+        c: np.asarray(v, dtype=np.float32)
+        for c, v in zip(rows.column("chunk_id").to_pylist(), rows.column("vector").to_pylist())
+    }
 
 
 def _check_stripped(db, stripped: set[str]):
@@ -153,12 +160,16 @@ def _check_stripped(db, stripped: set[str]):
     for c in got:
         want = c["rel_path"] in stripped
         assert (not DISCLAIMER_TOKENS & set(c["search_text"].split())) is want, c["rel_path"]
-        embedded = rules.embed_text(c["header"], c["text"].replace(f"\n{DISCLAIMER}", "")) if want \
+        embedded = (
+            rules.embed_text(c["header"], c["text"].replace(f"\n{DISCLAIMER}", ""))
+            if want
             else rules.embed_text(c["header"], c["text"])
+        )
         assert c["text_hash"] == hashlib.sha256(embedded.encode()).hexdigest(), c["rel_path"]
         vec = embedder.embed([embedded])[0]
-        assert np.allclose(vectors[c["chunk_id"]], vec / np.linalg.norm(vec), atol=1e-5) or \
-            np.allclose(vectors[c["chunk_id"]], vec, atol=1e-5)
+        assert np.allclose(vectors[c["chunk_id"]], vec / np.linalg.norm(vec), atol=1e-5) or np.allclose(
+            vectors[c["chunk_id"]], vec, atol=1e-5
+        )
 
 
 def test_strip_keeps_the_lines_out_of_bm25_and_embeddings(tree, tmp_path, run_flow, monkeypatch):
@@ -198,10 +209,14 @@ def test_a_move_across_roots_moves_the_count(tmp_path, run_flow):
     for topic in ("laptops", "holidays"):
         write(b / f"{topic}.md", page(topic, True))
     run_flow([a, b], db)
-    assert flags(db) == {"deploy.md": 0.5, "expenses.md": 0.5, "oncall.md": 0.5, "laptops.md": 0.0,
-                         "holidays.md": 0.0}  # counted per root: two in b
+    assert flags(db) == {
+        "deploy.md": 0.5,
+        "expenses.md": 0.5,
+        "oncall.md": 0.5,
+        "laptops.md": 0.0,
+        "holidays.md": 0.0,
+    }  # counted per root: two in b
     (a / "oncall.md").rename(b / "oncall.md")  # the same bytes: a move, nothing parsed again
     report = run_flow([a, b], db)
     assert report["moved"] == 1 and report["embedded_chunks"] == 0
-    assert flags(db) == {"deploy.md": 0.0, "expenses.md": 0.0, "oncall.md": 0.5, "laptops.md": 0.5,
-                         "holidays.md": 0.5}
+    assert flags(db) == {"deploy.md": 0.0, "expenses.md": 0.0, "oncall.md": 0.5, "laptops.md": 0.5, "holidays.md": 0.5}

@@ -10,18 +10,24 @@ from datetime import datetime
 
 import duckdb
 import pytest
-
 from conftest import SAMPLE
-from quarry.core.errors import StoreLocked, UsageError
 from quarry.flows.orchestration import deployment_name, validate_cron
+
+from quarry.core.errors import StoreLocked, UsageError
 from quarry.store import journal
 from quarry.store.layout import WriterLock, new_run_id
 from quarry.store.writer import insert_run
 
 
 def _row(run_id: str, started: str = "2026-01-01T00:00:00") -> dict:
-    return journal.skipped_row(run_id, datetime.fromisoformat(started), datetime.fromisoformat(started), ["/r"],
-                               "store busy", {"embed_backend": "hash"})
+    return journal.skipped_row(
+        run_id,
+        datetime.fromisoformat(started),
+        datetime.fromisoformat(started),
+        ["/r"],
+        "store busy",
+        {"embed_backend": "hash"},
+    )
 
 
 def test_journal_claim_and_merge_into_a_real_runs_table(tmp_path):
@@ -60,8 +66,10 @@ def _append_many(store, start, n):
 
 
 def test_no_skip_is_lost_while_commits_claim_the_journal(tmp_path):
-    procs = [multiprocessing.get_context("spawn").Process(target=_append_many, args=(tmp_path, k * 100, 100))
-             for k in range(2)]
+    procs = [
+        multiprocessing.get_context("spawn").Process(target=_append_many, args=(tmp_path, k * 100, 100))
+        for k in range(2)
+    ]
     for p in procs:
         p.start()
     seen, gen = [], 0

@@ -1,7 +1,7 @@
 import pytest
 
-from quarry.ingest.chunking import chunk_document, split_spans
 from quarry.core.models import ParsedDocument, Section
+from quarry.ingest.chunking import chunk_document, split_spans
 
 PARA = "The quick brown fox jumps over the lazy dog. " * 4
 
@@ -24,7 +24,10 @@ def test_spans_respect_size_and_cover_text(size):
 def test_prefers_paragraph_breaks():
     text = "First paragraph here.\n\nSecond paragraph is a little longer than the first."
     spans = split_spans(text, 0, len(text), 60)
-    assert [text[a:b] for a, b in spans] == ["First paragraph here.", "Second paragraph is a little longer than the first."]
+    assert [text[a:b] for a, b in spans] == [
+        "First paragraph here.",
+        "Second paragraph is a little longer than the first.",
+    ]
 
 
 def test_hard_cut_inside_a_giant_word():
@@ -67,14 +70,16 @@ def test_token_budget_resplits_chunks():
     def count(texts):  # one token per word, plus the two special tokens
         return [len(t.split()) + 2 for t in texts]
 
-    chunks = chunk_document("d", _doc(text), sections, ["Header words here"], size=2000, count_tokens=count,
-                            max_tokens=64)
+    chunks = chunk_document(
+        "d", _doc(text), sections, ["Header words here"], size=2000, count_tokens=count, max_tokens=64
+    )
     assert len(chunks) > 1
     assert all(c.n_tokens <= 64 and not c.truncated for c in chunks)
 
 
 def test_header_too_long_is_flagged_truncated():
     sections = [Section(index=0, title="", level=0, start=0, end=10)]
-    chunks = chunk_document("d", _doc("short text"), sections, ["h " * 100], count_tokens=lambda ts: [999] * len(ts),
-                            max_tokens=64)
+    chunks = chunk_document(
+        "d", _doc("short text"), sections, ["h " * 100], count_tokens=lambda ts: [999] * len(ts), max_tokens=64
+    )
     assert chunks and all(c.truncated for c in chunks)

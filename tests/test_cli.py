@@ -7,15 +7,50 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import SAMPLE, shared
+
 from quarry.cli.main import cli as cli_group
 
-RESULT_KEYS = {"rank", "score", "chunk_id", "doc_id", "path", "title", "section", "header", "text", "page_start",
-               "page_end", "chunk_index", "section_index", "file_type", "start_char", "end_char", "fused", "scores",
-               "ranks", "match", "copies", "copies_total"}
-RUN_KEYS = {"run_id", "started", "finished", "status", "added", "updated", "moved", "deleted", "skipped", "failed",
-            "embedded_chunks", "reused_vectors", "model_calls", "errors"}
+RESULT_KEYS = {
+    "rank",
+    "score",
+    "chunk_id",
+    "doc_id",
+    "path",
+    "title",
+    "section",
+    "header",
+    "text",
+    "page_start",
+    "page_end",
+    "chunk_index",
+    "section_index",
+    "file_type",
+    "start_char",
+    "end_char",
+    "fused",
+    "scores",
+    "ranks",
+    "match",
+    "copies",
+    "copies_total",
+}
+RUN_KEYS = {
+    "run_id",
+    "started",
+    "finished",
+    "status",
+    "added",
+    "updated",
+    "moved",
+    "deleted",
+    "skipped",
+    "failed",
+    "embedded_chunks",
+    "reused_vectors",
+    "model_calls",
+    "errors",
+}
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +59,9 @@ def sample_db(tmp_path_factory, prefect_api):
     import sys
 
     db = tmp_path_factory.mktemp("cli") / "db"
-    done = subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(SAMPLE), "--db", str(db)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "quarry.cli.main", "index", str(SAMPLE), "--db", str(db)], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     return db
 
@@ -76,8 +112,11 @@ def test_status_and_runs_json(cli, sample_db):
         (["keys", "create", "x", "--db", "/nonexistent/store"], 1, "no store at /nonexistent/store"),
         (["keys", "list", "--db", "/nonexistent/store"], 1, "no store at /nonexistent/store"),
         (["keys", "revoke", "x", "--db", "/nonexistent/store"], 1, "no store at /nonexistent/store"),
-        (["keys", "create", "x", "--admin", "--principal", "group:a", "--db", "/nonexistent/store"], 2,
-         "give --admin or --principal, not both"),
+        (
+            ["keys", "create", "x", "--admin", "--principal", "group:a", "--db", "/nonexistent/store"],
+            2,
+            "give --admin or --principal, not both",
+        ),
         (["api", "--db", "/nonexistent/store", "--rerank", "bogus:thing"], 2, "--rerank bogus:thing"),
     ],
 )
@@ -133,14 +172,17 @@ def test_query_side_never_imports_prefect(sample_db):
     assert done.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize(("command", "param", "choices"), [
-    ("index", "embed_backend", ("torch", "onnx", "onnx-int8", "openai", "hash")),
-    ("index", "sectioner", ("structure", "semantic", "llm")),
-    ("index", "context_writer", ("rules", "llm")),
-    ("search", "mode", ("hybrid", "vector", "bm25")),
-    ("search", "fusion", ("tmm", "rrf")),
-    ("export", "fmt", ("parquet", "jsonl")),
-])
+@pytest.mark.parametrize(
+    ("command", "param", "choices"),
+    [
+        ("index", "embed_backend", ("torch", "onnx", "onnx-int8", "openai", "hash")),
+        ("index", "sectioner", ("structure", "semantic", "llm")),
+        ("index", "context_writer", ("rules", "llm")),
+        ("search", "mode", ("hybrid", "vector", "bm25")),
+        ("search", "fusion", ("tmm", "rrf")),
+        ("export", "fmt", ("parquet", "jsonl")),
+    ],
+)
 def test_enum_flags_list_their_choices_in_help(command, param, choices):
     import click
 

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 
@@ -29,8 +28,13 @@ def _store(base):
     (tree / "drawing.svg").write_text("<svg></svg>")
     (tree / "blob.xyz").write_bytes(os.urandom(300))
     db = base / "db"
-    done = subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return db
 
@@ -50,7 +54,9 @@ def read_store(prefect_api, tmp_path_factory):
 def test_quarry_sql_reads_the_current_catalog_in_every_format(cli, read_store):
     done = cli("sql", "SELECT count(*) AS n FROM documents", "--db", read_store)
     assert done.returncode == 0 and done.stdout.splitlines() == ["n", "-", "6", "(1 row)"], done.stdout
-    done = cli("sql", "SELECT file_type, count(*) AS n FROM chunks_full GROUP BY 1", "--db", read_store, "--format", "json")
+    done = cli(
+        "sql", "SELECT file_type, count(*) AS n FROM chunks_full GROUP BY 1", "--db", read_store, "--format", "json"
+    )
     assert json.loads(done.stdout) == [{"file_type": "md", "n": 6}]
     done = cli("sql", "SELECT path FROM documents ORDER BY path", "--db", read_store, "--format", "csv", "--limit", "2")
     assert done.stdout.splitlines()[0] == "path" and len(done.stdout.splitlines()) == 3
@@ -58,11 +64,14 @@ def test_quarry_sql_reads_the_current_catalog_in_every_format(cli, read_store):
     assert json.loads(done.stdout.splitlines()[0]) == {"title": "Note 0"}
 
 
-@pytest.mark.parametrize("query, message", [
-    ("DELETE FROM documents", "read-only"),
-    ("SELECT nope FROM documents", "nope"),
-    ("", "no SQL given"),
-])
+@pytest.mark.parametrize(
+    "query, message",
+    [
+        ("DELETE FROM documents", "read-only"),
+        ("SELECT nope FROM documents", "nope"),
+        ("", "no SQL given"),
+    ],
+)
 def test_quarry_sql_refuses_writes_and_bad_sql_in_one_line(cli, read_store, query, message):
     done = cli("sql", query, "--db", read_store)
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
@@ -71,9 +80,16 @@ def test_quarry_sql_refuses_writes_and_bad_sql_in_one_line(cli, read_store, quer
 
 def test_a_sql_client_holding_the_catalog_read_write_is_named_and_quarry_keeps_answering(cli, store):
     catalog = json.loads((store / "CURRENT").read_text())["catalog"]
-    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
-                               "print('held', flush=True); time.sleep(120)", str(store / catalog)],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(120)",
+            str(store / catalog),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         done = cli("search", "heron", "--db", store, "--mode", "bm25", "-k", "3", "--json")
@@ -123,7 +139,8 @@ def test_unsupported_files_are_named_in_the_run_and_its_summary(cli, store, tmp_
     assert run["unsupported"] == 2
     assert run["unsupported_files"] == [
         {"path": str((tmp_path / "tree" / "blob.xyz").resolve()), "reason": ".xyz is not a format quarry reads"},
-        {"path": str((tmp_path / "tree" / "drawing.svg").resolve()), "reason": ".svg is not a format quarry reads"}]
+        {"path": str((tmp_path / "tree" / "drawing.svg").resolve()), "reason": ".svg is not a format quarry reads"},
+    ]
     (tmp_path / "tree" / "other.bin").write_bytes(b"\x00" * 10)
     done = cli("index", tmp_path / "tree", "--db", store)
     assert "unsupported: 3 files quarry does not read" in done.stdout and "drawing.svg: .svg is not" in done.stdout
@@ -180,8 +197,14 @@ def test_a_one_shot_run_keeps_its_prefect_history_under_the_store(tmp_path):
     tree, db = _tree(tmp_path / "tree", 2), tmp_path / "db"
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # must stay empty
-    done = subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert (db / "prefect" / "prefect.db").is_file()
     assert not (tmp_path / "prefect-home" / "prefect.db").exists()
@@ -211,8 +234,14 @@ def test_an_interactive_run_leaves_its_prefect_server_for_the_next_run_then_it_e
 
     def index(linger: str | None) -> subprocess.CompletedProcess:
         run_env = {**env, **({"QUARRY_PREFECT_LINGER": linger} if linger is not None else {})}
-        done = subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)],
-                              capture_output=True, text=True, env=run_env, cwd=ROOT, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)],
+            capture_output=True,
+            text=True,
+            env=run_env,
+            cwd=ROOT,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr
         return done
 
@@ -240,9 +269,14 @@ def test_an_interactive_run_leaves_its_prefect_server_for_the_next_run_then_it_e
 def test_a_lingering_server_ends_when_its_store_is_removed(tmp_path):
     tree, db = _tree(tmp_path / "tree", 1), tmp_path / "db"
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    done = subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)],
-                          capture_output=True, text=True, env={**env, "QUARRY_PREFECT_LINGER": "600"}, cwd=ROOT,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        env={**env, "QUARRY_PREFECT_LINGER": "600"},
+        cwd=ROOT,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     pid = _server(db)["pid"]
     shutil.rmtree(db)
@@ -273,8 +307,13 @@ def test_serve_indexes_at_start_not_at_the_first_tick(prefect_api, tmp_path):
 
     tree, db, log = _tree(tmp_path / "tree", 3), tmp_path / "db", tmp_path / "serve.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "quarry.cli.main", "serve", str(tree), "--db", str(db),
-                                 "--cron", "0 0 1 1 *"], stdout=out, stderr=subprocess.STDOUT, env=os.environ, cwd=ROOT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "quarry.cli.main", "serve", str(tree), "--db", str(db), "--cron", "0 0 1 1 *"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=os.environ,
+            cwd=ROOT,
+        )
     try:
         deadline = time.monotonic() + 120
         while not (db / "CURRENT").exists():
@@ -293,7 +332,9 @@ def test_serve_indexes_at_start_not_at_the_first_tick(prefect_api, tmp_path):
 def test_a_dry_run_needs_no_prefect(cli, store):
     """A dry run discovers and plans in the CLI's process: no Prefect API is asked for (here the
     one configured does not exist), so it starts fast and has nothing to drain at exit."""
-    done = cli("index", store.parent / "tree", "--db", store, "--dry-run", env={"PREFECT_API_URL": "http://127.0.0.1:9/api"})
+    done = cli(
+        "index", store.parent / "tree", "--db", store, "--dry-run", env={"PREFECT_API_URL": "http://127.0.0.1:9/api"}
+    )
     assert done.returncode == 0 and done.stdout.startswith("dry run: would add 0, update 0"), done.stderr
     assert "Prefect" not in done.stderr
 
@@ -305,18 +346,23 @@ def test_quarry_index_twice_in_one_process_without_a_prefect_api(tmp_path):
     starts as a copy of it and holds only its own run."""
     for name in ("a", "b"):
         _tree(tmp_path / f"tree-{name}", 2)
-    code = ("import sys, quarry\n"
-            "for name in ('a', 'b'):\n"
-            "    r = quarry.index(sys.argv[1] + '/tree-' + name, sys.argv[1] + '/db-' + name)\n"
-            "    print(name, r['added'], flush=True)\n")
+    code = (
+        "import sys, quarry\n"
+        "for name in ('a', 'b'):\n"
+        "    r = quarry.index(sys.argv[1] + '/tree-' + name, sys.argv[1] + '/db-' + name)\n"
+        "    print(name, r['added'], flush=True)\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env["QUARRY_CACHE_DIR"] = str(tmp_path / "cache")
     t = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=400)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=400
+    )
     assert done.returncode == 0 and done.stdout.split() == ["a", "2", "b", "2"], done.stderr[-2000:]
     assert "Still processing items" not in done.stderr and time.monotonic() - t < 300
-    assert (tmp_path / "db-a" / "prefect" / "prefect.db").exists() and (tmp_path / "db-b" / "prefect" / "prefect.db").exists()
+    assert (tmp_path / "db-a" / "prefect" / "prefect.db").exists() and (
+        tmp_path / "db-b" / "prefect" / "prefect.db"
+    ).exists()
     (template,) = (tmp_path / "cache" / "prefect").glob("empty-*.db")
     assert _flow_runs(template) == 0
     assert _flow_runs(tmp_path / "db-a" / "prefect" / "prefect.db") == 1

@@ -4,17 +4,17 @@ with distinct passages; a copy the caller may not read is neither listed nor cou
 from __future__ import annotations
 
 import pytest
+from test_dedup import DISCLAIMER, PAGE, write
 
 import quarry
-from test_dedup import DISCLAIMER, PAGE, write
 
 OTHERS = {
     "notes/deploys.md": "# Deploys\n\nDeploys go out from the release train; the rollout dashboard shows "
-                        "canaries. Approvals come from the owning team before the deploy starts.\n",
+    "canaries. Approvals come from the owning team before the deploy starts.\n",
     "notes/buddy.md": "# Buddies\n\nA buddy answers questions in the first month and approves small changes; "
-                      "they watch the dashboard with new starters during their first deploy.\n",
+    "they watch the dashboard with new starters during their first deploy.\n",
     "notes/oncall.md": "# On-call\n\nShadow a full on-call shift before taking pages; the rollout of a fix "
-                       "follows the same deploy runbook and dashboard checks.\n",
+    "follows the same deploy runbook and dashboard checks.\n",
 }
 QUERY = "buddy approves the deploy and watches the rollout dashboard"
 
@@ -30,8 +30,9 @@ def store(tmp_path_factory, prefect_api):
     write(tree / "archive" / "onboarding-2024.md", PAGE.replace("what surprised you", "what you learned"), age=100)
     for rel, text in OTHERS.items():
         write(tree / rel, text + "\n" + DISCLAIMER + "\n")
-    (root / "acl.yaml").write_text('- path: "archive/**"\n  principals: [group:hr]\n'
-                                   '- path: "**"\n  principals: [public]\n')
+    (root / "acl.yaml").write_text(
+        '- path: "archive/**"\n  principals: [group:hr]\n- path: "**"\n  principals: [public]\n'
+    )
     index_flow([str(tree)], db=str(root / "db"), overrides={"acl_rules": str(root / "acl.yaml")})
     return root / "db"
 
@@ -46,7 +47,9 @@ def test_three_copies_are_one_hit_listing_the_others(store):
     hits = onboarding(response.results)
     assert len(hits) == 1
     assert sorted(c["path"].split("/tree/")[1] for c in hits[0].copies) == sorted(
-        {"handbook/onboarding.md", "onboarding-copy.md", "archive/onboarding-2024.md"} - {hits[0].path.split("/tree/")[1]})
+        {"handbook/onboarding.md", "onboarding-copy.md", "archive/onboarding-2024.md"}
+        - {hits[0].path.split("/tree/")[1]}
+    )
     assert [r.rank for r in response.results] == list(range(1, len(response.results) + 1))
 
 
@@ -98,8 +101,16 @@ def test_a_catalog_from_before_the_signals_searches_and_exports(tmp_path, run_fl
     write(tree / "b.md", PAGE)
     run_flow([tree], db)
     con = duckdb.connect(str(db / read_pointer(db).catalog))
-    for column in ("content_hash", "minhash", "lsh_bands", "dup_cluster", "dup_of", "dup_similarity", "lang",
-                   "pii_total"):
+    for column in (
+        "content_hash",
+        "minhash",
+        "lsh_bands",
+        "dup_cluster",
+        "dup_of",
+        "dup_similarity",
+        "lang",
+        "pii_total",
+    ):
         con.execute(f"ALTER TABLE documents DROP COLUMN {column}")
     con.close()
     with quarry.open(db) as index:

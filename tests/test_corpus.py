@@ -5,18 +5,21 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from quarry.ingest.corpus import language, quality
 from test_dedup import DISCLAIMER, PAGE, write
 
+from quarry.ingest.corpus import language, quality
 
-@pytest.mark.parametrize("text, lang", [
-    ("This is an English sentence about deploying software to production on Fridays.", "en"),
-    ("Das ist ein deutscher Satz über die Bereitstellung von Software in Produktion.", "de"),
-    ("Ceci est une phrase en français sur le déploiement du logiciel en production.", "fr"),
-    ("Esta es una frase en español sobre el despliegue de software en producción.", "es"),
-    ("12 34 56 -- ok", "und"),  # too few letters to tell
-])
+
+@pytest.mark.parametrize(
+    "text, lang",
+    [
+        ("This is an English sentence about deploying software to production on Fridays.", "en"),
+        ("Das ist ein deutscher Satz über die Bereitstellung von Software in Produktion.", "de"),
+        ("Ceci est une phrase en français sur le déploiement du logiciel en production.", "fr"),
+        ("Esta es una frase en español sobre el despliegue de software en producción.", "es"),
+        ("12 34 56 -- ok", "und"),  # too few letters to tell
+    ],
+)
 def test_language(text, lang):
     assert language.detect(text) == lang
 
@@ -39,11 +42,17 @@ def test_corpus_report(tmp_path, run_flow, cli):
     write(tree / "handbook" / "onboarding.md", PAGE, age=300)
     write(tree / "archive" / "onboarding.md", PAGE, age=100)
     for name in ("a", "b", "c"):
-        write(tree / "other" / f"{name}.md", f"# {name}\n\nA page about {name * 3} and its own topic, with words "
-                                            f"that only page {name} uses: {name}{name}x.\n\n{DISCLAIMER}\n")
-    write(tree / "other" / "de.md", "# Urlaub\n\nUrlaub wird im Portal beantragt und vom Vorgesetzten genehmigt; "
-                                    "Resturlaub verfällt am Ende des ersten Quartals. Schreiben Sie an "
-                                    "hr@example.org.\n")
+        write(
+            tree / "other" / f"{name}.md",
+            f"# {name}\n\nA page about {name * 3} and its own topic, with words "
+            f"that only page {name} uses: {name}{name}x.\n\n{DISCLAIMER}\n",
+        )
+    write(
+        tree / "other" / "de.md",
+        "# Urlaub\n\nUrlaub wird im Portal beantragt und vom Vorgesetzten genehmigt; "
+        "Resturlaub verfällt am Ende des ersten Quartals. Schreiben Sie an "
+        "hr@example.org.\n",
+    )
     run_flow([tree], tmp_path / "db")
     done = cli("corpus", "report", "--db", tmp_path / "db", "--json")
     assert done.returncode == 0, done.stderr

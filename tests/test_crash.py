@@ -12,9 +12,9 @@ import shutil
 import signal
 
 import pytest
+from conftest import SAMPLE
 
 import quarry
-from conftest import SAMPLE
 from quarry.core.faults import POINTS
 
 
@@ -23,9 +23,11 @@ def contents(db):
     with quarry.open(db) as idx:
         con = idx.snapshot.con
         docs = sorted(con.execute("SELECT rel_path, sha256, title, n_chunks FROM documents").fetchall())
-        chunks = sorted(con.execute(
-            "SELECT d.rel_path, c.chunk_index, c.header, c.text, c.page_start FROM chunks c JOIN documents d USING (doc_id)"
-        ).fetchall())
+        chunks = sorted(
+            con.execute(
+                "SELECT d.rel_path, c.chunk_index, c.header, c.text, c.page_start FROM chunks c JOIN documents d USING (doc_id)"
+            ).fetchall()
+        )
         lance = idx.snapshot.table.to_arrow()
         vectors = sorted(zip(lance.column("path").to_pylist(), lance.column("text_hash").to_pylist()))
         bm25 = [(r.path, r.text) for r in idx.search("deploy rollback expenses review", k=10, mode="bm25").results]
@@ -51,8 +53,11 @@ def clean_contents(tmp_path_factory, prefect_api):
     tree = base / "tree"
     shutil.copytree(SAMPLE, tree)
     edit_tree(tree)
-    done = subprocess.run([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(base / "db")],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(base / "db")],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     return contents(base / "db")
 
@@ -68,9 +73,15 @@ LAYOUTS = {"layers": {"QUARRY_REBASE_SHARE": "100"}, "base": {}}
 BEFORE_COMMIT = {"embed": "base", "after-vectors": "base", "after-catalog": "layers"}
 
 
-@pytest.mark.parametrize("fault, layout", [
-    pytest.param(p, layout, marks=() if (p, layout) == ("after-catalog", "layers") else pytest.mark.slow)
-    for p in POINTS for layout in LAYOUTS if BEFORE_COMMIT.get(p, layout) == layout])
+@pytest.mark.parametrize(
+    "fault, layout",
+    [
+        pytest.param(p, layout, marks=() if (p, layout) == ("after-catalog", "layers") else pytest.mark.slow)
+        for p in POINTS
+        for layout in LAYOUTS
+        if BEFORE_COMMIT.get(p, layout) == layout
+    ],
+)
 def test_kill_then_rerun_equals_a_clean_run(fault, layout, tmp_path, cli, run_flow, clean_contents, monkeypatch):
     tree, db = tmp_path / "tree", tmp_path / "db"
     env = LAYOUTS[layout]

@@ -48,23 +48,34 @@ def dups(db) -> dict[str, str | None]:
     return {r["rel_path"]: by_id.get(r["dup_of"]) if r["dup_of"] else None for r in rows}
 
 
-@pytest.mark.parametrize("edit, similar", [
-    (lambda t: t, True),                                                    # a renamed copy
-    (lambda t: t.replace("\n", "  \n").upper(), True),                      # re-saved: layout and case
-    (lambda t: t.replace("what surprised you", "what you learned"), True),  # one phrase edited
-    (lambda t: EXPENSES, False),                                            # only the disclaimer shared
-])
+@pytest.mark.parametrize(
+    "edit, similar",
+    [
+        (lambda t: t, True),  # a renamed copy
+        (lambda t: t.replace("\n", "  \n").upper(), True),  # re-saved: layout and case
+        (lambda t: t.replace("what surprised you", "what you learned"), True),  # one phrase edited
+        (lambda t: EXPENSES, False),  # only the disclaimer shared
+    ],
+)
 def test_signatures_find_copies_and_not_shared_disclaimers(edit, similar):
     a, b = minhash.signature(PAGE), minhash.signature(edit(PAGE))
     assert (minhash.similarity(a, b) >= 0.8) is similar
-    assert (minhash.content_hash(PAGE) == minhash.content_hash(edit(PAGE))) is (edit(PAGE).lower().split()
-                                                                                == PAGE.lower().split())
+    assert (minhash.content_hash(PAGE) == minhash.content_hash(edit(PAGE))) is (
+        edit(PAGE).lower().split() == PAGE.lower().split()
+    )
 
 
 def test_clusters_pick_the_oldest_then_the_shortest_path():
     sig = minhash.signature(PAGE)
-    members = {d: Member(d, path, mtime, "h", sig) for d, path, mtime in
-               (("a", "/t/archive/x.md", 1), ("b", "/t/x.md", 2), ("c", "/t/y.md", 1), ("d", "/t/z.md", 5))}
+    members = {
+        d: Member(d, path, mtime, "h", sig)
+        for d, path, mtime in (
+            ("a", "/t/archive/x.md", 1),
+            ("b", "/t/x.md", 2),
+            ("c", "/t/y.md", 1),
+            ("d", "/t/z.md", 5),
+        )
+    }
     other = Member("e", "/t/e.md", 0, "other", np.zeros(minhash.NUM_PERM, dtype=np.uint32))
     got = clusters({**members, "e": other}, [("a", "b"), ("b", "c"), ("c", "e")], 0.8)
     assert {d: (a.cluster, a.of) for d, a in got.items()} == {"a": ("c", "c"), "b": ("c", "c"), "c": ("c", None)}
@@ -82,9 +93,12 @@ def test_clusters_stay_right_across_runs(tmp_path, run_flow):
     write(tree / "onboarding-copy.md", PAGE, age=100)
     write(tree / "archive" / "onboarding-2024.md", PAGE.replace("what surprised you", "what you learned"), age=50)
     run_flow([tree], db)
-    assert dups(db) == {"handbook/onboarding.md": None, "other/expenses.md": None,
-                        "onboarding-copy.md": "handbook/onboarding.md",
-                        "archive/onboarding-2024.md": "handbook/onboarding.md"}
+    assert dups(db) == {
+        "handbook/onboarding.md": None,
+        "other/expenses.md": None,
+        "onboarding-copy.md": "handbook/onboarding.md",
+        "archive/onboarding-2024.md": "handbook/onboarding.md",
+    }
     with quarry.open(db) as index:
         sims = dict(index.sql("SELECT rel_path, dup_similarity FROM documents WHERE dup_of IS NOT NULL").rows)
     assert sims["onboarding-copy.md"] == 1.0 and 0.8 <= sims["archive/onboarding-2024.md"] < 1.0
@@ -93,8 +107,11 @@ def test_clusters_stay_right_across_runs(tmp_path, run_flow):
     (tree / "handbook" / "onboarding.md").unlink()
     report = run_flow([tree], db)
     assert report["added"] == report["updated"] == 0
-    assert dups(db) == {"other/expenses.md": None, "onboarding-copy.md": None,
-                        "archive/onboarding-2024.md": "onboarding-copy.md"}
+    assert dups(db) == {
+        "other/expenses.md": None,
+        "onboarding-copy.md": None,
+        "archive/onboarding-2024.md": "onboarding-copy.md",
+    }
 
     # edit a copy beyond the threshold: it leaves the cluster, and the cluster of one dissolves
     write(tree / "archive" / "onboarding-2024.md", "Gardening: water tomatoes at dawn, twice a week in summer.")

@@ -1,10 +1,10 @@
 import os
 
 import pytest
-
 from conftest import shared
-from quarry.ingest.discover import discover, sha256_file
+
 from quarry.core.errors import UsageError
+from quarry.ingest.discover import discover, sha256_file
 
 
 @pytest.fixture
@@ -75,8 +75,16 @@ def test_the_file_discovery_builds_equals_the_dataclass_it_stands_for(tree):
 
     from quarry.core.models import FileInfo
 
-    args = {"path": str(tree / "a.md"), "root": str(tree), "rel_path": "a.md", "file_type": "md", "size": 5,
-            "mtime": 1.5, "sha256": "ab" * 32, "vouched": True}
+    args = {
+        "path": str(tree / "a.md"),
+        "root": str(tree),
+        "rel_path": "a.md",
+        "file_type": "md",
+        "size": 5,
+        "mtime": 1.5,
+        "sha256": "ab" * 32,
+        "vouched": True,
+    }
     fast, slow = FileInfo.found(**args), FileInfo(**args)
     assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
     assert set(vars(fast)) == {f.name for f in dataclasses.fields(FileInfo)}

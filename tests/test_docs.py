@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -32,9 +31,14 @@ def test_every_setting_and_environment_variable_is_documented_with_its_default()
     from quarry.core.settings import Settings
 
     rows = _settings_rows()
-    fields = {f"QUARRY_{name.upper()}": field for model in (Settings, Environment)
-              for name, field in model.model_fields.items()}
-    read = {v for p in _code_files() for v in re.findall(r"[\"'](QUARRY_[A-Z0-9_]+)[\"']", p.read_text(encoding="utf-8"))}
+    fields = {
+        f"QUARRY_{name.upper()}": field
+        for model in (Settings, Environment)
+        for name, field in model.model_fields.items()
+    }
+    read = {
+        v for p in _code_files() for v in re.findall(r"[\"'](QUARRY_[A-Z0-9_]+)[\"']", p.read_text(encoding="utf-8"))
+    }
     missing = sorted((set(fields) | read) - set(rows))
     assert not missing, f"docs/settings.md does not document {missing}"
     wrong = []
@@ -107,4 +111,6 @@ def test_every_doc_the_readme_links_exists():
     for target in re.findall(r"\]\((docs/[^)#]+)", text):
         assert (ROOT / target).is_file(), target
     linked = set(re.findall(r"docs/([A-Za-z-]+\.md)", text))
-    assert {p.name for p in DOCS} <= linked, f"docs not reachable from README: {sorted({p.name for p in DOCS} - linked)}"
+    assert {p.name for p in DOCS} <= linked, (
+        f"docs not reachable from README: {sorted({p.name for p in DOCS} - linked)}"
+    )

@@ -12,14 +12,16 @@ import time
 
 import duckdb
 import pytest
-
 from conftest import ROOT, SAMPLE
+
 from quarry.core.settings import Settings
 from quarry.store import catalog, fts
 from quarry.store.pointer import read_pointer
 
-BM25_SQL = ("SELECT d.rel_path, fts_main_chunks.match_bm25(c.chunk_id, 'pottery kiln') AS score "
-            "FROM chunks c JOIN documents d USING (doc_id) WHERE score IS NOT NULL ORDER BY score DESC")
+BM25_SQL = (
+    "SELECT d.rel_path, fts_main_chunks.match_bm25(c.chunk_id, 'pottery kiln') AS score "
+    "FROM chunks c JOIN documents d USING (doc_id) WHERE score IS NOT NULL ORDER BY score DESC"
+)
 ON = {"duckdb_fts": True}
 
 
@@ -27,8 +29,9 @@ ON = {"duckdb_fts": True}
 def tree(tmp_path):
     root = tmp_path / "tree"
     shutil.copytree(SAMPLE, root)
-    (root / "kiln.md").write_text("# Kiln\n\nThe pottery kiln reaches cone six in eleven hours; "
-                                  "load the pottery on the lowest shelf.\n")
+    (root / "kiln.md").write_text(
+        "# Kiln\n\nThe pottery kiln reaches cone six in eleven hours; load the pottery on the lowest shelf.\n"
+    )
     return root
 
 
@@ -46,9 +49,15 @@ def opened(db, **overrides):
 
 def builder(db, *args, **env):
     """The builder a match_bm25 query starts, run here in the foreground."""
-    return subprocess.run([sys.executable, "-m", "quarry.store.fts", str(db), *map(str, args)], check=False, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "quarry.store.fts", str(db), *map(str, args)],
+        check=False,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def descendants() -> set[int]:
@@ -58,8 +67,9 @@ def descendants() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)}
 
 
-def test_after_an_edit_quarry_sql_finds_the_edited_text_though_no_commit_built_anything(tree, tmp_path, prefect_api,
-                                                                                        cli, capfd):
+def test_after_an_edit_quarry_sql_finds_the_edited_text_though_no_commit_built_anything(
+    tree, tmp_path, prefect_api, cli, capfd
+):
     db = tmp_path / "db"
     index(tree, db)
     first = read_pointer(db).generation
@@ -99,14 +109,22 @@ def test_after_an_edit_quarry_sql_finds_the_edited_text_though_no_commit_built_a
     assert "building DuckDB's full-text tables" in out.stderr
     assert fts.state(db, edited) == "ready"
     # the old text is gone from the new generation's tables
-    out = cli("sql", BM25_SQL.replace("pottery kiln", "pottery"), "--db", db, "--format", "json",
-              env={"QUARRY_DUCKDB_FTS": "1"})
+    out = cli(
+        "sql",
+        BM25_SQL.replace("pottery kiln", "pottery"),
+        "--db",
+        db,
+        "--format",
+        "json",
+        env={"QUARRY_DUCKDB_FTS": "1"},
+    )
     assert out.returncode == 0, out.stderr
     assert "kiln.md" not in [r["rel_path"] for r in json.loads(out.stdout)]
 
 
-def test_a_commit_that_changes_no_chunk_links_the_tables_and_one_that_does_leaves_them_to_the_query(tree, tmp_path,
-                                                                                                    prefect_api):
+def test_a_commit_that_changes_no_chunk_links_the_tables_and_one_that_does_leaves_them_to_the_query(
+    tree, tmp_path, prefect_api
+):
     db = tmp_path / "db"
     index(tree, db)
     first = read_pointer(db).generation
@@ -148,11 +166,13 @@ def test_maintain_builds_the_tables_bounded_and_reports_their_cost(tree, tmp_pat
     assert maintain(db, full_text_on=False)["full_text"] == {"state": "off"}
 
 
-def test_the_maintenance_deployment_runs_quarry_maintains_steps_and_builds_the_tables(tree, tmp_path, prefect_api,
-                                                                                      monkeypatch):
+def test_the_maintenance_deployment_runs_quarry_maintains_steps_and_builds_the_tables(
+    tree, tmp_path, prefect_api, monkeypatch
+):
     """prefect.yaml's quarry-maintain (the flow, with the deployment's parameters) and `quarry maintain`
     run the same steps: a store only the schedule maintains gets its full-text tables off the query path."""
     from quarry.flows.maintain import maintain_flow
+
     from quarry.store.maintain import maintain
 
     db = tmp_path / "db"
@@ -169,10 +189,19 @@ def test_the_maintenance_deployment_runs_quarry_maintains_steps_and_builds_the_t
 
 
 def test_the_builder_runs_at_the_lowest_priority():
-    code = ("import os, psutil; from quarry.store import fts; fts.lower_priority(); "
-            "print(os.nice(0), psutil.Process().ionice().ioclass == psutil.IOPRIO_CLASS_IDLE)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+    code = (
+        "import os, psutil; from quarry.store import fts; fts.lower_priority(); "
+        "print(os.nice(0), psutil.Process().ionice().ioclass == psutil.IOPRIO_CLASS_IDLE)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    )
     assert out.stdout.split() == ["19", "True"]
 
 
@@ -181,8 +210,12 @@ def test_a_build_under_way_never_blocks_a_reader(tree, tmp_path, prefect_api):
     index(tree, db, duckdb_fts=False)
     gen = read_pointer(db).generation
     release = tmp_path / "release"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "QUARRY_FAULT": f"pause:{fts.BUILD_FAULT}",
-           "QUARRY_FAULT_FILE": str(release)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "QUARRY_FAULT": f"pause:{fts.BUILD_FAULT}",
+        "QUARRY_FAULT_FILE": str(release),
+    }
     child = subprocess.Popen([sys.executable, "-m", "quarry.store.fts", str(db)], cwd=ROOT, env=env)
     try:
         deadline = time.monotonic() + 120
@@ -270,8 +303,9 @@ def test_without_the_extension_asking_for_it_is_a_clear_error(monkeypatch, tmp_p
         catalog.fts_extension_path.cache_clear()
 
 
-def test_a_build_that_runs_out_of_memory_tries_again_with_twice_the_cap_up_to_a_ceiling(tree, tmp_path, prefect_api,
-                                                                                        monkeypatch):
+def test_a_build_that_runs_out_of_memory_tries_again_with_twice_the_cap_up_to_a_ceiling(
+    tree, tmp_path, prefect_api, monkeypatch
+):
     # DuckDB's FTS build spills only in part: below ~1 GB a 100,000 chunks it runs out (measured
     # at 100K: 150 MB fails); the cap is doubled, never past half the machine's memory
     db = tmp_path / "db"

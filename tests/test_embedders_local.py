@@ -14,9 +14,9 @@ import sys
 import numpy as np
 import pytest
 
+from quarry.core.errors import ConfigError
 from quarry.ingest.embedders.base import Embedder
 from quarry.ingest.embedders.local import MAX_TOKENS, TorchEmbedder, bundled_model_path, get_local_embedder
-from quarry.core.errors import ConfigError
 
 SENTENCES = [
     "How do I roll back a failed deployment to the previous release?",
@@ -302,8 +302,9 @@ def test_default_backend_builds_its_model_from_an_empty_cache_without_torch(tmp_
     env = {k: v for k, v in os.environ.items() if k != "QUARRY_EMBED_BACKEND"}
     env["QUARRY_CACHE_DIR"] = str(cache)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr
     from quarry.ingest.embedders.onnx_export import INT8_VARIANTS
 

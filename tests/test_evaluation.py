@@ -196,9 +196,7 @@ def beir_folder(tmp_path):
     (root / "qrels" / "test.tsv").write_text(
         "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t2\nq2\td3\t0\n", encoding="utf-8"
     )
-    (root / "qrels" / "train.tsv").write_text(
-        "query-id\tcorpus-id\tscore\nq3\td3\t1\n", encoding="utf-8"
-    )
+    (root / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq3\td3\t1\n", encoding="utf-8")
     return root
 
 
@@ -382,9 +380,7 @@ def test_load_real_scifact():
     assert set(beir.queries) == set(beir.qrels)
     assert sum(len(judged) for judged in beir.qrels.values()) == 339
     # Ranking exactly the judged docs, best first, must score perfectly.
-    perfect = {
-        qid: sorted(judged, key=judged.get, reverse=True) for qid, judged in beir.qrels.items()
-    }
+    perfect = {qid: sorted(judged, key=judged.get, reverse=True) for qid, judged in beir.qrels.items()}
     assert evaluate(perfect, beir.qrels) == {
         "ndcg@10": pytest.approx(1.0),
         "recall@10": pytest.approx(1.0),

@@ -9,9 +9,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from conftest import ROOT, SAMPLE
 
 import quarry
-from conftest import ROOT, SAMPLE
 from quarry.cli.main import cli as cli_group
 from quarry.core.errors import UsageError
 from quarry.search.export import export
@@ -96,7 +96,9 @@ def test_small_batches_stream_into_many_row_groups(store, tmp_path):
         big = export(idx, tmp_path / "big", "parquet")
     assert small.rows == big.rows
     assert pq.ParquetFile(tmp_path / "small" / "chunks.parquet").num_row_groups > 1
-    assert pq.read_table(tmp_path / "small" / "chunks.parquet").equals(pq.read_table(tmp_path / "big" / "chunks.parquet"))
+    assert pq.read_table(tmp_path / "small" / "chunks.parquet").equals(
+        pq.read_table(tmp_path / "big" / "chunks.parquet")
+    )
 
 
 @pytest.mark.parametrize("vectors", [False, True])
@@ -104,7 +106,9 @@ def test_filters_keep_matching_chunks_and_their_documents_and_sections(store, tm
     flt = Filter.build(path=["runbooks"])
     with quarry.open(store) as idx:
         con = idx.snapshot.con
-        want_docs = {r[0] for r in con.execute("SELECT doc_id FROM documents WHERE path LIKE '%/runbooks/%'").fetchall()}
+        want_docs = {
+            r[0] for r in con.execute("SELECT doc_id FROM documents WHERE path LIKE '%/runbooks/%'").fetchall()
+        }
         report = export(idx, tmp_path / "f", "jsonl", filters=flt, vectors=vectors)
     docs = read_jsonl(tmp_path / "f" / "documents.jsonl")
     chunks = read_jsonl(tmp_path / "f" / "chunks.jsonl")
@@ -146,8 +150,9 @@ def test_docs_list_every_exported_column(store, tmp_path):
 
 def test_cli_export(store, tmp_path):
     runner = CliRunner()
-    done = runner.invoke(cli_group, ["export", "--format", "parquet", str(tmp_path / "c"), "--db", str(store),
-                                     "--json"])
+    done = runner.invoke(
+        cli_group, ["export", "--format", "parquet", str(tmp_path / "c"), "--db", str(store), "--json"]
+    )
     assert done.exit_code == 0, done.output
     report = json.loads(done.stdout)
     assert report["rows"] == catalog_counts(store)
@@ -166,17 +171,21 @@ def test_redact_masks_metadata_and_dup_ids_name_no_unreadable_document(tmp_path,
     tree, db = tmp_path / "tree", tmp_path / "db"
     (tree / "hr").mkdir(parents=True)
     (tree / "mail").mkdir()
-    page = ("# Leave\n\nAnnual leave is booked in the portal two weeks ahead; the team lead approves it and "
-            "the calendar shows who is away during the summer.\n")
+    page = (
+        "# Leave\n\nAnnual leave is booked in the portal two weeks ahead; the team lead approves it and "
+        "the calendar shows who is away during the summer.\n"
+    )
     (tree / "hr" / "leave.md").write_text(page)
     (tree / "leave-copy.md").write_text(page)
     old = time.time() - 3600
     os.utime(tree / "hr" / "leave.md", (old, old))  # the oldest: the canonical copy, readable by hr only
     (tree / "mail" / "note.eml").write_text(
         "From: Jane Doe <jane.doe@example.org>\nTo: bob.smith@example.com\nSubject: Lunch\n"
-        "Content-Type: text/plain\n\nSee you at noon in the canteen.\n")
-    (tmp_path / "acl.yaml").write_text('- path: "hr/**"\n  principals: [group:hr]\n'
-                                       '- path: "**"\n  principals: [public]\n')
+        "Content-Type: text/plain\n\nSee you at noon in the canteen.\n"
+    )
+    (tmp_path / "acl.yaml").write_text(
+        '- path: "hr/**"\n  principals: [group:hr]\n- path: "**"\n  principals: [public]\n'
+    )
     run_flow([tree], db, overrides={"acl_rules": str(tmp_path / "acl.yaml")})
     with quarry.open(db) as index:
         canonical = index.sql("SELECT doc_id FROM documents WHERE rel_path = 'hr/leave.md'").rows[0][0]

@@ -11,8 +11,9 @@ from quarry.core.errors import UsageError
 from quarry.search.filters import Filter, parse_where, tokenize
 
 
-@pytest.mark.parametrize("expr", ["file_type = 'pdf'", "file_type=pdf", "file_type = pdf", "FILE_TYPE == \"PDF\"",
-                                  "type = .pdf"])
+@pytest.mark.parametrize(
+    "expr", ["file_type = 'pdf'", "file_type=pdf", "file_type = pdf", 'FILE_TYPE == "PDF"', "type = .pdf"]
+)
 def test_three_spellings_of_one_condition(expr):
     assert parse_where(expr).sql() == ("(d.file_type = ?)", ["pdf"])
 
@@ -32,10 +33,16 @@ def test_three_spellings_of_one_condition(expr):
         ("section = Intro", "(s.title = ?)", ["Intro"]),
         ("chunk_index < 2", "(c.chunk_index < ?)", [2]),
         ("page = 3", "(c.page_start <= ? AND c.page_end >= ?)", [3, 3]),
-        ("metadata.author = 'Ada Lovelace'", "(json_extract_string(d.metadata, ?) = ?)",
-         ['$."author"', "Ada Lovelace"]),
-        ("metadata.year >= 2020", "(TRY_CAST(json_extract_string(d.metadata, ?) AS DOUBLE) >= ?)",
-         ['$."year"', 2020.0]),
+        (
+            "metadata.author = 'Ada Lovelace'",
+            "(json_extract_string(d.metadata, ?) = ?)",
+            ['$."author"', "Ada Lovelace"],
+        ),
+        (
+            "metadata.year >= 2020",
+            "(TRY_CAST(json_extract_string(d.metadata, ?) AS DOUBLE) >= ?)",
+            ['$."year"', 2020.0],
+        ),
         ("metadata.team IN (db, web)", "(json_extract_string(d.metadata, ?) IN (?, ?))", ['$."team"', "db", "web"]),
         ("mtime >= 2024-05-01T12:30", "(d.mtime >= ?)", [dt.datetime(2024, 5, 1, 12, 30)]),
         ("mtime = 2024-05-01", "(d.mtime >= ? AND d.mtime < ?)", [dt.datetime(2024, 5, 1), dt.datetime(2024, 5, 2)]),
@@ -93,24 +100,51 @@ def test_hostile_values_stay_values(expr, value):
 def test_tokenizer_unquotes_and_keeps_positions():
     toks = tokenize("a = 'it''s' AND b IN (1,2)")
     assert [(t.kind, t.text) for t in toks] == [
-        ("word", "a"), ("op", "="), ("str", "it's"), ("word", "AND"), ("word", "b"), ("word", "IN"),
-        ("punct", "("), ("word", "1"), ("punct", ","), ("word", "2"), ("punct", ")"),
+        ("word", "a"),
+        ("op", "="),
+        ("str", "it's"),
+        ("word", "AND"),
+        ("word", "b"),
+        ("word", "IN"),
+        ("punct", "("),
+        ("word", "1"),
+        ("punct", ","),
+        ("word", "2"),
+        ("punct", ")"),
     ]
     assert toks[2].pos == 4
 
 
 def test_build_combines_every_part():
-    f = Filter.build(where=["size > 10"], path=["/docs/*.md", "notes"], since="2024-01-01", until="2024-01-31",
-                     file_type=["PDF", ".md"], doc_id="abc")
+    f = Filter.build(
+        where=["size > 10"],
+        path=["/docs/*.md", "notes"],
+        since="2024-01-01",
+        until="2024-01-31",
+        file_type=["PDF", ".md"],
+        doc_id="abc",
+    )
     sql, params = f.sql()
     assert sql == (
         "(d.size > ?) AND (d.path GLOB ? OR d.rel_path GLOB ? OR d.path GLOB ? OR d.rel_path GLOB ? OR d.path GLOB ?"
         " OR d.rel_path GLOB ? OR d.path GLOB ?)"
         " AND (d.mtime >= ?) AND (d.mtime < ?) AND (d.file_type IN (?, ?)) AND (d.doc_id = ?)"
     )
-    assert params == [10, "/docs/*.md", "notes", "*/notes", "notes/*", "*/notes/*", "notes!/*", "*/notes!/*",
-                      dt.datetime(2024, 1, 1),
-                      dt.datetime(2024, 2, 1), "pdf", "md", "abc"]
+    assert params == [
+        10,
+        "/docs/*.md",
+        "notes",
+        "*/notes",
+        "notes/*",
+        "*/notes/*",
+        "notes!/*",
+        "*/notes!/*",
+        dt.datetime(2024, 1, 1),
+        dt.datetime(2024, 2, 1),
+        "pdf",
+        "md",
+        "abc",
+    ]
     assert bool(f) and not Filter.build() and Filter.build(where=[], path=None) == Filter()
 
 
@@ -120,8 +154,9 @@ def test_since_until_take_dates_datetimes_and_relative_spans():
     aware = dt.datetime(2024, 3, 1, 12, tzinfo=dt.timezone(dt.timedelta(hours=2)))
     assert Filter.build(since=aware).sql()[1] == [dt.datetime(2024, 3, 1, 10)]
     week_ago = Filter.build(since="1w").sql()[1][0]
-    assert abs((dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) - week_ago) - dt.timedelta(weeks=1)) < \
-        dt.timedelta(minutes=1)
+    assert abs((dt.datetime.now(dt.UTC).replace(tzinfo=None) - week_ago) - dt.timedelta(weeks=1)) < dt.timedelta(
+        minutes=1
+    )
     with pytest.raises(UsageError, match="since"):
         Filter.build(since="last tuesday")
 

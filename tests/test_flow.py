@@ -5,9 +5,9 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from conftest import SAMPLE, shared
 
 import quarry
-from conftest import SAMPLE, shared
 from quarry.store.pointer import read_pointer
 
 
@@ -175,6 +175,9 @@ def test_a_parser_version_bump_reparses_that_format_only(tree, tmp_path, run_flo
     assert report["updated"] == 2 and report["skipped"] == 3
     with quarry.open(str(db)) as idx:
         after = dict(idx.sql("SELECT rel_path, indexed_at FROM documents").rows)
-    assert {p for p in after if after[p] != before[p]} == {"runbooks/deploys.md", "runbooks/incident-2024-03-postmortem.md"}
+    assert {p for p in after if after[p] != before[p]} == {
+        "runbooks/deploys.md",
+        "runbooks/incident-2024-03-postmortem.md",
+    }
     again = run_flow([tree], db)  # the new version is recorded: nothing to do
     assert again["reparsed_formats"] == [] and again["updated"] == 0 and again["skipped"] == 5

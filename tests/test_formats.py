@@ -12,8 +12,8 @@ import zipfile
 import pytest
 
 import quarry
-from quarry.ingest.chunking import chunk_document
 from quarry.core.errors import ParseError
+from quarry.ingest.chunking import chunk_document
 from quarry.ingest.parsers import FORMATS, SUPPORTED, detect_type, parse_file
 from quarry.ingest.sectioning import StructureSectioner
 from tests.conftest import shared
@@ -64,9 +64,15 @@ def test_shared_xlsx_and_csv():
 
 def test_csv_dialect_and_encoding_are_sniffed(tmp_path):
     path = tmp_path / "villes.csv"
-    rows = ["Ville;Région;Habitants", "Zürich;Zürich;415000", "Genève;Genève;203000",
-            "Besançon;Franche-Comté;117000",
-            "Pontevedra;Galicia;83000", "Málaga;Andalucía;578000", "Córdoba;Andalucía;320000"]
+    rows = [
+        "Ville;Région;Habitants",
+        "Zürich;Zürich;415000",
+        "Genève;Genève;203000",
+        "Besançon;Franche-Comté;117000",
+        "Pontevedra;Galicia;83000",
+        "Málaga;Andalucía;578000",
+        "Córdoba;Andalucía;320000",
+    ]
     path.write_bytes("\n".join(rows).encode("cp1252"))
     doc = parse_file(str(path))
     assert "Ville | Région | Habitants" in doc.text and "Genève | Genève | 203000" in doc.text
@@ -115,8 +121,16 @@ def test_shared_eml_and_msg():
         assert "Violets are blue" in doc.text and doc.title == "Test Email"
 
 
-@pytest.mark.parametrize("codec,bom", [("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff"), ("utf-16-le", b""),
-                                       ("utf-16-be", b""), ("utf-8", b"\xef\xbb\xbf")])
+@pytest.mark.parametrize(
+    "codec,bom",
+    [
+        ("utf-16-le", b"\xff\xfe"),
+        ("utf-16-be", b"\xfe\xff"),
+        ("utf-16-le", b""),
+        ("utf-16-be", b""),
+        ("utf-8", b"\xef\xbb\xbf"),
+    ],
+)
 def test_mail_saved_as_utf16_or_with_a_bom_keeps_headers_body_and_attachments(tmp_path, codec, bom):
     sources = [shared("formats", "fake-email.eml"), write_eml(tmp_path / "src.eml")]
     for i, src in enumerate(sources):
@@ -131,15 +145,16 @@ def test_mail_saved_as_utf16_or_with_a_bom_keeps_headers_body_and_attachments(tm
 
 
 def test_mail_in_legacy_charsets_is_decoded_by_what_it_declares_or_detects(tmp_path):
-    raw = ("From: =?iso-8859-1?q?Ren=E9e?= <renee@example.org>\n"
-           "To: team@example.org\n"
-           "Subject: Caf\u00e9 cr\u00e8me\n"  # raw 8-bit header, no RFC 2047: decoded by the body's charset
-           "MIME-Version: 1.0\n"
-           "Content-Type: text/plain; charset=windows-1252\n"
-           "Content-Transfer-Encoding: 8bit\n\n"
-           "Le caf\u00e9 co\u00fbte 3 \u20ac ce matin. Les cr\u00eapes de la soci\u00e9t\u00e9 sont d\u00e9j\u00e0 "
-           "pr\u00eates, et l'\u00e9quipe p\u00e2tisserie r\u00e9p\u00e8te qu'il faut \u00eatre \u00e0 l'heure.\n"
-           ).encode("cp1252")
+    raw = (
+        "From: =?iso-8859-1?q?Ren=E9e?= <renee@example.org>\n"
+        "To: team@example.org\n"
+        "Subject: Caf\u00e9 cr\u00e8me\n"  # raw 8-bit header, no RFC 2047: decoded by the body's charset
+        "MIME-Version: 1.0\n"
+        "Content-Type: text/plain; charset=windows-1252\n"
+        "Content-Transfer-Encoding: 8bit\n\n"
+        "Le caf\u00e9 co\u00fbte 3 \u20ac ce matin. Les cr\u00eapes de la soci\u00e9t\u00e9 sont d\u00e9j\u00e0 "
+        "pr\u00eates, et l'\u00e9quipe p\u00e2tisserie r\u00e9p\u00e8te qu'il faut \u00eatre \u00e0 l'heure.\n"
+    ).encode("cp1252")
     (tmp_path / "cp1252.eml").write_bytes(raw)
     doc = parse_file(str(tmp_path / "cp1252.eml"))
     assert doc.metadata["from"] == "Renée <renee@example.org>" and doc.metadata["subject"] == "Café crème"
@@ -161,8 +176,14 @@ def test_mbox_messages_are_sections(tmp_path):
     one = bytes(write_eml(tmp_path / "a.eml", attach=False).read_bytes())
     two = one.replace(b"Analytical engine notes", b"Second letter").replace(b"Jacquard", b"Difference")
     box = tmp_path / "inbox.mbox"
-    box.write_bytes(b"From ada@example.org Tue Dec 10 10:00:00 1843\n" + one + b"\n"
-                    + b"From ada@example.org Wed Dec 11 10:00:00 1843\n" + two + b"\n")
+    box.write_bytes(
+        b"From ada@example.org Tue Dec 10 10:00:00 1843\n"
+        + one
+        + b"\n"
+        + b"From ada@example.org Wed Dec 11 10:00:00 1843\n"
+        + two
+        + b"\n"
+    )
     doc = parse_file(str(box))
     assert [h.title for h in doc.headings] == ["Analytical engine notes", "Second letter"]
     assert doc.metadata["messages"] == "2"
@@ -184,7 +205,7 @@ def test_shared_epub():
 def test_odt_headings(tmp_path):
     doc = parse_file(str(write_odt(tmp_path / "log.odt")))
     assert [(h.level, h.title) for h in doc.headings] == [(1, "Harbour logbook"), (2, "Cargo")]
-    assert doc.text[doc.headings[1].offset:].startswith("Cargo\n\nBarrels of saffron.")
+    assert doc.text[doc.headings[1].offset :].startswith("Cargo\n\nBarrels of saffron.")
 
 
 def test_shared_odt_and_rtf():
@@ -193,14 +214,23 @@ def test_shared_odt_and_rtf():
     assert "My First Heading" in rtf and "Row 1, Cell 1" in rtf
 
 
-@pytest.mark.parametrize("name,data,expected", [
-    ("user.json", b'{"user": {"name": "Ana", "address": {"city": "Paris"}}, "tags": ["a", "b"]}',
-     "user.address.city: Paris"),
-    ("list.json", b'[{"id": 1, "items": [{"sku": "X9"}]}]', "[0].items[0].sku: X9"),
-    ("conf.yaml", b"server:\n  port: 8080\n  hosts: [alpha, beta]\n", "server.hosts: alpha, beta"),
-    ("feed.xml", b'<?xml version="1.0"?><rss><channel><item id="7"><title>Dune</title></item></channel></rss>',
-     "rss.channel.item.title: Dune"),
-])
+@pytest.mark.parametrize(
+    "name,data,expected",
+    [
+        (
+            "user.json",
+            b'{"user": {"name": "Ana", "address": {"city": "Paris"}}, "tags": ["a", "b"]}',
+            "user.address.city: Paris",
+        ),
+        ("list.json", b'[{"id": 1, "items": [{"sku": "X9"}]}]', "[0].items[0].sku: X9"),
+        ("conf.yaml", b"server:\n  port: 8080\n  hosts: [alpha, beta]\n", "server.hosts: alpha, beta"),
+        (
+            "feed.xml",
+            b'<?xml version="1.0"?><rss><channel><item id="7"><title>Dune</title></item></channel></rss>',
+            "rss.channel.item.title: Dune",
+        ),
+    ],
+)
 def test_structured_text_keeps_key_paths(tmp_path, name, data, expected):
     path = tmp_path / name
     path.write_bytes(data)
@@ -220,36 +250,51 @@ def test_shared_yaml():
 
 
 def test_notebook_cells_are_sections(tmp_path):
-    nb = {"cells": [{"cell_type": "markdown", "source": ["# Loading data\n", "We read the file."]},
-                    {"cell_type": "code", "source": "df = load('sales.csv')"}], "nbformat": 4}
+    nb = {
+        "cells": [
+            {"cell_type": "markdown", "source": ["# Loading data\n", "We read the file."]},
+            {"cell_type": "code", "source": "df = load('sales.csv')"},
+        ],
+        "nbformat": 4,
+    }
     (tmp_path / "a.ipynb").write_text(json.dumps(nb))
     doc = parse_file(str(tmp_path / "a.ipynb"))
     assert [h.title for h in doc.headings] == ["Loading data", "Cell 2 (code)"] and doc.title == "Loading data"
 
 
-@pytest.mark.parametrize("name,text,expected", [
-    ("notes.org", "#+TITLE: Garden\n* TODO Plant beans :veg:\nsoon\n** Water\n#+BEGIN_SRC sh\n* not a heading\n"
-     "#+END_SRC\n", [(1, "Plant beans"), (2, "Water")]),
-    ("guide.adoc", "= User Guide\n\n== Install\ntext\n----\n== not a heading\n----\n=== Linux\n",
-     [(1, "User Guide"), (2, "Install"), (3, "Linux")]),
-])
+@pytest.mark.parametrize(
+    "name,text,expected",
+    [
+        (
+            "notes.org",
+            "#+TITLE: Garden\n* TODO Plant beans :veg:\nsoon\n** Water\n#+BEGIN_SRC sh\n* not a heading\n#+END_SRC\n",
+            [(1, "Plant beans"), (2, "Water")],
+        ),
+        (
+            "guide.adoc",
+            "= User Guide\n\n== Install\ntext\n----\n== not a heading\n----\n=== Linux\n",
+            [(1, "User Guide"), (2, "Install"), (3, "Linux")],
+        ),
+    ],
+)
 def test_org_and_asciidoc_headings(tmp_path, name, text, expected):
     (tmp_path / name).write_text(text)
     doc = parse_file(str(tmp_path / name))
     assert [(h.level, h.title) for h in doc.headings] == expected
-    assert all(doc.text[h.offset:].lstrip("*= ").startswith(h.title.split()[0]) or h.title in doc.text
-               for h in doc.headings)
+    assert all(
+        doc.text[h.offset :].lstrip("*= ").startswith(h.title.split()[0]) or h.title in doc.text for h in doc.headings
+    )
 
 
 def test_code_top_level_definitions(tmp_path):
     (tmp_path / "m.py").write_text("import os\n\n\n@cache\ndef load(path):\n    return 1\n\n\nclass Store:\n    pass\n")
     doc = parse_file(str(tmp_path / "m.py"))
     assert [h.title for h in doc.headings] == ["def load", "class Store"]
-    assert doc.text[doc.headings[0].offset:].startswith("@cache")
+    assert doc.text[doc.headings[0].offset :].startswith("@cache")
     (tmp_path / "main.go").write_text("package main\n\n// Run starts it.\nfunc Run() {\n}\n\ntype Server struct {}\n")
     go = parse_file(str(tmp_path / "main.go"))
     assert [h.title for h in go.headings] == ["func Run()", "type Server struct {}"]
-    assert go.text[go.headings[0].offset:].startswith("// Run starts it.")
+    assert go.text[go.headings[0].offset :].startswith("// Run starts it.")
 
 
 def test_unknown_extensions_are_sniffed(tmp_path):
@@ -277,26 +322,29 @@ with zipfile.ZipFile(_ZIP_JUNK, "w") as _zf:
     _zf.writestr("hello.txt", "not an office document")
 
 
-@pytest.mark.parametrize("name,data,message", [
-    ("bad.pptx", b"PK\x03\x04 truncated", "corrupt PPTX"),
-    ("zip.pptx", _ZIP_JUNK.getvalue(), "corrupt PPTX"),
-    ("bad.xlsx", b"PK\x03\x04 truncated", "corrupt XLSX"),
-    ("bad.xls", b"\xd0\xcf\x11\xe0 nonsense", "corrupt XLS"),
-    ("bad.ods", b"not a zip", "corrupt ODS"),
-    ("bad.odt", b"not a zip", "corrupt ODT"),
-    ("bad.epub", b"not a zip", "corrupt EPUB"),
-    ("bad.rtf", b"plain text pretending", "corrupt RTF"),
-    ("bad.msg", b"\xd0\xcf\x11\xe0 nonsense", "corrupt MSG"),
-    ("bad.eml", b"\n\njust a body, no headers", "not an email message"),
-    ("bad.mbox", b"no separator line", "not an mbox"),
-    ("bad.json", b'{"a": ', "invalid JSON"),
-    ("bad.ndjson", b'{"a": 1}\n{oops\n', "invalid NDJSON at line 2"),
-    ("bad.yaml", b"a: [1, 2\n", "invalid YAML"),
-    ("bad.xml", b"<a><b></a>", "invalid XML"),
-    ("bad.ipynb", b'{"nope": 1}', "invalid notebook"),
-    ("bad.png", b"\x89PNG\r\n\x1a\n broken", "not a readable image"),
-    ("bad.csv", bytes(range(1, 32)) * 20, "binary"),
-])
+@pytest.mark.parametrize(
+    "name,data,message",
+    [
+        ("bad.pptx", b"PK\x03\x04 truncated", "corrupt PPTX"),
+        ("zip.pptx", _ZIP_JUNK.getvalue(), "corrupt PPTX"),
+        ("bad.xlsx", b"PK\x03\x04 truncated", "corrupt XLSX"),
+        ("bad.xls", b"\xd0\xcf\x11\xe0 nonsense", "corrupt XLS"),
+        ("bad.ods", b"not a zip", "corrupt ODS"),
+        ("bad.odt", b"not a zip", "corrupt ODT"),
+        ("bad.epub", b"not a zip", "corrupt EPUB"),
+        ("bad.rtf", b"plain text pretending", "corrupt RTF"),
+        ("bad.msg", b"\xd0\xcf\x11\xe0 nonsense", "corrupt MSG"),
+        ("bad.eml", b"\n\njust a body, no headers", "not an email message"),
+        ("bad.mbox", b"no separator line", "not an mbox"),
+        ("bad.json", b'{"a": ', "invalid JSON"),
+        ("bad.ndjson", b'{"a": 1}\n{oops\n', "invalid NDJSON at line 2"),
+        ("bad.yaml", b"a: [1, 2\n", "invalid YAML"),
+        ("bad.xml", b"<a><b></a>", "invalid XML"),
+        ("bad.ipynb", b'{"nope": 1}', "invalid notebook"),
+        ("bad.png", b"\x89PNG\r\n\x1a\n broken", "not a readable image"),
+        ("bad.csv", bytes(range(1, 32)) * 20, "binary"),
+    ],
+)
 def test_corrupt_file_of_each_family_is_a_named_failure(tmp_path, name, data, message):
     (tmp_path / name).write_bytes(data)
     with pytest.raises(ParseError, match=message):
@@ -323,8 +371,10 @@ def test_quarry_formats_lists_every_format(cli):
     assert {r["type"] for r in out["formats"]} == {f.name for f in FORMATS.values()}
     # everything but what needs a system program (LibreOffice for DOC and PPT) installs with quarry
     assert all(r["readable"] for r in out["formats"] if not r["programs"])
-    assert {r["type"]: list(r["programs"]) for r in out["formats"] if r["programs"]} == {"doc": ["soffice"],
-                                                                                         "ppt": ["soffice"]}
+    assert {r["type"]: list(r["programs"]) for r in out["formats"] if r["programs"]} == {
+        "doc": ["soffice"],
+        "ppt": ["soffice"],
+    }
     assert out["ocr_engine"] == "rapidocr"
 
 
@@ -339,8 +389,11 @@ def test_ocr_lines_read_two_columns_one_after_the_other():
     left = [_box(0, 450, 40 + 30 * i, f"left{i}") for i in range(4)]
     right = [_box(550, 1000, 40 + 30 * i, f"right{i}") for i in range(4)]
     text = _lines(title + right + left)
-    assert text.split("\n") == ["A Title Across Both Columns", *(f"left{i}" for i in range(4)),
-                                 *(f"right{i}" for i in range(4))]
+    assert text.split("\n") == [
+        "A Title Across Both Columns",
+        *(f"left{i}" for i in range(4)),
+        *(f"right{i}" for i in range(4)),
+    ]
     # One column of lines, two boxes on a line: joined left to right.
     single = [_box(0, 400, 30 * i, f"a{i}") for i in range(6)] + [_box(410, 1000, 30 * i, f"b{i}") for i in range(6)]
     assert _lines(single).split("\n")[0] == "a0 b0"
@@ -382,17 +435,37 @@ def test_mixed_tree_through_the_flow(tmp_path, run_flow):
     db = tmp_path / "db"
     report = run_flow([tree], db, overrides={"ocr": False})
     errors = {e["path"].rsplit("/", 1)[-1]: e["error"] for e in report["errors"]}
-    assert errors["old.doc"].startswith(("LibreOffice could not convert this legacy Word file",  # damaged
-                                         "legacy Word needs LibreOffice, which is not installed"))
-    assert errors == {"old.doc": errors["old.doc"],
-                      "scan.pdf": "no text layer (1 page): scanned or image-only PDF, and OCR read no text from it (or is off)",
-                      "broken.xlsx": errors["broken.xlsx"]} and "corrupt XLSX" in errors["broken.xlsx"]
+    assert errors["old.doc"].startswith(
+        (
+            "LibreOffice could not convert this legacy Word file",  # damaged
+            "legacy Word needs LibreOffice, which is not installed",
+        )
+    )
+    assert (
+        errors
+        == {
+            "old.doc": errors["old.doc"],
+            "scan.pdf": "no text layer (1 page): scanned or image-only PDF, and OCR read no text from it (or is off)",
+            "broken.xlsx": errors["broken.xlsx"],
+        }
+        and "corrupt XLSX" in errors["broken.xlsx"]
+    )
     assert report["unsupported"] == 0 and report["added"] == 12 and report["ocr_pages"] == 0
-    expected = {"widget-7 Lyon": "stock.xlsx", "okapi shipment": "deck.pptx", "Jacquard loom": "note.eml",
-                "Bernoulli numbers": "note.eml", "Telemark skiers": "almanac.epub", "saffron": "log.odt",
-                "Puffin": "birds.ods", "Trondheim": "villes.csv", "bluefin": "conf.yaml",
-                "Valparaiso": "user.json", "Quokka census": "doc.rtf", "Lighthouse keeper": "README",
-                "gravitate pelican": "tool.py"}
+    expected = {
+        "widget-7 Lyon": "stock.xlsx",
+        "okapi shipment": "deck.pptx",
+        "Jacquard loom": "note.eml",
+        "Bernoulli numbers": "note.eml",
+        "Telemark skiers": "almanac.epub",
+        "saffron": "log.odt",
+        "Puffin": "birds.ods",
+        "Trondheim": "villes.csv",
+        "bluefin": "conf.yaml",
+        "Valparaiso": "user.json",
+        "Quokka census": "doc.rtf",
+        "Lighthouse keeper": "README",
+        "gravitate pelican": "tool.py",
+    }
     with quarry.open(db) as idx:
         for query, name in expected.items():
             hits = idx.search(query, k=3, mode="bm25").results

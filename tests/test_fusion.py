@@ -92,8 +92,12 @@ def test_with_documents_adds_the_normalised_card_score_and_keeps_ties_in_fused_o
     fused = [("a", 0.9), ("b", 0.85), ("c", 0.8), ("d", 0.8)]
     doc_of = {"a": 0, "b": 1, "c": 2, "d": -1}  # d: a chunk whose document has no card
     out = with_documents(fused, doc_of, [0.0, 4.0, 2.0], weight=0.1)
-    assert out == [("b", pytest.approx(0.95)), ("a", pytest.approx(0.9)), ("c", pytest.approx(0.85)),
-                   ("d", pytest.approx(0.8))]
+    assert out == [
+        ("b", pytest.approx(0.95)),
+        ("a", pytest.approx(0.9)),
+        ("c", pytest.approx(0.85)),
+        ("d", pytest.approx(0.8)),
+    ]
     # nothing matches any card, or the weight is 0: the fused ranking unchanged
     assert with_documents(fused, doc_of, [0.0, 0.0, 0.0], weight=0.1) == fused
     assert with_documents(fused, doc_of, [0.0, 4.0, 2.0], weight=0.0) == fused

@@ -28,11 +28,22 @@ def docs(n: int, root: str = ROOT) -> list[CatalogDoc]:
 
 
 def files(n: int, root: str = ROOT, start: int = 0) -> list[FileInfo]:
-    return [FileInfo(path=f"{root}/f{i:03d}.md", root=root, rel_path=f"f{i:03d}.md", file_type="md", size=10,
-                     mtime=0.0, sha256=f"h{i}") for i in range(start, start + n)]
+    return [
+        FileInfo(
+            path=f"{root}/f{i:03d}.md",
+            root=root,
+            rel_path=f"f{i:03d}.md",
+            file_type="md",
+            size=10,
+            mtime=0.0,
+            sha256=f"h{i}",
+        )
+        for i in range(start, start + n)
+    ]
 
 
 # --- the guard's decisions ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("status", ["empty", "unreadable", "missing"])
 def test_a_root_that_cannot_be_seen_keeps_its_documents(status):
@@ -64,13 +75,17 @@ def test_an_empty_root_never_indexed_is_a_failure_that_says_so():
 
 
 def test_patterns_that_leave_nothing_refuse_the_run_naming_the_flag():
-    verdict = check_roots([RootScan(ROOT, "unmatched", walked=21)], docs(20), GuardLimits(),
-                          pattern_flags(("*.zzz",), ()))
+    verdict = check_roots(
+        [RootScan(ROOT, "unmatched", walked=21)], docs(20), GuardLimits(), pattern_flags(("*.zzz",), ())
+    )
     assert verdict.refused and verdict.scope == []
-    assert verdict.refusals == [f"--include '*.zzz' leaves none of the 21 files under {ROOT}: the run would "
-                                "delete its 20 indexed documents"]
+    assert verdict.refusals == [
+        f"--include '*.zzz' leaves none of the 21 files under {ROOT}: the run would delete its 20 indexed documents"
+    ]
     assert verdict.message().startswith("refused: ") and "--allow-deletes" in verdict.message()
-    assert check_roots([RootScan(ROOT, "unmatched", walked=21)], docs(20), GuardLimits(allow_deletes=True)).scope == [ROOT]
+    assert check_roots([RootScan(ROOT, "unmatched", walked=21)], docs(20), GuardLimits(allow_deletes=True)).scope == [
+        ROOT
+    ]
 
 
 @pytest.mark.parametrize("kept, refused", [(20, False), (11, False), (10, False), (9, True), (0, True)])
@@ -97,13 +112,25 @@ def test_a_handful_of_deletes_always_passes_and_the_limits_are_settings():
 
 def test_moves_are_not_deletes_and_emptied_files_are():
     stored = docs(20)
-    moved = [FileInfo(path=f"{ROOT}/new/f{i:03d}.md", root=ROOT, rel_path=f"new/f{i:03d}.md", file_type="md",
-                      size=10, mtime=0.0, sha256=f"h{i}") for i in range(20)]
+    moved = [
+        FileInfo(
+            path=f"{ROOT}/new/f{i:03d}.md",
+            root=ROOT,
+            rel_path=f"new/f{i:03d}.md",
+            file_type="md",
+            size=10,
+            mtime=0.0,
+            sha256=f"h{i}",
+        )
+        for i in range(20)
+    ]
     verdict = check_roots([RootScan(ROOT, "ok", 20, 20)], stored, GuardLimits())
     plan = make_plan(moved, stored, verdict.scope)
     assert len(plan.moved) == 20 and not check_deletes(verdict, plan, stored, GuardLimits()).refused
-    emptied = [FileInfo(path=f.path, root=ROOT, rel_path=f.rel_path, file_type="md", size=0, mtime=0.0, sha256="e")
-               for f in files(20)]
+    emptied = [
+        FileInfo(path=f.path, root=ROOT, rel_path=f.rel_path, file_type="md", size=0, mtime=0.0, sha256="e")
+        for f in files(20)
+    ]
     verdict = check_roots([RootScan(ROOT, "ok", 20, 20)], stored, GuardLimits())
     assert check_deletes(verdict, make_plan(emptied, stored, verdict.scope), stored, GuardLimits()).refused
 
@@ -129,6 +156,7 @@ def test_valid_patterns_pass():
 
 # --- discovery reports each root ----------------------------------------------------------------
 
+
 def test_discover_scans_each_root(tmp_path, monkeypatch):
     ok, empty, hidden_only = tmp_path / "ok", tmp_path / "empty", tmp_path / "hidden"
     for d in (ok, empty, hidden_only):
@@ -138,8 +166,12 @@ def test_discover_scans_each_root(tmp_path, monkeypatch):
     (hidden_only / ".secret.md").write_text("no")
     scans = []
     readable, skipped = discover([ok, empty, hidden_only, tmp_path / "gone"], scans=scans)
-    assert [(s.status, s.walked, s.matched) for s in scans] == [("ok", 2, 2), ("empty", 0, 0), ("empty", 0, 0),
-                                                                  ("missing", 0, 0)]
+    assert [(s.status, s.walked, s.matched) for s in scans] == [
+        ("ok", 2, 2),
+        ("empty", 0, 0),
+        ("empty", 0, 0),
+        ("missing", 0, 0),
+    ]
     scans = []
     discover([ok], include=["*.txt"], scans=scans)
     assert (scans[0].status, scans[0].walked, scans[0].matched) == ("unmatched", 2, 0)
@@ -158,6 +190,7 @@ def test_discover_scans_each_root(tmp_path, monkeypatch):
 
 
 # --- real runs ---------------------------------------------------------------------------------
+
 
 def _tree(root, n=20):
     root.mkdir(parents=True, exist_ok=True)
@@ -190,7 +223,9 @@ def test_an_emptied_root_fails_and_keeps_every_document(cli, tmp_path):
     tree.mkdir()  # the mount point of a share that is not mounted
     done = cli("index", tree, "--db", db)
     assert done.returncode == 3, done.stderr
-    assert f"failed: {tree.resolve()}: no files under it" in done.stderr and "20 indexed documents are kept" in done.stderr
+    assert (
+        f"failed: {tree.resolve()}: no files under it" in done.stderr and "20 indexed documents are kept" in done.stderr
+    )
     assert _documents(cli, db) == 20
     run = _last_run(cli, db)
     assert run["status"] == "partial" and run["deleted"] == 0 and run["errors"][0]["path"] == str(tree.resolve())

@@ -9,7 +9,7 @@ import os
 import stat
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -28,7 +28,7 @@ def test_only_a_salted_hash_is_stored_and_the_token_checks(ring, tmp_path):
     key, token = ring.create("hr-app", ["group:hr"])
     assert token.startswith(f"qk_{key.id}_") and len(token) == 3 + 12 + 1 + 43
     raw = (tmp_path / "store" / "keys.json").read_text()
-    secret = token[len(f"qk_{key.id}_"):]
+    secret = token[len(f"qk_{key.id}_") :]
     assert token not in raw and secret not in raw
     assert hashlib.sha256(secret.encode()).hexdigest() not in raw  # salted: not the bare hash either
     assert stat.S_IMODE(os.stat(tmp_path / "store" / "keys.json").st_mode) == 0o600
@@ -72,12 +72,15 @@ def test_a_store_that_had_keys_stays_closed_when_the_last_is_revoked(ring):
     assert ring.required and not [k for k in ring.list() if k.status() == "active"]
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"name": "bad name"}, "key name"),
-    ({"name": "x", "principals": ["alice"]}, "not a principal"),
-    ({"name": "x", "principals": ["group:a"], "admin": True}, "not both"),
-    ({"name": "x", "rate_limit": -1}, "rate-limit"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"name": "bad name"}, "key name"),
+        ({"name": "x", "principals": ["alice"]}, "not a principal"),
+        ({"name": "x", "principals": ["group:a"], "admin": True}, "not both"),
+        ({"name": "x", "rate_limit": -1}, "rate-limit"),
+    ],
+)
 def test_bad_keys_are_refused(ring, kwargs, message):
     with pytest.raises(UsageError, match=message):
         ring.create(**kwargs)
@@ -98,7 +101,7 @@ def test_expiry_forms():
     assert parse_expiry("30d", now) == now + 30 * 86400
     assert parse_expiry("12h", now) == now + 12 * 3600
     assert parse_expiry("2w", now) == now + 14 * 86400
-    assert parse_expiry("2027-01-31", now) == datetime(2027, 2, 1, tzinfo=timezone.utc).timestamp()  # the whole day
+    assert parse_expiry("2027-01-31", now) == datetime(2027, 2, 1, tzinfo=UTC).timestamp()  # the whole day
     assert parse_expiry(None, now) is None
     for bad in ("soon", "0d", "2020-01-01"):
         with pytest.raises(UsageError):

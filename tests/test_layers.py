@@ -49,11 +49,14 @@ def test_every_layer_is_a_package_with_modules():
     for pkg in LAYERS:
         folder = ROOT / pkg if pkg in ("tasks", "flows") else ROOT / "quarry" / pkg
         assert (folder / "__init__.py").is_file(), folder
-    assert not [p.name for p in (ROOT / "quarry").glob("*.py")
-                if p.name not in {"__init__.py", "__main__.py", "_checkout.py"}], "modules left flat in quarry/"
+    assert not [
+        p.name for p in (ROOT / "quarry").glob("*.py") if p.name not in {"__init__.py", "__main__.py", "_checkout.py"}
+    ], "modules left flat in quarry/"
 
 
-@pytest.mark.parametrize("layer,path", _sources(), ids=lambda v: str(v).split("/work/main/")[-1] if isinstance(v, Path) else v)
+@pytest.mark.parametrize(
+    "layer,path", _sources(), ids=lambda v: str(v).split("/work/main/")[-1] if isinstance(v, Path) else v
+)
 def test_imports_point_downward(layer, path):
     rank = LAYERS.index(layer)
     upward = []
@@ -68,10 +71,12 @@ def test_the_query_path_imports_no_prefect_lancedb_or_torch():
     import subprocess
     import sys
 
-    code = ("import sys, quarry.search.query, quarry.search.rerank, quarry.search.windows, quarry.search.segments, "
-            "quarry.search.serialize, quarry.api.app, quarry.api.mcp, quarry.api.server; "
-            "quarry.api.app.create_app(quarry.api.app.ApiConfig(db='/nonexistent-store')); "
-            "bad = [m for m in ('prefect', 'lancedb', 'torch') if m in sys.modules]; print(','.join(bad))")
+    code = (
+        "import sys, quarry.search.query, quarry.search.rerank, quarry.search.windows, quarry.search.segments, "
+        "quarry.search.serialize, quarry.api.app, quarry.api.mcp, quarry.api.server; "
+        "quarry.api.app.create_app(quarry.api.app.ApiConfig(db='/nonexistent-store')); "
+        "bad = [m for m in ('prefect', 'lancedb', 'torch') if m in sys.modules]; print(','.join(bad))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == ""
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from apiserver import api_server
 
 import quarry
-from apiserver import api_server
 from quarry.api.keys import FileKeys, KeyRing
 from quarry.search.filters import Filter
 
@@ -36,11 +36,19 @@ GROUPS = {  # folder: (documents, principals)
     "open": (6, ["public"]),
     "locked": (3, None),  # no rule matches: no one but the owner
 }
-RULES = "\n".join(f'- path: "{folder}/**"\n  principals: {json.dumps(p)}' for folder, (_, p) in GROUPS.items()
-                  if p is not None) + "\n"
+RULES = (
+    "\n".join(
+        f'- path: "{folder}/**"\n  principals: {json.dumps(p)}' for folder, (_, p) in GROUPS.items() if p is not None
+    )
+    + "\n"
+)
 CALLERS = {  # name: principals
-    "alpha": ["group:alpha"], "beta": ["group:beta"], "both": ["group:alpha", "group:beta"],
-    "carol": ["user:carol"], "nobody": [], "stranger": ["group:gamma", "user:dave"],
+    "alpha": ["group:alpha"],
+    "beta": ["group:beta"],
+    "both": ["group:alpha", "group:beta"],
+    "carol": ["user:carol"],
+    "nobody": [],
+    "stranger": ["group:gamma", "user:dave"],
 }
 BOILERPLATE = [
     "The okapi quarterly report reviews revenue, hiring and the release calendar for every team in detail.",
@@ -48,8 +56,25 @@ BOILERPLATE = [
     "Okapi staff should file expenses within thirty days and attach receipts for anything above fifty euros.",
     "The okapi platform group maintains the deploy pipeline, the build cache and the incident runbooks.",
 ]
-VOCAB = ["okapi", "quarterly", "report", "revenue", "budget", "risks", "deploy", "pipeline", "expenses", "receipts",
-         "steering", "meeting", "incident", "runbooks", "hiring", "calendar", "release"]
+VOCAB = [
+    "okapi",
+    "quarterly",
+    "report",
+    "revenue",
+    "budget",
+    "risks",
+    "deploy",
+    "pipeline",
+    "expenses",
+    "receipts",
+    "steering",
+    "meeting",
+    "incident",
+    "runbooks",
+    "hiring",
+    "calendar",
+    "release",
+]
 
 
 def marker(folder: str, i: int) -> str:
@@ -123,9 +148,16 @@ def world(tmp_path_factory, prefect_api):
 # --- the generated requests -------------------------------------------------------------------------
 
 
-FILTERS = [{}, {"where": "file_type = 'md'"}, {"type": ["txt"]}, {"path": ["alpha/**", "open/**"]},
-           {"where": "chunk_index >= 2"}, {"since": "2024-01-01"}, {"path": "carol"},
-           {"where": ["file_type = md", "chunk_index <= 1"]}]
+FILTERS = [
+    {},
+    {"where": "file_type = 'md'"},
+    {"type": ["txt"]},
+    {"path": ["alpha/**", "open/**"]},
+    {"where": "chunk_index >= 2"},
+    {"since": "2024-01-01"},
+    {"path": "carol"},
+    {"where": ["file_type = md", "chunk_index <= 1"]},
+]
 
 
 def requests(n: int, seed: int, world: World) -> list[dict]:
@@ -137,8 +169,12 @@ def requests(n: int, seed: int, world: World) -> list[dict]:
     for _ in range(n):
         words = rng.sample(VOCAB, rng.randint(1, 3)) + rng.sample(markers, rng.randint(0, 2))
         k = rng.choice([1, 3, 5, 8, 12, 20])
-        body = {"query": " ".join(["okapi", *words]), "k": k, "mode": rng.choice(["hybrid", "hybrid", "vector", "bm25"]),
-                **rng.choice(FILTERS)}
+        body = {
+            "query": " ".join(["okapi", *words]),
+            "k": k,
+            "mode": rng.choice(["hybrid", "hybrid", "vector", "bm25"]),
+            **rng.choice(FILTERS),
+        }
         if rng.random() < 0.4:
             body["candidates"] = k + rng.randint(0, 5)  # a pool just above k: post-filtering would starve it
         if rng.random() < 0.3:
@@ -156,8 +192,12 @@ def requests(n: int, seed: int, world: World) -> list[dict]:
 def expected_count(world: World, idx, body: dict, caller) -> int:
     """How many results a caller must get: ``k``, or fewer only when fewer chunks it may read pass the
     filter (every chunk holds "okapi", so every one matches the query in every mode)."""
-    flt = Filter.build(where=body.get("where") or (), path=body.get("path") or (), since=body.get("since"),
-                       file_type=body.get("type") or ())
+    flt = Filter.build(
+        where=body.get("where") or (),
+        path=body.get("path") or (),
+        since=body.get("since"),
+        file_type=body.get("type") or (),
+    )
     mask, _ = idx.filter_mask(flt or None)
     rows = range(idx.snapshot.index.n_rows) if mask is None else [int(r) for r in mask.nonzero()[0]]
     ids = idx.snapshot.index.chunk_ids(rows)
@@ -199,12 +239,15 @@ def python_suite(world: World, n: int = 60, seed: int = 1) -> list[str]:
         for name, caller in CALLERS.items():
             for body in requests(n, seed + zlib.crc32(name.encode()) % 1000, world):
                 answer = SearchRequest(**body).run(idx, caller)
-                problems += problems_in(answer, world, caller, expected_count(world, idx, body, caller),
-                                        f"python {name} {body}")
+                problems += problems_in(
+                    answer, world, caller, expected_count(world, idx, body, caller), f"python {name} {body}"
+                )
             for doc_id, chunk_ids in world.chunks_of.items():
                 ok = world.allowed(caller, doc_id)
-                for call in (lambda: idx.document(doc_id, principals=caller),
-                             lambda: idx.chunk(chunk_ids[len(chunk_ids) // 2], neighbours=2, principals=caller)):
+                for call in (
+                    lambda: idx.document(doc_id, principals=caller),
+                    lambda: idx.chunk(chunk_ids[len(chunk_ids) // 2], neighbours=2, principals=caller),
+                ):
                     try:
                         got = call()
                     except NotFound:
@@ -272,8 +315,9 @@ def test_no_leak_through_http_and_mcp(world, tmp_path):
                 for body in requests(25, 100 + zlib.crc32(name.encode()) % 1000, world):
                     response = http.post("/v1/search", json=body, headers=auth)
                     assert response.status_code == 200, response.text
-                    problems += problems_in(response.json(), world, caller, expected_count(world, idx, body, caller),
-                                            f"http {name} {body}")
+                    problems += problems_in(
+                        response.json(), world, caller, expected_count(world, idx, body, caller), f"http {name} {body}"
+                    )
                 for doc_id, chunk_ids in world.chunks_of.items():
                     ok = world.allowed(caller, doc_id)
                     for path in (f"/v1/documents/{doc_id}", f"/v1/chunks/{chunk_ids[-1]}?neighbours=3"):
@@ -304,15 +348,20 @@ def mcp_suite(world: World, base: str, tokens: dict[str, str]) -> list[str]:
                     answer = json.loads(result.content[0].text)
                     problems.extend(problems_in(answer, world, caller, None, f"mcp {name} {args}"))
                 for doc_id, chunk_ids in list(world.chunks_of.items())[::3]:
-                    for tool, args in (("get_document", {"doc_id": doc_id}),
-                                       ("get_context", {"chunk_id": chunk_ids[0], "before": 3, "after": 3}),
-                                       ("get_context", {"chunk_id": chunk_ids[0], "query": "okapi budget"})):
+                    for tool, args in (
+                        ("get_document", {"doc_id": doc_id}),
+                        ("get_context", {"chunk_id": chunk_ids[0], "before": 3, "after": 3}),
+                        ("get_context", {"chunk_id": chunk_ids[0], "query": "okapi budget"}),
+                    ):
                         result = await client.call_tool(tool, args)
                         if result.is_error != (not world.allowed(caller, doc_id)):
                             problems.append(f"LEAK mcp {name} {tool} {doc_id}: error={result.is_error}")
                         elif not result.is_error:
-                            problems.extend(problems_in(json.loads(result.content[0].text), world, caller, None,
-                                                        f"mcp {name} {tool}"))
+                            problems.extend(
+                                problems_in(
+                                    json.loads(result.content[0].text), world, caller, None, f"mcp {name} {tool}"
+                                )
+                            )
                 status = json.loads((await client.call_tool("status", {})).content[0].text)
                 readable = sum(1 for d in world.marker_of if world.allowed(caller, d))
                 if status["documents"] != readable:
@@ -357,17 +406,21 @@ def _numbers(http, token: str, base: str, mcp_status) -> dict:
 
     auth = {"Authorization": f"Bearer {token}"}
     out = {"status": http.get("/v1/status", headers=auth).json(), "mcp status": mcp_status}
-    for name, body in {"hybrid": {"query": "okapi budget", "k": 8, "explain": True},
-                       "bm25": {"query": "okapi budget", "k": 8, "mode": "bm25", "explain": True},
-                       "vector": {"query": "okapi budget", "k": 8, "mode": "vector"},
-                       "filtered": {"query": "okapi", "k": 3, "where": "file_type = 'md'"},
-                       "segments": {"query": "okapi budget", "segments": "balanced"},
-                       "window": {"query": "okapi budget", "k": 2, "window": "1,1"}}.items():
+    for name, body in {
+        "hybrid": {"query": "okapi budget", "k": 8, "explain": True},
+        "bm25": {"query": "okapi budget", "k": 8, "mode": "bm25", "explain": True},
+        "vector": {"query": "okapi budget", "k": 8, "mode": "vector"},
+        "filtered": {"query": "okapi", "k": 3, "where": "file_type = 'md'"},
+        "segments": {"query": "okapi budget", "segments": "balanced"},
+        "window": {"query": "okapi budget", "k": 2, "window": "1,1"},
+    }.items():
         answer = http.post("/v1/search", json=body, headers=auth).json()
         answer.pop("timings")
         out[f"search {name}"] = answer
     page = httpx.get(f"{base}/status", cookies={COOKIE: token}, timeout=60).text
-    out["status page"] = {dt: dd for dt, dd in re.findall(r"<dt>([^<]*)</dt><dd>(.*?)</dd>", page) if dt != "generation"}
+    out["status page"] = {
+        dt: dd for dt, dd in re.findall(r"<dt>([^<]*)</dt><dd>(.*?)</dd>", page) if dt != "generation"
+    }
     for part in out.values():
         if isinstance(part, dict):
             part.pop("generation", None)
@@ -378,7 +431,9 @@ def _unscored(value):
     """``value`` without its scores: BM25's idf and length normalisation are the whole index's
     statistics (docs/api.md says so), so scores move when any document is added; ranks must not."""
     if isinstance(value, dict):
-        return {k: _unscored(v) for k, v in value.items() if k not in ("score", "scores", "fused", "relevance", "value")}
+        return {
+            k: _unscored(v) for k, v in value.items() if k not in ("score", "scores", "fused", "relevance", "value")
+        }
     if isinstance(value, list):
         return [_unscored(v) for v in value]
     return value
@@ -395,8 +450,9 @@ def test_no_number_a_restricted_key_gets_depends_on_what_it_may_not_read(tmp_pat
         for i in range(n):
             path = tree / folder / f"doc{i}.md"
             path.parent.mkdir(parents=True, exist_ok=True)
-            body = "\n\n".join(f"## Part {j}\n\n{BOILERPLATE[(i + j) % 4]} Reference {marker(folder, i)}."
-                               for j in range(3))
+            body = "\n\n".join(
+                f"## Part {j}\n\n{BOILERPLATE[(i + j) % 4]} Reference {marker(folder, i)}." for j in range(3)
+            )
             path.write_text(f"# Okapi {folder} {i}\n\n{body}\n")
     rules = tmp_path / "acl.yaml"
     rules.write_text(NUMBER_RULES)
@@ -420,8 +476,9 @@ def test_no_number_a_restricted_key_gets_depends_on_what_it_may_not_read(tmp_pat
         whole_before = http.get("/v1/status", headers={"Authorization": f"Bearer {admin}"}).json()
         # hidden documents added, changed and removed: a new generation with a segment of its own
         for i in range(4, 9):
-            (tree / "secret" / f"doc{i}.md").write_text(f"# Secret {i}\n\nOkapi budget {marker('secret', i)} "
-                                                        f"newword{i} and more hidden text.\n")
+            (tree / "secret" / f"doc{i}.md").write_text(
+                f"# Secret {i}\n\nOkapi budget {marker('secret', i)} newword{i} and more hidden text.\n"
+            )
         (tree / "secret" / "doc0.md").write_text("# Changed\n\nOkapi budget rewritten, a new hidden word zzhid.\n")
         (tree / "secret" / "doc1.md").unlink()
         run_flow([tree], db, overrides={"acl_rules": str(rules)})
@@ -434,7 +491,14 @@ def test_no_number_a_restricted_key_gets_depends_on_what_it_may_not_read(tmp_pat
     assert before["status"]["documents"] == 5 and before["search hybrid"]["results"]
     for part in before:
         a, b = _unscored(after[part]), _unscored(before[part])
-        assert a == b, (part, [(x, y) for x, y in zip(json.dumps(a, sort_keys=True).split(","), json.dumps(b, sort_keys=True).split(",")) if x != y][:6])
+        assert a == b, (
+            part,
+            [
+                (x, y)
+                for x, y in zip(json.dumps(a, sort_keys=True).split(","), json.dumps(b, sort_keys=True).split(","))
+                if x != y
+            ][:6],
+        )
     assert not re.search(r"search_index|terms|segments", json.dumps(before["status"]))
 
 
@@ -459,8 +523,12 @@ def questions(n: int, seed: int, world: World) -> list[dict]:
     out = []
     for _ in range(n):
         words = rng.sample(VOCAB, rng.randint(1, 3)) + rng.sample(markers, rng.randint(0, 3))
-        body = {"question": f"What does the okapi {' '.join(words)} say?", "k": rng.choice([1, 3, 5, 8]),
-                "mode": rng.choice(["hybrid", "hybrid", "vector", "bm25"]), **rng.choice(FILTERS)}
+        body = {
+            "question": f"What does the okapi {' '.join(words)} say?",
+            "k": rng.choice([1, 3, 5, 8]),
+            "mode": rng.choice(["hybrid", "hybrid", "vector", "bm25"]),
+            **rng.choice(FILTERS),
+        }
         body["style"] = rng.choice(["text", "json"])
         out.append(body)
     return out
@@ -469,8 +537,12 @@ def questions(n: int, seed: int, world: World) -> list[dict]:
 def answer_problems(answer: dict, prompts: list[str], world: World, caller, where: str) -> list[str]:
     out = []
     docs = [c["doc_id"] for c in answer.get("citations", [])] + [p["doc_id"] for p in answer.get("evidence", [])]
-    docs += [c.split(":")[0] for part in ("citations", "evidence") for item in answer.get(part, [])
-             for c in item.get("chunk_ids", [])]
+    docs += [
+        c.split(":")[0]
+        for part in ("citations", "evidence")
+        for item in answer.get(part, [])
+        for c in item.get("chunk_ids", [])
+    ]
     for doc_id in docs:
         if not world.allowed(caller, doc_id):
             out.append(f"LEAK {where}: document {doc_id} of {world.principals_of.get(doc_id)} for {caller}")
@@ -534,8 +606,10 @@ def test_the_answer_suite_catches_evidence_retrieved_without_principals(world, m
 
 def test_no_leak_through_http_answers_and_streams(world, model, tmp_path):
     ring = KeyRing(FileKeys(world.db / "keys.json"))
-    tokens = {name: ring.create(f"answer-{name}", caller, rate_limit=0, answer_rate_limit=0)[1]
-              for name, caller in CALLERS.items()}
+    tokens = {
+        name: ring.create(f"answer-{name}", caller, rate_limit=0, answer_rate_limit=0)[1]
+        for name, caller in CALLERS.items()
+    }
     env = {"QUARRY_LLM_BASE_URL": model.base_url, "QUARRY_LLM_MODEL": "fake-chat"}
     problems = []
     with api_server(world.db, log=tmp_path / "api.log", env=env) as (base, _):

@@ -19,7 +19,6 @@ from quarry.core.errors import ParseError
 from quarry.ingest.parsers import parse_data, parse_file
 from tests.conftest import shared
 
-
 # --- DOC and PPT ------------------------------------------------------------------------------
 
 
@@ -53,8 +52,11 @@ def test_the_legacy_files_of_a_batch_take_one_libreoffice_call_per_format(legacy
     files, _ = discover([tmp_path])
     calls = []
     real = legacy._run
-    monkeypatch.setattr(legacy, "_run", lambda program, target, srcs, *a: calls.append((target, len(srcs)))
-                        or real(program, target, srcs, *a))
+    monkeypatch.setattr(
+        legacy,
+        "_run",
+        lambda program, target, srcs, *a: calls.append((target, len(srcs))) or real(program, target, srcs, *a),
+    )
     results = dict(zip((f.path.rsplit("/", 1)[1] for f in files), parse_files(files, workers=2)))
     # one call for the four DOCs, one for the PPT; the damaged DOC, which that call does not convert,
     # alone afterwards in the parse pool (whose calls this process does not see), naming its failure
@@ -62,8 +64,9 @@ def test_the_legacy_files_of_a_batch_take_one_libreoffice_call_per_format(legacy
     assert results["damaged.doc"].startswith("LibreOffice could not convert this legacy Word file")
     assert results["copy.doc"].text == results["simple.doc"].text == parse_file(str(legacy_files["simple.doc"])).text
     assert "Tangerine | Pink | Aqua" in results["fake-power-point-table.ppt"].text
-    assert [results[f.path.rsplit("/", 1)[1]].sha256 for f in files if f.file_type != "doc" or "damaged" not in f.path] \
-        == [f.sha256 for f in files if "damaged" not in f.path]  # stamped with the original's hash
+    assert [
+        results[f.path.rsplit("/", 1)[1]].sha256 for f in files if f.file_type != "doc" or "damaged" not in f.path
+    ] == [f.sha256 for f in files if "damaged" not in f.path]  # stamped with the original's hash
 
 
 def test_a_damaged_doc_is_a_named_failure(soffice, tmp_path):
@@ -92,7 +95,9 @@ def _fake_soffice(tmp_path, body: str) -> str:
 def test_a_converter_that_hangs_is_stopped_by_the_file_timeout(tmp_path, monkeypatch):
     pids = tmp_path / "pids"
     # the program and a child of its own both hang, as soffice and soffice.bin would
-    monkeypatch.setenv("QUARRY_SOFFICE", _fake_soffice(tmp_path, f"sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; wait"))
+    monkeypatch.setenv(
+        "QUARRY_SOFFICE", _fake_soffice(tmp_path, f"sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; wait")
+    )
     monkeypatch.setenv("QUARRY_PARSE_TIMEOUT", "2")
     started = time.monotonic()
     with pytest.raises(ParseError, match="LibreOffice took longer than 2 s"):
@@ -115,11 +120,14 @@ def test_quarry_formats_names_the_missing_converter(cli, tmp_path):
 # --- a file named for one format, holding another ---------------------------------------------
 
 
-@pytest.mark.parametrize("name,source,words", [
-    ("renamed.doc", ("formats", "docx-tables.docx"), "Lorem ipsum | A link example"),  # OOXML under a legacy name
-    ("rich.doc", ("formats", "fake-doc.rtf"), "first paragraph"),  # RTF saved as .doc
-    ("old.docx", None, "favorite things"),  # a legacy DOC under an OOXML name
-])
+@pytest.mark.parametrize(
+    "name,source,words",
+    [
+        ("renamed.doc", ("formats", "docx-tables.docx"), "Lorem ipsum | A link example"),  # OOXML under a legacy name
+        ("rich.doc", ("formats", "fake-doc.rtf"), "first paragraph"),  # RTF saved as .doc
+        ("old.docx", None, "favorite things"),  # a legacy DOC under an OOXML name
+    ],
+)
 def test_a_file_is_read_as_what_its_bytes_are(tmp_path, name, source, words, request):
     if source is None:
         data = request.getfixturevalue("legacy_files")["simple.doc"].read_bytes()
@@ -150,10 +158,13 @@ def _encrypted_odt() -> bytes:
         for info in src.infolist():
             data = src.read(info)
             if info.filename == "META-INF/manifest.xml":
-                data = data.replace(b'manifest:full-path="content.xml"',
-                                    b'manifest:full-path="content.xml"><manifest:encryption-data '
-                                    b'manifest:checksum-type="SHA1/1K" manifest:checksum="x"/></manifest:file-entry'
-                                    b'><manifest:file-entry manifest:media-type="" manifest:full-path="x"', 1)
+                data = data.replace(
+                    b'manifest:full-path="content.xml"',
+                    b'manifest:full-path="content.xml"><manifest:encryption-data '
+                    b'manifest:checksum-type="SHA1/1K" manifest:checksum="x"/></manifest:file-entry'
+                    b'><manifest:file-entry manifest:media-type="" manifest:full-path="x"',
+                    1,
+                )
             elif info.filename == "content.xml":
                 data = os.urandom(len(data))
             zf.writestr(info, data)
@@ -176,10 +187,14 @@ def test_legacy_and_encrypted_files_through_a_run(tmp_path, run_flow, legacy_fil
     report = run_flow([tree], tmp_path / "db")
     assert report["added"] == 3
     assert [(e["path"].rsplit("/", 1)[-1], e["error"]) for e in report["errors"]] == [
-        ("locked.xlsx", "encrypted (password required)")]
+        ("locked.xlsx", "encrypted (password required)")
+    ]
     with quarry.open(tmp_path / "db") as idx:
-        for query, name in (("Parrots Hockey", "simple.doc"), ("Tangerine Aqua", "fake-power-point-table.ppt"),
-                            ("Lorem ipsum link example", "docx-tables.doc")):
+        for query, name in (
+            ("Parrots Hockey", "simple.doc"),
+            ("Tangerine Aqua", "fake-power-point-table.ppt"),
+            ("Lorem ipsum link example", "docx-tables.doc"),
+        ):
             hits = idx.search(query, k=3, mode="bm25").results
             assert hits and hits[0].path.endswith(name), (query, [h.path for h in hits])
         assert idx.search("Tangerine", k=1, mode="bm25").results[0].page_start == 1

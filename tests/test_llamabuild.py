@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 import llamabuild
+import pytest
 from llamabuild import Unavailable, build_flags, build_key, cpu_class, cpu_flags, supports
 
 # /proc/cpuinfo flag lines (shortened) of the two x86 classes CI lands on.
@@ -14,12 +13,15 @@ ZEN5 = EPYC_ROME + " avx512f avx512dq avx512bw avx512vl avx512_vnni avx512_bf16 
 CPUINFO = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: {}\nbugs\t\t: sysret_ss_attrs\n\nprocessor\t: 1\n"
 
 
-@pytest.mark.parametrize("flags, expected", [
-    (EPYC_ROME, "avx2"),
-    (XEON_SPR, "avx512vnni"),
-    (ZEN5, "avx512vnni"),
-    (EPYC_ROME + " avx512f avx512bw avx512vl avx512dq", "avx2"),  # AVX-512 without VNNI
-])
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (EPYC_ROME, "avx2"),
+        (XEON_SPR, "avx512vnni"),
+        (ZEN5, "avx512vnni"),
+        (EPYC_ROME + " avx512f avx512bw avx512vl avx512dq", "avx2"),  # AVX-512 without VNNI
+    ],
+)
 def test_x86_classes(flags, expected):
     assert cpu_class(cpu_flags(CPUINFO.format(flags)), "x86_64") == expected
 
@@ -51,9 +53,11 @@ def test_a_build_is_found_again_only_by_its_version_class_and_flags():
     key = build_key("0.3.36", "avx2", build_flags("avx2"))
     assert key == build_key("0.3.36", "avx2", build_flags("avx2"))
     assert key.startswith("0.3.36-avx2-")
-    others = {build_key("0.3.36", "avx512vnni", build_flags("avx512vnni")),
-              build_key("0.3.35", "avx2", build_flags("avx2")),
-              build_key("0.3.36", "avx2", build_flags("avx2") + ("-DGGML_LLAMAFILE=OFF",))}
+    others = {
+        build_key("0.3.36", "avx512vnni", build_flags("avx512vnni")),
+        build_key("0.3.35", "avx2", build_flags("avx2")),
+        build_key("0.3.36", "avx2", build_flags("avx2") + ("-DGGML_LLAMAFILE=OFF",)),
+    }
     assert key not in others and len(others) == 3
 
 

@@ -6,14 +6,19 @@ import json
 import shutil
 
 import pytest
-
-import quarry
 from conftest import SAMPLE
 from fakeopenai import FakeOpenAI
 
+import quarry
+
 KEY = "sk-bar-secret-123"
-NO_LLM_ENV = {"QUARRY_LLM_API_KEY": "", "QUARRY_LLM_BASE_URL": "", "OPENAI_API_KEY": "", "QUARRY_SECTIONER": "",
-              "QUARRY_CONTEXT": ""}
+NO_LLM_ENV = {
+    "QUARRY_LLM_API_KEY": "",
+    "QUARRY_LLM_BASE_URL": "",
+    "OPENAI_API_KEY": "",
+    "QUARRY_SECTIONER": "",
+    "QUARRY_CONTEXT": "",
+}
 LLM_FIELDS = {"llm_calls", "llm_prompt_tokens", "llm_completion_tokens", "llm_cached", "llm_fallback_windows"}
 
 
@@ -21,8 +26,13 @@ def scripted(request):
     """What ../shared/checks/llm-sectioning's server answers: a duplicate and an out-of-range section."""
     rf = json.dumps(request.get("response_format") or {})
     if "sections" in rf:
-        return {"sections": [{"title": "Alpha Overview", "start_line": 0}, {"title": "Alpha Overview", "start_line": 0},
-                             {"title": "Beta Nowhere", "start_line": 99999}]}
+        return {
+            "sections": [
+                {"title": "Alpha Overview", "start_line": 0},
+                {"title": "Alpha Overview", "start_line": 0},
+                {"title": "Beta Nowhere", "start_line": 99999},
+            ]
+        }
     if request.get("response_format"):
         return {"title": "Zebra Logistics Manual", "summary": "Field notes on zebra convoys."}
     return "Field notes on zebra convoys."
@@ -40,7 +50,8 @@ def notes(tmp_path):
     tree = tmp_path / "tree"
     tree.mkdir()
     lines = ["Zebra logistics field notes"] + [
-        f"Line {i}: the zebra convoy crossed river {i} carrying quinoa and tamarind crates." for i in range(1, 41)]
+        f"Line {i}: the zebra convoy crossed river {i} carrying quinoa and tamarind crates." for i in range(1, 41)
+    ]
     (tree / "notes.txt").write_text("\n".join(lines) + "\n")
     return tree
 
@@ -109,12 +120,18 @@ def test_failures_are_reported_per_window_and_retried_next_time(run_flow, server
     monkeypatch.setenv("QUARRY_LLM_API_KEY", KEY)
     db = tmp_path / "db"
     server.fail_next(2, status=500, path="/v1/chat/completions")  # the first request's two attempts
-    llm = {"sectioner": "llm", "context": "rules", "llm_base_url": server.base_url, "llm_model": "m",
-           "llm_concurrency": 1}
+    llm = {
+        "sectioner": "llm",
+        "context": "rules",
+        "llm_base_url": server.base_url,
+        "llm_model": "m",
+        "llm_concurrency": 1,
+    }
     report = run_flow([notes], db, overrides=llm)
     assert report["failed"] == 0 and report["chunks"] > 0
     assert [(f["path"].endswith("notes.txt"), f["kind"], f["window"]) for f in report["llm_fallback_windows"]] == [
-        (True, "sections", 0)]
+        (True, "sections", 0)
+    ]
     assert report["llm_calls"] == 2
     with quarry.open(db) as idx:
         assert idx.runs(1)[0]["llm_fallback_windows"]  # stored with the run
@@ -139,8 +156,20 @@ def test_runs_json_has_llm_fields(cli, server, notes, tmp_path):
 def test_key_never_reaches_output_or_store_even_when_echoed(cli, server, notes, tmp_path):
     db = tmp_path / "db"
     server.fail_next(1, status=401, body={"error": {"message": f"Incorrect API key provided: {KEY}"}})
-    done = cli("index", notes, "--db", db, "--sectioner", "llm", "--llm-base-url", server.base_url,
-               "--llm-api-key", KEY, "--json", env=NO_LLM_ENV)
+    done = cli(
+        "index",
+        notes,
+        "--db",
+        db,
+        "--sectioner",
+        "llm",
+        "--llm-base-url",
+        server.base_url,
+        "--llm-api-key",
+        KEY,
+        "--json",
+        env=NO_LLM_ENV,
+    )
     assert done.returncode == 0, done.stderr
     assert KEY not in done.stdout + done.stderr
     report = json.loads(done.stdout)
@@ -150,14 +179,17 @@ def test_key_never_reaches_output_or_store_even_when_echoed(cli, server, notes, 
     assert server.requests[0].headers["authorization"] == f"Bearer {KEY}"  # it was used, only not shown
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--sectioner", "llm"], "--sectioner llm needs an OpenAI-compatible endpoint"),
-    (["--context", "llm"], "--context llm needs an OpenAI-compatible endpoint"),
-    (["--llm-chunk-context"], "needs an OpenAI-compatible endpoint"),
-    (["--sectioner", "gpt"], "Invalid value for '--sectioner'"),
-    (["--llm-concurrency", "0"], "Invalid value for '--llm-concurrency'"),
-    (["--header-fields", "title,colour"], "unknown header field 'colour'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sectioner", "llm"], "--sectioner llm needs an OpenAI-compatible endpoint"),
+        (["--context", "llm"], "--context llm needs an OpenAI-compatible endpoint"),
+        (["--llm-chunk-context"], "needs an OpenAI-compatible endpoint"),
+        (["--sectioner", "gpt"], "Invalid value for '--sectioner'"),
+        (["--llm-concurrency", "0"], "Invalid value for '--llm-concurrency'"),
+        (["--header-fields", "title,colour"], "unknown header field 'colour'"),
+    ],
+)
 def test_usage_errors_before_any_work(cli, tmp_path, args, message):
     db = tmp_path / "db"
     done = cli("index", SAMPLE, "--db", db, *args, env=NO_LLM_ENV)
@@ -177,8 +209,17 @@ def test_answers_survive_a_killed_run(cli, server, notes, tmp_path):
     """SIGKILL after the LLM stage: the next run replays every answer and calls nothing."""
     db = tmp_path / "db"
     env = {**NO_LLM_ENV, "QUARRY_LLM_BASE_URL": server.base_url}
-    done = cli("index", notes, "--db", db, "--sectioner", "llm", "--context", "llm",
-               env={**env, "QUARRY_FAULT": "after-vectors"})
+    done = cli(
+        "index",
+        notes,
+        "--db",
+        db,
+        "--sectioner",
+        "llm",
+        "--context",
+        "llm",
+        env={**env, "QUARRY_FAULT": "after-vectors"},
+    )
     assert done.returncode != 0  # killed before the commit
     paid = server.calls
     assert paid >= 2

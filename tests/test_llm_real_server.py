@@ -20,15 +20,15 @@ import time
 
 import duckdb
 import pytest
-
 from conftest import ROOT, SHARED
 from llamaserver import MODEL_ALIAS, live_server, llama_server, required  # noqa: F401 - the fixtures
+
+from quarry.core.settings import Settings
 from quarry.ingest.context import clean_summary
-from quarry.ingest.llm.cache import CACHE_FILE
 from quarry.ingest.llm import LLMFailure, LLMRuntime
+from quarry.ingest.llm.cache import CACHE_FILE
 from quarry.ingest.llm.client import parse_json
 from quarry.ingest.llm.sections import numbered_lines, repair_window, window_job, windows
-from quarry.core.settings import Settings
 
 pytestmark = pytest.mark.llm_server
 
@@ -47,8 +47,16 @@ def handbook(*parts: str):
 
 
 def llm_settings(server, **kw) -> Settings:
-    values = dict(embed_backend="hash", sectioner="llm", context="llm", llm_base_url=server.base_url,
-                  llm_model=MODEL_ALIAS, llm_api_key="", llm_window_chars=WINDOW, llm_concurrency=2)
+    values = dict(
+        embed_backend="hash",
+        sectioner="llm",
+        context="llm",
+        llm_base_url=server.base_url,
+        llm_model=MODEL_ALIAS,
+        llm_api_key="",
+        llm_window_chars=WINDOW,
+        llm_concurrency=2,
+    )
     return Settings.from_env(**{**values, **kw})
 
 
@@ -102,9 +110,17 @@ def test_a_real_server_answers_sectioning_requests_with_repairable_json(live_ser
 
 
 def llm_env(server, **extra) -> dict[str, str]:
-    return {"QUARRY_LLM_BASE_URL": server.base_url, "QUARRY_LLM_MODEL": MODEL_ALIAS, "QUARRY_LLM_API_KEY": "",
-            "OPENAI_API_KEY": "", "QUARRY_LLM_WINDOW_CHARS": str(WINDOW), "QUARRY_EMBED_BACKEND": "hash",
-            "QUARRY_SECTIONER": "", "QUARRY_CONTEXT": "", **extra}
+    return {
+        "QUARRY_LLM_BASE_URL": server.base_url,
+        "QUARRY_LLM_MODEL": MODEL_ALIAS,
+        "QUARRY_LLM_API_KEY": "",
+        "OPENAI_API_KEY": "",
+        "QUARRY_LLM_WINDOW_CHARS": str(WINDOW),
+        "QUARRY_EMBED_BACKEND": "hash",
+        "QUARRY_SECTIONER": "",
+        "QUARRY_CONTEXT": "",
+        **extra,
+    }
 
 
 def cached(db) -> dict[str, list[str]]:
@@ -149,17 +165,22 @@ def test_index_with_llm_sections_and_headers_end_to_end(cli, live_server, corpus
         assert len(docs) == len(FILES)
         for doc_id, rel_path, title, summary, n_sections in docs:
             assert title.strip() and summary.strip(), rel_path
-            sections = con.execute("SELECT section_index, title, start_char, end_char FROM sections "
-                                   "WHERE doc_id = ? ORDER BY section_index", [doc_id]).fetchall()
+            sections = con.execute(
+                "SELECT section_index, title, start_char, end_char FROM sections "
+                "WHERE doc_id = ? ORDER BY section_index",
+                [doc_id],
+            ).fetchall()
             assert len(sections) == n_sections >= 1
             assert sections[0][2] == 0
             for (_, t, start, end), nxt in zip(sections, sections[1:] + [None]):
                 assert t.strip() and len(t) <= 200 and start < end
                 if nxt is not None:
                     assert nxt[2] == end  # no gap, no overlap, whatever the model said
-            chunks = con.execute("SELECT c.start_char, c.end_char, c.header, s.title, s.start_char, s.end_char "
-                                 "FROM chunks c JOIN sections s USING (doc_id, section_index) WHERE c.doc_id = ?",
-                                 [doc_id]).fetchall()
+            chunks = con.execute(
+                "SELECT c.start_char, c.end_char, c.header, s.title, s.start_char, s.end_char "
+                "FROM chunks c JOIN sections s USING (doc_id, section_index) WHERE c.doc_id = ?",
+                [doc_id],
+            ).fetchall()
             assert chunks
             for c_start, c_end, header, s_title, s_start, s_end in chunks:
                 assert s_start <= c_start < c_end <= s_end
@@ -190,8 +211,20 @@ def test_section_summaries_and_chunk_context_end_to_end(cli, live_server, tmp_pa
     shutil.copy(handbook(SHORT), tree / "1-1.md")
     db = tmp_path / "db"
     env = llm_env(live_server, QUARRY_LLM_INPUT_TOKENS="600")  # short prompts: one per chunk
-    done = cli("index", tree, "--db", db, "--sectioner", "structure", "--context", "llm",
-               "--llm-section-summaries", "--llm-chunk-context", env=env, timeout=900)
+    done = cli(
+        "index",
+        tree,
+        "--db",
+        db,
+        "--sectioner",
+        "structure",
+        "--context",
+        "llm",
+        "--llm-section-summaries",
+        "--llm-chunk-context",
+        env=env,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout + done.stderr + live_server.tail()
     [run] = runs(cli, db)
     assert run["added"] == 1 and run["failed"] == 0
@@ -220,7 +253,7 @@ def test_section_summaries_and_chunk_context_end_to_end(cli, live_server, tmp_pa
         lines = header.split("\n")
         if summaries[section_index]:
             assert f"Section summary: {summaries[section_index]}" in lines, header
-        context = [line[len("Context: "):] for line in lines if line.startswith("Context: ")]
+        context = [line[len("Context: ") :] for line in lines if line.startswith("Context: ")]
         if context:
             with_context += 1
             assert context[0] in contexts  # the model's own answer, cleaned
@@ -229,8 +262,22 @@ def test_section_summaries_and_chunk_context_end_to_end(cli, live_server, tmp_pa
     assert run["llm_cached"] == 0 and run["llm_calls"] >= paid
 
     # Unchanged input, forced through the pipeline again: nothing is asked twice.
-    done = cli("index", tree, "--db", db, "--sectioner", "structure", "--context", "llm",
-               "--llm-section-summaries", "--llm-chunk-context", "--full", "--json", env=env, timeout=900)
+    done = cli(
+        "index",
+        tree,
+        "--db",
+        db,
+        "--sectioner",
+        "structure",
+        "--context",
+        "llm",
+        "--llm-section-summaries",
+        "--llm-chunk-context",
+        "--full",
+        "--json",
+        env=env,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["llm_cached"] == paid
@@ -260,15 +307,19 @@ def test_free_form_answers_without_a_grammar_are_repaired_or_fall_back(cli, live
             assert nxt[1] == end
 
 
-def test_a_run_killed_while_the_model_answers_replays_what_it_paid_for(cli, prefect_api, live_server, corpus,
-                                                                       tmp_path):
+def test_a_run_killed_while_the_model_answers_replays_what_it_paid_for(cli, prefect_api, live_server, corpus, tmp_path):
     """SIGKILL in the middle of the LLM stage: no generation is committed, and the next run takes
     every answer that arrived before the kill from the cache."""
     db = tmp_path / "db"
     env = {**os.environ, **llm_env(live_server)}
     args = ["index", str(corpus), "--db", str(db), "--sectioner", "llm", "--context", "llm"]
-    proc = subprocess.Popen([sys.executable, "-m", "quarry.cli.main", *args], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quarry.cli.main", *args],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 600
         while not cached(db) and proc.poll() is None and time.monotonic() < deadline:

@@ -6,23 +6,29 @@ import json
 import re
 
 import pytest
-
 from fakeopenai import FakeOpenAI, format_style
+
+from quarry.core.models import FileInfo, ParsedDocument
+from quarry.core.openai.retry import RetryPolicy
+from quarry.core.settings import Settings
 from quarry.ingest.llm import Job, LLMFailure, LLMRuntime
 from quarry.ingest.llm.cache import CACHE_FILE
 from quarry.ingest.llm.client import parse_json
 from quarry.ingest.llm.prompts import RESPONSE_FORMATS, SECTIONS_SCHEMA
-from quarry.core.models import FileInfo, ParsedDocument
-from quarry.core.openai.retry import RetryPolicy
-from quarry.core.settings import Settings
 
 KEY = "sk-test-secret-4242"
 FAST = RetryPolicy(attempts=3, base=0.001, cap=0.01)
 
 
 def settings(server, **kw):
-    values = dict(embed_backend="hash", sectioner="llm", context="llm", llm_base_url=server.base_url,
-                  llm_api_key=KEY, llm_model="m")
+    values = dict(
+        embed_backend="hash",
+        sectioner="llm",
+        context="llm",
+        llm_base_url=server.base_url,
+        llm_api_key=KEY,
+        llm_model="m",
+    )
     return Settings.from_env(**{**values, **kw})
 
 
@@ -31,8 +37,12 @@ def sections_handler(request):
     if "sections" not in json.dumps(request.get("response_format") or {}):
         return {"title": "Made-up title", "summary": "What it is about."}
     numbers = [int(n) for n in re.findall(r"^\[(\d+)\]", request["messages"][-1]["content"], re.M)] or [0]
-    return {"sections": [{"title": f"From {numbers[0]}", "start_line": numbers[0]},
-                         {"title": f"Middle {numbers[0]}", "start_line": numbers[len(numbers) // 2]}]}
+    return {
+        "sections": [
+            {"title": f"From {numbers[0]}", "start_line": numbers[0]},
+            {"title": f"Middle {numbers[0]}", "start_line": numbers[len(numbers) // 2]},
+        ]
+    }
 
 
 @pytest.fixture
@@ -108,11 +118,14 @@ def test_validation_errors_are_not_retried(server, status):
     assert isinstance(answer, LLMFailure) and server.calls == 1
 
 
-@pytest.mark.parametrize("accepted, expected", [
-    ({"json_object_schema"}, "json_object_schema"),  # llama-cpp-python's server
-    ({"json_object"}, "json_object"),
-    (set(), "none"),  # no response_format at all: the prompt asks for JSON
-])
+@pytest.mark.parametrize(
+    "accepted, expected",
+    [
+        ({"json_object_schema"}, "json_object_schema"),  # llama-cpp-python's server
+        ({"json_object"}, "json_object"),
+        (set(), "none"),  # no response_format at all: the prompt asks for JSON
+    ],
+)
 def test_steps_down_to_the_response_format_the_server_accepts(server, accepted, expected):
     server.response_formats = accepted
     server.chat_handler = lambda request: {"sections": [{"title": "Intro", "start_line": 0}]}
@@ -206,22 +219,32 @@ def test_malformed_answers_fail_and_are_not_cached(server, tmp_path):
     assert server.calls == 2
 
 
-@pytest.mark.parametrize("content, expected", [
-    ('{"a": 1}', {"a": 1}),
-    ('```json\n{"a": 1}\n```', {"a": 1}),
-    ('Here you go: {"a": 1} hope it helps', {"a": 1}),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ('{"a": 1}', {"a": 1}),
+        ('```json\n{"a": 1}\n```', {"a": 1}),
+        ('Here you go: {"a": 1} hope it helps', {"a": 1}),
+    ],
+)
 def test_parse_json_tolerates_fences_and_chatter(content, expected):
     assert parse_json(content) == expected
 
 
-@pytest.mark.parametrize("content, expected", [
-    ('{"sections": [{"title": "A", "start_line": 0}, {"title": "B", "sta',
-     {"sections": [{"title": "A", "start_line": 0}]}),
-    ('{"sections": [{"title": "A } ] \\" {", "start_line": 0}, {"title": "B", "start_line": 4}, {',
-     {"sections": [{"title": 'A } ] " {', "start_line": 0}, {"title": "B", "start_line": 4}]}),
-    ('{"sections": [[1, 2], [3', {"sections": [[1, 2]]}),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (
+            '{"sections": [{"title": "A", "start_line": 0}, {"title": "B", "sta',
+            {"sections": [{"title": "A", "start_line": 0}]},
+        ),
+        (
+            '{"sections": [{"title": "A } ] \\" {", "start_line": 0}, {"title": "B", "start_line": 4}, {',
+            {"sections": [{"title": 'A } ] " {', "start_line": 0}, {"title": "B", "start_line": 4}]},
+        ),
+        ('{"sections": [[1, 2], [3', {"sections": [[1, 2]]}),
+    ],
+)
 def test_parse_json_keeps_the_complete_part_of_a_truncated_answer(content, expected):
     assert parse_json(content) == expected
 
@@ -264,8 +287,12 @@ def test_batch_windows_of_many_files_share_the_pool(server, tmp_path):
 
 
 def _long_doc(tmp_path):
-    text = "# Heading one\n" + "\n".join(f"line {n} with some words about things here." for n in range(80)) + \
-        "\n# Heading two\n" + "\n".join(f"line {n} with other words about stuff there." for n in range(80))
+    text = (
+        "# Heading one\n"
+        + "\n".join(f"line {n} with some words about things here." for n in range(80))
+        + "\n# Heading two\n"
+        + "\n".join(f"line {n} with other words about stuff there." for n in range(80))
+    )
     path = tmp_path / "doc.md"
     path.write_text(text)
     return text, FileInfo(str(path), str(tmp_path), "doc.md", "md", len(text), 0.0, "x")
@@ -286,7 +313,8 @@ def test_windows_failing_with_5xx_fall_back_to_local_sections(server, tmp_path):
     assert not errors
     fallbacks = rt.report()["llm_fallback_windows"]
     assert [(f["path"], f["kind"], f["window"]) for f in fallbacks] == [
-        (file.path, "sections", w) for w in range(n_windows)]
+        (file.path, "sections", w) for w in range(n_windows)
+    ]
     assert all("HTTP 500" in f["error"] for f in fallbacks)
     local = StructureSectioner().sections(parse_file(file.path))
     assert [(x.title, x.start, x.end) for x in records[0].sections] == [(x.title, x.start, x.end) for x in local]

@@ -7,16 +7,16 @@ import shutil
 from datetime import timedelta
 
 import pytest
-
-import quarry
-from conftest import SAMPLE
-from quarry.store import maintain, vectors
-from quarry.store.layout import WriterLock
-from quarry.store.pointer import read_pointer
-from quarry.store.handle import open_store
 from azuriteserver import azurite_server, new_container
+from conftest import SAMPLE
 from s3server import aws_env, moto_server, new_bucket
 from test_crash import edit_tree
+
+import quarry
+from quarry.store import maintain, vectors
+from quarry.store.handle import open_store
+from quarry.store.layout import WriterLock
+from quarry.store.pointer import read_pointer
 
 
 @pytest.fixture
@@ -72,8 +72,11 @@ def test_maintain_merges_the_layers_and_rollback_goes_back_before_it(tree, tmp_p
     def answers():
         with quarry.open(db) as idx:
             status = idx.status()
-            return ([(r.chunk_id, r.path, round(r.score, 6)) for r in idx.search("kestrel budget review", k=5).results],
-                    status["chunks"], status["documents"])
+            return (
+                [(r.chunk_id, r.path, round(r.score, 6)) for r in idx.search("kestrel budget review", k=5).results],
+                status["chunks"],
+                status["documents"],
+            )
 
     before = answers()
     done = cli("maintain", "--db", db, "--json")
@@ -91,7 +94,6 @@ def test_maintain_merges_the_layers_and_rollback_goes_back_before_it(tree, tmp_p
     assert cli("rollback", "--db", db, "--to", "2").returncode == 0
     assert read_pointer(db).layers == (1, 2, 4) and answers()[1:] == before[1:]
     assert cli("doctor", "--db", db).returncode == 0
-
 
 
 def test_a_stale_index_is_rebuilt(tree, tmp_path, run_flow):
@@ -150,13 +152,17 @@ def test_maintain_on_object_storage_applies_the_retention(scheme, tree, tmp_path
         run_flow([tree], url)
         store = open_store(url)
         objects = store.remote.objects
-        assert {k for k in objects.list("") if k.startswith("catalog-")} == {"catalog-000001.duckdb",
-                                                                              "catalog-000002.duckdb"}
+        assert {k for k in objects.list("") if k.startswith("catalog-")} == {
+            "catalog-000001.duckdb",
+            "catalog-000002.duckdb",
+        }
         report = maintain.maintain(store, generations=1, keep=timedelta(0))
         assert report["check"]["healthy"], report["check"]
         assert report["compaction"]["fragments_after"] == 1
         assert {k.split("/")[0] for k in objects.list("") if k.startswith(("catalog-", "index-"))} == {
-            "catalog-000002.duckdb", "index-000002"}
+            "catalog-000002.duckdb",
+            "index-000002",
+        }
         assert "lease" not in objects.list("")
         monkeypatch.setenv("QUARRY_STORE_CACHE", str(tmp_path / "reader"))
         with quarry.open(url) as idx:

@@ -10,22 +10,23 @@ import sys
 import threading
 import time
 
-import pytest
-
-from quarry.core.errors import QuarryError, StoreLocked, UsageError
-from quarry.core import cloud
-from quarry.store import objstore
-from quarry.store.objstore import azure as objstore_azure
-from quarry.store.objstore import gcs as objstore_gcs
-from quarry.store.lease import LEASE, Lease
-from quarry.core.storeurl import StoreURL, is_url, parse_url
-from quarry.store.objstore import PreconditionFailed, open_objects
-from quarry.store.objstore.azure import AzureAccount, account_from_env
-from azuriteserver import SECRET as AZ_SECRET, azurite_server, new_container
 import gcsserver
+import pytest
+from azuriteserver import SECRET as AZ_SECRET
+from azuriteserver import azurite_server, new_container
 from gcsserver import conditional
 from gcsserver import new_bucket as new_gcs_bucket
 from s3server import aws_env, new_bucket
+
+from quarry.core import cloud
+from quarry.core.errors import QuarryError, StoreLocked, UsageError
+from quarry.core.storeurl import StoreURL, is_url, parse_url
+from quarry.store import objstore
+from quarry.store.lease import LEASE, Lease
+from quarry.store.objstore import PreconditionFailed, open_objects
+from quarry.store.objstore import azure as objstore_azure
+from quarry.store.objstore import gcs as objstore_gcs
+from quarry.store.objstore.azure import AzureAccount, account_from_env
 
 
 @pytest.fixture(scope="module")
@@ -47,22 +48,28 @@ def store(request, tmp_path):
     return open_objects(parse_url(f"s3://{new_bucket(endpoint)}/some/prefix"))
 
 
-@pytest.mark.parametrize("db, expected", [
-    ("s3://bucket/a/b/", StoreURL("s3", "bucket", "a/b")),
-    ("s3://bucket", StoreURL("s3", "bucket", "")),
-    ("gs://b/p", StoreURL("gs", "b", "p")),
-    ("az://container/p", StoreURL("az", "container", "p")),
-    ("file:///tmp/x/", StoreURL("file", "", "tmp/x")),
-])
+@pytest.mark.parametrize(
+    "db, expected",
+    [
+        ("s3://bucket/a/b/", StoreURL("s3", "bucket", "a/b")),
+        ("s3://bucket", StoreURL("s3", "bucket", "")),
+        ("gs://b/p", StoreURL("gs", "b", "p")),
+        ("az://container/p", StoreURL("az", "container", "p")),
+        ("file:///tmp/x/", StoreURL("file", "", "tmp/x")),
+    ],
+)
 def test_parse_url(db, expected):
     assert is_url(db)
     assert parse_url(db) == expected
 
 
-@pytest.mark.parametrize("db, message", [
-    ("ftp://host/x", "unknown store URL scheme 'ftp'"),
-    ("s3:///prefix", "names no bucket"),
-])
+@pytest.mark.parametrize(
+    "db, message",
+    [
+        ("ftp://host/x", "unknown store URL scheme 'ftp'"),
+        ("s3:///prefix", "names no bucket"),
+    ],
+)
 def test_parse_url_errors(db, message):
     with pytest.raises(UsageError, match=message):
         parse_url(db)
@@ -135,8 +142,8 @@ def test_errors_name_the_url_and_never_the_secret(s3):
     assert os.environ["AWS_SECRET_ACCESS_KEY"] not in str(err.value)
 
 
-
 # --- gs:// only ---------------------------------------------------------------------------------
+
 
 def test_gs_generations_are_the_etags(gcs):
     store = open_objects(parse_url(f"gs://{new_gcs_bucket(gcs.endpoint)}/p"))
@@ -157,12 +164,25 @@ def test_gs_errors_name_the_url_and_never_the_secret(gcs, tmp_path, monkeypatch)
 
     # A service-account key that loads, and a token endpoint that refuses: the error names the
     # URL and the failure, never the key.
-    pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    pem = (
+        rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        .private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        .decode()
+    )
     key = tmp_path / "service-account.json"
-    key.write_text(json.dumps({"type": "service_account", "project_id": "p", "private_key_id": "quarry-key-id-1234",
-                               "private_key": pem, "client_email": "quarry@p.iam.gserviceaccount.com",
-                               "client_id": "1", "token_uri": f"http://127.0.0.1:{_closed_port()}/token"}))
+    key.write_text(
+        json.dumps(
+            {
+                "type": "service_account",
+                "project_id": "p",
+                "private_key_id": "quarry-key-id-1234",
+                "private_key": pem,
+                "client_email": "quarry@p.iam.gserviceaccount.com",
+                "client_id": "1",
+                "token_uri": f"http://127.0.0.1:{_closed_port()}/token",
+            }
+        )
+    )
     monkeypatch.delenv("STORAGE_EMULATOR_HOST")
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
     monkeypatch.setattr(objstore_gcs, "RETRY_SECONDS", 1.0)  # the refused token endpoint is retried
@@ -218,24 +238,47 @@ RACE_TRIALS = 20
 
 KEY = "a2V5LWZvci10aGUtdGVzdA=="
 AZURE_ENVS = [
-    ({"AZURE_STORAGE_CONNECTION_STRING": f"DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={KEY};"
-                                         "EndpointSuffix=core.windows.net"},
-     AzureAccount("acct", "https://acct.blob.core.windows.net", key=KEY)),
-    ({"AZURE_STORAGE_CONNECTION_STRING": "BlobEndpoint=http://127.0.0.1:9/acct;SharedAccessSignature=sv=1&sig=abc"},
-     AzureAccount("acct", "http://127.0.0.1:9/acct", sas="sv=1&sig=abc")),
-    ({"AZURE_STORAGE_CONNECTION_STRING": "BlobEndpoint=https://acct.blob.core.windows.net/;SharedAccessSignature=?sig=x"},
-     AzureAccount("acct", "https://acct.blob.core.windows.net", sas="sig=x")),
-    ({"AZURE_STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true"},
-     AzureAccount("devstoreaccount1", "http://127.0.0.1:10000/devstoreaccount1", key=objstore_azure.EMULATOR_KEY)),
-    ({"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_ACCOUNT_KEY": KEY},
-     AzureAccount("acct", "https://acct.blob.core.windows.net", key=KEY)),
-    ({"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_SAS_TOKEN": "?sv=1&sig=abc",
-      "AZURE_STORAGE_ENDPOINT": "https://proxy.example/acct/"},
-     AzureAccount("acct", "https://proxy.example/acct", sas="sv=1&sig=abc")),
-    ({"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": "http://127.0.0.1:7/"},
-     AzureAccount("devstoreaccount1", "http://127.0.0.1:7/devstoreaccount1", key=objstore_azure.EMULATOR_KEY)),
-    ({"AZURE_STORAGE_USE_EMULATOR": "1", "AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_ACCESS_KEY": KEY},
-     AzureAccount("acct", "http://127.0.0.1:10000/acct", key=KEY)),
+    (
+        {
+            "AZURE_STORAGE_CONNECTION_STRING": f"DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={KEY};"
+            "EndpointSuffix=core.windows.net"
+        },
+        AzureAccount("acct", "https://acct.blob.core.windows.net", key=KEY),
+    ),
+    (
+        {"AZURE_STORAGE_CONNECTION_STRING": "BlobEndpoint=http://127.0.0.1:9/acct;SharedAccessSignature=sv=1&sig=abc"},
+        AzureAccount("acct", "http://127.0.0.1:9/acct", sas="sv=1&sig=abc"),
+    ),
+    (
+        {
+            "AZURE_STORAGE_CONNECTION_STRING": "BlobEndpoint=https://acct.blob.core.windows.net/;SharedAccessSignature=?sig=x"
+        },
+        AzureAccount("acct", "https://acct.blob.core.windows.net", sas="sig=x"),
+    ),
+    (
+        {"AZURE_STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true"},
+        AzureAccount("devstoreaccount1", "http://127.0.0.1:10000/devstoreaccount1", key=objstore_azure.EMULATOR_KEY),
+    ),
+    (
+        {"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_ACCOUNT_KEY": KEY},
+        AzureAccount("acct", "https://acct.blob.core.windows.net", key=KEY),
+    ),
+    (
+        {
+            "AZURE_STORAGE_ACCOUNT_NAME": "acct",
+            "AZURE_STORAGE_SAS_TOKEN": "?sv=1&sig=abc",
+            "AZURE_STORAGE_ENDPOINT": "https://proxy.example/acct/",
+        },
+        AzureAccount("acct", "https://proxy.example/acct", sas="sv=1&sig=abc"),
+    ),
+    (
+        {"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": "http://127.0.0.1:7/"},
+        AzureAccount("devstoreaccount1", "http://127.0.0.1:7/devstoreaccount1", key=objstore_azure.EMULATOR_KEY),
+    ),
+    (
+        {"AZURE_STORAGE_USE_EMULATOR": "1", "AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_ACCESS_KEY": KEY},
+        AzureAccount("acct", "http://127.0.0.1:10000/acct", key=KEY),
+    ),
 ]
 
 
@@ -253,11 +296,14 @@ def test_the_azure_account_comes_from_the_standard_environment(env, expected):
     assert opts.get("allow_http") == ("true" if expected.endpoint.startswith("http://") else None)
 
 
-@pytest.mark.parametrize("env, message", [
-    ({}, "set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY"),
-    ({"AZURE_STORAGE_ACCOUNT_NAME": "acct"}, "AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN"),
-    ({"AZURE_STORAGE_CONNECTION_STRING": "AccountName=acct"}, "names no account, blob endpoint and key"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({}, "set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY"),
+        ({"AZURE_STORAGE_ACCOUNT_NAME": "acct"}, "AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN"),
+        ({"AZURE_STORAGE_CONNECTION_STRING": "AccountName=acct"}, "names no account, blob endpoint and key"),
+    ],
+)
 def test_an_azure_environment_without_an_account_says_what_to_set(env, message):
     with pytest.raises(UsageError, match=message):
         account_from_env(env)
@@ -280,8 +326,10 @@ def test_azure_errors_name_the_url_and_never_the_key_or_token(az):
     wrong_key = "d3Jvbmcta2V5LW5vdC1mb3Itb3V0cHV0"
     token = "sv=2024-08-04&ss=b&srt=sco&sp=rwdl&se=2099-01-01T00:00:00Z&sig=bm90LWEtcmVhbC1zaWduYXR1cmU%3D"
     endpoint = f"{az}/quarrytest"
-    for account, secret in [(AzureAccount("quarrytest", endpoint, key=wrong_key), wrong_key),
-                            (AzureAccount("quarrytest", endpoint, sas=token), token)]:
+    for account, secret in [
+        (AzureAccount("quarrytest", endpoint, key=wrong_key), wrong_key),
+        (AzureAccount("quarrytest", endpoint, sas=token), token),
+    ]:
         bad = objstore_azure.AzureObjectStore(parse_url(f"az://{container}/p"), account)
         with pytest.raises(QuarryError) as err:
             bad.put("x", b"1")
@@ -301,22 +349,43 @@ def test_lancedb_writes_to_the_account_quarry_resolved(az, tmp_path, monkeypatch
     from quarry.core.storeurl import local_dir
     from quarry.store import vectors
 
-    for var in ("AZURE_STORAGE_USE_EMULATOR", "AZURITE_BLOB_STORAGE_URL", "AZURE_STORAGE_ACCOUNT_NAME",
-                "AZURE_STORAGE_ACCOUNT_KEY"):
+    for var in (
+        "AZURE_STORAGE_USE_EMULATOR",
+        "AZURITE_BLOB_STORAGE_URL",
+        "AZURE_STORAGE_ACCOUNT_NAME",
+        "AZURE_STORAGE_ACCOUNT_KEY",
+    ):
         monkeypatch.delenv(var)
-    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", f"DefaultEndpointsProtocol=http;AccountName=quarrytest;"
-                                                          f"AccountKey={AZ_SECRET};BlobEndpoint={az}/quarrytest;")
+    monkeypatch.setenv(
+        "AZURE_STORAGE_CONNECTION_STRING",
+        f"DefaultEndpointsProtocol=http;AccountName=quarrytest;AccountKey={AZ_SECRET};BlobEndpoint={az}/quarrytest;",
+    )
     monkeypatch.setenv("QUARRY_STORE_CACHE", str(tmp_path / "cache"))
     url = f"az://{new_container(az)}/store"
     table = vectors.open_for_write(local_dir(url), "m", 4, 0)
-    table.add([{"chunk_id": "ab:0", "doc_id": "ab", "text_hash": "cd", "vector": np.ones(4, np.float32),
-                "path": "/a", "file_type": "md", "section": "", "chunk_index": 0, "page_start": 0, "page_end": 0}])
+    table.add(
+        [
+            {
+                "chunk_id": "ab:0",
+                "doc_id": "ab",
+                "text_hash": "cd",
+                "vector": np.ones(4, np.float32),
+                "path": "/a",
+                "file_type": "md",
+                "section": "",
+                "chunk_index": 0,
+                "page_start": 0,
+                "page_end": 0,
+            }
+        ]
+    )
     keys = open_objects(parse_url(url)).list("lance/")
     assert any(k.endswith(".manifest") for k in keys) and any(k.endswith(".lance") for k in keys), keys
     assert vectors.open_for_read(local_dir(url), table.name, table.version).count_rows() == 1
 
 
 # --- the lease ----------------------------------------------------------------------------------
+
 
 def test_lease_excludes_a_second_writer(store):
     with Lease(store, ttl=30) as first:
@@ -328,8 +397,10 @@ def test_lease_excludes_a_second_writer(store):
 
 
 def test_an_expired_lease_is_taken_over(store):
-    store.put(LEASE, json.dumps({"owner": "x", "host": "elsewhere", "pid": 1, "started": 0,
-                                 "expires": time.time() - 1}).encode())
+    store.put(
+        LEASE,
+        json.dumps({"owner": "x", "host": "elsewhere", "pid": 1, "started": 0, "expires": time.time() - 1}).encode(),
+    )
     lease = Lease(store, ttl=30).acquire()
     assert json.loads(store.get(LEASE)[0])["owner"] == lease.owner
     lease.release()
@@ -338,14 +409,20 @@ def test_an_expired_lease_is_taken_over(store):
 def test_a_dead_process_on_this_host_is_taken_over_at_once(store):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    store.put(LEASE, json.dumps({"owner": "x", "host": socket.gethostname(), "pid": dead.pid, "started": 0,
-                                 "expires": time.time() + 3600}).encode())
+    store.put(
+        LEASE,
+        json.dumps(
+            {"owner": "x", "host": socket.gethostname(), "pid": dead.pid, "started": 0, "expires": time.time() + 3600}
+        ).encode(),
+    )
     Lease(store, ttl=30).acquire().release()
 
 
 def test_a_live_lease_elsewhere_is_respected(store):
-    store.put(LEASE, json.dumps({"owner": "x", "host": "elsewhere", "pid": 1, "started": 0,
-                                 "expires": time.time() + 3600}).encode())
+    store.put(
+        LEASE,
+        json.dumps({"owner": "x", "host": "elsewhere", "pid": 1, "started": 0, "expires": time.time() + 3600}).encode(),
+    )
     with pytest.raises(StoreLocked, match="on elsewhere"):
         Lease(store, ttl=30).acquire()
 
@@ -355,8 +432,11 @@ def test_a_lease_taken_over_is_lost_and_blocks_the_commit(store):
     lease = Lease(store, ttl=30).acquire()
     # another writer decided this one was dead (it stalled past the expiry) and took over
     data, etag = store.get(LEASE)
-    store.put_if_match(LEASE, json.dumps({"owner": "other", "host": "h", "pid": 2, "started": 0,
-                                          "expires": time.time() + 60}).encode(), etag)
+    store.put_if_match(
+        LEASE,
+        json.dumps({"owner": "other", "host": "h", "pid": 2, "started": 0, "expires": time.time() + 60}).encode(),
+        etag,
+    )
     with pytest.raises(QuarryError, match="lost its writer lease"):
         lease.check()
     lease.release()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
-import quarry
 from conftest import SAMPLE
 from fakeopenai import FakeOpenAI
+
+import quarry
 from quarry.core.settings import Settings
 
 KEY = "sk-test-do-not-leak-7788"

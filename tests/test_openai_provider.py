@@ -12,13 +12,13 @@ import httpx
 import numpy as np
 import openai
 import pytest
-
 from fakeopenai import FakeOpenAI, fake_tokens, fake_vector
-from quarry.ingest.embedders.openai_provider import OpenAIEmbedder
+
 from quarry.core.errors import EmbeddingError
 from quarry.core.openai.ratelimit import RateLimiter, Usage
 from quarry.core.openai.redaction import describe_error, redact
 from quarry.core.openai.retry import BadResponse, RetryPolicy, call_with_retries, is_retryable, retry_after
+from quarry.ingest.embedders.openai_provider import OpenAIEmbedder
 
 KEY = "sk-test-0123456789abcdef"
 FAST = RetryPolicy(attempts=4, base=0.01, cap=0.05)
@@ -31,7 +31,8 @@ def status_error(status: int, headers: dict | None = None, body: object = None):
     request = httpx.Request("POST", "http://127.0.0.1:1/v1/embeddings", headers={"Authorization": f"Bearer {KEY}"})
     response = httpx.Response(status, headers=headers or {}, request=request)
     cls = {400: openai.BadRequestError, 401: openai.AuthenticationError, 429: openai.RateLimitError}.get(
-        status, openai.APIStatusError)
+        status, openai.APIStatusError
+    )
     return cls(f"Error code: {status}", response=response, body=body)
 
 
@@ -39,16 +40,19 @@ def timeout_error():
     return openai.APITimeoutError(request=httpx.Request("POST", "http://127.0.0.1:1/v1/embeddings"))
 
 
-@pytest.mark.parametrize("headers, expected", [
-    ({"retry-after": "7"}, 7.0),
-    ({"retry-after": "0.25"}, 0.25),
-    ({"retry-after-ms": "1500"}, 1.5),
-    ({"retry-after-ms": "1500", "retry-after": "9"}, 1.5),  # the precise header wins
-    ({"retry-after": formatdate(1_000_030.0, usegmt=True)}, 30.0),
-    ({"retry-after": formatdate(999_000.0, usegmt=True)}, 0.0),  # a date in the past: no wait
-    ({"retry-after": "soon"}, None),
-    ({}, None),
-])
+@pytest.mark.parametrize(
+    "headers, expected",
+    [
+        ({"retry-after": "7"}, 7.0),
+        ({"retry-after": "0.25"}, 0.25),
+        ({"retry-after-ms": "1500"}, 1.5),
+        ({"retry-after-ms": "1500", "retry-after": "9"}, 1.5),  # the precise header wins
+        ({"retry-after": formatdate(1_000_030.0, usegmt=True)}, 30.0),
+        ({"retry-after": formatdate(999_000.0, usegmt=True)}, 0.0),  # a date in the past: no wait
+        ({"retry-after": "soon"}, None),
+        ({}, None),
+    ],
+)
 def test_retry_after_parses_seconds_milliseconds_and_dates(headers, expected):
     assert retry_after(status_error(429, headers), now=1_000_000.0) == expected
 
@@ -58,10 +62,21 @@ def test_retry_after_without_a_response():
     assert retry_after(ValueError("x")) is None
 
 
-@pytest.mark.parametrize("status, retryable", [
-    (429, True), (500, True), (502, True), (503, True), (408, True),
-    (400, False), (401, False), (403, False), (404, False), (422, False),
-])
+@pytest.mark.parametrize(
+    "status, retryable",
+    [
+        (429, True),
+        (500, True),
+        (502, True),
+        (503, True),
+        (408, True),
+        (400, False),
+        (401, False),
+        (403, False),
+        (404, False),
+        (422, False),
+    ],
+)
 def test_is_retryable_by_status(status, retryable):
     assert is_retryable(status_error(status)) is retryable
 
@@ -77,7 +92,7 @@ def test_is_retryable_transport_errors():
 @pytest.mark.parametrize("attempt", range(8))
 def test_full_jitter_stays_within_the_exponential_ceiling(attempt):
     policy = RetryPolicy(base=0.5, cap=4.0, jitter=1.0)
-    ceiling = min(4.0, 0.5 * 2 ** attempt)
+    ceiling = min(4.0, 0.5 * 2**attempt)
     draws = [policy.backoff(attempt, random.Random(seed)) for seed in range(200)]
     assert all(0.0 <= d <= ceiling for d in draws)
     assert max(draws) > 0.8 * ceiling and min(draws) < 0.2 * ceiling  # spread over the whole range
@@ -332,8 +347,10 @@ def test_500_is_retried_then_succeeds(server):
     assert server.calls == 3 and embedder.stats()["retries"] == 2
 
 
-@pytest.mark.parametrize("status, hint", [(401, "QUARRY_OPENAI_API_KEY"), (400, "HTTP 400"),
-                                          (403, "HTTP 403"), (404, "check the model name")])
+@pytest.mark.parametrize(
+    "status, hint",
+    [(401, "QUARRY_OPENAI_API_KEY"), (400, "HTTP 400"), (403, "HTTP 403"), (404, "check the model name")],
+)
 def test_auth_and_validation_errors_are_not_retried(server, status, hint):
     server.fail_next(1, status=status, body={"error": {"message": f"refused for key {KEY}"}})
     embedder = make(server)
@@ -388,10 +405,13 @@ def test_dimensions_are_asked_for_and_vectors_renormalised(server):
     np.testing.assert_allclose(out, cut / np.linalg.norm(cut, axis=1, keepdims=True), atol=1e-6)
 
 
-@pytest.mark.parametrize("model, dimensions, wrong, message", [
-    ("fake-embed", 8, 16, "returned 16-d vectors, expected 8"),
-    ("text-embedding-3-small", None, 32, "returned 32-d vectors, expected 1536"),
-])
+@pytest.mark.parametrize(
+    "model, dimensions, wrong, message",
+    [
+        ("fake-embed", 8, 16, "returned 16-d vectors, expected 8"),
+        ("text-embedding-3-small", None, 32, "returned 32-d vectors, expected 1536"),
+    ],
+)
 def test_vectors_of_the_wrong_dimension_are_rejected(server, model, dimensions, wrong, message):
     server.wrong_dim = wrong
     embedder = OpenAIEmbedder(model=model, dimensions=dimensions, base_url=server.base_url, api_key=KEY, retry=FAST)
@@ -417,8 +437,13 @@ def test_usage_counts_tokens_and_empty_input(server):
     embedder = make(server, max_inputs=4)
     assert embedder.embed([]).shape == (0, 0)
     embedder.embed(texts)
-    assert embedder.stats() == {"calls": 3, "prompt_tokens": sum(fake_tokens(t) for t in texts), "retries": 0,
-                                "truncated": 0, "splits": 0}
+    assert embedder.stats() == {
+        "calls": 3,
+        "prompt_tokens": sum(fake_tokens(t) for t in texts),
+        "retries": 0,
+        "truncated": 0,
+        "splits": 0,
+    }
 
 
 def test_rate_limit_paces_requests(server):
@@ -443,11 +468,16 @@ def test_token_estimate_over_counts_the_servers_tokens():
 
 
 def test_settings_build_a_working_embedder(server):
-    from quarry.ingest.embedders import get_embedder
     from quarry.core.settings import Settings
+    from quarry.ingest.embedders import get_embedder
 
-    settings = Settings.from_env(embed_backend="openai", embed_model="fake-embed", embed_dim=16,
-                                 openai_base_url=server.base_url, openai_api_key=KEY)
+    settings = Settings.from_env(
+        embed_backend="openai",
+        embed_model="fake-embed",
+        embed_dim=16,
+        openai_base_url=server.base_url,
+        openai_api_key=KEY,
+    )
     embedder = get_embedder(settings)
     assert embedder.model == "fake-embed" and embedder.dim == 16
     out = embedder.embed(["hello", "world"])

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from apiserver import ROOT, api_server
 from localserver import free_port
+from prometheus_client.parser import text_string_to_metric_families
+
 from quarry.api.keys import KeyRing, key_store
 from quarry.core.errors import RunRefused
 from quarry.store.handle import open_store
@@ -64,25 +64,30 @@ def _documented() -> list[str]:
 
 # --- alert rules ----------------------------------------------------------------------------------
 
+
 def test_the_alert_rules_pass_promtool_and_their_unit_tests(tmp_path):
     _need(PROMTOOL)
     done = subprocess.run([PROMTOOL, "check", "rules", "quarry-rules.yml"], cwd=RULES, capture_output=True, text=True)
     assert done.returncode == 0 and "SUCCESS: 7 rules found" in done.stdout, done.stdout + done.stderr
-    done = subprocess.run([PROMTOOL, "test", "rules", "quarry-rules.test.yml"], cwd=RULES, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [PROMTOOL, "test", "rules", "quarry-rules.test.yml"], cwd=RULES, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
     # the unit tests can fail: a stale-index rule that waits 30 intervals misses the failing runs
     for name in ("quarry-rules.yml", "quarry-rules.test.yml"):
         shutil.copy(RULES / name, tmp_path / name)
     rules = tmp_path / "quarry-rules.yml"
-    rules.write_text(rules.read_text().replace("> 3 * quarry_schedule_interval_seconds",
-                                               "> 30 * quarry_schedule_interval_seconds"))
-    done = subprocess.run([PROMTOOL, "test", "rules", "quarry-rules.test.yml"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+    rules.write_text(
+        rules.read_text().replace("> 3 * quarry_schedule_interval_seconds", "> 30 * quarry_schedule_interval_seconds")
+    )
+    done = subprocess.run(
+        [PROMTOOL, "test", "rules", "quarry-rules.test.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode != 0 and "alertname: QuarryIndexStale, time: 1h" in done.stdout + done.stderr
 
 
 # --- run metrics ----------------------------------------------------------------------------------
+
 
 def test_every_run_writes_the_metrics_file(tmp_path, monkeypatch):
     import quarry
@@ -102,7 +107,8 @@ def test_every_run_writes_the_metrics_file(tmp_path, monkeypatch):
     assert _value(first, "quarry_index_generation") == 1
     assert 0 <= _value(first, "quarry_index_seconds_since_commit") < 300
     assert {"discover", "plan", "parse", "embed", "load", "commit"} <= {
-        dict(labels)["stage"] for (name, labels) in first if name == "quarry_run_last_stage_seconds"}
+        dict(labels)["stage"] for (name, labels) in first if name == "quarry_run_last_stage_seconds"
+    }
     committed = _value(first, "quarry_index_last_commit_timestamp_seconds")
     assert abs(committed - time.time()) < 300
 
@@ -120,11 +126,11 @@ def test_every_run_writes_the_metrics_file(tmp_path, monkeypatch):
 
 
 def test_the_stale_gauge_counts_schedule_intervals(tmp_path, monkeypatch):
-    import quarry
     from prometheus_client import generate_latest
-
-    from quarry.core.metrics import run_registry
     from quarry.flows.orchestration import schedule_seconds
+
+    import quarry
+    from quarry.core.metrics import run_registry
     from quarry.store.metrics import run_facts
 
     assert schedule_seconds("*/15 * * * *") == 900 and schedule_seconds("@hourly") == 3600
@@ -142,12 +148,13 @@ def test_the_stale_gauge_counts_schedule_intervals(tmp_path, monkeypatch):
 
 # --- the API --------------------------------------------------------------------------------------
 
+
 def test_api_metrics_and_every_documented_metric(tmp_path, monkeypatch):
     """One run and a few requests: /metrics needs an admin key (or --metrics-port), counts routes by
     template and keys by name, never a token; every metric docs/operations.md lists exists."""
-    import quarry
     from prometheus_client import generate_latest
 
+    import quarry
     from quarry.core.metrics import run_registry
     from quarry.store.metrics import run_facts
 
@@ -160,8 +167,9 @@ def test_api_metrics_and_every_documented_metric(tmp_path, monkeypatch):
     ops, admin = ring.create("ops", admin=True)
     _, reader = ring.create("reader", ["group:hr"], rate_limit=1)
     port = free_port()
-    with api_server(db, "--metrics-port", str(port), log=tmp_path / "api.log",
-                    env={"QUARRY_EMBED_BACKEND": "hash"}) as (base, _):
+    with api_server(
+        db, "--metrics-port", str(port), log=tmp_path / "api.log", env={"QUARRY_EMBED_BACKEND": "hash"}
+    ) as (base, _):
         http = httpx.Client(base_url=base, timeout=30)
         as_reader = {"Authorization": f"Bearer {reader}"}
         assert http.post("/v1/search", json={"query": "heron", "mode": "bm25"}, headers=as_reader).status_code == 200
@@ -195,15 +203,17 @@ def test_api_metrics_and_every_documented_metric(tmp_path, monkeypatch):
     assert _value(api, "quarry_api_served_generation") == 1 and _value(api, "quarry_index_documents") == 4
 
     served = generate_latest(run_registry(lambda: run_facts(db, schedule_seconds=900))).decode()
-    names = {name for name, _ in {**api, **_samples(loopback.text), **_samples(served),
-                                  **_samples(metrics_file.read_text())}}
+    names = {
+        name for name, _ in {**api, **_samples(loopback.text), **_samples(served), **_samples(metrics_file.read_text())}
+    }
     documented = _documented()
     assert len(documented) >= 20
     missing = [m for m in documented if not ({m, f"{m}_bucket"} & names)]
     assert not missing, f"docs/operations.md lists metrics no run or request produced: {missing}"
     undocumented = {re.sub(r"_(total|bucket|count|sum|created)$", "", n) for n in names if n.startswith("quarry_")}
-    assert undocumented <= set(documented) | {m.removesuffix("_total") for m in documented}, \
+    assert undocumented <= set(documented) | {m.removesuffix("_total") for m in documented}, (
         f"metrics missing from docs/operations.md: {sorted(undocumented - set(documented))}"
+    )
 
 
 def test_workers_requests_are_summed(tmp_path, monkeypatch):
@@ -213,8 +223,15 @@ def test_workers_requests_are_summed(tmp_path, monkeypatch):
     db = tmp_path / "db"
     quarry.index([_tree(tmp_path / "tree", 2)], db)
     port = free_port()
-    with api_server(db, "--workers", "2", "--metrics-port", str(port), log=tmp_path / "api.log",
-                    env={"QUARRY_EMBED_BACKEND": "hash"}) as (base, _):
+    with api_server(
+        db,
+        "--workers",
+        "2",
+        "--metrics-port",
+        str(port),
+        log=tmp_path / "api.log",
+        env={"QUARRY_EMBED_BACKEND": "hash"},
+    ) as (base, _):
         for _ in range(8):  # new connections: the kernel spreads them over both workers
             assert httpx.post(f"{base}/v1/search", json={"query": "heron"}, timeout=30).status_code == 200
         # a store without keys: its callers read only public documents, so /metrics (which counts
@@ -236,8 +253,12 @@ SECRET = "sk-log-probe-secret-4711"
 
 def test_json_logs_of_a_run_parse_and_hold_no_secret(cli, tmp_path):
     tree, db = _tree(tmp_path / "tree", 3), tmp_path / "db"
-    env = {"QUARRY_EMBED_BACKEND": "hash", "QUARRY_LOG_FORMAT": "json", "QUARRY_LLM_API_KEY": SECRET,
-           "OPENAI_API_KEY": SECRET}
+    env = {
+        "QUARRY_EMBED_BACKEND": "hash",
+        "QUARRY_LOG_FORMAT": "json",
+        "QUARRY_LLM_API_KEY": SECRET,
+        "OPENAI_API_KEY": SECRET,
+    }
     done = cli("-v", "index", tree, "--db", db, env=env)
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
@@ -307,17 +328,20 @@ def test_spans_of_runs_and_requests_carry_into_json_logs(tmp_path, monkeypatch):
 
 
 def test_without_an_endpoint_spans_are_free_and_import_no_sdk():
-    code = ("import sys, quarry.core.tracing as t\n"
-            "assert t.span('x') is t.span('y')\n"
-            "with t.span('run'): pass\n"
-            "assert t.current_trace_id() is None\n"
-            "assert not [m for m in sys.modules if m.startswith('opentelemetry.sdk')], 'SDK imported'\n")
+    code = (
+        "import sys, quarry.core.tracing as t\n"
+        "assert t.span('x') is t.span('y')\n"
+        "with t.span('run'): pass\n"
+        "assert t.current_trace_id() is None\n"
+        "assert not [m for m in sys.modules if m.startswith('opentelemetry.sdk')], 'SDK imported'\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
 
 
 # --- Debian's Prometheus scraping quarry ------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_prometheus_scrapes_quarry_api_and_quarry_serve(tmp_path, monkeypatch):
@@ -326,8 +350,11 @@ def test_prometheus_scrapes_quarry_api_and_quarry_serve(tmp_path, monkeypatch):
 
     # quarry serve answers /metrics on --port from its own private Prefect server: without the
     # PREFECT_API_URL an earlier test's fixture may have left in this process's environment
-    env = {**{k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}, "QUARRY_EMBED_BACKEND": "hash",
-           "PYTHONUNBUFFERED": "1"}
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"},
+        "QUARRY_EMBED_BACKEND": "hash",
+        "PYTHONUNBUFFERED": "1",
+    }
     tree, db = _tree(tmp_path / "tree", 4), tmp_path / "db"
     # (monkeypatch: the session's own value comes back after; popping it left every later test of
     # the session on the real model, whose int8 vectors depend on the batch)
@@ -335,13 +362,30 @@ def test_prometheus_scrapes_quarry_api_and_quarry_serve(tmp_path, monkeypatch):
     quarry.index([tree], db)
     api_metrics, serve_port, prom_port = free_port(), free_port(), free_port()
     serve_log = open(tmp_path / "serve.log", "w")
-    serve = subprocess.Popen([sys.executable, "-m", "quarry.cli.main", "serve", str(tree), "--db", str(db),
-                              "--cron", "*/5 * * * *", "--port", str(serve_port)],
-                             stdout=serve_log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    serve = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "quarry.cli.main",
+            "serve",
+            str(tree),
+            "--db",
+            str(db),
+            "--cron",
+            "*/5 * * * *",
+            "--port",
+            str(serve_port),
+        ],
+        stdout=serve_log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=ROOT,
+    )
     prometheus = None
     try:
-        with api_server(db, "--metrics-port", str(api_metrics), log=tmp_path / "api.log",
-                        env={"QUARRY_EMBED_BACKEND": "hash"}) as (base, _):
+        with api_server(
+            db, "--metrics-port", str(api_metrics), log=tmp_path / "api.log", env={"QUARRY_EMBED_BACKEND": "hash"}
+        ) as (base, _):
             assert httpx.post(f"{base}/v1/search", json={"query": "heron"}, timeout=30).status_code == 200
             config = tmp_path / "prometheus.yml"
             config.write_text(
@@ -349,11 +393,18 @@ def test_prometheus_scrapes_quarry_api_and_quarry_serve(tmp_path, monkeypatch):
                 f"rule_files:\n  - {RULES / 'quarry-rules.yml'}\n"
                 "scrape_configs:\n"
                 f"  - job_name: quarry-api\n    static_configs:\n      - targets: ['127.0.0.1:{api_metrics}']\n"
-                f"  - job_name: quarry-serve\n    static_configs:\n      - targets: ['127.0.0.1:{serve_port}']\n")
+                f"  - job_name: quarry-serve\n    static_configs:\n      - targets: ['127.0.0.1:{serve_port}']\n"
+            )
             prometheus = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{prom_port}"],
-                stdout=open(tmp_path / "prometheus.log", "w"), stderr=subprocess.STDOUT)
+                [
+                    PROMETHEUS,
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{prom_port}",
+                ],
+                stdout=open(tmp_path / "prometheus.log", "w"),
+                stderr=subprocess.STDOUT,
+            )
 
             def query(expr: str) -> list:
                 answer = httpx.get(f"http://127.0.0.1:{prom_port}/api/v1/query", params={"query": expr}, timeout=10)
@@ -377,11 +428,17 @@ def test_prometheus_scrapes_quarry_api_and_quarry_serve(tmp_path, monkeypatch):
                         if result:
                             got[name] = float(result[0]["value"][1])
                 time.sleep(1)
-            assert set(got) == set(wanted), (got, (tmp_path / "prometheus.log").read_text()[-2000:],
-                                             (tmp_path / "serve.log").read_text()[-2000:])
+            assert set(got) == set(wanted), (
+                got,
+                (tmp_path / "prometheus.log").read_text()[-2000:],
+                (tmp_path / "serve.log").read_text()[-2000:],
+            )
             assert got["requests"] == 1 and got["generation"] == 1 and got["stale"] == 0 and got["commit"] >= 1
             rules = httpx.get(f"http://127.0.0.1:{prom_port}/api/v1/rules", timeout=10).json()
-            assert {r["name"] for g in rules["data"]["groups"] for r in g["rules"]} >= {"QuarryIndexStale", "QuarryApiErrors"}
+            assert {r["name"] for g in rules["data"]["groups"] for r in g["rules"]} >= {
+                "QuarryIndexStale",
+                "QuarryApiErrors",
+            }
     finally:
         for proc in (prometheus, serve):
             if proc is not None:

@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import shared
 
 pytestmark = pytest.mark.slow
@@ -34,11 +33,23 @@ def test_a_busy_neighbour_does_not_make_a_pdf_fail(cli, tmp_path, busy_cores):
     its budget is parsed once more alone with four times it, so every file is indexed."""
     tree = tmp_path / "tree"
     tree.mkdir()
-    for i, name in enumerate(("pdf/levels_of_agi.pdf", "formats/layout-parser-paper-fast.pdf",
-                              "formats/multi-column-2p.pdf", "formats/layout-parser-paper-with-empty-pages.pdf")):
+    for i, name in enumerate(
+        (
+            "pdf/levels_of_agi.pdf",
+            "formats/layout-parser-paper-fast.pdf",
+            "formats/multi-column-2p.pdf",
+            "formats/layout-parser-paper-with-empty-pages.pdf",
+        )
+    ):
         shutil.copy(shared(*name.split("/")), tree / f"{i}-{name.rsplit('/', 1)[-1]}")
-    done = cli("index", tree, "--db", tmp_path / "db", "--json",
-               env={"QUARRY_PARSE_TIMEOUT": "1", "QUARRY_EMBED_BACKEND": "hash", "QUARRY_OCR": "0"})
+    done = cli(
+        "index",
+        tree,
+        "--db",
+        tmp_path / "db",
+        "--json",
+        env={"QUARRY_PARSE_TIMEOUT": "1", "QUARRY_EMBED_BACKEND": "hash", "QUARRY_OCR": "0"},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert (report["added"], report["failed"]) == (4, 0), report.get("errors")

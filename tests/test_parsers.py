@@ -65,8 +65,25 @@ def test_file_type_for(path, expected):
     assert file_type_for(path) == expected
 
 
-@pytest.mark.parametrize("name", ["a.tar.gz", ".bashrc", "..md", "...a.md", "a.", "a", "a..md", ".a.md", "x.y.",
-                                  ".", "", "A.MD", "dir.d/file", "dir.d/.md"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a.tar.gz",
+        ".bashrc",
+        "..md",
+        "...a.md",
+        "a.",
+        "a",
+        "a..md",
+        ".a.md",
+        "x.y.",
+        ".",
+        "",
+        "A.MD",
+        "dir.d/file",
+        "dir.d/.md",
+    ],
+)
 def test_the_suffix_split_is_splitexts(name):
     # discovery's own split of a name (faster than os.path's) must agree with os.path.splitext
     import os
@@ -179,7 +196,7 @@ def test_binary_data_under_text_name(tmp_path, keep_nuls):
 
 def test_plain_text_has_no_headings():
     doc = parse("book-war-and-peace-1p.txt")
-    assert doc.text.startswith("CHAPTER I\n\n\"Well, Prince, so Genoa and Lucca")
+    assert doc.text.startswith('CHAPTER I\n\n"Well, Prince, so Genoa and Lucca')
     assert doc.headings == [] and doc.title is None
 
 
@@ -226,19 +243,30 @@ def test_markdown_front_matter(tmp_path):
 
 
 def test_markdown_nested_front_matter_keeps_its_structure_and_scalars_as_written(tmp_path):
-    source = ("---\nTitle: Release notes\nversion: 1.10\ndate: 2024-01-05\ndraft: false\nempty:\n"
-              "tags: [a, b]\nauthor:\n  name: Ana\n  team: [docs, search]\n...\n# Notes\n")
+    source = (
+        "---\nTitle: Release notes\nversion: 1.10\ndate: 2024-01-05\ndraft: false\nempty:\n"
+        "tags: [a, b]\nauthor:\n  name: Ana\n  team: [docs, search]\n...\n# Notes\n"
+    )
     doc = parse_file(write(tmp_path, "notes.md", source))
-    assert doc.metadata == {"title": "Release notes", "version": "1.10", "date": "2024-01-05", "draft": "false", "tags": "a, b",
-                            "author": '{"name":"Ana","team":["docs","search"]}'}
+    assert doc.metadata == {
+        "title": "Release notes",
+        "version": "1.10",
+        "date": "2024-01-05",
+        "draft": "false",
+        "tags": "a, b",
+        "author": '{"name":"Ana","team":["docs","search"]}',
+    }
     assert doc.title == "Release notes" and doc.text == "# Notes\n"
     assert doc.headings == [Heading(1, "Notes", 0)]
 
 
-@pytest.mark.parametrize("source", [
-    "---\ntitle: [never closed\n---\n# Body\n",  # bad YAML
-    "---\njust a line of prose\n---\n# Body\n",  # not a mapping: two thematic breaks around text
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "---\ntitle: [never closed\n---\n# Body\n",  # bad YAML
+        "---\njust a line of prose\n---\n# Body\n",  # not a mapping: two thematic breaks around text
+    ],
+)
 def test_markdown_front_matter_that_is_not_a_yaml_mapping_stays_text(tmp_path, source):
     doc = parse_file(write(tmp_path, "a.md", source))
     assert doc.metadata == {} and doc.text == source

@@ -12,14 +12,16 @@ from quarry.ingest.parsers.pdf import find_tables, table_rows
 from quarry.ingest.parsers.pdf_layout import Line, font_headings, page_titles
 from quarry.ingest.process import build_record
 
-CASH_FLOWS = ("3M Company and Subsidiaries\nConsolidated Statement of Cash Flows\nYears ended December 31\n \n"
-              "(Millions)\n \n2018\n \n2017\n \n2016\n \nCash Flows from Operating Activities\n \n"
-              "Net income including noncontrolling interest\n \n$\n5,363 \n \n$\n4,869 \n \n$\n5,058 \n \n"
-              "Depreciation and amortization\n \n1,488\n \n1,544\n \n1,474\n \n"
-              "Accounts receivable\n \n(305)\n \n(245)\n \n(313)\n \n"
-              "Inventories\n \n(509)\n \n(387)\n \n57\n \n"
-              "Net cash provided by (used in) operating activities\n \n6,439\n \n6,240\n \n6,662\n"
-              "The accompanying notes are an integral part of this statement.")
+CASH_FLOWS = (
+    "3M Company and Subsidiaries\nConsolidated Statement of Cash Flows\nYears ended December 31\n \n"
+    "(Millions)\n \n2018\n \n2017\n \n2016\n \nCash Flows from Operating Activities\n \n"
+    "Net income including noncontrolling interest\n \n$\n5,363 \n \n$\n4,869 \n \n$\n5,058 \n \n"
+    "Depreciation and amortization\n \n1,488\n \n1,544\n \n1,474\n \n"
+    "Accounts receivable\n \n(305)\n \n(245)\n \n(313)\n \n"
+    "Inventories\n \n(509)\n \n(387)\n \n57\n \n"
+    "Net cash provided by (used in) operating activities\n \n6,439\n \n6,240\n \n6,662\n"
+    "The accompanying notes are an integral part of this statement."
+)
 
 
 def _file(name: str = "report.pdf") -> FileInfo:
@@ -50,14 +52,20 @@ def test_every_chunk_of_a_table_carries_its_title_and_column_headers():
     text = prose + "\n\n" + page
     [(start, end, title, columns)] = find_tables(page)
     offset = len(prose) + 2
-    doc = ParsedDocument(text=text, page_offsets=[0], tables=[Table(offset + start, offset + end, title, columns)],
-                         page_titles=["3M Company and Subsidiaries — Consolidated Statement of Cash Flows"])
+    doc = ParsedDocument(
+        text=text,
+        page_offsets=[0],
+        tables=[Table(offset + start, offset + end, title, columns)],
+        page_titles=["3M Company and Subsidiaries — Consolidated Statement of Cash Flows"],
+    )
     record = build_record(_file(), "d1", doc, _settings(chunk_size=200, min_chunk=50))
     rows = [c for c in record.chunks if "Inventories | 2018: (509)" in c.text]
     assert rows, [c.text for c in record.chunks]
     for chunk in rows:
-        assert "Table: Consolidated Statement of Cash Flows (Years ended December 31: 2018 | 2017 | 2016)" \
+        assert (
+            "Table: Consolidated Statement of Cash Flows (Years ended December 31: 2018 | 2017 | 2016)"
             in chunk.header.splitlines()
+        )
         assert "Page: 3M Company and Subsidiaries — Consolidated Statement of Cash Flows" in chunk.header
         assert chunk.text_hash  # the header is part of what is embedded and hashed
     table_chunks = [c for c in record.chunks if "Table:" in c.header]
@@ -69,8 +77,12 @@ def test_every_chunk_of_a_table_carries_its_title_and_column_headers():
 def test_header_fields_without_page_and_table_leave_them_out():
     page = table_rows(CASH_FLOWS)
     [(start, end, title, columns)] = find_tables(page)
-    doc = ParsedDocument(text=page, page_offsets=[0], tables=[Table(start, end, title, columns)],
-                         page_titles=["Consolidated Statement of Cash Flows"])
+    doc = ParsedDocument(
+        text=page,
+        page_offsets=[0],
+        tables=[Table(start, end, title, columns)],
+        page_titles=["Consolidated Statement of Cash Flows"],
+    )
     record = build_record(_file(), "d1", doc, _settings(header_fields=("title", "section")))
     assert all("Table:" not in c.header and "Page:" not in c.header for c in record.chunks)
 
@@ -83,21 +95,35 @@ def test_headings_from_font_sizes_and_bold_lines():
         # a table's bold cells are no headings
         [*(Line(f"Segment {n}", 10, True, 0.1 + n / 50) for n in range(8)), *body],
     ]
-    assert font_headings(pages) == [(0, 1, "Annual Review"), (0, 3, "Results of Operations"),
-                                    (1, 2, "Outlook and Guidance")]
+    assert font_headings(pages) == [
+        (0, 1, "Annual Review"),
+        (0, 3, "Results of Operations"),
+        (1, 2, "Outlook and Guidance"),
+    ]
 
 
 def test_a_filing_item_ending_with_a_period_is_a_heading_and_a_bold_sentence_is_not():
     body = [Line("Revenue grew in every segment and the board was pleased with it all year.", 10, False, 0.3)] * 4
-    pages = [[Line("Item 1B. Unresolved Staff Comments.", 10, True, 0.1), *body,
-              Line("Our Results Were Strong And Grew Every Quarter.", 10, True, 0.5), *body]]
+    pages = [
+        [
+            Line("Item 1B. Unresolved Staff Comments.", 10, True, 0.1),
+            *body,
+            Line("Our Results Were Strong And Grew Every Quarter.", 10, True, 0.5),
+            *body,
+        ]
+    ]
     assert font_headings(pages) == [(0, 1, "Item 1B. Unresolved Staff Comments.")]
 
 
 def test_the_tail_of_a_sentence_set_large_is_no_heading_and_list_items_and_code_names_are():
     body = [Line("Revenue grew in every segment and the board was pleased with it all year.", 10, False, 0.3)] * 4
-    fragments = ["Buffalo”).", "the Company.", "accelerate the payment of benefits; and", "registrant and have:",
-                 "continued)"]
+    fragments = [
+        "Buffalo”).",
+        "the Company.",
+        "accelerate the payment of benefits; and",
+        "registrant and have:",
+        "continued)",
+    ]
     keep = ["b) Segment Results", "attach() and detach()", "Net Sales (Loss)", "switch"]
     pages = [[Line(text, 12, True, 0.1), *body] for text in fragments + keep]
     assert [t for _, _, t in font_headings(pages)] == keep
@@ -106,21 +132,37 @@ def test_the_tail_of_a_sentence_set_large_is_no_heading_and_list_items_and_code_
 def test_a_bold_caption_over_a_tables_years_or_rows_is_no_heading():
     prose = Line("Revenue grew in every segment and the board was pleased with it all year.", 10, False, 0.3)
     pages = [
-        [Line("Liquidity", 10, True, 0.1), prose, prose,
-         Line("Fiscal Year", 10, True, 0.4), Line("In Millions 2019 2018", 10, False, 0.42),
-         Line("Net sales $ 100.0 $ 90.0", 10, False, 0.44), prose],
-        [Line("Contents", 14, True, 0.1), Line("Page", 10, True, 0.12),
-         Line("Consolidated Statements of Operations 53", 10, False, 0.14), prose],
+        [
+            Line("Liquidity", 10, True, 0.1),
+            prose,
+            prose,
+            Line("Fiscal Year", 10, True, 0.4),
+            Line("In Millions 2019 2018", 10, False, 0.42),
+            Line("Net sales $ 100.0 $ 90.0", 10, False, 0.44),
+            prose,
+        ],
+        [
+            Line("Contents", 14, True, 0.1),
+            Line("Page", 10, True, 0.12),
+            Line("Consolidated Statements of Operations 53", 10, False, 0.14),
+            prose,
+        ],
     ]
     assert [t for _, _, t in font_headings(pages)] == ["Liquidity", "Contents"]  # "Fiscal Year", "Page": captions
 
 
 def test_page_titles_are_the_emphasised_lines_at_the_top():
     body = Line("The notes that follow are an integral part of these statements, read them.", 10, False, 0.4)
-    pages = [[Line("Table of Contents", 10, False, 0.02), Line("Consolidated Balance Sheet", 12, True, 0.05),
-              Line("December 31, 2018 and 2017", 10, False, 0.08), body],
-             [body, Line("Liquidity", 12, True, 0.6)],
-             [Line("NOTES TO FINANCIAL STATEMENTS", 10, False, 0.05), body]]
+    pages = [
+        [
+            Line("Table of Contents", 10, False, 0.02),
+            Line("Consolidated Balance Sheet", 12, True, 0.05),
+            Line("December 31, 2018 and 2017", 10, False, 0.08),
+            body,
+        ],
+        [body, Line("Liquidity", 12, True, 0.6)],
+        [Line("NOTES TO FINANCIAL STATEMENTS", 10, False, 0.05), body],
+    ]
     assert page_titles(pages) == ["Consolidated Balance Sheet", "", "NOTES TO FINANCIAL STATEMENTS"]
 
 
@@ -131,7 +173,7 @@ def test_a_real_pdf_without_outline_gets_sections_from_its_fonts():
     assert "1 Introduction" in titles and "3.1 Overview" in titles, titles
     record = build_record(_file(path.name), "d1", doc, _settings())
     intro = next(s for s in record.sections if s.title == "1 Introduction")
-    assert doc.text[intro.start:intro.end].startswith("1 Introduction")
+    assert doc.text[intro.start : intro.end].startswith("1 Introduction")
     assert intro.path.endswith("> 1 Introduction")  # under the paper's title, the larger heading
     chunk = next(c for c in record.chunks if c.section_index == intro.index)
     assert "Section: " in chunk.header and "1 Introduction" in chunk.header
@@ -141,8 +183,12 @@ def test_a_real_pdf_with_an_outline_keeps_it_and_gets_page_titles():
     doc = parse_file(str(shared("pdf", "levels_of_agi.pdf")))
     pages = [(h.title, doc.page_at(h.offset)) for h in doc.headings]
     # bookmarks placed where their titles are written, in the order of the pages
-    assert pages[:4] == [("Introduction", 1), ("Defining AGI: Case Studies", 2), ("Defining AGI: Six Principles", 4),
-                         ("Levels of AGI", 5)], pages
+    assert pages[:4] == [
+        ("Introduction", 1),
+        ("Defining AGI: Case Studies", 2),
+        ("Defining AGI: Six Principles", 4),
+        ("Levels of AGI", 5),
+    ], pages
     assert [h.offset for h in doc.headings] == sorted(h.offset for h in doc.headings)
     assert len(doc.page_titles) == len(doc.page_offsets)
     conclusion = next(h for h in doc.headings if h.title.startswith("Conclusion"))
@@ -159,14 +205,16 @@ def test_pdfs_read_in_several_threads_at_once_do_not_crash_the_process():
     import sys
 
     pdf = shared("pdf", "levels_of_agi.pdf")
-    code = ("import sys, threading\n"
-            "from quarry.ingest.parsers.pdf_layout import read_lines\n"
-            "data = open(sys.argv[1], 'rb').read()\n"
-            "def work():\n"
-            "    for _ in range(3):\n"
-            "        assert read_lines(data)\n"
-            "threads = [threading.Thread(target=work) for _ in range(4)]\n"
-            "[t.start() for t in threads]; [t.join() for t in threads]\n")
+    code = (
+        "import sys, threading\n"
+        "from quarry.ingest.parsers.pdf_layout import read_lines\n"
+        "data = open(sys.argv[1], 'rb').read()\n"
+        "def work():\n"
+        "    for _ in range(3):\n"
+        "        assert read_lines(data)\n"
+        "threads = [threading.Thread(target=work) for _ in range(4)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+    )
     for _ in range(3):
         done = subprocess.run([sys.executable, "-c", code, str(pdf)], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]

@@ -66,8 +66,13 @@ def test_redact_only_the_kinds_asked():
         pii.parse_kinds("email,ssn")
 
 
-VALUES = ["jane.doe@example.org", "4111 1111 1111 1111", "+44 20 7946 0958", "GB82 WEST 1234 5698 7654 32",
-          "AKIAIOSFODNN7EXAMPLE"]
+VALUES = [
+    "jane.doe@example.org",
+    "4111 1111 1111 1111",
+    "+44 20 7946 0958",
+    "GB82 WEST 1234 5698 7654 32",
+    "AKIAIOSFODNN7EXAMPLE",
+]
 
 
 def test_counts_reach_the_catalog_and_values_reach_nothing(tmp_path, run_flow, caplog):
@@ -76,14 +81,17 @@ def test_counts_reach_the_catalog_and_values_reach_nothing(tmp_path, run_flow, c
     (tree / "contacts.md").write_text(
         "# Contacts\n\nWrite to jane.doe@example.org or call +44 20 7946 0958. Card 4111 1111 1111 1111 was\n"
         "used for the deposit; IBAN GB82 WEST 1234 5698 7654 32. Order 2024-118-5521 shipped on 2024-03-01.\n"
-        "The deploy key is AKIAIOSFODNN7EXAMPLE.\n")
+        "The deploy key is AKIAIOSFODNN7EXAMPLE.\n"
+    )
     (tree / "plain.md").write_text("# Plain\n\nNothing personal here, order 2024-118-5521 of 2024-03-01.\n")
     with caplog.at_level(logging.DEBUG):
         run_flow([tree], tmp_path / "db")
     with quarry.open(tmp_path / "db") as index:
-        rows = index.sql("SELECT d.rel_path, sum(pii_email), sum(pii_phone), sum(pii_card), sum(pii_iban), "
-                         "sum(pii_secret), sum(c.pii_total), any_value(d.pii_total) FROM chunks c "
-                         "JOIN documents d USING (doc_id) GROUP BY 1 ORDER BY 1").rows
+        rows = index.sql(
+            "SELECT d.rel_path, sum(pii_email), sum(pii_phone), sum(pii_card), sum(pii_iban), "
+            "sum(pii_secret), sum(c.pii_total), any_value(d.pii_total) FROM chunks c "
+            "JOIN documents d USING (doc_id) GROUP BY 1 ORDER BY 1"
+        ).rows
         assert [tuple(int(v) for v in r[1:]) for r in rows] == [(1, 1, 1, 1, 1, 5, 5), (0, 0, 0, 0, 0, 0, 0)]
         index.export(tmp_path / "corpus.jsonl", "jsonl", redact="all")
         index.export(tmp_path / "clean.jsonl", "jsonl", filters="pii_total = 0")

@@ -19,12 +19,12 @@ import zipfile
 import cloudpickle
 import numpy as np
 import pytest
+from conftest import SAMPLE, shared
 from prefect import Task
+from quarry.flows.runners import plan_runner
 
 import quarry
-from conftest import SAMPLE, shared
 from quarry.core.settings import RUNNERS, Settings
-from quarry.flows.runners import plan_runner
 
 
 @pytest.fixture
@@ -64,6 +64,7 @@ def test_every_task_takes_and_returns_plain_picklable_data(tree, tmp_path, run_f
     seen: dict[str, list] = {}
     lock = threading.Lock()
     for name, task in all_tasks().items():
+
         def spy(*args, _fn=task.fn, _name=name, **kwargs):
             result = _fn(*args, **kwargs)
             arguments = dict(inspect.signature(_fn).bind(*args, **kwargs).arguments)
@@ -147,7 +148,9 @@ def test_runner_plans():
 def test_an_unknown_runner_is_refused():
     from quarry.core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="runner='spark' is not a known runner; choose one of threads, processes, dask, ray"):
+    with pytest.raises(
+        ConfigError, match="runner='spark' is not a known runner; choose one of threads, processes, dask, ray"
+    ):
         Settings.from_env(runner="spark")
     assert RUNNERS == ("threads", "processes", "dask", "ray")
 
@@ -161,8 +164,11 @@ def test_every_stage_is_timed_and_counted(tree, tmp_path, run_flow):
     assert all(v["seconds"] >= 0 for v in d.values()) and d["total"]["seconds"] >= d["commit"]["seconds"] > 0
     assert d["parse"]["rows_per_s"] == pytest.approx(5 / d["parse"]["seconds"], rel=0.01)
     # wall time is the union of a stage's spans: never more than their sum, nor than the run
-    assert all(d[s]["seconds"] <= d[s]["busy_seconds"] + 1e-6 and d[s]["seconds"] <= d["total"]["seconds"]
-               for s in d if s != "total")
+    assert all(
+        d[s]["seconds"] <= d[s]["busy_seconds"] + 1e-6 and d[s]["seconds"] <= d["total"]["seconds"]
+        for s in d
+        if s != "total"
+    )
     assert report["runner"] == "threads"
 
 
@@ -183,17 +189,24 @@ def _contents(db):
     with quarry.open(db) as idx:
         con = idx.snapshot.con
         docs = sorted(con.execute("SELECT rel_path, sha256, title, n_chunks FROM documents").fetchall())
-        chunks = sorted(con.execute("SELECT d.rel_path, c.chunk_index, c.header, c.text, c.text_hash "
-                                    "FROM chunks c JOIN documents d USING (doc_id)").fetchall())
+        chunks = sorted(
+            con.execute(
+                "SELECT d.rel_path, c.chunk_index, c.header, c.text, c.text_hash "
+                "FROM chunks c JOIN documents d USING (doc_id)"
+            ).fetchall()
+        )
         table = idx.snapshot.table.to_arrow()
-        vectors = dict(zip(table.column("chunk_id").to_pylist(),
-                           np.array(table.column("vector").to_pylist(), dtype=np.float32)))
+        vectors = dict(
+            zip(table.column("chunk_id").to_pylist(), np.array(table.column("vector").to_pylist(), dtype=np.float32))
+        )
         # BM25's ranking: the same texts give the same scores. (Hybrid's is not compared:
         # vectors equal to 1e-6, not bit for bit, since a worker embeds other batches, can swap two
         # chunks at the vector candidates' cut, and a fused score moves by the one that left.)
-        hits = [(r.path.rsplit("/", 1)[-1], r.chunk_id.split(":")[-1], round(r.score, 6))
-                for q in ("deploy rollback", "expense policy", "code review approval")
-                for r in idx.search(q, k=10, mode="bm25").results]
+        hits = [
+            (r.path.rsplit("/", 1)[-1], r.chunk_id.split(":")[-1], round(r.score, 6))
+            for q in ("deploy rollback", "expense policy", "code review approval")
+            for r in idx.search(q, k=10, mode="bm25").results
+        ]
         runner = idx.runs(1)[0]["runner"]
     return docs, chunks, vectors, hits, runner
 

@@ -15,8 +15,13 @@ def test_plan_sorts_every_case():
         CatalogDoc("d-gone", "/r/gone.md", "s5", 1.0),
         CatalogDoc("d-other", "/elsewhere/x.md", "s6", 1.0),  # outside the roots: untouched
     ]
-    files = [f("/r/same.md", "s1"), f("/r/touched.md", "s2", 9.0), f("/r/edit.md", "s3-new"),
-             f("/r/new-name.md", "s4"), f("/r/brand-new.md", "s7")]
+    files = [
+        f("/r/same.md", "s1"),
+        f("/r/touched.md", "s2", 9.0),
+        f("/r/edit.md", "s3-new"),
+        f("/r/new-name.md", "s4"),
+        f("/r/brand-new.md", "s7"),
+    ]
     plan = make_plan(files, catalog, ["/r"])
     assert [d for _, d in plan.unchanged] == ["d-same", "d-touched"]
     assert [d for _, d in plan.touched] == ["d-touched"]
@@ -46,8 +51,11 @@ def test_duplicate_content_moves_one_and_adds_the_other():
 
 
 def test_a_reparsed_format_turns_its_documents_into_changes_moves_included():
-    catalog = [CatalogDoc("d1", "/r/a.md", "s1", 1.0), CatalogDoc("d2", "/r/old.md", "s2", 1.0),
-               CatalogDoc("d3", "/r/c.txt", "s3", 1.0)]
+    catalog = [
+        CatalogDoc("d1", "/r/a.md", "s1", 1.0),
+        CatalogDoc("d2", "/r/old.md", "s2", 1.0),
+        CatalogDoc("d3", "/r/c.txt", "s3", 1.0),
+    ]
     text = FileInfo(path="/r/c.txt", root="/r", rel_path="c.txt", file_type="txt", size=1, mtime=1.0, sha256="s3")
     plan = make_plan([f("/r/a.md", "s1"), f("/r/new.md", "s2"), text], catalog, ["/r"], reparse={"md"})
     assert sorted(d for _, d in plan.changed) == ["d1", "d2"]

@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 PLUGIN = ROOT / "tests" / "plugin" / "quarry-demo-plugin"
@@ -21,9 +20,24 @@ def plugin_path(tmp_path_factory):
     """The plugin installed as pip installs it (its dist-info holds the entry points), into a
     folder of its own that only the subprocesses below see."""
     target = tmp_path_factory.mktemp("plugin-site")
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                           "--no-index", "--target", str(target), str(PLUGIN)], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(target),
+            str(PLUGIN),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return target
 
@@ -32,8 +46,14 @@ def plugin_path(tmp_path_factory):
 def quarry_with_plugin(plugin_path, prefect_api):
     def run(*args, **env_vars):
         env = {**os.environ, "PYTHONPATH": str(plugin_path), **env_vars}
-        return subprocess.run([sys.executable, "-m", "quarry.cli.main", *map(str, args)], capture_output=True,
-                              text=True, env=env, cwd=ROOT, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "quarry.cli.main", *map(str, args)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=300,
+        )
 
     return run
 
@@ -62,14 +82,21 @@ def test_a_store_indexed_and_searched_through_plugins(quarry_with_plugin, tmp_pa
     done = quarry_with_plugin("index", tree, "--db", db, "--embed-backend", "demo", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["added"] == 2
-    done = quarry_with_plugin("search", "barn owls hunting", "--db", db, "--fusion", "max", "--json", "-k", "3",
-                              QUARRY_EMBED_BACKEND="demo")
+    done = quarry_with_plugin(
+        "search", "barn owls hunting", "--db", db, "--fusion", "max", "--json", "-k", "3", QUARRY_EMBED_BACKEND="demo"
+    )
     assert done.returncode == 0, done.stderr
     top = json.loads(done.stdout)["results"][0]
     assert top["path"].endswith("birds.demo") and top["section"] == "Owls" and top["file_type"] == "demo"
     assert json.loads(done.stdout)["fusion"] == "max"
-    sql = quarry_with_plugin("sql", "SELECT metadata->>'parsed_by' AS by FROM documents WHERE file_type = 'demo'",
-                             "--db", db, "--format", "json")
+    sql = quarry_with_plugin(
+        "sql",
+        "SELECT metadata->>'parsed_by' AS by FROM documents WHERE file_type = 'demo'",
+        "--db",
+        db,
+        "--format",
+        "json",
+    )
     assert json.loads(sql.stdout) == [{"by": "quarry-demo-plugin"}]
 
 
@@ -84,13 +111,17 @@ def test_a_parser_that_never_returns_fails_its_file_within_the_limits(quarry_wit
     (tree / "forever.spin").write_text("spins")
     (tree / "asleep.wait").write_text("sleeps")
     (tree / "notes.md").write_text("# Notes\n\nA plain Markdown page about compost.\n")
-    done = quarry_with_plugin("index", tree, "--db", db, "--json", QUARRY_PARSE_TIMEOUT="1", QUARRY_EMBED_BACKEND="hash")
+    done = quarry_with_plugin(
+        "index", tree, "--db", db, "--json", QUARRY_PARSE_TIMEOUT="1", QUARRY_EMBED_BACKEND="hash"
+    )
     assert done.returncode == 3, done.stderr  # some files failed; the rest committed
     report = json.loads(done.stdout)
     assert report["added"] == 1 and report["failed"] == 2
     errors = {e["path"].rsplit("/", 1)[-1]: e["error"] for e in report["errors"]}
-    assert "more than 1 s of CPU, and more than 4 s when parsed again alone (QUARRY_PARSE_TIMEOUT" \
+    assert (
+        "more than 1 s of CPU, and more than 4 s when parsed again alone (QUARRY_PARSE_TIMEOUT"
         in errors["forever.spin"]
+    )
     assert "longer than 10 s of wall time" in errors["asleep.wait"] and "looks stuck" in errors["asleep.wait"]
 
 

@@ -106,7 +106,9 @@ def test_the_pinned_prefect_has_a_shipped_database_at_its_migrations_head():
     shipped = orchestration._shipped()
     assert shipped.is_file(), f"{shipped.name} is missing: run `make prefect-db`"
     migrations = Path(prefect.server.database.__file__).parent / "_migrations"
-    head = ScriptDirectory(str(migrations), version_locations=[str(migrations / "versions" / "sqlite")]).get_current_head()
+    head = ScriptDirectory(
+        str(migrations), version_locations=[str(migrations / "versions" / "sqlite")]
+    ).get_current_head()
     con = sqlite3.connect(":memory:")
     try:
         con.executescript(gzip.decompress(shipped.read_bytes()).decode("utf-8"))

@@ -13,11 +13,11 @@ import pytest
 from conftest import shared
 
 import quarry.search.query
-from quarry.ingest.embedders.hashing import HashEmbedder
 from quarry.core.errors import UsageError
-from quarry.search.filters import Filter
 from quarry.core.models import Chunk, DocumentRecord, FileInfo, Section, join_header
 from quarry.core.settings import Settings
+from quarry.ingest.embedders.hashing import HashEmbedder
+from quarry.search.filters import Filter
 from quarry.store.pointer import read_pointer
 from quarry.store.writer import StoreWriter
 
@@ -25,20 +25,41 @@ DIM = 64
 EMB = HashEmbedder(DIM)
 SETTINGS = Settings.from_env(embed_backend="hash", embed_dim=DIM)
 DAY = 86400.0
-T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc).timestamp()
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC).timestamp()
 
 
 def doc(name, texts, file_type="md", mtime=T0, metadata=None, folder="docs", pages=None) -> DocumentRecord:
     doc_id = hashlib.sha256(name.encode()).hexdigest()[:20]
     rel = f"{folder}/{name}.{file_type}"
-    file = FileInfo(path=f"/r/{rel}", root="/r", rel_path=rel, file_type=file_type, size=100, mtime=mtime,
-                    sha256=hashlib.sha256(f"{name}{texts}".encode()).hexdigest())
+    file = FileInfo(
+        path=f"/r/{rel}",
+        root="/r",
+        rel_path=rel,
+        file_type=file_type,
+        size=100,
+        mtime=mtime,
+        sha256=hashlib.sha256(f"{name}{texts}".encode()).hexdigest(),
+    )
     chunks, pos = [], 0
     for i, text in enumerate(texts):
         header = f"Document: {name}"
         page = pages[i] if pages else None
-        chunks.append(Chunk(f"{doc_id}:{i}", doc_id, 0, i, pos, pos + len(text), page, page, header, text,
-                            hashlib.sha256(join_header(header, text).encode()).hexdigest(), 10))
+        chunks.append(
+            Chunk(
+                f"{doc_id}:{i}",
+                doc_id,
+                0,
+                i,
+                pos,
+                pos + len(text),
+                page,
+                page,
+                header,
+                text,
+                hashlib.sha256(join_header(header, text).encode()).hexdigest(),
+                10,
+            )
+        )
         pos += len(text) + 1
     return DocumentRecord(doc_id, file, name, "", [Section(0, "Intro", 1, 0, pos)], chunks, metadata=metadata or {})
 
@@ -51,24 +72,58 @@ def commit(store, records=(), moves=(), run_id="r"):
         w.write_documents(list(records), vecs, run_id)
         for doc_id, path in moves:
             w.move_document(doc_id, path, "/r", path.removeprefix("/r/"), dt.datetime(2024, 1, 1), run_id)
-        w.commit({"run_id": run_id, "started": dt.datetime.now(), "status": "completed", "roots": ["/r"],
-                  "errors": [], "durations": {}, "settings": {}}, {})
+        w.commit(
+            {
+                "run_id": run_id,
+                "started": dt.datetime.now(),
+                "status": "completed",
+                "roots": ["/r"],
+                "errors": [],
+                "durations": {},
+                "settings": {},
+            },
+            {},
+        )
     finally:
         w.close()
 
 
-FILLER = ("The team reviews the quarterly plan, checks the release notes and writes down what changed "
-          "since the last meeting so that everyone can follow the decisions.")
+FILLER = (
+    "The team reviews the quarterly plan, checks the release notes and writes down what changed "
+    "since the last meeting so that everyone can follow the decisions."
+)
 
 
 def make_store(path):
     """60 Markdown documents full of 'alpha', one text file that mentions it once, a PDF."""
-    records = [doc(f"md{i:02d}", [f"alpha alpha beta {FILLER}", f"gamma delta {i} {FILLER}"], metadata={"team": "web"},
-                   mtime=T0 + i * DAY) for i in range(60)]
-    records.append(doc("note", [f"An aside: alpha appears here once. {FILLER} Error E11000 in FY2018."], "txt",
-                       metadata={"team": "db"}, folder="notes/sub", mtime=T0 + 100 * DAY))
-    records.append(doc("paper", ["Levels of AGI: performance and generality.", "Autonomy and risk, alpha."], "pdf",
-                       pages=[1, 2], mtime=T0 + 200 * DAY))
+    records = [
+        doc(
+            f"md{i:02d}",
+            [f"alpha alpha beta {FILLER}", f"gamma delta {i} {FILLER}"],
+            metadata={"team": "web"},
+            mtime=T0 + i * DAY,
+        )
+        for i in range(60)
+    ]
+    records.append(
+        doc(
+            "note",
+            [f"An aside: alpha appears here once. {FILLER} Error E11000 in FY2018."],
+            "txt",
+            metadata={"team": "db"},
+            folder="notes/sub",
+            mtime=T0 + 100 * DAY,
+        )
+    )
+    records.append(
+        doc(
+            "paper",
+            ["Levels of AGI: performance and generality.", "Autonomy and risk, alpha."],
+            "pdf",
+            pages=[1, 2],
+            mtime=T0 + 200 * DAY,
+        )
+    )
     commit(path, records)
     return path
 
@@ -122,8 +177,10 @@ def test_where_spellings_agree(store, where):
         (Filter.build(since=dt.date(2024, 7, 1)), {"paper"}),
         (Filter.build(where=["page = 2"]), {"paper"}),
         (Filter.build(where=["chunk_index = 1", "mtime < 2024-01-03"]), {"md00", "md01"}),
-        (Filter.build(where=["section = Intro", "title LIKE 'md0%'", "size >= 100"]),
-         {f"md{i:02d}" for i in range(10)}),
+        (
+            Filter.build(where=["section = Intro", "title LIKE 'md0%'", "size >= 100"]),
+            {f"md{i:02d}" for i in range(10)},
+        ),
         (Filter.build(file_type=["pdf", "txt"]), {"note", "paper"}),
         (Filter.build(doc_id=hashlib.sha256(b"md07").hexdigest()[:20]), {"md07"}),
     ],
@@ -140,8 +197,15 @@ def test_pages_come_back_one_based(store):
     assert (hits[0].page_start, hits[0].page_end, hits[0].chunk_index) == (2, 2, 1)
 
 
-HOSTILE = ["'; DROP TABLE chunks; --", "x\" OR 1=1 --", "file_type = 'pdf'' OR 1=1 --'", "*/../*", "%' OR '1'='1",
-           "\\x00 ; DELETE FROM documents", "metadata.a = 1) OR (1=1"]
+HOSTILE = [
+    "'; DROP TABLE chunks; --",
+    'x" OR 1=1 --',
+    "file_type = 'pdf'' OR 1=1 --'",
+    "*/../*",
+    "%' OR '1'='1",
+    "\\x00 ; DELETE FROM documents",
+    "metadata.a = 1) OR (1=1",
+]
 
 
 def test_hostile_input_is_data_and_the_store_stays_intact(store):
@@ -174,8 +238,9 @@ def test_fusion_is_explained_and_tunable(store):
         assert hybrid.weights == {"vector": 0.5, "bm25": 2.0} and hybrid.rrf_k == 10 and hybrid.fusion == "rrf"
         assert set(hybrid.timings) >= {"filter", "vector", "bm25", "fuse", "hydrate", "total"}
         bm25_only = idx.search("alpha beta", k=5, weights={"vector": 0})
-        assert [r.chunk_id for r in bm25_only.results] == [r.chunk_id for r in idx.search("alpha beta", k=5,
-                                                                                            mode="bm25").results]
+        assert [r.chunk_id for r in bm25_only.results] == [
+            r.chunk_id for r in idx.search("alpha beta", k=5, mode="bm25").results
+        ]
         assert all(r.ranks["vector"] is None for r in bm25_only.results) and "vector" not in bm25_only.timings
         cut = idx.search("alpha beta", k=5, min_scores={"bm25": 1e9})
         assert cut.counts["bm25"] == 0 and all(r.ranks["bm25"] is None for r in cut.results)
@@ -232,6 +297,7 @@ def test_bad_arguments_are_usage_errors(store, kwargs, message):
 
 def test_warm_index_follows_commits_and_never_sees_half_written_state(fresh_store):
     from quarry.retrieval import searchindex
+
     store = fresh_store
     with open_index(store) as idx:
         assert idx.search("zebra", k=3, mode="bm25").results == []
@@ -248,8 +314,9 @@ def test_warm_index_follows_commits_and_never_sees_half_written_state(fresh_stor
         current = read_pointer(store).generation  # the dead run's folder went; what kept generations read stays
         from quarry.store.generations import referenced
 
-        assert sorted(p.name for p in store.glob("index-*")) == [searchindex.folder_name(g)
-                                                                  for g in sorted(referenced(store, current))]
+        assert sorted(p.name for p in store.glob("index-*")) == [
+            searchindex.folder_name(g) for g in sorted(referenced(store, current))
+        ]
         # A move changes no chunk: the base's segment stays as it is (same files); the new layer holds
         # the moved document's row, and results show the new path.
         base = store / searchindex.folder_name(read_pointer(store).layers[0])
@@ -360,7 +427,11 @@ def test_the_commit_saves_what_the_in_memory_build_returns(ivf_store):
             saved = np.load(folder / name)
             assert saved.dtype == value.dtype and np.array_equal(saved, value), name
     saved = json.loads((folder / searchindex.MANIFEST).read_text())
-    assert (saved["rows"], saved["dim"], saved["dense"]["ivf"]) == (manifest["rows"], manifest["dim"], manifest["dense"]["ivf"])
+    assert (saved["rows"], saved["dim"], saved["dense"]["ivf"]) == (
+        manifest["rows"],
+        manifest["dim"],
+        manifest["dense"]["ivf"],
+    )
 
 
 def test_permute_rows_in_place():
@@ -422,8 +493,18 @@ def test_deleted_and_changed_documents_leave_both_retrievers(fresh_store):
     w = StoreWriter(store, EMB.model, DIM).open()
     try:
         w.delete_documents([hashlib.sha256(b"note").hexdigest()[:20]])
-        w.commit({"run_id": "del", "started": dt.datetime.now(), "status": "completed", "roots": ["/r"],
-                  "errors": [], "durations": {}, "settings": {}}, {})
+        w.commit(
+            {
+                "run_id": "del",
+                "started": dt.datetime.now(),
+                "status": "completed",
+                "roots": ["/r"],
+                "errors": [],
+                "durations": {},
+                "settings": {},
+            },
+            {},
+        )
     finally:
         w.close()
     commit(store, [doc("paper", ["Quokka marmalade recipes."], "pdf")], run_id="edit")
@@ -439,10 +520,12 @@ def test_search_process_imports_no_heavy_module(store):
     import subprocess
     import sys
 
-    code = ("import sys, quarry; idx = quarry.open(sys.argv[1]); idx.search('alpha', k=3); "
-            "idx.search('alpha', k=3, filters='file_type = pdf'); "
-            "heavy = ('prefect', 'torch', 'lancedb', 'pyarrow.compute', 'pandas'); "
-            "print(sorted(m for m in heavy if m in sys.modules))")
+    code = (
+        "import sys, quarry; idx = quarry.open(sys.argv[1]); idx.search('alpha', k=3); "
+        "idx.search('alpha', k=3, filters='file_type = pdf'); "
+        "heavy = ('prefect', 'torch', 'lancedb', 'pyarrow.compute', 'pandas'); "
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
     env = {**os.environ, "QUARRY_EMBED_BACKEND": "hash", "QUARRY_EMBED_DIM": str(DIM)}
     done = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
@@ -484,12 +567,36 @@ def test_status_counts_the_vocabulary_only_for_an_unrestricted_caller_and_once(t
     two = make_store(tmp_path / "two")
     commit(two, [extra], run_id="late")
     one = tmp_path / "one"
-    commit(one, [*(doc(f"md{i:02d}", [f"alpha alpha beta {FILLER}", f"gamma delta {i} {FILLER}"],
-                       metadata={"team": "web"}, mtime=T0 + i * DAY) for i in range(60)),
-                 doc("note", [f"An aside: alpha appears here once. {FILLER} Error E11000 in FY2018."], "txt",
-                     metadata={"team": "db"}, folder="notes/sub", mtime=T0 + 100 * DAY),
-                 doc("paper", ["Levels of AGI: performance and generality.", "Autonomy and risk, alpha."], "pdf",
-                     pages=[1, 2], mtime=T0 + 200 * DAY), extra])
+    commit(
+        one,
+        [
+            *(
+                doc(
+                    f"md{i:02d}",
+                    [f"alpha alpha beta {FILLER}", f"gamma delta {i} {FILLER}"],
+                    metadata={"team": "web"},
+                    mtime=T0 + i * DAY,
+                )
+                for i in range(60)
+            ),
+            doc(
+                "note",
+                [f"An aside: alpha appears here once. {FILLER} Error E11000 in FY2018."],
+                "txt",
+                metadata={"team": "db"},
+                folder="notes/sub",
+                mtime=T0 + 100 * DAY,
+            ),
+            doc(
+                "paper",
+                ["Levels of AGI: performance and generality.", "Autonomy and risk, alpha."],
+                "pdf",
+                pages=[1, 2],
+                mtime=T0 + 200 * DAY,
+            ),
+            extra,
+        ],
+    )
     calls, lookups = [], []
     counted = SegmentedBM25.vocabulary_size
     monkeypatch.setattr(SegmentedBM25, "vocabulary_size", lambda self: calls.append(1) or counted(self))

@@ -148,7 +148,6 @@ def test_full_and_rehash_read_every_file(tree, tmp_path, run_flow, reads, no_mar
     assert len(reads) == 5
 
 
-
 def test_a_file_back_at_its_first_path_with_its_first_bytes_is_indexed(tree, tmp_path, run_flow):
     """A file edited, then moved, then restored at its first path with its first bytes (a backup,
     a checkout of an old version) while the moved copy goes: the new document's id, derived from

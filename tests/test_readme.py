@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 from click.testing import CliRunner
-
 from conftest import ROOT
+
 from quarry.cli.main import cli
 
 
@@ -37,15 +37,16 @@ def test_the_python_api_example_runs(prefect_api, tmp_path):
             continue
         assert args[0] == "quarry", line
         # in-process (the session's Prefect server, no interpreter start); relative paths from the checkout
-        done = CliRunner(env={"QUARRY_DB": env["QUARRY_DB"]}).invoke(cli, [a if a.startswith("-") or not
-                                                                          (ROOT / a).exists() else str(ROOT / a)
-                                                                          for a in args[1:]])
+        done = CliRunner(env={"QUARRY_DB": env["QUARRY_DB"]}).invoke(
+            cli, [a if a.startswith("-") or not (ROOT / a).exists() else str(ROOT / a) for a in args[1:]]
+        )
         assert done.exit_code == 0, done.output
 
     work = tmp_path / "work"
     work.mkdir()
-    done = subprocess.run([sys.executable, "-c", blocks["python"][0]], cwd=work, env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", blocks["python"][0]], cwd=work, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     hits = [ln for ln in lines if re.match(r"[123] \d\.\d\d /", ln)]
@@ -54,4 +55,8 @@ def test_the_python_api_example_runs(prefect_api, tmp_path):
     assert any(" chunks " in ln for ln in lines), done.stdout  # at least one segment
     assert lines[-1].startswith("{'documents': 5,"), done.stdout
     assert sorted(p.name for p in (work / "sample-export").iterdir()) == [
-        "chunks.jsonl", "documents.jsonl", "manifest.json", "sections.jsonl"]
+        "chunks.jsonl",
+        "documents.jsonl",
+        "manifest.json",
+        "sections.jsonl",
+    ]

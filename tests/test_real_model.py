@@ -5,9 +5,9 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from conftest import SAMPLE
 
 import quarry
-from conftest import SAMPLE
 from quarry.core.settings import Settings
 
 pytestmark = pytest.mark.slow

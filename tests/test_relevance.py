@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import numpy as np
 import pytest
+from apiserver import api_server
+from test_api import RULES, Served, write_tree
 
 import quarry
-from apiserver import api_server
 from quarry.api.keys import FileKeys, KeyRing
 from quarry.search import relevance
 from quarry.search.relevance import COSINE_STRONG, SHARE_STRONG, TERMS_STRONG, bm25_match, strong, vector_match, weak
-from test_api import RULES, Served, write_tree
 
 HR_ONLY = "parental leave policy"  # words only hr/ holds (hr/doc1.md)
 ENG = "deploy rollback runbook"  # words eng/ holds
@@ -36,24 +35,31 @@ def match(cosine=None, held=None, of=4):
 
 def test_bm25_match_lists_the_words_held_and_none_when_none():
     assert bm25_match(["okapi", "salary"], [True, False], 8.61234) == {
-        "terms": ["okapi"], "matched": 1, "of": 2, "score": 8.6123}
+        "terms": ["okapi"],
+        "matched": 1,
+        "of": 2,
+        "score": 8.6123,
+    }
     assert bm25_match(["okapi", "salary"], [False, False], 0.0) is None
     assert bm25_match([], [], 0.0) is None
     assert vector_match(None) is None and vector_match(0.123456) == {"cosine": 0.1235}
 
 
-@pytest.mark.parametrize("m, expected", [
-    (None, False),
-    (match(), False),
-    (match(cosine=COSINE_STRONG), True),
-    (match(cosine=COSINE_STRONG - 0.01), False),
-    (match(cosine=0.04), False),  # the noise: cosine 0.04, no BM25 candidate
-    (match(cosine=-0.2, held=4, of=4), True),  # every word held: strong whatever the cosine
-    (match(held=TERMS_STRONG, of=TERMS_STRONG), True),
-    (match(held=1, of=6), False),  # one common word of six: no
-    (match(held=1, of=1), True),  # a one-word query whose word the chunk holds
-    (match(held=TERMS_STRONG, of=int(TERMS_STRONG / SHARE_STRONG) + 2), False),  # under the share
-])
+@pytest.mark.parametrize(
+    "m, expected",
+    [
+        (None, False),
+        (match(), False),
+        (match(cosine=COSINE_STRONG), True),
+        (match(cosine=COSINE_STRONG - 0.01), False),
+        (match(cosine=0.04), False),  # the noise: cosine 0.04, no BM25 candidate
+        (match(cosine=-0.2, held=4, of=4), True),  # every word held: strong whatever the cosine
+        (match(held=TERMS_STRONG, of=TERMS_STRONG), True),
+        (match(held=1, of=6), False),  # one common word of six: no
+        (match(held=1, of=1), True),  # a one-word query whose word the chunk holds
+        (match(held=TERMS_STRONG, of=int(TERMS_STRONG / SHARE_STRONG) + 2), False),  # under the share
+    ],
+)
 def test_strong(m, expected):
     assert strong(m) is expected
 
@@ -156,8 +162,9 @@ def test_http_mcp_and_the_page_say_weak(store):
         served = Served(base, tokens, db, store / "tree", store / "api.log", store / "acl.yaml")
         body = served.search("eng", query=HR_ONLY, k=6).json()
         assert body["weak"] is True and body["results"]
-        assert all(r["match"]["bm25"] is None and r["match"]["vector"]["cosine"] < COSINE_STRONG
-                   for r in body["results"])
+        assert all(
+            r["match"]["bm25"] is None and r["match"]["vector"]["cosine"] < COSINE_STRONG for r in body["results"]
+        )
         assert served.search("hr", query=HR_ONLY, k=6).json()["weak"] is False
         spec = served.call("GET", "/openapi.json").json()
         assert "cosine" in json.dumps(spec["components"]["schemas"]["SearchRequest"]["properties"]["min_scores"])

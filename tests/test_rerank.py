@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from fakeopenai import FakeOpenAI
+from test_windows import hit
+
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.openai.retry import RetryPolicy
 from quarry.search.rerank import (
@@ -17,7 +18,6 @@ from quarry.search.rerank import (
     get_reranker,
     parse_ranking,
 )
-from test_windows import hit
 
 WORDS = "the a how to roll back deploy release expenses policy travel receipts table cat dog garden tea".split()
 
@@ -36,21 +36,41 @@ def tiny_cross_encoder(tmp_path_factory):
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                            sep_token="[SEP]", mask_token="[MASK]", model_max_length=64).save_pretrained(folder)
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=64,
+    ).save_pretrained(folder)
     import torch
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64, num_labels=1)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+        num_labels=1,
+    )
     BertForSequenceClassification(config).save_pretrained(folder)
     return folder
 
 
 def candidates():
-    texts = ["how to roll back a deploy", "travel expenses policy", "cat and dog in the garden",
-             "receipts table for travel", "tea"]
+    texts = [
+        "how to roll back a deploy",
+        "travel expenses policy",
+        "cat and dog in the garden",
+        "receipts table for travel",
+        "tea",
+    ]
     out = []
     for i, text in enumerate(texts, start=1):
         r = hit(f"d{i}:0", i, score=1.0 / (60 + i))
@@ -108,7 +128,8 @@ def test_cross_encoder_orders_by_the_models_own_scores(tiny_cross_encoder, monke
     out = reranker.rerank("roll back a deploy", results)
 
     expected = CrossEncoder(str(tiny_cross_encoder), local_files_only=True, device="cpu").predict(
-        [("roll back a deploy", f"{r.header}\n\n{r.text}") for r in results])
+        [("roll back a deploy", f"{r.header}\n\n{r.text}") for r in results]
+    )
     by_id = {r.chunk_id: float(s) for r, s in zip(results, expected)}
     assert [r.rank for r in out] == [1, 2, 3, 4, 5]
     assert [r.scores["rerank"] for r in out] == pytest.approx(sorted(by_id.values(), reverse=True))
@@ -177,8 +198,13 @@ def server():
 
 
 def llm(server, **kwargs) -> LLMReranker:
-    return LLMReranker(model="fake-chat", base_url=server.base_url, api_key="sk-test-secret",
-                       policy=RetryPolicy(attempts=3, base=0.01, cap=0.02), **kwargs)
+    return LLMReranker(
+        model="fake-chat",
+        base_url=server.base_url,
+        api_key="sk-test-secret",
+        policy=RetryPolicy(attempts=3, base=0.01, cap=0.02),
+        **kwargs,
+    )
 
 
 def test_llm_rerank_follows_the_models_ranking(server):

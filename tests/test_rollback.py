@@ -46,7 +46,9 @@ def test_rollback_restores_the_previous_generation_and_can_be_undone(cli, tmp_pa
 
     listed = cli("rollback", "--db", db, "--list", "--json")
     assert [(g["generation"], g["current"], g["restorable"], g["documents"]) for g in json.loads(listed.stdout)] == [
-        (2, True, True, 6), (1, False, True, 20)]
+        (2, True, True, 6),
+        (1, False, True, 20),
+    ]
     done = cli("rollback", "--db", db)
     assert done.returncode == 0, done.stderr
     assert "rolled back from generation 2 to the state of generation 1 (committed as generation 3)" in done.stdout
@@ -175,8 +177,10 @@ def test_a_generation_maintain_compacted_rolls_back_to_its_compacted_version(cli
     (tree / "note03.md").write_text("# Note 3\n\nAn egret.\n")
     assert cli("index", tree, "--db", db).returncode == 0
     assert cli("maintain", "--db", db, "--keep-versions-hours", "0").returncode == 0
-    assert generations.state_of(db, compacted.generation, read_pointer(db)) == (compacted.vector_table,
-                                                                                compacted.vector_version)
+    assert generations.state_of(db, compacted.generation, read_pointer(db)) == (
+        compacted.vector_table,
+        compacted.vector_version,
+    )
     done = cli("rollback", "--db", db)
     assert done.returncode == 0, done.stderr
     assert "egret" not in "".join(_paths(cli, db, "egret")) and cli("doctor", "--db", db).returncode == 0

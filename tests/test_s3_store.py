@@ -21,20 +21,21 @@ import sys
 import time
 
 import pytest
-
-import quarry
+from azuriteserver import SECRET as AZ_SECRET
+from azuriteserver import azurite_server, connection_env, new_container
 from conftest import ROOT, SAMPLE
-from quarry.core.errors import QuarryError, StoreLocked
-from quarry.store.layout import WriterLock, write_pointer
-from quarry.store.pointer import Pointer
-from quarry.core.storeurl import local_dir, parse_url
-from quarry.store.objstore import open_objects
-from quarry.store.handle import open_store
-from azuriteserver import SECRET as AZ_SECRET, azurite_server, connection_env, new_container
 from gcsserver import NO_LANCE, conditional
 from gcsserver import new_bucket as new_gcs_bucket
 from s3server import KEY, SECRET, aws_env, new_bucket
 from test_crash import contents, edit_tree
+
+import quarry
+from quarry.core.errors import QuarryError, StoreLocked
+from quarry.core.storeurl import local_dir, parse_url
+from quarry.store.handle import open_store
+from quarry.store.layout import WriterLock, write_pointer
+from quarry.store.objstore import open_objects
+from quarry.store.pointer import Pointer
 
 QUERY = "deploy rollback expenses review"
 
@@ -142,8 +143,10 @@ def test_incremental_runs_reach_an_open_reader(url, tree, tmp_path, cli, monkeyp
         assert idx.snapshot.pointer.generation == 2
     cache = local_dir(url)
     assert (cache / "catalog-000002.duckdb").is_file() and (cache / "index-000002").is_dir()
-    assert {k for k in remote_keys(url) if k.startswith("catalog-")} == {"catalog-000001.duckdb",
-                                                                           "catalog-000002.duckdb"}
+    assert {k for k in remote_keys(url) if k.startswith("catalog-")} == {
+        "catalog-000001.duckdb",
+        "catalog-000002.duckdb",
+    }
 
 
 # On az:// a slow test: its deletes and lease conflicts also run in test_objstore.py and test_maintain.py on Azurite.
@@ -155,7 +158,9 @@ def test_retention_keeps_the_last_generations(url, tree, tmp_path, cli):
     edit_tree(tree)
     assert cli("index", tree, "--db", url, env=env).returncode == 0
     assert {k.split("/")[0] for k in remote_keys(url) if k.startswith(("catalog-", "index-"))} == {
-        "catalog-000002.duckdb", "index-000002"}
+        "catalog-000002.duckdb",
+        "index-000002",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -163,8 +168,12 @@ def clean_contents(tmp_path_factory, prefect_api):
     base = tmp_path_factory.mktemp("clean")
     shutil.copytree(SAMPLE, base / "tree")
     edit_tree(base / "tree")
-    done = subprocess.run([sys.executable, "-m", "quarry.cli", "index", str(base / "tree"), "--db", str(base / "db")],
-                          capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "quarry.cli", "index", str(base / "tree"), "--db", str(base / "db")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr
     return contents(base / "db")
 
@@ -183,16 +192,28 @@ LAYOUTS = {"layers": {"QUARRY_REBASE_SHARE": "100"}, "base": {}}
 # and under either layout, which only changes the files uploaded (the local commit under each layout
 # is test_crash.py's). s3:// runs every point, after-upload under both layouts; az:// one on each
 # side of the pointer's move. Kept short: each costs CI half a minute.
-REMOTE_KILLS = [("s3", "after-upload", "layers"), ("s3", "after-upload", "base"), ("az", "after-upload", "layers"),
-                ("s3", "after-vectors", "layers"), ("s3", "before-commit", "layers"), ("s3", "after-commit", "layers"),
-                ("az", "before-commit", "layers")]
+REMOTE_KILLS = [
+    ("s3", "after-upload", "layers"),
+    ("s3", "after-upload", "base"),
+    ("az", "after-upload", "layers"),
+    ("s3", "after-vectors", "layers"),
+    ("s3", "before-commit", "layers"),
+    ("s3", "after-commit", "layers"),
+    ("az", "before-commit", "layers"),
+]
 
 
-@pytest.mark.parametrize("url, fault, layout", [
-    pytest.param(backend, fault, layout, marks=() if fault == "after-upload" else pytest.mark.slow)
-    for backend, fault, layout in REMOTE_KILLS], indirect=["url"])
-def test_kill_then_rerun_equals_a_clean_run(fault, layout, url, tree, tmp_path, cli, run_flow, clean_contents,
-                                           monkeypatch):
+@pytest.mark.parametrize(
+    "url, fault, layout",
+    [
+        pytest.param(backend, fault, layout, marks=() if fault == "after-upload" else pytest.mark.slow)
+        for backend, fault, layout in REMOTE_KILLS
+    ],
+    indirect=["url"],
+)
+def test_kill_then_rerun_equals_a_clean_run(
+    fault, layout, url, tree, tmp_path, cli, run_flow, clean_contents, monkeypatch
+):
     writer = {**machine(tmp_path, "writer"), **LAYOUTS[layout]}
     with monkeypatch.context() as m:  # the first run is the setting, not the case: in-process, 5 s less
         for name, value in writer.items():
@@ -227,10 +248,20 @@ def test_a_paused_writer_hides_its_upload_and_holds_the_lease(url, tree, tmp_pat
     assert cli("index", tree, "--db", url, env=machine(tmp_path, "writer")).returncode == 0
     edit_tree(tree)
     gate = tmp_path / "go"
-    env = {**os.environ, **machine(tmp_path, "writer"), "QUARRY_FAULT": "pause:after-upload",
-           "QUARRY_FAULT_FILE": str(gate)}
-    proc = subprocess.Popen([sys.executable, "-m", "quarry.cli", "index", str(tree), "--db", url], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    env = {
+        **os.environ,
+        **machine(tmp_path, "writer"),
+        "QUARRY_FAULT": "pause:after-upload",
+        "QUARRY_FAULT_FILE": str(gate),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quarry.cli", "index", str(tree), "--db", url],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (tmp_path / "go.paused").exists():
@@ -238,8 +269,9 @@ def test_a_paused_writer_hides_its_upload_and_holds_the_lease(url, tree, tmp_pat
             time.sleep(0.1)
         assert "catalog-000002.duckdb" in remote_keys(url)  # uploaded, not committed
         # a reader elsewhere reads what CURRENT names: generation 1, never the upload
-        found = cli("search", "kestrel budget", "--db", url, "--json", "--mode", "bm25",
-                    env=machine(tmp_path, "reader"))
+        found = cli(
+            "search", "kestrel budget", "--db", url, "--json", "--mode", "bm25", env=machine(tmp_path, "reader")
+        )
         assert found.returncode == 0, found.stderr
         assert not [r for r in json.loads(found.stdout)["results"] if "kestrel" in r["text"]]
         # a second writer on another machine finds the lease
@@ -259,9 +291,17 @@ def test_a_paused_writer_hides_its_upload_and_holds_the_lease(url, tree, tmp_pat
 
 # --- the protocol in one process ------------------------------------------------------------------
 
+
 def _pointer(generation: int) -> Pointer:
-    return Pointer(generation=generation, catalog=Pointer.catalog_name(generation), vector_table="", vector_version=0,
-                   model="m", dim=4, committed_at=time.time())
+    return Pointer(
+        generation=generation,
+        catalog=Pointer.catalog_name(generation),
+        vector_table="",
+        vector_version=0,
+        model="m",
+        dim=4,
+        committed_at=time.time(),
+    )
 
 
 def test_the_lease_excludes_a_writer_with_another_cache(url, tmp_path, monkeypatch):
@@ -318,8 +358,11 @@ def test_a_reader_may_trust_current_for_a_while(url):
 
 def test_a_reader_elsewhere_gets_the_committed_files(url, tmp_path, monkeypatch):
     store = local_dir(url)
-    files = {"catalog-000001.duckdb": os.urandom(3000), "index-000001/vectors.f32": os.urandom(5000),
-             "index-000001/bm25/terms.json": b'{"kestrel": 1}'}
+    files = {
+        "catalog-000001.duckdb": os.urandom(3000),
+        "index-000001/vectors.f32": os.urandom(5000),
+        "index-000001/bm25/terms.json": b'{"kestrel": 1}',
+    }
     for name, data in files.items():
         (store / name).parent.mkdir(parents=True, exist_ok=True)
         (store / name).write_bytes(data)

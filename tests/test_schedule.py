@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import ROOT, SAMPLE
 from localserver import free_port
 
@@ -32,8 +31,13 @@ def _env(**extra) -> dict:
 
 
 def _runs(db: Path, env: dict) -> list[dict]:
-    done = subprocess.run([sys.executable, "-m", "quarry.cli.main", "runs", "--db", str(db), "--json"],
-                          capture_output=True, text=True, env=env, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "quarry.cli.main", "runs", "--db", str(db), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     return json.loads(done.stdout) if done.returncode == 0 else []
 
 
@@ -79,8 +83,13 @@ def _serve_and_check(tmp_path: Path, env: dict, busy: bool = True) -> None:
     tree, db, log = tmp_path / "tree", tmp_path / "db", tmp_path / "serve.log"
     shutil.copytree(SAMPLE, tree)
     with open(log, "w") as out:
-        proc = subprocess.Popen([str(BIN / "quarry"), "serve", str(tree), "--db", str(db), "--cron", "* * * * *"],
-                                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+        proc = subprocess.Popen(
+            [str(BIN / "quarry"), "serve", str(tree), "--db", str(db), "--cron", "* * * * *"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=tmp_path,
+        )
     try:
         _wait(lambda: [r for r in _runs(db, env) if r["status"] == "completed"], 150, "no scheduled run", log)
 
@@ -91,8 +100,13 @@ def _serve_and_check(tmp_path: Path, env: dict, busy: bool = True) -> None:
         edited = time.time()
 
         def picked_up():
-            return [r for r in _runs(db, env) if r["status"] == "completed" and r["updated"] == 1
-                    and time.mktime(time.strptime(r["started"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone >= edited - 1]
+            return [
+                r
+                for r in _runs(db, env)
+                if r["status"] == "completed"
+                and r["updated"] == 1
+                and time.mktime(time.strptime(r["started"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone >= edited - 1
+            ]
 
         _wait(picked_up, 90, "no scheduled run picked up the edit", log)
         children = _descendants(proc.pid)
@@ -106,8 +120,26 @@ def _serve_and_check(tmp_path: Path, env: dict, busy: bool = True) -> None:
             proc.wait()
     out = log.read_text()
     assert "Traceback" not in out and "stopped" in out, out[-3000:]
-    search = subprocess.run([sys.executable, "-m", "quarry.cli.main", "search", "quokka schedule marker", "--db", str(db),
-                             "--mode", "bm25", "--json", "-k", "1"], capture_output=True, text=True, env=env, cwd=ROOT)
+    search = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "quarry.cli.main",
+            "search",
+            "quokka schedule marker",
+            "--db",
+            str(db),
+            "--mode",
+            "bm25",
+            "--json",
+            "-k",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert MARKER in json.loads(search.stdout)["results"][0]["text"]
     # the committed catalog holds every run: completed ones and the skipped one (merged at a commit)
     statuses = [r["status"] for r in _runs(db, env)]
@@ -116,10 +148,20 @@ def _serve_and_check(tmp_path: Path, env: dict, busy: bool = True) -> None:
 
 def _skip_while_busy(db: Path, env: dict, log: Path) -> None:
     # A run that finds the store busy (here: a writer in another process) is skipped and recorded.
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
-                               "from quarry.store.layout import WriterLock; "
-                               "l = WriterLock(Path(sys.argv[1])).acquire(); print('held', flush=True); "
-                               "time.sleep(600)", str(db)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; "
+            "from quarry.store.layout import WriterLock; "
+            "l = WriterLock(Path(sys.argv[1])).acquire(); print('held', flush=True); "
+            "time.sleep(600)",
+            str(db),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     assert holder.stdout.readline().strip() == "held"
     try:
         _wait(lambda: [r for r in _runs(db, env) if r["status"] == "skipped"], 90, "no skipped run", log)
@@ -142,8 +184,12 @@ def prefect_server(tmp_path_factory):
     env = _env(PREFECT_HOME=str(home))
     log = home / "server.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     url = f"http://127.0.0.1:{port}/api"
     import httpx
 
@@ -185,8 +231,9 @@ def test_prefect_yaml_deployment_runs_on_schedule_with_a_process_worker(tmp_path
 
     def prefect(*args):
         # From the project root, as its comments say: the pull step records this directory.
-        return subprocess.run([str(BIN / "prefect"), *args], capture_output=True, text=True, env=env, cwd=ROOT,
-                              timeout=180)
+        return subprocess.run(
+            [str(BIN / "prefect"), *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=180
+        )
 
     pool = deployment["work_pool"]["name"]
     done = prefect("work-pool", "create", pool, "--type", "process")
@@ -195,11 +242,20 @@ def test_prefect_yaml_deployment_runs_on_schedule_with_a_process_worker(tmp_path
     assert done.returncode == 0, done.stdout + done.stderr
     log = tmp_path / "worker.log"
     with open(log, "w") as out:
-        worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", pool], stdout=out,
-                                  stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+        worker = subprocess.Popen(
+            [str(BIN / "prefect"), "worker", "start", "--pool", pool],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=tmp_path,
+        )
     try:
-        runs = _wait(lambda: [r for r in _runs(db, env) if r["status"] == "completed"], 180,
-                     "the deployment's schedule ran no flow", log)
+        runs = _wait(
+            lambda: [r for r in _runs(db, env) if r["status"] == "completed"],
+            180,
+            "the deployment's schedule ran no flow",
+            log,
+        )
     finally:
         worker.terminate()
         try:
@@ -217,8 +273,14 @@ def _tracebacks(log: str) -> list[str]:
     through (seen with other test jobs on 2 cores, and once in a CI run alone). What the run did is
     checked by the caller; any other traceback fails."""
     errors = [block for block in log.split("| ERROR")[1:] if "Traceback" in block]
-    return [b for b in errors if not ("sqlite3.OperationalError) database is locked" in b
-                                      or b.rstrip().endswith("sqlite3.OperationalError: database is locked"))]
+    return [
+        b
+        for b in errors
+        if not (
+            "sqlite3.OperationalError) database is locked" in b
+            or b.rstrip().endswith("sqlite3.OperationalError: database is locked")
+        )
+    ]
 
 
 def test_serve_indexes_at_start_names_its_api_and_lends_it_to_one_shot_runs(tmp_path):
@@ -231,15 +293,26 @@ def test_serve_indexes_at_start_names_its_api_and_lends_it_to_one_shot_runs(tmp_
     shutil.copytree(SAMPLE, tree)
     env, port = _env(), free_port()
     with open(log, "w") as out:
-        proc = subprocess.Popen([str(BIN / "quarry"), "serve", str(tree), "--db", str(db), "--cron", "0 0 1 1 *",
-                                 "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+        proc = subprocess.Popen(
+            [str(BIN / "quarry"), "serve", str(tree), "--db", str(db), "--cron", "0 0 1 1 *", "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=tmp_path,
+        )
     try:
         _wait(lambda: [r for r in _runs(db, env) if r["status"] == "completed"], 120, "no run at start", log)
         assert f"Prefect API: http://127.0.0.1:{port}/api" in log.read_text()
         assert json.loads((db / "prefect" / "server.json").read_text())["url"] == f"http://127.0.0.1:{port}/api"
         (tree / "extra.md").write_text("# Extra\n\nA one-shot run while serve runs.\n")
-        done = subprocess.run([str(BIN / "quarry"), "index", str(tree), "--db", str(db), "--json"],
-                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+        done = subprocess.run(
+            [str(BIN / "quarry"), "index", str(tree), "--db", str(db), "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=300,
+        )
         assert done.returncode == 0 and json.loads(done.stdout)["added"] == 1, done.stderr
         flows = httpx.post(f"http://127.0.0.1:{port}/api/flow_runs/filter", json={}, timeout=10).json()
         assert len([f for f in flows if f["state_type"] == "COMPLETED"]) >= 2  # serve's first run and the one-shot
@@ -253,8 +326,13 @@ def test_serve_indexes_at_start_names_its_api_and_lends_it_to_one_shot_runs(tmp_
 
     db2, log2 = tmp_path / "db2", tmp_path / "serve2.log"
     with open(log2, "w") as out:
-        proc = subprocess.Popen([str(BIN / "quarry"), "serve", str(tree), "--db", str(db2), "--cron", "0 0 1 1 *",
-                                 "--no-initial-run"], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+        proc = subprocess.Popen(
+            [str(BIN / "quarry"), "serve", str(tree), "--db", str(db2), "--cron", "0 0 1 1 *", "--no-initial-run"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=tmp_path,
+        )
     try:
         _wait(lambda: "serving quarry-index/" in log2.read_text(), 120, "serve did not start", log2)
         time.sleep(15)  # longer than the runner's poll: a run asked for at start would have begun

@@ -9,8 +9,8 @@ import re
 import duckdb
 import pyarrow as pa
 import pytest
-
 from conftest import ROOT
+
 from quarry.core.models import Chunk, DocumentRecord, FileInfo, Section
 from quarry.core.sqlfiles import load_sql, statements
 from quarry.store import catalog, vectors
@@ -44,7 +44,7 @@ def strip_parens(text: str) -> str:
 def architecture_tables() -> dict[str, list[str]]:
     """Key and columns of each catalog table, as docs/ARCHITECTURE.md lists them."""
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
-    section = text[text.index("### Catalog tables"):]
+    section = text[text.index("### Catalog tables") :]
     section = section[: section.index("\n### ", 5)]
     out = {}
     for line in section.splitlines():
@@ -67,15 +67,37 @@ def test_builders_use_the_schema_of_the_sql(con):
 
 def test_rows_built_from_a_record_insert_into_the_real_tables(con):
     info = FileInfo(path="/r/a.md", root="/r", rel_path="a.md", file_type="md", size=3, mtime=0.0, sha256="s")
-    chunk = Chunk(chunk_id="d:0", doc_id="d", section_index=0, chunk_index=0, start=0, end=3, page_start=None,
-                  page_end=None, header="h", text="abc", text_hash="t", n_tokens=2)
-    record = DocumentRecord(doc_id="d", file=info, title="A", summary="", n_pages=None, metadata={},
-                            sections=[Section(index=0, title="A", level=1, start=0, end=3)], chunks=[chunk])
+    chunk = Chunk(
+        chunk_id="d:0",
+        doc_id="d",
+        section_index=0,
+        chunk_index=0,
+        start=0,
+        end=3,
+        page_start=None,
+        page_end=None,
+        header="h",
+        text="abc",
+        text_hash="t",
+        n_tokens=2,
+    )
+    record = DocumentRecord(
+        doc_id="d",
+        file=info,
+        title="A",
+        summary="",
+        n_pages=None,
+        metadata={},
+        sections=[Section(index=0, title="A", level=1, start=0, end=3)],
+        chunks=[chunk],
+    )
     con.execute("BEGIN")
     try:
-        for table, rows in (("documents", catalog.documents_table([record], "run")),
-                            ("sections", catalog.sections_table([record], lambda r, a, b: (None, None))),
-                            ("chunks", catalog.chunks_table([record]))):
+        for table, rows in (
+            ("documents", catalog.documents_table([record], "run")),
+            ("sections", catalog.sections_table([record], lambda r, a, b: (None, None))),
+            ("chunks", catalog.chunks_table([record])),
+        ):
             con.register("new_rows", rows)
             con.execute(f"INSERT INTO {table} SELECT * FROM new_rows")  # by position: order must agree
             con.unregister("new_rows")
@@ -97,7 +119,7 @@ def test_architecture_lists_every_catalog_column(con):
 
 def test_architecture_lists_the_vector_columns():
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
-    section = text[text.index("### Vector table (LanceDB)"):]
+    section = text[text.index("### Vector table (LanceDB)") :]
     first = section.split("\n\n")[1]
     listed = re.findall(r"`([a-z_]+)`", strip_parens(first.split(". ")[0]))
     assert listed == vectors.schema("m", 4).names
@@ -108,7 +130,7 @@ def export_doc_columns() -> dict[str, list[tuple[str, str]]]:
     text = (ROOT / "docs" / "export.md").read_text(encoding="utf-8")
     out = {}
     for table in ("documents", "sections", "chunks"):
-        section = text[text.index(f"\n### {table}\n"):]
+        section = text[text.index(f"\n### {table}\n") :]
         section = section[: section.index("\n### ", 5)]
         rows = re.finditer(r"^\| `(\w+)` \| ([^|]+) \|", section, re.M)
         out[table] = [(m.group(1), m.group(2).strip()) for m in rows]

@@ -9,13 +9,13 @@ import subprocess
 import sys
 
 import pytest
+from test_query import DIM, FILLER, SETTINGS, commit, doc
 
 import quarry
 from quarry.core.errors import UsageError
 from quarry.search.rerank import apply_order
 from quarry.search.segments import get_params, segments_from_results
 from quarry.search.windows import expand
-from test_query import DIM, FILLER, SETTINGS, commit, doc
 
 QUERY = "rollback deploy release"
 
@@ -37,9 +37,18 @@ class Reverse:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     store = tmp_path_factory.mktemp("api") / "store"
-    records = [doc(f"runbook{i}", [f"{FILLER} part {j} of runbook {i}: rollback the deploy and release {j}."
-                                   if j % 3 == 0 else f"{FILLER} unrelated paragraph {j} of {i}."
-                                   for j in range(12)]) for i in range(6)]
+    records = [
+        doc(
+            f"runbook{i}",
+            [
+                f"{FILLER} part {j} of runbook {i}: rollback the deploy and release {j}."
+                if j % 3 == 0
+                else f"{FILLER} unrelated paragraph {j} of {i}."
+                for j in range(12)
+            ],
+        )
+        for i in range(6)
+    ]
     commit(store, records)
     return store
 
@@ -89,26 +98,30 @@ def test_segments_without_rerank_rank_the_presets_pool(idx):
 def test_windows_widen_the_k_results(idx, window, before_after):
     response = idx.search(QUERY, k=4, window=window)
     assert len(response.results) == 4
-    assert [w.to_dict() for w in response.windows] == [w.to_dict() for w in expand(idx, response.results,
-                                                                                    *before_after)]
+    assert [w.to_dict() for w in response.windows] == [
+        w.to_dict() for w in expand(idx, response.results, *before_after)
+    ]
     out = response.to_dict()
     assert out["windows"] == [w.to_dict() for w in response.windows] and "segments" not in out
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"window": (1, 1), "segments": "balanced"}, "alternatives"),
-    ({"window": (1,)}, "window takes"),
-    ({"window": (-1, 1)}, "window takes"),
-    ({"window": (1.5, 1)}, "window takes"),
-    ({"window": True}, "window takes"),
-    ({"window": "x"}, "--window takes BEFORE,AFTER"),
-    ({"segments": "greedy"}, "unknown segment preset"),
-    ({"segments": 3}, "segments takes a preset"),
-    ({"rerank": "bogus"}, "unknown reranker 'bogus'"),
-    ({"rerank": object()}, "rerank takes a spec"),
-    ({"rerank": Reverse(), "rerank_candidates": 0}, "rerank_candidates must be at least 1"),
-    ({"k": 0, "rerank": Reverse()}, "k must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"window": (1, 1), "segments": "balanced"}, "alternatives"),
+        ({"window": (1,)}, "window takes"),
+        ({"window": (-1, 1)}, "window takes"),
+        ({"window": (1.5, 1)}, "window takes"),
+        ({"window": True}, "window takes"),
+        ({"window": "x"}, "--window takes BEFORE,AFTER"),
+        ({"segments": "greedy"}, "unknown segment preset"),
+        ({"segments": 3}, "segments takes a preset"),
+        ({"rerank": "bogus"}, "unknown reranker 'bogus'"),
+        ({"rerank": object()}, "rerank takes a spec"),
+        ({"rerank": Reverse(), "rerank_candidates": 0}, "rerank_candidates must be at least 1"),
+        ({"k": 0, "rerank": Reverse()}, "k must be at least 1"),
+    ],
+)
 def test_bad_arguments_are_usage_errors(idx, kwargs, message):
     with pytest.raises(UsageError, match=message):
         idx.search(QUERY, **{"k": 3, **kwargs})
@@ -123,7 +136,11 @@ def test_export_is_one_call(idx, tmp_path):
     report = idx.export(tmp_path / "out", "jsonl", filters="file_type = 'md'")
     assert report.rows == {"documents": 6, "sections": 6, "chunks": 72} and report.filter
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "chunks.jsonl", "documents.jsonl", "manifest.json", "sections.jsonl"]
+        "chunks.jsonl",
+        "documents.jsonl",
+        "manifest.json",
+        "sections.jsonl",
+    ]
 
 
 def test_public_surface():
@@ -133,8 +150,9 @@ def test_public_surface():
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         quarry.nope  # noqa: B018
     code = "import sys, quarry; print(sorted(m for m in ('numpy', 'duckdb', 'quarry.search') if m in sys.modules))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "QUARRY_EMBED_DIM": str(DIM)})
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "QUARRY_EMBED_DIM": str(DIM)}
+    )
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
 
 

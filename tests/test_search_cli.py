@@ -6,11 +6,11 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import shared
 from fakeopenai import FakeOpenAI
-from quarry.cli.main import cli as cli_group
 from test_rerank import tiny_cross_encoder  # noqa: F401 - the fixture, built once for this module
+
+from quarry.cli.main import cli as cli_group
 
 RETRIEVER_KEYS = {"vector", "bm25"}
 
@@ -34,8 +34,9 @@ def as_json(done) -> dict:
     return json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("flags", [["--where", "file_type = 'pdf'"], ["--where", "file_type=pdf"], ["--type", "pdf"],
-                                   ["--path", "*.pdf"]])
+@pytest.mark.parametrize(
+    "flags", [["--where", "file_type = 'pdf'"], ["--where", "file_type=pdf"], ["--type", "pdf"], ["--path", "*.pdf"]]
+)
 def test_filtered_search_returns_only_pdfs(db, flags):
     out = as_json(run("table", "--db", db, *flags, "--json", "-k", "5"))
     assert out["results"] and all(r["path"].endswith(".pdf") for r in out["results"])
@@ -56,8 +57,20 @@ def test_window_json_adds_windows_and_keeps_results(db):
     assert windows and sorted(h for w in windows for h in w["hits"]) == [1, 2, 3]
     by_rank = {r["rank"]: r for r in out["results"]}
     for w in windows:
-        assert {"path", "section", "header", "text", "first_chunk", "last_chunk", "start_char", "end_char",
-                "page_start", "page_end", "hits", "score"} <= set(w)
+        assert {
+            "path",
+            "section",
+            "header",
+            "text",
+            "first_chunk",
+            "last_chunk",
+            "start_char",
+            "end_char",
+            "page_start",
+            "page_end",
+            "hits",
+            "score",
+        } <= set(w)
         for h in w["hits"]:
             assert by_rank[h]["text"] in w["text"] and by_rank[h]["path"] == w["path"]
             assert w["first_chunk"] <= by_rank[h]["chunk_index"] <= w["last_chunk"]
@@ -67,8 +80,10 @@ def test_jsonl_writes_one_object_per_line(db):
     done = run("table", "--db", db, "--format", "jsonl", "-k", "4")
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert done.exit_code == 0 and [r["rank"] for r in rows] == [1, 2, 3, 4]
-    windows = [json.loads(line) for line in run("table", "--db", db, "--format", "jsonl", "-k", "4",
-                                                "--window", "0,1").stdout.splitlines()]
+    windows = [
+        json.loads(line)
+        for line in run("table", "--db", db, "--format", "jsonl", "-k", "4", "--window", "0,1").stdout.splitlines()
+    ]
     assert windows and all("first_chunk" in w for w in windows)
 
 
@@ -113,8 +128,9 @@ def test_llm_rerank_through_the_cli(db):
         server.chat_handler = lambda request: {"ranking": [3, 2, 1]}
         env = {"QUARRY_LLM_BASE_URL": server.base_url, "QUARRY_LLM_MODEL": "fake-chat", "QUARRY_LLM_API_KEY": "k"}
         plain = as_json(run("table", "--db", db, "--json", "-k", "3"))
-        out = as_json(run("table", "--db", db, "--json", "-k", "3", "--rerank", "llm", "--rerank-candidates", "3",
-                          env=env))
+        out = as_json(
+            run("table", "--db", db, "--json", "-k", "3", "--rerank", "llm", "--rerank-candidates", "3", env=env)
+        )
         assert server.calls == 1
     assert [r["chunk_id"] for r in out["results"]] == [r["chunk_id"] for r in plain["results"]][::-1]
     assert [r["scores"]["rerank"] for r in out["results"]] == pytest.approx([1.0, 2 / 3, 1 / 3])
@@ -122,8 +138,21 @@ def test_llm_rerank_through_the_cli(db):
 
 @pytest.mark.torch
 def test_cross_encoder_rerank_with_explain(db, tiny_cross_encoder):  # noqa: F811
-    out = as_json(run("table", "--db", db, "--json", "-k", "4", "--explain", "--rerank",
-                      f"cross-encoder:{tiny_cross_encoder}", "--rerank-candidates", "8"))
+    out = as_json(
+        run(
+            "table",
+            "--db",
+            db,
+            "--json",
+            "-k",
+            "4",
+            "--explain",
+            "--rerank",
+            f"cross-encoder:{tiny_cross_encoder}",
+            "--rerank-candidates",
+            "8",
+        )
+    )
     results = out["results"]
     assert len(results) == 4 and [r["rank"] for r in results] == [1, 2, 3, 4]
     scores = [r["scores"]["rerank"] for r in results]
@@ -138,8 +167,20 @@ def test_segments_over_llm_reranked_candidates(db):
     with FakeOpenAI() as server:
         server.chat_handler = lambda request: {"ranking": [1, 2, 3, 4, 5, 6]}
         env = {"QUARRY_LLM_BASE_URL": server.base_url, "QUARRY_LLM_API_KEY": "k"}
-        out = as_json(run("LayoutParser", "--db", db, "--json", "--segments", "--rerank", "llm",
-                          "--rerank-candidates", "6", env=env))
+        out = as_json(
+            run(
+                "LayoutParser",
+                "--db",
+                db,
+                "--json",
+                "--segments",
+                "--rerank",
+                "llm",
+                "--rerank-candidates",
+                "6",
+                env=env,
+            )
+        )
         assert server.calls == 1
     # rank-derived relevance after an LLM rerank: the top chunk is worth 1.0 - 0.18, a segment
     assert out["segments"] and out["segments"][0]["hits"][0] == 1

@@ -1,15 +1,18 @@
 import pytest
-
 from conftest import shared
-from quarry.ingest.context import RuleContextWriter, extractive_summary, title_from_filename
+
 from quarry.core.models import FileInfo, Heading, ParsedDocument
+from quarry.ingest.context import RuleContextWriter, extractive_summary, title_from_filename
 from quarry.ingest.parsers import parse_file
 from quarry.ingest.sectioning import StructureSectioner
 
 
 def tiles(sections, n):
-    return sections[0].start == 0 and sections[-1].end == n and all(
-        a.end == b.start for a, b in zip(sections, sections[1:]))
+    return (
+        sections[0].start == 0
+        and sections[-1].end == n
+        and all(a.end == b.start for a, b in zip(sections, sections[1:]))
+    )
 
 
 def test_headings_become_sections_with_breadcrumbs():
@@ -17,7 +20,10 @@ def test_headings_become_sections_with_breadcrumbs():
     heads = [Heading(1, "Guide", 0), Heading(2, "Setup", 8), Heading(3, "Linux", 29), Heading(2, "Usage", 47)]
     sections = StructureSectioner().sections(ParsedDocument(text=text, headings=heads))
     assert [(s.title, s.path) for s in sections] == [
-        ("Setup", "Guide > Setup"), ("Linux", "Guide > Setup > Linux"), ("Usage", "Guide > Usage")]
+        ("Setup", "Guide > Setup"),
+        ("Linux", "Guide > Setup > Linux"),
+        ("Usage", "Guide > Usage"),
+    ]
     assert tiles(sections, len(text))  # the empty "Guide" section folded into "Setup"
 
 
@@ -48,13 +54,17 @@ def test_header_skips_repeated_document_title():
     from quarry.core.models import Section
 
     writer = RuleContextWriter()
-    doc = ParsedDocument(text="# Guide\n\nSome opening prose that is long enough to be a summary sentence here.",
-                         headings=[Heading(1, "Guide", 0)])
+    doc = ParsedDocument(
+        text="# Guide\n\nSome opening prose that is long enough to be a summary sentence here.",
+        headings=[Heading(1, "Guide", 0)],
+    )
     file = FileInfo("/r/guide.md", "/r", "guide.md", "md", 1, 1.0, "x")
     title, summary = writer.document_context(doc, file, [])
     assert title == "Guide" and summary.startswith("Some opening prose")
-    assert writer.header(title, summary, Section(0, "Setup", 2, 0, 1, path="Guide > Setup")) == \
-        "Document: Guide\nSection: Setup"
+    assert (
+        writer.header(title, summary, Section(0, "Setup", 2, 0, 1, path="Guide > Setup"))
+        == "Document: Guide\nSection: Setup"
+    )
     assert writer.header(title, summary, Section(0, "Guide", 1, 0, 1, path="Guide")) == "Document: Guide"
 
 

@@ -45,12 +45,46 @@ def _catalog(path, items: dict[str, str]):
     """A whole catalog of one-chunk documents (doc id -> text)."""
     con = catalog.create(path)
     now = dt.datetime(2024, 1, 1)
-    chunks = [{"chunk_id": f"{k}:0", "doc_id": k, "section_index": 0, "chunk_index": 0, "start_char": 0,
-               "end_char": len(t), "page_start": None, "page_end": None, "header": "", "text": t, "text_hash": k,
-               "n_tokens": 1, "search_text": _tokens(t)} for k, t in sorted(items.items())]
-    docs = [{"doc_id": k, "path": f"/r/{k}.md", "root": "/r", "rel_path": f"{k}.md", "file_type": "md", "size": 1,
-             "mtime": now, "sha256": k, "title": k, "summary": "", "n_pages": None, "n_sections": 1, "n_chunks": 1,
-             "metadata": "{}", "indexed_at": now, "run_id": "r", "path_bytes": None} for k in sorted(items)]
+    chunks = [
+        {
+            "chunk_id": f"{k}:0",
+            "doc_id": k,
+            "section_index": 0,
+            "chunk_index": 0,
+            "start_char": 0,
+            "end_char": len(t),
+            "page_start": None,
+            "page_end": None,
+            "header": "",
+            "text": t,
+            "text_hash": k,
+            "n_tokens": 1,
+            "search_text": _tokens(t),
+        }
+        for k, t in sorted(items.items())
+    ]
+    docs = [
+        {
+            "doc_id": k,
+            "path": f"/r/{k}.md",
+            "root": "/r",
+            "rel_path": f"{k}.md",
+            "file_type": "md",
+            "size": 1,
+            "mtime": now,
+            "sha256": k,
+            "title": k,
+            "summary": "",
+            "n_pages": None,
+            "n_sections": 1,
+            "n_chunks": 1,
+            "metadata": "{}",
+            "indexed_at": now,
+            "run_id": "r",
+            "path_bytes": None,
+        }
+        for k in sorted(items)
+    ]
     con.register("c", pa.Table.from_pylist(chunks, schema=table_schema("chunks")))
     con.register("d", pa.Table.from_pylist(docs, schema=table_schema("documents")))
     con.execute("INSERT INTO chunks BY NAME SELECT * FROM c")
@@ -69,8 +103,11 @@ def _vectors(ids):
     import hashlib
 
     seeds = [int.from_bytes(hashlib.sha256(c.encode()).digest()[:4], "little") for c in ids.to_pylist()]
-    out = np.stack([np.random.default_rng(s).standard_normal(8).astype(np.float32) for s in seeds]) \
-        if seeds else np.zeros((0, 8), np.float32)
+    out = (
+        np.stack([np.random.default_rng(s).standard_normal(8).astype(np.float32) for s in seeds])
+        if seeds
+        else np.zeros((0, 8), np.float32)
+    )
     return out
 
 
@@ -99,7 +136,7 @@ def three_segments(tmp_path_factory, scifact_texts):
         if gen > 1:
             changed = rng.sample(sorted(live), 40)
             removed = rng.sample(sorted(set(live) - set(changed)), 25)
-            added = keys[1000 + (gen - 2) * 250:1000 + (gen - 1) * 250]
+            added = keys[1000 + (gen - 2) * 250 : 1000 + (gen - 1) * 250]
             items = {k: live[k] + f" revised in generation {gen} with kestrel notes" for k in changed}
             items.update({k: texts[k] for k in added})
             offsets = np.cumsum([0] + [s.n_rows for s in earlier])
@@ -116,14 +153,17 @@ def three_segments(tmp_path_factory, scifact_texts):
             live.update(items)
         folder = tmp / searchindex.folder_name(gen)
         con = _catalog(tmp / f"c{gen}.duckdb", items)
-        searchindex.build_into(folder, con, _vectors, generation=gen, earlier=earlier,
-                               deleted_rows=dead_rows, deleted_docs=dead_docs)
+        searchindex.build_into(
+            folder, con, _vectors, generation=gen, earlier=earlier, deleted_rows=dead_rows, deleted_docs=dead_docs
+        )
         con.close()
         earlier.append(searchindex.Segment.load(folder, gen))
     full_con = _catalog(tmp / "full.duckdb", live)
     arrays, manifest = searchindex.build(full_con, _vectors)
     full_con.close()
-    return searchindex.SearchIndex.load(tmp / searchindex.folder_name(3)), searchindex.SearchIndex.from_arrays(arrays, manifest)
+    return searchindex.SearchIndex.load(tmp / searchindex.folder_name(3)), searchindex.SearchIndex.from_arrays(
+        arrays, manifest
+    )
 
 
 def test_bm25_over_segments_equals_a_rebuild_bit_for_bit(three_segments, scifact_texts):
@@ -183,8 +223,9 @@ def test_masks_and_document_cards_over_segments(three_segments, scifact_texts):
         full_rows = [ids_full.index(c) for c in seg.chunk_ids(rows)]
         doc_of2, scores2 = full.cards.evidence(full_rows, toks)
         assert max(scores) == max(scores2)
-        assert by_id == dict(zip(full.chunk_ids(full_rows), (scores2[doc_of2[r]] if doc_of2[r] >= 0 else None
-                                                              for r in full_rows)))
+        assert by_id == dict(
+            zip(full.chunk_ids(full_rows), (scores2[doc_of2[r]] if doc_of2[r] >= 0 else None for r in full_rows))
+        )
 
 
 def test_exact_vector_search_over_segments_equals_a_rebuild(three_segments):
@@ -212,8 +253,9 @@ def test_a_small_segment_is_probed_with_the_base_clusters(tmp_path):
     base = searchindex.Segment.load(tmp_path / searchindex.folder_name(1), 1)
     assert base.dense.has_ivf
     con = _catalog(tmp_path / "c2.duckdb", delta_items)
-    manifest = searchindex.build_into(tmp_path / searchindex.folder_name(2), con, _vectors, ivf_rows=100,
-                                      generation=2, earlier=[base])
+    manifest = searchindex.build_into(
+        tmp_path / searchindex.folder_name(2), con, _vectors, ivf_rows=100, generation=2, earlier=[base]
+    )
     con.close()
     folder = tmp_path / searchindex.folder_name(2)
     assert manifest["segment"]["dense"]["base_ivf"] == {"nlist": len(base.dense.centroids), "generation": 1}
@@ -251,17 +293,26 @@ def _by_score(ids, scores) -> list[tuple[float, frozenset]]:
 # --- the merge policy ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("base, deleted, deltas, own, env, expected", [
-    (1000, 0, [], 10, {}, []),                                   # the first delta stays
-    (100_000, 0, [(2, 20)], 20, {}, [2]),                        # small ones fold in (4,096-row floor)
-    (100_000, 0, [(2, 5000), (3, 20)], 20, {}, [3]),             # a big one stays under a small merge
-    (100_000, 0, [(2, 5000), (3, 5000)], 5000, {}, [2, 3]),      # equal sizes: a binary counter's carry
-    (1000, 0, [(2, 200)], 100, {}, None),                        # past a quarter of the base: a new base
-    (1000, 300, [], 1, {}, None),                                # deletions from the base count too
-    (0, 0, [], 5, {}, None),                                     # an empty base
-    (10**6, 0, [(g, 10**5 // 2**g) for g in range(2, 8)], 1, {"QUARRY_MAX_LAYERS": "4",
-                                                               "QUARRY_MERGE_MIN_ROWS": "1"}, [4, 5, 6, 7]),
-])
+@pytest.mark.parametrize(
+    "base, deleted, deltas, own, env, expected",
+    [
+        (1000, 0, [], 10, {}, []),  # the first delta stays
+        (100_000, 0, [(2, 20)], 20, {}, [2]),  # small ones fold in (4,096-row floor)
+        (100_000, 0, [(2, 5000), (3, 20)], 20, {}, [3]),  # a big one stays under a small merge
+        (100_000, 0, [(2, 5000), (3, 5000)], 5000, {}, [2, 3]),  # equal sizes: a binary counter's carry
+        (1000, 0, [(2, 200)], 100, {}, None),  # past a quarter of the base: a new base
+        (1000, 300, [], 1, {}, None),  # deletions from the base count too
+        (0, 0, [], 5, {}, None),  # an empty base
+        (
+            10**6,
+            0,
+            [(g, 10**5 // 2**g) for g in range(2, 8)],
+            1,
+            {"QUARRY_MAX_LAYERS": "4", "QUARRY_MERGE_MIN_ROWS": "1"},
+            [4, 5, 6, 7],
+        ),
+    ],
+)
 def test_plan_merge(monkeypatch, base, deleted, deltas, own, env, expected):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -282,13 +333,34 @@ def _record(doc_id: str, rel: str, title: str, text: str, mtime: float = T0) -> 
             current = ""
         current += sentence + ". "
     parts.append(current)
-    file = FileInfo(path=f"/corpus/{rel}", root="/corpus", rel_path=rel, file_type="md", size=len(text), mtime=mtime,
-                    sha256=hashlib.sha256(text.encode()).hexdigest())
+    file = FileInfo(
+        path=f"/corpus/{rel}",
+        root="/corpus",
+        rel_path=rel,
+        file_type="md",
+        size=len(text),
+        mtime=mtime,
+        sha256=hashlib.sha256(text.encode()).hexdigest(),
+    )
     chunks, pos = [], 0
     for i, part in enumerate(parts):
         header = f"Document: {title}"
-        chunks.append(Chunk(f"{doc_id}:{i}", doc_id, 0, i, pos, pos + len(part), None, None, header, part,
-                            hashlib.sha256(join_header(header, part).encode()).hexdigest(), len(part) // 4))
+        chunks.append(
+            Chunk(
+                f"{doc_id}:{i}",
+                doc_id,
+                0,
+                i,
+                pos,
+                pos + len(part),
+                None,
+                None,
+                header,
+                part,
+                hashlib.sha256(join_header(header, part).encode()).hexdigest(),
+                len(part) // 4,
+            )
+        )
         pos += len(part)
     return DocumentRecord(doc_id, file, title, "", [Section(0, title, 1, 0, pos)], chunks)
 
@@ -301,8 +373,18 @@ def _commit(store, records=(), deletes=(), moves=(), run_id="r"):
         w.write_documents(list(records), vecs, run_id)
         w.delete_documents(list(deletes))
         w.move_documents([(d, f"/corpus/{rel}", "/corpus", rel, dt.datetime(2024, 2, 1), run_id) for d, rel in moves])
-        w.commit({"run_id": run_id, "started": dt.datetime.now(), "status": "completed", "roots": ["/corpus"],
-                  "errors": [], "durations": {}, "settings": {}}, {})
+        w.commit(
+            {
+                "run_id": run_id,
+                "started": dt.datetime.now(),
+                "status": "completed",
+                "roots": ["/corpus"],
+                "errors": [],
+                "durations": {},
+                "settings": {},
+            },
+            {},
+        )
     finally:
         w.close()
 
@@ -324,23 +406,36 @@ def stores(tmp_path_factory):
         alive = list(ids[:700])
         sizes = [40, 35, 30, 25, 150, 30, 20, 10]
         for step in range(1, 9):
-            start = 700 + sum(sizes[:step - 1])
-            added = ids[start:start + sizes[step - 1]]
+            start = 700 + sum(sizes[: step - 1])
+            added = ids[start : start + sizes[step - 1]]
             edited = rng.sample(alive, 12)
             for d in edited:  # an edit, then (for some) the final text again in a later commit
                 title, text = beir.corpus[d]
-                final[d] = dataclasses.replace(_record(final[d].doc_id, final[d].file.rel_path, title,
-                                                       text + f" Erratum {step}: kestrel dosage revised."))
+                final[d] = dataclasses.replace(
+                    _record(
+                        final[d].doc_id,
+                        final[d].file.rel_path,
+                        title,
+                        text + f" Erratum {step}: kestrel dosage revised.",
+                    )
+                )
             deleted = rng.sample([d for d in alive if d not in edited], 6)
             moved = rng.sample([d for d in alive if d not in edited and d not in deleted], 5)
             moves = []
             for d in moved:
                 rel = f"moved/{step}/{d}.md"
                 old = final[d]
-                final[d] = dataclasses.replace(old, file=dataclasses.replace(old.file, path=f"/corpus/{rel}", rel_path=rel))
+                final[d] = dataclasses.replace(
+                    old, file=dataclasses.replace(old.file, path=f"/corpus/{rel}", rel_path=rel)
+                )
                 moves.append((old.doc_id, rel))
-            _commit(layered, [final[d] for d in edited + list(added)], [final[d].doc_id for d in deleted], moves,
-                    run_id=f"r{step}")
+            _commit(
+                layered,
+                [final[d] for d in edited + list(added)],
+                [final[d].doc_id for d in deleted],
+                moves,
+                run_id=f"r{step}",
+            )
             alive = [d for d in alive if d not in deleted] + list(added)
             for d in deleted:
                 final.pop(d)
@@ -363,9 +458,12 @@ def test_small_commits_answer_the_judged_queries_as_one_commit(stores):
             idx.prime_queries([beir.queries[q] for q in qids])
             metrics[name] = {}
             for mode in ("bm25", "vector", "hybrid"):
-                rankings = {q: chunk_ranking_to_docs([beir_id.get(r.doc_id, r.doc_id) for r in
-                                                      idx.search(beir.queries[q], k=100, mode=mode).results])
-                            for q in qids}
+                rankings = {
+                    q: chunk_ranking_to_docs(
+                        [beir_id.get(r.doc_id, r.doc_id) for r in idx.search(beir.queries[q], k=100, mode=mode).results]
+                    )
+                    for q in qids
+                }
                 metrics[name][mode] = evaluate(rankings, {q: beir.qrels[q] for q in qids})
     assert metrics["layered"] == metrics["whole"]
     assert metrics["whole"]["hybrid"]["ndcg@10"] > 0.1  # the subset holds many judged documents
@@ -490,12 +588,15 @@ def test_a_plain_duckdb_client_reads_a_layered_catalog_with_the_attach_recipe(st
     con = duckdb.connect(status["catalog"], read_only=True)
     for statement in status["catalog_attach"]:
         con.execute(statement)
-    counts = con.execute("SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM sections), "
-                         "(SELECT count(*) FROM chunks), (SELECT count(*) FROM runs)").fetchone()
+    counts = con.execute(
+        "SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM sections), "
+        "(SELECT count(*) FROM chunks), (SELECT count(*) FROM runs)"
+    ).fetchone()
     con.close()
     plain = duckdb.connect(str(whole / read_pointer(whole).catalog), read_only=True)
-    want = plain.execute("SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM sections), "
-                         "(SELECT count(*) FROM chunks)").fetchone()
+    want = plain.execute(
+        "SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM sections), (SELECT count(*) FROM chunks)"
+    ).fetchone()
     plain.close()
     assert counts[:3] == want and counts[3] == 9  # every run of the layered store's history
 

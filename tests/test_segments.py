@@ -7,6 +7,7 @@ import math
 import random
 
 import pytest
+from test_windows import TEXT, hit, make_index, tiled
 
 from quarry.core.errors import UsageError
 from quarry.search.segments import (
@@ -18,7 +19,6 @@ from quarry.search.segments import (
     relevant_segments,
     segments_from_results,
 )
-from test_windows import TEXT, hit, make_index, tiled
 
 
 def reference_best_segments(values, max_length, overall_max_length, minimum_value):
@@ -65,8 +65,14 @@ def test_presets_are_dsrags():
     }
     for name, values in expected.items():
         p = PRESETS[name]
-        assert (p.max_length, p.overall_max_length, p.minimum_value, p.irrelevant_chunk_penalty, p.decay_rate,
-                p.top_k_for_document_selection) == values
+        assert (
+            p.max_length,
+            p.overall_max_length,
+            p.minimum_value,
+            p.irrelevant_chunk_penalty,
+            p.decay_rate,
+            p.top_k_for_document_selection,
+        ) == values
         assert p.chunk_length_adjustment
 
 
@@ -126,8 +132,11 @@ def scored(chunk_id, rank, vector=None, bm25=None, rerank=None, text="x" * 100):
 
 
 def test_relevance_modes():
-    results = [scored("a:0", 1, vector=0.8, bm25=10.0), scored("a:1", 2, vector=-0.2, bm25=None),
-               scored("a:2", 3, vector=None, bm25=5.0)]
+    results = [
+        scored("a:0", 1, vector=0.8, bm25=10.0),
+        scored("a:1", 2, vector=-0.2, bm25=None),
+        scored("a:2", 3, vector=None, bm25=5.0),
+    ]
     assert relevance(results, "scores") == pytest.approx([(0.8 + 1.0) / 2, 0.0, 0.25])
     assert relevance(results, "rank") == [0.8, 0.8, 0.8]
     assert relevance(results, "auto") == relevance(results, "scores")
@@ -142,8 +151,12 @@ def test_relevance_modes():
 
 def test_segments_from_a_real_catalog(tmp_path):
     idx = make_index(tmp_path, {"a": (TEXT, tiled(10)), "b": (TEXT, tiled(3))})
-    results = [scored("a:5", 1, vector=0.9, bm25=9.0), scored("a:6", 2, vector=0.8, bm25=8.0),
-               scored("a:8", 3, vector=0.85, bm25=7.0), scored("b:2", 4, vector=0.3, bm25=1.0)]
+    results = [
+        scored("a:5", 1, vector=0.9, bm25=9.0),
+        scored("a:6", 2, vector=0.8, bm25=8.0),
+        scored("a:8", 3, vector=0.85, bm25=7.0),
+        scored("b:2", 4, vector=0.3, bm25=1.0),
+    ]
     segments = segments_from_results(idx, results, get_params("balanced"))
     assert [(s.doc_id, s.first_chunk, s.last_chunk, s.hits) for s in segments] == [("a", 5, 8, [1, 2, 3])]
     seg = segments[0]
@@ -161,8 +174,11 @@ def test_segments_from_a_real_catalog(tmp_path):
 def test_document_selection_and_true_chunk_count(tmp_path):
     # n_chunks = 4 bounds the document even though chunk rows 4..9 exist
     idx = make_index(tmp_path, {"a": (TEXT, tiled(10)), "b": (TEXT, tiled(3))}, n_chunks={"a": 4})
-    results = [scored("a:3", 1, vector=0.9, bm25=9.0), scored("b:0", 2, vector=0.9, bm25=9.0),
-               scored("a:5", 3, vector=0.9, bm25=9.0)]
+    results = [
+        scored("a:3", 1, vector=0.9, bm25=9.0),
+        scored("b:0", 2, vector=0.9, bm25=9.0),
+        scored("a:5", 3, vector=0.9, bm25=9.0),
+    ]
     segs = segments_from_results(idx, results, get_params("balanced", top_k_for_document_selection=1))
     assert [(s.doc_id, s.first_chunk, s.last_chunk) for s in segs] == [("a", 3, 3)]
 

@@ -35,7 +35,9 @@ def write_corpus(root, docs: int = 24, seed: int = 3) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         parts = [f"# Report {own[0]} {own[1]}\n"]
         for s in range(3):
-            parts.append(f"## {own[2 + s].title()} {own[5 + s]} findings\n\n{_paragraph(rng, own)}\n\n{_paragraph(rng, own)}\n")
+            parts.append(
+                f"## {own[2 + s].title()} {own[5 + s]} findings\n\n{_paragraph(rng, own)}\n\n{_paragraph(rng, own)}\n"
+            )
         (folder / f"doc{i:02d}.md").write_text("\n".join(parts), encoding="utf-8")
 
 
@@ -98,8 +100,19 @@ def test_stratified_sample_gives_each_folder_a_share():
     assert len(stratified(items, lambda item: item[0], 500, random.Random(0))) == len(items)
 
 
-@pytest.mark.parametrize("title, good", [("Page 3", False), ("Figure 2.1", False), ("", False), ("Intro", True),
-                                         ("Rates", True), ("Cost", False), ("Travel expenses", True), ("iv", False)])
+@pytest.mark.parametrize(
+    "title, good",
+    [
+        ("Page 3", False),
+        ("Figure 2.1", False),
+        ("", False),
+        ("Intro", True),
+        ("Rates", True),
+        ("Cost", False),
+        ("Travel expenses", True),
+        ("iv", False),
+    ],
+)
 def test_good_heading(title, good):
     assert good_heading(title) is good
 
@@ -119,7 +132,7 @@ def test_a_broken_store_scores_lower_on_the_same_questions(store, prefect_api):
     for f, words in zip(files, texts):
         dest = broken_tree / f.relative_to(store / "tree")
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(" ".join(pool[at:at + len(words)]), encoding="utf-8")
+        dest.write_text(" ".join(pool[at : at + len(words)]), encoding="utf-8")
         at += len(words)
     index_flow([str(broken_tree)], db=str(store / "broken" / "store"), overrides={"chunk_size": 100_000})
 
@@ -151,11 +164,15 @@ def test_results_go_to_the_evals_table(store):
         generate_set(idx, 10, "headings", seed=0, name="h")
         before = len(evals.rows(db))
         run_set(idx, "h", ("bm25", "hybrid"), 5)
-        result = idx.sql("SELECT set_name, method, mode, k, generation, questions, recall, mrr, "
-                         "metrics->>'chunk_recall@5' AS chunk FROM evals WHERE set_name = 'h' ORDER BY mode")
+        result = idx.sql(
+            "SELECT set_name, method, mode, k, generation, questions, recall, mrr, "
+            "metrics->>'chunk_recall@5' AS chunk FROM evals WHERE set_name = 'h' ORDER BY mode"
+        )
         assert len(evals.rows(db)) == before + 2
-        assert [r[:6] for r in result.rows] == [("h", "headings", "bm25", 5, idx.generation, 10),
-                                                ("h", "headings", "hybrid", 5, idx.generation, 10)]
+        assert [r[:6] for r in result.rows] == [
+            ("h", "headings", "bm25", 5, idx.generation, 10),
+            ("h", "headings", "hybrid", 5, idx.generation, 10),
+        ]
         assert all(0 <= r[6] <= 1 and float(r[8]) >= 0 for r in result.rows)
         latest = idx.evals(latest=True)
         assert {("h", "bm25"), ("h", "hybrid")} <= {(e["set_name"], e["mode"]) for e in latest}
@@ -193,8 +210,13 @@ def test_thresholds_and_regressions():
     assert regressions([old], new, 0.1) is None
     assert regressions([{**old, "mode": "bm25"}], new, 0.0) is None  # another mode is no baseline
     assert metrics_of([{"": 1, "page_": 2, "chunk_": None}, {"": 11, "page_": None, "chunk_": 3}], 10) == {
-        "recall@10": 0.5, "mrr@10": 0.5, "page_recall@10": 0.5, "page_mrr@10": 0.25,
-        "chunk_recall@10": 0.5, "chunk_mrr@10": pytest.approx(1 / 6)}
+        "recall@10": 0.5,
+        "mrr@10": 0.5,
+        "page_recall@10": 0.5,
+        "page_mrr@10": 0.25,
+        "chunk_recall@10": 0.5,
+        "chunk_mrr@10": pytest.approx(1 / 6),
+    }
 
 
 def test_cli_generate_run_fail_under(store, cli):
@@ -224,8 +246,9 @@ def test_generate_as_principal_reads_only_readable_documents(store, prefect_api,
     from quarry.flows.index import index_flow
 
     rules = tmp_path / "acl.yaml"
-    rules.write_text('- path: "alpha/**"\n  principals: ["group:a"]\n- path: "**"\n  principals: ["group:staff"]\n',
-                     encoding="utf-8")
+    rules.write_text(
+        '- path: "alpha/**"\n  principals: ["group:a"]\n- path: "**"\n  principals: ["group:staff"]\n', encoding="utf-8"
+    )
     db = tmp_path / "acl-store"
     index_flow([str(store / "tree")], db=str(db), overrides={"chunk_size": 300, "acl_rules": str(rules)})
     with quarry.open(db) as idx:
@@ -238,18 +261,29 @@ def test_generate_as_principal_reads_only_readable_documents(store, prefect_api,
 def test_quarry_eval_beir_dir_still_works_and_records(cli, tmp_path):
     beir = tmp_path / "tiny"
     (beir / "qrels").mkdir(parents=True)
-    docs = {"d1": "volcanic ash clouds ground flights", "d2": "sourdough bread needs a starter culture",
-            "d3": "tidal energy from ocean currents", "d4": "honeybees communicate by dancing"}
-    (beir / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n"
-                                               for k, v in docs.items()))
+    docs = {
+        "d1": "volcanic ash clouds ground flights",
+        "d2": "sourdough bread needs a starter culture",
+        "d3": "tidal energy from ocean currents",
+        "d4": "honeybees communicate by dancing",
+    }
+    (beir / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in docs.items())
+    )
     (beir / "queries.jsonl").write_text('{"_id": "q1", "text": "bread starter"}\n{"_id": "q2", "text": "bee dance"}\n')
     (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td2\t1\nq2\td4\t1\n")
     db = tmp_path / "store"
     done = cli("eval", beir, "--db", db, "--mode", "bm25", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["modes"]["bm25"]["mrr@10"] == pytest.approx(0.5, abs=0.5)
-    rows = cli("sql", "SELECT set_name, method, mode, k, questions, metrics->>'ndcg@10' AS ndcg FROM evals",
-               "--db", db, "--format", "json")
+    rows = cli(
+        "sql",
+        "SELECT set_name, method, mode, k, questions, metrics->>'ndcg@10' AS ndcg FROM evals",
+        "--db",
+        db,
+        "--format",
+        "json",
+    )
     (row,) = json.loads(rows.stdout)
     assert row["set_name"] == "beir-tiny-test" and row["method"] == "beir" and row["questions"] == 2
     assert float(row["ndcg"]) == json.loads(done.stdout)["modes"]["bm25"]["ndcg@10"]
@@ -259,6 +293,7 @@ def test_llm_method_on_a_chat_server(store):
     """A question per sampled chunk, filtered; failures counted; the same seed asks nothing again (cached)."""
 
     from fakeopenai import FakeOpenAI
+
     from quarry.core.openai.retry import RetryPolicy
     from quarry.core.settings import Settings
     from quarry.eval.llmquestions import FIRST_WORDS, QuestionWriter
@@ -275,10 +310,14 @@ def test_llm_method_on_a_chat_server(store):
         # an answer from past the passage's first words (the filter rejects one that opens it), so
         # that which chunks the seed draws (their ids follow the tree's path) cannot starve the set
         head = {t.lower() for t in re.findall(r"\w+", passage)[:FIRST_WORDS]}
-        at = next((i for i in range(len(words) - 1, 0, -1)
-                   if words[i].isalpha() and words[i].lower() not in head), len(words) - 3)
-        return {"question": f"Which word follows {words[at - 1]} in the findings about {words[0]}?",
-                "answer": words[at]}
+        at = next(
+            (i for i in range(len(words) - 1, 0, -1) if words[i].isalpha() and words[i].lower() not in head),
+            len(words) - 3,
+        )
+        return {
+            "question": f"Which word follows {words[at - 1]} in the findings about {words[0]}?",
+            "answer": words[at],
+        }
 
     kinds: dict[str, int] = {}
 
@@ -292,8 +331,9 @@ def test_llm_method_on_a_chat_server(store):
     db = store / "store"
     with FakeOpenAI() as server:
         server.chat_handler = handler
-        settings = Settings.from_env(embed_backend="hash", llm_base_url=server.base_url, llm_api_key="k", llm_model="m",
-                                     llm_concurrency=1)
+        settings = Settings.from_env(
+            embed_backend="hash", llm_base_url=server.base_url, llm_api_key="k", llm_model="m", llm_concurrency=1
+        )
 
         def writer():
             return QuestionWriter(LLMRuntime(settings, db, policy=RetryPolicy(attempts=1, base=0.001, cap=0.01)))
@@ -307,8 +347,9 @@ def test_llm_method_on_a_chat_server(store):
             questions = [json.loads(line) for line in path.read_text().splitlines()]
             assert header["questions"] == len(questions) == 6
             assert header["rejected"]["formatting"] >= 1 and header["rejected"]["failed"] >= 1
-            assert [q["query"] for q in questions] == [json.loads(line)["query"] for line in
-                                                       evals.set_path(db, "llm-4b").read_text().splitlines()]
+            assert [q["query"] for q in questions] == [
+                json.loads(line)["query"] for line in evals.set_path(db, "llm-4b").read_text().splitlines()
+            ]
             for q in questions:
                 chunk = idx.chunk(q["chunk_id"])
                 assert chunk["doc_id"] == q["doc_id"] and q["answer"] in chunk["text"].split()
@@ -319,8 +360,9 @@ def test_llm_method_on_a_chat_server(store):
 def test_a_run_followed_by_its_evaluation_fails_when_quality_drops(store, prefect_api, tmp_path):
     import shutil
 
-    from quarry.eval.scoring import evaluate_generation
     from quarry.flows.index import index_flow
+
+    from quarry.eval.scoring import evaluate_generation
 
     tree, db = tmp_path / "tree", tmp_path / "store"
     shutil.copytree(store / "tree", tree)
@@ -336,8 +378,9 @@ def test_a_run_followed_by_its_evaluation_fails_when_quality_drops(store, prefec
     for f in files:
         f.write_text(" ".join(random.Random(f.name).sample(VOCAB, 150)), encoding="utf-8")
     with pytest.raises(QualityBelowThreshold, match=r"nightly hybrid: recall@10 0\.\d+ < 0\.\d+ \(generation 1\)"):
-        index_flow([str(tree)], db=str(db), overrides={"chunk_size": 300},
-                   evaluate={"sets": ["nightly"], "margin": 0.05})
+        index_flow(
+            [str(tree)], db=str(db), overrides={"chunk_size": 300}, evaluate={"sets": ["nightly"], "margin": 0.05}
+        )
     with quarry.open(db) as idx:
         assert idx.generation == 2  # the run committed; its evaluation failed it
         (row,) = [r for r in idx.evals("nightly") if r["generation"] == 2]

@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from llamaserver import MODEL_ALIAS, live_server, llama_server, required  # noqa: F401 - the fixtures
+from test_llm_real_server import handbook
 
 import quarry
-from llamaserver import MODEL_ALIAS, live_server, llama_server, required  # noqa: F401 - the fixtures
 from quarry.core.settings import Settings
 from quarry.eval.llmquestions import QuestionWriter, check_question
 from quarry.eval.scoring import run_set
 from quarry.eval.sets import generate_set
 from quarry.ingest.llm.client import LLMRuntime
-from test_llm_real_server import handbook
 
 pytestmark = pytest.mark.llm_server
 
@@ -32,8 +32,13 @@ def test_a_small_llm_set_from_a_real_model(live_server, run_flow, tmp_path):
         (tree / rel).write_bytes(handbook(rel).read_bytes())
     db = tmp_path / "store"
     run_flow([tree], db, overrides={"embed_backend": "hash"})
-    settings = Settings.from_env(embed_backend="hash", llm_base_url=live_server.base_url, llm_model=MODEL_ALIAS,
-                                 llm_api_key="", llm_concurrency=2)
+    settings = Settings.from_env(
+        embed_backend="hash",
+        llm_base_url=live_server.base_url,
+        llm_model=MODEL_ALIAS,
+        llm_api_key="",
+        llm_concurrency=2,
+    )
     writer = QuestionWriter(LLMRuntime(settings, db))
     with quarry.open(db) as idx:
         header, path = generate_set(idx, 4, "llm", seed=0, name="llm-real", llm=writer)

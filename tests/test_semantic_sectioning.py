@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import shared
+
 from quarry.core.models import Heading, ParsedDocument
-from quarry.ingest.sectioning import SemanticSectioner, StructureSectioner, extractive_title, semantic_cuts, sentence_groups
+from quarry.ingest.sectioning import (
+    SemanticSectioner,
+    StructureSectioner,
+    extractive_title,
+    semantic_cuts,
+    sentence_groups,
+)
 
 TOPICS = {"cat": 0, "rocket": 1, "bread": 2}
 
@@ -32,8 +38,11 @@ def paragraph(topic: str, n: int) -> str:
 
 
 def tiles(sections, n):
-    return sections[0].start == 0 and sections[-1].end == n and all(
-        a.end == b.start for a, b in zip(sections, sections[1:]))
+    return (
+        sections[0].start == 0
+        and sections[-1].end == n
+        and all(a.end == b.start for a, b in zip(sections, sections[1:]))
+    )
 
 
 def test_unstructured_text_is_cut_at_the_topic_shifts():
@@ -54,8 +63,9 @@ def test_unstructured_text_is_cut_at_the_topic_shifts():
 @pytest.mark.parametrize("max_section, min_section", [(1500, 200), (3000, 600), (6000, 1000)])
 def test_sizes_stay_within_bounds(max_section, min_section):
     text = "\n\n".join(paragraph(t, 20) for t in ("cat", "rocket", "bread", "cat"))
-    sections = SemanticSectioner(TopicEmbedder().embed, max_section=max_section,
-                                 min_section=min_section).sections(ParsedDocument(text=text))
+    sections = SemanticSectioner(TopicEmbedder().embed, max_section=max_section, min_section=min_section).sections(
+        ParsedDocument(text=text)
+    )
     assert tiles(sections, len(text))
     sizes = [s.end - s.start for s in sections]
     assert min(sizes) >= min_section
@@ -65,8 +75,11 @@ def test_sizes_stay_within_bounds(max_section, min_section):
 def test_headings_are_kept_and_only_long_sections_are_split():
     long_body = "\n\n".join([paragraph("cat", 30), paragraph("rocket", 30)])
     text = "# Guide\n\nShort intro about bread.\n\n## Animals and machines\n\n" + long_body + "\n\n## End\n\nBye.\n"
-    headings = [Heading(1, "Guide", 0), Heading(2, "Animals and machines", text.index("## Animals")),
-                Heading(2, "End", text.index("## End"))]
+    headings = [
+        Heading(1, "Guide", 0),
+        Heading(2, "Animals and machines", text.index("## Animals")),
+        Heading(2, "End", text.index("## End")),
+    ]
     doc = ParsedDocument(text=text, headings=headings)
     embedder = TopicEmbedder()
     sections = SemanticSectioner(embedder.embed, max_section=2000, min_section=300).sections(doc)
@@ -105,12 +118,17 @@ def test_semantic_cuts_pick_the_largest_distance_and_respect_minimum():
     assert semantic_cuts(distances, sizes, min_size=100, max_size=400, threshold=0.95)[0] == 2
 
 
-@pytest.mark.parametrize("text, title", [
-    ("Installation notes\nRun the installer.", "Installation notes"),
-    ("The zebra convoy crossed the river at dawn, carrying many crates. Then more.",
-     "The zebra convoy crossed the river at dawn, …"),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    "text, title",
+    [
+        ("Installation notes\nRun the installer.", "Installation notes"),
+        (
+            "The zebra convoy crossed the river at dawn, carrying many crates. Then more.",
+            "The zebra convoy crossed the river at dawn, …",
+        ),
+        ("", ""),
+    ],
+)
 def test_extractive_title(text, title):
     assert extractive_title(text) == title
 
@@ -118,9 +136,9 @@ def test_extractive_title(text, title):
 @pytest.mark.slow
 def test_real_model_on_a_real_long_text():
     """The real embedder (the one the index uses) on a real unstructured text."""
+    from quarry.core.settings import Settings
     from quarry.ingest.embedders import get_embedder
     from quarry.ingest.parsers import parse_file
-    from quarry.core.settings import Settings
 
     doc = parse_file(str(shared("formats", "book-war-and-peace-1p.txt")))
     embedder = get_embedder(Settings.from_env(embed_backend="onnx-int8"))

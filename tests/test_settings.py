@@ -28,25 +28,43 @@ def test_overrides_win_over_the_environment_over_defaults(monkeypatch):
     assert (s.chunk_size, s.sectioner, s.context) == (900, "semantic", "rules")
 
 
-@pytest.mark.parametrize("raw, expected", [("1", True), ("true", True), ("Yes", True), ("on", True),
-                                           ("0", False), ("false", False), ("no", False), ("off", False)])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("1", True),
+        ("true", True),
+        ("Yes", True),
+        ("on", True),
+        ("0", False),
+        ("false", False),
+        ("no", False),
+        ("off", False),
+    ],
+)
 def test_booleans(monkeypatch, raw, expected):
     monkeypatch.setenv("QUARRY_LLM_SECTION_SUMMARIES", raw)
     assert Settings.from_env().llm_section_summaries is expected
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"QUARRY_LLM_SECTION_SUMMARIES": "ture"},
-     "QUARRY_LLM_SECTION_SUMMARIES='ture' is not a boolean; use one of true/false, 1/0, yes/no, on/off"),
-    ({"QUARRY_OCR": "nope"}, "QUARRY_OCR='nope' is not a boolean"),
-    ({"QUARRY_SECTIONER": "semantik"},
-     "QUARRY_SECTIONER='semantik' is not a known sectioner; choose one of structure, semantic, llm"),
-    ({"QUARRY_EMBED_BACKEND": "onnx-int4"}, "choose one of torch, onnx, onnx-int8, openai, hash"),
-    ({"QUARRY_CHUNK_SIZE": "big"}, "QUARRY_CHUNK_SIZE='big' is not an integer"),
-    ({"QUARRY_CHUNK_SIZE": "50"}, "chunk_size must be at least 100, got 50"),
-    ({"QUARRY_HEADER_FIELDS": "title,colour"}, "QUARRY_HEADER_FIELDS: unknown header field 'colour'"),
-    ({"QUARRY_CHUNK_OVERLAP": "400"}, "chunk_overlap must be between 0 and half of chunk_size, got 400"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        (
+            {"QUARRY_LLM_SECTION_SUMMARIES": "ture"},
+            "QUARRY_LLM_SECTION_SUMMARIES='ture' is not a boolean; use one of true/false, 1/0, yes/no, on/off",
+        ),
+        ({"QUARRY_OCR": "nope"}, "QUARRY_OCR='nope' is not a boolean"),
+        (
+            {"QUARRY_SECTIONER": "semantik"},
+            "QUARRY_SECTIONER='semantik' is not a known sectioner; choose one of structure, semantic, llm",
+        ),
+        ({"QUARRY_EMBED_BACKEND": "onnx-int4"}, "choose one of torch, onnx, onnx-int8, openai, hash"),
+        ({"QUARRY_CHUNK_SIZE": "big"}, "QUARRY_CHUNK_SIZE='big' is not an integer"),
+        ({"QUARRY_CHUNK_SIZE": "50"}, "chunk_size must be at least 100, got 50"),
+        ({"QUARRY_HEADER_FIELDS": "title,colour"}, "QUARRY_HEADER_FIELDS: unknown header field 'colour'"),
+        ({"QUARRY_CHUNK_OVERLAP": "400"}, "chunk_overlap must be between 0 and half of chunk_size, got 400"),
+    ],
+)
 def test_bad_values_are_config_errors_naming_the_variable(monkeypatch, env, message):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -76,8 +94,9 @@ def test_empty_variables_mean_the_default(monkeypatch):
 
 
 def test_dotenv_in_the_working_directory_is_read(monkeypatch, tmp_path):
-    (tmp_path / ".env").write_text("QUARRY_CHUNK_SIZE=640\nQUARRY_OCR=off\nOTHER_TOOL_SETTING=x\n"
-                                   "OPENAI_API_KEY=sk-from-dotenv\n")
+    (tmp_path / ".env").write_text(
+        "QUARRY_CHUNK_SIZE=640\nQUARRY_OCR=off\nOTHER_TOOL_SETTING=x\nOPENAI_API_KEY=sk-from-dotenv\n"
+    )
     s = Settings.from_env()
     assert (s.chunk_size, s.ocr, s.openai_api_key, s.llm_api_key) == (640, False, "sk-from-dotenv", "sk-from-dotenv")
     monkeypatch.setenv("QUARRY_CHUNK_SIZE", "700")  # the environment wins over .env
@@ -124,10 +143,12 @@ def test_every_prefect_variable_quarry_sets_is_one_prefect_reads():
     import sys
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    code = ("import os; from quarry.flows.orchestration import LEAN_START, prefect_environment; prefect_environment(); "
-            "os.environ.update(LEAN_START); "
-            "from prefect.settings import Settings; from prefect.settings.legacy import _get_settings_fields; "
-            "known = set(_get_settings_fields(Settings)); "
-            "print([k for k in os.environ if k.startswith('PREFECT_') and k not in known])")
+    code = (
+        "import os; from quarry.flows.orchestration import LEAN_START, prefect_environment; prefect_environment(); "
+        "os.environ.update(LEAN_START); "
+        "from prefect.settings import Settings; from prefect.settings.legacy import _get_settings_fields; "
+        "known = set(_get_settings_fields(Settings)); "
+        "print([k for k in os.environ if k.startswith('PREFECT_') and k not in known])"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

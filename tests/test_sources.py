@@ -21,14 +21,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, SAMPLE
+from s3server import KEY, SECRET, aws_env, moto_server, new_bucket
+from test_crash import contents
 
 import quarry
-from conftest import ROOT, SAMPLE
 from quarry.core.errors import UsageError
 from quarry.core.storeurl import root_path
 from quarry.store.planning import discover_roots
-from s3server import KEY, SECRET, aws_env, moto_server, new_bucket
-from test_crash import contents
 
 PREFIX = "tree"
 
@@ -68,8 +68,13 @@ class Bucket:
         else:
             from azure.storage.blob import ContentSettings
 
-            self.client.upload_blob(key, data, overwrite=True, metadata=metadata,
-                                    content_settings=ContentSettings(content_type=content_type) if content_type else None)
+            self.client.upload_blob(
+                key,
+                data,
+                overwrite=True,
+                metadata=metadata,
+                content_settings=ContentSettings(content_type=content_type) if content_type else None,
+            )
 
     def rm(self, key: str) -> None:
         if self.scheme == "s3":
@@ -150,8 +155,10 @@ def observable(db) -> tuple:
 def edit(bucket: Bucket) -> None:
     """What test_crash.edit_tree does to a folder, done to the bucket: edit, delete, rename, add."""
     deploys = (SAMPLE / "runbooks" / "deploys.md").read_text()
-    bucket.put(f"{PREFIX}/runbooks/deploys.md",
-               (deploys + "\n## Kestrel\n\nThe kestrel budget review happens in March.\n").encode())
+    bucket.put(
+        f"{PREFIX}/runbooks/deploys.md",
+        (deploys + "\n## Kestrel\n\nThe kestrel budget review happens in March.\n").encode(),
+    )
     bucket.rm(f"{PREFIX}/handbook/expenses.txt")
     bucket.mv(f"{PREFIX}/handbook/code-review.rst", f"{PREFIX}/handbook/reviews.rst")
     bucket.put(f"{PREFIX}/new.md", b"# New page\n\nA page added between runs about rollback drills.\n")
@@ -216,8 +223,10 @@ def test_the_cli_indexes_a_bucket_and_a_folder_in_one_run(s3_bucket, tmp_path, c
 def test_a_dry_run_of_the_library_call_lists_urls(s3_bucket, tmp_path):
     s3_bucket.upload(SAMPLE)
     preview = quarry.index(s3_bucket.url(), tmp_path / "db", dry_run=True, include=("*.md",))
-    assert sorted(preview["files"]["add"]) == [s3_bucket.url("tree/runbooks/deploys.md"),
-                                               s3_bucket.url("tree/runbooks/incident-2024-03-postmortem.md")]
+    assert sorted(preview["files"]["add"]) == [
+        s3_bucket.url("tree/runbooks/deploys.md"),
+        s3_bucket.url("tree/runbooks/incident-2024-03-postmortem.md"),
+    ]
 
 
 # --- what can go wrong -----------------------------------------------------------------------------
@@ -226,11 +235,18 @@ def test_a_dry_run_of_the_library_call_lists_urls(s3_bucket, tmp_path):
 def test_roots_that_cannot_be_listed_are_named_by_the_scan(s3_bucket, monkeypatch):
     s3_bucket.upload(SAMPLE)
     s3_bucket.put("only/one.md", b"# One\n\nA single object.\n")
-    found = discover_roots([s3_bucket.url(), s3_bucket.url("nothing/here"), "s3://quarry-no-such-bucket/x",
-                            s3_bucket.url("only/one.md")], include=(), exclude=())
+    found = discover_roots(
+        [s3_bucket.url(), s3_bucket.url("nothing/here"), "s3://quarry-no-such-bucket/x", s3_bucket.url("only/one.md")],
+        include=(),
+        exclude=(),
+    )
     status = {s.root: (s.status, s.walked) for s in found.scans}
-    assert status == {s3_bucket.url(): ("ok", 5), s3_bucket.url("nothing/here"): ("empty", 0),
-                      "s3://quarry-no-such-bucket/x": ("missing", 0), s3_bucket.url("only/one.md"): ("ok", 1)}
+    assert status == {
+        s3_bucket.url(): ("ok", 5),
+        s3_bucket.url("nothing/here"): ("empty", 0),
+        "s3://quarry-no-such-bucket/x": ("missing", 0),
+        s3_bucket.url("only/one.md"): ("ok", 1),
+    }
     assert "bucket 'quarry-no-such-bucket' does not exist" in found.scans[2].error
     single = [f for f in found.files if f.path.endswith("one.md")][0]
     assert (single.root, single.rel_path) == (s3_bucket.url("only/one.md"), "one.md")
@@ -250,19 +266,29 @@ def test_roots_that_cannot_be_listed_are_named_by_the_scan(s3_bucket, monkeypatc
     assert down.scans[0].status == "unreadable" and "cannot list it: EndpointConnectionError" in down.scans[0].error
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("s3://bucket/docs/", "s3://bucket/docs"), ("S3://bucket//docs//", "s3://bucket/docs"),
-    ("gs://bucket", "gs://bucket"), ("az://container/a/b", "az://container/a/b"), ("file:///srv/docs", "/srv/docs"),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("s3://bucket/docs/", "s3://bucket/docs"),
+        ("S3://bucket//docs//", "s3://bucket/docs"),
+        ("gs://bucket", "gs://bucket"),
+        ("az://container/a/b", "az://container/a/b"),
+        ("file:///srv/docs", "/srv/docs"),
+    ],
+)
 def test_a_root_url_is_kept_in_one_form(raw, expected):
     assert root_path(raw) == expected
 
 
-@pytest.mark.parametrize("raw, message", [
-    ("s3://bucket/docs?X-Amz-Signature=abc", "remove the query string"),
-    ("az://container/p?sv=1&sig=abc", "credentials .* come from the environment"),
-    ("s3:///docs", "names no bucket"), ("http://host/docs", "quarry reads local paths and s3://"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ("s3://bucket/docs?X-Amz-Signature=abc", "remove the query string"),
+        ("az://container/p?sv=1&sig=abc", "credentials .* come from the environment"),
+        ("s3:///docs", "names no bucket"),
+        ("http://host/docs", "quarry reads local paths and s3://"),
+    ],
+)
 def test_a_root_url_that_cannot_be_right_is_a_usage_error(raw, message):
     with pytest.raises(UsageError, match=message) as caught:
         root_path(raw)
@@ -280,11 +306,14 @@ def test_root_schemes_are_the_sources_registry_and_each_is_also_a_store_scheme(m
     assert root_path("DEMO://b/p/") == "demo://b/p"
 
 
-@pytest.mark.parametrize("var, value, message", [
-    ("QUARRY_OBJECT_READS", "many", "QUARRY_OBJECT_READS='many' is not an integer"),
-    ("QUARRY_OBJECT_READS", "0", "object_reads must be at least 1"),
-    ("QUARRY_OBJECT_SPILL_MB", "lots", "QUARRY_OBJECT_SPILL_MB='lots' is not a number"),
-])
+@pytest.mark.parametrize(
+    "var, value, message",
+    [
+        ("QUARRY_OBJECT_READS", "many", "QUARRY_OBJECT_READS='many' is not an integer"),
+        ("QUARRY_OBJECT_READS", "0", "object_reads must be at least 1"),
+        ("QUARRY_OBJECT_SPILL_MB", "lots", "QUARRY_OBJECT_SPILL_MB='lots' is not a number"),
+    ],
+)
 def test_a_bad_read_setting_names_its_variable(monkeypatch, var, value, message):
     from quarry.core.errors import ConfigError
     from quarry.ingest import sources
@@ -299,7 +328,11 @@ def test_serve_and_the_library_take_url_roots_as_the_cli_does(tmp_path, monkeypa
 
     monkeypatch.chdir(tmp_path)
     assert _roots(["s3://bucket/docs/", "gs://b", "az://c/p//", "tree"]) == [
-        "s3://bucket/docs", "gs://b", "az://c/p", str(tmp_path / "tree")]
+        "s3://bucket/docs",
+        "gs://b",
+        "az://c/p",
+        str(tmp_path / "tree"),
+    ]
 
 
 def test_a_failed_listing_keeps_every_document_and_the_store(s3_bucket, tmp_path, run_flow, cli, monkeypatch):
@@ -312,12 +345,21 @@ def test_a_failed_listing_keeps_every_document_and_the_store(s3_bucket, tmp_path
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    out = cli("index", s3_bucket.url(), "--db", db, "--json",
-              env={"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_MAX_ATTEMPTS": "2"})
+    out = cli(
+        "index",
+        s3_bucket.url(),
+        "--db",
+        db,
+        "--json",
+        env={"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_MAX_ATTEMPTS": "2"},
+    )
     assert out.returncode == 3, out.stderr
     report = json.loads(out.stdout)
     assert report["deleted"] == 0 and report["errors"][0]["path"] == s3_bucket.url()
-    assert "cannot list it" in report["errors"][0]["error"] and "5 indexed documents are kept" in report["errors"][0]["error"]
+    assert (
+        "cannot list it" in report["errors"][0]["error"]
+        and "5 indexed documents are kept" in report["errors"][0]["error"]
+    )
     assert observable(db) == before
     # the bucket emptied: the guard keeps the documents until told otherwise
     for key in [k["Key"] for k in s3_bucket.client.list_objects_v2(Bucket=s3_bucket.name)["Contents"]]:
@@ -353,8 +395,14 @@ def test_an_object_rewritten_mid_run_is_stored_as_it_was_read(s3_bucket, tmp_pat
     s3_bucket.upload(SAMPLE)
     db, gate = tmp_path / "db", tmp_path / "go"
     env = {**os.environ, "QUARRY_FAULT": "pause:before-read", "QUARRY_FAULT_FILE": str(gate)}
-    proc = subprocess.Popen([sys.executable, "-m", "quarry.cli.main", "index", s3_bucket.url(), "--db", str(db),
-                             "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quarry.cli.main", "index", s3_bucket.url(), "--db", str(db), "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (tmp_path / "go.paused").exists():
@@ -403,24 +451,44 @@ def iam(tmp_path_factory):
 
     # moto checks requests after this many: its readiness probe, then 2 users x 3 IAM calls
     with moto_server(server_env={"INITIAL_NO_AUTH_ACTION_COUNT": "7"}) as (endpoint, env):
-        client = boto3.session.Session(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"],
-                                       region_name="us-east-1").client("iam", endpoint_url=endpoint)
+        client = boto3.session.Session(
+            env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1"
+        ).client("iam", endpoint_url=endpoint)
         users = {}
-        for user, deny in [("reader", {"Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{IAM_BUCKET}/tree/secret.md"}),
-                           ("blind", {"Action": "s3:ListBucket", "Resource": "*"})]:
+        for user, deny in [
+            ("reader", {"Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{IAM_BUCKET}/tree/secret.md"}),
+            ("blind", {"Action": "s3:ListBucket", "Resource": "*"}),
+        ]:
             client.create_user(UserName=user)
-            client.put_user_policy(UserName=user, PolicyName="p", PolicyDocument=json.dumps({
-                "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
-                                                       {"Effect": "Deny", **deny}]}))
+            client.put_user_policy(
+                UserName=user,
+                PolicyName="p",
+                PolicyDocument=json.dumps(
+                    {
+                        "Version": "2012-10-17",
+                        "Statement": [
+                            {"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
+                            {"Effect": "Deny", **deny},
+                        ],
+                    }
+                ),
+            )
             key = client.create_access_key(UserName=user)["AccessKey"]
-            users[user] = {**env, "AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+            users[user] = {
+                **env,
+                "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+                "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+            }
         reader = users["reader"]
-        s3 = boto3.session.Session(reader["AWS_ACCESS_KEY_ID"], reader["AWS_SECRET_ACCESS_KEY"],
-                                   region_name="us-east-1").client("s3", endpoint_url=endpoint)
+        s3 = boto3.session.Session(
+            reader["AWS_ACCESS_KEY_ID"], reader["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1"
+        ).client("s3", endpoint_url=endpoint)
         s3.create_bucket(Bucket=IAM_BUCKET)
         for path in sorted(SAMPLE.rglob("*")):
             if path.is_file():
-                s3.put_object(Bucket=IAM_BUCKET, Key=f"tree/{path.relative_to(SAMPLE).as_posix()}", Body=path.read_bytes())
+                s3.put_object(
+                    Bucket=IAM_BUCKET, Key=f"tree/{path.relative_to(SAMPLE).as_posix()}", Body=path.read_bytes()
+                )
         s3.put_object(Bucket=IAM_BUCKET, Key="tree/secret.md", Body=b"# Secret\n\nNot for us.\n")
         with pytest.raises(Exception, match="AccessDenied"):  # the policy holds (else the count above is off)
             s3.get_object(Bucket=IAM_BUCKET, Key="tree/secret.md")
@@ -433,8 +501,9 @@ def test_a_403_on_one_object_is_that_objects_failure(iam, tmp_path, cli):
     assert out.returncode == 3, out.stderr
     report = json.loads(out.stdout)
     assert (report["added"], report["failed"]) == (5, 1)
-    assert report["errors"] == [{"path": f"s3://{IAM_BUCKET}/tree/secret.md",
-                                 "error": "cannot read object: 403 AccessDenied (Access Denied)"}]
+    assert report["errors"] == [
+        {"path": f"s3://{IAM_BUCKET}/tree/secret.md", "error": "cannot read object: 403 AccessDenied (Access Denied)"}
+    ]
     text = out.stdout + out.stderr
     assert iam["reader"]["AWS_SECRET_ACCESS_KEY"] not in text and iam["reader"]["AWS_ACCESS_KEY_ID"] not in text
 
@@ -458,8 +527,9 @@ def _zip(members: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def test_an_archive_in_a_bucket_is_listed_once_and_its_members_are_urls(s3_bucket, tmp_path, run_flow, moto,
-                                                                           monkeypatch):
+def test_an_archive_in_a_bucket_is_listed_once_and_its_members_are_urls(
+    s3_bucket, tmp_path, run_flow, moto, monkeypatch
+):
     monkeypatch.setenv("QUARRY_CACHE_DIR", str(tmp_path / "cache"))
     s3_bucket.put("arc/notes.zip", _zip({"a.md": b"# Alpha\n\nThe heron survey.\n", "sub/b.md": b"# Beta\n\nGull.\n"}))
     db = tmp_path / "db"
@@ -477,8 +547,12 @@ def test_an_archive_in_a_bucket_is_listed_once_and_its_members_are_urls(s3_bucke
 
 
 def test_object_metadata_and_paths_filter_like_files(s3_bucket, tmp_path, run_flow, cli):
-    s3_bucket.put("m/a.md", b"# A\n\nPelican migration notes.\n", content_type="text/markdown",
-                  metadata={"team": "birds", "Review-State": "final"})
+    s3_bucket.put(
+        "m/a.md",
+        b"# A\n\nPelican migration notes.\n",
+        content_type="text/markdown",
+        metadata={"team": "birds", "Review-State": "final"},
+    )
     s3_bucket.put("m/b.md", b"# B\n\nPelican feeding notes.\n", metadata={"team": "fish"})
     s3_bucket.put("m/skip/c.md", b"# C\n\nPelican.\n")
     report = run_flow([s3_bucket.url("m")], tmp_path / "db", overrides={"exclude": ("skip/*",)})
@@ -492,20 +566,27 @@ def test_object_metadata_and_paths_filter_like_files(s3_bucket, tmp_path, run_fl
         assert [h.path for h in by_path.results] == [s3_bucket.url("m/b.md")]
         relative = idx.search("pelican", k=5, mode="bm25", filters=quarry.Filter.build(path=["a.md"]))
         assert [h.path for h in relative.results] == [s3_bucket.url("m/a.md")]
-    out = cli("export", tmp_path / "out", "--db", tmp_path / "db", "--path", s3_bucket.url("m/a.md"), "--format", "jsonl")
+    out = cli(
+        "export", tmp_path / "out", "--db", tmp_path / "db", "--path", s3_bucket.url("m/a.md"), "--format", "jsonl"
+    )
     assert out.returncode == 0, out.stderr
     documents = [json.loads(line) for line in (tmp_path / "out" / "documents.jsonl").read_text().splitlines()]
     assert [d["path"] for d in documents] == [s3_bucket.url("m/a.md")]
-    assert json.loads(documents[0]["metadata"])["team"] == "birds" if isinstance(documents[0]["metadata"], str) \
+    assert (
+        json.loads(documents[0]["metadata"])["team"] == "birds"
+        if isinstance(documents[0]["metadata"], str)
         else documents[0]["metadata"]["team"] == "birds"
+    )
 
 
 def test_permission_rules_match_urls_as_paths(s3_bucket, tmp_path, cli):
     s3_bucket.upload(SAMPLE)
     rules = tmp_path / "acl.yaml"
-    rules.write_text(f"- path: 'runbooks/**'\n  principals: [group:ops]\n"
-                     f"- path: '{s3_bucket.url('tree/handbook')}/*.html'\n  principals: [group:people]\n"
-                     f"- path: '**'\n  principals: [public]\n")
+    rules.write_text(
+        f"- path: 'runbooks/**'\n  principals: [group:ops]\n"
+        f"- path: '{s3_bucket.url('tree/handbook')}/*.html'\n  principals: [group:people]\n"
+        f"- path: '**'\n  principals: [public]\n"
+    )
     db = tmp_path / "db"
     assert cli("index", s3_bucket.url(), "--db", db, "--acl-rules", rules).returncode == 0
     with quarry.open(db) as idx:
@@ -540,8 +621,9 @@ def test_an_sdk_error_is_the_objects_failure_without_a_credential(monkeypatch):
 
         def get(self, key, sink):
             if key.endswith("bad.md"):
-                raise RuntimeError("endpoint said no to very-secret-key-123 at https://h/x?X-Amz-Signature=abc123&y=1\n"
-                                   "second line")
+                raise RuntimeError(
+                    "endpoint said no to very-secret-key-123 at https://h/x?X-Amz-Signature=abc123&y=1\nsecond line"
+                )
             sink.write(b"# ok\n")
             return "etag:x:5", 5, {}
 
@@ -576,12 +658,24 @@ def test_dask_workers_read_the_objects_themselves(s3_bucket, tmp_path, cli, run_
     def up():
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
 
-    with local_server([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"], up,
-                      "dask scheduler", 60, cwd=places[0], env={**env, "HOME": str(places[0])}):
-        workers = [subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--no-dashboard",
-                                     "--local-directory", str(place)], cwd=place,
-                                    env={**env, "HOME": str(place), "TMPDIR": str(place)},
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for place in places[1:]]
+    with local_server(
+        [dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+        up,
+        "dask scheduler",
+        60,
+        cwd=places[0],
+        env={**env, "HOME": str(places[0])},
+    ):
+        workers = [
+            subprocess.Popen(
+                [dask, "worker", address, "--nthreads", "1", "--no-dashboard", "--local-directory", str(place)],
+                cwd=place,
+                env={**env, "HOME": str(place), "TMPDIR": str(place)},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for place in places[1:]
+        ]
         try:
             from distributed import Client
 
@@ -589,8 +683,16 @@ def test_dask_workers_read_the_objects_themselves(s3_bucket, tmp_path, cli, run_
                 client.wait_for_workers(2, timeout=60)
                 # The flow's own process could not read an object (a limit of a few bytes): every
                 # object is read, parsed and chunked by a worker, which has no such limit.
-                out = cli("index", s3_bucket.url(), "--db", tmp_path / "db", "--dask-address", address, "--json",
-                          env={"QUARRY_MAX_FILE_MB": "0.00001"})
+                out = cli(
+                    "index",
+                    s3_bucket.url(),
+                    "--db",
+                    tmp_path / "db",
+                    "--dask-address",
+                    address,
+                    "--json",
+                    env={"QUARRY_MAX_FILE_MB": "0.00001"},
+                )
                 assert out.returncode == 0, out.stderr
                 report = json.loads(out.stdout)
                 assert (report["added"], report["failed"], report["runner"]) == (35, 0, "dask"), report["errors"]

@@ -160,16 +160,31 @@ PARAMS = {
 }
 
 MOVED = [("d1", "/r/b\udce9.md", "/r", "b.md", dt.datetime(2024, 1, 1), "run1")]
-REGISTERED = {"moved_documents": lambda: layers.moves_table(MOVED),
-              "touched_documents": lambda: layers.touches_table([("d1", dt.datetime(2024, 1, 1), "run1")]),
-              "moved_paths": lambda: layers.moves_table(MOVED).select(["doc_id", "path"]),
-              "wanted_dups": lambda: pa.table({"doc_id": ["d1"], "dup_cluster": ["d1"], "dup_of": pa.array([None], pa.string()),
-                                               "dup_similarity": pa.array([1.0], pa.float64())}),
-              "wanted_boilerplate": lambda: pa.table({"chunk_id": ["d1:0"], "doc_id": ["d1"], "boilerplate": [0.5],
-                                                      "search_text": ["x"], "text_hash": ["h"]}),
-              "boilerplate_all": lambda: pa.table({"chunk_id": ["d1:0"], "doc_id": ["d1"], "share": [0.5],
-                                                   "boiler": pa.array([[1]], pa.list_(pa.int64())),
-                                                   "stored": pa.array([None], pa.float64())})}
+REGISTERED = {
+    "moved_documents": lambda: layers.moves_table(MOVED),
+    "touched_documents": lambda: layers.touches_table([("d1", dt.datetime(2024, 1, 1), "run1")]),
+    "moved_paths": lambda: layers.moves_table(MOVED).select(["doc_id", "path"]),
+    "wanted_dups": lambda: pa.table(
+        {
+            "doc_id": ["d1"],
+            "dup_cluster": ["d1"],
+            "dup_of": pa.array([None], pa.string()),
+            "dup_similarity": pa.array([1.0], pa.float64()),
+        }
+    ),
+    "wanted_boilerplate": lambda: pa.table(
+        {"chunk_id": ["d1:0"], "doc_id": ["d1"], "boilerplate": [0.5], "search_text": ["x"], "text_hash": ["h"]}
+    ),
+    "boilerplate_all": lambda: pa.table(
+        {
+            "chunk_id": ["d1:0"],
+            "doc_id": ["d1"],
+            "share": [0.5],
+            "boiler": pa.array([[1]], pa.list_(pa.int64())),
+            "stored": pa.array([None], pa.float64()),
+        }
+    ),
+}
 
 
 @pytest.mark.parametrize("name", ALL_SQL)
@@ -180,14 +195,28 @@ def test_sql_file_runs(request, con, name):
         catalog.rebuild_fts(con)
     params = PARAMS[name]
     if params == "run":
-        insert_run(con, {"run_id": "r", "started": dt.datetime.now(), "status": "completed", "roots": ["/r"],
-                         "errors": [], "durations": {}, "settings": {}})
+        insert_run(
+            con,
+            {
+                "run_id": "r",
+                "started": dt.datetime.now(),
+                "status": "completed",
+                "roots": ["/r"],
+                "errors": [],
+                "durations": {},
+                "settings": {},
+            },
+        )
         assert con.execute("SELECT count(*) FROM runs WHERE run_id = 'r'").fetchone()[0] == 1
         return
     if params == "acl":
         key = "doc_id" if name.endswith("documents") else "path"
-        con.register("wanted_acl", pa.table({key: [("d1" if key == "doc_id" else "/r/a.md"), "nope"],
-                                             "principals": [["public"], ["group:x"]]}))
+        con.register(
+            "wanted_acl",
+            pa.table(
+                {key: [("d1" if key == "doc_id" else "/r/a.md"), "nope"], "principals": [["public"], ["group:x"]]}
+            ),
+        )
         if name.startswith("layer_"):  # the documents rows go into the layer, which then owns them
             assert layers.rewrite_principals(con, name, 2, 1) == ["d1"]
             assert layers.rewrite_principals(con, name, 2, 1) == []  # equal now: nothing to write
@@ -201,8 +230,26 @@ def test_sql_file_runs(request, con, name):
     if params == "evals":
         for stmt in statements("evals_table"):
             con.execute(stmt)
-        con.execute(load_sql(name), ["e1", dt.datetime(2024, 1, 1), "s", "known-item", 3, "hybrid", 10, 20, 0.9, 0.7,
-                                     "{}", '{"recall@10": 0.9}', None, 1.5, None])
+        con.execute(
+            load_sql(name),
+            [
+                "e1",
+                dt.datetime(2024, 1, 1),
+                "s",
+                "known-item",
+                3,
+                "hybrid",
+                10,
+                20,
+                0.9,
+                0.7,
+                "{}",
+                '{"recall@10": 0.9}',
+                None,
+                1.5,
+                None,
+            ],
+        )
         assert con.execute("SELECT metrics->>'recall@10' FROM evals").fetchone() == ("0.9",)
         return
     if params == "arrow":
@@ -258,10 +305,21 @@ def test_hostile_strings_are_bound_not_executed(con):
 def test_a_documents_layout_and_the_runs_that_failed_its_file_since(con):
     assert con.execute(load_sql("document_layout"), ["d1"]).fetchone() == ([0, 120], [2], ["page 3 could not be read"])
     assert con.execute(load_sql("document_chunk_text"), ["d1", 0, 0]).fetchall() == [
-        (0, "Document: Title", "error E11000 in FY2018")]
+        (0, "Document: Title", "error E11000 in FY2018")
+    ]
     for run_id, day, path in (("r1", 1, "/r/a.md"), ("r2", 5, "/r/a.md"), ("r3", 6, "/r/other.md")):
-        insert_run(con, {"run_id": run_id, "started": dt.datetime(2024, 1, day), "status": "partial", "roots": ["/r"],
-                         "errors": [{"path": path, "error": f"broken in {run_id}"}], "durations": {}, "settings": {}})
+        insert_run(
+            con,
+            {
+                "run_id": run_id,
+                "started": dt.datetime(2024, 1, day),
+                "status": "partial",
+                "roots": ["/r"],
+                "errors": [{"path": path, "error": f"broken in {run_id}"}],
+                "durations": {},
+                "settings": {},
+            },
+        )
     rows = con.execute(load_sql("document_failures"), ["/r/a.md", dt.datetime(2024, 1, 2, 3, 4, 5)]).fetchall()
     assert [(r[0], r[2]) for r in rows] == [("r2", "broken in r2")]
     assert con.execute(load_sql("run_view"), ["r3"]).fetchone()[0] == "r3"
@@ -279,6 +337,8 @@ def test_the_sql_views_join_what_users_ask_for(con):
     row = con.execute("SELECT chunk_id, path, file_type, title, section FROM chunks_full").fetchone()
     assert row == ("d1:0", "/r/a.md", "md", "Title", "Intro")
     assert con.execute("SELECT path, title, n_chunks FROM sections_full").fetchone() == ("/r/a.md", "Intro", 1)
+
+
 def test_permission_clause_in_the_view_sql_keeps_readers_only(con):
     from quarry.search.filters import Filter, with_filter
 

@@ -20,13 +20,32 @@ DIM = 8
 
 
 def record(doc_id: str, text: str, path: str | None = None) -> DocumentRecord:
-    file = FileInfo(path=path or f"/r/{doc_id}.md", root="/r", rel_path=f"{doc_id}.md", file_type="md", size=len(text),
-                    mtime=1.0, sha256=doc_id * 2)
-    chunk = Chunk(chunk_id=f"{doc_id}:0", doc_id=doc_id, section_index=0, chunk_index=0, start=0, end=len(text),
-                  page_start=None, page_end=None, header="Document: T", text=text, text_hash=(doc_id * 8)[:64],
-                  n_tokens=3)
-    return DocumentRecord(doc_id=doc_id, file=file, title="T", summary="", sections=[Section(0, "S", 1, 0, len(text))],
-                          chunks=[chunk])
+    file = FileInfo(
+        path=path or f"/r/{doc_id}.md",
+        root="/r",
+        rel_path=f"{doc_id}.md",
+        file_type="md",
+        size=len(text),
+        mtime=1.0,
+        sha256=doc_id * 2,
+    )
+    chunk = Chunk(
+        chunk_id=f"{doc_id}:0",
+        doc_id=doc_id,
+        section_index=0,
+        chunk_index=0,
+        start=0,
+        end=len(text),
+        page_start=None,
+        page_end=None,
+        header="Document: T",
+        text=text,
+        text_hash=(doc_id * 8)[:64],
+        n_tokens=3,
+    )
+    return DocumentRecord(
+        doc_id=doc_id, file=file, title="T", summary="", sections=[Section(0, "S", 1, 0, len(text))], chunks=[chunk]
+    )
 
 
 def vec(seed: int) -> np.ndarray:
@@ -37,8 +56,15 @@ def vec(seed: int) -> np.ndarray:
 def run_row(run_id="r1"):
     import datetime as dt
 
-    return {"run_id": run_id, "started": dt.datetime.now(), "status": "completed", "roots": ["/r"], "errors": [],
-            "durations": {}, "settings": {}}
+    return {
+        "run_id": run_id,
+        "started": dt.datetime.now(),
+        "status": "completed",
+        "roots": ["/r"],
+        "errors": [],
+        "durations": {},
+        "settings": {},
+    }
 
 
 def write(store, docs, run_id="r1", commit=True):
@@ -80,8 +106,9 @@ def test_uncommitted_work_is_invisible_and_rolled_back(tmp_path):
     reader = open_snapshot(store)
     # A run that writes and dies without committing (no commit, no cleanup of its files).
     w = StoreWriter(store, "test-model", DIM).open()
-    w.write_documents([record("bb", "beta"), record("cc", "gamma")], {("bb" * 8)[:64]: vec(1), ("cc" * 8)[:64]: vec(2)},
-                      "r2")
+    w.write_documents(
+        [record("bb", "beta"), record("cc", "gamma")], {("bb" * 8)[:64]: vec(1), ("cc" * 8)[:64]: vec(2)}, "r2"
+    )
     assert reader.con.execute("SELECT count(*) FROM chunks").fetchone()[0] == 1
     assert reader.table.count_rows() == 1
     w.lock.release()  # simulate the process dying: the catalog file stays behind
@@ -150,15 +177,20 @@ def test_model_change_uses_a_new_table_and_drops_the_old(tmp_path):
 def test_second_writer_fails_fast_naming_the_holder(tmp_path):
     store = tmp_path / "s"
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import sys, time
             from pathlib import Path
             from quarry.store.layout import WriterLock
             WriterLock(Path({str(store)!r})).acquire()
             print("locked", flush=True)
             time.sleep(60)
-        """)],
-        stdout=subprocess.PIPE, text=True,
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -176,8 +208,10 @@ def _locked_elsewhere(store) -> bool:
     import subprocess
     import sys
 
-    code = ("import sys; from pathlib import Path; from quarry.store.layout import WriterLock\n"
-            "try:\n    WriterLock(Path(sys.argv[1])).acquire()\nexcept Exception:\n    sys.exit(7)")
+    code = (
+        "import sys; from pathlib import Path; from quarry.store.layout import WriterLock\n"
+        "try:\n    WriterLock(Path(sys.argv[1])).acquire()\nexcept Exception:\n    sys.exit(7)"
+    )
     return subprocess.run([sys.executable, "-c", code, str(store)], timeout=60).returncode == 7
 
 
@@ -322,8 +356,7 @@ def test_a_store_with_more_than_ten_vector_tables_finds_each(tmp_path):
 
     store = tmp_path / "s"
     for i in range(12):
-        vectors.open_for_write(store, f"model-{i:02d}", DIM, 0).add(
-            vectors.rows_table(f"model-{i:02d}", DIM, [], {}))
+        vectors.open_for_write(store, f"model-{i:02d}", DIM, 0).add(vectors.rows_table(f"model-{i:02d}", DIM, [], {}))
     names = vectors.table_names(vectors.connect(store))
     assert len(names) == 12
     table = vectors.open_for_write(store, "model-11", DIM, 1)  # committed at its version 1: opened, not created

@@ -8,9 +8,10 @@ import shutil
 import time
 
 import pytest
+from conftest import SAMPLE
+from test_crash import edit_tree
 
 import quarry
-from conftest import SAMPLE
 from quarry.core.errors import StoreCorrupt, StoreLocked
 from quarry.core.storeurl import MARKER, parse_url
 from quarry.store import journal, maintain
@@ -21,7 +22,6 @@ from quarry.store.objstore import open_objects
 from quarry.store.pointer import Pointer, read_pointer
 from quarry.store.remote import Remote
 from quarry.store.rollback import list_generations, rollback
-from test_crash import edit_tree
 
 
 @pytest.fixture
@@ -31,8 +31,15 @@ def cache(tmp_path, monkeypatch):
 
 
 def _pointer(generation: int) -> Pointer:
-    return Pointer(generation=generation, catalog=Pointer.catalog_name(generation), vector_table="", vector_version=0,
-                   model="m", dim=4, committed_at=time.time())
+    return Pointer(
+        generation=generation,
+        catalog=Pointer.catalog_name(generation),
+        vector_table="",
+        vector_version=0,
+        model="m",
+        dim=4,
+        committed_at=time.time(),
+    )
 
 
 def test_a_local_folder_opens_as_a_local_store_once(tmp_path):

@@ -18,9 +18,11 @@ spec = importlib.util.spec_from_file_location("vs_llamaindex", ROOT / "bench" / 
 vs = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(vs)
 
-PROSE = ("Deploys roll forward by default. When a release breaks production, the on-call engineer "
-         "reverts the release commit, waits for the pipeline to finish and checks the dashboards "
-         "before telling the channel that the rollback is done.")
+PROSE = (
+    "Deploys roll forward by default. When a release breaks production, the on-call engineer "
+    "reverts the release commit, waits for the pipeline to finish and checks the dashboards "
+    "before telling the channel that the rollback is done."
+)
 
 
 @pytest.fixture
@@ -36,7 +38,10 @@ def tree(tmp_path):
 
 def test_pick_files_by_extension_and_spread(tree):
     assert [str(p) for p in vs.pick_files(tree, (".md", ".txt"), None)] == [
-        "guides/deploys.md", "guides/oncall.md", "notes.txt"]
+        "guides/deploys.md",
+        "guides/oncall.md",
+        "notes.txt",
+    ]
     assert len(vs.pick_files(tree, (), None)) == 4
     assert [str(p) for p in vs.pick_files(tree, (".md", ".txt"), 2)] == ["guides/deploys.md", "guides/oncall.md"]
 
@@ -63,9 +68,27 @@ def test_touch_and_edit_change_what_they_say(tree, tmp_path):
 def test_quarry_side_rows(tree, tmp_path, prefect_api):
     out = tmp_path / "result.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "vs_llamaindex.py"), "--tree", str(tree), "--systems", "quarry",
-         "--backends", "hash", "--json", "--out", str(out), "--work", str(tmp_path / "work")],
-        check=False, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        [
+            sys.executable,
+            str(ROOT / "bench" / "vs_llamaindex.py"),
+            "--tree",
+            str(tree),
+            "--systems",
+            "quarry",
+            "--backends",
+            "hash",
+            "--json",
+            "--out",
+            str(out),
+            "--work",
+            str(tmp_path / "work"),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert json.loads(out.read_text()) == result

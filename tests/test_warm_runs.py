@@ -15,14 +15,20 @@ from prefect import flow
 def report_process(out: str) -> None:
     """What a run's process had imported before its flow began, and whose child it is."""
     with open(out, "w") as fh:
-        json.dump({"lancedb": "lancedb" in sys.modules, "flow": "quarry.flows.index" in sys.modules,
-                   "frozen": gc.get_freeze_count(),
-                   "ppid": os.getppid(), "pid": os.getpid()}, fh)
+        json.dump(
+            {
+                "lancedb": "lancedb" in sys.modules,
+                "flow": "quarry.flows.index" in sys.modules,
+                "frozen": gc.get_freeze_count(),
+                "ppid": os.getppid(),
+                "pid": os.getpid(),
+            },
+            fh,
+        )
 
 
 def test_served_flow_runs_fork_from_a_warm_process(prefect_api, tmp_path):
     import prefect.flow_engine as engine
-
     from quarry.flows.orchestration import warm_flow_runs
 
     saved = engine.multiprocessing

@@ -11,13 +11,13 @@ from urllib.parse import urlsplit
 
 import pytest
 from fastapi.testclient import TestClient
+from webstore import SECRET_LINES, SECRET_TITLE, SECRET_WORD, build
 
 import quarry
 from quarry.api.app import ApiConfig, create_app
 from quarry.api.web import views
 from quarry.core.models import STAGES
 from quarry.search.highlight import split_marked, term_spans
-from webstore import SECRET_LINES, SECRET_TITLE, SECRET_WORD, build
 
 
 @pytest.fixture(scope="module")
@@ -96,11 +96,16 @@ def test_the_cookie_is_secure_under_tls_and_posts_from_another_site_are_refused(
     c = client(app, store, base="https://testserver")
     r = c.post("/login", data={"token": store.tokens["hr"], "next": "/"})
     assert "secure" in r.headers["set-cookie"].lower()
-    foreign = client(app, store).post("/login", data={"token": store.tokens["hr"], "next": "/"},
-                                      headers={"Origin": "http://evil.example"})
+    foreign = client(app, store).post(
+        "/login", data={"token": store.tokens["hr"], "next": "/"}, headers={"Origin": "http://evil.example"}
+    )
     assert foreign.status_code == 403 and "set-cookie" not in foreign.headers
-    assert client(app, store).post("/login", data={"token": store.tokens["hr"], "next": "//evil.example/x"}
-                                   ).headers["location"] == "/"
+    assert (
+        client(app, store)
+        .post("/login", data={"token": store.tokens["hr"], "next": "//evil.example/x"})
+        .headers["location"]
+        == "/"
+    )
 
 
 def test_a_revoked_key_is_signed_out_at_its_next_page(app, store):
@@ -138,17 +143,20 @@ def test_search_page_highlights_terms_and_links_each_result_to_its_chunk(app, st
     assert fragment.status_code == 200 and "<html" not in fragment.text and '<li class="result">' in fragment.text
 
 
-@pytest.mark.parametrize("params, expect", [
-    ({"window": "1,1"}, "chunks "),
-    ({"mode": "bm25"}, "bm25"),
-    ({"mode": "vector"}, "vector"),
-    ({"fusion": "rrf"}, "(rrf)"),
-    ({"type": "pdf"}, "quarterly.pdf"),
-    ({"path": "*/runbooks/**"}, "runbooks/"),
-    ({"where": "file_type = 'md'"}, "filter <code>"),
-    ({"since": "2000-01-01", "k": "5"}, '<li class="result">'),
-    ({"segments": "balanced"}, "<ol class=\"results\">"),
-])
+@pytest.mark.parametrize(
+    "params, expect",
+    [
+        ({"window": "1,1"}, "chunks "),
+        ({"mode": "bm25"}, "bm25"),
+        ({"mode": "vector"}, "vector"),
+        ({"fusion": "rrf"}, "(rrf)"),
+        ({"type": "pdf"}, "quarterly.pdf"),
+        ({"path": "*/runbooks/**"}, "runbooks/"),
+        ({"where": "file_type = 'md'"}, "filter <code>"),
+        ({"since": "2000-01-01", "k": "5"}, '<li class="result">'),
+        ({"segments": "balanced"}, '<ol class="results">'),
+    ],
+)
 def test_search_options_reach_the_library(app, store, params, expect):
     r = client(app, store, "admin").get("/", params={"q": "deploy rollback", **params})
     assert r.status_code == 200 and expect in r.text, r.text[-2000:]
@@ -156,12 +164,15 @@ def test_search_options_reach_the_library(app, store, params, expect):
         assert all(p.endswith(".pdf") for p in re.findall(r'<span class="path">([^<]+)</span>', r.text))
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"where": "no_such_column = 1"}, "no_such_column"),
-    ({"window": "1,1", "segments": "balanced"}, "segments"),
-    ({"k": "5000"}, "k:"),
-    ({"since": "yesterday-ish"}, "since"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"where": "no_such_column = 1"}, "no_such_column"),
+        ({"window": "1,1", "segments": "balanced"}, "segments"),
+        ({"k": "5000"}, "k:"),
+        ({"since": "yesterday-ish"}, "since"),
+    ],
+)
 def test_a_refused_search_is_a_400_page_with_the_reason(app, store, params, message):
     r = client(app, store, "admin").get("/", params={"q": "deploy", **params})
     assert r.status_code == 400 and 'class="error"' in r.text and message in r.text, r.text[-1500:]
@@ -185,8 +196,9 @@ def test_document_view_draws_chunks_headers_pages_and_marks_the_linked_chunk(app
 
 
 def test_the_library_keeps_a_documents_pages_warnings_and_later_failures(store):
-    from quarry.core.errors import NotFound
     from webstore import REPORT_PAGES
+
+    from quarry.core.errors import NotFound
 
     with quarry.open(store.db) as idx:
         hit = idx.search("incident review payments", k=1, filters="file_type = 'pdf'").results[0]
@@ -223,12 +235,27 @@ def test_runs_page_charts_one_bar_per_stage_of_each_timed_run(app, store):
     from quarry.store import evals
 
     for generation, recall, flagged in ((1, 0.9, None), (2, 0.7, "recall@10 0.700 < 0.900 (generation 1) - 0.05")):
-        evals.record(store.db, {"eval_id": f"e{generation}", "created": "2026-01-0{generation}T00:00:00",
-                                "set_name": "nightly", "method": "known-item", "generation": generation, "mode": "hybrid",
-                                "k": 10, "questions": 200, "recall": recall, "mrr": 0.5,
-                                "metrics": {"recall@10": recall, "chunk_recall@10": 0.25}, "flagged": flagged})
+        evals.record(
+            store.db,
+            {
+                "eval_id": f"e{generation}",
+                "created": "2026-01-0{generation}T00:00:00",
+                "set_name": "nightly",
+                "method": "known-item",
+                "generation": generation,
+                "mode": "hybrid",
+                "k": 10,
+                "questions": 200,
+                "recall": recall,
+                "mrr": 0.5,
+                "metrics": {"recall@10": recall, "chunk_recall@10": 0.25},
+                "flagged": flagged,
+            },
+        )
     page = c.get("/runs").text
-    assert page.index('data-eval="nightly/hybrid/2"') < page.index('data-eval="nightly/hybrid/1"')  # a trend, newest first
+    assert page.index('data-eval="nightly/hybrid/2"') < page.index(
+        'data-eval="nightly/hybrid/1"'
+    )  # a trend, newest first
     assert "0.700" in page and "0.250" in page and "recall@10 0.700 &lt; 0.900" in page
     detail = c.get(f"/runs/{timed[0]['run_id']}")
     assert detail.status_code == 200 and "Stages" in detail.text and "Settings" in detail.text
@@ -277,8 +304,12 @@ def test_a_key_without_the_principal_finds_the_restricted_document_nowhere(app, 
     assert hr.get(f"/documents/{secret.doc_id}").status_code == 200
     c = client(app, store, "outsider")
     pages = {
-        "/": {}, "/status": {}, "/runs": {}, "/fragments/results": {"q": SECRET_WORD},
-        f"/documents/{secret.doc_id}": {}, f"/documents/{secret.doc_id}?chunk={secret.chunk_id}": {},
+        "/": {},
+        "/status": {},
+        "/runs": {},
+        "/fragments/results": {"q": SECRET_WORD},
+        f"/documents/{secret.doc_id}": {},
+        f"/documents/{secret.doc_id}?chunk={secret.chunk_id}": {},
         f"/fragments/context/{secret.chunk_id}": {"n": "3"},
     }
     for query in (SECRET_WORD, "salary bands", "engineering salary bands on-call", "hr"):
@@ -344,8 +375,15 @@ def test_no_page_names_another_host_and_the_policy_forbids_it(app, store, secret
     c = client(app, store, "admin")
     with quarry.open(store.db) as idx:
         run_id = idx.runs(1)[0]["run_id"]
-    for path in ("/", "/?q=deploy&explain=1", f"/documents/{secret.doc_id}", "/runs", f"/runs/{run_id}",
-                 "/status", "/login"):
+    for path in (
+        "/",
+        "/?q=deploy&explain=1",
+        f"/documents/{secret.doc_id}",
+        "/runs",
+        f"/runs/{run_id}",
+        "/status",
+        "/login",
+    ):
         r = c.get(path)
         assert r.status_code == 200, path
         policy = r.headers["content-security-policy"]
@@ -372,19 +410,35 @@ def test_terms_are_marked_as_bm25_reads_them():
 
 def test_page_breaks_fall_inside_and_between_chunks():
     text = "aaaa bbbb\n\ncccc dddd\n\neeee"
-    doc = {"page_offsets": [0, 11, 22], "ocr_page_numbers": [2], "chunks": [
-        {"chunk_index": 0, "start_char": 0, "end_char": 16, "text": text[0:16]},
-        {"chunk_index": 1, "start_char": 18, "end_char": 26, "text": text[18:26]}]}
+    doc = {
+        "page_offsets": [0, 11, 22],
+        "ocr_page_numbers": [2],
+        "chunks": [
+            {"chunk_index": 0, "start_char": 0, "end_char": 16, "text": text[0:16]},
+            {"chunk_index": 1, "start_char": 18, "end_char": 26, "text": text[18:26]},
+        ],
+    }
     first, second = views.layout(doc, 0, 1, hit=1, query="cccc")
-    assert first.parts == [("page", 1, False), ("text", [("aaaa bbbb\n\n", False)]), ("page", 2, True),
-                           ("text", [("cccc", True), (" ", False)])]
-    assert second.hit and second.parts == [("text", [("dd\n\n", False)]), ("page", 3, False),
-                                           ("text", [("eeee", False)])]
+    assert first.parts == [
+        ("page", 1, False),
+        ("text", [("aaaa bbbb\n\n", False)]),
+        ("page", 2, True),
+        ("text", [("cccc", True), (" ", False)]),
+    ]
+    assert second.hit and second.parts == [
+        ("text", [("dd\n\n", False)]),
+        ("page", 3, False),
+        ("text", [("eeee", False)]),
+    ]
     alone = views.layout(doc, 1, 1, hit=None)
     assert alone[0].parts[0] == ("page", 2, True)  # the first chunk shown says which page it is on
     # a catalog from before page offsets were kept: a break where a chunk starts on a later page
-    old = {"chunks": [{**doc["chunks"][0], "page_start": 1, "page_end": 1},
-                      {**doc["chunks"][1], "page_start": 2, "page_end": 3}]}
+    old = {
+        "chunks": [
+            {**doc["chunks"][0], "page_start": 1, "page_end": 1},
+            {**doc["chunks"][1], "page_start": 2, "page_end": 3},
+        ]
+    }
     assert [b.parts[0] for b in views.layout(old, 0, 1, None)] == [("page", 1, False), ("page", 2, False)]
     old["chunks"][0]["page_end"] = 2  # chunk 1 goes on with the page chunk 0 ended on
     assert views.layout(old, 0, 1, None)[1].parts[0][0] == "text"
@@ -392,19 +446,27 @@ def test_page_breaks_fall_inside_and_between_chunks():
 
 def test_overlapping_chunks_show_shared_text_once():
     text = "one two three four five six"
-    doc = {"chunks": [{"chunk_index": 0, "start_char": 0, "end_char": 13, "text": text[:13]},
-                      {"chunk_index": 1, "start_char": 8, "end_char": 27, "text": text[8:27]}]}
+    doc = {
+        "chunks": [
+            {"chunk_index": 0, "start_char": 0, "end_char": 13, "text": text[:13]},
+            {"chunk_index": 1, "start_char": 8, "end_char": 27, "text": text[8:27]},
+        ]
+    }
     blocks = views.layout(doc, 0, 1, None)
     shown = "".join(piece for b in blocks for kind, *rest in b.parts if kind == "text" for piece, _ in rest[0])
     assert shown == text and blocks[1].overlap == 5
 
 
 def test_the_chart_scales_each_lane_and_skips_untimed_runs():
-    runs = [{"run_id": "b", "started": "2026-01-02T00:00:00Z",
-             "durations": {"parse": {"seconds": 2.0}, "embed": {"seconds": 1.0}, "total": {"seconds": 3.5}}},
-            {"run_id": "s", "started": "2026-01-01T12:00:00Z", "durations": {}, "status": "skipped"},
-            {"run_id": "a", "started": "2026-01-01T00:00:00Z",
-             "durations": {"parse": {"seconds": 1.0}, "total": 1.5}}]
+    runs = [
+        {
+            "run_id": "b",
+            "started": "2026-01-02T00:00:00Z",
+            "durations": {"parse": {"seconds": 2.0}, "embed": {"seconds": 1.0}, "total": {"seconds": 3.5}},
+        },
+        {"run_id": "s", "started": "2026-01-01T12:00:00Z", "durations": {}, "status": "skipped"},
+        {"run_id": "a", "started": "2026-01-01T00:00:00Z", "durations": {"parse": {"seconds": 1.0}, "total": 1.5}},
+    ]
     chart = views.stage_chart(runs)
     assert [lane.stage for lane in chart.lanes] == ["parse", "embed", "total"]
     parse = chart.lanes[0]

@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-import quarry
 from apiserver import api_server
 from conftest import shared
-from quarry.core.models import STAGES
 from webstore import SECRET_LINES, SECRET_TITLE, SECRET_WORD, build
+
+import quarry
+from quarry.core.models import STAGES
 
 pytestmark = pytest.mark.slow
 CHROMIUM = os.environ.get("QUARRY_CHROMIUM", "/usr/bin/chromium")
@@ -33,8 +33,10 @@ def _browser_missing() -> str | None:
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not (Path(p).exists() or shutil.which(p))]
     if not missing:
         return None
-    return (f"{' and '.join(missing)} not found: Debian's chromium and chromium-driver drive these tests "
-            "(`make browser` installs them, as root)")
+    return (
+        f"{' and '.join(missing)} not found: Debian's chromium and chromium-driver drive these tests "
+        "(`make browser` installs them, as root)"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +73,16 @@ def browser(width: int = 1280, height: int = 900, logging: dict | None = None):
     if logging:
         options.set_capability("goog:loggingPrefs", logging)
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                f"--window-size={width},{height}", "--lang=en-US", "--no-first-run", "--disable-extensions"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        f"--window-size={width},{height}",
+        "--lang=en-US",
+        "--no-first-run",
+        "--disable-extensions",
+    ):
         options.add_argument(arg)
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
 
@@ -117,8 +127,9 @@ def shot(driver, folder: Path, name: str) -> Path:
 
 def resources_from_elsewhere(driver, base: str) -> list[str]:
     """Every resource the page loaded whose URL is not on this server."""
-    names = driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name)"
-                                  ".concat([document.location.href])")
+    names = driver.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name).concat([document.location.href])"
+    )
     return [n for n in names if not n.startswith(base + "/")]
 
 
@@ -152,7 +163,8 @@ def test_sign_in_search_and_open_a_result_at_its_chunk(site, shots, driver):
     assert hit.get_attribute("id") == f"c-{chunk_index}"
     assert hit.find_element(By.CSS_SELECTOR, ".header").text.strip() == header.strip()
     top, bottom, view = driver.execute_script(
-        "const r = arguments[0].getBoundingClientRect(); return [r.top, r.bottom, window.innerHeight];", hit)
+        "const r = arguments[0].getBoundingClientRect(); return [r.top, r.bottom, window.innerHeight];", hit
+    )
     assert top < view and bottom > 0, "the linked chunk is scrolled into view"
     color = driver.execute_script("return getComputedStyle(arguments[0]).backgroundColor", hit)
     plain = driver.find_elements(By.CSS_SELECTOR, "article.chunk:not(.hit)")
@@ -251,14 +263,22 @@ def test_a_key_without_the_principal_sees_the_restricted_document_nowhere(site, 
     time.sleep(1)
     seen["search"] = driver.page_source
     shot(driver, shots, "search-outsider")
-    for path in ("/status", "/runs", f"/documents/{secret.doc_id}", f"/documents/{secret.doc_id}?chunk={secret.chunk_id}",
-                 f"/fragments/context/{secret.chunk_id}?n=2", f"/fragments/results?q={SECRET_WORD}&window=3,3",
-                 f"/?q={SECRET_WORD}&mode=vector&explain=1&segments=find_all"):
+    for path in (
+        "/status",
+        "/runs",
+        f"/documents/{secret.doc_id}",
+        f"/documents/{secret.doc_id}?chunk={secret.chunk_id}",
+        f"/fragments/context/{secret.chunk_id}?n=2",
+        f"/fragments/results?q={SECRET_WORD}&window=3,3",
+        f"/?q={SECRET_WORD}&mode=vector&explain=1&segments=find_all",
+    ):
         driver.get(base + path)
         wait_for(driver, "body")
         seen[path] = driver.page_source
-        hrefs = driver.execute_script("return Array.from(document.querySelectorAll('[href],[src],[action]'))"
-                                      ".map(e => e.getAttribute('href') || e.getAttribute('src') || e.getAttribute('action'))")
+        hrefs = driver.execute_script(
+            "return Array.from(document.querySelectorAll('[href],[src],[action]'))"
+            ".map(e => e.getAttribute('href') || e.getAttribute('src') || e.getAttribute('action'))"
+        )
         assert not [h for h in hrefs if secret.doc_id in h or "salaries" in h], path
     for path, html in seen.items():
         for leak in (SECRET_TITLE, "salaries.md", *SECRET_LINES):
@@ -338,7 +358,9 @@ def test_what_a_stranger_meets_reads_right(site, shots, driver):
         needed, room = driver.execute_script(
             "const e = arguments[0], s = getComputedStyle(e), c = document.createElement('canvas').getContext('2d');"
             "c.font = s.font; return [c.measureText(e.placeholder).width,"
-            " e.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight)];", field)
+            " e.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight)];",
+            field,
+        )
         assert needed <= room, f"the {name} placeholder is cut: {needed:.0f} px in {room:.0f}"
     driver.find_element(By.CSS_SELECTOR, "input[name=explain]").click()
     box.send_keys("how do we roll back a bad deploy", Keys.ENTER)

@@ -20,7 +20,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, SAMPLE
 
 pytestmark = pytest.mark.slow
@@ -36,24 +35,29 @@ def _run(args, **kw):
 
 def _clean_env(**extra) -> dict:
     """The environment of a user outside the checkout: no PYTHONPATH, no test Prefect server."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PREFECT_API_URL", "QUARRY_EMBED_BACKEND", "VIRTUAL_ENV")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PREFECT_API_URL", "QUARRY_EMBED_BACKEND", "VIRTUAL_ENV")
+    }
     return {**env, **extra}
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", out, ROOT],
-         timeout=300)
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", out, ROOT], timeout=300
+    )
     (whl,) = out.glob("quarry-*.whl")
     return whl
 
 
 def _checkout_packages() -> set[str]:
     """Every package the wheel must hold, as paths inside it."""
-    inside = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "quarry").rglob("__init__.py")
-              if "__pycache__" not in p.parts}
+    inside = {
+        str(p.parent.relative_to(ROOT)) for p in (ROOT / "quarry").rglob("__init__.py") if "__pycache__" not in p.parts
+    }
     return inside | {"quarry/flows", "quarry/tasks", "quarry/sql"}
 
 
@@ -64,7 +68,9 @@ def test_wheel_holds_quarry_only_with_its_sql_and_every_package(wheel):
     shipped_sql = sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("quarry/sql/") and n.endswith(".sql"))
     assert shipped_sql == sorted(p.name for p in (ROOT / "sql").glob("*.sql"))
     packages = {n.rsplit("/", 1)[0] for n in names if n.endswith("/__init__.py")}
-    assert _checkout_packages() <= packages, f"missing from [tool.setuptools] packages: {_checkout_packages() - packages}"
+    assert _checkout_packages() <= packages, (
+        f"missing from [tool.setuptools] packages: {_checkout_packages() - packages}"
+    )
     assert "quarry/py.typed" in names and "quarry/__main__.py" in names
     assert "quarry/flows/index.py" in names and "quarry/tasks/embed.py" in names
     from quarry.flows.orchestration import _shipped
@@ -104,9 +110,16 @@ def test_installed_wheel_answers_like_the_checkout(wheel_venv, tmp_path):
     env = _clean_env(QUARRY_CACHE_DIR=str(tmp_path / "model-cache"), HF_HUB_OFFLINE="1")
     quarry = wheel_venv / "bin" / "quarry"
 
-    where = _run([wheel_venv / "bin" / "python", "-c", "import quarry, quarry.flows.index as f, quarry.core.sqlfiles as s;"
-                  "print(quarry.__file__); print(f.__file__); print(len(s.sql_names()))"],
-                 cwd=elsewhere, env=env).stdout.split()
+    where = _run(
+        [
+            wheel_venv / "bin" / "python",
+            "-c",
+            "import quarry, quarry.flows.index as f, quarry.core.sqlfiles as s;"
+            "print(quarry.__file__); print(f.__file__); print(len(s.sql_names()))",
+        ],
+        cwd=elsewhere,
+        env=env,
+    ).stdout.split()
     assert all(p.startswith(str(wheel_venv)) for p in where[:2]), where
     assert int(where[2]) == len(list((ROOT / "sql").glob("*.sql")))
 
@@ -115,16 +128,25 @@ def test_installed_wheel_answers_like_the_checkout(wheel_venv, tmp_path):
     assert status["documents"] == len([p for p in SAMPLE.rglob("*") if p.is_file()])
     assert status["model"] == "all-MiniLM-L6-v2"
     assert status["embedder"]["backend"] == "onnx-int8" and status["embedder"]["variant"]
-    wheel_hits = json.loads(_run([quarry, "search", QUERY, "--db", "store", "--json", "-k", "5"],
-                                 cwd=elsewhere, env=env).stdout)["results"]
+    wheel_hits = json.loads(
+        _run([quarry, "search", QUERY, "--db", "store", "--json", "-k", "5"], cwd=elsewhere, env=env).stdout
+    )["results"]
 
     # the checkout, same tree, same model cache
     checkout_env = {**env, "PYTHONPATH": str(ROOT)}
-    _run([sys.executable, "-m", "quarry", "index", elsewhere / "sample", "--db", tmp_path / "checkout-store"],
-         cwd=ROOT, env=checkout_env, timeout=900)
-    checkout_hits = json.loads(_run([sys.executable, "-m", "quarry", "search", QUERY, "--db",
-                                     tmp_path / "checkout-store", "--json", "-k", "5"],
-                                    cwd=ROOT, env=checkout_env).stdout)["results"]
+    _run(
+        [sys.executable, "-m", "quarry", "index", elsewhere / "sample", "--db", tmp_path / "checkout-store"],
+        cwd=ROOT,
+        env=checkout_env,
+        timeout=900,
+    )
+    checkout_hits = json.loads(
+        _run(
+            [sys.executable, "-m", "quarry", "search", QUERY, "--db", tmp_path / "checkout-store", "--json", "-k", "5"],
+            cwd=ROOT,
+            env=checkout_env,
+        ).stdout
+    )["results"]
     assert wheel_hits and [h["chunk_id"] for h in wheel_hits] == [h["chunk_id"] for h in checkout_hits]
     assert [Path(h["path"]).name for h in wheel_hits] == [Path(h["path"]).name for h in checkout_hits]
 
@@ -134,10 +156,15 @@ def test_prefect_deployment_entrypoint_loads_from_the_installed_package(wheel_ve
     import yaml
 
     entrypoint = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"][0]["entrypoint"]
-    probe = ("import sys\nfrom prefect.flows import load_flow_from_entrypoint\n"
-             "flow = load_flow_from_entrypoint(sys.argv[1], use_placeholder_flow=False)\n"
-             "import inspect; print(flow.name, inspect.getsourcefile(flow.fn))\n")
-    out = _run([wheel_venv / "bin" / "python", "-c", probe, entrypoint], cwd=tmp_path,
-               env=_clean_env(PREFECT_HOME=str(tmp_path / "prefect"))).stdout.split()
+    probe = (
+        "import sys\nfrom prefect.flows import load_flow_from_entrypoint\n"
+        "flow = load_flow_from_entrypoint(sys.argv[1], use_placeholder_flow=False)\n"
+        "import inspect; print(flow.name, inspect.getsourcefile(flow.fn))\n"
+    )
+    out = _run(
+        [wheel_venv / "bin" / "python", "-c", probe, entrypoint],
+        cwd=tmp_path,
+        env=_clean_env(PREFECT_HOME=str(tmp_path / "prefect")),
+    ).stdout.split()
     assert out[0] == "quarry-index", out
     assert out[1].startswith(str(wheel_venv)), out

@@ -9,8 +9,8 @@ import pytest
 
 from quarry.core.errors import UsageError
 from quarry.search.query import SearchResult
-from quarry.store import catalog
 from quarry.search.windows import ChunkReader, ChunkSpan, expand, merge_ranges, merge_text, parse_window
+from quarry.store import catalog
 
 
 def make_index(tmp_path, docs: dict[str, tuple[str, list[tuple[int, int]]]], n_chunks: dict[str, int] | None = None):
@@ -43,9 +43,20 @@ def hit(chunk_id: str, rank: int, score: float | None = None, carry_index: bool 
     """A search result for ``chunk_id``; ``carry_index=False`` leaves ``chunk_index`` unset (0), as
     a result built by hand might, so the catalog has to be asked where the chunk is."""
     doc_id, index = chunk_id.split(":")
-    return SearchResult(rank=rank, score=score if score is not None else 1.0 / rank, chunk_id=chunk_id,
-                        doc_id=doc_id, path=f"/r/{doc_id}.md", title="", section="", header="", text="",
-                        page_start=None, page_end=None, chunk_index=int(index) if carry_index else 0)
+    return SearchResult(
+        rank=rank,
+        score=score if score is not None else 1.0 / rank,
+        chunk_id=chunk_id,
+        doc_id=doc_id,
+        path=f"/r/{doc_id}.md",
+        title="",
+        section="",
+        header="",
+        text="",
+        page_start=None,
+        page_end=None,
+        chunk_index=int(index) if carry_index else 0,
+    )
 
 
 TEXT = "".join(f"Sentence number {i:02d} of the text. " for i in range(20))

@@ -46,8 +46,10 @@ def tiny_pdf(pages: list[str]) -> bytes:
         lines = "".join(f"({line.replace('(', '').replace(')', '')}) Tj T* " for line in text.splitlines())
         stream = f"BT /F1 11 Tf 14 TL 60 740 Td {lines}ET"
         objects.append(f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream")
-        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {len(objects)} 0 R "
-                       "/Resources << /Font << /F1 3 0 R >> >> >>")
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {len(objects)} 0 R "
+            "/Resources << /Font << /F1 3 0 R >> >> >>"
+        )
         kids.append(f"{len(objects)} 0 R")
     objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(kids)} >>"
     out, offsets = bytearray(b"%PDF-1.4\n"), []
@@ -96,6 +98,9 @@ def build(work: Path, extra: list[Path] = ()) -> WebStore:
     (tree / "runbooks" / "deploys.md").write_text((tree / "runbooks" / "deploys.md").read_text() + "\nOne more line.\n")
     index_flow([str(tree)], db=str(db))
     ring = KeyRing(FileKeys(db / "keys.json"))
-    tokens = {"admin": ring.create("admin", admin=True)[1], "hr": ring.create("hr", principals=["group:hr"])[1],
-              "outsider": ring.create("outsider", principals=["group:eng"])[1]}
+    tokens = {
+        "admin": ring.create("admin", admin=True)[1],
+        "hr": ring.create("hr", principals=["group:hr"])[1],
+        "outsider": ring.create("outsider", principals=["group:eng"])[1],
+    }
     return WebStore(db=db, tree=tree, tokens=tokens, secret_path=secret)

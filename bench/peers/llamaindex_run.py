@@ -130,11 +130,17 @@ def main() -> None:
     import llama_index.core
     import torch
 
-    ready = {"event": "ready", "startup_s": round(time.perf_counter() - T0, 2), "model": path,
-             "max_seq_length": max_tokens, "embed_batch_size": embed.embed_batch_size,
-             "torch_threads": torch.get_num_threads(),
-             "splitter": f"SentenceSplitter({args.chunk_size} {args.chunk_unit}, overlap {args.chunk_overlap})",
-             "llama_index_core": llama_index.core.__version__, "torch": torch.__version__}
+    ready = {
+        "event": "ready",
+        "startup_s": round(time.perf_counter() - T0, 2),
+        "model": path,
+        "max_seq_length": max_tokens,
+        "embed_batch_size": embed.embed_batch_size,
+        "torch_threads": torch.get_num_threads(),
+        "splitter": f"SentenceSplitter({args.chunk_size} {args.chunk_unit}, overlap {args.chunk_overlap})",
+        "llama_index_core": llama_index.core.__version__,
+        "torch": torch.__version__,
+    }
     print(json.dumps(ready), flush=True)
 
     for line in sys.stdin:
@@ -159,12 +165,25 @@ def main() -> None:
         texts, calls = embed.take()
         counts = count_tokens(texts)
         stored = pipeline.vector_store.table.count_rows()  # rows left after the upserts' deletes
-        print(json.dumps({
-            "event": "run", "run": run, "wall_s": round(wall, 3), "documents": len(docs), "chunks": len(nodes),
-            "embedded": len(texts), "truncated": sum(n > max_tokens for n in counts), "model_calls": calls,
-            "stored": stored, "tokens": sum(counts), "prepare_s": round(t_read - t, 3),
-            "persist_s": round(t + wall - t_run, 3),
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "event": "run",
+                    "run": run,
+                    "wall_s": round(wall, 3),
+                    "documents": len(docs),
+                    "chunks": len(nodes),
+                    "embedded": len(texts),
+                    "truncated": sum(n > max_tokens for n in counts),
+                    "model_calls": calls,
+                    "stored": stored,
+                    "tokens": sum(counts),
+                    "prepare_s": round(t_read - t, 3),
+                    "persist_s": round(t + wall - t_run, 3),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -55,8 +55,11 @@ def token_counter():
 
 def recount(db: Path, out: Path) -> dict:
     """Tokens of every stored chunk's embedded text, from a JSONL export of the index."""
-    subprocess.run([sys.executable, "-m", "quarry", "export", str(out), "--db", str(db), "--format", "jsonl"],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "quarry", "export", str(out), "--db", str(db), "--format", "jsonl"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     with open(out / "chunks.jsonl", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
     counts = token_counter()([f"{r['header']}\n\n{r['text']}" if r["header"] else r["text"] for r in rows])
@@ -83,8 +86,18 @@ def main() -> None:
         if os.environ.get("QUARRY_EMBED_BACKEND") != "hash":  # hash has no model to load
             index_flow([str(warm / "tree")], db=str(warm / "db"))
         warmup = time.perf_counter() - t
-        print(json.dumps({"event": "ready", "startup_s": round(startup, 2), "warmup_s": round(warmup, 2),
-                          "python": sys.executable}, default=str), flush=True)
+        print(
+            json.dumps(
+                {
+                    "event": "ready",
+                    "startup_s": round(startup, 2),
+                    "warmup_s": round(warmup, 2),
+                    "python": sys.executable,
+                },
+                default=str,
+            ),
+            flush=True,
+        )
 
         for line in sys.stdin:
             run = line.strip()
@@ -96,13 +109,24 @@ def main() -> None:
             with quarry.open(db) as idx:
                 row = next(r for r in idx.runs(limit=10) if r["run_id"] == report["run_id"])
                 status = idx.status()
-            out = {"event": "run", "run": run, "wall_s": round(wall, 3), "status": row["status"],
-                   "chunks": row["chunks"], "embedded": row["embedded_chunks"], "truncated": row["truncated"],
-                   "model_calls": row["model_calls"], "reused": row["reused_vectors"], "stored": status["chunks"],
-                   "files": {k: row[k] for k in ("added", "updated", "moved", "deleted", "skipped", "failed")},
-                   # wall seconds per stage ({stage: {"seconds", "busy_seconds", "rows", "rows_per_s"}})
-                   "durations": {k: round(v["seconds"] if isinstance(v, dict) else v, 3)
-                                 for k, v in (row.get("durations") or {}).items()}}
+            out = {
+                "event": "run",
+                "run": run,
+                "wall_s": round(wall, 3),
+                "status": row["status"],
+                "chunks": row["chunks"],
+                "embedded": row["embedded_chunks"],
+                "truncated": row["truncated"],
+                "model_calls": row["model_calls"],
+                "reused": row["reused_vectors"],
+                "stored": status["chunks"],
+                "files": {k: row[k] for k in ("added", "updated", "moved", "deleted", "skipped", "failed")},
+                # wall seconds per stage ({stage: {"seconds", "busy_seconds", "rows", "rows_per_s"}})
+                "durations": {
+                    k: round(v["seconds"] if isinstance(v, dict) else v, 3)
+                    for k, v in (row.get("durations") or {}).items()
+                },
+            }
             if run == "full":
                 out["embedder"] = status["embedder"]
                 out.update(recount(db, args.work / "export"))

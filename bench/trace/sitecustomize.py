@@ -54,8 +54,9 @@ def _index_flow(module) -> None:
 _HOOKS = {
     "quarry.cli.main": lambda m: _note("cli_imported"),
     "quarry.flows.index": _index_flow,
-    "prefect.server.database.interface": lambda m: _wrap_async(m.PrefectDBInterface, "create_db", "migrate_start",
-                                                               "migrate_end"),
+    "prefect.server.database.interface": lambda m: _wrap_async(
+        m.PrefectDBInterface, "create_db", "migrate_start", "migrate_end"
+    ),
     "uvicorn.server": lambda m: _wrap_async(m.Server, "startup", None, "server_ready"),
 }
 

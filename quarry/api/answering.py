@@ -39,9 +39,11 @@ class AnswerRequest(Filters):
     question: str = Field(min_length=1, max_length=MAX_QUERY, description="What to answer.")
     k: int = Field(8, ge=1, le=50, description="Search results the evidence is cut from.")
     mode: Literal["hybrid", "vector", "bm25"] = Field(
-        "hybrid", description="How the evidence is searched: hybrid (both retrievers fused), vector or bm25.")
-    history: list[Turn] | None = Field(None, max_length=MAX_TURNS,
-                                       description="The conversation so far; condensed into a standalone question.")
+        "hybrid", description="How the evidence is searched: hybrid (both retrievers fused), vector or bm25."
+    )
+    history: list[Turn] | None = Field(
+        None, max_length=MAX_TURNS, description="The conversation so far; condensed into a standalone question."
+    )
     max_context_tokens: int | None = Field(None, ge=50, le=200_000, description="Tokens of evidence in the prompt.")
     style: Literal["auto", "json", "text"] = "auto"
     stream: bool = Field(False, description="Server-Sent Events: evidence, tokens, then the checked answer.")
@@ -56,9 +58,14 @@ class AnswerRequest(Filters):
     def arguments(self, principals) -> dict:
         """The keywords of :meth:`quarry.Index.answer` for a caller holding ``principals``."""
         filters = self.filters()
-        return dict(k=self.k, mode=self.mode, filters=filters or None, principals=principals,
-                    max_context_tokens=self.max_context_tokens,
-                    history=[t.model_dump() for t in self.history] if self.history else None)
+        return dict(
+            k=self.k,
+            mode=self.mode,
+            filters=filters or None,
+            principals=principals,
+            max_context_tokens=self.max_context_tokens,
+            history=[t.model_dump() for t in self.history] if self.history else None,
+        )
 
     def run(self, index, principals) -> dict:
         """The answer as JSON (not streamed)."""
@@ -78,20 +85,35 @@ class AnswerGate:
         """Nothing, or :class:`ApiError` 403 (a search-only key) or 429 (answers spent)."""
         key = self.ring.get(caller.key_id) if caller.key_id else None
         if key is not None and not key.answers:
-            raise ApiError(403, f"the key {key.name} may search but not ask for answers "
-                                "(`quarry keys create NAME` without --no-answers makes one that may)")
+            raise ApiError(
+                403,
+                f"the key {key.name} may search but not ask for answers "
+                "(`quarry keys create NAME` without --no-answers makes one that may)",
+            )
         limit = key.answer_rate_limit if key is not None and key.answer_rate_limit is not None else self.per_minute
         wait = self.limiter.wait(caller.key_id or caller.name, limit)
         if wait > 0:
-            raise ApiError(429, f"{caller.name} asked for more than {limit} answers a minute: retry in "
-                                f"{math.ceil(wait)} s", headers={"Retry-After": str(math.ceil(wait))})
+            raise ApiError(
+                429,
+                f"{caller.name} asked for more than {limit} answers a minute: retry in {math.ceil(wait)} s",
+                headers={"Retry-After": str(math.ceil(wait))},
+            )
 
 
 def log_answer(caller: Caller, data: dict) -> None:
     """The one line per answer (through the server's logging, its format and scrubbing): the key's
     name, status, citations, tokens and times; never the key or the passages."""
     usage, timings = data.get("usage") or {}, data.get("timings") or {}
-    log.info("answer for %s: %s, %d citations (%d dropped), tokens in %d out %d, retrieve %.0f ms, generate %.0f ms, "
-             "total %.0f ms", caller.name, data.get("status"), len(data.get("citations") or []),
-             len(data.get("dropped") or []), usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
-             timings.get("retrieve", 0), timings.get("generate", 0), timings.get("total", 0))
+    log.info(
+        "answer for %s: %s, %d citations (%d dropped), tokens in %d out %d, retrieve %.0f ms, generate %.0f ms, "
+        "total %.0f ms",
+        caller.name,
+        data.get("status"),
+        len(data.get("citations") or []),
+        len(data.get("dropped") or []),
+        usage.get("prompt_tokens", 0),
+        usage.get("completion_tokens", 0),
+        timings.get("retrieve", 0),
+        timings.get("generate", 0),
+        timings.get("total", 0),
+    )

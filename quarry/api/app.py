@@ -20,11 +20,21 @@ import contextlib
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
+from quarry.api.deps import (  # noqa: F401 - the server's configuration and dependencies, re-exported
+    CONFIG_ENV,
+    DEFAULT_MAX_BODY,
+    ApiConfig,
+    State,
+    admin_of,
+    caller_of,
+    index_of,
+    json_response,
+    log,
+    state_of,
+)
 from quarry.api.errors import Scrubber, install, respond
 from quarry.api.observe import Observer
 from quarry.core.environment import environment
-from quarry.api.deps import (  # noqa: F401 - the server's configuration and dependencies, re-exported
-    CONFIG_ENV, DEFAULT_MAX_BODY, ApiConfig, State, admin_of, caller_of, index_of, json_response, log, state_of)
 
 DOCS_ASSETS = "/docs/assets"  # Swagger UI's script, style and icon
 
@@ -97,13 +107,26 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
 
     # Swagger UI from the fastapi-offline package's files, so /docs reaches no other host (no ReDoc:
     # its footer loads a logo from its maker's site)
-    app = FastAPIOffline(title="quarry", summary="Hybrid search over a quarry index (BM25 + vectors), with "
-                         "document permissions.", version=_version(), lifespan=lifespan, static_url=DOCS_ASSETS,
-                         redoc_url=None, swagger_ui_parameters={"validatorUrl": None})
+    app = FastAPIOffline(
+        title="quarry",
+        summary="Hybrid search over a quarry index (BM25 + vectors), with document permissions.",
+        version=_version(),
+        lifespan=lifespan,
+        static_url=DOCS_ASSETS,
+        redoc_url=None,
+        swagger_ui_parameters={"validatorUrl": None},
+    )
     app.state.quarry = state
     install(app, Scrubber(*state.paths()), page=pages.error_page)
-    for router in (health.router, search.router, answer.router, documents.router, admin.router, pages.router,
-                   answers.router):
+    for router in (
+        health.router,
+        search.router,
+        answer.router,
+        documents.router,
+        admin.router,
+        pages.router,
+        answers.router,
+    ):
         app.include_router(router)
     asgi = BodyLimit(app, config.max_body)
     if mcp_http is not None:

@@ -78,8 +78,9 @@ class RateLimiter:
 class Authenticator:
     """Checks bearer tokens against the store's keys (re-read when they change) and rate-limits them."""
 
-    def __init__(self, ring: KeyRing, rate_limit: int = DEFAULT_RATE_LIMIT, workers: int = 1,
-                 check_seconds: float | None = None):
+    def __init__(
+        self, ring: KeyRing, rate_limit: int = DEFAULT_RATE_LIMIT, workers: int = 1, check_seconds: float | None = None
+    ):
         self.ring = ring
         self.rate_limit = rate_limit
         self.limiter = RateLimiter(workers)
@@ -102,7 +103,7 @@ class Authenticator:
             if force or now - self._checked >= self.check_seconds:
                 try:
                     self.ring.refresh()
-                except Exception as exc:  # noqa: BLE001 - keys out of reach (object storage down): keep the last
+                except Exception as exc:
                     if force:
                         raise
                     log.warning("cannot re-read the API keys (%s); checking against the last read", exc)
@@ -117,22 +118,34 @@ class Authenticator:
         self.refresh()
         if not self.ring.required:
             if (authorization or "").strip():  # no key can be valid here: say so, never read as anonymous
-                raise ApiError(401, "this server has no API keys, so this key is not one of its keys: send no "
-                                    "Authorization header (public documents only), or check the server's --db",
-                               headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+                raise ApiError(
+                    401,
+                    "this server has no API keys, so this key is not one of its keys: send no "
+                    "Authorization header (public documents only), or check the server's --db",
+                    headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+                )
             return ANONYMOUS
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise ApiError(401, "this server needs an API key: send Authorization: Bearer <token> "
-                                "(`quarry keys create` makes one)", headers={"WWW-Authenticate": "Bearer"})
+            raise ApiError(
+                401,
+                "this server needs an API key: send Authorization: Bearer <token> (`quarry keys create` makes one)",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         key = self.ring.verify(token.strip())
         if key is None:
-            raise ApiError(401, "the API key is not valid (unknown, revoked or expired)",
-                           headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+            raise ApiError(
+                401,
+                "the API key is not valid (unknown, revoked or expired)",
+                headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+            )
         limit = self.rate_limit if key.rate_limit is None else key.rate_limit
         wait = self.limiter.wait(key.id, limit)
         if wait > 0:
-            raise ApiError(429, f"the key {key.name} made more than {limit} requests a minute: retry in "
-                                f"{math.ceil(wait)} s", headers={"Retry-After": str(math.ceil(wait))})
+            raise ApiError(
+                429,
+                f"the key {key.name} made more than {limit} requests a minute: retry in {math.ceil(wait)} s",
+                headers={"Retry-After": str(math.ceil(wait))},
+            )
         principals = None if key.admin else tuple(sorted({*key.principals, "public"}))
         return Caller(key.name, principals, admin=key.admin, key_id=key.id)

@@ -12,8 +12,10 @@ import os
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
 from fastapi import Depends, Request
 from fastapi.responses import Response
+
 from quarry.api.auth import DEFAULT_RATE_LIMIT, Authenticator, Caller
 from quarry.api.errors import ApiError
 from quarry.api.keys import KeyRing, key_store
@@ -57,8 +59,7 @@ class State:
 
         self.config = config
         self.store = open_store(config.db)
-        self.auth = Authenticator(KeyRing(key_store(self.store, config.keys_file)), config.rate_limit,
-                                  config.workers)
+        self.auth = Authenticator(KeyRing(key_store(self.store, config.keys_file)), config.rate_limit, config.workers)
         self._index = None
         self._answers = None
         self._guard = threading.Lock()

@@ -29,9 +29,18 @@ from quarry.core.errors import ModelMismatch, NotFound, QuarryError, StoreCorrup
 
 log = logging.getLogger("quarry.api")
 MAX_MESSAGE = 500
-_STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-                 405: "method_not_allowed", 413: "payload_too_large", 422: "invalid_request",
-                 429: "rate_limited", 500: "internal", 503: "unavailable"}
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    422: "invalid_request",
+    429: "rate_limited",
+    500: "internal",
+    503: "unavailable",
+}
 
 
 class ApiError(Exception):
@@ -50,8 +59,7 @@ def body(code: str, message: str) -> dict:
 
 
 def respond(status: int, message: str, code: str | None = None, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse(body(code or _STATUS_CODES.get(status, "error"), message), status_code=status,
-                        headers=headers)
+    return JSONResponse(body(code or _STATUS_CODES.get(status, "error"), message), status_code=status, headers=headers)
 
 
 class Scrubber:
@@ -126,8 +134,11 @@ API_PATHS = ("/v1/", "/mcp", "/fragments/")  # answered in JSON (a fragment's pa
 
 def wants_page(request: Request) -> bool:
     """A browser asking for a page (not the API, not a fragment a page fetches)."""
-    return (request.method == "GET" and "text/html" in request.headers.get("accept", "")
-            and not request.url.path.startswith(API_PATHS))
+    return (
+        request.method == "GET"
+        and "text/html" in request.headers.get("accept", "")
+        and not request.url.path.startswith(API_PATHS)
+    )
 
 
 def install(app: FastAPI, scrub: Scrubber, page=None) -> None:

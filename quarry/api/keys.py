@@ -29,13 +29,13 @@ import secrets
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from quarry.core.environment import environment
 from quarry.core.errors import QuarryError, StoreNotFound, UsageError
 from quarry.core.principals import normalise
-from quarry.core.environment import environment
 
 if TYPE_CHECKING:
     from quarry.store.handle import Store
@@ -84,7 +84,7 @@ class Key:
 
 
 def _iso(epoch: float | None) -> str | None:
-    return None if epoch is None else datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
 
 
 def _digest(salt: str, secret: str) -> str:
@@ -109,7 +109,7 @@ def parse_expiry(value: str | None, now: float | None = None) -> float | None:
     except ValueError:
         raise UsageError(f"--expires {text!r}: use 30d, 12h, 2w, 90m or a date such as 2027-01-31") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     if len(text) == 10:  # a date: the key works through that whole day
         moment += timedelta(days=1)
     if moment.timestamp() <= now:
@@ -216,8 +216,10 @@ def _records(body: bytes, where: str) -> list[dict]:
         if not isinstance(records, list):
             raise TypeError
     except (ValueError, KeyError, TypeError):
-        raise QuarryError(f"the key file {where} is damaged (not quarry's keys JSON): restore it from a backup, "
-                          "or move it away and create new keys") from None
+        raise QuarryError(
+            f"the key file {where} is damaged (not quarry's keys JSON): restore it from a backup, "
+            "or move it away and create new keys"
+        ) from None
     return records
 
 
@@ -260,8 +262,9 @@ def check_new(name: str, principals=(), admin: bool = False, rate_limit: int | N
     """The normalised principals of a key to create; :class:`UsageError` for a name, principals or
     rate limit a key cannot have (checked before any store is opened)."""
     if not _NAME.match(name or ""):
-        raise UsageError(f"key name {name!r}: 1-64 letters, digits, '_', '.', '@' or '-', starting with a "
-                         "letter or digit")
+        raise UsageError(
+            f"key name {name!r}: 1-64 letters, digits, '_', '.', '@' or '-', starting with a letter or digit"
+        )
     names = list(normalise(principals))
     if admin and names:
         raise UsageError("an admin key reads every document: give --admin or --principal, not both")
@@ -291,18 +294,36 @@ class KeyRing:
                 continue
         raise QuarryError(f"{self.where} kept changing while this command wrote it: run it again")
 
-    def create(self, name: str, principals=(), admin: bool = False, expires: float | None = None,
-               rate_limit: int | None = None, *, answers: bool = True,
-               answer_rate_limit: int | None = None) -> tuple[Key, str]:
+    def create(
+        self,
+        name: str,
+        principals=(),
+        admin: bool = False,
+        expires: float | None = None,
+        rate_limit: int | None = None,
+        *,
+        answers: bool = True,
+        answer_rate_limit: int | None = None,
+    ) -> tuple[Key, str]:
         """A new key and its token (shown once; only its salted hash is kept)."""
         names = check_new(name, principals, admin, rate_limit)
         if answer_rate_limit is not None and answer_rate_limit < 0:
             raise UsageError("--answer-rate-limit must be 0 (unlimited) or more answers per minute")
         secret = secrets.token_urlsafe(32)
         salt = secrets.token_hex(16)
-        key = Key(id=secrets.token_hex(6), name=name, salt=salt, hash=_digest(salt, secret), principals=names,
-                  admin=admin, created=time.time(), expires=expires, rate_limit=rate_limit, answers=answers,
-                  answer_rate_limit=answer_rate_limit)
+        key = Key(
+            id=secrets.token_hex(6),
+            name=name,
+            salt=salt,
+            hash=_digest(salt, secret),
+            principals=names,
+            admin=admin,
+            created=time.time(),
+            expires=expires,
+            rate_limit=rate_limit,
+            answers=answers,
+            answer_rate_limit=answer_rate_limit,
+        )
 
         def add(records):
             active = [r for r in records if r.get("name") == name and Key(**r).status() == "active"]
@@ -342,8 +363,11 @@ class KeyRing:
         if self.audit is None:
             return []
         try:
-            seen = {e.get("details", {}).get("key_id") for e in self.audit.entries(tolerant=True)
-                    if e.get("event") == "key.expired"}
+            seen = {
+                e.get("details", {}).get("key_id")
+                for e in self.audit.entries(tolerant=True)
+                if e.get("event") == "key.expired"
+            }
             expired = [k for k in self.list() if k.status() == "expired" and k.id not in seen]
             # one marker per key: workers that read the log at once record it once, not each
             expired = [k for k in expired if self.audit.once(f"expired-{k.id}")]
@@ -358,8 +382,16 @@ class KeyRing:
         if self.audit is None:
             return False
         try:
-            self.audit.append(event, {"key_id": key.id, "key_name": key.name, "admin": key.admin,
-                                      "principals": len(key.principals), "expires": _iso(key.expires)})
+            self.audit.append(
+                event,
+                {
+                    "key_id": key.id,
+                    "key_name": key.name,
+                    "admin": key.admin,
+                    "principals": len(key.principals),
+                    "expires": _iso(key.expires),
+                },
+            )
             return True
         except Exception as exc:  # noqa: BLE001 - recording never fails what it records
             log.warning("could not write the audit entry %s for key %r to %s: %s", event, key.name, self.audit, exc)

@@ -19,9 +19,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field, ValidationError
 
+from quarry.api.answering import AnswerRequest
 from quarry.api.auth import Caller
 from quarry.api.errors import ApiError, Scrubber, validation_line
-from quarry.api.answering import AnswerRequest
 from quarry.api.schemas import MAX_WINDOW, SearchRequest
 from quarry.core.errors import QuarryError
 
@@ -54,15 +54,23 @@ def _default(name: str, model=SearchRequest):
 
 # the search tool's parameters (module names: the tool's annotations are read by name)
 Query, K, Mode, Where, Paths, Types = (_arg(n) for n in ("query", "k", "mode", "where", "path", "type"))
-Since, Until, Segments, Window, Explain, Collapse = (_arg(n) for n in ("since", "until", "segments", "window", "explain",
-                                                                      "collapse"))
+Since, Until, Segments, Window, Explain, Collapse = (
+    _arg(n) for n in ("since", "until", "segments", "window", "explain", "collapse")
+)
 # the answer tool's (its filters are the search's: schemas.Filters)
 Question, AnswerK, AnswerMode = (_arg(n, AnswerRequest) for n in ("question", "k", "mode"))
 DocId = Annotated[str, Field(max_length=200, description="A document's doc_id, from a search result.")]
 ChunkId = Annotated[str, Field(max_length=200, description="A chunk's chunk_id, from a search result.")]
-Side = Annotated[int, Field(ge=0, le=MAX_WINDOW, description=f"Chunks of the same document on this side (0-{MAX_WINDOW}).")]
-ContextQuery = Annotated[str | None, Field(max_length=4000, description="Instead of neighbours: the relevant "
-                                                                        "segments of the chunk's document for this query.")]
+Side = Annotated[
+    int, Field(ge=0, le=MAX_WINDOW, description=f"Chunks of the same document on this side (0-{MAX_WINDOW}).")
+]
+ContextQuery = Annotated[
+    str | None,
+    Field(
+        max_length=4000,
+        description="Instead of neighbours: the relevant segments of the chunk's document for this query.",
+    ),
+]
 
 
 class _Server(MCPServer):
@@ -78,9 +86,13 @@ class _Server(MCPServer):
             raise
 
 
-def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Caller],
-          rerankers: tuple[str, ...] = (), scrub: Scrubber | None = None,
-          answer_gate: Callable[[Caller], None] | None = None) -> MCPServer:
+def build(
+    index_of: Callable[[], Any],
+    caller_of: Callable[[Context | None], Caller],
+    rerankers: tuple[str, ...] = (),
+    scrub: Scrubber | None = None,
+    answer_gate: Callable[[Caller], None] | None = None,
+) -> MCPServer:
     """An MCP server over the index ``index_of()``, each tool call made as ``caller_of(ctx)``;
     ``answer_gate(caller)`` raises :class:`ApiError` when that caller may not have an answer now."""
     from quarry import __version__
@@ -97,11 +109,21 @@ def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Cal
             raise ToolError(scrub(str(exc))) from None
 
     @server.tool(annotations=READ_ONLY)
-    def search(query: Query, k: K = _default("k"), mode: Mode = _default("mode"), where: Where = None,
-               path: Paths = None, type: Types = None, since: Since = None, until: Until = None,
-               segments: Segments = None, window: Window = None, explain: Explain = False,
-               collapse: Collapse = True,
-               ctx: Context | None = None) -> dict[str, Any]:
+    def search(
+        query: Query,
+        k: K = _default("k"),
+        mode: Mode = _default("mode"),
+        where: Where = None,
+        path: Paths = None,
+        type: Types = None,
+        since: Since = None,
+        until: Until = None,
+        segments: Segments = None,
+        window: Window = None,
+        explain: Explain = False,
+        collapse: Collapse = True,
+        ctx: Context | None = None,
+    ) -> dict[str, Any]:
         """Search the documents for passages relevant to `query` (keywords or a question); best first.
 
         Returns `results`: each with score, chunk_id, doc_id, path, title, section, page_start/page_end and
@@ -116,9 +138,20 @@ def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Cal
         """
 
         def run():
-            request = SearchRequest(query=query, k=k, mode=mode, where=where, path=path, type=type, since=since,
-                                    until=until, segments=segments, window=window, explain=explain,
-                                    collapse=collapse)
+            request = SearchRequest(
+                query=query,
+                k=k,
+                mode=mode,
+                where=where,
+                path=path,
+                type=type,
+                since=since,
+                until=until,
+                segments=segments,
+                window=window,
+                explain=explain,
+                collapse=collapse,
+            )
             return request.run(index_of(), caller_of(ctx).principals, rerankers)
 
         return call(run)
@@ -130,8 +163,9 @@ def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Cal
         return call(lambda: index_of().document(doc_id, principals=caller_of(ctx).principals))
 
     @server.tool(annotations=READ_ONLY)
-    def get_context(chunk_id: ChunkId, before: Side = 2, after: Side = 2, query: ContextQuery = None,
-                    ctx: Context | None = None) -> dict[str, Any]:
+    def get_context(
+        chunk_id: ChunkId, before: Side = 2, after: Side = 2, query: ContextQuery = None, ctx: Context | None = None
+    ) -> dict[str, Any]:
         """The text around a chunk (a chunk_id from a search result): the chunk and `before`/`after` chunks
         of its document (0-50 each), merged into one passage in `window`. With `query`, instead the
         relevant segments of that chunk's document for the query (whole passages, best first)."""
@@ -157,10 +191,17 @@ def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Cal
         return call(lambda: index_of().status(principals=caller_of(ctx).principals))
 
     @server.tool(annotations=ASKS_A_MODEL)
-    def answer(question: Question, k: AnswerK = _default("k", AnswerRequest),
-               mode: AnswerMode = _default("mode", AnswerRequest), where: Where = None, path: Paths = None,
-               type: Types = None, since: Since = None, until: Until = None,
-               ctx: Context | None = None) -> dict[str, Any]:
+    def answer(
+        question: Question,
+        k: AnswerK = _default("k", AnswerRequest),
+        mode: AnswerMode = _default("mode", AnswerRequest),
+        where: Where = None,
+        path: Paths = None,
+        type: Types = None,
+        since: Since = None,
+        until: Until = None,
+        ctx: Context | None = None,
+    ) -> dict[str, Any]:
         """Answer `question` from the documents you may read, with citations checked against the passages.
 
         Returns `status` (answered, not_found: nothing readable answers it and no model was asked, refused,
@@ -177,8 +218,9 @@ def build(index_of: Callable[[], Any], caller_of: Callable[[Context | None], Cal
                     answer_gate(caller)
                 except ApiError as exc:
                     raise ToolError(exc.message) from None
-            request = AnswerRequest(question=question, k=k, mode=mode, where=where, path=path, type=type, since=since,
-                                    until=until)
+            request = AnswerRequest(
+                question=question, k=k, mode=mode, where=where, path=path, type=type, since=since, until=until
+            )
             data = request.run(index_of(), caller.principals)
             log_answer(caller, data)
             return data
@@ -209,17 +251,30 @@ class McpHttp:
 
         self.state = state
         scrub = Scrubber(*state.paths())
-        self.server = build(state.index, _request_caller, tuple(state.config.rerankers), scrub,
-                            answer_gate=lambda caller: state.answer_gate().check(caller))
+        self.server = build(
+            state.index,
+            _request_caller,
+            tuple(state.config.rerankers),
+            scrub,
+            answer_gate=lambda caller: state.answer_gate().check(caller),
+        )
         host = state.config.host
         # a loopback server answers browsers too: refuse other Host headers (DNS rebinding)
-        security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=True, allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-        ) if host in ("127.0.0.1", "localhost", "::1") else TransportSecuritySettings(
-            enable_dns_rebinding_protection=False)
-        self.server.streamable_http_app(json_response=True, stateless_http=True, transport_security=security,
-                                        max_request_body_size=state.config.max_body)
+        security = (
+            TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+                allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+            )
+            if host in ("127.0.0.1", "localhost", "::1")
+            else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        )
+        self.server.streamable_http_app(
+            json_response=True,
+            stateless_http=True,
+            transport_security=security,
+            max_request_body_size=state.config.max_body,
+        )
         self.manager = self.server.session_manager
 
     def running(self):
@@ -231,8 +286,9 @@ class McpHttp:
         if scope.get("method") != "POST":
             # stateless JSON: no stream to open with GET, no session to end with DELETE (the
             # streamable HTTP transport's answer for a server without them is 405)
-            return await _rpc_error(405, "the MCP endpoint takes POST only (stateless, JSON answers)",
-                                    {"Allow": "POST"})(scope, receive, send)
+            return await _rpc_error(
+                405, "the MCP endpoint takes POST only (stateless, JSON answers)", {"Allow": "POST"}
+            )(scope, receive, send)
         try:
             caller = self.state.auth.caller(headers.get(b"authorization", b"").decode("latin-1"))
         except ApiError as exc:
@@ -259,6 +315,9 @@ def _rpc_error(status: int, message: str, headers: dict | None = None):
     read), which MCP clients show, with the HTTP status kept (401, 405, 429)."""
     from starlette.responses import Response
 
-    body = {"jsonrpc": "2.0", "id": None, "error": {"code": RPC_SERVER_ERROR, "message": message,
-                                                    "data": {"status": status}}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": RPC_SERVER_ERROR, "message": message, "data": {"status": status}},
+    }
     return Response(json.dumps(body), status_code=status, media_type="application/json", headers=headers)

@@ -66,16 +66,26 @@ class _IndexCollector:
             return
         summary = status.get("search_index") or {}
         for name, doc, value in (
-                ("quarry_api_served_generation", "The generation this server answers from", pointer.generation),
-                ("quarry_api_served_generation_age_seconds", "Seconds since the served generation was committed",
-                 max(0.0, time.time() - pointer.committed_at)),
-                ("quarry_index_documents", "Documents in the served generation", status.get("documents")),
-                ("quarry_index_chunks", "Chunks in the served generation", status.get("chunks")),
-                ("quarry_index_segments", "Search index segments the served generation reads",
-                 len(summary.get("segments") or [])),
-                ("quarry_index_layers", "Catalog layers the served generation reads", len(pointer.layers) or 1),
-                ("quarry_index_size_bytes", "Bytes of the store on disk (the server's local folder)",
-                 status.get("disk_bytes"))):
+            ("quarry_api_served_generation", "The generation this server answers from", pointer.generation),
+            (
+                "quarry_api_served_generation_age_seconds",
+                "Seconds since the served generation was committed",
+                max(0.0, time.time() - pointer.committed_at),
+            ),
+            ("quarry_index_documents", "Documents in the served generation", status.get("documents")),
+            ("quarry_index_chunks", "Chunks in the served generation", status.get("chunks")),
+            (
+                "quarry_index_segments",
+                "Search index segments the served generation reads",
+                len(summary.get("segments") or []),
+            ),
+            ("quarry_index_layers", "Catalog layers the served generation reads", len(pointer.layers) or 1),
+            (
+                "quarry_index_size_bytes",
+                "Bytes of the store on disk (the server's local folder)",
+                status.get("disk_bytes"),
+            ),
+        ):
             if value is not None:
                 family = GaugeMetricFamily(name, doc)
                 family.add_metric([], float(value))
@@ -87,15 +97,31 @@ class ApiMetrics:
 
     def __init__(self):
         self.registry = CollectorRegistry(auto_describe=False)
-        self.requests = Counter("quarry_api_requests", "HTTP requests by route template, method and status",
-                                ["route", "method", "status"], registry=self.registry)
-        self.latency = Histogram("quarry_api_search_duration_seconds", "Latency of searches and answers, by mode",
-                                 ["endpoint", "mode"], buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.denied = Counter("quarry_api_denied_requests",
-                              "Requests refused 401 or 403, by key name (claimed_key: the unverified key a bad token names)",
-                              ["key", "claimed_key", "status"], registry=self.registry)
-        self.limited = Counter("quarry_api_rate_limited_requests", "Requests refused 429 (over the key's rate)",
-                               ["key"], registry=self.registry)
+        self.requests = Counter(
+            "quarry_api_requests",
+            "HTTP requests by route template, method and status",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "quarry_api_search_duration_seconds",
+            "Latency of searches and answers, by mode",
+            ["endpoint", "mode"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.denied = Counter(
+            "quarry_api_denied_requests",
+            "Requests refused 401 or 403, by key name (claimed_key: the unverified key a bad token names)",
+            ["key", "claimed_key", "status"],
+            registry=self.registry,
+        )
+        self.limited = Counter(
+            "quarry_api_rate_limited_requests",
+            "Requests refused 429 (over the key's rate)",
+            ["key"],
+            registry=self.registry,
+        )
 
 
 def metrics_registry(metrics: ApiMetrics | None, state) -> CollectorRegistry:
@@ -181,7 +207,7 @@ class Observer:
         async def peek():
             message = await receive()
             if body is not None and message["type"] == "http.request" and len(body) < _BODY_PEEK:
-                body.extend(message.get("body", b"")[:_BODY_PEEK - len(body)])
+                body.extend(message.get("body", b"")[: _BODY_PEEK - len(body)])
             return message
 
         async def sending(message):
@@ -225,8 +251,11 @@ class Observer:
         self.state.auth.refresh()
         if not self.state.auth.required:
             # no keys: every caller reads only public documents, and the index gauges count all of them
-            await respond(403, "/metrics of a store without keys is served only on loopback with --metrics-port "
-                               "(or create an admin key: `quarry keys create NAME --admin`)")(scope, receive, send)
+            await respond(
+                403,
+                "/metrics of a store without keys is served only on loopback with --metrics-port "
+                "(or create an admin key: `quarry keys create NAME --admin`)",
+            )(scope, receive, send)
             return await self._denied(scope, "/metrics", 403)
         headers = dict(scope.get("headers") or ())
         try:
@@ -235,8 +264,11 @@ class Observer:
             await respond(exc.status, exc.message, headers=exc.headers)(scope, receive, send)
             return await self._denied(scope, "/metrics", exc.status)
         if not caller.admin:
-            await respond(403, "/metrics needs an admin key (`quarry keys create NAME --admin`), or serve it on "
-                               "loopback with --metrics-port")(scope, receive, send)
+            await respond(
+                403,
+                "/metrics needs an admin key (`quarry keys create NAME --admin`), or serve it on "
+                "loopback with --metrics-port",
+            )(scope, receive, send)
             return await self._denied(scope, "/metrics", 403)
         from starlette.concurrency import run_in_threadpool
         from starlette.responses import Response

@@ -55,8 +55,9 @@ class Filters(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    where: Text | list[Text] | None = Field(None, description="Filter expressions, all of which must hold "
-                                                              "(docs/query.md), e.g. \"file_type = 'pdf'\".")
+    where: Text | list[Text] | None = Field(
+        None, description="Filter expressions, all of which must hold (docs/query.md), e.g. \"file_type = 'pdf'\"."
+    )
     path: Text | list[Text] | None = Field(None, description="Path globs, any of which may match.")
     type: Text | list[Text] | None = Field(None, description="File types, e.g. pdf.")
     since: str | None = Field(None, max_length=64, description="Modified on or after (YYYY-MM-DD, or 7d).")
@@ -82,8 +83,14 @@ class Filters(BaseModel):
         from quarry.search.filters import Filter
 
         try:
-            return Filter.build(where=self.where or (), path=self.path or (), since=self.since, until=self.until,
-                                file_type=self.type or (), doc_id=self.doc or ())
+            return Filter.build(
+                where=self.where or (),
+                path=self.path or (),
+                since=self.since,
+                until=self.until,
+                file_type=self.type or (),
+                doc_id=self.doc or (),
+            )
         except UsageError as exc:  # the library's messages name the CLI's flag; here the field is `where`
             raise UsageError(str(exc).replace("--where", "where", 1)) from None
 
@@ -95,22 +102,29 @@ class SearchRequest(Filters):
     query: str = Field(min_length=1, max_length=MAX_QUERY, description="What to search for.")
     k: int = Field(10, ge=1, le=MAX_K, description="Results to return.")
     mode: Literal["hybrid", "vector", "bm25"] = Field(
-        "hybrid", description="hybrid: both retrievers fused; vector: by meaning; bm25: exact words, codes, numbers.")
-    candidates: int | None = Field(None, ge=1, le=MAX_CANDIDATES,
-                                   description="Candidates per retriever before fusion (default max(50, 5k)).")
+        "hybrid", description="hybrid: both retrievers fused; vector: by meaning; bm25: exact words, codes, numbers."
+    )
+    candidates: int | None = Field(
+        None, ge=1, le=MAX_CANDIDATES, description="Candidates per retriever before fusion (default max(50, 5k))."
+    )
     fusion: str = Field("tmm", max_length=64, description="A fusion method: tmm, rrf, or a plugin's.")
     rrf_k: int = Field(60, ge=0, le=10_000)
     weights: dict[Literal["vector", "bm25", "documents"], Annotated[float, Field(ge=0, le=1000)]] | None = None
     min_scores: dict[Literal["vector", "bm25", "fused"], Annotated[float, Field(ge=-1e6, le=1e6)]] | None = Field(
-        None, description="Drop candidates scoring below a floor, per retriever in its own terms: vector a cosine "
-                          "(-1 to 1, e.g. 0.4), bm25 a BM25 score, fused a fused score; e.g. {\"vector\": 0.4}. "
-                          "Each result's `match` shows these scores; `weak` says when no result really matched.")
+        None,
+        description="Drop candidates scoring below a floor, per retriever in its own terms: vector a cosine "
+        '(-1 to 1, e.g. 0.4), bm25 a BM25 score, fused a fused score; e.g. {"vector": 0.4}. '
+        "Each result's `match` shows these scores; `weak` says when no result really matched.",
+    )
     window: Annotated[str, Field(max_length=16)] | Side | tuple[Side, Side] | None = Field(
-        None, description="Chunks before and after each hit: 'B,A', one number for both, or [B, A].")
+        None, description="Chunks before and after each hit: 'B,A', one number for both, or [B, A]."
+    )
     segments: Literal["balanced", "precision", "find_all"] | SegmentParams | None = Field(
-        None, description="Relevant segments instead of single chunks: a preset, or {preset, ...overrides}.")
-    rerank: str | None = Field(None, max_length=200, description="A reranker this server enables (quarry api "
-                                                                 "--rerank).")
+        None, description="Relevant segments instead of single chunks: a preset, or {preset, ...overrides}."
+    )
+    rerank: str | None = Field(
+        None, max_length=200, description="A reranker this server enables (quarry api --rerank)."
+    )
     rerank_candidates: int = Field(30, ge=1, le=MAX_K)
     explain: bool = Field(False, description="Each result's retriever ranks and scores.")
     collapse: bool = Field(True, description="Copies of a passage take one place; the hit lists them in `copies`.")
@@ -156,9 +170,21 @@ class SearchRequest(Filters):
         filters = self.filters()
         segments = self.segments.params() if isinstance(self.segments, SegmentParams) else self.segments
         window = list(self.window) if isinstance(self.window, tuple) else self.window
-        response = index.search(self.query, self.k, self.mode, candidates=self.candidates, rrf_k=self.rrf_k,
-                                fusion=self.fusion, weights=self.weights, min_scores=self.min_scores,
-                                filters=filters or None, rerank=self.rerank or None,
-                                rerank_candidates=self.rerank_candidates, segments=segments, window=window,
-                                principals=principals, collapse=self.collapse)
+        response = index.search(
+            self.query,
+            self.k,
+            self.mode,
+            candidates=self.candidates,
+            rrf_k=self.rrf_k,
+            fusion=self.fusion,
+            weights=self.weights,
+            min_scores=self.min_scores,
+            filters=filters or None,
+            rerank=self.rerank or None,
+            rerank_candidates=self.rerank_candidates,
+            segments=segments,
+            window=window,
+            principals=principals,
+            collapse=self.collapse,
+        )
         return serialize.payload(response, explained=self.explain)

@@ -29,15 +29,24 @@ def check_host(host: str, keys_required: bool, insecure_no_auth: bool) -> str | 
     """Refuse a host others can reach when the store has no keys, unless told ``insecure_no_auth``;
     returns a warning to print, or None."""
     if is_loopback(host):
-        return None if keys_required else ("the store has no API keys: every caller is anonymous and reads public "
-                                           "documents only (`quarry keys create` makes a key)")
+        return (
+            None
+            if keys_required
+            else (
+                "the store has no API keys: every caller is anonymous and reads public "
+                "documents only (`quarry keys create` makes a key)"
+            )
+        )
     if keys_required:
         return None
     if not insecure_no_auth:
-        raise UsageError(f"refusing to serve {host} without API keys: anyone who reaches it could search the index. "
-                         "Create one with `quarry keys create NAME`, bind 127.0.0.1, or pass --insecure-no-auth")
-    return (f"serving {host} WITHOUT authentication (--insecure-no-auth): anyone who reaches it reads the public "
-            "documents")
+        raise UsageError(
+            f"refusing to serve {host} without API keys: anyone who reaches it could search the index. "
+            "Create one with `quarry keys create NAME`, bind 127.0.0.1, or pass --insecure-no-auth"
+        )
+    return (
+        f"serving {host} WITHOUT authentication (--insecure-no-auth): anyone who reaches it reads the public documents"
+    )
 
 
 class NoDelayH11Protocol(H11Protocol):
@@ -59,8 +68,13 @@ class NoDelayH11Protocol(H11Protocol):
         super().connection_made(transport)
 
 
-def serve(config: ApiConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
-          metrics_port: int | None = None) -> None:
+def serve(
+    config: ApiConfig,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "info",
+    metrics_port: int | None = None,
+) -> None:
     """Run the API until SIGTERM or Ctrl-C; ``metrics_port``: also serve ``/metrics`` on that loopback port."""
     import shutil
     import tempfile
@@ -89,12 +103,22 @@ def serve(config: ApiConfig, host: str = "127.0.0.1", port: int = 8000, log_leve
 
 
 def _run(uvicorn, config: ApiConfig, host: str, port: int, log_level: str) -> None:
-    uvicorn.run("quarry.api.app:app_from_env", factory=True, host=host, port=port, workers=config.workers,
-                http="quarry.api.server:NoDelayH11Protocol", log_level=log_level, proxy_headers=False, server_header=False,
-                timeout_graceful_shutdown=10, log_config=_log_config(log_level),
-                # a worker answers uvicorn's health check only once it has imported the app: on a busy
-                # machine that took more than the default 5 s, and uvicorn killed and respawned workers in a loop
-                timeout_worker_healthcheck=60)
+    uvicorn.run(
+        "quarry.api.app:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=config.workers,
+        http="quarry.api.server:NoDelayH11Protocol",
+        log_level=log_level,
+        proxy_headers=False,
+        server_header=False,
+        timeout_graceful_shutdown=10,
+        log_config=_log_config(log_level),
+        # a worker answers uvicorn's health check only once it has imported the app: on a busy
+        # machine that took more than the default 5 s, and uvicorn killed and respawned workers in a loop
+        timeout_worker_healthcheck=60,
+    )
 
 
 def _log_config(log_level: str) -> dict:

@@ -26,8 +26,10 @@ def print_answer(data: dict, show_evidence: bool = False) -> None:
     if status == "not_found":
         searched = data.get("searched") or {}
         terms = ", ".join(searched.get("terms") or []) or "nothing"
-        click.echo(f"Not found in the index: {searched.get('reason', 'no passage answers the question')} "
-                   f"(searched for: {terms}).")
+        click.echo(
+            f"Not found in the index: {searched.get('reason', 'no passage answers the question')} "
+            f"(searched for: {terms})."
+        )
     elif status == "error":
         click.echo(f"error: {data.get('error') or 'no answer'}", err=True)
     else:
@@ -45,14 +47,17 @@ def print_answer(data: dict, show_evidence: bool = False) -> None:
     if show_evidence and data.get("evidence"):
         click.echo("\nEvidence given to the model:")
         for p in data["evidence"]:
-            click.echo(f"\n--- passage {p['number']}: {p['path']}{_pages(p)} (chunks {p['first_chunk']}-"
-                       f"{p['last_chunk']})")
+            click.echo(
+                f"\n--- passage {p['number']}: {p['path']}{_pages(p)} (chunks {p['first_chunk']}-{p['last_chunk']})"
+            )
             click.echo(p["text"])
     usage, timings = data.get("usage") or {}, data.get("timings") or {}
     if usage.get("calls"):
-        click.echo(f"\n{data['model']}: {usage.get('prompt_tokens', 0)} tokens in, {usage.get('completion_tokens', 0)} "
-                   f"out; retrieve {timings.get('retrieve', 0):.0f} ms, generate {timings.get('generate', 0):.0f} ms",
-                   err=True)
+        click.echo(
+            f"\n{data['model']}: {usage.get('prompt_tokens', 0)} tokens in, {usage.get('completion_tokens', 0)} "
+            f"out; retrieve {timings.get('retrieve', 0):.0f} ms, generate {timings.get('generate', 0):.0f} ms",
+            err=True,
+        )
 
 
 def register(group: click.Group, *, db_option, json_option, handle_errors, filter_options, build_filter) -> None:
@@ -61,25 +66,67 @@ def register(group: click.Group, *, db_option, json_option, handle_errors, filte
     @group.command()
     @click.argument("question")
     @db_option
-    @click.option("-k", "k", type=click.IntRange(1, 100), default=8, show_default=True,
-                  help="Search results the evidence is cut from.")
+    @click.option(
+        "-k",
+        "k",
+        type=click.IntRange(1, 100),
+        default=8,
+        show_default=True,
+        help="Search results the evidence is cut from.",
+    )
     @click.option("--mode", type=click.Choice(SEARCH_MODES), default="hybrid", show_default=True)
     @filter_options
     @click.option("--model", default=None, help="Chat model ($QUARRY_ANSWER_MODEL, else $QUARRY_LLM_MODEL).")
     @click.option("--llm-base-url", default=None, help="OpenAI-compatible endpoint ($QUARRY_LLM_BASE_URL).")
-    @click.option("--llm-api-key", default=None,
-                  help="API key ($QUARRY_LLM_API_KEY, else $OPENAI_API_KEY); never stored or printed.")
-    @click.option("--max-context-tokens", type=click.IntRange(50, 1_000_000), default=None,
-                  help="Tokens of evidence in the prompt (default 3000; $QUARRY_ANSWER_CONTEXT_TOKENS).")
-    @click.option("--style", type=click.Choice(["auto", "json", "text"]), default="auto", show_default=True,
-                  help="Ask for structured claims (json) or prose with [n] markers (text).")
+    @click.option(
+        "--llm-api-key",
+        default=None,
+        help="API key ($QUARRY_LLM_API_KEY, else $OPENAI_API_KEY); never stored or printed.",
+    )
+    @click.option(
+        "--max-context-tokens",
+        type=click.IntRange(50, 1_000_000),
+        default=None,
+        help="Tokens of evidence in the prompt (default 3000; $QUARRY_ANSWER_CONTEXT_TOKENS).",
+    )
+    @click.option(
+        "--style",
+        type=click.Choice(["auto", "json", "text"]),
+        default="auto",
+        show_default=True,
+        help="Ask for structured claims (json) or prose with [n] markers (text).",
+    )
     @click.option("--show-evidence", is_flag=True, help="Also print the passages the model was given.")
-    @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default=None,
-                  help="Output format (default text; --json is --format json).")
+    @click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["text", "json"]),
+        default=None,
+        help="Output format (default text; --json is --format json).",
+    )
     @json_option
     @handle_errors
-    def ask(question, db, k, mode, where, path_globs, since, until, file_types, doc_ids, as_principals, model,
-            llm_base_url, llm_api_key, max_context_tokens, style, show_evidence, fmt, as_json):
+    def ask(
+        question,
+        db,
+        k,
+        mode,
+        where,
+        path_globs,
+        since,
+        until,
+        file_types,
+        doc_ids,
+        as_principals,
+        model,
+        llm_base_url,
+        llm_api_key,
+        max_context_tokens,
+        style,
+        show_evidence,
+        fmt,
+        as_json,
+    ):
         """Answer QUESTION from the indexed documents, with checked citations.
 
         Needs an OpenAI-compatible chat endpoint (docs/answers.md). Only documents the --as
@@ -96,10 +143,16 @@ def register(group: click.Group, *, db_option, json_option, handle_errors, filte
         fmt = "json" if as_json else (fmt or "text")
         settings = Settings.from_env(llm_base_url=llm_base_url, llm_api_key=llm_api_key)
         with quarry.open(db, settings) as idx:
-            got = idx.answer(question, k=k, mode=mode, filters=build_filter(where, path_globs, since, until,
-                                                                            file_types, doc_ids),
-                             principals=list(as_principals) if as_principals else None, model=model,
-                             max_context_tokens=max_context_tokens, style=style)
+            got = idx.answer(
+                question,
+                k=k,
+                mode=mode,
+                filters=build_filter(where, path_globs, since, until, file_types, doc_ids),
+                principals=list(as_principals) if as_principals else None,
+                model=model,
+                max_context_tokens=max_context_tokens,
+                style=style,
+            )
         data = got.to_dict()
         if fmt == "json":
             click.echo(dumps(data, indent=2))

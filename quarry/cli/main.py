@@ -15,12 +15,12 @@ from pathlib import Path
 
 import click
 
-from quarry.core.errors import QuarryError
-from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
 from quarry.cli import output, reports
 from quarry.cli.output import FORMATS as OUTPUT_FORMATS
-from quarry.core.settings import RUNNERS, default_db
 from quarry.core.environment import environment as _environment
+from quarry.core.errors import QuarryError
+from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
+from quarry.core.settings import RUNNERS, default_db
 from quarry.search.fusion import DEFAULT_FUSION
 from quarry.search.fusion import DEFAULT_K as DEFAULT_RRF_K
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
@@ -80,8 +80,8 @@ db_option = click.option(
     type=click.Path(file_okay=False),
     default=None,
     help=f"Store directory, or s3://bucket/prefix (AWS_* environment), gs://bucket/prefix "
-         f"(GOOGLE_APPLICATION_CREDENTIALS) or az://container/prefix (AZURE_STORAGE_*). "
-         f"Default: $QUARRY_DB or {default_db()}.",
+    f"(GOOGLE_APPLICATION_CREDENTIALS) or az://container/prefix (AZURE_STORAGE_*). "
+    f"Default: $QUARRY_DB or {default_db()}.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 
@@ -91,12 +91,21 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 def eval_options(fn):
     """--eval/--eval-margin of index and serve: score question sets after each run, flag drops."""
-    fn = click.option("--eval-margin", type=click.FloatRange(0, 1), default=0.05, show_default=True,
-                      help="With --eval: fail the run (exit 5) when a metric falls more than this below the "
-                           "previous generation's.")(fn)
-    return click.option("--eval", "eval_sets", multiple=True, metavar="SET",
-                        help="After the run, score this question set of the store (`quarry eval generate`) on the new "
-                             "generation (repeatable; results in the evals table).")(fn)
+    fn = click.option(
+        "--eval-margin",
+        type=click.FloatRange(0, 1),
+        default=0.05,
+        show_default=True,
+        help="With --eval: fail the run (exit 5) when a metric falls more than this below the previous generation's.",
+    )(fn)
+    return click.option(
+        "--eval",
+        "eval_sets",
+        multiple=True,
+        metavar="SET",
+        help="After the run, score this question set of the store (`quarry eval generate`) on the new "
+        "generation (repeatable; results in the evals table).",
+    )(fn)
 
 
 def evaluate_option(eval_sets, margin) -> dict | None:
@@ -105,12 +114,20 @@ def evaluate_option(eval_sets, margin) -> dict | None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="quarry")
-@click.option("--log-level", type=click.Choice(LOG_LEVELS), default=None,
-              help="Log level of quarry and Prefect (default warning; $QUARRY_LOG_LEVEL).")
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS),
+    default=None,
+    help="Log level of quarry and Prefect (default warning; $QUARRY_LOG_LEVEL).",
+)
 @click.option("-v", "--verbose", count=True, help="More log output: -v is --log-level info, -vv debug.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default=None,
-              help="text, or json: one object a line with time, level, run id, stage, path, message and trace id "
-                   "($QUARRY_LOG_FORMAT; for index, serve and api).")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    help="text, or json: one object a line with time, level, run id, stage, path, message and trace id "
+    "($QUARRY_LOG_FORMAT; for index, serve and api).",
+)
 def cli(log_level, verbose, log_format):
     """quarry: index document trees into LanceDB + DuckDB and search them (hybrid BM25 + vectors).
 
@@ -144,69 +161,165 @@ def configure_logging(level: str) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @db_option
 @click.option("--full", is_flag=True, help="Re-process every file (vectors are still reused where text is equal).")
-@click.option("--dry-run", is_flag=True,
-              help="Print what would be added, updated, moved and deleted, and what the deletion guard would stop; "
-                   "change nothing.")
-@click.option("--allow-deletes", is_flag=True,
-              help="Let this run delete more than the deletion guard allows: more than half of a root's documents, "
-                   "all documents of an emptied or removed root, or everything a pattern no longer matches "
-                   "($QUARRY_ALLOW_DELETES).")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print what would be added, updated, moved and deleted, and what the deletion guard would stop; "
+    "change nothing.",
+)
+@click.option(
+    "--allow-deletes",
+    is_flag=True,
+    help="Let this run delete more than the deletion guard allows: more than half of a root's documents, "
+    "all documents of an emptied or removed root, or everything a pattern no longer matches "
+    "($QUARRY_ALLOW_DELETES).",
+)
 @click.option("--include", multiple=True, help="Only files matching this glob (repeatable).")
 @click.option("--exclude", multiple=True, help="Skip files matching this glob (repeatable).")
 @click.option("--chunk-size", type=int, default=None, help="Chunk size in characters (default 800).")
 @click.option("--chunk-overlap", type=int, default=None, help="Characters of overlap between chunks (default 0).")
-@click.option("--embed-backend", type=RegistryChoice("quarry.ingest.embedders.base:EMBEDDERS"), default=None,
-              help="onnx-int8 (default), onnx, torch (needs quarry[torch]), openai, or hash (tests only) "
-                   "($QUARRY_EMBED_BACKEND).")
+@click.option(
+    "--embed-backend",
+    type=RegistryChoice("quarry.ingest.embedders.base:EMBEDDERS"),
+    default=None,
+    help="onnx-int8 (default), onnx, torch (needs quarry[torch]), openai, or hash (tests only) "
+    "($QUARRY_EMBED_BACKEND).",
+)
 @click.option("--embed-model", default=None, help="Embedding model name ($QUARRY_EMBED_MODEL).")
-@click.option("--sectioner", type=RegistryChoice("quarry.ingest.sectioning:SECTIONERS"), default=None,
-              help="structure (headings; default), semantic (embedding topic shifts in long spans) or llm "
-                   "($QUARRY_SECTIONER).")
-@click.option("--context", "context_writer", type=RegistryChoice("quarry.ingest.context:CONTEXT_WRITERS"),
-              default=None,
-              help="Chunk headers from rules (default) or an LLM's title and summary ($QUARRY_CONTEXT).")
-@click.option("--header-fields", default=None,
-              help="Header lines, comma-separated: title, summary, section, section_summary, chunk_context, "
-                   "page, table, or none ($QUARRY_HEADER_FIELDS).")
+@click.option(
+    "--sectioner",
+    type=RegistryChoice("quarry.ingest.sectioning:SECTIONERS"),
+    default=None,
+    help="structure (headings; default), semantic (embedding topic shifts in long spans) or llm ($QUARRY_SECTIONER).",
+)
+@click.option(
+    "--context",
+    "context_writer",
+    type=RegistryChoice("quarry.ingest.context:CONTEXT_WRITERS"),
+    default=None,
+    help="Chunk headers from rules (default) or an LLM's title and summary ($QUARRY_CONTEXT).",
+)
+@click.option(
+    "--header-fields",
+    default=None,
+    help="Header lines, comma-separated: title, summary, section, section_summary, chunk_context, "
+    "page, table, or none ($QUARRY_HEADER_FIELDS).",
+)
 @click.option("--llm-base-url", default=None, help="OpenAI-compatible endpoint for llm modes ($QUARRY_LLM_BASE_URL).")
 @click.option("--llm-model", default=None, help="Chat model for llm modes ($QUARRY_LLM_MODEL).")
-@click.option("--llm-api-key", default=None,
-              help="API key for llm modes ($QUARRY_LLM_API_KEY, else $OPENAI_API_KEY); never stored or printed.")
-@click.option("--llm-concurrency", type=click.IntRange(1, 256), default=None,
-              help="LLM requests in flight at once (default 8; $QUARRY_LLM_CONCURRENCY).")
-@click.option("--llm-rate-limit", type=click.IntRange(0, 1_000_000), default=None,
-              help="LLM requests per minute, 0 = unlimited ($QUARRY_LLM_RATE_LIMIT).")
-@click.option("--llm-section-summaries/--no-llm-section-summaries", default=None,
-              help="With --context llm: one summary per section in the header (a call per section).")
-@click.option("--llm-chunk-context/--no-llm-chunk-context", default=None,
-              help="Contextual retrieval: an LLM-written context line per chunk (a call per chunk; off by default).")
-@click.option("--if-busy", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
-              help="When another run holds the store: fail (exit 1), or skip — exit 0 and record a skipped run "
-                   "(for cron jobs; what `quarry serve` does).")
-@click.option("--ocr/--no-ocr", default=None,
-              help="OCR images and PDF pages without a text layer (default on; $QUARRY_OCR=0 turns it off).")
-@click.option("--runner", type=click.Choice(RUNNERS), default=None,
-              help="Where batches parse and embed: threads of this process (default), processes, dask (a local "
-                   "cluster, or --dask-address) or ray (needs quarry[ray]; $QUARRY_RAY_ADDRESS) ($QUARRY_RUNNER).")
-@click.option("--workers", type=click.IntRange(0, 4096), default=None,
-              help="Worker processes of the processes/dask/ray runners (default one per CPU); batches per stage "
-                   "for threads (default 1) ($QUARRY_WORKERS).")
-@click.option("--dask-address", default=None, metavar="URL",
-              help="Scheduler of an existing Dask cluster, e.g. tcp://10.0.0.5:8786 (implies --runner dask; "
-                   "$QUARRY_DASK_ADDRESS).")
-@click.option("--acl-rules", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-              help="Document permissions from a YAML list of {path: GLOB, principals: [...]} (globs relative to "
-                   "the root, first match wins; remembered for later runs; docs/api.md).")
-@click.option("--acl", "acl_source", type=click.Choice(["none", "posix", "rules"]), default=None,
-              help="Where permissions come from: posix (owner, group, mode), none (all public) or rules "
-                   "(--acl-rules). Default: what each root had, else none.")
+@click.option(
+    "--llm-api-key",
+    default=None,
+    help="API key for llm modes ($QUARRY_LLM_API_KEY, else $OPENAI_API_KEY); never stored or printed.",
+)
+@click.option(
+    "--llm-concurrency",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="LLM requests in flight at once (default 8; $QUARRY_LLM_CONCURRENCY).",
+)
+@click.option(
+    "--llm-rate-limit",
+    type=click.IntRange(0, 1_000_000),
+    default=None,
+    help="LLM requests per minute, 0 = unlimited ($QUARRY_LLM_RATE_LIMIT).",
+)
+@click.option(
+    "--llm-section-summaries/--no-llm-section-summaries",
+    default=None,
+    help="With --context llm: one summary per section in the header (a call per section).",
+)
+@click.option(
+    "--llm-chunk-context/--no-llm-chunk-context",
+    default=None,
+    help="Contextual retrieval: an LLM-written context line per chunk (a call per chunk; off by default).",
+)
+@click.option(
+    "--if-busy",
+    type=click.Choice(["fail", "skip"]),
+    default="fail",
+    show_default=True,
+    help="When another run holds the store: fail (exit 1), or skip — exit 0 and record a skipped run "
+    "(for cron jobs; what `quarry serve` does).",
+)
+@click.option(
+    "--ocr/--no-ocr",
+    default=None,
+    help="OCR images and PDF pages without a text layer (default on; $QUARRY_OCR=0 turns it off).",
+)
+@click.option(
+    "--runner",
+    type=click.Choice(RUNNERS),
+    default=None,
+    help="Where batches parse and embed: threads of this process (default), processes, dask (a local "
+    "cluster, or --dask-address) or ray (needs quarry[ray]; $QUARRY_RAY_ADDRESS) ($QUARRY_RUNNER).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(0, 4096),
+    default=None,
+    help="Worker processes of the processes/dask/ray runners (default one per CPU); batches per stage "
+    "for threads (default 1) ($QUARRY_WORKERS).",
+)
+@click.option(
+    "--dask-address",
+    default=None,
+    metavar="URL",
+    help="Scheduler of an existing Dask cluster, e.g. tcp://10.0.0.5:8786 (implies --runner dask; "
+    "$QUARRY_DASK_ADDRESS).",
+)
+@click.option(
+    "--acl-rules",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Document permissions from a YAML list of {path: GLOB, principals: [...]} (globs relative to "
+    "the root, first match wins; remembered for later runs; docs/api.md).",
+)
+@click.option(
+    "--acl",
+    "acl_source",
+    type=click.Choice(["none", "posix", "rules"]),
+    default=None,
+    help="Where permissions come from: posix (owner, group, mode), none (all public) or rules "
+    "(--acl-rules). Default: what each root had, else none.",
+)
 @eval_options
 @json_option
 @handle_errors
-def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap, embed_backend, embed_model,
-          sectioner, context_writer, header_fields, llm_base_url, llm_model, llm_api_key, llm_concurrency,
-          llm_rate_limit, llm_section_summaries, llm_chunk_context, if_busy, ocr, runner, workers, dask_address,
-          allow_deletes, acl_rules, acl_source, eval_sets, eval_margin, as_json):
+def index(
+    paths,
+    db,
+    full,
+    dry_run,
+    include,
+    exclude,
+    chunk_size,
+    chunk_overlap,
+    embed_backend,
+    embed_model,
+    sectioner,
+    context_writer,
+    header_fields,
+    llm_base_url,
+    llm_model,
+    llm_api_key,
+    llm_concurrency,
+    llm_rate_limit,
+    llm_section_summaries,
+    llm_chunk_context,
+    if_busy,
+    ocr,
+    runner,
+    workers,
+    dask_address,
+    allow_deletes,
+    acl_rules,
+    acl_source,
+    eval_sets,
+    eval_margin,
+    as_json,
+):
     """Index files under PATHS into the store (incremental: only what changed is redone).
 
     A path may be a folder, a file, or a tree on object storage: s3://bucket/prefix,
@@ -244,8 +357,16 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
         "acl": acl_source,
         "acl_rules": str(Path(acl_rules).expanduser().absolute()) if acl_rules else None,
     }
-    report = run_index(list(paths), db, full=full, dry_run=dry_run, if_busy=if_busy, progress=not as_json,
-                       evaluate=evaluate_option(eval_sets, eval_margin), **{k: v for k, v in settings.items() if v is not None})
+    report = run_index(
+        list(paths),
+        db,
+        full=full,
+        dry_run=dry_run,
+        if_busy=if_busy,
+        progress=not as_json,
+        evaluate=evaluate_option(eval_sets, eval_margin),
+        **{k: v for k, v in settings.items() if v is not None},
+    )
     if as_json:
         reports.echo_json(report)
     elif report.get("status") == "skipped":
@@ -258,18 +379,31 @@ def index(paths, db, full, dry_run, include, exclude, chunk_size, chunk_overlap,
 
 def filter_options(fn):
     """--where/--path/--since/--until/--type/--doc, shared by search and export."""
-    for option in reversed([
-        click.option("--where", multiple=True, help="Filter, e.g. \"file_type = 'pdf'\" or \"mtime >= 2024-01-01\" "
-                     "(repeatable; all must hold; see docs/query.md)."),
-        click.option("--path", "path_globs", multiple=True, help="Only files whose path matches this glob (repeatable)."),
-        click.option("--since", default=None, help="Only files modified on or after this date (YYYY-MM-DD)."),
-        click.option("--until", default=None, help="Only files modified on or before this date (YYYY-MM-DD)."),
-        click.option("--type", "file_types", multiple=True, help="Only this file type, e.g. pdf (repeatable)."),
-        click.option("--doc", "doc_ids", multiple=True, help="Only this document id (repeatable)."),
-        click.option("--as", "as_principals", multiple=True, metavar="PRINCIPAL",
-                     help="Only documents this principal may read, e.g. group:finance (repeatable; public is "
-                          "implied; see docs/api.md)."),
-    ]):
+    for option in reversed(
+        [
+            click.option(
+                "--where",
+                multiple=True,
+                help='Filter, e.g. "file_type = \'pdf\'" or "mtime >= 2024-01-01" '
+                "(repeatable; all must hold; see docs/query.md).",
+            ),
+            click.option(
+                "--path", "path_globs", multiple=True, help="Only files whose path matches this glob (repeatable)."
+            ),
+            click.option("--since", default=None, help="Only files modified on or after this date (YYYY-MM-DD)."),
+            click.option("--until", default=None, help="Only files modified on or before this date (YYYY-MM-DD)."),
+            click.option("--type", "file_types", multiple=True, help="Only this file type, e.g. pdf (repeatable)."),
+            click.option("--doc", "doc_ids", multiple=True, help="Only this document id (repeatable)."),
+            click.option(
+                "--as",
+                "as_principals",
+                multiple=True,
+                metavar="PRINCIPAL",
+                help="Only documents this principal may read, e.g. group:finance (repeatable; public is "
+                "implied; see docs/api.md).",
+            ),
+        ]
+    ):
         fn = option(fn)
     return fn
 
@@ -280,8 +414,14 @@ def build_filter(where, path_globs, since, until, file_types, doc_ids):
         return None
     from quarry.search.filters import Filter
 
-    return Filter.build(where=list(where), path=list(path_globs), since=since, until=until,
-                        file_type=list(file_types), doc_id=list(doc_ids))
+    return Filter.build(
+        where=list(where),
+        path=list(path_globs),
+        since=since,
+        until=until,
+        file_type=list(file_types),
+        doc_id=list(doc_ids),
+    )
 
 
 def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
@@ -309,40 +449,109 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
 @db_option
 @click.option("-k", "k", type=click.IntRange(1, 1000), default=10, show_default=True, help="Results to return.")
 @click.option("--mode", type=click.Choice(SEARCH_MODES), default="hybrid", show_default=True)
-@click.option("--candidates", type=click.IntRange(1, 10000), default=None,
-              help="Candidates per retriever before fusion (default max(50, 5k)).")
-@click.option("--fusion", type=RegistryChoice("quarry.core.registry:FUSIONS"), default=DEFAULT_FUSION, show_default=True,
-              help="How hybrid fuses: tmm (normalised scores) or rrf (ranks).")
-@click.option("--rrf-k", type=click.IntRange(0, 10000), default=DEFAULT_RRF_K, show_default=True, help="RRF constant k.")
+@click.option(
+    "--candidates",
+    type=click.IntRange(1, 10000),
+    default=None,
+    help="Candidates per retriever before fusion (default max(50, 5k)).",
+)
+@click.option(
+    "--fusion",
+    type=RegistryChoice("quarry.core.registry:FUSIONS"),
+    default=DEFAULT_FUSION,
+    show_default=True,
+    help="How hybrid fuses: tmm (normalised scores) or rrf (ranks).",
+)
+@click.option(
+    "--rrf-k", type=click.IntRange(0, 10000), default=DEFAULT_RRF_K, show_default=True, help="RRF constant k."
+)
 @filter_options
-@click.option("--weights", multiple=True, help="Fusion weight per retriever, e.g. vector=1,bm25=0.5; documents=0 turns the "
-              "document evidence off.")
-@click.option("--min-score", "min_scores", multiple=True,
-              help="Drop candidates below a floor, per retriever in its own terms: vector=COSINE (-1..1, e.g. "
-                   "vector=0.4), bm25=SCORE, fused=SCORE (repeatable; docs/query.md).")
+@click.option(
+    "--weights",
+    multiple=True,
+    help="Fusion weight per retriever, e.g. vector=1,bm25=0.5; documents=0 turns the document evidence off.",
+)
+@click.option(
+    "--min-score",
+    "min_scores",
+    multiple=True,
+    help="Drop candidates below a floor, per retriever in its own terms: vector=COSINE (-1..1, e.g. "
+    "vector=0.4), bm25=SCORE, fused=SCORE (repeatable; docs/query.md).",
+)
 @click.option("--explain", is_flag=True, help="Show each retriever's rank and score and the fused score.")
-@click.option("--window", default=None, metavar="B,A",
-              help="Return each hit with B chunks before and A after from its document, merged where they meet.")
+@click.option(
+    "--window",
+    default=None,
+    metavar="B,A",
+    help="Return each hit with B chunks before and A after from its document, merged where they meet.",
+)
 # --segments and export's --format list segments.PRESETS and export.FORMATS (tests/test_registry.py checks):
 # importing those modules here would load numpy and pyarrow for every command.
-@click.option("--segments", type=click.Choice(["balanced", "precision", "find_all"]), is_flag=False,
-              flag_value="balanced", default=None,
-              help="Return relevant segments (dsRAG RSE) instead of single chunks; preset default balanced.")
-@click.option("--rerank", "rerank_spec", default=None, metavar="SPEC",
-              help="Rerank fused candidates: cross-encoder:/path/to/model, llm or llm:MODEL.")
-@click.option("--rerank-candidates", type=click.IntRange(1, 1000), default=DEFAULT_RERANK_CANDIDATES,
-              show_default=True,
-              help="Fused candidates handed to the reranker.")
-@click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default=None,
-              help="Output format (default table; --json is --format json).")
-@click.option("--no-collapse", "no_collapse", is_flag=True,
-              help="Show every copy of a passage as its own hit (by default copies take one place, \"+N copies\").")
+@click.option(
+    "--segments",
+    type=click.Choice(["balanced", "precision", "find_all"]),
+    is_flag=False,
+    flag_value="balanced",
+    default=None,
+    help="Return relevant segments (dsRAG RSE) instead of single chunks; preset default balanced.",
+)
+@click.option(
+    "--rerank",
+    "rerank_spec",
+    default=None,
+    metavar="SPEC",
+    help="Rerank fused candidates: cross-encoder:/path/to/model, llm or llm:MODEL.",
+)
+@click.option(
+    "--rerank-candidates",
+    type=click.IntRange(1, 1000),
+    default=DEFAULT_RERANK_CANDIDATES,
+    show_default=True,
+    help="Fused candidates handed to the reranker.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(OUTPUT_FORMATS),
+    default=None,
+    help="Output format (default table; --json is --format json).",
+)
+@click.option(
+    "--no-collapse",
+    "no_collapse",
+    is_flag=True,
+    help='Show every copy of a passage as its own hit (by default copies take one place, "+N copies").',
+)
 @click.option("--copies", "show_copies", is_flag=True, help="List the paths of each hit's copies (the table format).")
 @json_option
 @handle_errors
-def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, since, until, file_types, doc_ids,
-           as_principals, weights, min_scores, explain, window, segments, rerank_spec, rerank_candidates, fmt,
-           no_collapse, show_copies, as_json):
+def search(
+    query,
+    db,
+    k,
+    mode,
+    candidates,
+    fusion,
+    rrf_k,
+    where,
+    path_globs,
+    since,
+    until,
+    file_types,
+    doc_ids,
+    as_principals,
+    weights,
+    min_scores,
+    explain,
+    window,
+    segments,
+    rerank_spec,
+    rerank_candidates,
+    fmt,
+    no_collapse,
+    show_copies,
+    as_json,
+):
     """Search the index for QUERY."""
     import quarry
     from quarry.core.errors import UsageError
@@ -352,13 +561,23 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
         raise UsageError(f"--json and --format {fmt} disagree; give one of them")
     fmt = "json" if as_json else (fmt or "table")
     with quarry.open(db) as idx:
-        response = idx.search(query, k, mode, candidates=candidates, fusion=fusion, rrf_k=rrf_k,
-                              filters=build_filter(where, path_globs, since, until, file_types, doc_ids),
-                              weights=parse_pairs(weights, "--weights", FUSION_WEIGHTS),
-                              min_scores=parse_pairs(min_scores, "--min-score"),
-                              rerank=rerank_spec, rerank_candidates=rerank_candidates, segments=segments,
-                              window=window, principals=list(as_principals) if as_principals else None,
-                              collapse=not no_collapse)
+        response = idx.search(
+            query,
+            k,
+            mode,
+            candidates=candidates,
+            fusion=fusion,
+            rrf_k=rrf_k,
+            filters=build_filter(where, path_globs, since, until, file_types, doc_ids),
+            weights=parse_pairs(weights, "--weights", FUSION_WEIGHTS),
+            min_scores=parse_pairs(min_scores, "--min-score"),
+            rerank=rerank_spec,
+            rerank_candidates=rerank_candidates,
+            segments=segments,
+            window=window,
+            principals=list(as_principals) if as_principals else None,
+            collapse=not no_collapse,
+        )
     for warning in response.warnings:
         click.echo(f"warning: {warning}", err=True)
     if fmt == "json":
@@ -379,36 +598,75 @@ def search(query, db, k, mode, candidates, fusion, rrf_k, where, path_globs, sin
 @cli.command(name="export")
 @click.argument("out", type=click.Path())
 @db_option
-@click.option("--format", "fmt", type=click.Choice(["parquet", "jsonl"]), default="parquet", show_default=True,
-              help="File format of OUT/documents, OUT/sections and OUT/chunks.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["parquet", "jsonl"]),
+    default="parquet",
+    show_default=True,
+    help="File format of OUT/documents, OUT/sections and OUT/chunks.",
+)
 @click.option("--vectors", is_flag=True, help="Add each chunk's embedding (column vector) from LanceDB.")
 @filter_options
-@click.option("--batch-rows", type=click.IntRange(1, 10_000_000), default=8192, show_default=True,
-              help="Rows per streamed batch (memory stays bounded by one batch).")
+@click.option(
+    "--batch-rows",
+    type=click.IntRange(1, 10_000_000),
+    default=8192,
+    show_default=True,
+    help="Rows per streamed batch (memory stays bounded by one batch).",
+)
 @click.option("--overwrite", is_flag=True, help="Write into OUT even if it is not empty (replaces the export files).")
-@click.option("--redact", default="", metavar="KINDS",
-              help="Mask personal data and secrets in the text columns: all, or a comma list of email, phone, "
-                   "card, iban, national_id, secret (docs/corpus.md).")
+@click.option(
+    "--redact",
+    default="",
+    metavar="KINDS",
+    help="Mask personal data and secrets in the text columns: all, or a comma list of email, phone, "
+    "card, iban, national_id, secret (docs/corpus.md).",
+)
 @json_option
 @handle_errors
-def export_cmd(out, db, fmt, vectors, where, path_globs, since, until, file_types, doc_ids, as_principals, batch_rows,
-               overwrite, redact, as_json):
+def export_cmd(
+    out,
+    db,
+    fmt,
+    vectors,
+    where,
+    path_globs,
+    since,
+    until,
+    file_types,
+    doc_ids,
+    as_principals,
+    batch_rows,
+    overwrite,
+    redact,
+    as_json,
+):
     """Write documents, sections and chunks of the committed index to OUT as Parquet or JSONL
     (OUT ending in .parquet or .jsonl: the chunks alone, in that one file)."""
     import quarry
 
     with quarry.open(db) as idx:
-        report = idx.export(out, fmt, vectors=vectors, filters=build_filter(where, path_globs, since, until,
-                                                                          file_types, doc_ids),
-                            batch_rows=batch_rows, overwrite=overwrite,
-                            principals=list(as_principals) if as_principals else None, redact=redact)
+        report = idx.export(
+            out,
+            fmt,
+            vectors=vectors,
+            filters=build_filter(where, path_globs, since, until, file_types, doc_ids),
+            batch_rows=batch_rows,
+            overwrite=overwrite,
+            principals=list(as_principals) if as_principals else None,
+            redact=redact,
+        )
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
         return
-    click.echo(f"exported generation {report.generation} to {report.out}: "
-               + ", ".join(f"{n} {name}" for name, n in report.rows.items())
-               + (" (with vectors)" if vectors else "") + (f"; filter: {report.filter}" if report.filter else "")
-               + (f"; redacted: {', '.join(report.redacted)}" if report.redacted else ""))
+    click.echo(
+        f"exported generation {report.generation} to {report.out}: "
+        + ", ".join(f"{n} {name}" for name, n in report.rows.items())
+        + (" (with vectors)" if vectors else "")
+        + (f"; filter: {report.filter}" if report.filter else "")
+        + (f"; redacted: {', '.join(report.redacted)}" if report.redacted else "")
+    )
 
 
 @cli.command()
@@ -454,7 +712,9 @@ def runs(db, limit, as_json):
 
 @cli.command()
 @json_option
-@click.option("--markdown", is_flag=True, help="Print the table of docs/formats.md (what quarry reads, whatever is installed).")
+@click.option(
+    "--markdown", is_flag=True, help="Print the table of docs/formats.md (what quarry reads, whatever is installed)."
+)
 @handle_errors
 def formats(as_json, markdown):
     """File formats quarry reads, by which library or program, and which of those are missing here."""
@@ -484,12 +744,23 @@ def plugins(as_json):
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @db_option
 @click.option("--cron", required=True, help='Schedule, e.g. "*/15 * * * *" (every 15 minutes) or "@hourly".')
-@click.option("--name", default=None,
-              help="Deployment name (default quarry-index-<8 hex digits of the store path>, one per store).")
-@click.option("--initial-run/--no-initial-run", default=True, show_default=True,
-              help="Index once at start, not only at the first tick of --cron.")
-@click.option("--port", type=click.IntRange(1, 65535), default=None,
-              help="Port of the private Prefect API on 127.0.0.1 (default: a free one; printed at start).")
+@click.option(
+    "--name",
+    default=None,
+    help="Deployment name (default quarry-index-<8 hex digits of the store path>, one per store).",
+)
+@click.option(
+    "--initial-run/--no-initial-run",
+    default=True,
+    show_default=True,
+    help="Index once at start, not only at the first tick of --cron.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Port of the private Prefect API on 127.0.0.1 (default: a free one; printed at start).",
+)
 @eval_options
 @handle_errors
 def serve(paths, db, cron, name, initial_run, port, eval_sets, eval_margin):
@@ -506,19 +777,35 @@ def serve(paths, db, cron, name, initial_run, port, eval_sets, eval_margin):
     from quarry.flows.run import serve as run_serve
 
     def started(deployment: str, url: str) -> None:
-        click.echo(f"serving quarry-index/{deployment}: indexing {', '.join(map(str, paths))} on '{cron}'"
-                   f"{', first run now' if initial_run else ''} (Ctrl-C or SIGTERM stops)")
+        click.echo(
+            f"serving quarry-index/{deployment}: indexing {', '.join(map(str, paths))} on '{cron}'"
+            f"{', first run now' if initial_run else ''} (Ctrl-C or SIGTERM stops)"
+        )
         click.echo(f"Prefect API: {url}")
 
-    run_serve(list(paths), db, cron=cron, name=name, port=port, initial_run=initial_run, on_start=started,
-              evaluate=evaluate_option(eval_sets, eval_margin))
+    run_serve(
+        list(paths),
+        db,
+        cron=cron,
+        name=name,
+        port=port,
+        initial_run=initial_run,
+        on_start=started,
+        evaluate=evaluate_option(eval_sets, eval_margin),
+    )
     click.echo("stopped")
 
 
 @cli.command()
 @db_option
-@click.option("--to", "to", type=click.IntRange(min=1), default=None, metavar="GENERATION",
-              help="The generation to make current again (default: the one before the current one).")
+@click.option(
+    "--to",
+    "to",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="GENERATION",
+    help="The generation to make current again (default: the one before the current one).",
+)
 @click.option("--list", "list_only", is_flag=True, help="List the generations a rollback can go to; change nothing.")
 @json_option
 @handle_errors
@@ -530,7 +817,8 @@ def rollback(db, to, list_only, as_json):
     run holds the store.
     """
     from quarry.store.handle import open_store
-    from quarry.store.rollback import list_generations, rollback as run_rollback
+    from quarry.store.rollback import list_generations
+    from quarry.store.rollback import rollback as run_rollback
 
     store = open_store(db)
     if list_only:
@@ -568,8 +856,14 @@ def corpus_report(db, as_json):
 @cli.command()
 @click.argument("query")
 @db_option
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl", "csv"]), default="table",
-              show_default=True, help="Output format.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "jsonl", "csv"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Fetch at most this many rows.")
 @handle_errors
 def sql(query, db, fmt, limit):
@@ -603,14 +897,31 @@ def doctor(db, repair, as_json):
 
 @cli.command()
 @db_option
-@click.option("--keep-generations", type=click.IntRange(min=1), default=None,
-              help="Generations kept on object storage (default $QUARRY_KEEP_GENERATIONS or 2).")
-@click.option("--keep-versions-hours", type=click.FloatRange(min=0), default=None,
-              help="LanceDB versions younger than this stay (default $QUARRY_KEEP_VERSIONS_HOURS or 24).")
-@click.option("--reindex-share", type=click.FloatRange(0, 1), default=None,
-              help="Rebuild a LanceDB index when this share of rows is unindexed (default $QUARRY_REINDEX_SHARE or 0.2).")
-@click.option("--if-busy", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
-              help="When an index run holds the store: fail (exit 1), or skip (exit 0).")
+@click.option(
+    "--keep-generations",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Generations kept on object storage (default $QUARRY_KEEP_GENERATIONS or 2).",
+)
+@click.option(
+    "--keep-versions-hours",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="LanceDB versions younger than this stay (default $QUARRY_KEEP_VERSIONS_HOURS or 24).",
+)
+@click.option(
+    "--reindex-share",
+    type=click.FloatRange(0, 1),
+    default=None,
+    help="Rebuild a LanceDB index when this share of rows is unindexed (default $QUARRY_REINDEX_SHARE or 0.2).",
+)
+@click.option(
+    "--if-busy",
+    type=click.Choice(["fail", "skip"]),
+    default="fail",
+    show_default=True,
+    help="When an index run holds the store: fail (exit 1), or skip (exit 0).",
+)
 @json_option
 @handle_errors
 def maintain(db, keep_generations, keep_versions_hours, reindex_share, if_busy, as_json):
@@ -632,13 +943,20 @@ from quarry.cli.evals import register as _register_evals  # noqa: E402 - after t
 from quarry.cli.serving import register as _register_serving  # noqa: E402 - after the shared options it takes
 
 _register_serving(cli, db_option=db_option, json_option=json_option, handle_errors=handle_errors)
-_register_evals(cli, db_option=db_option, json_option=json_option, handle_errors=handle_errors,
-                echo_json=reports.echo_json)
+_register_evals(
+    cli, db_option=db_option, json_option=json_option, handle_errors=handle_errors, echo_json=reports.echo_json
+)
 
 from quarry.cli.ask import register as _register_ask  # noqa: E402 - after the shared options it takes
 
-_register_ask(cli, db_option=db_option, json_option=json_option, handle_errors=handle_errors,
-              filter_options=filter_options, build_filter=build_filter)
+_register_ask(
+    cli,
+    db_option=db_option,
+    json_option=json_option,
+    handle_errors=handle_errors,
+    filter_options=filter_options,
+    build_filter=build_filter,
+)
 
 from quarry.cli.operations import register as _register_operations  # noqa: E402 - as above
 
@@ -647,8 +965,13 @@ _register_operations(cli, db_option=db_option, json_option=json_option, handle_e
 
 def main() -> None:
     # Offline and quiet by default: no hub look-ups, no download progress bars.
-    for key, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
-                       ("TRANSFORMERS_VERBOSITY", "error"), ("TOKENIZERS_PARALLELISM", "false")):
+    for key, value in (
+        ("HF_HUB_OFFLINE", "1"),
+        ("TRANSFORMERS_OFFLINE", "1"),
+        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+        ("TRANSFORMERS_VERBOSITY", "error"),
+        ("TOKENIZERS_PARALLELISM", "false"),
+    ):
         os.environ.setdefault(key, value)
     from quarry.cli.pipes import guard_std_streams
 
@@ -669,6 +992,7 @@ def main() -> None:
         # or made (1-2 s after an index run on a loaded 2-core machine). A command's files are
         # closed and its run committed by then: the collection is skipped.
         gc.freeze()
+
 
 if __name__ == "__main__":
     main()

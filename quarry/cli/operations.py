@@ -23,8 +23,12 @@ def register(group: click.Group, *, db_option, json_option, handle_errors) -> No
 
     @group.group(invoke_without_command=True)
     @db_option
-    @click.option("--since", default=None, metavar="WHEN",
-                  help="Only entries from then on: 30d, 12h, 90m ago, or a date/time (2026-11-01).")
+    @click.option(
+        "--since",
+        default=None,
+        metavar="WHEN",
+        help="Only entries from then on: 30d, 12h, 90m ago, or a date/time (2026-11-01).",
+    )
     @json_option
     @click.pass_context
     @handle_errors

@@ -100,12 +100,16 @@ def print_blocks(items: Sequence, kind: str, console=None) -> None:
         console.print(f"no {kind}s")
         return
     for it in items:
-        chunks = f"chunks {it.first_chunk}-{it.last_chunk}" if it.last_chunk != it.first_chunk else \
-            f"chunk {it.first_chunk}"
+        chunks = (
+            f"chunks {it.first_chunk}-{it.last_chunk}" if it.last_chunk != it.first_chunk else f"chunk {it.first_chunk}"
+        )
         hits = ", ".join(f"#{h}" for h in it.hits) or "none"
-        head = Text(f"{it.rank:>2}. {printable(it.path)}{_pages(it.page_start, it.page_end)}"
-                    + (f" § {it.section}" if it.section else "")
-                    + f"  [{chunks}; hits {hits}; score {it.score:.4f}]", style="bold")
+        head = Text(
+            f"{it.rank:>2}. {printable(it.path)}{_pages(it.page_start, it.page_end)}"
+            + (f" § {it.section}" if it.section else "")
+            + f"  [{chunks}; hits {hits}; score {it.score:.4f}]",
+            style="bold",
+        )
         console.print(head)
         body = it.text if len(it.text) <= BLOCK else it.text[: BLOCK - 1] + "…"
         console.print(Text(body), soft_wrap=True)

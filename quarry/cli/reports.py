@@ -56,8 +56,10 @@ def _print_unsupported(count: int, files: list[dict]) -> None:
     if not count:
         return
     where = " (all of them in `quarry runs --json`)" if count > SHOWN_UNSUPPORTED else ""
-    click.echo(f"unsupported: {count} file{'s' if count != 1 else ''} quarry does not read{where}; "
-               "`quarry formats` lists what it reads")
+    click.echo(
+        f"unsupported: {count} file{'s' if count != 1 else ''} quarry does not read{where}; "
+        "`quarry formats` lists what it reads"
+    )
     for f in files[:SHOWN_UNSUPPORTED]:
         click.echo(f"  {printable(f['path'])}: {f['reason']}")
     if count > SHOWN_UNSUPPORTED:
@@ -78,7 +80,9 @@ def _print_dry_run(report: dict) -> None:
         click.echo(f"guard: root {printable(failure['path'])} would fail, its documents kept: {failure['error']}")
     for verb, items in report["files"].items():
         for item in items:
-            click.echo(f"  {verb}: {' -> '.join(map(printable, item)) if isinstance(item, (list, tuple)) else printable(item)}")
+            click.echo(
+                f"  {verb}: {' -> '.join(map(printable, item)) if isinstance(item, (list, tuple)) else printable(item)}"
+            )
     _print_unsupported(report.get("unsupported", 0), report.get("unsupported_files") or [])
 
 
@@ -109,8 +113,11 @@ def print_runs(items: list[dict]) -> None:
             f"{r['run_id']}  {r['status']:<9} +{r['added']} ~{r['updated']} >{r['moved']} -{r['deleted']} "
             f"={r['skipped']} ?{r['unsupported']} !{r['failed']}  embedded {r['embedded_chunks']}, "
             f"reused {r['reused_vectors']}"
-            + (f"; llm {r['llm_calls']} calls, {r['llm_cached']} cached, {len(r['llm_fallback_windows'])} fallbacks"
-               if r["llm_calls"] or r["llm_cached"] or r["llm_fallback_windows"] else "")
+            + (
+                f"; llm {r['llm_calls']} calls, {r['llm_cached']} cached, {len(r['llm_fallback_windows'])} fallbacks"
+                if r["llm_calls"] or r["llm_cached"] or r["llm_fallback_windows"]
+                else ""
+            )
             + (f"; ocr {r['ocr_pages']} pages in {r['ocr_seconds']:.0f} s" if r["ocr_pages"] else "")
             + (f"; permissions of {r['permissions_updated']}" if r.get("permissions_updated") else "")
             + (f"  [{r['runner']}]" if r["runner"] else "")
@@ -188,8 +195,10 @@ def print_status(info: dict) -> None:
     click.echo(f"model:     {info['model']} ({info['dim']}-d)")
     index = info.get("search_index") or {}
     if len(index.get("segments") or []) > 1:
-        click.echo(f"index:     {len(index['segments'])} segments (catalog layers), {index['deleted_rows']} rows "
-                   "replaced since the oldest: `quarry maintain` merges them")
+        click.echo(
+            f"index:     {len(index['segments'])} segments (catalog layers), {index['deleted_rows']} rows "
+            "replaced since the oldest: `quarry maintain` merges them"
+        )
     full_text = info.get("full_text") or {}
     if full_text:
         click.echo(f"full text: {full_text['state']} (DuckDB's match_bm25 in quarry sql)")
@@ -214,10 +223,12 @@ def print_evals(items: list[dict]) -> None:
     """The newest evaluation of each question set and mode (``quarry status``, ``quarry runs``)."""
     for e in items:
         k = e.get("k")
-        click.echo(f"eval:      {e.get('set_name')} {e.get('mode')} on generation {e.get('generation')}: "
-                   f"recall@{k} {e.get('recall') or 0:.3f}, mrr@{k} {e.get('mrr') or 0:.3f} "
-                   f"({e.get('questions')} questions, {e.get('created')})"
-                   + (f"  FLAGGED: {e['flagged']}" if e.get("flagged") else ""))
+        click.echo(
+            f"eval:      {e.get('set_name')} {e.get('mode')} on generation {e.get('generation')}: "
+            f"recall@{k} {e.get('recall') or 0:.3f}, mrr@{k} {e.get('mrr') or 0:.3f} "
+            f"({e.get('questions')} questions, {e.get('created')})"
+            + (f"  FLAGGED: {e['flagged']}" if e.get("flagged") else "")
+        )
 
 
 def print_formats(rows: list[dict], engine: str | None) -> None:
@@ -230,8 +241,10 @@ def print_formats(rows: list[dict], engine: str | None) -> None:
         click.echo(f"{'':<7} {r['structure']}")
         if r["install"]:
             click.echo(f"{'':<7} to read these: {r['install']}")
-    click.echo(f"OCR engine: {engine or 'none (pip install rapidocr-onnxruntime, or install tesseract)'}; "
-               "other extensions are sniffed by content")
+    click.echo(
+        f"OCR engine: {engine or 'none (pip install rapidocr-onnxruntime, or install tesseract)'}; "
+        "other extensions are sniffed by content"
+    )
 
 
 def print_plugins(out: dict) -> None:
@@ -262,18 +275,24 @@ def print_maintain(report: dict) -> None:
         return
     c = report["compaction"]
     click.echo(f"store:       {report['store']} (generation {report['generation']})")
-    click.echo(f"compaction:  {c['fragments_before']} -> {c['fragments_after']} fragments, "
-               f"{c['versions_before']} -> {c['versions_after']} LanceDB versions")
+    click.echo(
+        f"compaction:  {c['fragments_before']} -> {c['fragments_after']} fragments, "
+        f"{c['versions_before']} -> {c['versions_after']} LanceDB versions"
+    )
     click.echo(f"indices:     {len(report['indices'])}, rebuilt {sum(i['rebuilt'] for i in report['indices'])}")
     m = report["merge"]
-    click.echo(f"layers:      {m['layers_before']} -> {1 if m['merged'] else m['layers_before']} catalog layers "
-               f"and index segments" + (f" (merged as generation {m['generation']})" if m["merged"] else ""))
+    click.echo(
+        f"layers:      {m['layers_before']} -> {1 if m['merged'] else m['layers_before']} catalog layers "
+        f"and index segments" + (f" (merged as generation {m['generation']})" if m["merged"] else "")
+    )
     click.echo(f"removed:     {len(report['removed'])} old generation files")
     ft = report.get("full_text") or {}
     build = ft.get("build") or {}
     if ft.get("built") and build:
-        click.echo(f"full text:   built for match_bm25 in {build['seconds']:.1f} s ({build['cpu_seconds']:.1f} s CPU, "
-                   f"peak {build['peak_rss_mb']} MB)")
+        click.echo(
+            f"full text:   built for match_bm25 in {build['seconds']:.1f} s ({build['cpu_seconds']:.1f} s CPU, "
+            f"peak {build['peak_rss_mb']} MB)"
+        )
     elif ft:
         click.echo(f"full text:   {ft['state']}" + (f" ({ft['error']})" if ft.get("error") else ""))
     click.echo(f"check:       {'healthy' if report['check']['healthy'] else 'PROBLEMS: run quarry doctor'}")
@@ -300,18 +319,26 @@ def print_corpus_report(r: dict) -> None:
     click.echo(f"generation {r['generation']}: {r['documents']} documents, {r['chunks']} chunks, {_size(r['bytes'])}")
     if r["documents_without_signals"]:
         click.echo(f"  {r['documents_without_signals']} documents indexed before corpus signals (quarry index --full)")
-    click.echo(f"\nduplicates: {r['copies']} copies in {r['clusters']} clusters, {_size(r['bytes_saved'])} saved "
-               "by keeping one of each")
+    click.echo(
+        f"\nduplicates: {r['copies']} copies in {r['clusters']} clusters, {_size(r['bytes_saved'])} saved "
+        "by keeping one of each"
+    )
     for d in r["duplicates"][:20]:
-        click.echo(f"  {d['copies']:>6} of {d['documents']:>6} documents  {_size(d['bytes_saved']):>9}  "
-                   f"{printable(d['root'])} : {printable(d['folder'])}")
+        click.echo(
+            f"  {d['copies']:>6} of {d['documents']:>6} documents  {_size(d['bytes_saved']):>9}  "
+            f"{printable(d['root'])} : {printable(d['folder'])}"
+        )
     click.echo("\nlanguages (chunks, documents):")
     for lang in r["languages"][:15]:
         click.echo(f"  {lang['lang']:<4} {lang['chunks']:>8} {lang['documents']:>8}")
-    click.echo(f"\npersonal data and secrets: {r['chunks_with_pii']} chunks hold some (counts; values are never stored)")
+    click.echo(
+        f"\npersonal data and secrets: {r['chunks_with_pii']} chunks hold some (counts; values are never stored)"
+    )
     for p in r["pii"]:
         click.echo(f"  {p['kind']:<12} {p['total']:>7} in {p['chunks']} chunks")
     click.echo("\nboilerplate (lines repeated across a root's documents):")
     for b in r["boilerplate"]:
-        click.echo(f"  {printable(b['root'])}: {b['boilerplate_lines']} lines, {b['line_share']:.1%} of line "
-                   f"occurrences, {b['boilerplate_chunks']} chunks mostly boilerplate")
+        click.echo(
+            f"  {printable(b['root'])}: {b['boilerplate_lines']} lines, {b['line_share']:.1%} of line "
+            f"occurrences, {b['boilerplate_chunks']} chunks mostly boilerplate"
+        )

@@ -27,8 +27,17 @@ from urllib.parse import urlsplit
 
 from quarry.core.errors import UsageError
 
-__all__ = ["s3_client", "gcs_client", "gcs_storage", "AzureAccount", "account_from_env", "blob_service",
-           "EMULATOR_ACCOUNT", "EMULATOR_KEY", "EMULATOR_URL"]
+__all__ = [
+    "s3_client",
+    "gcs_client",
+    "gcs_storage",
+    "AzureAccount",
+    "account_from_env",
+    "blob_service",
+    "EMULATOR_ACCOUNT",
+    "EMULATOR_KEY",
+    "EMULATOR_URL",
+]
 
 _clients: dict[tuple, object] = {}
 _guard = threading.Lock()
@@ -49,19 +58,37 @@ def s3_client():
     except ImportError as exc:  # pragma: no cover - boto3 is in the default install
         raise UsageError("s3:// needs boto3: pip install boto3") from exc
     # boto3 reads AWS_ENDPOINT_URL itself; AWS_ENDPOINT is the name object_store (LanceDB) also reads.
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") \
-        or os.environ.get("AWS_ENDPOINT") or None
+    endpoint = (
+        os.environ.get("AWS_ENDPOINT_URL_S3")
+        or os.environ.get("AWS_ENDPOINT_URL")
+        or os.environ.get("AWS_ENDPOINT")
+        or None
+    )
     region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION") or None
-    key = ("s3", endpoint, region, os.environ.get("AWS_PROFILE"),
-           _fingerprint(os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY"),
-                        os.environ.get("AWS_SESSION_TOKEN")), os.getpid())
+    key = (
+        "s3",
+        endpoint,
+        region,
+        os.environ.get("AWS_PROFILE"),
+        _fingerprint(
+            os.environ.get("AWS_ACCESS_KEY_ID"),
+            os.environ.get("AWS_SECRET_ACCESS_KEY"),
+            os.environ.get("AWS_SESSION_TOKEN"),
+        ),
+        os.getpid(),
+    )
     with _guard:
         client = _clients.get(key)
         if client is None:
             # 5 attempts with backoff (standard mode: throttling, 5xx, dropped connections); a pool
             # wide enough for the concurrent reads of a batch (quarry.ingest.sources).
-            config = Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=10, read_timeout=60,
-                            max_pool_connections=32, s3={"addressing_style": "path"} if endpoint else None)
+            config = Config(
+                retries={"max_attempts": 5, "mode": "standard"},
+                connect_timeout=10,
+                read_timeout=60,
+                max_pool_connections=32,
+                s3={"addressing_style": "path"} if endpoint else None,
+            )
             client = boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region, config=config)
             _clients[key] = client
         return client
@@ -120,8 +147,11 @@ class AzureAccount:
         # object_store ignores the endpoint for AZURITE_BLOB_STORAGE_URL. Left to the environment, a
         # connection in the test suite went to Azurite's default port although the switch had been
         # unset since an earlier connection in the same process had it set.
-        opts = {"azure_storage_account_name": self.name, "azure_storage_endpoint": self.endpoint,
-                "azure_storage_use_emulator": "false"}
+        opts = {
+            "azure_storage_account_name": self.name,
+            "azure_storage_endpoint": self.endpoint,
+            "azure_storage_use_emulator": "false",
+        }
         if self.key:
             opts["azure_storage_account_key"] = self.key
         elif self.sas:
@@ -140,15 +170,21 @@ def _connection_string(text: str) -> AzureAccount:
     if parts.get("usedevelopmentstorage", "").lower() in _TRUE:
         return AzureAccount(EMULATOR_ACCOUNT, f"{EMULATOR_URL}/{EMULATOR_ACCOUNT}", key=EMULATOR_KEY)
     name = parts.get("accountname", "")
-    endpoint = parts.get("blobendpoint") or (name and "{}://{}.blob.{}".format(
-        parts.get("defaultendpointsprotocol", "https"), name, parts.get("endpointsuffix", "core.windows.net")))
+    endpoint = parts.get("blobendpoint") or (
+        name
+        and "{}://{}.blob.{}".format(
+            parts.get("defaultendpointsprotocol", "https"), name, parts.get("endpointsuffix", "core.windows.net")
+        )
+    )
     key, sas = parts.get("accountkey"), parts.get("sharedaccesssignature")
     if not name and endpoint:  # a SAS connection string: the account is in the endpoint
         parsed = urlsplit(endpoint)
         name = parsed.path.strip("/").split("/")[0] or parsed.hostname.split(".")[0]
     if not (name and endpoint and (key or sas)):
-        raise UsageError("AZURE_STORAGE_CONNECTION_STRING names no account, blob endpoint and key or "
-                         "SharedAccessSignature: copy it whole from the storage account's access keys")
+        raise UsageError(
+            "AZURE_STORAGE_CONNECTION_STRING names no account, blob endpoint and key or "
+            "SharedAccessSignature: copy it whole from the storage account's access keys"
+        )
     return AzureAccount(name, endpoint.rstrip("/"), key=key, sas=sas and sas.lstrip("?"))
 
 
@@ -165,9 +201,11 @@ def account_from_env(env=None) -> AzureAccount:
         url = (env.get("AZURITE_BLOB_STORAGE_URL") or EMULATOR_URL).rstrip("/")
         return AzureAccount(name, f"{url}/{name}", key=key or (None if sas else EMULATOR_KEY), sas=sas)
     if not name or not (key or sas):
-        raise UsageError("az:// stores need an Azure storage account: set AZURE_STORAGE_CONNECTION_STRING, or "
-                         "AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN "
-                         "(AZURE_STORAGE_USE_EMULATOR=true for Azurite)")
+        raise UsageError(
+            "az:// stores need an Azure storage account: set AZURE_STORAGE_CONNECTION_STRING, or "
+            "AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN "
+            "(AZURE_STORAGE_USE_EMULATOR=true for Azurite)"
+        )
     endpoint = env.get("AZURE_STORAGE_ENDPOINT") or env.get("AZURE_ENDPOINT") or f"https://{name}.blob.core.windows.net"
     return AzureAccount(name, endpoint.rstrip("/"), key=key, sas=sas)
 
@@ -187,9 +225,13 @@ def blob_service(account: AzureAccount):
         if client is None:
             credential = {"account_name": account.name, "account_key": account.key} if account.key else account.sas
             # Our own code decides when to cut a file into blocks (upload_file), never the SDK.
-            client = BlobServiceClient(account.endpoint, credential=credential, max_single_put_size=1 << 30,
-                                       retry_policy=ExponentialRetry(initial_backoff=1, increment_base=2,
-                                                                     retry_total=4),
-                                       connection_timeout=10, read_timeout=60)
+            client = BlobServiceClient(
+                account.endpoint,
+                credential=credential,
+                max_single_put_size=1 << 30,
+                retry_policy=ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=4),
+                connection_timeout=10,
+                read_timeout=60,
+            )
             _clients[cache_key] = client
         return client

@@ -23,8 +23,14 @@ class Environment(BaseSettings):
     :class:`Settings` (a value that cannot be read is a :class:`ConfigError` naming the variable),
     and listed in docs/settings.md."""
 
-    model_config = SettingsConfigDict(env_prefix=PREFIX, env_file=".env", env_file_encoding="utf-8",
-                                      env_ignore_empty=True, extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX,
+        env_file=".env",
+        env_file_encoding="utf-8",
+        env_ignore_empty=True,
+        extra="ignore",
+        frozen=True,
+    )
 
     db: str = DEFAULT_DB  # the default store
     store_cache: str = ""  # local folders of stores on object storage ("" = ~/.cache/quarry/stores)
@@ -41,7 +47,9 @@ class Environment(BaseSettings):
     max_layers: int = Field(16, ge=2)  # most catalog layers (index segments) a generation reads
     dup_threshold: float = Field(0.8, ge=0.5, le=1.0)  # estimated Jaccard from which two documents are near-duplicates
     corpus_signals: bool = True  # compute duplicate signatures, PII, language and quality per chunk (docs/corpus.md)
-    boilerplate: str = Field("keep", pattern="^(keep|strip)$")  # strip: boilerplate lines leave BM25 text and embeddings
+    boilerplate: str = Field(
+        "keep", pattern="^(keep|strip)$"
+    )  # strip: boilerplate lines leave BM25 text and embeddings
     compact_fragments: int = Field(64, ge=0)  # LanceDB fragments past which a commit compacts
     prune_versions: int = Field(100, ge=0)  # LanceDB versions past which a commit prunes old ones
     fts_memory_mb: int = Field(1024, ge=64)  # DuckDB's memory while it builds the full-text tables (match_bm25)
@@ -92,8 +100,14 @@ def describe_error(exc: ValidationError, given: dict, model: type[BaseSettings])
     if field is None:  # a check between fields: its message says it all
         return str(error["msg"]).removeprefix("Value error, ")
     if field not in model.model_fields:  # an alias such as OPENAI_API_KEY
-        field = next((name for name, f in model.model_fields.items()
-                      if f.validation_alias and field in getattr(f.validation_alias, "choices", ())), field)
+        field = next(
+            (
+                name
+                for name, f in model.model_fields.items()
+                if f.validation_alias and field in getattr(f.validation_alias, "choices", ())
+            ),
+            field,
+        )
     source = field if field in given else f"{PREFIX}{field.upper()}"
     value = error.get("input")
     kind = error.get("type", "")

@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 
 __all__ = ["FORMATS", "JsonFormatter", "bind", "configure", "prefect_settings_path", "scrub", "uvicorn_config"]
@@ -42,8 +42,7 @@ def bind(**fields):
 
 
 def _secrets() -> list[str]:
-    return [v for k, v in os.environ.items() if v and len(v) >= 6 and _SECRET_NAME.search(k)
-            and k not in _PUBLIC_NAMES]
+    return [v for k, v in os.environ.items() if v and len(v) >= 6 and _SECRET_NAME.search(k) and k not in _PUBLIC_NAMES]
 
 
 def scrub(text: str) -> str:
@@ -64,9 +63,14 @@ class JsonFormatter(logging.Formatter):
         from quarry.core.tracing import current_trace_id
 
         bound = _context.get()
-        out = {"time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds")
-               .replace("+00:00", "Z"),
-               "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
+        out = {
+            "time": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         run_id = getattr(record, "run_id", None) or bound.get("run_id")
         stage = getattr(record, "stage", None) or bound.get("stage") or getattr(record, "task_name", None)
         path = getattr(record, "path", None) or bound.get("path")
@@ -117,10 +121,15 @@ def uvicorn_config(fmt: str) -> dict | None:
     if fmt != "json":
         return None
     handler = {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
-    return {"version": 1, "disable_existing_loggers": False,
-            "formatters": {"json": {"()": "quarry.core.logs.JsonFormatter"}},
-            "handlers": {"default": handler},
-            "loggers": {"uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
-                        "uvicorn.error": {"level": "INFO"},
-                        "uvicorn.access": {"handlers": ["default"], "level": "INFO", "propagate": False},
-                        "quarry": {"handlers": ["default"], "level": "INFO", "propagate": False}}}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": "quarry.core.logs.JsonFormatter"}},
+        "handlers": {"default": handler},
+        "loggers": {
+            "uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
+            "uvicorn.error": {"level": "INFO"},
+            "uvicorn.access": {"handlers": ["default"], "level": "INFO", "propagate": False},
+            "quarry": {"handlers": ["default"], "level": "INFO", "propagate": False},
+        },
+    }

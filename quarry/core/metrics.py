@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily
@@ -22,8 +22,15 @@ from prometheus_client.core import GaugeMetricFamily
 __all__ = ["RUN_COUNTS", "RUN_STATUSES", "RunFacts", "run_registry", "write_textfile", "timestamp"]
 
 # the run row's counters each run metric reports, by the label value it carries
-RUN_COUNTS = {"added": "added", "updated": "updated", "deleted": "deleted", "failed": "failed",
-              "unsupported": "unsupported", "moved": "moved", "skipped": "unchanged"}
+RUN_COUNTS = {
+    "added": "added",
+    "updated": "updated",
+    "deleted": "deleted",
+    "failed": "failed",
+    "unsupported": "unsupported",
+    "moved": "moved",
+    "skipped": "unchanged",
+}
 RUN_STATUSES = ("completed", "partial", "failed", "refused", "skipped", "rollback")
 SUCCESS = ("completed", "partial", "rollback")  # statuses that committed a generation
 
@@ -33,8 +40,14 @@ class RunFacts:
     Unix time of the committed generation, or None), ``generation``, ``schedule_seconds`` (the
     schedule's interval, when a schedule runs the store) and ``bytes_written`` (by the last run)."""
 
-    def __init__(self, last_run: dict | None = None, committed_at: float | None = None, generation: int | None = None,
-                 schedule_seconds: float | None = None, bytes_written: int | None = None):
+    def __init__(
+        self,
+        last_run: dict | None = None,
+        committed_at: float | None = None,
+        generation: int | None = None,
+        schedule_seconds: float | None = None,
+        bytes_written: int | None = None,
+    ):
         self.last_run = last_run
         self.committed_at = committed_at
         self.generation = generation
@@ -49,7 +62,7 @@ def timestamp(value) -> float | None:
     if not isinstance(value, datetime):
         value = datetime.fromisoformat(str(value).rstrip("Z"))
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
+        value = value.replace(tzinfo=UTC)
     return value.timestamp()
 
 
@@ -64,42 +77,62 @@ class _RunCollector:
         facts = self.facts()
         now = time.time()
         run = facts.last_run or {}
-        status = GaugeMetricFamily("quarry_run_last_status", "1 for the status of the last index run, 0 for the others",
-                                   labels=["status"])
+        status = GaugeMetricFamily(
+            "quarry_run_last_status", "1 for the status of the last index run, 0 for the others", labels=["status"]
+        )
         for name in RUN_STATUSES:
             status.add_metric([name], 1.0 if run.get("status") == name else 0.0)
         yield status
         started, finished = timestamp(run.get("started")), timestamp(run.get("finished"))
         yield _gauge("quarry_run_last_start_timestamp_seconds", "When the last index run started (Unix time)", started)
         durations = run.get("durations") or {}
-        total = (durations.get("total") or {}).get("seconds") if isinstance(durations.get("total"), dict) \
+        total = (
+            (durations.get("total") or {}).get("seconds")
+            if isinstance(durations.get("total"), dict)
             else durations.get("total")
+        )
         if total is None and started is not None and finished is not None:
             total = finished - started
         yield _gauge("quarry_run_last_duration_seconds", "Wall time of the last index run", total)
-        stages = GaugeMetricFamily("quarry_run_last_stage_seconds", "Wall time of each stage of the last index run",
-                                   labels=["stage"])
+        stages = GaugeMetricFamily(
+            "quarry_run_last_stage_seconds", "Wall time of each stage of the last index run", labels=["stage"]
+        )
         for stage, d in durations.items():
             if stage != "total" and isinstance(d, dict) and d.get("seconds") is not None:
                 stages.add_metric([stage], float(d["seconds"]))
         yield stages
-        docs = GaugeMetricFamily("quarry_run_last_documents", "Documents of the last index run, by what happened to them",
-                                 labels=["outcome"])
+        docs = GaugeMetricFamily(
+            "quarry_run_last_documents", "Documents of the last index run, by what happened to them", labels=["outcome"]
+        )
         for field, outcome in RUN_COUNTS.items():
             docs.add_metric([outcome], float(run.get(field) or 0))
         yield docs
-        yield _gauge("quarry_run_last_chunks_embedded", "Chunks the last index run sent to the model",
-                     run.get("embedded_chunks") if run else None)
-        yield _gauge("quarry_run_last_written_bytes", "Bytes the last index run added to the store", facts.bytes_written)
+        yield _gauge(
+            "quarry_run_last_chunks_embedded",
+            "Chunks the last index run sent to the model",
+            run.get("embedded_chunks") if run else None,
+        )
+        yield _gauge(
+            "quarry_run_last_written_bytes", "Bytes the last index run added to the store", facts.bytes_written
+        )
         yield _gauge("quarry_index_generation", "The committed generation", facts.generation)
-        yield _gauge("quarry_index_last_commit_timestamp_seconds", "When the committed generation was committed (Unix time)",
-                     facts.committed_at)
+        yield _gauge(
+            "quarry_index_last_commit_timestamp_seconds",
+            "When the committed generation was committed (Unix time)",
+            facts.committed_at,
+        )
         age = None if facts.committed_at is None else max(0.0, now - facts.committed_at)
-        yield _gauge("quarry_index_seconds_since_commit", "Seconds since the last successful commit "
-                     "(as of this scrape, or of the write of a textfile)", age)
+        yield _gauge(
+            "quarry_index_seconds_since_commit",
+            "Seconds since the last successful commit (as of this scrape, or of the write of a textfile)",
+            age,
+        )
         if facts.schedule_seconds:
-            yield _gauge("quarry_schedule_interval_seconds", "The interval of the schedule that re-indexes the store",
-                         facts.schedule_seconds)
+            yield _gauge(
+                "quarry_schedule_interval_seconds",
+                "The interval of the schedule that re-indexes the store",
+                facts.schedule_seconds,
+            )
             stale = 1.0 if age is None else float(age > 3 * facts.schedule_seconds)  # never committed: stale
             yield _gauge("quarry_index_stale", "1 when no commit succeeded for 3 schedule intervals", stale)
 

@@ -13,10 +13,23 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-__all__ = ["FileInfo", "Heading", "Table", "ParsedDocument", "Section", "Chunk", "DocumentRecord", "FileError", "join_header",
-           "FUSION_WEIGHTS", "HEADER_FIELDS", "RETRIEVERS", "SEARCH_MODES"]
+__all__ = [
+    "FileInfo",
+    "Heading",
+    "Table",
+    "ParsedDocument",
+    "Section",
+    "Chunk",
+    "DocumentRecord",
+    "FileError",
+    "join_header",
+    "FUSION_WEIGHTS",
+    "HEADER_FIELDS",
+    "RETRIEVERS",
+    "SEARCH_MODES",
+]
 
 # The lines a chunk header may hold, in the order they are written (quarry/ingest/context.py);
 # ``page`` and ``table`` say where on its page a chunk sits (the page's title, the table it is cut from).
@@ -52,14 +65,32 @@ class FileInfo:
     vouched: bool | None = None
 
     @classmethod
-    def found(cls, path: str, root: str, rel_path: str, file_type: str, size: int, mtime: float, sha256: str,
-              vouched: bool | None) -> FileInfo:
+    def found(
+        cls,
+        path: str,
+        root: str,
+        rel_path: str,
+        file_type: str,
+        size: int,
+        mtime: float,
+        sha256: str,
+        vouched: bool | None,
+    ) -> FileInfo:
         """A file on disk as discovery builds one per file of a tree: equal to ``FileInfo(...)``,
         made without the frozen ``__init__``'s ``object.__setattr__`` per field (3.7 to 0.8 us a
         file measured, in a walk of 50,000 files that costs 25 us a file in all)."""
         info = object.__new__(cls)
-        info.__dict__.update(path=path, root=root, rel_path=rel_path, file_type=file_type, size=size, mtime=mtime,
-                             sha256=sha256, archive="", vouched=vouched)
+        info.__dict__.update(
+            path=path,
+            root=root,
+            rel_path=rel_path,
+            file_type=file_type,
+            size=size,
+            mtime=mtime,
+            sha256=sha256,
+            archive="",
+            vouched=vouched,
+        )
         return info
 
 
@@ -311,21 +342,34 @@ class RunReport:
 
     def finished_with(self, commit_seconds: float) -> RunReport:
         """A copy finished now, whose durations add the ``commit`` stage and the run's ``total``."""
-        finished = datetime.now(timezone.utc).replace(tzinfo=None)
+        finished = datetime.now(UTC).replace(tzinfo=None)
         durations = {k: v for k, v in self.durations.items() if k != "total"}
-        durations["commit"] = {"seconds": round(commit_seconds, 6), "busy_seconds": round(commit_seconds, 6),
-                               "rows": 0, "rows_per_s": None}
+        durations["commit"] = {
+            "seconds": round(commit_seconds, 6),
+            "busy_seconds": round(commit_seconds, 6),
+            "rows": 0,
+            "rows_per_s": None,
+        }
         total = round((finished - self.started).total_seconds(), 6)
         durations["total"] = {"seconds": total, "busy_seconds": None, "rows": None, "rows_per_s": None}
         return replace(self, finished=finished, durations=durations)
 
     @classmethod
-    def skipped_run(cls, run_id: str, started: datetime, finished: datetime, roots: list[str], reason: str,
-                    settings: dict) -> RunReport:
+    def skipped_run(
+        cls, run_id: str, started: datetime, finished: datetime, roots: list[str], reason: str, settings: dict
+    ) -> RunReport:
         """The report of a run that stood down because ``reason`` (the store was busy): every count zero."""
-        return cls(run_id=run_id, started=started, finished=finished, status="skipped", roots=list(roots),
-                   runner=settings.get("runner", ""), errors=[{"path": None, "error": reason}], settings=settings,
-                   message=reason)
+        return cls(
+            run_id=run_id,
+            started=started,
+            finished=finished,
+            status="skipped",
+            roots=list(roots),
+            runner=settings.get("runner", ""),
+            errors=[{"path": None, "error": reason}],
+            settings=settings,
+            message=reason,
+        )
 
 
 class StageClock:
@@ -365,7 +409,10 @@ class StageClock:
 
         start, t = time.time(), time.perf_counter()
         try:
-            with tracing.span(f"quarry.{stage}", **{"quarry.stage": stage, "quarry.rows": rows}), logs.bind(stage=stage):
+            with (
+                tracing.span(f"quarry.{stage}", **{"quarry.stage": stage, "quarry.rows": rows}),
+                logs.bind(stage=stage),
+            ):
                 yield
         finally:
             self.add(stage, time.perf_counter() - t, rows, start)
@@ -375,8 +422,12 @@ class StageClock:
         out = {}
         for stage in [s for s in STAGES if s in self.spans] + [s for s in self.spans if s not in STAGES]:
             wall, busy, rows = _union(self.spans[stage]), sum(b - a for a, b in self.spans[stage]), self.rows[stage]
-            out[stage] = {"seconds": round(wall, 6), "busy_seconds": round(busy, 6), "rows": rows,
-                          "rows_per_s": round(rows / wall, 1) if wall > 0 and rows else None}
+            out[stage] = {
+                "seconds": round(wall, 6),
+                "busy_seconds": round(busy, 6),
+                "rows": rows,
+                "rows_per_s": round(rows / wall, 1) if wall > 0 and rows else None,
+            }
         return out
 
 

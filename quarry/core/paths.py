@@ -62,8 +62,7 @@ def printable(path: str) -> str:
     text = display(path)
     if not any(ch < " " or ch == "\x7f" for ch in text):
         return text
-    return "".join(ch.encode("unicode_escape").decode("ascii") if ch < " " or ch == "\x7f" else ch
-                   for ch in text)
+    return "".join(ch.encode("unicode_escape").decode("ascii") if ch < " " or ch == "\x7f" else ch for ch in text)
 
 
 def check_patterns(patterns: Iterable[str], flag: str = "") -> tuple[str, ...]:
@@ -81,7 +80,8 @@ def check_patterns(patterns: Iterable[str], flag: str = "") -> tuple[str, ...]:
         while i != -1:
             close = pattern.find("]", i + 2)  # "[]x]": a ] right after [ is part of the set
             if close == -1:
-                raise UsageError(f"{where} opens a character set with '[' that is never closed; "
-                                 "to match a literal '[', write '[[]'")
+                raise UsageError(
+                    f"{where} opens a character set with '[' that is never closed; to match a literal '[', write '[[]'"
+                )
             i = pattern.find("[", close + 1)
     return out

@@ -33,8 +33,10 @@ def check(principal: str) -> str:
     name = name.strip()
     if not sep or not _KIND.match(kind) or not name or len(name) > MAX_NAME or _BAD.search(name):
         shown = value if len(value) <= 80 else value[:77] + "..."
-        raise UsageError(f"{shown!r} is not a principal: use public or kind:name, e.g. user:alice or group:finance "
-                         f"(lower-case kind; a name of 1-{MAX_NAME} characters without commas or control characters)")
+        raise UsageError(
+            f"{shown!r} is not a principal: use public or kind:name, e.g. user:alice or group:finance "
+            f"(lower-case kind; a name of 1-{MAX_NAME} characters without commas or control characters)"
+        )
     return f"{kind}:{name}"
 
 

@@ -64,9 +64,18 @@ class _State:
             done, chunks, ocr = self.done, self.chunks, self.ocr_pages
         elapsed = time.monotonic() - self.started
         rate = done / elapsed if elapsed > 0 else 0.0
-        eta = _duration((self.total - done) / rate) if rate > 0 and done < self.total else ("-" if done < self.total else "0s")
-        parts = [f"{description}: {done}/{self.total} files ({100 * done // max(1, self.total)}%)", f"{chunks} chunks",
-                 f"{rate:.1f} files/s", f"elapsed {_duration(elapsed)}", f"ETA {eta}"]
+        eta = (
+            _duration((self.total - done) / rate)
+            if rate > 0 and done < self.total
+            else ("-" if done < self.total else "0s")
+        )
+        parts = [
+            f"{description}: {done}/{self.total} files ({100 * done // max(1, self.total)}%)",
+            f"{chunks} chunks",
+            f"{rate:.1f} files/s",
+            f"elapsed {_duration(elapsed)}",
+            f"ETA {eta}",
+        ]
         if ocr:
             parts.append(f"OCR {ocr} pages")
         return " · ".join(parts)
@@ -108,8 +117,14 @@ class _LineBar:
 class _RichBar:
     def __init__(self, description: str, total: int):
         from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.state = _State(total)
         self._progress = Progress(
@@ -130,9 +145,13 @@ class _RichBar:
     def advance(self, n: int = 1, chunks: int | None = None, ocr_pages: int | None = None) -> None:
         self.state.advance(n, chunks, ocr_pages)
         elapsed = time.monotonic() - self.state.started
-        self._progress.update(self._task, advance=n, chunks=self.state.chunks,
-                              rate=f"{self.state.done / elapsed:.1f}" if elapsed > 0 else "0.0",
-                              ocr=f" · OCR {self.state.ocr_pages} pages" if self.state.ocr_pages else "")
+        self._progress.update(
+            self._task,
+            advance=n,
+            chunks=self.state.chunks,
+            rate=f"{self.state.done / elapsed:.1f}" if elapsed > 0 else "0.0",
+            ocr=f" · OCR {self.state.ocr_pages} pages" if self.state.ocr_pages else "",
+        )
 
     def stop(self) -> None:
         self._progress.stop()

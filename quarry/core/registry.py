@@ -40,8 +40,19 @@ from typing import Any, Generic, TypeVar
 
 from quarry.core.errors import ConfigError
 
-__all__ = ["Registry", "EMBEDDERS", "SECTIONERS", "CONTEXT_WRITERS", "RERANKERS", "FUSIONS", "FORMATS", "STORES",
-           "SOURCES", "REGISTRIES", "components"]
+__all__ = [
+    "Registry",
+    "EMBEDDERS",
+    "SECTIONERS",
+    "CONTEXT_WRITERS",
+    "RERANKERS",
+    "FUSIONS",
+    "FORMATS",
+    "STORES",
+    "SOURCES",
+    "REGISTRIES",
+    "components",
+]
 
 F = TypeVar("F")
 
@@ -87,8 +98,10 @@ class Registry(Generic[F]):
         if not isinstance(name, str) or not name:
             raise ValueError(f"a {self.kind} needs a name, got {name!r}")
         if name in self._items and self._items[name] is not item:
-            raise ValueError(f"{self.kind} {name!r} is registered twice"
-                             + (f" (by plugin {self._origin[name]})" if name in self._origin else ""))
+            raise ValueError(
+                f"{self.kind} {name!r} is registered twice"
+                + (f" (by plugin {self._origin[name]})" if name in self._origin else "")
+            )
         self._items[name] = item
         self._info[name] = info
         if self._plugin is not None:
@@ -130,7 +143,7 @@ class Registry(Generic[F]):
                     loaded(self)
                 else:
                     for record in loaded if isinstance(loaded, (list, tuple)) else [loaded]:
-                        self.add(getattr(record, "name"), record)
+                        self.add(record.name, record)
             except Exception as exc:  # a broken plugin is named, never fatal
                 message = f"{self.kind} plugin {self._plugin} failed to load: {type(exc).__name__}: {exc}"
                 self.errors.append(message)
@@ -212,22 +225,42 @@ def _is_record(obj: Any) -> bool:
 
 # --- the extension points ----------------------------------------------------------------------
 
-EMBEDDERS: Registry = Registry("embedding backend", modules=(
-    "quarry.ingest.embedders.local", "quarry.ingest.embedders.onnx_backend",
-    "quarry.ingest.embedders.openai_provider", "quarry.ingest.embedders.hashing"), group="quarry.embedders")
-SECTIONERS: Registry = Registry("sectioner", modules=("quarry.ingest.sectioning", "quarry.ingest.llm.sections"),
-                                group="quarry.sectioners")
-CONTEXT_WRITERS: Registry = Registry("context writer", modules=("quarry.ingest.context", "quarry.ingest.llm.context"),
-                                     group="quarry.context_writers")
+EMBEDDERS: Registry = Registry(
+    "embedding backend",
+    modules=(
+        "quarry.ingest.embedders.local",
+        "quarry.ingest.embedders.onnx_backend",
+        "quarry.ingest.embedders.openai_provider",
+        "quarry.ingest.embedders.hashing",
+    ),
+    group="quarry.embedders",
+)
+SECTIONERS: Registry = Registry(
+    "sectioner", modules=("quarry.ingest.sectioning", "quarry.ingest.llm.sections"), group="quarry.sectioners"
+)
+CONTEXT_WRITERS: Registry = Registry(
+    "context writer", modules=("quarry.ingest.context", "quarry.ingest.llm.context"), group="quarry.context_writers"
+)
 RERANKERS: Registry = Registry("reranker", modules=("quarry.search.rerank",), group="quarry.rerankers")
 FUSIONS: Registry = Registry("fusion", modules=("quarry.search.fusion",), group="quarry.fusions")
 FORMATS: Registry = Registry("file format", modules=("quarry.ingest.parsers.formats",), group="quarry.formats")
-STORES: Registry = Registry("object store", modules=("quarry.store.objstore.s3", "quarry.store.objstore.local",
-                                                    "quarry.store.objstore.gcs", "quarry.store.objstore.azure"), group="quarry.stores")
+STORES: Registry = Registry(
+    "object store",
+    modules=(
+        "quarry.store.objstore.s3",
+        "quarry.store.objstore.local",
+        "quarry.store.objstore.gcs",
+        "quarry.store.objstore.azure",
+    ),
+    group="quarry.stores",
+)
 # Roots of an index run on object storage: scheme -> factory(bucket) -> quarry.ingest.sources.Source.
 # A scheme here is also a STORES scheme (tests/test_sources.py): one URL form for stores and roots.
-SOURCES: Registry = Registry("object source", modules=("quarry.ingest.sources.s3", "quarry.ingest.sources.gcs",
-                                                      "quarry.ingest.sources.azure"), group="quarry.sources")
+SOURCES: Registry = Registry(
+    "object source",
+    modules=("quarry.ingest.sources.s3", "quarry.ingest.sources.gcs", "quarry.ingest.sources.azure"),
+    group="quarry.sources",
+)
 
 
 def components() -> dict[str, dict]:
@@ -235,11 +268,21 @@ def components() -> dict[str, dict]:
     quarry's own), with the plugins that failed to load: what ``quarry plugins`` prints."""
     out = {}
     for kind, registry in REGISTRIES.items():
-        out[kind] = {"components": [{"name": n, "plugin": registry.origin(n)} for n in registry.names()],
-                     "errors": list(registry.errors), "entry_point_group": registry.group}
+        out[kind] = {
+            "components": [{"name": n, "plugin": registry.origin(n)} for n in registry.names()],
+            "errors": list(registry.errors),
+            "entry_point_group": registry.group,
+        }
     return out
 
 
-REGISTRIES: dict[str, Registry] = {"embedders": EMBEDDERS, "sectioners": SECTIONERS,
-                                   "context_writers": CONTEXT_WRITERS, "rerankers": RERANKERS, "fusions": FUSIONS,
-                                   "formats": FORMATS, "stores": STORES, "sources": SOURCES}
+REGISTRIES: dict[str, Registry] = {
+    "embedders": EMBEDDERS,
+    "sectioners": SECTIONERS,
+    "context_writers": CONTEXT_WRITERS,
+    "rerankers": RERANKERS,
+    "fusions": FUSIONS,
+    "formats": FORMATS,
+    "stores": STORES,
+    "sources": SOURCES,
+}

@@ -47,9 +47,17 @@ def open_regular(path: str):
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                    else "a directory" if stat.S_ISDIR(mode) else "not a regular file")
+            kind = (
+                "a FIFO"
+                if stat.S_ISFIFO(mode)
+                else "a socket"
+                if stat.S_ISSOCK(mode)
+                else "a device"
+                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a directory"
+                if stat.S_ISDIR(mode)
+                else "not a regular file"
+            )
             raise ParseError(f"not a regular file ({kind}); skipped without reading it")
         # Back to blocking reads: a regular file never blocks, and buffered reads expect it.
         os.set_blocking(fd, True)

@@ -55,8 +55,14 @@ class Settings(BaseSettings):
     """How quarry indexes. Environment variable names are ``QUARRY_<FIELD>`` upper-cased."""
 
     model_config = SettingsConfigDict(
-        env_prefix=PREFIX, env_file=".env", env_file_encoding="utf-8", env_ignore_empty=True,
-        extra="ignore", frozen=True, populate_by_name=True, validate_default=False,
+        env_prefix=PREFIX,
+        env_file=".env",
+        env_file_encoding="utf-8",
+        env_ignore_empty=True,
+        extra="ignore",
+        frozen=True,
+        populate_by_name=True,
+        validate_default=False,
     )
 
     # discovery
@@ -95,7 +101,9 @@ class Settings(BaseSettings):
     answer_model: str = ""
     answer_context_tokens: int = Field(3000, ge=50)
     # embedding
-    embed_backend: str = "onnx-int8"  # an EMBEDDERS name; the fastest local backend that passes the SciFact quality guard
+    embed_backend: str = (
+        "onnx-int8"  # an EMBEDDERS name; the fastest local backend that passes the SciFact quality guard
+    )
     embed_model: str = ""  # "" = the backend's default model
     embed_dim: int = Field(0, ge=0)  # 0 = the model's native dimension
     embed_budget: int = Field(8192, ge=1)  # tokens per embedding batch (local backends)
@@ -116,7 +124,9 @@ class Settings(BaseSettings):
     duckdb_fts: bool = True  # DuckDB's full-text tables for match_bm25 in SQL, built on demand (docs/export.md)
     # task runner of the parse/section/chunk and embed batches (quarry/flows/runners.py)
     runner: Runner = "threads"
-    workers: int = Field(0, ge=0)  # processes/dask/ray: worker processes (0 = one per CPU); threads: batches per stage (0 = 1)
+    workers: int = Field(
+        0, ge=0
+    )  # processes/dask/ray: worker processes (0 = one per CPU); threads: batches per stage (0 = 1)
     dask_address: str = ""  # an existing Dask scheduler (tcp://host:8786); "" = a LocalCluster for the run
     ray_address: str = ""  # an existing Ray cluster (ray://host:10001, "auto"); "" = a local Ray for the run
     embed_threads: int = Field(0, ge=0)  # threads of a local embedding model (onnx); 0 = one per CPU
@@ -169,11 +179,16 @@ class Settings(BaseSettings):
         if self.min_section * 2 > self.max_section:
             raise ValueError(f"min_section must be between 0 and half of max_section, got {self.min_section}")
         if self.embed_backend == "openai" and not self.openai_api_key and not self.openai_base_url:
-            raise ValueError("the openai backend needs QUARRY_OPENAI_API_KEY (or OPENAI_API_KEY) or "
-                             "QUARRY_OPENAI_BASE_URL")
+            raise ValueError(
+                "the openai backend needs QUARRY_OPENAI_API_KEY (or OPENAI_API_KEY) or QUARRY_OPENAI_BASE_URL"
+            )
         if self.uses_llm and not self.llm_base_url and not self.llm_api_key:
-            asked = " and ".join(f"--{k} llm" for k, v in (("sectioner", self.sectioner), ("context", self.context))
-                                 if v == "llm") or "llm_chunk_context"
+            asked = (
+                " and ".join(
+                    f"--{k} llm" for k, v in (("sectioner", self.sectioner), ("context", self.context)) if v == "llm"
+                )
+                or "llm_chunk_context"
+            )
             raise ValueError(
                 f"{asked} needs an OpenAI-compatible endpoint: set QUARRY_LLM_API_KEY (or OPENAI_API_KEY, "
                 "or --llm-api-key) for the hosted API, or QUARRY_LLM_BASE_URL (--llm-base-url) for a local server"

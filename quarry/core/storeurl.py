@@ -54,8 +54,9 @@ def parse_url(db: str) -> StoreURL:
     from quarry.core.registry import STORES  # the schemes of the object-store backends, plugins' included
 
     if scheme not in STORES:
-        raise UsageError(f"unknown store URL scheme {scheme!r} in {db!r}; use one of {', '.join(STORES)} "
-                         "or a local directory")
+        raise UsageError(
+            f"unknown store URL scheme {scheme!r} in {db!r}; use one of {', '.join(STORES)} or a local directory"
+        )
     if scheme == "file":
         path = os.path.abspath(os.path.expanduser(rest or "/"))
         return StoreURL("file", "", path.strip("/"))
@@ -84,6 +85,7 @@ def local_dir(db: str) -> Path:
 
 
 # --- roots on object storage ------------------------------------------------------------------
+
 
 def _source_schemes():
     """The schemes a root of an index run may have (``s3``, ``gs``, ``az``, a plugin's): the
@@ -117,11 +119,15 @@ def root_path(root: str | os.PathLike) -> str:
     if scheme == "file":
         return os.path.abspath(os.path.expanduser(rest or "/"))
     if scheme not in _source_schemes():
-        raise UsageError(f"cannot index {text!r}: quarry reads local paths and "
-                         f"{', '.join(s + '://' for s in _source_schemes())} URLs")
+        raise UsageError(
+            f"cannot index {text!r}: quarry reads local paths and "
+            f"{', '.join(s + '://' for s in _source_schemes())} URLs"
+        )
     if "?" in rest or "#" in rest:
-        raise UsageError(f"{scheme}://{rest.split('?')[0].split('#')[0]}: remove the query string; credentials "
-                         "(keys, SAS tokens) come from the environment, never from the URL")
+        raise UsageError(
+            f"{scheme}://{rest.split('?')[0].split('#')[0]}: remove the query string; credentials "
+            "(keys, SAS tokens) come from the environment, never from the URL"
+        )
     bucket, _, prefix = rest.partition("/")
     if not bucket:
         raise UsageError(f"{text!r} names no bucket: write {scheme}://bucket/prefix")

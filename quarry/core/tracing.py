@@ -48,8 +48,11 @@ def _configure():
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError as exc:
-        log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry's SDK is not installed (%s): "
-                    "pip install 'quarry[otel]'; no spans are exported", exc)
+        log.warning(
+            "OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry's SDK is not installed (%s): "
+            "pip install 'quarry[otel]'; no spans are exported",
+            exc,
+        )
         return None
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):  # an application that set its own keeps it
@@ -66,8 +69,9 @@ def span(name: str, **attributes):
     never document text or a secret) when tracing is enabled, else a shared no-op."""
     if not enabled():
         return _NULL
-    return _state["tracer"].start_as_current_span(name, attributes={k: v for k, v in attributes.items()
-                                                                     if v is not None})
+    return _state["tracer"].start_as_current_span(
+        name, attributes={k: v for k, v in attributes.items() if v is not None}
+    )
 
 
 def current_trace_id() -> str | None:

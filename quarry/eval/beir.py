@@ -11,8 +11,8 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from quarry.eval.evaluation import chunk_ranking_to_docs, evaluate, load_beir, write_corpus_tree
 from quarry.core.settings import store_path
+from quarry.eval.evaluation import chunk_ranking_to_docs, evaluate, load_beir, write_corpus_tree
 from quarry.eval.scoring import eval_rows
 from quarry.store import evals
 
@@ -53,9 +53,17 @@ def run_beir_eval(
             out["modes"][mode] = evaluate(rankings, qrels)
         out["generation"] = idx.generation
     if record:
-        scored = {mode: {"metrics": m, "generation": out["generation"], "questions": len(qids)}
-                  for mode, m in out["modes"].items()}
-        for row in eval_rows(f"beir-{beir.name}-{split}", "beir", scored, 10, {"split": split, **(search_kwargs or {})},
-                             questions=len(qids)):
+        scored = {
+            mode: {"metrics": m, "generation": out["generation"], "questions": len(qids)}
+            for mode, m in out["modes"].items()
+        }
+        for row in eval_rows(
+            f"beir-{beir.name}-{split}",
+            "beir",
+            scored,
+            10,
+            {"split": split, **(search_kwargs or {})},
+            questions=len(qids),
+        ):
             evals.record(store, row)
     return out

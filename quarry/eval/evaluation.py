@@ -67,7 +67,7 @@ def _read_jsonl(path: Path) -> Iterable[tuple[int, dict]]:
             except json.JSONDecodeError as exc:
                 raise UsageError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
             if not isinstance(record, dict) or "_id" not in record:
-                raise UsageError(f"{path}:{lineno}: record has no \"_id\" field")
+                raise UsageError(f'{path}:{lineno}: record has no "_id" field')
             yield lineno, record
 
 
@@ -79,9 +79,7 @@ def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
                 continue
             fields = line.rstrip("\r\n").split("\t")
             if len(fields) < 3:
-                raise UsageError(
-                    f"{path}:{lineno}: expected query-id, corpus-id, score separated by tabs"
-                )
+                raise UsageError(f"{path}:{lineno}: expected query-id, corpus-id, score separated by tabs")
             qid, doc_id, score = fields[0], fields[1], fields[2].strip()
             try:
                 rel = int(score)
@@ -119,19 +117,13 @@ def load_beir(folder: str, split: str = "test") -> BeirSet:
         for _, rec in _read_jsonl(corpus_path)
     }
     qrels = _read_qrels(qrels_path)
-    all_queries = {
-        str(rec["_id"]): str(rec.get("text") or "") for _, rec in _read_jsonl(queries_path)
-    }
+    all_queries = {str(rec["_id"]): str(rec.get("text") or "") for _, rec in _read_jsonl(queries_path)}
     missing = [qid for qid in qrels if qid not in all_queries]
     if missing:
         shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise UsageError(
-            f"{qrels_path} judges {len(missing)} queries absent from {queries_path}: {shown}"
-        )
+        raise UsageError(f"{qrels_path} judges {len(missing)} queries absent from {queries_path}: {shown}")
     queries = {qid: all_queries[qid] for qid in qrels}
-    return BeirSet(
-        name=root.resolve().name, split=split, corpus=corpus, queries=queries, qrels=qrels
-    )
+    return BeirSet(name=root.resolve().name, split=split, corpus=corpus, queries=queries, qrels=qrels)
 
 
 # --- corpus as files ---------------------------------------------------------------------
@@ -160,9 +152,7 @@ def _markdown(title: str, text: str) -> str:
     return f"# {' '.join(title.split())}\n\n{text}\n"
 
 
-def write_corpus_tree(
-    beir: BeirSet, dest: str, *, files_per_folder: int = FILES_PER_FOLDER
-) -> dict[str, str]:
+def write_corpus_tree(beir: BeirSet, dest: str, *, files_per_folder: int = FILES_PER_FOLDER) -> dict[str, str]:
     """Write each corpus record as a Markdown file under ``dest``; return path -> doc_id.
 
     Files go into numbered subfolders (``0000/``, ``0001/`` ...) of at most
@@ -232,9 +222,7 @@ def mrr_at_k(ranking: list[str], rels: Mapping[str, int], k: int) -> float:
     return 0.0
 
 
-def evaluate(
-    rankings: Mapping[str, list[str]], qrels: Mapping[str, Mapping[str, int]]
-) -> dict[str, float]:
+def evaluate(rankings: Mapping[str, list[str]], qrels: Mapping[str, Mapping[str, int]]) -> dict[str, float]:
     """Mean ndcg@10, recall@10, recall@100 and mrr@10 over the queries in ``qrels``.
 
     A query without a ranking scores 0 on every metric; a query with no relevant document

@@ -25,8 +25,17 @@ from quarry.core.errors import UsageError
 from quarry.eval.llmquestions import EvalJob
 from quarry.ingest.llm.client import LLMFailure, parse_json
 
-__all__ = ["CRITERIA", "JUDGE_PROMPT", "Judgment", "JudgeFailure", "parse_judgment", "Judge", "summarise",
-           "answers_runner", "answer_parts"]
+__all__ = [
+    "CRITERIA",
+    "JUDGE_PROMPT",
+    "Judgment",
+    "JudgeFailure",
+    "parse_judgment",
+    "Judge",
+    "summarise",
+    "answers_runner",
+    "answer_parts",
+]
 
 CRITERIA = ("faithfulness", "answer_relevance", "context_relevance")
 MAX_EVIDENCE_CHARS = 6000
@@ -44,13 +53,21 @@ JUDGE_PROMPT = (
 )
 JUDGE_SCHEMA = {
     "type": "object",
-    "properties": {c: {"type": "object", "properties": {"score": {"type": "integer", "minimum": 1, "maximum": 5},
-                                                        "reason": {"type": "string"}},
-                       "required": ["score", "reason"]} for c in CRITERIA},
+    "properties": {
+        c: {
+            "type": "object",
+            "properties": {"score": {"type": "integer", "minimum": 1, "maximum": 5}, "reason": {"type": "string"}},
+            "required": ["score", "reason"],
+        }
+        for c in CRITERIA
+    },
     "required": list(CRITERIA),
 }
-_REFUSAL = re.compile(r"\b(i can(?:no|')t|i cannot|i am unable|i'm unable|i won't|i will not|i'm sorry|"
-                      r"i am sorry|as an ai|not able to (?:help|comply|grade))\b", re.IGNORECASE)
+_REFUSAL = re.compile(
+    r"\b(i can(?:no|')t|i cannot|i am unable|i'm unable|i won't|i will not|i'm sorry|"
+    r"i am sorry|as an ai|not able to (?:help|comply|grade))\b",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -186,8 +203,9 @@ def answers_runner(judge_model: str | None = None, settings=None, judge: Judge |
 
     def run(idx, questions: list[dict], mode: str) -> dict:
         if not callable(getattr(idx, "answer", None)):
-            raise UsageError("--answers needs the answers path (Index.answer, `quarry ask`), which this quarry "
-                             "does not have")
+            raise UsageError(
+                "--answers needs the answers path (Index.answer, `quarry ask`), which this quarry does not have"
+            )
         nonlocal judge
         if judge is None:
             from quarry.core.settings import Settings

@@ -42,11 +42,17 @@ QUESTION_PROMPT = (
     "the short answer, taken from the passage.\n"
     'Reply with JSON only: {"question": "...", "answer": "..."}'
 )
-QUESTION_SCHEMA = {"type": "object", "properties": {"question": {"type": "string"}, "answer": {"type": "string"}},
-                   "required": ["question", "answer"]}
-_FORMATTING = re.compile(r"\b(page|pages|font|fonts|bold|italic|bullet|bullets|format|formatted|formatting|layout|"
-                         r"heading|headings|header|footer|column|columns|table of contents|slide number|"
-                         r"figure number|section number|paragraph number)\b", re.IGNORECASE)
+QUESTION_SCHEMA = {
+    "type": "object",
+    "properties": {"question": {"type": "string"}, "answer": {"type": "string"}},
+    "required": ["question", "answer"],
+}
+_FORMATTING = re.compile(
+    r"\b(page|pages|font|fonts|bold|italic|bullet|bullets|format|formatted|formatting|layout|"
+    r"heading|headings|header|footer|column|columns|table of contents|slide number|"
+    r"figure number|section number|paragraph number)\b",
+    re.IGNORECASE,
+)
 _TOKEN = re.compile(r"\w+")
 
 
@@ -71,14 +77,26 @@ class QuestionWriter:
         from quarry.core.errors import UsageError
 
         if not settings.llm_base_url:
-            raise UsageError("the llm method needs a chat endpoint: --llm-base-url ($QUARRY_LLM_BASE_URL) "
-                             "and --llm-model ($QUARRY_LLM_MODEL)")
+            raise UsageError(
+                "the llm method needs a chat endpoint: --llm-base-url ($QUARRY_LLM_BASE_URL) "
+                "and --llm-model ($QUARRY_LLM_MODEL)"
+            )
         return cls(LLMRuntime(settings, store))
 
     def ask(self, passages: list[str]) -> list[object]:
-        jobs = [EvalJob(kind="eval_question", schema=QUESTION_SCHEMA, schema_name="question", max_tokens=200,
-                        messages=[{"role": "system", "content": QUESTION_PROMPT},
-                                  {"role": "user", "content": f"Passage:\n{p[:4000]}"}]) for p in passages]
+        jobs = [
+            EvalJob(
+                kind="eval_question",
+                schema=QUESTION_SCHEMA,
+                schema_name="question",
+                max_tokens=200,
+                messages=[
+                    {"role": "system", "content": QUESTION_PROMPT},
+                    {"role": "user", "content": f"Passage:\n{p[:4000]}"},
+                ],
+            )
+            for p in passages
+        ]
         return self.runtime.run(jobs)
 
     def close(self) -> None:
@@ -95,8 +113,8 @@ def check_question(question: str, answer: str, passage: str) -> str | None:
     if _FORMATTING.search(question):
         return "formatting"
     q, p = _tokens(question), _tokens(passage)
-    runs = {tuple(p[i:i + COPY_RUN]) for i in range(len(p) - COPY_RUN + 1)}
-    if any(tuple(q[i:i + COPY_RUN]) in runs for i in range(len(q) - COPY_RUN + 1)):
+    runs = {tuple(p[i : i + COPY_RUN]) for i in range(len(p) - COPY_RUN + 1)}
+    if any(tuple(q[i : i + COPY_RUN]) in runs for i in range(len(q) - COPY_RUN + 1)):
         return "copies"
     head = set(p[:FIRST_WORDS])
     answer_words = [t for t in _tokens(answer) if len(t) > 2]
@@ -118,7 +136,7 @@ def llm_questions(corpus, n: int, rng: random.Random, writer: QuestionWriter) ->
     for _round in range(4):
         if len(out) >= n or at >= len(order):
             break
-        docs = order[at: at + 2 * (n - len(out))]
+        docs = order[at : at + 2 * (n - len(out))]
         at += len(docs)
         by_doc: dict[str, list[dict]] = {}
         for row in corpus.read_chunks(sorted({d["doc_id"] for d in docs})):
@@ -144,8 +162,20 @@ def llm_questions(corpus, n: int, rng: random.Random, writer: QuestionWriter) ->
             if why:
                 writer.rejected[why] += 1
                 continue
-            out.append({"id": f"llm-{len(out) + 1:05d}", "query": question, "method": "llm", "doc_id": doc["doc_id"],
-                        "path": doc["path"], "file_type": doc.get("file_type"), "page_start": chunk.get("page_start"),
-                        "page_end": chunk.get("page_end"), "chunk_id": chunk["chunk_id"],
-                        "chunk_ids": [chunk["chunk_id"]], "generation": corpus.generation, "answer": answer})
+            out.append(
+                {
+                    "id": f"llm-{len(out) + 1:05d}",
+                    "query": question,
+                    "method": "llm",
+                    "doc_id": doc["doc_id"],
+                    "path": doc["path"],
+                    "file_type": doc.get("file_type"),
+                    "page_start": chunk.get("page_start"),
+                    "page_end": chunk.get("page_end"),
+                    "chunk_id": chunk["chunk_id"],
+                    "chunk_ids": [chunk["chunk_id"]],
+                    "generation": corpus.generation,
+                    "answer": answer,
+                }
+            )
     return out

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 from quarry.core.errors import UsageError
 from quarry.core.sqlfiles import load_sql
-from quarry.retrieval.stopwords import STOPWORDS
 from quarry.eval.sampling import stratified, stratum
+from quarry.retrieval.stopwords import STOPWORDS
 from quarry.search.filters import with_filter
 
 __all__ = ["METHODS", "generate", "words", "known_item_questions", "heading_questions", "read_corpus", "Corpus"]
@@ -46,8 +46,9 @@ __all__ = ["METHODS", "generate", "words", "known_item_questions", "heading_ques
 NOISE = 0.1  # share of query terms drawn from the collection model
 MEAN_LENGTH = 3
 _WORD = re.compile(r"[^\W\d_]{3,}")
-_LABEL = re.compile(r"^(page|slide|sheet|figure|fig|table|chapter|section|part|appendix)?\s*[\divxlc.]*$",
-                    re.IGNORECASE)
+_LABEL = re.compile(
+    r"^(page|slide|sheet|figure|fig|table|chapter|section|part|appendix)?\s*[\divxlc.]*$", re.IGNORECASE
+)
 
 
 def words(text: str) -> list[str]:
@@ -92,8 +93,13 @@ def read_corpus(idx, principals=None) -> Corpus:
                 counts.update(words(text or ""))
         return counts
 
-    return Corpus(documents, lambda ids: rows_of("eval_chunks", ids), lambda ids: rows_of("eval_sections", ids),
-                  collection, snap.pointer.generation)
+    return Corpus(
+        documents,
+        lambda ids: rows_of("eval_chunks", ids),
+        lambda ids: rows_of("eval_sections", ids),
+        collection,
+        snap.pointer.generation,
+    )
 
 
 def _poisson(rng: random.Random, mean: float) -> int:
@@ -118,16 +124,28 @@ def _cumulative(weights: Iterable[float]) -> list[float]:
     return out
 
 
-def _question(method: str, number: int, query: str, doc: dict, chunk: dict, chunk_ids: list[str],
-              generation: int, **extra) -> dict:
-    return {"id": f"{method}-{number:05d}", "query": query, "method": method, "doc_id": doc["doc_id"],
-            "path": doc["path"], "file_type": doc.get("file_type"), "page_start": chunk.get("page_start"),
-            "page_end": chunk.get("page_end"), "chunk_id": chunk_ids[0], "chunk_ids": chunk_ids,
-            "generation": generation, **extra}
+def _question(
+    method: str, number: int, query: str, doc: dict, chunk: dict, chunk_ids: list[str], generation: int, **extra
+) -> dict:
+    return {
+        "id": f"{method}-{number:05d}",
+        "query": query,
+        "method": method,
+        "doc_id": doc["doc_id"],
+        "path": doc["path"],
+        "file_type": doc.get("file_type"),
+        "page_start": chunk.get("page_start"),
+        "page_end": chunk.get("page_end"),
+        "chunk_id": chunk_ids[0],
+        "chunk_ids": chunk_ids,
+        "generation": generation,
+        **extra,
+    }
 
 
-def known_item_questions(corpus: Corpus, n: int, rng: random.Random, *, popular: bool = False,
-                         noise: float = NOISE) -> list[dict]:
+def known_item_questions(
+    corpus: Corpus, n: int, rng: random.Random, *, popular: bool = False, noise: float = NOISE
+) -> list[dict]:
     """``n`` simulated known-item queries (see the module's docstring)."""
     method = "known-item-popular" if popular else "known-item"
     counts = corpus.collection()
@@ -165,8 +183,9 @@ def known_item_questions(corpus: Corpus, n: int, rng: random.Random, *, popular:
             if rng.random() < noise:
                 term = _weighted_pick(rng, vocab, coll_cum)
             else:
-                term = _weighted_pick(rng, terms, _cumulative(0.0 if t in from_doc else w
-                                                              for t, w in zip(terms, weights)))
+                term = _weighted_pick(
+                    rng, terms, _cumulative(0.0 if t in from_doc else w for t, w in zip(terms, weights))
+                )
                 from_doc.add(term)
             if term not in query:
                 query.append(term)
@@ -174,8 +193,7 @@ def known_item_questions(corpus: Corpus, n: int, rng: random.Random, *, popular:
             continue
         best = max(range(len(chunks)), key=lambda i: (len(from_doc & set(chunk_words[i])), -i))
         chunk = chunks[best]
-        out.append(_question(method, len(out) + 1, " ".join(query), doc, chunk, [chunk["chunk_id"]],
-                             corpus.generation))
+        out.append(_question(method, len(out) + 1, " ".join(query), doc, chunk, [chunk["chunk_id"]], corpus.generation))
     return out
 
 
@@ -195,22 +213,34 @@ def heading_questions(corpus: Corpus, n: int, rng: random.Random) -> list[dict]:
     owners: dict[str, set[str]] = defaultdict(set)
     for s in sections:
         owners[" ".join(s["title"].split()).casefold()].add(s["doc_id"])
-    usable = [s for s in sections if good_heading(s["title"])
-              and len(owners[" ".join(s["title"].split()).casefold()]) == 1]
+    usable = [
+        s for s in sections if good_heading(s["title"]) and len(owners[" ".join(s["title"].split()).casefold()]) == 1
+    ]
     picked = stratified(usable, lambda s: stratum(docs[s["doc_id"]]), n, rng)
     out = []
     for s in picked:
         chunk_ids = list(s["chunk_ids"])
-        out.append(_question("headings", len(out) + 1, " ".join(s["title"].split()), docs[s["doc_id"]],
-                             s, chunk_ids, corpus.generation, section=s["title"]))
+        out.append(
+            _question(
+                "headings",
+                len(out) + 1,
+                " ".join(s["title"].split()),
+                docs[s["doc_id"]],
+                s,
+                chunk_ids,
+                corpus.generation,
+                section=s["title"],
+            )
+        )
     return out
 
 
 METHODS = ("known-item", "known-item-popular", "headings", "llm")
 
 
-def generate(idx, n: int = 200, method: str = "known-item", seed: int = 0, principals=None,
-             llm=None) -> tuple[dict, list[dict]]:
+def generate(
+    idx, n: int = 200, method: str = "known-item", seed: int = 0, principals=None, llm=None
+) -> tuple[dict, list[dict]]:
     """A question set from the committed generation of the open index ``idx``: (header, questions).
 
     ``llm``: an :class:`~quarry.eval.llmquestions.QuestionWriter` for the ``llm`` method.
@@ -223,19 +253,27 @@ def generate(idx, n: int = 200, method: str = "known-item", seed: int = 0, princ
     with idx.pinned():
         corpus = read_corpus(idx, principals)
         if not corpus.documents:
-            raise UsageError("no document to draw questions from" + (" that these principals may read"
-                                                                      if principals else ""))
+            raise UsageError(
+                "no document to draw questions from" + (" that these principals may read" if principals else "")
+            )
         if method == "headings":
             questions = heading_questions(corpus, n, rng)
         elif method == "llm":
             from quarry.eval.llmquestions import llm_questions
 
             if llm is None:
-                raise UsageError("the llm method needs a chat endpoint: --llm-base-url and --llm-model "
-                                 "($QUARRY_LLM_BASE_URL, $QUARRY_LLM_MODEL)")
+                raise UsageError(
+                    "the llm method needs a chat endpoint: --llm-base-url and --llm-model "
+                    "($QUARRY_LLM_BASE_URL, $QUARRY_LLM_MODEL)"
+                )
             questions = llm_questions(corpus, n, rng, llm)
         else:
             questions = known_item_questions(corpus, n, rng, popular=method == "known-item-popular")
-    header = {"method": method, "seed": seed, "generation": corpus.generation, "requested": n,
-              "principals": list(principals) if principals else None}
+    header = {
+        "method": method,
+        "seed": seed,
+        "generation": corpus.generation,
+        "requested": n,
+        "principals": list(principals) if principals else None,
+    }
     return header, questions

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from quarry.core.errors import QualityBelowThreshold, UsageError
 
@@ -72,8 +72,9 @@ def metrics_of(ranks: list[dict[str, int | None]], k: int) -> dict[str, float]:
     return out
 
 
-def score_set(idx, questions: list[dict], modes=("hybrid",), k: int = 10, search_kwargs: dict | None = None,
-              principals=None) -> dict[str, dict]:
+def score_set(
+    idx, questions: list[dict], modes=("hybrid",), k: int = 10, search_kwargs: dict | None = None, principals=None
+) -> dict[str, dict]:
     """Per mode: the metrics, the questions' ranks and the seconds it took (one search per question)."""
     if k < 1:
         raise UsageError(f"--k must be at least 1, got {k}")
@@ -88,8 +89,12 @@ def score_set(idx, questions: list[dict], modes=("hybrid",), k: int = 10, search
             for q in questions:
                 response = idx.search(q["query"], k=5 * k, mode=mode, principals=principals, **(search_kwargs or {}))
                 ranks.append(ranks_of(q, response.results))
-            out[mode] = {"metrics": metrics_of(ranks, k), "ranks": ranks,
-                         "seconds": round(time.perf_counter() - started, 3), "generation": idx.generation}
+            out[mode] = {
+                "metrics": metrics_of(ranks, k),
+                "ranks": ranks,
+                "seconds": round(time.perf_counter() - started, 3),
+                "generation": idx.generation,
+            }
     return out
 
 
@@ -103,8 +108,10 @@ def parse_thresholds(values) -> dict[str, float]:
                 continue
             match = _THRESHOLD.match(part)
             if not match:
-                raise UsageError(f"--fail-under {part!r}: expected METRIC=VALUE, e.g. recall@10=0.80 "
-                                 f"(metrics: recall@K, mrr@K, page_recall@K, page_mrr@K, chunk_recall@K, chunk_mrr@K)")
+                raise UsageError(
+                    f"--fail-under {part!r}: expected METRIC=VALUE, e.g. recall@10=0.80 "
+                    f"(metrics: recall@K, mrr@K, page_recall@K, page_mrr@K, chunk_recall@K, chunk_mrr@K)"
+                )
             out[match.group(1)] = float(match.group(2))
     return out
 
@@ -115,8 +122,9 @@ def check_thresholds(per_mode: dict[str, dict[str, float]], thresholds: dict[str
     for mode, metrics in per_mode.items():
         for name, floor in thresholds.items():
             if name not in metrics:
-                raise UsageError(f"--fail-under {name}: this evaluation has no such metric "
-                                 f"(it has {', '.join(sorted(metrics))})")
+                raise UsageError(
+                    f"--fail-under {name}: this evaluation has no such metric (it has {', '.join(sorted(metrics))})"
+                )
             if metrics[name] < floor:
                 low.append(f"{mode} {name} {metrics[name]:.3f} < {floor:.3f}")
     if low:
@@ -126,8 +134,14 @@ def check_thresholds(per_mode: dict[str, dict[str, float]], thresholds: dict[str
 def regressions(previous: list[dict], row: dict, margin: float) -> str | None:
     """Why ``row`` falls more than ``margin`` below the latest earlier generation's row of the same set,
     mode and k (None when it does not, or there is none)."""
-    earlier = [p for p in previous if p.get("set_name") == row["set_name"] and p.get("mode") == row["mode"]
-               and p.get("k") == row["k"] and (p.get("generation") or 0) < row["generation"]]
+    earlier = [
+        p
+        for p in previous
+        if p.get("set_name") == row["set_name"]
+        and p.get("mode") == row["mode"]
+        and p.get("k") == row["k"]
+        and (p.get("generation") or 0) < row["generation"]
+    ]
     if not earlier:
         return None
     last = max(earlier, key=lambda p: (p.get("generation") or 0, p.get("created") or ""))
@@ -139,24 +153,55 @@ def regressions(previous: list[dict], row: dict, margin: float) -> str | None:
     return "; ".join(drops) or None
 
 
-def eval_rows(set_name: str, method: str, scored: dict[str, dict], k: int, settings: dict | None = None,
-              judge: dict | None = None, questions: int = 0) -> list[dict]:
+def eval_rows(
+    set_name: str,
+    method: str,
+    scored: dict[str, dict],
+    k: int,
+    settings: dict | None = None,
+    judge: dict | None = None,
+    questions: int = 0,
+) -> list[dict]:
     """The ``evals`` rows of one scoring: one per mode."""
-    now = datetime.now(timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds")
+    now = datetime.now(UTC).replace(tzinfo=None).isoformat(timespec="seconds")
     rows = []
     for mode, result in scored.items():
         metrics = result["metrics"]
-        rows.append({"eval_id": uuid.uuid4().hex[:16], "created": now, "set_name": set_name, "method": method,
-                     "generation": result["generation"], "mode": mode, "k": k,
-                     "questions": result.get("questions", questions),
-                     "recall": metrics.get(f"recall@{k}"), "mrr": metrics.get(f"mrr@{k}"),
-                     "settings": {**(settings or {}), "mode": mode}, "metrics": metrics,
-                     "judge": (judge or {}).get(mode), "seconds": result.get("seconds"), "flagged": None})
+        rows.append(
+            {
+                "eval_id": uuid.uuid4().hex[:16],
+                "created": now,
+                "set_name": set_name,
+                "method": method,
+                "generation": result["generation"],
+                "mode": mode,
+                "k": k,
+                "questions": result.get("questions", questions),
+                "recall": metrics.get(f"recall@{k}"),
+                "mrr": metrics.get(f"mrr@{k}"),
+                "settings": {**(settings or {}), "mode": mode},
+                "metrics": metrics,
+                "judge": (judge or {}).get(mode),
+                "seconds": result.get("seconds"),
+                "flagged": None,
+            }
+        )
     return rows
 
 
-def run_set(idx, set_ref: str, modes=("hybrid",), k: int = 10, *, fail_under=None, margin: float | None = None,
-            search_kwargs: dict | None = None, principals=None, answers=None, record: bool = True) -> dict:
+def run_set(
+    idx,
+    set_ref: str,
+    modes=("hybrid",),
+    k: int = 10,
+    *,
+    fail_under=None,
+    margin: float | None = None,
+    search_kwargs: dict | None = None,
+    principals=None,
+    answers=None,
+    record: bool = True,
+) -> dict:
     """``quarry eval run``: score the question set ``set_ref`` (a set's name in the store, or a JSONL
     file) per mode, append a row per mode to the store's ``evals`` (unless ``record`` is False), flag
     a row falling more than ``margin`` below the previous generation's, then apply ``fail_under``
@@ -175,17 +220,30 @@ def run_set(idx, set_ref: str, modes=("hybrid",), k: int = 10, *, fail_under=Non
         for mode in modes:
             judged[mode] = answers(idx, questions, mode)
     settings = {"fusion": (search_kwargs or {}).get("fusion", "default"), "model": idx.snapshot.pointer.model}
-    rows = eval_rows(meta.get("name") or set_ref, meta.get("method") or "mixed", scored, k, settings,
-                     {m: j["judge"] for m, j in judged.items()}, len(questions))
+    rows = eval_rows(
+        meta.get("name") or set_ref,
+        meta.get("method") or "mixed",
+        scored,
+        k,
+        settings,
+        {m: j["judge"] for m, j in judged.items()},
+        len(questions),
+    )
     previous = evals.rows(idx.store)
     for row in rows:
         if margin is not None:
             row["flagged"] = regressions(previous, row, margin)
         if record:
             evals.record(idx.store, row)
-    result = {"set": meta.get("name") or set_ref, "method": meta.get("method"), "questions": len(questions),
-              "k": k, "generation": idx.generation, "rows": rows,
-              "answers": {m: j.get("items") for m, j in judged.items()} or None}
+    result = {
+        "set": meta.get("name") or set_ref,
+        "method": meta.get("method"),
+        "questions": len(questions),
+        "k": k,
+        "generation": idx.generation,
+        "rows": rows,
+        "answers": {m: j.get("items") for m, j in judged.items()} or None,
+    }
     result["failed"] = None
     try:
         check_thresholds({r["mode"]: r["metrics"] for r in rows}, thresholds)
@@ -206,8 +264,11 @@ def evaluate_generation(store, sets: list[str], margin: float = 0.05, modes=("hy
     out = {"generation": None, "rows": [], "flagged": [], "missing": [], "already": []}
     with open_index(store) as idx:
         out["generation"] = generation = idx.generation
-        done = {(r.get("set_name"), r.get("mode"), r.get("k")) for r in evals.rows(idx.store)
-                if r.get("generation") == generation}
+        done = {
+            (r.get("set_name"), r.get("mode"), r.get("k"))
+            for r in evals.rows(idx.store)
+            if r.get("generation") == generation
+        }
         for name in sets:
             todo = tuple(m for m in modes if (name, m, k) not in done)
             if not todo:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from quarry.core.errors import UsageError
@@ -16,8 +16,16 @@ from quarry.store import evals
 __all__ = ["generate_set", "export_set"]
 
 
-def generate_set(idx, n: int = 200, method: str = "known-item", seed: int = 0, name: str | None = None,
-                 principals=None, llm_overrides: dict | None = None, llm=None) -> tuple[dict, Path]:
+def generate_set(
+    idx,
+    n: int = 200,
+    method: str = "known-item",
+    seed: int = 0,
+    name: str | None = None,
+    principals=None,
+    llm_overrides: dict | None = None,
+    llm=None,
+) -> tuple[dict, Path]:
     """Draw a set from ``idx`` and keep it in the store as ``name`` (default ``METHOD-SEED``): (header, file)."""
     name = evals.check_name(name or f"{method}-{seed}")
     if method == "llm" and llm is None:
@@ -31,8 +39,12 @@ def generate_set(idx, n: int = 200, method: str = "known-item", seed: int = 0, n
     finally:
         if llm is not None and hasattr(llm, "close"):
             llm.close()
-    header = {**header, "name": name, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "questions": len(questions)}
+    header = {
+        **header,
+        "name": name,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "questions": len(questions),
+    }
     if llm is not None and getattr(llm, "rejected", None):
         header["rejected"] = dict(llm.rejected)
     if len(questions) < n:
@@ -57,9 +69,17 @@ def export_set(store, set_ref: str, out: str, fmt: str = "jsonl") -> Path:
     (dest / "qrels").mkdir(parents=True, exist_ok=True)
     with (dest / "queries.jsonl").open("w", encoding="utf-8") as fh:
         for q in questions:
-            fh.write(json.dumps({"_id": q["id"], "text": q["query"],
-                                 "metadata": {k: v for k, v in q.items() if k not in ("id", "query")}},
-                                ensure_ascii=False) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "_id": q["id"],
+                        "text": q["query"],
+                        "metadata": {k: v for k, v in q.items() if k not in ("id", "query")},
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
     with (dest / "qrels" / "test.tsv").open("w", encoding="utf-8") as fh:
         fh.write("query-id\tcorpus-id\tscore\n")
         for q in questions:

@@ -94,8 +94,9 @@ class Rules:
 
         self.rules = rules
         self.source = source
-        self._specs = [None if "://" in r.pattern else pathspec.PathSpec.from_lines("gitwildmatch", [r.pattern])
-                       for r in rules]
+        self._specs = [
+            None if "://" in r.pattern else pathspec.PathSpec.from_lines("gitwildmatch", [r.pattern]) for r in rules
+        ]
 
     def principals(self, rel_path: str, full_path: str = "") -> tuple[str, ...]:
         """The principals of the file at ``rel_path`` under its root (``full_path``: its whole path or
@@ -141,8 +142,10 @@ def load_rules(path: str | os.PathLike) -> Rules:
             raise UsageError(f"{where}: path must be a glob such as 'hr/**'")
         pattern = pattern.strip()
         if pattern.startswith("!"):
-            raise UsageError(f"{where}: negated globs ({pattern!r}) mean nothing here: the first matching rule "
-                             "wins, so put the exception in a rule before the general one")
+            raise UsageError(
+                f"{where}: negated globs ({pattern!r}) mean nothing here: the first matching rule "
+                "wins, so put the exception in a rule before the general one"
+            )
         if "principals" not in item:
             raise UsageError(f"{where}: principals missing (use [] for no one)")
         names = item["principals"]
@@ -284,9 +287,14 @@ class PermissionPlan:
         return bool(self.changed or self.sources_changed)
 
 
-def plan_permissions(files: list[FileInfo], roots: list[str], asked: AclSource | None,
-                     stored_sources: dict[str, AclSource], stored: Mapping[str, tuple[str, ...] | None],
-                     rewritten: set[str] | None = None) -> PermissionPlan:
+def plan_permissions(
+    files: list[FileInfo],
+    roots: list[str],
+    asked: AclSource | None,
+    stored_sources: dict[str, AclSource],
+    stored: Mapping[str, tuple[str, ...] | None],
+    rewritten: set[str] | None = None,
+) -> PermissionPlan:
     """Each file's principals by its root's source (``asked`` for every root of the run, else what
     the catalog remembers for that root, else ``none``), compared with ``stored`` (``{display path:
     principals}`` of the committed catalog).
@@ -304,12 +312,16 @@ def plan_permissions(files: list[FileInfo], roots: list[str], asked: AclSource |
     changed_sources = any(stored_sources.get(k, AclSource()) != v for k, v in sources.items())
     for key, source in sources.items():
         if source.source == "posix" and is_source_url(key):
-            raise UsageError(f"--acl posix reads owners and modes from a file system, which {key} is not: give it "
-                             "--acl-rules FILE (globs match its paths, or whole URLs) or --acl none")
+            raise UsageError(
+                f"--acl posix reads owners and modes from a file system, which {key} is not: give it "
+                "--acl-rules FILE (globs match its paths, or whole URLs) or --acl none"
+            )
     for key, source in sources.items():
         if source.source == "rules" and not Path(source.rules).is_file():
-            raise UsageError(f"the ACL rules file {source.rules} of {key} is missing: restore it, or give "
-                             "--acl-rules FILE or --acl none|posix to change where the root's permissions come from")
+            raise UsageError(
+                f"the ACL rules file {source.rules} of {key} is missing: restore it, or give "
+                "--acl-rules FILE or --acl none|posix to change where the root's permissions come from"
+            )
     wanted = principals_for(files, sources)
     changed = 0
     kept: dict[str, tuple[str, ...]] = {}

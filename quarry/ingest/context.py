@@ -98,8 +98,7 @@ def clean_summary(text: str | None, limit: int = SUMMARY_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1].rsplit(" ", 1)[0] + "…"
 
 
-def compose_header(fields: tuple[str, ...], title: str, summary: str, section: Section,
-                   chunk_context: str = "") -> str:
+def compose_header(fields: tuple[str, ...], title: str, summary: str, section: Section, chunk_context: str = "") -> str:
     """The header lines ``fields`` ask for, in a fixed order; empty parts are left out.
 
     With the default fields this is ``Document: <title>`` and ``Section: <path>``, the path

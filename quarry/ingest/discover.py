@@ -18,11 +18,11 @@ from pathlib import Path
 
 from quarry.core.errors import ParseError, UsageError
 from quarry.core.models import FileError, FileInfo
-from quarry.ingest.parsers import ARCHIVE_TYPES, detect_type, file_type_for
-from quarry.ingest.parsers.archive import SEP, listing
 from quarry.core.paths import check_patterns, display
 from quarry.core.safeio import describe_os_error, hash_regular
 from quarry.core.storeurl import is_source_url, root_path
+from quarry.ingest.parsers import ARCHIVE_TYPES, detect_type, file_type_for
+from quarry.ingest.parsers.archive import SEP, listing
 
 IGNORE_FILE = ".quarryignore"
 _NAME = attrgetter("name")
@@ -71,8 +71,9 @@ def _matches(rel: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch(rel, p) or fnmatch(name, p) for p in patterns)
 
 
-def _walk(root: Path, errors: list[FileError] | None = None, root_errors: list[str] | None = None
-          ) -> Iterator[tuple[str, str]]:
+def _walk(
+    root: Path, errors: list[FileError] | None = None, root_errors: list[str] | None = None
+) -> Iterator[tuple[str, str]]:
     """Yield (absolute path, root-relative POSIX path) of regular files under ``root``.
 
     Hidden entries are skipped. Symlinks are followed only when they resolve inside the root,
@@ -183,11 +184,23 @@ def discover(
         found.walked = found.matched = 0
         shown = display(str(base))
         for path, rel in candidates:
-            found.add(rel, str(path), lambda key=str(path), rel=rel, shown=shown: _local_file(
-                key, shown, rel, found.errors, known, found.archives))
+            found.add(
+                rel,
+                str(path),
+                lambda key=str(path), rel=rel, shown=shown: _local_file(
+                    key, shown, rel, found.errors, known, found.archives
+                ),
+            )
         if scans is not None:
-            scans.append(RootScan(str(root.resolve()), _status(root_errors, found), found.walked, found.matched,
-                                  "; ".join(root_errors)))
+            scans.append(
+                RootScan(
+                    str(root.resolve()),
+                    _status(root_errors, found),
+                    found.walked,
+                    found.matched,
+                    "; ".join(root_errors),
+                )
+            )
     return sorted(found.readable.values(), key=lambda f: f.path), found.skipped
 
 
@@ -246,9 +259,14 @@ class _Found:
             self.skipped.append(info)
 
 
-def _local_file(key: str, root: str, rel: str, errors: list[FileError] | None,
-                known: dict[str, tuple[int, float, str, float]] | None = None,
-                archives=ARCHIVE_TYPES) -> FileInfo | None:
+def _local_file(
+    key: str,
+    root: str,
+    rel: str,
+    errors: list[FileError] | None,
+    known: dict[str, tuple[int, float, str, float]] | None = None,
+    archives=ARCHIVE_TYPES,
+) -> FileInfo | None:
     """A file on disk as a :class:`FileInfo`, its type detected and its bytes hashed (or its digest
     taken from ``known`` when its size and mtime match); None (and the reason in ``errors``) when
     it cannot be read."""
@@ -262,8 +280,12 @@ def _local_file(key: str, root: str, rel: str, errors: list[FileError] | None,
             seen = known.get(key)
             # the catalog keeps microseconds; a float mtime carries a few tenths of one. The ctime
             # (set by the system at any write, rename or restored mtime) must precede the hash too.
-            if seen is not None and seen[0] == stat.st_size and abs(seen[1] - stat.st_mtime) < 2e-6 \
-                    and stat.st_ctime <= seen[3]:
+            if (
+                seen is not None
+                and seen[0] == stat.st_size
+                and abs(seen[1] - stat.st_mtime) < 2e-6
+                and stat.st_ctime <= seen[3]
+            ):
                 digest = seen[2]
             vouched = bool(digest)
         if ftype and not digest:
@@ -296,7 +318,7 @@ def _objects(root: str, found: _Found) -> RootScan:
     try:
         found.ignore = _object_ignore(source, under)
         for obj in source.list(under):
-            rel = obj.key[len(under):]
+            rel = obj.key[len(under) :]
             if not rel or rel.endswith("/") or any(part.startswith(".") or not part for part in rel.split("/")):
                 continue
             found.add(rel, source.url(obj.key), lambda obj=obj, rel=rel: _object_file(source, root, rel, obj))
@@ -314,8 +336,15 @@ def _objects(root: str, found: _Found) -> RootScan:
 
 
 def _object_file(source, root: str, rel: str, obj) -> FileInfo:
-    return FileInfo(path=source.url(obj.key), root=root, rel_path=rel, file_type=file_type_for(obj.key),
-                    size=obj.size, mtime=obj.mtime, sha256=obj.identity)
+    return FileInfo(
+        path=source.url(obj.key),
+        root=root,
+        rel_path=rel,
+        file_type=file_type_for(obj.key),
+        size=obj.size,
+        mtime=obj.mtime,
+        sha256=obj.identity,
+    )
 
 
 def _object_ignore(source, under: str):
@@ -350,8 +379,9 @@ def _object_ignore(source, under: str):
     return pathspec.PathSpec.from_lines("gitwildmatch", text.splitlines())
 
 
-def _members(archive: FileInfo, rel: str, include: tuple, exclude: tuple, ignore,
-             errors: list[FileError] | None) -> Iterator[FileInfo]:
+def _members(
+    archive: FileInfo, rel: str, include: tuple, exclude: tuple, ignore, errors: list[FileError] | None
+) -> Iterator[FileInfo]:
     """The members of ``archive`` as files (``<archive>!/<member>``), filtered like files on disk.
 
     An archive that cannot be listed, or that a bound refuses, is one failure (its members
@@ -377,10 +407,16 @@ def _members(archive: FileInfo, rel: str, include: tuple, exclude: tuple, ignore
             continue
         if ignore is not None and ignore.match_file(member_rel):
             continue
-        info = FileInfo(path=f"{archive.path}{SEP}{m.name}", root=archive.root, rel_path=display(member_rel),
-                        file_type=file_type_for(m.name), size=m.size,
-                        mtime=m.mtime if m.mtime is not None else archive.mtime, sha256=m.digest,
-                        archive=archive.path)
+        info = FileInfo(
+            path=f"{archive.path}{SEP}{m.name}",
+            root=archive.root,
+            rel_path=display(member_rel),
+            file_type=file_type_for(m.name),
+            size=m.size,
+            mtime=m.mtime if m.mtime is not None else archive.mtime,
+            sha256=m.digest,
+            archive=archive.path,
+        )
         if m.error and info.file_type:
             if errors is not None:
                 errors.append(FileError(info.path, m.error))

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from quarry.ingest.embedders.base import Embedder, batches_by_budget
 from quarry.core import faults
 from quarry.core.errors import EmbeddingError
 from quarry.core.models import DocumentRecord
+from quarry.ingest.embedders.base import Embedder, batches_by_budget
 
 
 @dataclass
@@ -57,8 +57,9 @@ class EmbeddedTexts:
     started: float = 0.0
 
 
-def plan_embedding(records: list[DocumentRecord],
-                   lookup: Callable[[list[str]], dict[str, np.ndarray]] | None = None) -> EmbedPlan:
+def plan_embedding(
+    records: list[DocumentRecord], lookup: Callable[[list[str]], dict[str, np.ndarray]] | None = None
+) -> EmbedPlan:
     """Which chunks of ``records`` need the model: ``lookup`` (the store's vectors by text hash)
     is asked first, and identical texts within the batch are embedded once."""
     plan = EmbedPlan()
@@ -78,8 +79,9 @@ def plan_embedding(records: list[DocumentRecord],
     return plan
 
 
-def embed_texts(texts: list[str], embedder: Embedder, n_tokens: list[int] | None = None,
-                budget_tokens: int = 8192) -> EmbeddedTexts:
+def embed_texts(
+    texts: list[str], embedder: Embedder, n_tokens: list[int] | None = None, budget_tokens: int = 8192
+) -> EmbeddedTexts:
     """Embed ``texts`` (float32, one row each). An embedder that plans its own sub-batches gets
     them all in one call; others get batches of about ``budget_tokens`` tokens (``n_tokens``)."""
     started, t = time.time(), time.perf_counter()
@@ -102,7 +104,7 @@ def embed_texts(texts: list[str], embedder: Embedder, n_tokens: list[int] | None
         if got.shape != (len(part), embedder.dim):
             raise EmbeddingError(f"embedder returned shape {got.shape} for {len(part)} texts of dim {embedder.dim}")
         # model calls as the embedder counts them (sub-batches, HTTP requests), else one per call
-        calls += getattr(embedder, "calls") - before if before is not None else 1
+        calls += embedder.calls - before if before is not None else 1
         if out is None:
             out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
         out[batch] = got

@@ -87,32 +87,45 @@ def registrant(opening: str) -> str:
     m = _REGISTRANT.search(opening)
     if not m:
         return ""
-    before = opening[:m.start()].replace("\u00a0", " ").rstrip()
+    before = opening[: m.start()].replace("\u00a0", " ").rstrip()
     lines = [ln.strip() for ln in before.splitlines() if ln.strip()]
     name = _COVER_NOISE.sub("", lines[-1]).strip(" ,;:") if lines else ""
-    if (not (2 <= len(name) <= 80) or not re.search(r"[A-Za-z]", name) or re.search(r"\d{3}", name)
-            or any(rx.search(name) for rx, _ in _TYPES)):
+    if (
+        not (2 <= len(name) <= 80)
+        or not re.search(r"[A-Za-z]", name)
+        or re.search(r"\d{3}", name)
+        or any(rx.search(name) for rx, _ in _TYPES)
+    ):
         return ""
     return name
 
 
-_EXCHANGE = r"(?:The\s+)?(?:New\s+York\s+Stock\s+Exchange|NYSE(?:\s+American)?|Nasdaq|NASDAQ|Chicago\s+Stock\s+Exchange)"
+_EXCHANGE = (
+    r"(?:The\s+)?(?:New\s+York\s+Stock\s+Exchange|NYSE(?:\s+American)?|Nasdaq|NASDAQ|Chicago\s+Stock\s+Exchange)"
+)
 _TICKERS = (
     # the cover's table: "Common Stock, Par Value $1.00 JNJ New York Stock Exchange"
     re.compile(rf"\b([A-Z][A-Z.]{{0,5}})\s+{_EXCHANGE}\b"),
     # "(NYSE: MGM)", "Nasdaq: ADBE"
     re.compile(r"\b(?:NYSE|Nasdaq|NASDAQ)\s*:\s*([A-Z][A-Z.]{0,5})\b"),
     # "The Company's ticker symbol is MMM", "trades under the symbol “AXP”"
-    re.compile(r"(?i:\b(?:ticker|trading)\s+symbols?\s+(?:is|of)|\bunder\s+the\s+(?:ticker\s+)?symbols?)\s+"
-               r"[“\"']?([A-Z][A-Z.]{0,5})\b"),
+    re.compile(
+        r"(?i:\b(?:ticker|trading)\s+symbols?\s+(?:is|of)|\bunder\s+the\s+(?:ticker\s+)?symbols?)\s+"
+        r"[“\"']?([A-Z][A-Z.]{0,5})\b"
+    ),
 )
 _QUOTED = re.compile(r"[“\"]([^”\"]{1,40})[”\"]")
 # "the term “3M” or “Company” includes 3M Company": names defined for the document's subject
-_TERMS = re.compile(r"\bthe\s+terms?\s+((?:[“\"][^”\"]{1,40}[”\"][\s,]*(?:or|and)?\s*(?:the\s+)?)+)"
-                    r"(?:includes?|refers?|means?|as\s+used)", re.I)
+_TERMS = re.compile(
+    r"\bthe\s+terms?\s+((?:[“\"][^”\"]{1,40}[”\"][\s,]*(?:or|and)?\s*(?:the\s+)?)+)"
+    r"(?:includes?|refers?|means?|as\s+used)",
+    re.I,
+)
 # Names too common to tell one document from another ("the Company" is every filing).
-_GENERIC = frozenset("company corporation registrant we us our the company the corporation the registrant issuer "
-                     "group the group firm the firm nyse nasdaq llc inc plc ltd sec act".split(" "))
+_GENERIC = frozenset(
+    "company corporation registrant we us our the company the corporation the registrant issuer "
+    "group the group firm the firm nyse nasdaq llc inc plc ltd sec act".split(" ")
+)
 _GENERIC_PHRASES = frozenset({"the company", "the corporation", "the registrant", "the group", "the firm"})
 
 
@@ -146,8 +159,15 @@ def aliases(opening: str, names: list[str]) -> list[str]:
     for alias in found:
         alias = " ".join(alias.split()).strip(" ,;:")
         key = alias.lower()
-        if (len(alias) < 2 or key in seen or key in own or key in _GENERIC or key in _GENERIC_PHRASES
-                or not re.search(r"[A-Za-z]", alias) or len(alias.split()) > 5):
+        if (
+            len(alias) < 2
+            or key in seen
+            or key in own
+            or key in _GENERIC
+            or key in _GENERIC_PHRASES
+            or not re.search(r"[A-Za-z]", alias)
+            or len(alias.split()) > 5
+        ):
             continue
         seen.add(key)
         out.append(alias)

@@ -74,8 +74,10 @@ class Verdict:
         return f"refused: {'; '.join(self.refusals)}. Nothing was changed; {ALLOW_HINT}"
 
     def to_dict(self) -> dict:
-        return {"refused": self.refusals, "failed_roots": [{"path": display(f.path), "error": f.error}
-                                                           for f in self.failures]}
+        return {
+            "refused": self.refusals,
+            "failed_roots": [{"path": display(f.path), "error": f.error} for f in self.failures],
+        }
 
 
 def pattern_flags(include: tuple[str, ...], exclude: tuple[str, ...]) -> tuple[str, ...]:
@@ -92,8 +94,9 @@ def _documents(n: int) -> str:
     return f"{n} indexed document{'s' if n != 1 else ''}"
 
 
-def check_roots(scans: list[RootScan], docs: list[CatalogDoc], limits: GuardLimits,
-                patterns: tuple[str, ...] = ()) -> Verdict:
+def check_roots(
+    scans: list[RootScan], docs: list[CatalogDoc], limits: GuardLimits, patterns: tuple[str, ...] = ()
+) -> Verdict:
     """Sort the roots of a run by what discovery saw under each (see the module docstring).
 
     ``docs`` are the committed documents; ``patterns`` the run's ``--include``/``--exclude``
@@ -133,8 +136,10 @@ def check_roots(scans: list[RootScan], docs: list[CatalogDoc], limits: GuardLimi
             elif limits.allow_deletes:
                 verdict.scope.append(scan.root)
             else:
-                verdict.refusals.append(f"{which} {leave} none of the {seen} under {display(scan.root)}: "
-                                        f"the run would delete its {_documents(held)}")
+                verdict.refusals.append(
+                    f"{which} {leave} none of the {seen} under {display(scan.root)}: "
+                    f"the run would delete its {_documents(held)}"
+                )
         else:  # a status this module does not know is a bug, and never a reason to delete
             verdict.failures.append(FileError(scan.root, f"not indexed ({scan.status})"))
     return verdict
@@ -155,5 +160,6 @@ def check_deletes(verdict: Verdict, plan: Plan, docs: list[CatalogDoc], limits: 
         if held and gone > limits.free and gone > limits.max_share * held:
             verdict.refusals.append(
                 f"the run would delete {gone} of the {held} documents indexed under {display(root)} "
-                f"({100 * gone / held:.0f}%, more than the {100 * limits.max_share:.0f}% allowed)")
+                f"({100 * gone / held:.0f}%, more than the {100 * limits.max_share:.0f}% allowed)"
+            )
     return verdict

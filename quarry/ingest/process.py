@@ -23,21 +23,22 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
-from quarry.ingest.chunking import chunk_document, text_hash
-from quarry.ingest.corpus.signals import record_signals
-from quarry.ingest.context import compose_header, get_context_writer, header_fields, place_lines
 from quarry.core import faults
 from quarry.core.environment import environment
 from quarry.core.errors import ParseError, QuarryError, UnsupportedFile
 from quarry.core.models import Chunk, DocumentRecord, FileError, FileInfo, ParsedDocument, StageClock, join_header
+from quarry.ingest.chunking import chunk_document, text_hash
+from quarry.ingest.context import compose_header, get_context_writer, header_fields, place_lines
+from quarry.ingest.corpus.signals import record_signals
 from quarry.ingest.parsers import BY_TYPE, parse_data, parse_file
 from quarry.ingest.parsers.archive import read_members, split_member
 from quarry.ingest.sectioning import get_sectioner
 from quarry.ingest.sources import Fetched, fetch_many, is_object, open_object
 
 
-def _parse_one(path: str, file_type: str, ocr: bool = True, data: bytes | None = None,
-               digest: str | None = None) -> ParsedDocument | str:
+def _parse_one(
+    path: str, file_type: str, ocr: bool = True, data: bytes | None = None, digest: str | None = None
+) -> ParsedDocument | str:
     """Parse in a worker; errors come back as a string so they cross the process boundary.
 
     ``data`` and ``digest``: the bytes of an archive member or an object, read by the batch
@@ -96,8 +97,9 @@ def _archive_source(archive: str):
         yield fh
 
 
-def _read_objects(files: list[FileInfo], results: list, members: dict[int, tuple[bytes, str]]
-                  ) -> tuple[dict[int, Fetched], dict[int, dict[str, str]]]:
+def _read_objects(
+    files: list[FileInfo], results: list, members: dict[int, tuple[bytes, str]]
+) -> tuple[dict[int, Fetched], dict[int, dict[str, str]]]:
     """Read the batch's objects (files on object storage; archive members aside), a few at a time.
 
     A small object joins ``members`` as ``(bytes, identity)``; a large one comes back spilled to a
@@ -124,8 +126,9 @@ def _read_objects(files: list[FileInfo], results: list, members: dict[int, tuple
     return spilled, meta
 
 
-def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, ocr: bool = True
-                ) -> list[ParsedDocument | str]:
+def parse_files(
+    files: list[FileInfo], workers: int = 1, timeout: float = 120, ocr: bool = True
+) -> list[ParsedDocument | str]:
     """Parse ``files``; each result is a document or the reason it could not be read.
 
     Heavy formats (PDF, Office, images: CPU-bound, OCR) parse in a process pool, even one file, each
@@ -146,8 +149,11 @@ def parse_files(files: list[FileInfo], workers: int = 1, timeout: float = 120, o
 
     try:
         _convert_legacy(files, results, members, kinds, timeout, paths, stamps)
-        heavy = [i for i, f in enumerate(files)
-                 if (fmt := BY_TYPE.get(f.file_type)) is not None and fmt.heavy and results[i] is None]
+        heavy = [
+            i
+            for i, f in enumerate(files)
+            if (fmt := BY_TYPE.get(f.file_type)) is not None and fmt.heavy and results[i] is None
+        ]
         if heavy and not _daemonic():  # even one file: only a worker can be stopped when its parser never returns
             _parse_heavy({i: source(i) for i in heavy}, results, workers, timeout)
         for i, f in enumerate(files):
@@ -223,15 +229,20 @@ def _parse_heavy(sources: dict[int, tuple], results: list, workers: int, budget:
     for i in again:
         _run_pool([i], sources, results, 1, budget * RETRY_FACTOR, ctx)
         if results[i] == _OVER_BUDGET:
-            results[i] = (f"parsing used more than {budget:.0f} s of CPU, and more than "
-                          f"{budget * RETRY_FACTOR:.0f} s when parsed again alone (QUARRY_PARSE_TIMEOUT raises it)")
+            results[i] = (
+                f"parsing used more than {budget:.0f} s of CPU, and more than "
+                f"{budget * RETRY_FACTOR:.0f} s when parsed again alone (QUARRY_PARSE_TIMEOUT raises it)"
+            )
         elif results[i] == _DIED:
-            results[i] = ("the parser process died, also when the file was parsed again alone (out of memory, "
-                          f"more than {2 * budget * RETRY_FACTOR:.0f} s of CPU, or a crash in a library)")
+            results[i] = (
+                "the parser process died, also when the file was parsed again alone (out of memory, "
+                f"more than {2 * budget * RETRY_FACTOR:.0f} s of CPU, or a crash in a library)"
+            )
 
 
-def _run_pool(indices: list[int], sources: dict[int, tuple], results: list, workers: int, budget: float,
-              ctx) -> list[int]:
+def _run_pool(
+    indices: list[int], sources: dict[int, tuple], results: list, workers: int, budget: float, ctx
+) -> list[int]:
     """One pool over ``indices``; returns those to parse again alone (over budget, worker died)."""
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
     futures = {i: pool.submit(_parse_budgeted, budget, *sources[i]) for i in indices}
@@ -241,8 +252,10 @@ def _run_pool(indices: list[int], sources: dict[int, tuple], results: list, work
         try:
             results[i] = fut.result(timeout=wall)
         except FutureTimeout:
-            results[i] = (f"parsing took longer than {wall:.0f} s of wall time, {WALL_FACTOR} times its CPU "
-                          "budget (QUARRY_PARSE_TIMEOUT): the parser looks stuck")
+            results[i] = (
+                f"parsing took longer than {wall:.0f} s of wall time, {WALL_FACTOR} times its CPU "
+                "budget (QUARRY_PARSE_TIMEOUT): the parser looks stuck"
+            )
             hung = True
         except Exception:  # the worker died (BrokenProcessPool): out of memory, the CPU ceiling, a C crash
             results[i] = _DIED
@@ -255,8 +268,15 @@ def _run_pool(indices: list[int], sources: dict[int, tuple], results: list, work
     return again
 
 
-def _convert_legacy(files: list[FileInfo], results: list, members: dict[int, tuple[bytes, str]], kinds: list[str],
-                    timeout: float, paths: list[str] | None = None, stamps: dict[int, str] | None = None) -> None:
+def _convert_legacy(
+    files: list[FileInfo],
+    results: list,
+    members: dict[int, tuple[bytes, str]],
+    kinds: list[str],
+    timeout: float,
+    paths: list[str] | None = None,
+    stamps: dict[int, str] | None = None,
+) -> None:
     """Convert the legacy DOC and PPT files of a batch with one LibreOffice call (its start is most of
     a conversion's cost); each converted file then parses as the DOCX or PPTX it became (``kinds[i]``,
     ``members[i]`` with the original's digest). Files it did not convert take the usual path."""
@@ -270,8 +290,11 @@ def _convert_legacy(files: list[FileInfo], results: list, members: dict[int, tup
     items, digests = [], {}
     for i in todo:
         try:
-            data, digest = members[i] if i in members else read_regular(paths[i] if paths else files[i].path,
-                                                                        limit=max_file_bytes())
+            data, digest = (
+                members[i]
+                if i in members
+                else read_regular(paths[i] if paths else files[i].path, limit=max_file_bytes())
+            )
             digest = (stamps or {}).get(i, digest)
         except ParseError:
             continue  # the usual path reads it again and names the cause
@@ -290,7 +313,8 @@ def _daemonic() -> bool:
     if multiprocessing.current_process().daemon:
         logging.getLogger("quarry").warning(
             "parsing in a daemonic worker process: no per-file timeout (start Dask workers with "
-            "distributed.worker.daemon: false to keep it)")
+            "distributed.worker.daemon: false to keep it)"
+        )
         return True
     return False
 
@@ -303,8 +327,13 @@ def local_sectioner(settings, name: str | None = None):
         from quarry.ingest.embedders import get_embedder
 
         embed = get_embedder(settings).embed  # the run's own embedder, cached per process
-    return get_sectioner(name, settings.max_section, embed=embed, min_section=settings.min_section,
-                         percentile=settings.semantic_percentile)
+    return get_sectioner(
+        name,
+        settings.max_section,
+        embed=embed,
+        min_section=settings.min_section,
+        percentile=settings.semantic_percentile,
+    )
 
 
 def build_record(file: FileInfo, doc_id: str, parsed: ParsedDocument, settings, tokenizer=None) -> DocumentRecord:
@@ -326,8 +355,13 @@ def _guard(errors: dict[int, str], i: int, fn, *args):
     return None
 
 
-def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, tokenizer=None, llm=None,
-                  clock: StageClock | None = None) -> tuple[list[DocumentRecord], list[FileError]]:
+def build_records(
+    docs: list[tuple[FileInfo, str, ParsedDocument]],
+    settings,
+    tokenizer=None,
+    llm=None,
+    clock: StageClock | None = None,
+) -> tuple[list[DocumentRecord], list[FileError]]:
     """Section, contextualise and chunk a batch of parsed documents.
 
     Stage by stage over the whole batch, so that the LLM requests of every document (when
@@ -343,8 +377,9 @@ def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, to
     if settings.sectioner == "llm" and llm is not None and alive:
         from quarry.ingest.llm.sections import section_batch
 
-        found = section_batch([(docs[i][0].path, docs[i][2]) for i in alive], [sections[i] for i in alive], llm,
-                              settings.llm_window_chars)
+        found = section_batch(
+            [(docs[i][0].path, docs[i][2]) for i in alive], [sections[i] for i in alive], llm, settings.llm_window_chars
+        )
         for i, secs in zip(alive, found):
             sections[i] = secs
 
@@ -356,31 +391,46 @@ def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, to
     if settings.context == "llm" and llm is not None and alive:
         from quarry.ingest.llm.context import document_contexts
 
-        found = document_contexts([(docs[i][0], docs[i][2], *contexts[i]) for i in alive], llm,
-                                  settings.llm_input_tokens)
+        found = document_contexts(
+            [(docs[i][0], docs[i][2], *contexts[i]) for i in alive], llm, settings.llm_input_tokens
+        )
         contexts.update(zip(alive, found))
     if "section_summary" in fields and alive:
         if settings.context == "llm" and settings.llm_section_summaries and llm is not None:
             from quarry.ingest.llm.context import section_summaries
 
-            found = section_summaries([(docs[i][0], docs[i][2], contexts[i][0], sections[i]) for i in alive], llm,
-                                      settings.llm_input_tokens)
+            found = section_summaries(
+                [(docs[i][0], docs[i][2], contexts[i][0], sections[i]) for i in alive], llm, settings.llm_input_tokens
+            )
             for i, secs in zip(alive, found):
                 sections[i] = secs
         else:
             for i in alive:
-                sections[i] = [replace(s, summary=s.summary or writer.section_summary(docs[i][2], s) or None)
-                               for s in sections[i]]
+                sections[i] = [
+                    replace(s, summary=s.summary or writer.section_summary(docs[i][2], s) or None) for s in sections[i]
+                ]
 
     t = _lap(clock, "context", t, len(alive))
     chunks = {}
     for i in alive:
         (title, summary), doc = contexts[i], docs[i][2]
         headers = [writer.header(title, summary, s) for s in sections[i]]
-        chunks[i] = _guard(failed, i, lambda: chunk_document(
-            docs[i][1], doc, sections[i], headers, size=settings.chunk_size, overlap=settings.chunk_overlap,
-            min_chunk=settings.min_chunk, count_tokens=tokenizer.count_tokens if tokenizer else None,
-            max_tokens=tokenizer.max_tokens if tokenizer else 0, place=place_lines(doc, fields)))
+        chunks[i] = _guard(
+            failed,
+            i,
+            lambda: chunk_document(
+                docs[i][1],
+                doc,
+                sections[i],
+                headers,
+                size=settings.chunk_size,
+                overlap=settings.chunk_overlap,
+                min_chunk=settings.min_chunk,
+                count_tokens=tokenizer.count_tokens if tokenizer else None,
+                max_tokens=tokenizer.max_tokens if tokenizer else 0,
+                place=place_lines(doc, fields),
+            ),
+        )
     alive = [i for i in alive if i not in failed]
     if "chunk_context" in fields and llm is not None and alive:
         from quarry.ingest.llm.context import chunk_contexts
@@ -394,20 +444,31 @@ def build_records(docs: list[tuple[FileInfo, str, ParsedDocument]], settings, to
                 if line:
                     section = by_index[chunk.section_index]
                     where = place(section, chunk.start, chunk.end) if place else ""
-                    chunk.header = "\n".join(p for p in (compose_header(fields, title, summary, section, line), where) if p)
+                    chunk.header = "\n".join(
+                        p for p in (compose_header(fields, title, summary, section, line), where) if p
+                    )
             _recount(chunks[i], tokenizer)
 
     doc_signals = {i: _guard(failed, i, add_signals, docs[i][2].text, chunks[i]) for i in alive}
     alive = [i for i in alive if i not in failed]
     _lap(clock, "chunk", t, sum(len(chunks[i]) for i in alive))
     records = [
-        DocumentRecord(doc_id=docs[i][1], file=docs[i][0], title=contexts[i][0], summary=contexts[i][1],
-                       sections=sections[i], chunks=chunks[i], metadata=dict(docs[i][2].metadata),
-                       n_pages=len(docs[i][2].page_offsets) or None, ocr_pages=docs[i][2].ocr_pages,
-                       ocr_seconds=docs[i][2].ocr_seconds, page_offsets=list(docs[i][2].page_offsets),
-                       ocr_page_numbers=list(docs[i][2].ocr_page_numbers),
-                       warnings=[*docs[i][2].warnings, *_truncation_warnings(chunks[i], tokenizer)],
-                       signals=doc_signals[i])
+        DocumentRecord(
+            doc_id=docs[i][1],
+            file=docs[i][0],
+            title=contexts[i][0],
+            summary=contexts[i][1],
+            sections=sections[i],
+            chunks=chunks[i],
+            metadata=dict(docs[i][2].metadata),
+            n_pages=len(docs[i][2].page_offsets) or None,
+            ocr_pages=docs[i][2].ocr_pages,
+            ocr_seconds=docs[i][2].ocr_seconds,
+            page_offsets=list(docs[i][2].page_offsets),
+            ocr_page_numbers=list(docs[i][2].ocr_page_numbers),
+            warnings=[*docs[i][2].warnings, *_truncation_warnings(chunks[i], tokenizer)],
+            signals=doc_signals[i],
+        )
         for i in alive
     ]
     return records, [FileError(docs[i][0].path, error) for i, error in sorted(failed.items())]
@@ -427,8 +488,11 @@ def add_signals(text: str, chunks: list[Chunk]) -> dict:
 def _truncation_warnings(chunks: list[Chunk], tokenizer) -> list[str]:
     """One line per chunk the model reads only the start of (a chunk that could not be re-split to fit)."""
     limit = getattr(tokenizer, "max_tokens", 0) if tokenizer is not None else 0
-    return [f"chunk {c.chunk_index}: {c.n_tokens} tokens, over the model's {limit}: its vector reads only the start"
-            for c in chunks if c.truncated]
+    return [
+        f"chunk {c.chunk_index}: {c.n_tokens} tokens, over the model's {limit}: its vector reads only the start"
+        for c in chunks
+        if c.truncated
+    ]
 
 
 def _lap(clock: StageClock, stage: str, started: float, rows: int) -> float:
@@ -449,7 +513,11 @@ def _recount(chunks: list[Chunk], tokenizer) -> None:
 
 
 def process_files(
-    items: list[tuple[FileInfo, str]], settings, tokenizer=None, workers: int = 1, llm=None,
+    items: list[tuple[FileInfo, str]],
+    settings,
+    tokenizer=None,
+    workers: int = 1,
+    llm=None,
     clock: StageClock | None = None,
 ) -> tuple[list[DocumentRecord], list[FileError], list[FileInfo]]:
     """Turn ``(file, doc_id)`` pairs into records.
@@ -498,8 +566,9 @@ class ProcessedBatch:
     llm: dict = field(default_factory=dict)
 
 
-def process_batch(items: list[tuple[FileInfo, str]], settings, workers: int = 1, store: str | None = None
-                  ) -> ProcessedBatch:
+def process_batch(
+    items: list[tuple[FileInfo, str]], settings, workers: int = 1, store: str | None = None
+) -> ProcessedBatch:
     """Parse, section, contextualise and chunk ``items`` in this process, from plain data alone.
 
     The token counter is this process's cached embedder (``get_embedder(settings)``), loaded once
@@ -520,8 +589,9 @@ def process_batch(items: list[tuple[FileInfo, str]], settings, workers: int = 1,
 
         llm = LLMRuntime(settings, Path(store) if store else None)
     try:
-        records, errors, empty = process_files(items, settings, tokenizer=get_embedder(settings), workers=workers,
-                                               llm=llm, clock=clock)
+        records, errors, empty = process_files(
+            items, settings, tokenizer=get_embedder(settings), workers=workers, llm=llm, clock=clock
+        )
         report = llm.report() if llm is not None else {}
     finally:
         if llm is not None:
@@ -543,15 +613,22 @@ def content_fingerprint(settings) -> str:
     if settings.header_fields:
         shape["header_fields"] = list(settings.header_fields)
     if settings.sectioner == "semantic":
-        shape.update(min_section=settings.min_section, semantic_percentile=settings.semantic_percentile,
-                     embed=[settings.embed_backend, settings.embed_model, settings.embed_dim])
+        shape.update(
+            min_section=settings.min_section,
+            semantic_percentile=settings.semantic_percentile,
+            embed=[settings.embed_backend, settings.embed_model, settings.embed_dim],
+        )
     if settings.uses_llm:
         from quarry.ingest.llm.prompts import PROMPT_VERSION
 
-        shape.update(llm_model=settings.llm_model_name, llm_prompt_version=PROMPT_VERSION,
-                     llm_window_chars=settings.llm_window_chars, llm_input_tokens=settings.llm_input_tokens,
-                     llm_section_summaries=settings.llm_section_summaries,
-                     llm_chunk_context=settings.llm_chunk_context)
+        shape.update(
+            llm_model=settings.llm_model_name,
+            llm_prompt_version=PROMPT_VERSION,
+            llm_window_chars=settings.llm_window_chars,
+            llm_input_tokens=settings.llm_input_tokens,
+            llm_section_summaries=settings.llm_section_summaries,
+            llm_chunk_context=settings.llm_chunk_context,
+        )
     blob = json.dumps(shape, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

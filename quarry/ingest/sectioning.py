@@ -135,8 +135,11 @@ def sentence_groups(text: str, start: int, end: int, size: int = GROUP_CHARS) ->
 
     A paragraph break always ends a group, so that a topic shift there can become a cut.
     """
-    breaks = [(m.end(), m.group().count("\n") >= 2) for m in _SENTENCE_BREAK.finditer(text, start, end)
-              if start < m.end() < end]
+    breaks = [
+        (m.end(), m.group().count("\n") >= 2)
+        for m in _SENTENCE_BREAK.finditer(text, start, end)
+        if start < m.end() < end
+    ]
     groups: list[tuple[int, int]] = []
     prev, open_group = start, False
     for cut, paragraph in [*breaks, (end, True)]:
@@ -159,8 +162,7 @@ def extractive_title(text: str, words: int = TITLE_WORDS) -> str:
     return " ".join(parts[:words]) + (" …" if len(parts) > words else "")
 
 
-def semantic_cuts(distances: np.ndarray, sizes: list[int], min_size: int, max_size: int, threshold: float
-                  ) -> list[int]:
+def semantic_cuts(distances: np.ndarray, sizes: list[int], min_size: int, max_size: int, threshold: float) -> list[int]:
     """Group indices where a new piece starts (sorted, excluding 0).
 
     A piece is cut at its most distant neighbour boundary that leaves both sides at least
@@ -175,8 +177,11 @@ def semantic_cuts(distances: np.ndarray, sizes: list[int], min_size: int, max_si
         length = offsets[hi] - offsets[lo]
         best, best_d = None, -1.0
         for b in range(lo + 1, hi):  # boundary b: between group b-1 and group b
-            if offsets[b] - offsets[lo] >= min_size and offsets[hi] - offsets[b] >= min_size \
-                    and distances[b - 1] > best_d:
+            if (
+                offsets[b] - offsets[lo] >= min_size
+                and offsets[hi] - offsets[b] >= min_size
+                and distances[b - 1] > best_d
+            ):
                 best, best_d = b, float(distances[b - 1])
         if best is None or (length <= max_size and best_d <= threshold):
             continue
@@ -190,8 +195,14 @@ class SemanticSectioner:
 
     name = "semantic"
 
-    def __init__(self, embed: Callable[[list[str]], np.ndarray], max_section: int = 4000, min_section: int = 400,
-                 percentile: int = 90, batch: int = 64):
+    def __init__(
+        self,
+        embed: Callable[[list[str]], np.ndarray],
+        max_section: int = 4000,
+        min_section: int = 400,
+        percentile: int = 90,
+        batch: int = 64,
+    ):
         self.embed = embed
         self.max_section = max_section
         self.min_section = min_section
@@ -212,8 +223,11 @@ class SemanticSectioner:
                     continue
                 title = extractive_title(doc.text[a:b])
                 path = f"{section.path} > {title}" if section.path else title
-                out.append(Section(index=0, title=title, level=section.level + 1 if section.title else 1,
-                                   start=a, end=b, path=path))
+                out.append(
+                    Section(
+                        index=0, title=title, level=section.level + 1 if section.title else 1, start=a, end=b, path=path
+                    )
+                )
         return [replace(s, index=i) for i, s in enumerate(out)]
 
     def split(self, text: str, start: int, end: int) -> list[tuple[int, int]]:
@@ -222,8 +236,12 @@ class SemanticSectioner:
         if len(groups) < 3:
             return _by_size(text, start, end, self.max_section)
         texts = [text[a:b] for a, b in groups]
-        vectors = np.concatenate([np.asarray(self.embed(texts[i : i + self.batch]), dtype=np.float32)
-                                  for i in range(0, len(texts), self.batch)])
+        vectors = np.concatenate(
+            [
+                np.asarray(self.embed(texts[i : i + self.batch]), dtype=np.float32)
+                for i in range(0, len(texts), self.batch)
+            ]
+        )
         distances = boundary_distances(vectors)
         threshold = float(np.percentile(distances, self.percentile))
         cuts = semantic_cuts(distances, [b - a for a, b in groups], self.min_section, self.max_section, threshold)
@@ -254,15 +272,27 @@ def _structure(*, max_section: int = 4000, **_) -> Sectioner:
 
 
 @SECTIONERS.register("semantic")
-def _semantic(*, max_section: int = 4000, embed: Callable[[list[str]], np.ndarray] | None = None,
-              min_section: int = 400, percentile: int = 90, **_) -> Sectioner:
+def _semantic(
+    *,
+    max_section: int = 4000,
+    embed: Callable[[list[str]], np.ndarray] | None = None,
+    min_section: int = 400,
+    percentile: int = 90,
+    **_,
+) -> Sectioner:
     if embed is None:
         raise ValueError("the semantic sectioner needs an embedding function")
     return SemanticSectioner(embed, max_section=max_section, min_section=min_section, percentile=percentile)
 
 
-def get_sectioner(name: str, max_section: int = 4000, *, embed: Callable[[list[str]], np.ndarray] | None = None,
-                  min_section: int = 400, percentile: int = 90) -> Sectioner:
+def get_sectioner(
+    name: str,
+    max_section: int = 4000,
+    *,
+    embed: Callable[[list[str]], np.ndarray] | None = None,
+    min_section: int = 400,
+    percentile: int = 90,
+) -> Sectioner:
     """The sectioner registered as ``name`` (``semantic`` needs ``embed``; ``llm`` gives the local
     sectioner its batches start from)."""
     return SECTIONERS.get(name)(max_section=max_section, embed=embed, min_section=min_section, percentile=percentile)

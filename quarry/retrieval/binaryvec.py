@@ -34,7 +34,7 @@ def pack(vectors: np.ndarray, thresholds: np.ndarray | None = None) -> np.ndarra
     cut = 0.0 if thresholds is None else np.asarray(thresholds, dtype=np.float32)
     out = np.empty((rows.shape[0], (rows.shape[1] + 7) // 8), dtype=np.uint8)
     for start in range(0, rows.shape[0], _BLOCK):  # block-wise: a memmap is never read whole
-        out[start:start + _BLOCK] = np.packbits(np.asarray(rows[start:start + _BLOCK]) > cut, axis=1)
+        out[start : start + _BLOCK] = np.packbits(np.asarray(rows[start : start + _BLOCK]) > cut, axis=1)
     return out[0] if single else out
 
 
@@ -95,8 +95,9 @@ def _smallest(values: np.ndarray, n: int) -> np.ndarray:
     return part[np.lexsort((part, values[part]))]
 
 
-def hamming_topk(packed: np.ndarray, qpacked: np.ndarray, n: int,
-                 mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def hamming_topk(
+    packed: np.ndarray, qpacked: np.ndarray, n: int, mask: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The ``n`` rows nearest to the query by Hamming distance: (row indices int64, distances int32).
 
     Sorted by distance, ties by row index. ``mask`` (bool, one per row) keeps only the rows
@@ -107,8 +108,9 @@ def hamming_topk(packed: np.ndarray, qpacked: np.ndarray, n: int,
     return _topk_columns(_to_columns(packed), qunits, n, mask)
 
 
-def _topk_columns(columns: np.ndarray, qunits: np.ndarray, n: int,
-                  mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def _topk_columns(
+    columns: np.ndarray, qunits: np.ndarray, n: int, mask: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
     if mask is None:
         dist = _distances_columns(columns, qunits)
         top = _smallest(dist, n)
@@ -127,8 +129,9 @@ def _topk_columns(columns: np.ndarray, qunits: np.ndarray, n: int,
     return top.astype(np.int64), dist[top]
 
 
-def exact_topk(vectors: np.ndarray, query: np.ndarray, k: int,
-               mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def exact_topk(
+    vectors: np.ndarray, query: np.ndarray, k: int, mask: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Brute-force cosine top ``k``: (row indices int64, cosine float32), best first.
 
     The reference that binary search is measured against; reads every row.
@@ -136,8 +139,8 @@ def exact_topk(vectors: np.ndarray, query: np.ndarray, k: int,
     q = _unit(query)
     scores = np.empty(vectors.shape[0], dtype=np.float32)
     for start in range(0, vectors.shape[0], _BLOCK):
-        block = np.asarray(vectors[start:start + _BLOCK], dtype=np.float32)
-        scores[start:start + _BLOCK] = _cosines(block, q)
+        block = np.asarray(vectors[start : start + _BLOCK], dtype=np.float32)
+        scores[start : start + _BLOCK] = _cosines(block, q)
     if mask is not None:
         scores[~np.asarray(mask, dtype=bool)] = -np.inf
         k = min(k, int(np.count_nonzero(mask)))
@@ -187,8 +190,9 @@ class BinaryIndex:
         """Bytes of the bit vectors (what must stay in memory)."""
         return int(self._columns.nbytes)
 
-    def search(self, query: np.ndarray, k: int = 10, rescore_multiplier: int = 4,
-               mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, query: np.ndarray, k: int = 10, rescore_multiplier: int = 4, mask: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` rows nearest to ``query``: (row indices int64, scores float32), best first.
 
         Hamming distance picks ``k × rescore_multiplier`` candidates, whose exact cosine with
@@ -213,5 +217,5 @@ class BinaryIndex:
 def _column_means(vectors: np.ndarray) -> np.ndarray:
     total = np.zeros(vectors.shape[1], dtype=np.float64)
     for start in range(0, vectors.shape[0], _BLOCK):
-        total += np.asarray(vectors[start:start + _BLOCK], dtype=np.float64).sum(axis=0)
+        total += np.asarray(vectors[start : start + _BLOCK], dtype=np.float64).sum(axis=0)
     return (total / max(1, vectors.shape[0])).astype(np.float32)

@@ -49,9 +49,9 @@ import time
 
 import numpy as np
 
+from quarry.core.sqlfiles import load_sql
 from quarry.retrieval.select import top_n
 from quarry.retrieval.stopwords import STOPWORDS
-from quarry.core.sqlfiles import load_sql
 from quarry.retrieval.textnorm import tokens
 
 K1 = 1.2
@@ -109,13 +109,13 @@ def _build(slices_of_texts, n_rows: int) -> tuple[dict[str, np.ndarray | bytes],
         if start + n > n_rows:
             raise ValueError(f"more texts than the {n_rows} rows of the index (the catalog changed during the build?)")
         terms, rows, tf = _slice_postings(texts, vocab)
-        length[start:start + n] = np.bincount(rows, weights=tf, minlength=n)
+        length[start : start + n] = np.bincount(rows, weights=tf, minlength=n)
         vocab.count(terms)
         slices.append((start, terms, rows, tf))
         start += n
     stems, final = vocab.sorted_terms()  # final[term as met] = its place in sorted order
     df = np.zeros(len(stems), dtype=np.int64)
-    df[final] = vocab.df[:len(stems)]
+    df[final] = vocab.df[: len(stems)]
     indptr = np.zeros(len(stems) + 1, dtype=np.int64)
     np.cumsum(df, out=indptr[1:])
     avgdl = float(length.mean()) if n_rows else 0.0
@@ -154,9 +154,17 @@ def _build(slices_of_texts, n_rows: int) -> tuple[dict[str, np.ndarray | bytes],
         "bm25.tf.npy": tf_out,
         "bm25.length.npy": length.astype(np.uint32),
     }
-    info = {"terms": len(stems), "tokens": len(surface), "postings": int(len(rows_out)), "avgdl": round(avgdl, 3),
-            "rows": n_rows, "length": int(length.sum()),
-            "k1": K1, "b": B, "seconds": round(time.perf_counter() - t0, 3)}
+    info = {
+        "terms": len(stems),
+        "tokens": len(surface),
+        "postings": int(len(rows_out)),
+        "avgdl": round(avgdl, 3),
+        "rows": n_rows,
+        "length": int(length.sum()),
+        "k1": K1,
+        "b": B,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
     return arrays, info
 
 
@@ -194,8 +202,13 @@ def row_columns(index: BM25Index, texts: list[str]) -> tuple[np.ndarray, np.ndar
     lists = pc.split_pattern(pc.fill_null(pa.array(texts, pa.string()), ""), " ")
     rows = pc.list_parent_indices(lists).to_numpy().astype(np.int64)
     encoded = pc.dictionary_encode(pc.list_flatten(lists))
-    column = np.array([-1 if (pos := index.surface.find(word)) is None else int(index.surface_terms[pos])
-                       for word in encoded.dictionary.to_pylist()], dtype=np.int64)
+    column = np.array(
+        [
+            -1 if (pos := index.surface.find(word)) is None else int(index.surface_terms[pos])
+            for word in encoded.dictionary.to_pylist()
+        ],
+        dtype=np.int64,
+    )
     terms = column[encoded.indices.to_numpy()] if len(rows) else np.zeros(0, dtype=np.int64)
     kept = terms >= 0
     pairs = np.unique(terms[kept] * n + rows[kept])  # a column once per row
@@ -231,9 +244,10 @@ class _Vocab:
     def count(self, terms: np.ndarray) -> None:
         """Add a slice's postings (one per term and row) to the document frequencies."""
         if len(self.by_stem) > len(self.df):
-            self.df = np.concatenate([self.df, np.zeros(max(len(self.by_stem), 2 * len(self.df)) - len(self.df),
-                                                        dtype=np.int64)])
-        self.df[:len(self.by_stem)] += np.bincount(terms, minlength=len(self.by_stem))
+            self.df = np.concatenate(
+                [self.df, np.zeros(max(len(self.by_stem), 2 * len(self.df)) - len(self.df), dtype=np.int64)]
+            )
+        self.df[: len(self.by_stem)] += np.bincount(terms, minlength=len(self.by_stem))
 
     def sorted_terms(self) -> tuple[list[str], np.ndarray]:
         """The stems in sorted order, and the sorted place of each term as met."""
@@ -306,7 +320,7 @@ class Vocabulary:
         self._dict: dict[bytes, int] | None = None
 
     def _at(self, i: int) -> bytes:
-        part = self.blob[int(self.offsets[i]):int(self.offsets[i + 1])]
+        part = self.blob[int(self.offsets[i]) : int(self.offsets[i + 1])]
         return part if isinstance(part, bytes) else part.tobytes()
 
     def find(self, word: str) -> int | None:
@@ -317,7 +331,7 @@ class Vocabulary:
             if self._dict is None:
                 blob = self.blob if isinstance(self.blob, bytes) else self.blob.tobytes()
                 bounds = self.offsets.tolist()
-                self._dict = {blob[bounds[i]:bounds[i + 1]]: i for i in range(self.size)}
+                self._dict = {blob[bounds[i] : bounds[i + 1]]: i for i in range(self.size)}
             return self._dict.get(key)
         lo, hi = 0, self.size
         while lo < hi:

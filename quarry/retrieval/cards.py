@@ -54,8 +54,11 @@ class Cards:
     """Loaded cards: the documents' BM25 scores for a query, and each row's document."""
 
     def __init__(self, arrays: dict, n_docs: int):
-        renamed = {"bm25." + name.removeprefix(PREFIX): value for name, value in arrays.items()
-                   if name.startswith(PREFIX) and name != ROW_DOC}
+        renamed = {
+            "bm25." + name.removeprefix(PREFIX): value
+            for name, value in arrays.items()
+            if name.startswith(PREFIX) and name != ROW_DOC
+        }
         self.row_doc = arrays[ROW_DOC]
         self.n_docs = n_docs
         self.bm25 = bm25.BM25Index(renamed, n_docs)
@@ -101,8 +104,9 @@ class SegmentedCards:
         out[docs[docs >= 0]] = True
         return out
 
-    def evidence(self, chunk_rows: list[int], query_tokens: list[str],
-                 keep: np.ndarray | None = None) -> tuple[dict, list[float]]:
+    def evidence(
+        self, chunk_rows: list[int], query_tokens: list[str], keep: np.ndarray | None = None
+    ) -> tuple[dict, list[float]]:
         """What :func:`quarry.search.fusion.with_documents` needs for these chunk rows:
         ``(doc_of, doc_scores)``, ``doc_of[row]`` the position in ``doc_scores`` of the row's
         document's card score (-1: none); the last of ``doc_scores`` is the best card score over

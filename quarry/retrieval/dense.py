@@ -75,7 +75,7 @@ def normalise_inplace(matrix: np.ndarray) -> np.ndarray:
     """Scale the float32 rows of ``matrix`` to unit length in place (zero rows stay zero), in
     blocks, so that no full-size temporary is made."""
     for start in range(0, matrix.shape[0], _BLOCK):
-        block = matrix[start:start + _BLOCK]
+        block = matrix[start : start + _BLOCK]
         norms = np.linalg.norm(block, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
         block /= norms
@@ -92,8 +92,8 @@ def matvec(matrix: np.ndarray, q: np.ndarray, rows: np.ndarray | None = None) ->
     total = matrix.shape[0] if rows is None else len(rows)
     out = np.empty(total, dtype=np.float32)
     for start in range(0, total, _MATVEC_ROWS):
-        part = matrix[start:start + _MATVEC_ROWS] if rows is None else matrix[rows[start:start + _MATVEC_ROWS]]
-        np.matmul(part, q, out=out[start:start + _MATVEC_ROWS])
+        part = matrix[start : start + _MATVEC_ROWS] if rows is None else matrix[rows[start : start + _MATVEC_ROWS]]
+        np.matmul(part, q, out=out[start : start + _MATVEC_ROWS])
     return out
 
 
@@ -101,9 +101,14 @@ def default_nlist(n_rows: int) -> int:
     return max(8, int(round(NLIST_FACTOR * math.sqrt(n_rows))))
 
 
-def build(vectors: np.ndarray, ivf_min_rows: int = IVF_MIN_ROWS, nlist: int | None = None,
-          seed: int = 0, inplace: bool = False,
-          centroids: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], dict]:
+def build(
+    vectors: np.ndarray,
+    ivf_min_rows: int = IVF_MIN_ROWS,
+    nlist: int | None = None,
+    seed: int = 0,
+    inplace: bool = False,
+    centroids: np.ndarray | None = None,
+) -> tuple[dict[str, np.ndarray], dict]:
     """Files for unit-length ``vectors`` in row order; IVF when there are ``ivf_min_rows`` or more.
 
     ``inplace``: IVF reorders the rows of ``vectors`` itself into storage order (the caller's
@@ -120,8 +125,11 @@ def build(vectors: np.ndarray, ivf_min_rows: int = IVF_MIN_ROWS, nlist: int | No
     if n < max(1, ivf_min_rows):
         files = {"dense.vectors.npy": np.ascontiguousarray(vectors, dtype=np.float32)}
         if centroids is not None and n and vectors.ndim == 2 and centroids.shape[1:] == vectors.shape[1:]:
-            files.update(_layout(files["dense.vectors.npy"], _assign(files["dense.vectors.npy"], centroids),
-                                 len(centroids), inplace))
+            files.update(
+                _layout(
+                    files["dense.vectors.npy"], _assign(files["dense.vectors.npy"], centroids), len(centroids), inplace
+                )
+            )
             info["base_ivf"] = {"nlist": len(centroids)}
         info["seconds"] = round(time.perf_counter() - t0, 3)
         return files, info
@@ -169,12 +177,13 @@ def permute_rows(matrix: np.ndarray, order: np.ndarray) -> np.ndarray:
 def _assign(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     out = np.empty(vectors.shape[0], dtype=np.int64)
     for start in range(0, vectors.shape[0], _BLOCK):
-        out[start:start + _BLOCK] = np.argmax(vectors[start:start + _BLOCK] @ centroids.T, axis=1)
+        out[start : start + _BLOCK] = np.argmax(vectors[start : start + _BLOCK] @ centroids.T, axis=1)
     return out
 
 
-def kmeans(vectors: np.ndarray, k: int, iters: int = 10, sample_per_list: int = 32,
-           seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def kmeans(
+    vectors: np.ndarray, k: int, iters: int = 10, sample_per_list: int = 32, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Spherical k-means: unit centroids (k × dim) trained on a sample, and every row's cluster."""
     rng = np.random.default_rng(seed)
     n = vectors.shape[0]
@@ -218,8 +227,9 @@ class DenseIndex:
 
     @classmethod
     def load(cls, folder: Path, **kwargs) -> DenseIndex:
-        arrays = {p.name: np.load(p, mmap_mode="r") for p in folder.glob("*.npy")
-                  if p.name.startswith(("dense.", "ivf."))}
+        arrays = {
+            p.name: np.load(p, mmap_mode="r") for p in folder.glob("*.npy") if p.name.startswith(("dense.", "ivf."))
+        }
         return cls(arrays, **kwargs)
 
     @property
@@ -292,9 +302,17 @@ class DenseIndex:
             rows = self._slots[rows]
         return matvec(self.vectors, q, rows) if len(rows) else np.zeros(0, dtype=np.float32)
 
-    def search(self, query: np.ndarray, n: int, mask: np.ndarray | None = None, method: str = "auto",
-               kept: int | None = None, rescore_multiplier: int = 20,
-               dead: np.ndarray | None = None, probes: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self,
+        query: np.ndarray,
+        n: int,
+        mask: np.ndarray | None = None,
+        method: str = "auto",
+        kept: int | None = None,
+        rescore_multiplier: int = 20,
+        dead: np.ndarray | None = None,
+        probes: dict | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``n`` rows by cosine: (rows int64, scores float32), ties by row id.
 
         ``mask`` (bool per row) restricts the search to rows where it is True; ``kept`` is its
@@ -407,4 +425,3 @@ class DenseIndex:
             self._binary = BinaryIndex(self.vectors)
         slots, scores = self._binary.search(q, n, rescore_multiplier=rescore_multiplier, mask=smask)
         return self._rows(slots), scores.astype(np.float32)
-

@@ -19,8 +19,22 @@ from quarry.core.sqlfiles import load_sql
 
 ROWS = "rows.arrow"
 DOCS = "docs.arrow"
-COLUMNS = ("chunk_id", "doc_id", "path", "title", "section", "header", "text", "page_start", "page_end",
-           "chunk_index", "section_index", "file_type", "start_char", "end_char")
+COLUMNS = (
+    "chunk_id",
+    "doc_id",
+    "path",
+    "title",
+    "section",
+    "header",
+    "text",
+    "page_start",
+    "page_end",
+    "chunk_index",
+    "section_index",
+    "file_type",
+    "start_char",
+    "end_char",
+)
 
 
 ROWS_BATCH = 65_536  # rows written to rows.arrow at a time
@@ -142,8 +156,9 @@ class SegmentedRows:
     def _doc_cols(self, s: int) -> dict:
         cols = self._doc_columns.get(s)
         if cols is None:
-            cols = self._doc_columns[s] = {n: _single(self.doc_tables[s].column(n))
-                                           for n in ("doc_id", "path", "title", "file_type")}
+            cols = self._doc_columns[s] = {
+                n: _single(self.doc_tables[s].column(n)) for n in ("doc_id", "path", "title", "file_type")
+            }
         return cols
 
     def chunk_ids(self, rows) -> list[str]:

@@ -45,11 +45,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-
 import pyarrow as pa
 
-from quarry.core.safeio import fsync_dir
 from quarry.core.environment import environment
+from quarry.core.safeio import fsync_dir
 from quarry.retrieval import bm25, cards, dense, rows
 from quarry.retrieval.segmented import SegmentedBM25, SegmentedDense, split_rows
 
@@ -81,8 +80,9 @@ def use_source(con, source: str) -> None:
         con.execute(f"CREATE OR REPLACE TEMP VIEW index_{table} AS SELECT * FROM {source}.{table}")
 
 
-def build(con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = None,
-          source: str = "main") -> tuple[dict, dict]:
+def build(
+    con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = None, source: str = "main"
+) -> tuple[dict, dict]:
     """Index arrays for the catalog ``con`` and the vectors of the same version, all in memory.
 
     ``vectors`` is a function of the row ids (chunk ids in row order, an Arrow array) returning a
@@ -102,10 +102,20 @@ def build(con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = No
     return arrays, manifest
 
 
-def build_into(folder: Path, con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = None,
-               source: str = "main", generation: int | None = None, earlier: list | None = None,
-               deleted_rows: np.ndarray | None = None, deleted_docs: np.ndarray | None = None,
-               deleted_terms: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> dict:
+def build_into(
+    folder: Path,
+    con,
+    vectors,
+    model: str = "",
+    dim: int = 0,
+    ivf_rows: int | None = None,
+    source: str = "main",
+    generation: int | None = None,
+    earlier: list | None = None,
+    deleted_rows: np.ndarray | None = None,
+    deleted_docs: np.ndarray | None = None,
+    deleted_terms: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+) -> dict:
     """Build the segment of :func:`build` and save it into ``folder`` (as :func:`write` does), each
     part as soon as it is built and dropped before the next: result rows and cards, BM25, vectors.
     What a commit holds is then the largest part, not their sum (at 1M chunks: 0.8 GB of rows,
@@ -121,8 +131,16 @@ def build_into(folder: Path, con, vectors, model: str = "", dim: int = 0, ivf_ro
     base = earlier[0] if earlier else None
     shared = base if base is not None and base.dense.has_ivf and base.generation is not None else None
     with _staged(folder) as tmp:
-        for part in _parts(con, vectors, model, dim, ivf_rows, manifest, folder=tmp,
-                           centroids=shared.dense.centroids if shared is not None else None):
+        for part in _parts(
+            con,
+            vectors,
+            model,
+            dim,
+            ivf_rows,
+            manifest,
+            folder=tmp,
+            centroids=shared.dense.centroids if shared is not None else None,
+        ):
             for name in list(part):
                 _save(tmp / name, part.pop(name))
             del part  # before the generator builds the next part
@@ -134,9 +152,17 @@ def build_into(folder: Path, con, vectors, model: str = "", dim: int = 0, ivf_ro
                 _save(tmp / name, np.asarray(ids, dtype=np.int64))
         if deleted_terms:
             manifest["deleted"]["terms"] = sorted(int(g) for g in deleted_terms)
-            table = [np.column_stack([np.full(len(cols), g, dtype=np.int32), np.asarray(cols, dtype=np.int32),
-                                      np.asarray(counts, dtype=np.int32)])
-                     for g, (cols, counts) in sorted(deleted_terms.items()) if len(cols)]
+            table = [
+                np.column_stack(
+                    [
+                        np.full(len(cols), g, dtype=np.int32),
+                        np.asarray(cols, dtype=np.int32),
+                        np.asarray(counts, dtype=np.int32),
+                    ]
+                )
+                for g, (cols, counts) in sorted(deleted_terms.items())
+                if len(cols)
+            ]
             if table:
                 _save(tmp / DELETED_TERMS, np.concatenate(table))
         _save_manifest(tmp, manifest)
@@ -149,8 +175,13 @@ def generation_manifest(segment: dict, generation: int | None, earlier: list, de
     the segments and the live counts and lengths BM25 needs (kept here, so no reader sums them)."""
     deleted_rows = np.asarray(deleted_rows if deleted_rows is not None else [], dtype=np.int64)
     deleted_docs = np.asarray(deleted_docs if deleted_docs is not None else [], dtype=np.int64)
-    own = {"generation": generation, "rows": segment["rows"], "documents": segment["cards"]["documents"],
-           "length": segment["bm25"]["length"], "card_length": segment["cards"]["length"]}
+    own = {
+        "generation": generation,
+        "rows": segment["rows"],
+        "documents": segment["cards"]["documents"],
+        "length": segment["bm25"]["length"],
+        "card_length": segment["cards"]["length"],
+    }
     segments = [seg.summary() for seg in earlier] + [own]
     row_offsets = np.cumsum([0] + [s["rows"] for s in segments])
     doc_offsets = np.cumsum([0] + [s["documents"] for s in segments])
@@ -160,17 +191,34 @@ def generation_manifest(segment: dict, generation: int | None, earlier: list, de
     for seg, local in zip(earlier, split_rows(deleted_docs, doc_offsets)):
         if len(local) and seg.cards is not None:
             dead_card_length += int(seg.cards.bm25.length[local].sum(dtype=np.int64))
-    live = {"rows": int(row_offsets[-1]) - len(deleted_rows), "documents": int(doc_offsets[-1]) - len(deleted_docs),
-            "length": sum(s["length"] for s in segments) - dead_length,
-            "card_length": sum(s["card_length"] for s in segments) - dead_card_length}
-    return {**segment, "version": INDEX_VERSION, "generation": generation, "rows": live["rows"],
-            "segments": segments, "live": live,
-            "deleted": {"rows": int(len(deleted_rows)), "documents": int(len(deleted_docs))},
-            "segment": {k: segment[k] for k in ("rows", "bm25", "cards", "dense", "build_seconds") if k in segment}}
+    live = {
+        "rows": int(row_offsets[-1]) - len(deleted_rows),
+        "documents": int(doc_offsets[-1]) - len(deleted_docs),
+        "length": sum(s["length"] for s in segments) - dead_length,
+        "card_length": sum(s["card_length"] for s in segments) - dead_card_length,
+    }
+    return {
+        **segment,
+        "version": INDEX_VERSION,
+        "generation": generation,
+        "rows": live["rows"],
+        "segments": segments,
+        "live": live,
+        "deleted": {"rows": int(len(deleted_rows)), "documents": int(len(deleted_docs))},
+        "segment": {k: segment[k] for k in ("rows", "bm25", "cards", "dense", "build_seconds") if k in segment},
+    }
 
 
-def _parts(con, vectors, model: str, dim: int, ivf_rows: int | None, manifest: dict, folder: Path | None = None,
-           centroids: np.ndarray | None = None):
+def _parts(
+    con,
+    vectors,
+    model: str,
+    dim: int,
+    ivf_rows: int | None,
+    manifest: dict,
+    folder: Path | None = None,
+    centroids: np.ndarray | None = None,
+):
     """The index files a part at a time (dicts of file name -> content); fills ``manifest`` once
     the last part is out. Holds no part after yielding it. With ``folder``, ``rows.arrow`` is
     written there as the catalog streams it, and is not in a part. ``centroids``: the base
@@ -213,20 +261,23 @@ def _parts(con, vectors, model: str, dim: int, ivf_rows: int | None, manifest: d
         raw = np.flatnonzero(~unit)
         matrix[raw] = dense.normalise(matrix[raw])
     out_dim = int(matrix.shape[1]) if matrix.ndim == 2 else dim
-    part, dense_info = dense.build(matrix, ivf_min_rows() if ivf_rows is None else ivf_rows, inplace=True,
-                                   centroids=centroids)
+    part, dense_info = dense.build(
+        matrix, ivf_min_rows() if ivf_rows is None else ivf_rows, inplace=True, centroids=centroids
+    )
     del matrix  # with IVF, now in storage order as dense.vectors.npy
-    manifest.update({
-        "version": INDEX_VERSION,
-        "rows": n,
-        "model": model,
-        "dim": out_dim,
-        "bm25": bm25_info,
-        "cards": card_info,
-        "dense": {**dense_info, "read_seconds": round(read_seconds, 3)},
-        "rows_seconds": round(rows_seconds, 3),
-        "build_seconds": round(time.perf_counter() - t0, 3),
-    })
+    manifest.update(
+        {
+            "version": INDEX_VERSION,
+            "rows": n,
+            "model": model,
+            "dim": out_dim,
+            "bm25": bm25_info,
+            "cards": card_info,
+            "dense": {**dense_info, "read_seconds": round(read_seconds, 3)},
+            "rows_seconds": round(rows_seconds, 3),
+            "build_seconds": round(time.perf_counter() - t0, 3),
+        }
+    )
     yield part
 
 
@@ -339,8 +390,11 @@ class Segment:
             raise ValueError(f"{folder} holds no index this quarry reads")
         # np.asarray drops the memmap subclass (slicing one costs microseconds of Python each
         # time); the plain arrays still read the mapped files, which stay open through them.
-        arrays: dict = {p.name: np.asarray(np.load(p, mmap_mode="r")) for p in folder.glob("*.npy")
-                        if not p.name.startswith("deleted.")}
+        arrays: dict = {
+            p.name: np.asarray(np.load(p, mmap_mode="r"))
+            for p in folder.glob("*.npy")
+            if not p.name.startswith("deleted.")
+        }
         for path in folder.glob("*.bin"):
             size = path.stat().st_size
             arrays[path.name] = np.asarray(np.memmap(path, dtype=np.uint8, mode="r")) if size else b""
@@ -351,9 +405,13 @@ class Segment:
 
     def summary(self) -> dict:
         """What a generation's manifest lists about this segment."""
-        return {"generation": self.generation, "rows": self.n_rows, "documents": self.n_docs,
-                "length": int(self.bm25.length_total or 0),
-                "card_length": int(self.cards.bm25.length_total or 0) if self.cards is not None else 0}
+        return {
+            "generation": self.generation,
+            "rows": self.n_rows,
+            "documents": self.n_docs,
+            "length": int(self.bm25.length_total or 0),
+            "card_length": int(self.cards.bm25.length_total or 0) if self.cards is not None else 0,
+        }
 
     def chunk_rows_of(self, doc_ids: list[str]) -> np.ndarray:
         """Local rows of these documents' chunks (chunk ids ``<doc_id>:<n>`` sort together)."""
@@ -433,8 +491,14 @@ class SearchIndex:
     and row ids span it); ``live_rows`` the rows a search can return.
     """
 
-    def __init__(self, segments: list[Segment], manifest: dict, deleted_rows=None, deleted_docs=None,
-                 deleted_terms: dict[int, tuple[np.ndarray, np.ndarray]] | None = None):
+    def __init__(
+        self,
+        segments: list[Segment],
+        manifest: dict,
+        deleted_rows=None,
+        deleted_docs=None,
+        deleted_terms: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+    ):
         self.segments = segments
         self.deleted_terms = deleted_terms or {}  # segment generation -> (BM25 columns, deleted rows holding each)
         self.manifest = manifest
@@ -444,20 +508,28 @@ class SearchIndex:
         live = manifest.get("live") or {}
         self.live_rows = int(live.get("rows", self.n_rows - len(deleted_rows)))
         legacy = manifest.get("version") == 2
-        self.bm25 = SegmentedBM25([s.bm25 for s in segments], deleted_rows, self.live_rows,
-                                  int(live.get("length", segments[0].bm25.length_total or 0) if segments else 0),
-                                  [self.deleted_terms.get(s.generation) for s in segments])
+        self.bm25 = SegmentedBM25(
+            [s.bm25 for s in segments],
+            deleted_rows,
+            self.live_rows,
+            int(live.get("length", segments[0].bm25.length_total or 0) if segments else 0),
+            [self.deleted_terms.get(s.generation) for s in segments],
+        )
         if legacy:
             self.bm25.exact = True  # one segment of every row, its weights exact; no frequencies stored
         _share_base_ivf(segments)
         self.dense = SegmentedDense([s.dense for s in segments], deleted_rows)
-        self.results = rows.SegmentedRows([(s.rows, s.docs, s.cards.row_doc if s.cards is not None else None)
-                                           for s in segments], deleted_docs)
+        self.results = rows.SegmentedRows(
+            [(s.rows, s.docs, s.cards.row_doc if s.cards is not None else None) for s in segments], deleted_docs
+        )
         self.cards = None
         if segments and all(s.cards is not None for s in segments):
-            card_bm25 = SegmentedBM25([s.cards.bm25 for s in segments], deleted_docs,
-                                      int(live.get("documents", sum(s.n_docs for s in segments) - len(deleted_docs))),
-                                      int(live.get("card_length", segments[0].cards.bm25.length_total or 0)))
+            card_bm25 = SegmentedBM25(
+                [s.cards.bm25 for s in segments],
+                deleted_docs,
+                int(live.get("documents", sum(s.n_docs for s in segments) - len(deleted_docs))),
+                int(live.get("card_length", segments[0].cards.bm25.length_total or 0)),
+            )
             if legacy:
                 card_bm25.exact = True
             self.cards = cards.SegmentedCards(card_bm25, self.results)
@@ -472,14 +544,21 @@ class SearchIndex:
         if manifest.get("version") == 2:
             return cls([Segment.load(folder)], manifest)
         own = int(manifest["generation"])
-        segments = [Segment.load(folder if g == own else folder.parent / folder_name(g), g)
-                    for g in (int(s["generation"]) for s in manifest["segments"])]
+        segments = [
+            Segment.load(folder if g == own else folder.parent / folder_name(g), g)
+            for g in (int(s["generation"]) for s in manifest["segments"])
+        ]
         deleted = {}
         for name in (DELETED_ROWS, DELETED_DOCS, DELETED_TERMS):
             path = folder / name
             deleted[name] = np.asarray(np.load(path, mmap_mode="r")) if path.exists() else None
-        return cls(segments, manifest, deleted[DELETED_ROWS], deleted[DELETED_DOCS],
-                   _deleted_terms(manifest, deleted[DELETED_TERMS]))
+        return cls(
+            segments,
+            manifest,
+            deleted[DELETED_ROWS],
+            deleted[DELETED_DOCS],
+            _deleted_terms(manifest, deleted[DELETED_TERMS]),
+        )
 
     @classmethod
     def from_arrays(cls, arrays: dict, manifest: dict) -> SearchIndex:

@@ -46,7 +46,7 @@ from quarry.retrieval.bm25 import BM25Index, _idf, _length_norm, _normed_weights
 from quarry.retrieval.select import top_n
 
 DELETED_SKIP = 4096  # binary search: a segment with more deleted rows is searched with a mask of its live rows
-_SLACK = 2.0 ** -24  # float32's unit roundoff: the rounding of a stored weight, a scaling, a sum
+_SLACK = 2.0**-24  # float32's unit roundoff: the rounding of a stored weight, a scaling, a sum
 _WORDS_KEPT = 65_536  # words, stems and terms a reader keeps looked up
 
 
@@ -54,7 +54,7 @@ def split_rows(rows: np.ndarray, offsets: np.ndarray, dtype=np.int64) -> list[np
     """Sorted global row ids cut into each segment's local ids (``dtype``: that of the segments'
     postings, so a binary search against a posting list never converts the list)."""
     cuts = np.searchsorted(rows, offsets)
-    return [(rows[cuts[i]:cuts[i + 1]] - offsets[i]).astype(dtype, copy=False) for i in range(len(offsets) - 1)]
+    return [(rows[cuts[i] : cuts[i + 1]] - offsets[i]).astype(dtype, copy=False) for i in range(len(offsets) - 1)]
 
 
 def _local_dtype(parts) -> np.dtype:
@@ -97,8 +97,14 @@ class SegmentedBM25:
     (ascending) and how many deleted rows hold each — or None where no commit counted them.
     """
 
-    def __init__(self, parts: list[BM25Index], deleted: np.ndarray, live_rows: int, live_length: int,
-                 dead_terms: list[tuple[np.ndarray, np.ndarray] | None] | None = None):
+    def __init__(
+        self,
+        parts: list[BM25Index],
+        deleted: np.ndarray,
+        live_rows: int,
+        live_length: int,
+        dead_terms: list[tuple[np.ndarray, np.ndarray] | None] | None = None,
+    ):
         self.parts = parts
         self.offsets = np.zeros(len(parts) + 1, dtype=np.int64)
         np.cumsum([p.n_rows for p in parts], out=self.offsets[1:])
@@ -111,8 +117,12 @@ class SegmentedBM25:
         self.avgdl = float(live_length) / self.live_rows if self.live_rows else 0.0
         # Stored weights are exact when one segment holds every live row with the statistics it was
         # built with: then nothing is rescored (the merged store's speed).
-        self.exact = (len(parts) == 1 and not len(self.deleted) and parts[0].n_rows == self.live_rows
-                      and parts[0].length_total == live_length)
+        self.exact = (
+            len(parts) == 1
+            and not len(self.deleted)
+            and parts[0].n_rows == self.live_rows
+            and parts[0].length_total == live_length
+        )
         self._deleted_masks: dict[int, np.ndarray] = {}
         self._terms: dict[tuple, tuple] = {}
         # per word, shared by every query that holds it (queries share their words): a token's
@@ -138,8 +148,9 @@ class SegmentedBM25:
                 total = part.terms.size
                 continue
             earlier = self.parts[:s]
-            total += sum(1 for i in range(part.terms.size)
-                         if all(e.term_id(part.term_text(i)) is None for e in earlier))
+            total += sum(
+                1 for i in range(part.terms.size) if all(e.term_id(part.term_text(i)) is None for e in earlier)
+            )
         self._vocabulary = total
         return total
 
@@ -222,8 +233,9 @@ class SegmentedBM25:
         key = tuple(cols)
         got = self._term_df.get(key)
         if got is None:
-            got = _remember(self._term_df, key, sum(self._live_df(s, c) for s, c in enumerate(cols) if c is not None),
-                            _WORDS_KEPT)
+            got = _remember(
+                self._term_df, key, sum(self._live_df(s, c) for s, c in enumerate(cols) if c is not None), _WORDS_KEPT
+            )
         return got
 
     def idf(self, terms: list[list[int | None]]) -> np.ndarray:
@@ -356,7 +368,7 @@ class SegmentedBM25:
         """Each segment's part of a per-row array (views: indexing them with local rows needs no
         offset added to a whole posting list)."""
         bounds = self.offsets.tolist()
-        return [approx[bounds[s]:bounds[s + 1]] for s in range(len(self.parts))]
+        return [approx[bounds[s] : bounds[s + 1]] for s in range(len(self.parts))]
 
     def _floor(self, terms, approx: np.ndarray, lo: np.ndarray, n: int, zeroed: bool) -> float:
         """A score the ``n``-th best row reaches for sure (lower bounds): the ``n``-th best among the
@@ -364,8 +376,9 @@ class SegmentedBM25:
         cannot make the top ``n`` (ties kept), so only rows at or above it are listed: at 1M rows
         a common term matches hundreds of thousands of rows, and listing them all costs more
         than scoring them."""
-        sizes = [sum(int(p.indptr[c + 1] - p.indptr[c]) for p, c in zip(self.parts, cols) if c is not None)
-                 for cols in terms]
+        sizes = [
+            sum(int(p.indptr[c + 1] - p.indptr[c]) for p, c in zip(self.parts, cols) if c is not None) for cols in terms
+        ]
         views = None
         for t in sorted(range(len(terms)), key=sizes.__getitem__):
             if sizes[t] < n:
@@ -407,10 +420,12 @@ class SegmentedBM25:
             if cuts[s] == cuts[s + 1]:
                 continue
             if part.tf is None and not self.exact:
-                raise ValueError("a segment without term frequencies (an index from an older quarry) cannot be "
-                                 "rescored: rebuild it with `quarry maintain`")
-            target = out[cuts[s]:cuts[s + 1]]
-            local = (rows[cuts[s]:cuts[s + 1]] - self.offsets[s]).astype(self.local_dtype, copy=False)
+                raise ValueError(
+                    "a segment without term frequencies (an index from an older quarry) cannot be "
+                    "rescored: rebuild it with `quarry maintain`"
+                )
+            target = out[cuts[s] : cuts[s + 1]]
+            local = (rows[cuts[s] : cuts[s + 1]] - self.offsets[s]).astype(self.local_dtype, copy=False)
             norm = None if self.exact else _length_norm(part.length[local].astype(np.float64), self.avgdl)
             for i, cols in enumerate(terms):
                 c = cols[s]
@@ -468,7 +483,7 @@ class SegmentedDense:
                 return per
         per = []
         for s in range(len(self.parts)):
-            part = mask[self.offsets[s]:self.offsets[s + 1]]
+            part = mask[self.offsets[s] : self.offsets[s + 1]]
             if len(self.seg_deleted[s]):
                 part = part & self._live_mask(s)[0]
             else:
@@ -487,8 +502,15 @@ class SegmentedDense:
             out[sel] = self.parts[s].cosines(query, rows[sel] - self.offsets[s])
         return out
 
-    def search(self, query: np.ndarray, n: int, mask: np.ndarray | None = None, method: str = "auto",
-               kept: int | None = None, rescore_multiplier: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self,
+        query: np.ndarray,
+        n: int,
+        mask: np.ndarray | None = None,
+        method: str = "auto",
+        kept: int | None = None,
+        rescore_multiplier: int = 20,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``n`` live rows by cosine: (global rows int64, scores float32), ties by row id."""
         rows, scores = [], []
         probes: dict = {}  # segments laid out by the base's clusters rank them once
@@ -501,14 +523,21 @@ class SegmentedDense:
                 seg_mask, seg_kept = masks[s]
                 if not seg_kept:
                     continue
-                r, sc = part.search(query, n, seg_mask, method=method, kept=seg_kept,
-                                    rescore_multiplier=rescore_multiplier, probes=probes)
+                r, sc = part.search(
+                    query,
+                    n,
+                    seg_mask,
+                    method=method,
+                    kept=seg_kept,
+                    rescore_multiplier=rescore_multiplier,
+                    probes=probes,
+                )
             elif not len(dead):
-                r, sc = part.search(query, n, method=method, rescore_multiplier=rescore_multiplier,
-                                    probes=probes)
+                r, sc = part.search(query, n, method=method, rescore_multiplier=rescore_multiplier, probes=probes)
             elif method != "binary":
-                r, sc = part.search(query, n, method=method, rescore_multiplier=rescore_multiplier, dead=dead,
-                                    probes=probes)
+                r, sc = part.search(
+                    query, n, method=method, rescore_multiplier=rescore_multiplier, dead=dead, probes=probes
+                )
             elif len(dead) <= DELETED_SKIP:  # binary: ask for n plus the deleted rows, drop them
                 r, sc = part.search(query, n + len(dead), method=method, rescore_multiplier=rescore_multiplier)
                 alive = ~np.isin(r, dead)
@@ -517,8 +546,9 @@ class SegmentedDense:
                 live, count = self._live_mask(s)
                 if not count:
                     continue
-                r, sc = part.search(query, n, live, method=method, kept=count, rescore_multiplier=rescore_multiplier,
-                                    probes=probes)
+                r, sc = part.search(
+                    query, n, live, method=method, kept=count, rescore_multiplier=rescore_multiplier, probes=probes
+                )
             rows.append(r + self.offsets[s])
             scores.append(sc)
         if not rows:

@@ -57,8 +57,8 @@ def tokens(text: str) -> list[str]:
         if len(parts) > 1:
             out.extend(parts)
             lead = _LEAD.match(whole)
-            if lead and whole[lead.end():] not in parts:  # "v1.4.4" is also found by "1.4.4": both have 144
-                out.append(whole[lead.end():])
+            if lead and whole[lead.end() :] not in parts:  # "v1.4.4" is also found by "1.4.4": both have 144
+                out.append(whole[lead.end() :])
         for part in parts:
             runs = _RUNS.findall(part)
             if len(runs) > 1:

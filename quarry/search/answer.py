@@ -38,9 +38,11 @@ STYLES = ("auto", "json", "text")
 DEFAULT_CONTEXT_TOKENS = 3000  # tokens of evidence per prompt
 ANSWER_TOKENS = 600  # the answer's own budget
 SHRINKS = 3  # times a context-length error is retried with half the evidence
-_CONTEXT_LENGTH = re.compile(r"context length|context window|maximum context|context_length_exceeded|"
-                             r"too many tokens|exceeds the (?:model's )?(?:context|maximum)|prompt is too long",
-                             re.IGNORECASE)
+_CONTEXT_LENGTH = re.compile(
+    r"context length|context window|maximum context|context_length_exceeded|"
+    r"too many tokens|exceeds the (?:model's )?(?:context|maximum)|prompt is too long",
+    re.IGNORECASE,
+)
 _REFUSED = re.compile(r"^\s*(REFUSED|I can(?:no|')t help with that)\b", re.IGNORECASE)
 _LEARNED: dict[tuple[str, str], str] = {}  # (endpoint, model) -> the response format it accepted
 _CLIENTS: dict[tuple[str, str, float], object] = {}  # one HTTP client per endpoint, key and timeout, kept
@@ -55,7 +57,9 @@ def _client(settings):
     key = (settings.llm_base_url, settings.llm_api_key, float(settings.llm_timeout))
     with _CLIENTS_LOCK:
         if key not in _CLIENTS:
-            _CLIENTS[key] = make_client(settings.llm_base_url, settings.llm_api_key, timeout=float(settings.llm_timeout))
+            _CLIENTS[key] = make_client(
+                settings.llm_base_url, settings.llm_api_key, timeout=float(settings.llm_timeout)
+            )
         return _CLIENTS[key]
 
 
@@ -146,7 +150,7 @@ def _runtime_class():
 def _runtime(settings, model: str, runtime=None):
     if runtime is not None:
         return runtime
-    LLMRuntime = _runtime_class()  # noqa: N806
+    LLMRuntime = _runtime_class()
 
     _need_endpoint(settings)
     rt = LLMRuntime(settings.model_copy(update={"llm_model": model, "llm_concurrency": 1}), client=_client(settings))
@@ -178,15 +182,21 @@ def _standalone(rt, question: str, history) -> str:
 
 
 def _not_found(question: str, response, passages, why: str) -> dict:
-    return {"query": question, "mode": response.mode if response is not None else "", "filter":
-            response.filter if response is not None else "", "passages": len(passages), "reason": why,
-            "terms": content_words(question)}
+    return {
+        "query": question,
+        "mode": response.mode if response is not None else "",
+        "filter": response.filter if response is not None else "",
+        "passages": len(passages),
+        "reason": why,
+        "terms": content_words(question),
+    }
 
 
 def _retrieve(index, question, *, k, mode, filters, principals, max_context_tokens):
     t = time.perf_counter()
-    response, passages = gather(index, question, k=k, mode=mode, filters=filters, principals=principals,
-                                max_tokens=max_context_tokens)
+    response, passages = gather(
+        index, question, k=k, mode=mode, filters=filters, principals=principals, max_tokens=max_context_tokens
+    )
     why = ""
     if getattr(response, "weak", False):
         why = "no passage passes the relevance threshold"
@@ -197,9 +207,20 @@ def _retrieve(index, question, *, k, mode, filters, principals, max_context_toke
     return response, passages, why, _ms(t)
 
 
-def answer(index, question: str, *, k: int = 8, mode: str = "hybrid", filters=None, principals=None,
-           model: str | None = None, max_context_tokens: int | None = None, history=None, style: str = "auto",
-           runtime=None) -> Answer:
+def answer(
+    index,
+    question: str,
+    *,
+    k: int = 8,
+    mode: str = "hybrid",
+    filters=None,
+    principals=None,
+    model: str | None = None,
+    max_context_tokens: int | None = None,
+    history=None,
+    style: str = "auto",
+    runtime=None,
+) -> Answer:
     """Answer ``question`` from the passages ``principals`` may read: see the module's docstring.
 
     ``style``: ``json`` (structured claims), ``text`` (prose with ``[n]``) or ``auto`` (json).
@@ -230,7 +251,8 @@ def answer(index, question: str, *, k: int = 8, mode: str = "hybrid", filters=No
         with index.pinned() as snap:
             out.generation = snap.pointer.generation
             response, passages, why, out.timings["retrieve"] = _retrieve(
-                index, asked, k=k, mode=mode, filters=filters, principals=principals, max_context_tokens=budget)
+                index, asked, k=k, mode=mode, filters=filters, principals=principals, max_context_tokens=budget
+            )
         if why:
             out.status, out.searched = "not_found", _not_found(asked, response, passages, why)
             return out
@@ -255,8 +277,12 @@ def _generate(rt, question: str, passages: list[Passage], style: str, out: Answe
     """The checked answer and the evidence it was asked over (less, after context-length errors)."""
     for attempt in range(SHRINKS + 1):
         numbers = [p.number for p in passages]
-        job = _Job("answer", answer_messages(question, passages, style),
-                   schema=answer_schema(numbers) if style == "json" else None, max_tokens=ANSWER_TOKENS)
+        job = _Job(
+            "answer",
+            answer_messages(question, passages, style),
+            schema=answer_schema(numbers) if style == "json" else None,
+            max_tokens=ANSWER_TOKENS,
+        )
         try:
             result = _ask(rt, job)
         except AnswerError as exc:
@@ -273,8 +299,10 @@ def _fill(out: Answer, checked: Checked, question: str, response) -> None:
     out.text, out.sentences, out.citations = checked.text, checked.sentences, checked.citations
     out.dropped, out.uncited, out.quotes = checked.dropped, checked.uncited, checked.quotes
     if checked.not_found:
-        out.status, out.searched = "not_found", _not_found(question, response, out.evidence,
-                                                           "the model found no answer in the passages")
+        out.status, out.searched = (
+            "not_found",
+            _not_found(question, response, out.evidence, "the model found no answer in the passages"),
+        )
     elif _REFUSED.match(checked.text or ""):
         out.status = "refused"
     elif not checked.text:
@@ -291,9 +319,19 @@ def _fill(out: Answer, checked: Checked, question: str, response) -> None:
 # --- streaming ---------------------------------------------------------------------------------------
 
 
-def answer_events(index, question: str, *, k: int = 8, mode: str = "hybrid", filters=None, principals=None,
-                  model: str | None = None, max_context_tokens: int | None = None, history=None,
-                  client=None) -> Iterator[tuple[str, object]]:
+def answer_events(
+    index,
+    question: str,
+    *,
+    k: int = 8,
+    mode: str = "hybrid",
+    filters=None,
+    principals=None,
+    model: str | None = None,
+    max_context_tokens: int | None = None,
+    history=None,
+    client=None,
+) -> Iterator[tuple[str, object]]:
     """The answer as events: ``("evidence", [passages])``, then ``("token", text)`` as the model writes
     (prose with ``[n]``), then ``("answer", Answer)`` with the checked citations. A not_found
     question yields only the final answer; no request is made.
@@ -325,7 +363,8 @@ def answer_events(index, question: str, *, k: int = 8, mode: str = "hybrid", fil
     with index.pinned() as snap:
         out.generation = snap.pointer.generation
         response, passages, why, out.timings["retrieve"] = _retrieve(
-            index, asked, k=k, mode=mode, filters=filters, principals=principals, max_context_tokens=budget)
+            index, asked, k=k, mode=mode, filters=filters, principals=principals, max_context_tokens=budget
+        )
     if why:
         out.status, out.searched = "not_found", _not_found(asked, response, passages, why)
         out.timings["total"] = _ms(t_all)
@@ -333,12 +372,21 @@ def answer_events(index, question: str, *, k: int = 8, mode: str = "hybrid", fil
     if client is None:
         _need_endpoint(settings)
         client = _client(settings)
-    return _stream(client, asked, passages, response, out, usage, t_all,
-                   secrets=tuple(s for s in (settings.llm_api_key,) if s))
+    return _stream(
+        client, asked, passages, response, out, usage, t_all, secrets=tuple(s for s in (settings.llm_api_key,) if s)
+    )
 
 
-def _stream(client, asked: str, passages: list[Passage], response, out: Answer, usage: dict, t_all: float,
-            secrets: tuple[str, ...]) -> Iterator[tuple[str, object]]:
+def _stream(
+    client,
+    asked: str,
+    passages: list[Passage],
+    response,
+    out: Answer,
+    usage: dict,
+    t_all: float,
+    secrets: tuple[str, ...],
+) -> Iterator[tuple[str, object]]:
     """The model's part of :func:`answer_events`: one streamed request (retried, fewer passages
     after context-length errors), its tokens, then the checked answer."""
     from quarry.core.openai.redaction import describe_error
@@ -348,8 +396,14 @@ def _stream(client, asked: str, passages: list[Passage], response, out: Answer, 
     t = time.perf_counter()
     stream = None
     for attempt in range(SHRINKS + 1):
-        kwargs = dict(model=out.model, messages=answer_messages(asked, passages, "text"), temperature=0,
-                      max_tokens=ANSWER_TOKENS, stream=True, stream_options={"include_usage": True})
+        kwargs = dict(
+            model=out.model,
+            messages=answer_messages(asked, passages, "text"),
+            temperature=0,
+            max_tokens=ANSWER_TOKENS,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
 
         def retried(exc, n, delay):
             usage["retries"] += 1
@@ -402,8 +456,10 @@ def _stream(client, asked: str, passages: list[Passage], response, out: Answer, 
 def _need_endpoint(settings) -> None:
     """Nothing, or the one error for answers without a model endpoint configured."""
     if not settings.llm_base_url and not settings.llm_api_key:
-        raise UsageError("answers need an OpenAI-compatible chat endpoint: set QUARRY_LLM_BASE_URL (a local "
-                         "server) or QUARRY_LLM_API_KEY (or OPENAI_API_KEY) for the hosted API; docs/answers.md")
+        raise UsageError(
+            "answers need an OpenAI-compatible chat endpoint: set QUARRY_LLM_BASE_URL (a local "
+            "server) or QUARRY_LLM_API_KEY (or OPENAI_API_KEY) for the hosted API; docs/answers.md"
+        )
 
 
 def _only(out: Answer):

@@ -21,8 +21,10 @@ def reranker_of(rerank) -> Reranker | None:
     if isinstance(rerank, str):
         return get_reranker(rerank)
     if not callable(getattr(rerank, "rerank", None)):
-        raise UsageError(f"rerank takes a spec (llm, llm:MODEL, cross-encoder:PATH) or an object with "
-                         f"rerank(query, results), got {type(rerank).__name__}")
+        raise UsageError(
+            f"rerank takes a spec (llm, llm:MODEL, cross-encoder:PATH) or an object with "
+            f"rerank(query, results), got {type(rerank).__name__}"
+        )
     return rerank
 
 

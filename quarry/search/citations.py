@@ -91,11 +91,18 @@ def parse_content(content: str) -> tuple[list[dict], bool]:
                 if not isinstance(c, dict):
                     continue
                 text = str(c.get("text", "")).strip()
-                cites = [int(n) for n in c.get("citations") or [] if isinstance(n, (int, float, str)) and str(n).isdigit()]
+                cites = [
+                    int(n) for n in c.get("citations") or [] if isinstance(n, (int, float, str)) and str(n).isdigit()
+                ]
                 cites += [int(n) for m in MARKER.finditer(text) for n in re.split(r"[,;]", m.group(1))]
                 quote = c.get("quote")
-                out.append({"text": MARKER.sub("", text).strip(), "citations": list(dict.fromkeys(cites)),
-                            "quote": quote.strip() if isinstance(quote, str) else ""})
+                out.append(
+                    {
+                        "text": MARKER.sub("", text).strip(),
+                        "citations": list(dict.fromkeys(cites)),
+                        "quote": quote.strip() if isinstance(quote, str) else "",
+                    }
+                )
             return [c for c in out if c["text"]], False
         if isinstance(data.get("answer"), str):
             claims = _prose(data["answer"])
@@ -206,14 +213,30 @@ def check(content: str, passages: list[Passage]) -> Checked:
                     break
         if not verified:
             quote, at = _excerpt(p, claim["text"])
-        out.citations.append(Citation(number=new, passage=n, doc_id=p.doc_id, path=p.path, title=p.title,
-                                      page_start=p.page_start, page_end=p.page_end, chunk_ids=list(p.chunk_ids),
-                                      chunk_id=p.chunk_at(at) if p.chunk_offsets else (p.chunk_ids[0] if p.chunk_ids else ""),
-                                      quote=quote, quote_verified=verified))
+        out.citations.append(
+            Citation(
+                number=new,
+                passage=n,
+                doc_id=p.doc_id,
+                path=p.path,
+                title=p.title,
+                page_start=p.page_start,
+                page_end=p.page_end,
+                chunk_ids=list(p.chunk_ids),
+                chunk_id=p.chunk_at(at) if p.chunk_offsets else (p.chunk_ids[0] if p.chunk_ids else ""),
+                quote=quote,
+                quote_verified=verified,
+            )
+        )
     return out
 
 
 def describe(checked: Checked) -> dict:
     """The counts of a check, for logs and benchmarks."""
-    return {"kept": len(checked.citations), "dropped": len(checked.dropped), "uncited": len(checked.uncited),
-            "quotes": len(checked.quotes), "quotes_found": sum(1 for q in checked.quotes if q["found"])}
+    return {
+        "kept": len(checked.citations),
+        "dropped": len(checked.dropped),
+        "uncited": len(checked.uncited),
+        "quotes": len(checked.quotes),
+        "quotes_found": sum(1 for q in checked.quotes if q["found"]),
+    }

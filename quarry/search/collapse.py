@@ -88,8 +88,9 @@ def _add_exact_copies(con, kept: list, hashes: list[set[str]], filters, pool: in
     by_hash: dict[str, list[tuple]] = {}
     counts: dict[str, int] = {}
     # per hash, enough rows to fill the list whatever the pool's hits already listed
-    for chunk_id, doc_id, path, norm, total in con.execute(sql, [id_lines(wanted), *params,
-                                                                 COPIES_LIMIT + pool]).fetchall():
+    for chunk_id, doc_id, path, norm, total in con.execute(
+        sql, [id_lines(wanted), *params, COPIES_LIMIT + pool]
+    ).fetchall():
         by_hash.setdefault(norm, []).append((chunk_id, doc_id, path))
         counts[norm] = total
     for r, hs in zip(kept, hashes):

@@ -24,10 +24,14 @@ def report(con, min_docs: int = BOILERPLATE_MIN_DOCS, share: float = BOILERPLATE
         **{k: int(v or 0) for k, v in totals.items()},
         "duplicates": [{**r, "bytes_saved": int(r["bytes_saved"])} for r in _records(con, "corpus_duplicates")],
         "languages": _records(con, "corpus_languages"),
-        "pii": [{"kind": r["kind"], "total": int(r["total"] or 0), "chunks": int(r["chunks"] or 0)}
-                for r in _records(con, "corpus_pii")],
-        "boilerplate": [{**r, "line_share": round(float(r["line_share"]), 4)}
-                        for r in _records(con, _boilerplate_sql(con), [min_docs, share])],
+        "pii": [
+            {"kind": r["kind"], "total": int(r["total"] or 0), "chunks": int(r["chunks"] or 0)}
+            for r in _records(con, "corpus_pii")
+        ],
+        "boilerplate": [
+            {**r, "line_share": round(float(r["line_share"]), 4)}
+            for r in _records(con, _boilerplate_sql(con), [min_docs, share])
+        ],
     }
 
 

@@ -16,15 +16,25 @@ from dataclasses import asdict, dataclass, field
 
 from quarry.search.highlight import query_terms, term_spans
 
-__all__ = ["Passage", "gather", "content_terms", "content_words", "shares_content_word", "estimate_tokens", "QUESTION_WORDS"]
+__all__ = [
+    "Passage",
+    "gather",
+    "content_terms",
+    "content_words",
+    "shares_content_word",
+    "estimate_tokens",
+    "QUESTION_WORDS",
+]
 
 CHARS_PER_TOKEN = 4  # about four characters a token for English text (OpenAI's rule of thumb)
 # Words that ask rather than name a subject: a passage holding only these is not about the question.
-QUESTION_WORDS = frozenset("""
+QUESTION_WORDS = frozenset(
+    """
 answer answers ask asked describe described describes detail details document documents explain explained
 explains find give index list mention mentioned mentions passage passages question say says show summarise
 summarize tell text
-""".split())
+""".split()
+)
 
 
 def estimate_tokens(text: str) -> int:
@@ -71,15 +81,35 @@ def _key(text: str) -> str:
 
 
 def _from_segment(seg) -> dict:
-    return dict(doc_id=seg.doc_id, path=seg.path, title=seg.title, section=seg.section, page_start=seg.page_start,
-                page_end=seg.page_end, first_chunk=seg.first_chunk, last_chunk=seg.last_chunk,
-                chunk_ids=list(seg.chunk_ids), text=seg.text, score=float(seg.score))
+    return dict(
+        doc_id=seg.doc_id,
+        path=seg.path,
+        title=seg.title,
+        section=seg.section,
+        page_start=seg.page_start,
+        page_end=seg.page_end,
+        first_chunk=seg.first_chunk,
+        last_chunk=seg.last_chunk,
+        chunk_ids=list(seg.chunk_ids),
+        text=seg.text,
+        score=float(seg.score),
+    )
 
 
 def _from_hit(hit) -> dict:
-    return dict(doc_id=hit.doc_id, path=hit.path, title=hit.title, section=hit.section, page_start=hit.page_start,
-                page_end=hit.page_end, first_chunk=hit.chunk_index, last_chunk=hit.chunk_index,
-                chunk_ids=[hit.chunk_id], text=hit.text, score=float(hit.score))
+    return dict(
+        doc_id=hit.doc_id,
+        path=hit.path,
+        title=hit.title,
+        section=hit.section,
+        page_start=hit.page_start,
+        page_end=hit.page_end,
+        first_chunk=hit.chunk_index,
+        last_chunk=hit.chunk_index,
+        chunk_ids=[hit.chunk_id],
+        text=hit.text,
+        score=float(hit.score),
+    )
 
 
 def pack(candidates: list[dict], max_tokens: int) -> list[Passage]:
@@ -107,13 +137,21 @@ def pack(candidates: list[dict], max_tokens: int) -> list[Passage]:
         seen_text.add(key)
         seen_chunks.update(cand["chunk_ids"])
         spent += tokens
-        out.append(Passage(number=len(out) + 1, tokens=tokens, truncated=truncated,
-                           **{**cand, "text": text}))
+        out.append(Passage(number=len(out) + 1, tokens=tokens, truncated=truncated, **{**cand, "text": text}))
     return out
 
 
-def gather(index, question: str, *, k: int = 8, mode: str = "hybrid", filters=None, principals=None,
-           max_tokens: int = 3000, segments: str = "balanced"):
+def gather(
+    index,
+    question: str,
+    *,
+    k: int = 8,
+    mode: str = "hybrid",
+    filters=None,
+    principals=None,
+    max_tokens: int = 3000,
+    segments: str = "balanced",
+):
     """``(response, passages)``: the search of ``question`` as ``principals`` (relevant segments
     over the pool, the top ``k`` hits) and the evidence cut from it within ``max_tokens``."""
     response = index.search(question, k=k, mode=mode, filters=filters, principals=principals, segments=segments)

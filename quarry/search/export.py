@@ -119,18 +119,24 @@ def _json_default(value):
 # Signal columns as NULLs of their types, for a catalog committed before they existed (the next
 # run's copy of it gains them: sql/schema.sql).
 _SIGNALS = {
-    "documents": ("content_hash, dup_cluster, dup_of, dup_similarity, lang, pii_total",
-                  "NULL::VARCHAR AS content_hash, NULL::VARCHAR AS dup_cluster, NULL::VARCHAR AS dup_of, "
-                  "NULL::DOUBLE AS dup_similarity, NULL::VARCHAR AS lang, NULL::INTEGER AS pii_total"),
-    "chunks": ("""d.dup_of, c.norm_hash, c.lang,
+    "documents": (
+        "content_hash, dup_cluster, dup_of, dup_similarity, lang, pii_total",
+        "NULL::VARCHAR AS content_hash, NULL::VARCHAR AS dup_cluster, NULL::VARCHAR AS dup_of, "
+        "NULL::DOUBLE AS dup_similarity, NULL::VARCHAR AS lang, NULL::INTEGER AS pii_total",
+    ),
+    "chunks": (
+        """d.dup_of, c.norm_hash, c.lang,
        c.pii_email, c.pii_phone, c.pii_card, c.pii_iban, c.pii_national_id, c.pii_secret, c.pii_total,
        c.q_words, c.q_mean_word, c.q_alpha, c.q_dup_lines, c.q_top_2gram, c.q_dup_5gram""",
-               "NULL::VARCHAR AS dup_of, NULL::VARCHAR AS norm_hash, NULL::VARCHAR AS lang, "
-               + ", ".join(f"NULL::INTEGER AS pii_{k}" for k in ("email", "phone", "card", "iban", "national_id",
-                                                                  "secret", "total"))
-               + ", NULL::INTEGER AS q_words, "
-               + ", ".join(f"NULL::DOUBLE AS {q}" for q in ("q_mean_word", "q_alpha", "q_dup_lines", "q_top_2gram",
-                                                             "q_dup_5gram"))),
+        "NULL::VARCHAR AS dup_of, NULL::VARCHAR AS norm_hash, NULL::VARCHAR AS lang, "
+        + ", ".join(
+            f"NULL::INTEGER AS pii_{k}" for k in ("email", "phone", "card", "iban", "national_id", "secret", "total")
+        )
+        + ", NULL::INTEGER AS q_words, "
+        + ", ".join(
+            f"NULL::DOUBLE AS {q}" for q in ("q_mean_word", "q_alpha", "q_dup_lines", "q_top_2gram", "q_dup_5gram")
+        ),
+    ),
 }
 _BOILERPLATE = ("c.boilerplate\n", "NULL::DOUBLE AS boilerplate\n")  # a catalog from before that column
 
@@ -151,6 +157,7 @@ def export_sql(snap, table: str) -> str:
 def _redact_json(text: str, kinds: tuple[str, ...]) -> str:
     """The JSON ``text`` with every string value's ``kinds`` masked (keys kept); text that is not
     JSON is masked as a whole."""
+
     def walk(value):
         if isinstance(value, str):
             return pii.redact(value, kinds)
@@ -202,8 +209,16 @@ def _unreadable(snap, filters) -> frozenset[str]:
     return frozenset(row[0] for row in snap.con.execute(sql, params).fetchall())
 
 
-def _copy_query(con, sql: str, params: list, path: Path, fmt: str, batch_rows: int, redact: tuple[str, ...] = (),
-                hidden: frozenset[str] = frozenset()) -> int:
+def _copy_query(
+    con,
+    sql: str,
+    params: list,
+    path: Path,
+    fmt: str,
+    batch_rows: int,
+    redact: tuple[str, ...] = (),
+    hidden: frozenset[str] = frozenset(),
+) -> int:
     reader = con.execute(sql, params).fetch_record_batch(batch_rows)
     sink = _Sink(path, fmt, reader.schema)
     try:
@@ -218,7 +233,9 @@ def _copy_query(con, sql: str, params: list, path: Path, fmt: str, batch_rows: i
     return sink.rows
 
 
-def _copy_chunks_with_vectors(snap, filters, path: Path, fmt: str, batch_rows: int, redact: tuple[str, ...] = ()) -> int:
+def _copy_chunks_with_vectors(
+    snap, filters, path: Path, fmt: str, batch_rows: int, redact: tuple[str, ...] = ()
+) -> int:
     """Chunks joined to their vectors, one LanceDB batch at a time."""
     con, table = snap.con, snap.table
     if table is None:
@@ -237,15 +254,19 @@ def _copy_chunks_with_vectors(snap, filters, path: Path, fmt: str, batch_rows: i
             lines = id_lines(ids)
             for batch in _batches(con, sql, [lines, lines, *fparams], batch_rows):
                 take = pa.array([where[c] for c in batch.column("chunk_id").to_pylist()], pa.int64())
-                sink.write(pa.RecordBatch.from_arrays([*_masked(batch, redact, hidden).columns,
-                                                       vectors.take(take).cast(vec_type)],
-                                                      schema=schema))
+                sink.write(
+                    pa.RecordBatch.from_arrays(
+                        [*_masked(batch, redact, hidden).columns, vectors.take(take).cast(vec_type)], schema=schema
+                    )
+                )
         csql, cparams = with_filter(load_sql("export_count"), filters)
         total = con.execute(csql, cparams).fetchone()[0]
         if total != sink.rows:
             # The commit protocol gives every catalog chunk a vector row; a gap means a damaged store.
-            raise QuarryError(f"the vector table {snap.pointer.vector_table} lacks {total - sink.rows} of the "
-                              f"{total} chunks to export: export without --vectors, or re-index with --full")
+            raise QuarryError(
+                f"the vector table {snap.pointer.vector_table} lacks {total - sink.rows} of the "
+                f"{total} chunks to export: export without --vectors, or re-index with --full"
+            )
     except BaseException:
         sink.abort()
         raise
@@ -253,15 +274,34 @@ def _copy_chunks_with_vectors(snap, filters, path: Path, fmt: str, batch_rows: i
     return sink.rows
 
 
-def export(index, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool = False, filters=None,
-           batch_rows: int = BATCH_ROWS, overwrite: bool = False, redact=()) -> ExportReport:
+def export(
+    index,
+    out: str | os.PathLike,
+    fmt: str = "parquet",
+    *,
+    vectors: bool = False,
+    filters=None,
+    batch_rows: int = BATCH_ROWS,
+    overwrite: bool = False,
+    redact=(),
+) -> ExportReport:
     """``index.export(out, fmt, ...)``: see :meth:`quarry.search.query.Index.export` and :func:`export_snapshot`."""
-    return index.export(out, fmt, vectors=vectors, filters=filters, batch_rows=batch_rows, overwrite=overwrite,
-                        redact=redact)
+    return index.export(
+        out, fmt, vectors=vectors, filters=filters, batch_rows=batch_rows, overwrite=overwrite, redact=redact
+    )
 
 
-def export_snapshot(snap, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool = False, filters=None,
-                    batch_rows: int = BATCH_ROWS, overwrite: bool = False, redact=()) -> ExportReport:
+def export_snapshot(
+    snap,
+    out: str | os.PathLike,
+    fmt: str = "parquet",
+    *,
+    vectors: bool = False,
+    filters=None,
+    batch_rows: int = BATCH_ROWS,
+    overwrite: bool = False,
+    redact=(),
+) -> ExportReport:
     """Write one committed snapshot (:class:`quarry.store.reader.Snapshot`) to the folder ``out`` as ``fmt`` files.
 
     ``filters`` (a :class:`quarry.search.filters.Filter`) keeps the chunks it matches, and the
@@ -288,8 +328,9 @@ def export_snapshot(snap, out: str | os.PathLike, fmt: str = "parquet", *, vecto
         raise UsageError("batch_rows must be at least 1")
     dest = Path(out).expanduser().absolute()
     if dest.suffix in (".parquet", ".jsonl") and not dest.is_dir():
-        return _export_corpus_file(snap, dest, fmt, vectors=vectors, filters=filters, batch_rows=batch_rows,
-                                   overwrite=overwrite, kinds=kinds)
+        return _export_corpus_file(
+            snap, dest, fmt, vectors=vectors, filters=filters, batch_rows=batch_rows, overwrite=overwrite, kinds=kinds
+        )
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"export target {dest} exists and is not a folder")
     store = Path(snap.store).resolve()
@@ -297,13 +338,22 @@ def export_snapshot(snap, out: str | os.PathLike, fmt: str = "parquet", *, vecto
     if real == store or store in real.parents:
         raise UsageError(f"export target {dest} is inside the store {store}: choose a folder outside it")
     if dest.is_dir() and not overwrite and any(dest.iterdir()):
-        raise UsageError(f"export target {dest} is not empty: choose an empty folder, or pass --overwrite to "
-                         "replace the export files in it")
+        raise UsageError(
+            f"export target {dest} is not empty: choose an empty folder, or pass --overwrite to "
+            "replace the export files in it"
+        )
     dest.mkdir(parents=True, exist_ok=True)
     con = snap.con  # one snapshot for the whole export, whatever commits meanwhile
-    report = ExportReport(out=str(dest), format=fmt, generation=snap.pointer.generation, model=snap.pointer.model,
-                          dim=snap.pointer.dim, vectors=vectors, filter=str(filters) if filters else "",
-                          redacted=list(kinds))
+    report = ExportReport(
+        out=str(dest),
+        format=fmt,
+        generation=snap.pointer.generation,
+        model=snap.pointer.model,
+        dim=snap.pointer.dim,
+        vectors=vectors,
+        filter=str(filters) if filters else "",
+        redacted=list(kinds),
+    )
     everything = not filters
     hidden = _unreadable(snap, filters)
     for name in TABLES:
@@ -325,34 +375,46 @@ def export_snapshot(snap, out: str | os.PathLike, fmt: str = "parquet", *, vecto
         report.files[name] = str(path)
     manifest = dest / "manifest.json"
     tmp = manifest.with_name("manifest.json.part")
-    tmp.write_text(json.dumps({**report.to_dict(), "exported_at": dt.datetime.now(dt.timezone.utc).isoformat()},
-                              indent=2), encoding="utf-8")
+    tmp.write_text(
+        json.dumps({**report.to_dict(), "exported_at": dt.datetime.now(dt.UTC).isoformat()}, indent=2), encoding="utf-8"
+    )
     os.replace(tmp, manifest)
     return report
 
 
-def _export_corpus_file(snap, dest: Path, fmt: str, *, vectors: bool, filters, batch_rows: int, overwrite: bool,
-                        kinds: tuple[str, ...]) -> ExportReport:
+def _export_corpus_file(
+    snap, dest: Path, fmt: str, *, vectors: bool, filters, batch_rows: int, overwrite: bool, kinds: tuple[str, ...]
+) -> ExportReport:
     """The chunks alone, into the one file ``dest`` (its suffix must be ``fmt``'s)."""
     if dest.suffix != f".{fmt}":
-        raise UsageError(f"export target {dest} ends in {dest.suffix} but the format is {fmt}: "
-                         f"use --format {dest.suffix[1:]} or another name")
+        raise UsageError(
+            f"export target {dest} ends in {dest.suffix} but the format is {fmt}: "
+            f"use --format {dest.suffix[1:]} or another name"
+        )
     store = Path(snap.store).resolve()
     if store in dest.resolve().parents:
         raise UsageError(f"export target {dest} is inside the store {store}: choose a file outside it")
     if dest.exists() and not overwrite:
         raise UsageError(f"export target {dest} exists: pass --overwrite to replace it")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    report = ExportReport(out=str(dest), format=fmt, generation=snap.pointer.generation, model=snap.pointer.model,
-                          dim=snap.pointer.dim, vectors=vectors, filter=str(filters) if filters else "",
-                          redacted=list(kinds))
+    report = ExportReport(
+        out=str(dest),
+        format=fmt,
+        generation=snap.pointer.generation,
+        model=snap.pointer.model,
+        dim=snap.pointer.dim,
+        vectors=vectors,
+        filter=str(filters) if filters else "",
+        redacted=list(kinds),
+    )
     if vectors:
         rows = _copy_chunks_with_vectors(snap, filters, dest, fmt, batch_rows, kinds)
     else:
         sql, params = with_filter(export_sql(snap, "chunks"), filters)
         try:
-            rows = _copy_query(snap.con, sql, [None, None, *params], dest, fmt, batch_rows, kinds,
-                               _unreadable(snap, filters))
+            rows = _copy_query(
+                snap.con, sql, [None, None, *params], dest, fmt, batch_rows, kinds, _unreadable(snap, filters)
+            )
         except duckdb.Error as exc:
             if filters:
                 raise UsageError(f"filter {filters}: {exc}") from exc

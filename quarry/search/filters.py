@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 
 from quarry.core.errors import UsageError
 from quarry.core.paths import ARCHIVE_SEP, display
@@ -144,14 +144,18 @@ class Filter:
 
     def permissions(self) -> Filter:
         """Only the permission clauses of this filter (what the caller may read, whatever else is asked)."""
-        return Filter(tuple(c for c in self.clauses if c[0] == ACL_SQL),
-                      tuple(d for d in self.description if d.startswith("readable by ")))
+        return Filter(
+            tuple(c for c in self.clauses if c[0] == ACL_SQL),
+            tuple(d for d in self.description if d.startswith("readable by ")),
+        )
 
     def without_permissions(self) -> Filter:
         """This filter less its permission clauses: for a catalog written before documents carried
         principals, where every document is public and the clause has no column to read."""
-        return Filter(tuple(c for c in self.clauses if c[0] != ACL_SQL),
-                      tuple(d for d in self.description if not d.startswith("readable by ")))
+        return Filter(
+            tuple(c for c in self.clauses if c[0] != ACL_SQL),
+            tuple(d for d in self.description if not d.startswith("readable by ")),
+        )
 
     def __str__(self) -> str:
         return " AND ".join(self.description) or "(none)"
@@ -282,7 +286,7 @@ def _path_filter(patterns: list[str]) -> Filter:
 def _instant(value, name: str, end_of_day: bool) -> datetime:
     """A naive UTC datetime; for a date alone, its start (or the next day's start)."""
     if isinstance(value, datetime):
-        return value.astimezone(timezone.utc).replace(tzinfo=None) if value.tzinfo else value
+        return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
     if isinstance(value, date):
         day = datetime.combine(value, time())
         return day + timedelta(days=1) if end_of_day else day
@@ -291,7 +295,7 @@ def _instant(value, name: str, end_of_day: bool) -> datetime:
     if rel:
         amount, unit = int(rel.group(1)), rel.group(2)
         delta = {"h": timedelta(hours=amount), "d": timedelta(days=amount), "w": timedelta(weeks=amount)}[unit]
-        return datetime.now(timezone.utc).replace(tzinfo=None) - delta
+        return datetime.now(UTC).replace(tzinfo=None) - delta
     parsed, has_time = _parse_time(text)
     if parsed is None:
         raise UsageError(f"{name}: {text!r} is not a date; use YYYY-MM-DD, YYYY-MM-DDTHH:MM or e.g. 7d")
@@ -308,7 +312,7 @@ def _parse_time(text: str) -> tuple[datetime | None, bool]:
     except ValueError:
         return None, False
     if parsed.tzinfo:
-        parsed = parsed.astimezone(timezone.utc).replace(tzinfo=None)
+        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
     return parsed, True
 
 
@@ -409,7 +413,7 @@ class _Parser:
             raise self.error(f"expected a column name at character {tok.pos + 1}, got {tok.text!r}")
         name = tok.text.lower()
         if name.startswith("metadata."):
-            key = tok.text[len("metadata."):]
+            key = tok.text[len("metadata.") :]
             if not _METADATA_KEY.match(key):
                 raise self.error(f"metadata key {key!r} may hold only letters, digits, _ and -")
             return tok.text, "json_extract_string(d.metadata, ?)", "meta", (f'$."{key}"',)

@@ -70,12 +70,15 @@ class Follower:
         if remote is not None and self._pull.acquire(blocking=False):
             try:
                 remote.pull(self.store.folder, max_age=check_seconds())
-            except Exception as exc:  # noqa: BLE001 - the bucket out of reach: serve what we have
+            except Exception as exc:
                 if self._snap is None:
                     raise
-                logging.getLogger("quarry").warning("%s: cannot check for a newer generation (%s); still "
-                                                    "answering from generation %d", remote.url, exc,
-                                                    self._snap.pointer.generation)
+                logging.getLogger("quarry").warning(
+                    "%s: cannot check for a newer generation (%s); still answering from generation %d",
+                    remote.url,
+                    exc,
+                    self._snap.pointer.generation,
+                )
             finally:
                 self._pull.release()
         try:

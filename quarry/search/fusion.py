@@ -42,8 +42,23 @@ from collections.abc import Hashable, Mapping, Sequence
 
 from quarry.core.registry import FUSIONS
 
-__all__ = ["DEFAULT_FUSION", "DEFAULT_K", "DOC_WEIGHT", "FLOORS", "FUSIONS", "TMM_ADAPT", "TMM_ALPHA", "fuse",
-           "normalise", "normalised", "peak", "rrf", "tmm", "tmm_weights", "with_documents"]
+__all__ = [
+    "DEFAULT_FUSION",
+    "DEFAULT_K",
+    "DOC_WEIGHT",
+    "FLOORS",
+    "FUSIONS",
+    "TMM_ADAPT",
+    "TMM_ALPHA",
+    "fuse",
+    "normalise",
+    "normalised",
+    "peak",
+    "rrf",
+    "tmm",
+    "tmm_weights",
+    "with_documents",
+]
 
 DEFAULT_K = 60
 DEFAULT_FUSION = "tmm"

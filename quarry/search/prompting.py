@@ -33,8 +33,13 @@ Reply with a JSON object: {"status": "answered" or "not_found", "claims": [{"tex
 
 
 def _fence(p: Passage) -> str:
-    where = p.path + (f", pages {p.page_start}-{p.page_end}" if p.page_start is not None and p.page_end != p.page_start
-                      else f", page {p.page_start}" if p.page_start is not None else "")
+    where = p.path + (
+        f", pages {p.page_start}-{p.page_end}"
+        if p.page_start is not None and p.page_end != p.page_start
+        else f", page {p.page_start}"
+        if p.page_start is not None
+        else ""
+    )
     text = p.text.replace("</passage>", "</ passage>")  # a passage cannot close its own fence
     return f'<passage number="{p.number}" source="{where}">\n{text}\n</passage>'
 
@@ -54,13 +59,19 @@ def answer_schema(numbers: list[int]) -> dict:
         "type": "object",
         "properties": {
             "status": {"type": "string", "enum": ["answered", "not_found"]},
-            "claims": {"type": "array", "minItems": 1, "items": {
-                "type": "object",
-                "properties": {"text": {"type": "string"},
-                               "citations": {"type": "array", "items": cite, "minItems": 1},
-                               "quote": {"type": "string"}},
-                "required": ["text", "citations"],
-            }},
+            "claims": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "text": {"type": "string"},
+                        "citations": {"type": "array", "items": cite, "minItems": 1},
+                        "quote": {"type": "string"},
+                    },
+                    "required": ["text", "citations"],
+                },
+            },
         },
         "required": ["status", "claims"],
     }
@@ -68,10 +79,14 @@ def answer_schema(numbers: list[int]) -> dict:
 
 def condense_messages(history: list[dict], question: str) -> list[dict]:
     """Messages asking to rewrite the last question of a conversation as a standalone question."""
-    turns = "\n".join(f"{m.get('role', 'user')}: {' '.join(str(m.get('content', '')).split())[:2000]}"
-                      for m in history[-10:])
+    turns = "\n".join(
+        f"{m.get('role', 'user')}: {' '.join(str(m.get('content', '')).split())[:2000]}" for m in history[-10:]
+    )
     return [
-        {"role": "system", "content": "Rewrite the user's last question as one standalone question that can be "
-                                      "understood without the conversation. Reply with the question only."},
+        {
+            "role": "system",
+            "content": "Rewrite the user's last question as one standalone question that can be "
+            "understood without the conversation. Reply with the question only.",
+        },
         {"role": "user", "content": f"Conversation:\n{turns}\n\nLast question: {question}"},
     ]

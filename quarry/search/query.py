@@ -23,38 +23,45 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from quarry.core.environment import environment
 from quarry.core.errors import ModelMismatch, NotFound, UsageError
 from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
 from quarry.core.principals import caller
-from quarry.core.environment import environment
 from quarry.core.settings import Settings
 from quarry.core.sqlfiles import load_sql
-from quarry.retrieval.dense import METHODS as VECTOR_SEARCH
 from quarry.ingest.embedders import describe, describe_backend, get_embedder
+from quarry.retrieval.dense import METHODS as VECTOR_SEARCH
+from quarry.search import relevance
+from quarry.search.arguments import checked_numbers, reranker_of, segment_params, short_id, window_of
+from quarry.search.collapse import POOL_FACTOR as COLLAPSE_POOL
+from quarry.search.collapse import collapse as collapse_duplicates
 from quarry.search.filters import Filter, with_filter
+from quarry.search.follower import LRU, Follower
 from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, DOC_WEIGHT, FUSIONS, fuse, normalised, with_documents
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 from quarry.search.rerank import Reranker
-from quarry.search.segments import RseParams
-from quarry.search.collapse import POOL_FACTOR as COLLAPSE_POOL
-from quarry.search.collapse import collapse as collapse_duplicates
-from quarry.search.arguments import checked_numbers, reranker_of, segment_params, short_id, window_of
-from quarry.search.follower import LRU, Follower
-from quarry.search import relevance
 from quarry.search.results import SearchResponse, SearchResult
-from quarry.search.segments import segments_from_results
+from quarry.search.segments import RseParams, segments_from_results
 from quarry.search.windows import ChunkReader, expand
 from quarry.store import views
 from quarry.store.fts import summary as fts_status
+from quarry.store.handle import Store, as_store, open_store
 from quarry.store.layers import attach_sql
 from quarry.store.reader import Snapshot
-from quarry.store.handle import Store, as_store, open_store
 
 if TYPE_CHECKING:
     from quarry.search.export import ExportReport  # imported when exporting: pyarrow stays off the query path
 
-__all__ = ["Index", "SearchResponse", "SearchResult", "open", "MODES", "RETRIEVERS", "VECTOR_SEARCH",
-           "DEFAULT_RERANK_CANDIDATES"]
+__all__ = [
+    "Index",
+    "SearchResponse",
+    "SearchResult",
+    "open",
+    "MODES",
+    "RETRIEVERS",
+    "VECTOR_SEARCH",
+    "DEFAULT_RERANK_CANDIDATES",
+]
 
 MODES = SEARCH_MODES
 
@@ -69,8 +76,15 @@ class Index:
     See :mod:`quarry.retrieval.dense`.
     """
 
-    def __init__(self, store: Store | Path, settings: Settings | None = None, *, vector_search: str | None = None,
-                 cache_size: int = 10_000, principals=None):
+    def __init__(
+        self,
+        store: Store | Path,
+        settings: Settings | None = None,
+        *,
+        vector_search: str | None = None,
+        cache_size: int = 10_000,
+        principals=None,
+    ):
         vector_search = vector_search or environment().vector_search
         if vector_search not in VECTOR_SEARCH:
             raise UsageError(f"unknown vector search {vector_search!r}; choose one of {', '.join(VECTOR_SEARCH)}")
@@ -237,16 +251,18 @@ class Index:
 
         return snap.index.bm25.search_tokens(query_tokens(query), n, mask)
 
-    def vector_search(self, query: str, n: int, filters: Filter | None = None,
-                      principals=None) -> list[tuple[str, float]]:
+    def vector_search(
+        self, query: str, n: int, filters: Filter | None = None, principals=None
+    ) -> list[tuple[str, float]]:
         """Top-``n`` chunk ids by cosine similarity, with the similarity."""
         with self._pinned() as snap:
             mask, kept = self.filter_mask(self._effective(filters, principals), snap)
             rows, scores = self._vector_rows(snap, query, n, mask, kept)
             return list(zip(snap.index.chunk_ids(rows), map(float, scores)))
 
-    def bm25_search(self, query: str, n: int, filters: Filter | None = None,
-                    principals=None) -> list[tuple[str, float]]:
+    def bm25_search(
+        self, query: str, n: int, filters: Filter | None = None, principals=None
+    ) -> list[tuple[str, float]]:
         """Top-``n`` chunk ids by BM25 over header + text (see :mod:`quarry.retrieval.bm25`)."""
         with self._pinned() as snap:
             mask, _ = self.filter_mask(self._effective(filters, principals), snap)
@@ -337,8 +353,17 @@ class Index:
             candidates = max(50, 5 * pool) if candidates is None else candidates  # 0 stays 0: a usage error
             pool = max(pool, COLLAPSE_POOL * k)
         with self._pinned():
-            response = self._ranked(query, pool, mode, candidates=candidates, rrf_k=rrf_k, fusion=fusion, weights=weights,
-                                    min_scores=min_scores, filters=self._effective(filters, principals))
+            response = self._ranked(
+                query,
+                pool,
+                mode,
+                candidates=candidates,
+                rrf_k=rrf_k,
+                fusion=fusion,
+                weights=weights,
+                min_scores=min_scores,
+                filters=self._effective(filters, principals),
+            )
             if reranker is not None:
                 t = time.perf_counter()
                 response.results = reranker.rerank(response.query, response.results)
@@ -370,9 +395,19 @@ class Index:
             return results
         return collapse_duplicates(snap.con, results, filters, environment().dup_threshold)
 
-    def _ranked(self, query: str, k: int, mode: str, *, candidates: int | None, rrf_k: int, fusion: str,
-                weights: dict[str, float] | None, min_scores: dict[str, float] | None,
-                filters: Filter | str | None) -> SearchResponse:
+    def _ranked(
+        self,
+        query: str,
+        k: int,
+        mode: str,
+        *,
+        candidates: int | None,
+        rrf_k: int,
+        fusion: str,
+        weights: dict[str, float] | None,
+        min_scores: dict[str, float] | None,
+        filters: Filter | str | None,
+    ) -> SearchResponse:
         """The top ``k`` of one retriever, or of the fused retrievers in ``hybrid`` mode."""
         timings: dict[str, float] = {}
         t_start = time.perf_counter()
@@ -386,7 +421,7 @@ class Index:
             raise UsageError("rrf_k must be 0 or more")
         if fusion not in FUSIONS:
             raise UsageError(f"unknown fusion {fusion!r}; choose one of {', '.join(FUSIONS)}")
-        weights = {**{r: 1.0 for r in FUSION_WEIGHTS}, **checked_numbers("weights", weights, FUSION_WEIGHTS)}
+        weights = {**dict.fromkeys(FUSION_WEIGHTS, 1.0), **checked_numbers("weights", weights, FUSION_WEIGHTS)}
         if any(w < 0 for w in weights.values()):
             raise UsageError(f"weights must be 0 or more, got {weights}")
         min_scores = checked_numbers("min_scores", min_scores, (*RETRIEVERS, "fused"))
@@ -430,9 +465,16 @@ class Index:
             # the document evidence counts only documents the filter keeps a row of: a document the
             # caller may not read (or filtered out) never moves the scores of the ones returned
             keep = self._document_mask(filters, snap, mask) if documents > 0 and mask is not None else None
-            fused = self._fuse(hits, k, fusion=fusion, rrf_k=rrf_k, weights=weights, depth=n,
-                               min_fused=min_scores.get("fused"),
-                               documents=(snap.index.cards, query, documents, keep) if documents > 0 else None)
+            fused = self._fuse(
+                hits,
+                k,
+                fusion=fusion,
+                rrf_k=rrf_k,
+                weights=weights,
+                depth=n,
+                min_fused=min_scores.get("fused"),
+                documents=(snap.index.cards, query, documents, keep) if documents > 0 else None,
+            )
         else:
             fused = hits[mode][:k]
         timings["fuse"] = _ms(t)
@@ -444,12 +486,22 @@ class Index:
         timings["match"] = _ms(t)
         timings["total"] = _ms(t_start)
         return SearchResponse(
-            query=query, mode=mode, results=results, generation=snap.pointer.generation, k=k,
-            candidates=n if mode == "hybrid" else k, rrf_k=rrf_k,
+            query=query,
+            mode=mode,
+            results=results,
+            generation=snap.pointer.generation,
+            k=k,
+            candidates=n if mode == "hybrid" else k,
+            rrf_k=rrf_k,
             fusion=fusion if mode == "hybrid" else "",
             weights={r: weights[r] for r in (*active, *(["documents"] if documents > 0 else []))}
-            if mode == "hybrid" else {}, min_scores=min_scores,
-            filter=str(filters) if filters else "", counts=counts, timings=timings, warnings=warnings,
+            if mode == "hybrid"
+            else {},
+            min_scores=min_scores,
+            filter=str(filters) if filters else "",
+            counts=counts,
+            timings=timings,
+            warnings=warnings,
         )
 
     def _query_fits(self, query: str) -> list[str]:
@@ -464,13 +516,23 @@ class Index:
             return []
         if tokens <= limit:
             return []
-        return [f"the query is {tokens} model tokens long; the vector search reads only its first {limit} "
-                f"(about {limit * 3 // 4} words), BM25 reads all of it"]
+        return [
+            f"the query is {tokens} model tokens long; the vector search reads only its first {limit} "
+            f"(about {limit * 3 // 4} words), BM25 reads all of it"
+        ]
 
     @staticmethod
-    def _fuse(hits: dict[str, list[tuple[int, float]]], k: int, *, fusion: str, rrf_k: int,
-              weights: dict[str, float], depth: int, min_fused: float | None,
-              documents: tuple | None = None) -> list[tuple[int, float]]:
+    def _fuse(
+        hits: dict[str, list[tuple[int, float]]],
+        k: int,
+        *,
+        fusion: str,
+        rrf_k: int,
+        weights: dict[str, float],
+        depth: int,
+        min_fused: float | None,
+        documents: tuple | None = None,
+    ) -> list[tuple[int, float]]:
         """The top ``k`` ``(row, fused score)`` of the retrievers' ``(row, score)`` rankings
         (``depth``: how many candidates each retriever was asked for); ``documents`` =
         ``(cards, query, weight)`` adds the document evidence of :func:`with_documents`."""
@@ -492,13 +554,27 @@ class Index:
         for data, (row, score) in zip(fields, fused):
             scores = {name: info.get(name, {}).get(row, (None, None))[1] for name in RETRIEVERS}
             ranks = {name: info.get(name, {}).get(row, (None, None))[0] for name in RETRIEVERS}
-            results.append(SearchResult(rank=len(results) + 1, score=float(score),
-                                        fused=float(score) if fused_scores else None,
-                                        scores=scores, ranks=ranks, **data))
+            results.append(
+                SearchResult(
+                    rank=len(results) + 1,
+                    score=float(score),
+                    fused=float(score) if fused_scores else None,
+                    scores=scores,
+                    ranks=ranks,
+                    **data,
+                )
+            )
         return results
 
-    def _match(self, snap: Snapshot, query: str, results: list[SearchResult], rows: list[int],
-               hits: dict[str, list[tuple[int, float]]], vector: bool) -> None:
+    def _match(
+        self,
+        snap: Snapshot,
+        query: str,
+        results: list[SearchResult],
+        rows: list[int],
+        hits: dict[str, list[tuple[int, float]]],
+        vector: bool,
+    ) -> None:
         """Fill each result's ``match``: the query words its chunk holds with its BM25 score, and its
         cosine when the vector retriever ran, whether or not a retriever ranked it (scores of rows
         a retriever did not return are computed for these rows only). ``bm25`` mode never embeds
@@ -522,20 +598,44 @@ class Index:
             vec = self._embed_query(query, snap)
             cosine.update(zip(todo, snap.index.dense.cosines(vec, np.asarray(todo, dtype=np.int64)).tolist()))
         for result, row, h in zip(results, rows, held):
-            result.match = {"bm25": relevance.bm25_match(toks, h.tolist(), bm25.get(row, 0.0)),
-                            "vector": relevance.vector_match(cosine.get(row))}
+            result.match = {
+                "bm25": relevance.bm25_match(toks, h.tolist(), bm25.get(row, 0.0)),
+                "vector": relevance.vector_match(cosine.get(row)),
+            }
 
     # --- answers: quarry/search/answer.py ---------------------------------------------------------
 
-    def answer(self, question: str, *, k: int = 8, mode: str = "hybrid", filters: Filter | str | None = None,
-               principals=None, model: str | None = None, max_context_tokens: int | None = None, history=None,
-               style: str = "auto", runtime=None):
+    def answer(
+        self,
+        question: str,
+        *,
+        k: int = 8,
+        mode: str = "hybrid",
+        filters: Filter | str | None = None,
+        principals=None,
+        model: str | None = None,
+        max_context_tokens: int | None = None,
+        history=None,
+        style: str = "auto",
+        runtime=None,
+    ):
         """Answer ``question`` with checked citations from what ``principals`` may read: what
         ``quarry ask`` does. Returns an :class:`~quarry.search.answer.Answer` (see that module)."""
         from quarry.search.answer import answer
 
-        return answer(self, question, k=k, mode=mode, filters=filters, principals=principals, model=model,
-                      max_context_tokens=max_context_tokens, history=history, style=style, runtime=runtime)
+        return answer(
+            self,
+            question,
+            k=k,
+            mode=mode,
+            filters=filters,
+            principals=principals,
+            model=model,
+            max_context_tokens=max_context_tokens,
+            history=history,
+            style=style,
+            runtime=runtime,
+        )
 
     def answer_events(self, question: str, **kwargs):
         """:meth:`answer` as it happens: ``("evidence", ...)``, ``("token", text)``..., ``("answer", Answer)``."""
@@ -580,8 +680,17 @@ class Index:
             if access is not None:
                 # the search index's rows, segments and terms count every document, readable or not,
                 # so a restricted caller gets no summary (and none is computed for it)
-                for key in ("store", "catalog", "catalog_attach", "full_text", "vector_table", "vector_version",
-                            "embedder", "last_run", "search_index"):
+                for key in (
+                    "store",
+                    "catalog",
+                    "catalog_attach",
+                    "full_text",
+                    "vector_table",
+                    "vector_version",
+                    "embedder",
+                    "last_run",
+                    "search_index",
+                ):
                     info.pop(key)
             else:
                 from quarry.store.layout import disk_usage
@@ -643,8 +752,10 @@ class Index:
                     out[key] = list(value or [])
             indexed = out["indexed_at"].removesuffix("Z") if out.get("indexed_at") else "1970-01-01"
             cur = snap.con.execute(load_sql("document_failures"), [out["path"], indexed])
-            out["failures"] = [{"run_id": run_id, "started": started.isoformat() + "Z", "error": error}
-                               for run_id, started, error in cur.fetchall()]
+            out["failures"] = [
+                {"run_id": run_id, "started": started.isoformat() + "Z", "error": error}
+                for run_id, started, error in cur.fetchall()
+            ]
             out["generation"] = snap.pointer.generation
             return out
 
@@ -663,9 +774,29 @@ class Index:
             out = dict(zip([d[0] for d in cur.description], row))
             out["generation"] = snap.pointer.generation
             if before_after is not None and before_after != (0, 0):
-                hit = SearchResult(rank=1, score=0.0, **{k: out[k] for k in (
-                    "chunk_id", "doc_id", "path", "title", "section", "header", "text", "page_start", "page_end",
-                    "chunk_index", "section_index", "file_type", "start_char", "end_char")})
+                hit = SearchResult(
+                    rank=1,
+                    score=0.0,
+                    **{
+                        k: out[k]
+                        for k in (
+                            "chunk_id",
+                            "doc_id",
+                            "path",
+                            "title",
+                            "section",
+                            "header",
+                            "text",
+                            "page_start",
+                            "page_end",
+                            "chunk_index",
+                            "section_index",
+                            "file_type",
+                            "start_char",
+                            "end_char",
+                        )
+                    },
+                )
                 windows = expand(self, [hit], *before_after)
                 out["window"] = windows[0].to_dict() if windows else None
             return out
@@ -676,9 +807,18 @@ class Index:
             return None  # a catalog from before principals: every document is public
         return access
 
-    def export(self, out: str | os.PathLike, fmt: str = "parquet", *, vectors: bool = False,
-               filters: Filter | str | None = None, batch_rows: int | None = None,
-               overwrite: bool = False, principals=None, redact=()) -> ExportReport:
+    def export(
+        self,
+        out: str | os.PathLike,
+        fmt: str = "parquet",
+        *,
+        vectors: bool = False,
+        filters: Filter | str | None = None,
+        batch_rows: int | None = None,
+        overwrite: bool = False,
+        principals=None,
+        redact=(),
+    ) -> ExportReport:
         """Write documents, sections and chunks of the committed generation to the folder ``out``
         as ``parquet`` or ``jsonl`` files: what ``quarry export`` does (see :mod:`quarry.search.export`).
         With ``principals``, only what the caller may read; ``redact``: PII kinds masked in the text."""
@@ -688,9 +828,16 @@ class Index:
             filters = self._effective(filters, principals)
             if filters and filters.restricted and not snap.has_principals:
                 filters = filters.without_permissions() or None
-            return export_snapshot(snap, out, fmt, vectors=vectors, filters=filters,
-                                   batch_rows=BATCH_ROWS if batch_rows is None else batch_rows,
-                                   overwrite=overwrite, redact=redact)
+            return export_snapshot(
+                snap,
+                out,
+                fmt,
+                vectors=vectors,
+                filters=filters,
+                batch_rows=BATCH_ROWS if batch_rows is None else batch_rows,
+                overwrite=overwrite,
+                redact=redact,
+            )
 
     def corpus_report(self) -> dict:
         """Duplicates by folder, bytes saved, languages, PII by kind, boilerplate per root: what
@@ -700,8 +847,10 @@ class Index:
 
         with self._pinned() as snap:
             if not snap.has_signals:
-                raise UsageError(f"the store at {self.store} was indexed before corpus signals existed: "
-                                 "run quarry index --full to compute them")
+                raise UsageError(
+                    f"the store at {self.store} was indexed before corpus signals existed: "
+                    "run quarry index --full to compute them"
+                )
             return {"generation": snap.pointer.generation, **report(snap.con)}
 
     def sql(self, query: str, limit: int | None = None):
@@ -710,8 +859,9 @@ class Index:
         from quarry.search.sql import run_sql
 
         with self._pinned() as snap:
-            return run_sql(snap.con, query, snap.pointer.generation, limit, store=self.store,
-                           full_text=self.settings.duckdb_fts)
+            return run_sql(
+                snap.con, query, snap.pointer.generation, limit, store=self.store, full_text=self.settings.duckdb_fts
+            )
 
     def runs(self, limit: int = 50) -> list[dict]:
         """Index runs, newest first, with skipped runs the next commit has yet to record."""
@@ -739,7 +889,7 @@ class Index:
         return found
 
 
-def open(db: str | os.PathLike | Store | None = None, settings: Settings | None = None, **kwargs) -> Index:  # noqa: A001
+def open(db: str | os.PathLike | Store | None = None, settings: Settings | None = None, **kwargs) -> Index:
     """Open the index at ``db`` (a folder, a store URL or an opened :class:`~quarry.store.handle.Store`;
     default ``$QUARRY_DB`` or ``./.quarry``) for searching.
 

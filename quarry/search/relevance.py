@@ -67,8 +67,11 @@ def strong(match: dict | None) -> bool:
     if vector is not None and vector["cosine"] >= COSINE_STRONG:
         return True
     bm25 = match.get("bm25")
-    return bm25 is not None and bm25["matched"] >= min(TERMS_STRONG, bm25["of"]) \
+    return (
+        bm25 is not None
+        and bm25["matched"] >= min(TERMS_STRONG, bm25["of"])
         and bm25["matched"] >= SHARE_STRONG * bm25["of"]
+    )
 
 
 def weak(matches: Iterable[dict | None]) -> bool:

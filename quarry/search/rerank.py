@@ -48,8 +48,15 @@ def apply_order(results: Sequence, order: Sequence[int], scores: Sequence[float]
     out = []
     for new_rank, (i, s) in enumerate(zip(order, scores), start=1):
         r = results[i]
-        out.append(replace(r, rank=new_rank, score=float(s), scores={**r.scores, "rerank": float(s)},
-                           ranks={**r.ranks, "rerank": new_rank}))
+        out.append(
+            replace(
+                r,
+                rank=new_rank,
+                score=float(s),
+                scores={**r.scores, "rerank": float(s)},
+                ranks={**r.ranks, "rerank": new_rank},
+            )
+        )
     return out
 
 
@@ -62,8 +69,10 @@ class CrossEncoderReranker:
     def __init__(self, path: str, batch_size: int = 32, device: str | None = None):
         folder = Path(path).expanduser()
         if not (folder / "config.json").is_file():
-            raise UsageError(f"no cross-encoder model at {folder}: give a local folder saved with save_pretrained "
-                             "(it must hold config.json and the weights); quarry never downloads one")
+            raise UsageError(
+                f"no cross-encoder model at {folder}: give a local folder saved with save_pretrained "
+                "(it must hold config.json and the weights); quarry never downloads one"
+            )
         self.path = str(folder)
         self.name = f"cross-encoder:{folder}"
         self.batch_size = batch_size
@@ -77,13 +86,16 @@ class CrossEncoderReranker:
             try:
                 from sentence_transformers import CrossEncoder
             except ImportError as exc:
-                raise QuarryError("the cross-encoder reranker needs torch and sentence-transformers, which the "
-                                  "default install leaves out: pip install 'quarry[torch]'") from exc
+                raise QuarryError(
+                    "the cross-encoder reranker needs torch and sentence-transformers, which the "
+                    "default install leaves out: pip install 'quarry[torch]'"
+                ) from exc
             try:
                 self._model = CrossEncoder(self.path, local_files_only=True, device=self.device or "cpu")
             except Exception as exc:
-                raise QuarryError(f"could not load the cross-encoder at {self.path}: {type(exc).__name__}: "
-                                  f"{str(exc)[:200]}") from exc
+                raise QuarryError(
+                    f"could not load the cross-encoder at {self.path}: {type(exc).__name__}: {str(exc)[:200]}"
+                ) from exc
         return self._model
 
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
@@ -92,8 +104,10 @@ class CrossEncoderReranker:
 
         if not texts:
             return []
-        raw = np.asarray(self.model.predict([(query, t) for t in texts], batch_size=self.batch_size,
-                                            show_progress_bar=False), dtype=np.float64)
+        raw = np.asarray(
+            self.model.predict([(query, t) for t in texts], batch_size=self.batch_size, show_progress_bar=False),
+            dtype=np.float64,
+        )
         if raw.ndim == 2:  # several labels: the probability of the last ("relevant") one
             e = np.exp(raw - raw.max(axis=1, keepdims=True))
             raw = (e / e.sum(axis=1, keepdims=True))[:, -1]
@@ -111,7 +125,7 @@ class CrossEncoderReranker:
 
 SYSTEM_PROMPT = (
     "You rank search results. Given a query and numbered passages, order the passages from most to least "
-    "relevant to the query. Answer with JSON only, in the form {\"ranking\": [3, 1, 2]}, listing every "
+    'relevant to the query. Answer with JSON only, in the form {"ranking": [3, 1, 2]}, listing every '
     "passage number exactly once."
 )
 
@@ -124,7 +138,7 @@ def build_prompt(query: str, results: Sequence, passage_chars: int = PASSAGE_CHA
         if len(body) > passage_chars:
             body = body[: passage_chars - 1] + "…"
         lines.append(f"[{i}] {body}")
-    lines += ["", f"Return {{\"ranking\": [...]}} with the numbers 1 to {len(results)}, most relevant first."]
+    lines += ["", f'Return {{"ranking": [...]}} with the numbers 1 to {len(results)}, most relevant first.']
     return "\n".join(lines)
 
 
@@ -188,8 +202,16 @@ def parse_ranking(content: str, n: int) -> tuple[list[int], bool]:
 class LLMReranker:
     """Listwise rerank by a chat model on an OpenAI-compatible endpoint, one request per query."""
 
-    def __init__(self, model: str = "", base_url: str | None = None, api_key: str | None = None,
-                 timeout: float | None = None, passage_chars: int = PASSAGE_CHARS, policy=None, settings=None):
+    def __init__(
+        self,
+        model: str = "",
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float | None = None,
+        passage_chars: int = PASSAGE_CHARS,
+        policy=None,
+        settings=None,
+    ):
         """Arguments left as None come from ``settings`` (default: ``Settings.from_env()``)."""
         from quarry.core.openai.retry import RetryPolicy
         from quarry.core.settings import Settings
@@ -200,8 +222,10 @@ class LLMReranker:
         self.api_key = api_key if api_key is not None else settings.llm_api_key
         self.model = model or settings.llm_model_name
         if not self.base_url and not self.api_key:
-            raise UsageError("--rerank llm needs QUARRY_LLM_BASE_URL (a local OpenAI-compatible server) or "
-                             "QUARRY_LLM_API_KEY / OPENAI_API_KEY (the hosted API)")
+            raise UsageError(
+                "--rerank llm needs QUARRY_LLM_BASE_URL (a local OpenAI-compatible server) or "
+                "QUARRY_LLM_API_KEY / OPENAI_API_KEY (the hosted API)"
+            )
         self.timeout = float(timeout if timeout is not None else settings.llm_timeout)
         self.passage_chars = passage_chars
         self.policy = policy or RetryPolicy()
@@ -223,15 +247,21 @@ class LLMReranker:
         from quarry.core.openai.redaction import describe_error
         from quarry.core.openai.retry import call_with_retries
 
-        messages = [{"role": "system", "content": SYSTEM_PROMPT},
-                    {"role": "user", "content": build_prompt(query, results, self.passage_chars)}]
+        messages = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": build_prompt(query, results, self.passage_chars)},
+        ]
         try:
-            response = call_with_retries(lambda: self.client.chat.completions.create(
-                model=self.model, messages=messages, temperature=0,
-                response_format={"type": "json_object"}), self.policy)
+            response = call_with_retries(
+                lambda: self.client.chat.completions.create(
+                    model=self.model, messages=messages, temperature=0, response_format={"type": "json_object"}
+                ),
+                self.policy,
+            )
         except Exception as exc:
-            raise QuarryError(f"LLM rerank via {host_of(self.base_url)} failed: "
-                              f"{describe_error(exc, self.api_key)}") from None
+            raise QuarryError(
+                f"LLM rerank via {host_of(self.base_url)} failed: {describe_error(exc, self.api_key)}"
+            ) from None
         choices = getattr(response, "choices", None) or []
         return (choices[0].message.content or "") if choices else ""
 
@@ -267,8 +297,9 @@ def get_reranker(spec: str) -> Reranker:
     return RERANKERS.get(kind)(arg)
 
 
-def rerank_search(index, query: str, reranker: Reranker, k: int = 10,
-                  rerank_candidates: int = DEFAULT_CANDIDATES, **search_kwargs):
+def rerank_search(
+    index, query: str, reranker: Reranker, k: int = 10, rerank_candidates: int = DEFAULT_CANDIDATES, **search_kwargs
+):
     """``index.search(query, k, rerank=reranker, rerank_candidates=...)``: search for
     ``max(k, rerank_candidates)`` fused results, rerank them all, keep the best ``k``.
 

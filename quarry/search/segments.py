@@ -73,12 +73,30 @@ class RseParams:
 
 # The presets of dsRAG's rse.py (RSE_PARAMS_PRESETS). find_all's minimum_value is 0.4 there.
 PRESETS: dict[str, RseParams] = {
-    "balanced": RseParams(max_length=15, overall_max_length=30, minimum_value=0.5, irrelevant_chunk_penalty=0.18,
-                          decay_rate=30, top_k_for_document_selection=10),
-    "precision": RseParams(max_length=15, overall_max_length=30, minimum_value=0.7, irrelevant_chunk_penalty=0.2,
-                           decay_rate=30, top_k_for_document_selection=10),
-    "find_all": RseParams(max_length=40, overall_max_length=200, minimum_value=0.4, irrelevant_chunk_penalty=0.18,
-                          decay_rate=200, top_k_for_document_selection=200),
+    "balanced": RseParams(
+        max_length=15,
+        overall_max_length=30,
+        minimum_value=0.5,
+        irrelevant_chunk_penalty=0.18,
+        decay_rate=30,
+        top_k_for_document_selection=10,
+    ),
+    "precision": RseParams(
+        max_length=15,
+        overall_max_length=30,
+        minimum_value=0.7,
+        irrelevant_chunk_penalty=0.2,
+        decay_rate=30,
+        top_k_for_document_selection=10,
+    ),
+    "find_all": RseParams(
+        max_length=40,
+        overall_max_length=200,
+        minimum_value=0.4,
+        irrelevant_chunk_penalty=0.18,
+        decay_rate=200,
+        top_k_for_document_selection=200,
+    ),
 }
 
 
@@ -134,7 +152,9 @@ def relevance(results: Sequence, how: str = "auto") -> list[float]:
             s = r.scores.get(name)
             if s is None:
                 continue
-            total += min(1.0, max(0.0, float(s))) if name == "vector" else (float(s) / bm25_max if bm25_max > 0 else 0.0)
+            total += (
+                min(1.0, max(0.0, float(s))) if name == "vector" else (float(s) / bm25_max if bm25_max > 0 else 0.0)
+            )
         out.append(total / len(ran))
     return out
 
@@ -147,8 +167,9 @@ def chunk_value(rank0: int, rel: float, penalty: float, decay_rate: float) -> fl
 # --- the optimisation ------------------------------------------------------------------------
 
 
-def best_segments(values: Sequence[Sequence[float]], max_length: int, overall_max_length: int,
-                  minimum_value: float) -> list[tuple[int, int, int, float]]:
+def best_segments(
+    values: Sequence[Sequence[float]], max_length: int, overall_max_length: int, minimum_value: float
+) -> list[tuple[int, int, int, float]]:
     """Greedy best non-overlapping segments over documents' chunk values.
 
     ``values[d][i]`` is chunk ``i`` of document ``d``. Returns ``(d, start, end, value)`` with
@@ -229,8 +250,9 @@ def segments_from_results(index, results: Sequence, params: RseParams) -> list[S
         values[p["doc_id"]][ci] = v
         hit_at[(p["doc_id"], ci)] = r
 
-    picked = best_segments([values[d] for d in docs], params.max_length, params.overall_max_length,
-                           params.minimum_value)
+    picked = best_segments(
+        [values[d] for d in docs], params.max_length, params.overall_max_length, params.minimum_value
+    )
     rows = reader.ranges([(docs[d], s, e - 1) for d, s, e, _ in picked])
     meta = {pos[r.chunk_id]["doc_id"]: pos[r.chunk_id] for r in results}
     segments: list[Segment] = []
@@ -241,19 +263,40 @@ def segments_from_results(index, results: Sequence, params: RseParams) -> list[S
         span = build_span(rows[doc_id], s, e - 1)
         hits = sorted((hit_at[(doc_id, i)] for i in range(s, e) if (doc_id, i) in hit_at), key=lambda r: r.rank)
         section = hits[0].section if hits else (span["rows"][0]["section"] if span["rows"] else "")
-        segments.append(Segment(
-            rank=len(segments) + 1, doc_id=doc_id, path=meta[doc_id]["path"], title=meta[doc_id]["title"],
-            section=section, header=span["header"], first_chunk=span["first_chunk"], last_chunk=span["last_chunk"],
-            start_char=span["start_char"], end_char=span["end_char"], page_start=span["page_start"],
-            page_end=span["page_end"], text=span["text"], score=value, hits=[h.rank for h in hits],
-            chunk_ids=span["chunk_ids"],
-        ))
+        segments.append(
+            Segment(
+                rank=len(segments) + 1,
+                doc_id=doc_id,
+                path=meta[doc_id]["path"],
+                title=meta[doc_id]["title"],
+                section=section,
+                header=span["header"],
+                first_chunk=span["first_chunk"],
+                last_chunk=span["last_chunk"],
+                start_char=span["start_char"],
+                end_char=span["end_char"],
+                page_start=span["page_start"],
+                page_end=span["page_end"],
+                text=span["text"],
+                score=value,
+                hits=[h.rank for h in hits],
+                chunk_ids=span["chunk_ids"],
+            )
+        )
     return segments
 
 
-def relevant_segments(index, query: str, preset: str = "balanced", filters=None, *, mode: str = "hybrid",
-                      results: Sequence | None = None, search_kwargs: dict | None = None,
-                      **overrides) -> list[Segment]:
+def relevant_segments(
+    index,
+    query: str,
+    preset: str = "balanced",
+    filters=None,
+    *,
+    mode: str = "hybrid",
+    results: Sequence | None = None,
+    search_kwargs: dict | None = None,
+    **overrides,
+) -> list[Segment]:
     """Search ``query`` and return the relevant segments a preset picks, best first.
 
     ``overrides`` are :class:`RseParams` fields (``max_length=20``, ``relevance="rank"``...).

@@ -39,8 +39,9 @@ class SqlResult:
         return [dict(zip(self.columns, row)) for row in self.rows]
 
 
-def run_sql(con, query: str, generation: int, limit: int | None = None, store: Path | None = None,
-            full_text: bool = True) -> SqlResult:
+def run_sql(
+    con, query: str, generation: int, limit: int | None = None, store: Path | None = None, full_text: bool = True
+) -> SqlResult:
     """Run ``query`` on the read-only catalog connection ``con``; at most ``limit`` rows are fetched.
 
     ``store``: the store the catalog is of, for queries that use DuckDB's full-text tables (built
@@ -51,7 +52,7 @@ def run_sql(con, query: str, generation: int, limit: int | None = None, store: P
     import duckdb
 
     if not query or not query.strip():
-        raise UsageError("no SQL given: quarry sql \"SELECT count(*) FROM documents\"")
+        raise UsageError('no SQL given: quarry sql "SELECT count(*) FROM documents"')
     for stmt in statements("sql_views"):
         con.execute(stmt)
     if store is not None:
@@ -62,8 +63,9 @@ def run_sql(con, query: str, generation: int, limit: int | None = None, store: P
     search_path = None
     if store is not None and fts.uses_fts(query):
         if not full_text and fts.state(store, generation) != "ready":
-            raise UsageError("DuckDB's full-text tables are off (QUARRY_DUCKDB_FTS=0): unset it, or set it to 1, "
-                             "to query match_bm25")
+            raise UsageError(
+                "DuckDB's full-text tables are off (QUARRY_DUCKDB_FTS=0): unset it, or set it to 1, to query match_bm25"
+            )
         search_path = fts.attach(con, store, generation)
     try:
         if search_path is not None:

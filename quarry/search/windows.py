@@ -156,8 +156,14 @@ def locate(con, results: Sequence) -> dict[str, dict]:
         for cid, (doc_id, ci) in known.items():
             if doc_id in sizes:
                 _, n, path, title = sizes[doc_id]
-                out[cid] = {"chunk_id": cid, "doc_id": doc_id, "chunk_index": ci, "n_chunks": n, "path": path,
-                            "title": title}
+                out[cid] = {
+                    "chunk_id": cid,
+                    "doc_id": doc_id,
+                    "chunk_index": ci,
+                    "n_chunks": n,
+                    "path": path,
+                    "title": title,
+                }
     return out
 
 
@@ -246,13 +252,26 @@ def expand(index, results: Sequence, before: int = 1, after: int = 1) -> list:
             best = hits[0]
             info = pos[best.chunk_id]
             section = next((x["section"] for x in span["rows"] if x["chunk_id"] == best.chunk_id), "")
-            windows.append(Window(
-                rank=0, doc_id=doc, path=info["path"], title=info["title"], section=section,
-                header=span["header"], first_chunk=span["first_chunk"], last_chunk=span["last_chunk"],
-                start_char=span["start_char"], end_char=span["end_char"], page_start=span["page_start"],
-                page_end=span["page_end"], text=span["text"], hits=[h.rank for h in hits],
-                score=max(float(h.score) for h in hits), chunk_ids=span["chunk_ids"],
-            ))
+            windows.append(
+                Window(
+                    rank=0,
+                    doc_id=doc,
+                    path=info["path"],
+                    title=info["title"],
+                    section=section,
+                    header=span["header"],
+                    first_chunk=span["first_chunk"],
+                    last_chunk=span["last_chunk"],
+                    start_char=span["start_char"],
+                    end_char=span["end_char"],
+                    page_start=span["page_start"],
+                    page_end=span["page_end"],
+                    text=span["text"],
+                    hits=[h.rank for h in hits],
+                    score=max(float(h.score) for h in hits),
+                    chunk_ids=span["chunk_ids"],
+                )
+            )
     windows.sort(key=lambda w: w.hits[0])
     for i, w in enumerate(windows, start=1):
         w.rank = i

@@ -38,7 +38,9 @@ def set_sources(con, changed: dict[str, AclSource], delta: bool = False) -> None
     """Remember each root's source (``delta``: in the catalog layer ``con`` writes,
     quarry/store/layers.py)."""
     for root, source in changed.items():
-        con.execute(load_sql("layer_acl_set_source" if delta else "acl_set_source"), [root, source.source, source.rules])
+        con.execute(
+            load_sql("layer_acl_set_source" if delta else "acl_set_source"), [root, source.source, source.rules]
+        )
 
 
 class StoredPrincipals(Mapping):
@@ -107,8 +109,10 @@ def stored(con) -> StoredPrincipals:
 def _update(con, sql: str, key: str, wanted: dict[str, tuple[str, ...]], layer: tuple[int, int] | None) -> list[str]:
     if not wanted:
         return []
-    table = pa.table({key: list(wanted), "principals": [list(p) for p in wanted.values()]},
-                     schema=pa.schema([(key, pa.string()), ("principals", pa.list_(pa.string()))]))
+    table = pa.table(
+        {key: list(wanted), "principals": [list(p) for p in wanted.values()]},
+        schema=pa.schema([(key, pa.string()), ("principals", pa.list_(pa.string()))]),
+    )
     con.register(_WANTED, table)
     try:
         if layer is None:
@@ -133,8 +137,9 @@ def apply_to_documents(con, wanted: dict[str, tuple[str, ...]], layer: tuple[int
     return _update(con, "acl_apply_documents", "doc_id", {d: normalise(v) for d, v in wanted.items()}, layer)
 
 
-def plan_for_run(store, files, roots: list[str], acl_source: str = "", acl_rules: str = "",
-                 rewritten: set[str] | None = None):
+def plan_for_run(
+    store, files, roots: list[str], acl_source: str = "", acl_rules: str = "", rewritten: set[str] | None = None
+):
     """Principals for every discovered file (``--acl`` / ``--acl-rules``, else what each root had),
     compared with the committed catalog of ``store``: a :class:`~quarry.ingest.acl.PermissionPlan`
     (``rewritten``: see :func:`~quarry.ingest.acl.plan_permissions`)."""

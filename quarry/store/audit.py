@@ -27,7 +27,7 @@ import re
 import socket
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from quarry.core.errors import QuarryError, UsageError
@@ -37,8 +37,18 @@ __all__ = ["AuditLog", "EVENTS", "Verification", "audit_of", "parse_since", "rec
 
 FOLDER = "audit"
 GENESIS = "0" * 64
-EVENTS = ("key.created", "key.revoked", "key.expired", "access.denied", "run.permissions_changed",
-          "run.documents_deleted", "guard.refused", "guard.override", "rollback", "maintain")
+EVENTS = (
+    "key.created",
+    "key.revoked",
+    "key.expired",
+    "access.denied",
+    "run.permissions_changed",
+    "run.documents_deleted",
+    "guard.refused",
+    "guard.override",
+    "rollback",
+    "maintain",
+)
 _NAME = re.compile(r"^(\d{12})\.json$")
 log = logging.getLogger("quarry.audit")
 
@@ -158,8 +168,9 @@ class AuditLog:
     def __str__(self) -> str:
         return str(self.where)
 
-    def append(self, event: str, details: dict | None = None, key: str | None = None,
-               client: str | None = None) -> dict:
+    def append(
+        self, event: str, details: dict | None = None, key: str | None = None, client: str | None = None
+    ) -> dict:
         """Write one entry after the newest one (retrying when another writer takes its number)."""
         if event not in EVENTS:
             raise ValueError(f"unknown audit event {event!r}")
@@ -169,9 +180,15 @@ class AuditLog:
             if names:
                 last = json.loads(self.where.read(names[-1]))
                 seq, prev = int(_NAME.match(names[-1]).group(1)) + 1, last.get("hash", "")
-            now = datetime.now(timezone.utc)
-            entry = {"seq": seq, "time": now.isoformat(timespec="microseconds"), "event": event,
-                     "who": _who(key, client), "details": details or {}, "prev": prev}
+            now = datetime.now(UTC)
+            entry = {
+                "seq": seq,
+                "time": now.isoformat(timespec="microseconds"),
+                "event": event,
+                "who": _who(key, client),
+                "details": details or {},
+                "prev": prev,
+            }
             entry["hash"] = _digest(entry)
             try:
                 self.where.create(_name(seq), (json.dumps(entry, sort_keys=True) + "\n").encode())
@@ -193,8 +210,9 @@ class AuditLog:
                 if tolerant:
                     log.warning("skipping audit entry %s/%s: cannot be read (%s)", self.where, name, exc)
                     continue
-                raise QuarryError(f"audit entry {self.where}/{name} cannot be read ({exc}): "
-                                  "`quarry audit verify` checks the log") from None
+                raise QuarryError(
+                    f"audit entry {self.where}/{name} cannot be read ({exc}): `quarry audit verify` checks the log"
+                ) from None
             if since is not None and datetime.fromisoformat(entry.get("time", "")) < since:
                 continue
             out.append(entry)
@@ -218,8 +236,11 @@ class AuditLog:
             seq = int(_NAME.match(name).group(1))
             result.entries += 1
             if seq != expected_seq:
-                result.problems.append(f"entries {expected_seq}-{seq - 1} are missing (removed)"
-                                       if seq > expected_seq + 1 else f"entry {expected_seq} is missing (removed)")
+                result.problems.append(
+                    f"entries {expected_seq}-{seq - 1} are missing (removed)"
+                    if seq > expected_seq + 1
+                    else f"entry {expected_seq} is missing (removed)"
+                )
             try:
                 entry = json.loads(self.where.read(name))
             except (ValueError, FileNotFoundError):
@@ -231,8 +252,10 @@ class AuditLog:
             elif entry.get("seq") != seq:
                 result.problems.append(f"entry {seq} holds entry {entry.get('seq')} (moved or reordered)")
             elif prev is not None and entry.get("prev") != prev:
-                result.problems.append(f"entry {seq} does not follow entry {seq - 1}: its previous hash differs "
-                                       "(an entry before it was edited, removed or reordered)")
+                result.problems.append(
+                    f"entry {seq} does not follow entry {seq - 1}: its previous hash differs "
+                    "(an entry before it was edited, removed or reordered)"
+                )
             expected_seq, prev = seq + 1, entry.get("hash") if isinstance(entry, dict) else None
             result.last_hash = prev or result.last_hash
         return result
@@ -243,8 +266,9 @@ def audit_of(store: Store | Path) -> AuditLog:
     return AuditLog(store)
 
 
-def record(store: Store | Path, event: str, details: dict | None = None, key: str | None = None,
-           client: str | None = None) -> dict | None:
+def record(
+    store: Store | Path, event: str, details: dict | None = None, key: str | None = None, client: str | None = None
+) -> dict | None:
     """Append an event to the audit log of ``store``; a failure is logged, never raised (recording
     must not undo or fail the operation it records)."""
     try:
@@ -261,7 +285,7 @@ def parse_since(value: str | None, now: datetime | None = None) -> datetime | No
     """``30d``, ``12h``, ``2w``, ``90m``, ``45s`` ago, or an ISO date/time (UTC unless it says)."""
     if value is None or not value.strip():
         return None
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     text = value.strip()
     rel = _RELATIVE.match(text.lower())
     if rel:
@@ -271,4 +295,4 @@ def parse_since(value: str | None, now: datetime | None = None) -> datetime | No
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise UsageError(f"--since {text!r}: use 30d, 12h, 2w, 90m or a date such as 2026-01-31") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

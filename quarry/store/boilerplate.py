@@ -59,9 +59,18 @@ def stale(con) -> bool:
     finally:
         for stmt in statements("boilerplate_drop"):
             con.execute(stmt)
+
+
 _ROWS = "boilerplate_rows"
-_SCHEMA = pa.schema([("chunk_id", pa.string()), ("doc_id", pa.string()), ("boilerplate", pa.float64()),
-                     ("search_text", pa.string()), ("text_hash", pa.string())])
+_SCHEMA = pa.schema(
+    [
+        ("chunk_id", pa.string()),
+        ("doc_id", pa.string()),
+        ("boilerplate", pa.float64()),
+        ("search_text", pa.string()),
+        ("text_hash", pa.string()),
+    ]
+)
 
 
 @dataclass
@@ -104,9 +113,18 @@ def _maybe_flipped(moved: dict[int, int], counts: dict, roots: dict[str, int], k
     return out
 
 
-def update(con, docs: set[str], removed_lines: dict[int, int], removed_docs: int, layer: tuple[int, int] | None,
-           strip: bool = False, lookup: Callable | None = None, embed: Callable | None = None,
-           full: bool = False, restore: bool = False) -> Update:
+def update(
+    con,
+    docs: set[str],
+    removed_lines: dict[int, int],
+    removed_docs: int,
+    layer: tuple[int, int] | None,
+    strip: bool = False,
+    lookup: Callable | None = None,
+    embed: Callable | None = None,
+    full: bool = False,
+    restore: bool = False,
+) -> Update:
     """Bring ``chunks.boilerplate`` of the catalog ``con`` writes in line after a commit's changes.
 
     ``docs``: documents added, changed or moved, or whose duplicate assignment changed;
@@ -146,9 +164,14 @@ def update(con, docs: set[str], removed_lines: dict[int, int], removed_docs: int
     finally:
         for stmt in statements("boilerplate_drop"):
             con.execute(stmt)
-    logging.getLogger("quarry").info("boilerplate: %d chunks recomputed in Python, %d rows updated in %d documents, "
-                                     "%d re-embedded (%s)", len(rows), out.updated, len(out.changed),
-                                     0 if out.vectors is None else out.vectors.num_rows, "all" if full else "incremental")
+    logging.getLogger("quarry").info(
+        "boilerplate: %d chunks recomputed in Python, %d rows updated in %d documents, %d re-embedded (%s)",
+        len(rows),
+        out.updated,
+        len(out.changed),
+        0 if out.vectors is None else out.vectors.num_rows,
+        "all" if full else "incremental",
+    )
     return out
 
 
@@ -184,8 +207,15 @@ def _compute(rows: list[tuple], strip: bool, restore: bool, lookup, embed) -> Up
             out.complete = False
             if share == stored:
                 continue
-        rows_out.append({"chunk_id": chunk_id, "doc_id": doc_id, "boilerplate": share, "search_text": new_search,
-                         "text_hash": new_hash})
+        rows_out.append(
+            {
+                "chunk_id": chunk_id,
+                "doc_id": doc_id,
+                "boilerplate": share,
+                "search_text": new_search,
+                "text_hash": new_hash,
+            }
+        )
     out.updated = len(rows_out)
     if rows_out:
         out.rows = pa.Table.from_pylist(rows_out, schema=_SCHEMA)
@@ -193,11 +223,15 @@ def _compute(rows: list[tuple], strip: bool, restore: bool, lookup, embed) -> Up
     if ids:
         out.by_chunk = {c: vecs[restrip[c][0]] for c in ids}
         dim = len(next(iter(vecs.values())))
-        out.vectors = pa.table({
-            "chunk_id": pa.array(ids, pa.string()),
-            "text_hash": pa.array([restrip[c][0] for c in ids], pa.string()),
-            "vector": pa.FixedSizeListArray.from_arrays(
-                pa.array(np.stack([out.by_chunk[c] for c in ids]).astype(np.float32).ravel()), dim)})
+        out.vectors = pa.table(
+            {
+                "chunk_id": pa.array(ids, pa.string()),
+                "text_hash": pa.array([restrip[c][0] for c in ids], pa.string()),
+                "vector": pa.FixedSizeListArray.from_arrays(
+                    pa.array(np.stack([out.by_chunk[c] for c in ids]).astype(np.float32).ravel()), dim
+                ),
+            }
+        )
     return out
 
 

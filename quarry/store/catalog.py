@@ -15,7 +15,7 @@ import logging
 import re
 import shutil
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 
@@ -72,8 +72,10 @@ def fts_extension_path() -> str:
     """
     spec = importlib.util.find_spec("duckdb_ext")
     if spec is None or not spec.submodule_search_locations:
-        raise QuarryError("DuckDB's FTS extension is missing (match_bm25 needs it): "
-                          "pip install 'duckdb-ext-fts==1.4.4.*' (a dependency of quarry)")
+        raise QuarryError(
+            "DuckDB's FTS extension is missing (match_bm25 needs it): "
+            "pip install 'duckdb-ext-fts==1.4.4.*' (a dependency of quarry)"
+        )
     version = duckdb.__version__
     for location in spec.submodule_search_locations:
         found = glob.glob(f"{location}/extensions/v{version}/*/fts.duckdb_extension")
@@ -121,11 +123,11 @@ def set_meta(con: duckdb.DuckDBPyConnection, key: str, value: str) -> None:
 
 
 def utc_timestamp(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).replace(tzinfo=None)
+    return datetime.fromtimestamp(epoch, tz=UTC).replace(tzinfo=None)
 
 
 def documents_table(records: list[DocumentRecord], run_id: str) -> pa.Table:
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = datetime.now(UTC).replace(tzinfo=None)
     rows = [
         {
             "doc_id": r.doc_id,
@@ -160,9 +162,16 @@ def _document_signals(r: DocumentRecord) -> dict:
     """The corpus signal columns of a documents row; the duplicate cluster is the commit's
     (quarry/store/dedup.py)."""
     get = r.signals.get
-    return {"content_hash": get("content_hash"), "minhash": get("minhash"), "lsh_bands": get("lsh_bands"),
-            "dup_cluster": None, "dup_of": None, "dup_similarity": None, "lang": get("lang"),
-            "pii_total": get("pii_total")}
+    return {
+        "content_hash": get("content_hash"),
+        "minhash": get("minhash"),
+        "lsh_bands": get("lsh_bands"),
+        "dup_cluster": None,
+        "dup_of": None,
+        "dup_similarity": None,
+        "lang": get("lang"),
+        "pii_total": get("pii_total"),
+    }
 
 
 def sections_table(records: list[DocumentRecord], page_of) -> pa.Table:
@@ -216,8 +225,7 @@ def _section_pages(record: DocumentRecord, start: int, end: int) -> tuple[int | 
     return (min(pages), max(pages)) if pages else (None, None)
 
 
-def replace_documents(con: duckdb.DuckDBPyConnection, records: list[DocumentRecord], run_id: str,
-                      stored=None) -> None:
+def replace_documents(con: duckdb.DuckDBPyConnection, records: list[DocumentRecord], run_id: str, stored=None) -> None:
     """Insert ``records``, replacing any earlier rows of the same documents, in one transaction.
 
     ``stored``: those of the documents the catalog holds, when the caller knows (only they are
@@ -228,8 +236,7 @@ def replace_documents(con: duckdb.DuckDBPyConnection, records: list[DocumentReco
     con.begin()
     try:
         doc_ids = [r.doc_id for r in records]
-        delete_documents(con, doc_ids if stored is None else [d for d in doc_ids if d in stored],
-                         in_transaction=True)
+        delete_documents(con, doc_ids if stored is None else [d for d in doc_ids if d in stored], in_transaction=True)
         insert_records(con, records, run_id, "insert_documents")
         con.commit()
     except BaseException:
@@ -241,9 +248,11 @@ def insert_records(con: duckdb.DuckDBPyConnection, records: list[DocumentRecord]
     """Run the statements of ``sql`` (``insert_documents``, or a layer's) over ``records``' rows,
     which they read as ``new_documents``, ``new_sections`` and ``new_chunks``; inside the caller's
     transaction."""
-    names = {"new_documents": documents_table(records, run_id),
-             "new_sections": sections_table(records, _section_pages),
-             "new_chunks": chunks_table(records)}
+    names = {
+        "new_documents": documents_table(records, run_id),
+        "new_sections": sections_table(records, _section_pages),
+        "new_chunks": chunks_table(records),
+    }
     try:
         for name, table in names.items():
             con.register(name, table)
@@ -292,9 +301,7 @@ def drop_fts(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def has_fts(con: duckdb.DuckDBPyConnection) -> bool:
-    row = con.execute(
-        "SELECT count(*) FROM duckdb_schemas() WHERE schema_name = 'fts_main_chunks'"
-    ).fetchone()
+    row = con.execute("SELECT count(*) FROM duckdb_schemas() WHERE schema_name = 'fts_main_chunks'").fetchone()
     return bool(row and row[0])
 
 
@@ -329,5 +336,8 @@ def connect_read_only(path: Path) -> tuple[duckdb.DuckDBPyConnection, Path | Non
         raise
     logging.getLogger("quarry").warning(
         "%s is held open read-write by %s; reading a private copy of it. Open catalogs read-only "
-        "(duckdb -readonly FILE, or read_only=True) so that quarry and other readers can share them.", path, holder)
+        "(duckdb -readonly FILE, or read_only=True) so that quarry and other readers can share them.",
+        path,
+        holder,
+    )
     return con, copy, holder

@@ -26,8 +26,9 @@ from quarry.ingest.corpus.minhash import from_blob
 __all__ = ["update_clusters", "threshold"]
 
 _WANTED = "wanted_dups"
-_SCHEMA = pa.schema([("doc_id", pa.string()), ("dup_cluster", pa.string()), ("dup_of", pa.string()),
-                     ("dup_similarity", pa.float64())])
+_SCHEMA = pa.schema(
+    [("doc_id", pa.string()), ("dup_cluster", pa.string()), ("dup_of", pa.string()), ("dup_similarity", pa.float64())]
+)
 
 
 def threshold() -> float:
@@ -52,8 +53,10 @@ def update_clusters(con, layer: tuple[int, int] | None = None, at: float | None 
     changes = [(d, wanted.get(d, Assignment())) for d in stored if wanted.get(d, Assignment()) != stored[d]]
     if not changes:
         return []
-    table = pa.Table.from_pylist([{"doc_id": d, "dup_cluster": a.cluster, "dup_of": a.of, "dup_similarity": a.similarity}
-                                  for d, a in changes], schema=_SCHEMA)
+    table = pa.Table.from_pylist(
+        [{"doc_id": d, "dup_cluster": a.cluster, "dup_of": a.of, "dup_similarity": a.similarity} for d, a in changes],
+        schema=_SCHEMA,
+    )
     con.register(_WANTED, table)
     try:
         if layer is None:
@@ -64,6 +67,10 @@ def update_clusters(con, layer: tuple[int, int] | None = None, at: float | None 
             changed = layers.rewrite_principals(con, "layer_dedup_apply", *layer)
     finally:
         con.unregister(_WANTED)
-    logging.getLogger("quarry").info("duplicates: %d candidate pairs, %d documents in clusters, %d rows updated",
-                                     len(pairs), len(wanted), len(changed))
+    logging.getLogger("quarry").info(
+        "duplicates: %d candidate pairs, %d documents in clusters, %d rows updated",
+        len(pairs),
+        len(wanted),
+        len(changed),
+    )
     return changed

@@ -70,12 +70,16 @@ class DoctorReport:
         return finding
 
     def to_dict(self) -> dict:
-        return {"store": self.store, "healthy": self.healthy, "repairable": self.repairable,
-                "findings": [asdict(f) for f in self.findings]}
+        return {
+            "store": self.store,
+            "healthy": self.healthy,
+            "repairable": self.repairable,
+            "findings": [asdict(f) for f in self.findings],
+        }
 
 
 def _rebuild_hint(store: Path) -> str:
-    return (f"move {store} aside and rebuild it from the source files: quarry index PATH --db {store} --full")
+    return f"move {store} aside and rebuild it from the source files: quarry index PATH --db {store} --full"
 
 
 def diagnose(store: Store | Path, repair: bool = False) -> DoctorReport:
@@ -86,8 +90,12 @@ def diagnose(store: Store | Path, repair: bool = False) -> DoctorReport:
     store = opened.folder
     report = DoctorReport(str(store))
     if not store.is_dir():
-        report.add("store", False, f"{store} does not exist" if not store.exists() else f"{store} is not a directory",
-                   "nothing to check: index into it first, `quarry index PATH --db STORE`")
+        report.add(
+            "store",
+            False,
+            f"{store} does not exist" if not store.exists() else f"{store} is not a directory",
+            "nothing to check: index into it first, `quarry index PATH --db STORE`",
+        )
         return report
     if opened.remote is not None and not repair:  # the writer lock pulls when repairing
         opened.remote.pull(store)
@@ -110,17 +118,26 @@ def _diagnose(opened: Store, report: DoctorReport, repair: bool) -> None:
         pointer = read_pointer(store)
         if pointer is None:
             if not list(store.glob("catalog-*.duckdb")):
-                report.add("pointer", False, f"{store / POINTER} is missing and there is no catalog",
-                           "not a quarry store (or nothing was ever committed): run `quarry index`")
+                report.add(
+                    "pointer",
+                    False,
+                    f"{store / POINTER} is missing and there is no catalog",
+                    "not a quarry store (or nothing was ever committed): run `quarry index`",
+                )
                 return
             raise StoreCorrupt(f"{store / POINTER} is missing")
         report.add("pointer", True, f"{store / POINTER}: generation {pointer.generation}")
     except StoreCorrupt as exc:
         found = recover_pointer(store)
-        finding = report.add("pointer", False, str(exc).split(": run `quarry doctor")[0],
-                             f"rewrite CURRENT to generation {found.generation} (catalog and vectors agree)"
-                             if found else "no finished generation whose vectors agree: " + _rebuild_hint(store),
-                             repairable=found is not None)
+        finding = report.add(
+            "pointer",
+            False,
+            str(exc).split(": run `quarry doctor")[0],
+            f"rewrite CURRENT to generation {found.generation} (catalog and vectors agree)"
+            if found
+            else "no finished generation whose vectors agree: " + _rebuild_hint(store),
+            repairable=found is not None,
+        )
         if found is None:
             return
         if repair:
@@ -141,7 +158,9 @@ def _diagnose(opened: Store, report: DoctorReport, repair: bool) -> None:
             report.add("catalog", False, f"{catalog_path} cannot be read: {_line(exc)}", _rebuild_hint(store))
             return
         chain = pointer.layers or (pointer.generation,)
-        layered = f" (a layer over {', '.join(f'catalog-{g:06d}.duckdb' for g in chain[:-1])})" if len(chain) > 1 else ""
+        layered = (
+            f" (a layer over {', '.join(f'catalog-{g:06d}.duckdb' for g in chain[:-1])})" if len(chain) > 1 else ""
+        )
         report.add("catalog", True, f"{catalog_path.name}{layered}: {len(chunk_ids)} chunks")
         _check_vectors(store, pointer, chunk_ids, meta, report)
         _check_index(store, pointer, con, len(chunk_ids), report, repair)
@@ -170,8 +189,12 @@ def _open_catalog(path: Path, report: DoctorReport, pointer):
         con, private = layers.connect(path.parent, pointer.generation, pointer.layers or None)
     except duckdb.IOException as exc:
         if lock_holder(exc):  # a copy failed too (a full disk): still a lock, never damage
-            report.add("catalog lock", False, f"{path.name} is held open read-write by {lock_holder(exc)}",
-                       "close that connection, or open the file read-only (duckdb -readonly FILE)")
+            report.add(
+                "catalog lock",
+                False,
+                f"{path.name} is held open read-write by {lock_holder(exc)}",
+                "close that connection, or open the file read-only (duckdb -readonly FILE)",
+            )
             return None
         report.add("catalog", False, f"{path} cannot be opened: {_line(exc)}", _rebuild_hint(path.parent))
         return None
@@ -181,10 +204,13 @@ def _open_catalog(path: Path, report: DoctorReport, pointer):
     if private:
         files = dict.fromkeys([path, *(path.parent / f"{layers.alias(g)}.duckdb" for g in pointer.layers or ())])
         held = [f"{f.name} is held open read-write by {who}" for f in files if (who := _holder_of(f))]
-        report.add("catalog lock", True, "; ".join(held or [f"{path.name} (or a layer it reads) is held open "
-                                                            "read-write by another process"])
-                   + "; quarry reads a private copy meanwhile. Close that connection, or open the file "
-                   "read-only (duckdb -readonly FILE)")
+        report.add(
+            "catalog lock",
+            True,
+            "; ".join(held or [f"{path.name} (or a layer it reads) is held open read-write by another process"])
+            + "; quarry reads a private copy meanwhile. Close that connection, or open the file "
+            "read-only (duckdb -readonly FILE)",
+        )
     return con, private
 
 
@@ -213,22 +239,39 @@ def _chunk_ids_at(store: Path, name: str, version: int) -> set[str] | None:
 
 def _check_vectors(store: Path, pointer, chunk_ids: set[str], meta: dict, report: DoctorReport) -> None:
     if meta.get("model") and (meta.get("model"), meta.get("dim")) != (pointer.model, str(pointer.dim)):
-        report.add("vectors", False, f"CURRENT names model {pointer.model}/{pointer.dim}, the catalog "
-                   f"{meta.get('model')}/{meta.get('dim')}", _rebuild_hint(store))
+        report.add(
+            "vectors",
+            False,
+            f"CURRENT names model {pointer.model}/{pointer.dim}, the catalog {meta.get('model')}/{meta.get('dim')}",
+            _rebuild_hint(store),
+        )
         return
     if not pointer.vector_table:
-        report.add("vectors", not chunk_ids, "no vector table" + (f" for {len(chunk_ids)} chunks" if chunk_ids else ""),
-                   "" if not chunk_ids else _rebuild_hint(store))
+        report.add(
+            "vectors",
+            not chunk_ids,
+            "no vector table" + (f" for {len(chunk_ids)} chunks" if chunk_ids else ""),
+            "" if not chunk_ids else _rebuild_hint(store),
+        )
         return
     try:
         stored = _chunk_ids_at(store, pointer.vector_table, pointer.vector_version)
     except Exception as exc:
-        report.add("vectors", False, f"{store / 'lance' / (pointer.vector_table + '.lance')} version "
-                   f"{pointer.vector_version} cannot be read: {_line(exc)}", _rebuild_hint(store))
+        report.add(
+            "vectors",
+            False,
+            f"{store / 'lance' / (pointer.vector_table + '.lance')} version "
+            f"{pointer.vector_version} cannot be read: {_line(exc)}",
+            _rebuild_hint(store),
+        )
         return
     if stored != chunk_ids:
-        report.add("vectors", False, f"{len(chunk_ids - stored)} chunks have no vector, {len(stored - chunk_ids)} "
-                   f"vectors have no chunk", _rebuild_hint(store))
+        report.add(
+            "vectors",
+            False,
+            f"{len(chunk_ids - stored)} chunks have no vector, {len(stored - chunk_ids)} vectors have no chunk",
+            _rebuild_hint(store),
+        )
         return
     report.add("vectors", True, f"{pointer.vector_table} v{pointer.vector_version}: {len(stored)} vectors match")
 
@@ -237,27 +280,34 @@ def _check_index(store: Path, pointer, con, n_chunks: int, report: DoctorReport,
     import json
 
     from quarry.retrieval import searchindex
+
     folder = store / searchindex.folder_name(pointer.generation)
     try:
         rows = json.loads((folder / searchindex.MANIFEST).read_text(encoding="utf-8")).get("rows")
     except (OSError, ValueError):
         rows = None
     complete = searchindex.read_manifest(folder) is not None and (
-        searchindex.read_manifest(folder).get("version") == 2 or searchindex.is_complete(folder))
+        searchindex.read_manifest(folder).get("version") == 2 or searchindex.is_complete(folder)
+    )
     if complete and rows == n_chunks:
         segments = searchindex.segment_generations(folder)
-        detail = f" in {len(segments)} segments ({', '.join(searchindex.folder_name(g) for g in segments)})" \
-            if len(segments) > 1 else ""
+        detail = (
+            f" in {len(segments)} segments ({', '.join(searchindex.folder_name(g) for g in segments)})"
+            if len(segments) > 1
+            else ""
+        )
         report.add("index", True, f"{folder.name}: {rows} rows{detail}")
         return
     why = "missing or incomplete" if rows is None or not complete else f"holds {rows} rows, the catalog {n_chunks}"
-    finding = report.add("index", False, f"{folder} {why}", "rebuild the index files from catalog and vectors",
-                         repairable=True)
+    finding = report.add(
+        "index", False, f"{folder} {why}", "rebuild the index files from catalog and vectors", repairable=True
+    )
     if repair:
         from quarry.store import vectors
 
-        table = vectors.open_for_read(store, pointer.vector_table, pointer.vector_version) if pointer.vector_table \
-            else None
+        table = (
+            vectors.open_for_read(store, pointer.vector_table, pointer.vector_version) if pointer.vector_table else None
+        )
         stored = partial(vectors.read_in_row_order, table) if table is not None else None
         # one segment of every live row (the next index run builds on it with a whole catalog)
         searchindex.build_into(folder, con, stored, pointer.model, pointer.dim, generation=pointer.generation)
@@ -269,14 +319,22 @@ def _check_stale(store: Path, pointer, report: DoctorReport, repair: bool) -> No
 
     keep = generations.keep_generations()
     stays = generations.referenced(store, pointer.generation, keep)
-    stale = sorted(p.name for p in list(store.glob("catalog-*.duckdb*")) + list(store.glob("index-*"))
-                   if (gen := generations.generation_of(p.name)) is not None
-                   and (".tmp-" in p.name or ".rebase" in p.name or gen > pointer.generation or gen not in stays))
+    stale = sorted(
+        p.name
+        for p in list(store.glob("catalog-*.duckdb*")) + list(store.glob("index-*"))
+        if (gen := generations.generation_of(p.name)) is not None
+        and (".tmp-" in p.name or ".rebase" in p.name or gen > pointer.generation or gen not in stays)
+    )
     if not stale:
         return
-    finding = report.add("stale files", False, f"left by runs that never committed or past the retention of "
-                         f"{keep} generations (and the layers they read): {', '.join(stale)}",
-                         "remove them (the next index run would too)", repairable=True)
+    finding = report.add(
+        "stale files",
+        False,
+        f"left by runs that never committed or past the retention of "
+        f"{keep} generations (and the layers they read): {', '.join(stale)}",
+        "remove them (the next index run would too)",
+        repairable=True,
+    )
     if repair:
         generations.remove_unkept(store, pointer.generation, keep)
         finding.repaired = True
@@ -290,8 +348,9 @@ def recover_pointer(store: Path):
     from quarry.store import layers, vectors
     from quarry.store.pointer import Pointer
 
-    gens = sorted(((int(m.group(1)), p) for p in store.glob("catalog-*.duckdb")
-                   if (m := _GENERATION.match(p.name))), reverse=True)
+    gens = sorted(
+        ((int(m.group(1)), p) for p in store.glob("catalog-*.duckdb") if (m := _GENERATION.match(p.name))), reverse=True
+    )
     for generation, path in gens:
         try:
             con, private = layers.connect(store, generation)
@@ -322,9 +381,16 @@ def recover_pointer(store: Path):
         for version in versions:
             try:
                 if _chunk_ids_at(store, name, version) == chunk_ids:
-                    return Pointer(generation=generation, catalog=path.name, vector_table=name,
-                                   vector_version=version, model=model, dim=dim,
-                                   committed_at=os.path.getmtime(path), layers=chain)
+                    return Pointer(
+                        generation=generation,
+                        catalog=path.name,
+                        vector_table=name,
+                        vector_version=version,
+                        model=model,
+                        dim=dim,
+                        committed_at=os.path.getmtime(path),
+                        layers=chain,
+                    )
             except Exception:
                 continue
     return None
@@ -333,4 +399,3 @@ def recover_pointer(store: Path):
 def _line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-

@@ -28,8 +28,7 @@ from quarry.core.errors import NotFound, UsageError
 from quarry.core.sqlfiles import load_sql, statements
 from quarry.store.handle import Store, as_store
 
-__all__ = ["EVALS", "SETS", "COLUMNS", "record", "rows", "save_set", "load_set", "list_sets", "set_path",
-           "expose"]
+__all__ = ["EVALS", "SETS", "COLUMNS", "record", "rows", "save_set", "load_set", "list_sets", "set_path", "expose"]
 
 EVALS = "evals.jsonl"
 SETS = "evalsets"
@@ -38,8 +37,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 def _table_columns() -> list[str]:
     sql = load_sql("evals_table")
-    create = sql[sql.index("CREATE"):]
-    body = create[create.index("(\n") + 2: create.rindex("\n)")]
+    create = sql[sql.index("CREATE") :]
+    body = create[create.index("(\n") + 2 : create.rindex("\n)")]
     return [line.split()[0] for line in body.splitlines() if line.strip() and not line.strip().startswith("--")]
 
 
@@ -93,8 +92,14 @@ def expose(con, store: Store | Path) -> None:
         insert = load_sql("evals_insert")
         values = []
         for item in items:
-            values.append([json.dumps(item.get(c)) if c in ("settings", "metrics", "judge") and item.get(c) is not None
-                           else item.get(c) for c in COLUMNS])
+            values.append(
+                [
+                    json.dumps(item.get(c))
+                    if c in ("settings", "metrics", "judge") and item.get(c) is not None
+                    else item.get(c)
+                    for c in COLUMNS
+                ]
+            )
         con.executemany(insert, values)
 
 
@@ -137,8 +142,10 @@ def load_set(store: Store | Path | None, name_or_file: str) -> tuple[dict, list[
         path = set_path(store, name_or_file)
         if not path.is_file():
             known = ", ".join(s["name"] for s in list_sets(store)) or "none"
-            raise NotFound(f"no question set {name_or_file!r} in {_folder(store)} (sets: {known}); "
-                           f"make one with `quarry eval generate`")
+            raise NotFound(
+                f"no question set {name_or_file!r} in {_folder(store)} (sets: {known}); "
+                f"make one with `quarry eval generate`"
+            )
         meta_path = path.with_suffix(".meta.json")
         meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {"name": name_or_file}
     questions = []
@@ -150,7 +157,7 @@ def load_set(store: Store | Path | None, name_or_file: str) -> tuple[dict, list[
         except ValueError as exc:
             raise UsageError(f"{path}:{lineno}: not valid JSON ({exc})") from None
         if not isinstance(item, dict) or not item.get("query") or not item.get("doc_id"):
-            raise UsageError(f"{path}:{lineno}: a question needs \"query\" and \"doc_id\"")
+            raise UsageError(f'{path}:{lineno}: a question needs "query" and "doc_id"')
         questions.append(item)
     return meta, questions
 

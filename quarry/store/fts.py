@@ -185,8 +185,13 @@ def build(store: Path, generation: int, lock_fd: int | None = None) -> Path:
                     # DuckDB's FTS build spills only in part: it needs ~1 GB a 100,000 chunks
                     if limit >= ceiling:
                         raise
-                    log.warning("full-text tables of generation %d need more than %d MB: building again with %d MB "
-                                "(QUARRY_FTS_MEMORY_MB)", generation, limit, min(ceiling, limit * 2))
+                    log.warning(
+                        "full-text tables of generation %d need more than %d MB: building again with %d MB "
+                        "(QUARRY_FTS_MEMORY_MB)",
+                        generation,
+                        limit,
+                        min(ceiling, limit * 2),
+                    )
                     limit = min(ceiling, limit * 2)
                     for leftover in (tmp, Path(f"{tmp}.wal")):
                         leftover.unlink(missing_ok=True)
@@ -228,8 +233,10 @@ def _write(store: Path, generation: int, tmp: Path, t0: float, memory_mb: int) -
         con.execute("SET temp_directory = ?", [str(spill)])
         own = layers.alias(generation)
         if not (store / f"{own}.duckdb").is_file():
-            raise QuarryError(f"{store / f'{own}.duckdb'}, the catalog of generation {generation}, is missing: "
-                              "a newer commit removed it; query the current one")
+            raise QuarryError(
+                f"{store / f'{own}.duckdb'}, the catalog of generation {generation}, is missing: "
+                "a newer commit removed it; query the current one"
+            )
         private = layers.attach(con, store, [generation])
         private += layers.attach(con, store, layers.chain_of(con, generation, own)[:-1])
         # the alias is made of the generation number (an identifier: no bound parameter can name it)
@@ -240,11 +247,20 @@ def _write(store: Path, generation: int, tmp: Path, t0: float, memory_mb: int) -
         con.execute("CHECKPOINT")
         # the cost, of the whole process (the builder's own, when it runs as python -m quarry.store.fts)
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        con.execute("CREATE TABLE build AS SELECT ?::INTEGER AS generation, ?::BIGINT AS chunks, "
-                    "?::DOUBLE AS seconds, ?::DOUBLE AS cpu_seconds, ?::INTEGER AS peak_rss_mb, "
-                    "?::INTEGER AS memory_limit_mb, ?::INTEGER AS threads, now() AS built_at",
-                    [generation, rows, time.perf_counter() - t0, usage.ru_utime + usage.ru_stime,
-                     usage.ru_maxrss // 1024, memory_mb, env.fts_threads])
+        con.execute(
+            "CREATE TABLE build AS SELECT ?::INTEGER AS generation, ?::BIGINT AS chunks, "
+            "?::DOUBLE AS seconds, ?::DOUBLE AS cpu_seconds, ?::INTEGER AS peak_rss_mb, "
+            "?::INTEGER AS memory_limit_mb, ?::INTEGER AS threads, now() AS built_at",
+            [
+                generation,
+                rows,
+                time.perf_counter() - t0,
+                usage.ru_utime + usage.ru_stime,
+                usage.ru_maxrss // 1024,
+                memory_mb,
+                env.fts_threads,
+            ],
+        )
         con.execute("CHECKPOINT")
         return rows
     finally:
@@ -306,17 +322,30 @@ def ensure(store: Path, generation: int) -> Path:
     if target.is_file():
         return target
     if not available():
-        raise UsageError("match_bm25 needs DuckDB's FTS extension, a dependency of quarry: pip install 'duckdb-ext-fts==1.4.4.*'")
-    log.warning("building DuckDB's full-text tables of generation %d for match_bm25 (once per generation that "
-                "changed chunks; quarry maintain builds them ahead): %s", generation, target)
+        raise UsageError(
+            "match_bm25 needs DuckDB's FTS extension, a dependency of quarry: pip install 'duckdb-ext-fts==1.4.4.*'"
+        )
+    log.warning(
+        "building DuckDB's full-text tables of generation %d for match_bm25 (once per generation that "
+        "changed chunks; quarry maintain builds them ahead): %s",
+        generation,
+        target,
+    )
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "quarry.store.fts", str(store), str(generation)],
-                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "quarry.store.fts", str(store), str(generation)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
     if not target.is_file():
         why = (proc.stderr or "").strip().splitlines()
-        raise QuarryError(f"{target}: DuckDB's full-text tables were not built (exit {proc.returncode}): "
-                          f"{why[-1] if why else 'no message'}")
+        raise QuarryError(
+            f"{target}: DuckDB's full-text tables were not built (exit {proc.returncode}): "
+            f"{why[-1] if why else 'no message'}"
+        )
     log.info("full-text tables of generation %d ready in %.1f s", generation, time.perf_counter() - t0)
     return target
 

@@ -26,8 +26,19 @@ from quarry.core.environment import environment
 from quarry.store import fts
 from quarry.store.pointer import Pointer
 
-__all__ = ["keep_generations", "generation_of", "kept", "kept_range", "local_generations", "remove_unkept", "committed_state",
-           "state_of", "kept_versions", "layers_of", "referenced"]
+__all__ = [
+    "keep_generations",
+    "generation_of",
+    "kept",
+    "kept_range",
+    "local_generations",
+    "remove_unkept",
+    "committed_state",
+    "state_of",
+    "kept_versions",
+    "layers_of",
+    "referenced",
+]
 
 DEFAULT_KEEP = 2
 _NAME = re.compile(r"^(?:catalog-(\d+)\.duckdb(?:\.rebase)?(?:\.wal)?|index-(\d+)(?:\.tmp-\d+)?)$")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from quarry.core.models import RunReport
@@ -144,14 +144,17 @@ def record_run(store: Store | Path, report: RunReport) -> dict:
     return row
 
 
-def record_skip(store: Store | Path, run_id: str, started: datetime, roots: list[str], reason: str, settings: dict) -> dict:
+def record_skip(
+    store: Store | Path, run_id: str, started: datetime, roots: list[str], reason: str, settings: dict
+) -> dict:
     """Record a run that stood down because ``reason`` (the store was busy); returns its row."""
-    row = skipped_row(run_id, started, datetime.now(timezone.utc).replace(tzinfo=None), roots, reason, settings)
+    row = skipped_row(run_id, started, datetime.now(UTC).replace(tzinfo=None), roots, reason, settings)
     record(store, row)
     return row
 
 
-def skipped_row(run_id: str, started: datetime, finished: datetime, roots: list[str], reason: str,
-                settings: dict) -> dict:
+def skipped_row(
+    run_id: str, started: datetime, finished: datetime, roots: list[str], reason: str, settings: dict
+) -> dict:
     """The journal line of a run that stood down: every count zero, the reason in ``errors``."""
     return RunReport.skipped_run(run_id, started, finished, roots, reason, settings).to_dict()

@@ -47,10 +47,35 @@ from quarry.core.environment import environment
 from quarry.core.sqlfiles import load_sql, statements
 from quarry.store import catalog
 
-__all__ = ["LAYER", "alias", "chain_of", "is_delta", "attach", "attach_sql", "connect", "open_over", "create_delta",
-           "views", "chunk_texts", "chunk_rows_sql", "replace_documents", "delete_documents", "rewrite_documents",
-           "moves_table", "touches_table", "set_meta", "set_any_meta", "insert_run", "plan_merge", "merge",
-           "write_base", "missing_columns", "merge_min_rows", "rebase_share", "max_layers"]
+__all__ = [
+    "LAYER",
+    "alias",
+    "chain_of",
+    "is_delta",
+    "attach",
+    "attach_sql",
+    "connect",
+    "open_over",
+    "create_delta",
+    "views",
+    "chunk_texts",
+    "chunk_rows_sql",
+    "replace_documents",
+    "delete_documents",
+    "rewrite_documents",
+    "moves_table",
+    "touches_table",
+    "set_meta",
+    "set_any_meta",
+    "insert_run",
+    "plan_merge",
+    "merge",
+    "write_base",
+    "missing_columns",
+    "merge_min_rows",
+    "rebase_share",
+    "max_layers",
+]
 
 LAYER = "layer"
 TABLES = ("documents", "sections", "chunks", "runs", "meta", "acl_roots")
@@ -143,7 +168,9 @@ def attach(con, store: Path, generations: Sequence[int], read_only: bool = True)
             logging.getLogger("quarry").warning(
                 "%s is held open read-write by %s; reading a private copy of it. Open catalogs read-only "
                 "(duckdb -readonly FILE, or read_only=True) so that quarry and other readers can share them.",
-                path, catalog.lock_holder(exc))
+                path,
+                catalog.lock_holder(exc),
+            )
     return private
 
 
@@ -185,8 +212,12 @@ def missing_columns(con, db: str) -> list[str]:
 # --- views -----------------------------------------------------------------------------------
 
 
-def _branches(table: str, chain: Sequence[int], numbered: dict[int, int] | None = None,
-              have: dict[int, frozenset[str]] | None = None) -> list[str]:
+def _branches(
+    table: str,
+    chain: Sequence[int],
+    numbered: dict[int, int] | None = None,
+    have: dict[int, frozenset[str]] | None = None,
+) -> list[str]:
     """One SELECT per layer of ``chain`` (base first, the connection's own layer last) of the live
     rows of ``table``; with ``numbered`` (layer -> first row id), each row also gets its search
     index row id: its place in the layer's table by chunk_id, plus that offset. ``have`` (layer ->
@@ -245,7 +276,9 @@ def chunk_rows_sql(chain: Sequence[int], offsets: dict[int, int], con=None) -> s
     have = None
     if con is not None:
         have = {gen: _layer_columns(con, "chunks", chain, gen) for gen in chain}
-    return "CREATE OR REPLACE TEMP VIEW chunk_rows AS\n" + "\nUNION ALL ".join(_branches("chunks", chain, offsets, have))
+    return "CREATE OR REPLACE TEMP VIEW chunk_rows AS\n" + "\nUNION ALL ".join(
+        _branches("chunks", chain, offsets, have)
+    )
 
 
 def _layer_columns(con, table: str, chain: Sequence[int], gen: int) -> frozenset[str]:
@@ -334,8 +367,7 @@ def create_delta(con, chain: Sequence[int]) -> None:
         con.execute(f"INSERT INTO {LAYER}.owners SELECT * FROM {_q(alias(prev))}.{LAYER}.owners")
         con.execute(f"CREATE OR REPLACE TEMP VIEW previous_owners AS SELECT * FROM {_q(alias(prev))}.{LAYER}.owners")
     else:
-        con.execute("CREATE OR REPLACE TEMP VIEW previous_owners AS "
-                    f"SELECT * FROM {LAYER}.owners WHERE FALSE")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW previous_owners AS SELECT * FROM {LAYER}.owners WHERE FALSE")
     con.execute(f"INSERT INTO {LAYER}.meta SELECT key, value FROM {_q(alias(prev))}.main.meta")
     con.execute(f"INSERT INTO {LAYER}.acl_roots SELECT {_cols('acl_roots')} FROM {_q(alias(prev))}.main.acl_roots")
     set_chain(con, chain)
@@ -445,28 +477,48 @@ def rewrite_principals(con, name: str, generation: int, base: int) -> list[str]:
 def moves_table(moves: list[tuple]) -> pa.Table:
     """``(doc_id, path, root, rel_path, mtime, run_id)`` per moved file as the Arrow table the
     move statements read (display forms and the exact bytes of names that are not UTF-8)."""
-    return pa.Table.from_pylist([
-        {"doc_id": doc_id, "path": paths.display(path), "root": paths.display(root), "rel_path": paths.display(rel),
-         "mtime": mtime, "run_id": run_id, "path_bytes": paths.raw_bytes(path)}
-        for doc_id, path, root, rel, mtime, run_id in moves],
-        schema=pa.schema([("doc_id", pa.string()), ("path", pa.string()), ("root", pa.string()),
-                          ("rel_path", pa.string()), ("mtime", pa.timestamp("us")), ("run_id", pa.string()),
-                          ("path_bytes", pa.binary())]))
+    return pa.Table.from_pylist(
+        [
+            {
+                "doc_id": doc_id,
+                "path": paths.display(path),
+                "root": paths.display(root),
+                "rel_path": paths.display(rel),
+                "mtime": mtime,
+                "run_id": run_id,
+                "path_bytes": paths.raw_bytes(path),
+            }
+            for doc_id, path, root, rel, mtime, run_id in moves
+        ],
+        schema=pa.schema(
+            [
+                ("doc_id", pa.string()),
+                ("path", pa.string()),
+                ("root", pa.string()),
+                ("rel_path", pa.string()),
+                ("mtime", pa.timestamp("us")),
+                ("run_id", pa.string()),
+                ("path_bytes", pa.binary()),
+            ]
+        ),
+    )
 
 
 def touches_table(items: list[tuple]) -> pa.Table:
     """``(doc_id, mtime, run_id)`` of unchanged files whose rows a run refreshes (a new mtime, or a
     file the quick check had to read: its row then names this run)."""
-    return pa.Table.from_pylist([{"doc_id": d, "mtime": m, "run_id": r} for d, m, r in items],
-                                schema=pa.schema([("doc_id", pa.string()), ("mtime", pa.timestamp("us")),
-                                                  ("run_id", pa.string())]))
+    return pa.Table.from_pylist(
+        [{"doc_id": d, "mtime": m, "run_id": r} for d, m, r in items],
+        schema=pa.schema([("doc_id", pa.string()), ("mtime", pa.timestamp("us")), ("run_id", pa.string())]),
+    )
 
 
 # --- merging -----------------------------------------------------------------------------------
 
 
-def plan_merge(base_rows: int, base_deleted: int, deltas: Sequence[tuple[int, int]], own_rows: int,
-               force: bool = False) -> list[int] | None:
+def plan_merge(
+    base_rows: int, base_deleted: int, deltas: Sequence[tuple[int, int]], own_rows: int, force: bool = False
+) -> list[int] | None:
     """Which earlier deltas to fold into the commit's own layer: a list of generations (the newest
     ones), or None to merge everything into a new base.
 
@@ -501,13 +553,17 @@ def merge(con, chain: Sequence[int], merged: Sequence[int]) -> tuple[int, ...]:
     for gen in merged:
         source = f"{_q(alias(gen))}.{LAYER}"
         for table, col in _OWNER.items():
-            con.execute(f"INSERT INTO {LAYER}.{table} SELECT {_cols(table)} FROM {source}.{table} "
-                        f"WHERE doc_id IN (SELECT doc_id FROM {LAYER}.owners WHERE {col} = ?)", [gen])
+            con.execute(
+                f"INSERT INTO {LAYER}.{table} SELECT {_cols(table)} FROM {source}.{table} "
+                f"WHERE doc_id IN (SELECT doc_id FROM {LAYER}.owners WHERE {col} = ?)",
+                [gen],
+            )
         con.execute(f"INSERT INTO {LAYER}.runs SELECT {_cols('runs')} FROM {source}.runs")
     gens = list(merged)
     con.execute(f"UPDATE {LAYER}.owners SET doc_layer = ? WHERE list_contains(?::INTEGER[], doc_layer)", [own, gens])
-    con.execute(f"UPDATE {LAYER}.owners SET content_layer = ? WHERE list_contains(?::INTEGER[], content_layer)",
-                [own, gens])
+    con.execute(
+        f"UPDATE {LAYER}.owners SET content_layer = ? WHERE list_contains(?::INTEGER[], content_layer)", [own, gens]
+    )
     new_chain = tuple(g for g in chain if g not in set(merged))
     set_chain(con, new_chain)
     return new_chain
@@ -524,7 +580,9 @@ def write_base(con, source_db: str, path: Path) -> None:
         for stmt in statements("schema"):
             con.execute(stmt)
         for table in TABLES:
-            con.execute(f"INSERT INTO quarry_rebase.main.{table} SELECT {_cols(table)} FROM {_q(source_db)}.main.{table}")
+            con.execute(
+                f"INSERT INTO quarry_rebase.main.{table} SELECT {_cols(table)} FROM {_q(source_db)}.main.{table}"
+            )
         con.execute("DELETE FROM quarry_rebase.main.meta WHERE key = 'layers'")
         con.execute("CHECKPOINT quarry_rebase")
     finally:

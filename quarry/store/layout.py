@@ -41,7 +41,6 @@ def require_pointer(store: Store | Path) -> Pointer:
     return pointer
 
 
-
 def write_pointer(store: Store | Path, pointer: Pointer, upload: bool = True) -> None:
     """Atomically replace CURRENT (write, fsync, rename, fsync the directory): the commit.
 
@@ -166,4 +165,4 @@ def new_run_id() -> str:
     import datetime as _dt
     import uuid
 
-    return f"{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+    return f"{_dt.datetime.now(_dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"

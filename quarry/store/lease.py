@@ -27,9 +27,9 @@ import threading
 import time
 import uuid
 
+from quarry.core.environment import environment
 from quarry.core.errors import QuarryError, StoreLocked
 from quarry.store.objstore import ObjectStore, PreconditionFailed
-from quarry.core.environment import environment
 
 LEASE = "lease"
 
@@ -70,8 +70,15 @@ class Lease:
 
     def _body(self) -> bytes:
         now = time.time()
-        return json.dumps({"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(),
-                           "started": getattr(self, "_started", now), "expires": now + self.ttl}).encode()
+        return json.dumps(
+            {
+                "owner": self.owner,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "started": getattr(self, "_started", now),
+                "expires": now + self.ttl,
+            }
+        ).encode()
 
     def _takeable(self, info: dict) -> bool:
         if info.get("expires", 0) < time.time():
@@ -93,14 +100,18 @@ class Lease:
                 except ValueError:
                     info = {}  # a torn or foreign object: treat it as expired
                 if info and not self._takeable(info):
-                    raise StoreLocked(f"store {self.store.url} is leased by another index run ({describe(info)}); "
-                                      "wait for it to finish")
+                    raise StoreLocked(
+                        f"store {self.store.url} is leased by another index run ({describe(info)}); "
+                        "wait for it to finish"
+                    )
                 self.etag = self.store.put_if_match(LEASE, self._body(), etag)
         except PreconditionFailed:
             mine = self._ours()
             if mine is None:
-                raise StoreLocked(f"store {self.store.url}: another index run took the writer lease at the same "
-                                  "moment; wait for it to finish") from None
+                raise StoreLocked(
+                    f"store {self.store.url}: another index run took the writer lease at the same "
+                    "moment; wait for it to finish"
+                ) from None
             self.etag = mine
         self._stop.clear()
         self._thread = threading.Thread(target=self._renew_loop, name="quarry-lease", daemon=True)
@@ -143,8 +154,10 @@ class Lease:
         """Raise unless the lease is still ours: called right before the commit's pointer put."""
         self.renew()
         if self.lost:
-            raise QuarryError(f"store {self.store.url}: this run lost its writer lease (it stalled past the expiry "
-                              "and another writer took over); nothing was committed: run again")
+            raise QuarryError(
+                f"store {self.store.url}: this run lost its writer lease (it stalled past the expiry "
+                "and another writer took over); nothing was committed: run again"
+            )
 
     def release(self) -> None:
         self._stop.set()

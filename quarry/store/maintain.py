@@ -24,6 +24,7 @@ from pathlib import Path
 
 import duckdb
 
+from quarry.core.environment import environment
 from quarry.core.errors import QuarryError, StoreLocked, StoreNotFound
 from quarry.store import audit, vectors
 from quarry.store import generations as gens
@@ -31,7 +32,6 @@ from quarry.store.generations import keep_generations
 from quarry.store.handle import Store, as_store
 from quarry.store.layout import WriterLock, write_pointer
 from quarry.store.pointer import read_pointer
-from quarry.core.environment import environment
 
 log = logging.getLogger("quarry")
 
@@ -85,8 +85,12 @@ def compact(store: Store | Path, keep: timedelta | None = None, generations_kept
     kept = gens.kept_versions(store.folder, pointer, generations_kept).get(table.name, set())
     vectors.prune(table, keep if keep is not None else keep_versions(), keep_versions=kept)
     pointer = move_pointer(store, pointer, table.version)
-    return {"fragments_before": before, "fragments_after": table.stats()["fragment_stats"]["num_fragments"],
-            "versions_before": versions_before, "versions_after": len(table.list_versions())}
+    return {
+        "fragments_before": before,
+        "fragments_after": table.stats()["fragment_stats"]["num_fragments"],
+        "versions_before": versions_before,
+        "versions_after": len(table.list_versions()),
+    }
 
 
 def reindex(store: Store | Path, threshold: float | None = None) -> list[dict]:
@@ -107,13 +111,21 @@ def reindex(store: Store | Path, threshold: float | None = None) -> list[dict]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
                 if column == "vector":
-                    table.create_index(vector_column_name=column, metric="cosine", index_type=idx.index_type,
-                                       replace=True)
+                    table.create_index(
+                        vector_column_name=column, metric="cosine", index_type=idx.index_type, replace=True
+                    )
                 else:
                     table.create_scalar_index(column, index_type=idx.index_type.upper(), replace=True)
             pointer = move_pointer(store, pointer, table.version)
-        out.append({"name": idx.name, "column": idx.columns[0], "type": idx.index_type,
-                    "unindexed_share": round(share, 4), "rebuilt": rebuilt})
+        out.append(
+            {
+                "name": idx.name,
+                "column": idx.columns[0],
+                "type": idx.index_type,
+                "unindexed_share": round(share, 4),
+                "rebuilt": rebuilt,
+            }
+        )
     return out
 
 
@@ -132,8 +144,12 @@ def merge(store: Store | Path) -> dict:
     chain = pointer.layers or (pointer.generation,)
     manifest = searchindex.read_manifest(store.folder / searchindex.folder_name(pointer.generation)) or {}
     deleted = int((manifest.get("deleted") or {}).get("rows", 0))
-    out = {"layers_before": len(chain), "deleted_rows_before": deleted, "merged": False,
-           "generation": pointer.generation}
+    out = {
+        "layers_before": len(chain),
+        "deleted_rows_before": deleted,
+        "merged": False,
+        "generation": pointer.generation,
+    }
     if not pointer.vector_table:
         return out
     recount = _boilerplate_stale(store, pointer)
@@ -215,14 +231,25 @@ def full_text(store: Store | Path, generation: int, on: bool | None = None) -> d
 
 def audit_facts(report: dict) -> dict:
     """What the audit log keeps of a maintenance run: the generation and what was removed, counted."""
-    return {"generation": report.get("generation"), "files_removed": len(report.get("removed") or []),
-            "layers_before": report["merge"]["layers_before"], "merged": bool(report["merge"]["merged"]),
-            "versions_before": report["compaction"]["versions_before"],
-            "versions_after": report["compaction"]["versions_after"], "healthy": report["check"]["healthy"]}
+    return {
+        "generation": report.get("generation"),
+        "files_removed": len(report.get("removed") or []),
+        "layers_before": report["merge"]["layers_before"],
+        "merged": bool(report["merge"]["merged"]),
+        "versions_before": report["compaction"]["versions_before"],
+        "versions_after": report["compaction"]["versions_after"],
+        "healthy": report["check"]["healthy"],
+    }
 
 
-def maintain(store: Store | Path, generations: int | None = None, keep: timedelta | None = None,
-             threshold: float | None = None, if_busy: str = "fail", full_text_on: bool | None = None) -> dict:
+def maintain(
+    store: Store | Path,
+    generations: int | None = None,
+    keep: timedelta | None = None,
+    threshold: float | None = None,
+    if_busy: str = "fail",
+    full_text_on: bool | None = None,
+) -> dict:
     """All of it, in order, under the writer lock; then DuckDB's full-text tables of the current
     generation (:func:`full_text`) and the consistency check, after the lock is released."""
     t0 = time.perf_counter()
@@ -246,11 +273,17 @@ def maintain(store: Store | Path, generations: int | None = None, keep: timedelt
     report["check"] = check(store)
     report["seconds"] = round(time.perf_counter() - t0, 3)
     audit.record(store, "maintain", audit_facts(report))
-    log.info("maintain: %d fragments -> %d, %d versions -> %d, %d indices rebuilt, %d catalog layers -> %d, "
-             "%d files removed, healthy %s",
-             report["compaction"]["fragments_before"], report["compaction"]["fragments_after"],
-             report["compaction"]["versions_before"], report["compaction"]["versions_after"],
-             sum(i["rebuilt"] for i in report["indices"]), report["merge"]["layers_before"],
-             1 if report["merge"]["merged"] else report["merge"]["layers_before"], len(report["removed"]),
-             report["check"]["healthy"])
+    log.info(
+        "maintain: %d fragments -> %d, %d versions -> %d, %d indices rebuilt, %d catalog layers -> %d, "
+        "%d files removed, healthy %s",
+        report["compaction"]["fragments_before"],
+        report["compaction"]["fragments_after"],
+        report["compaction"]["versions_before"],
+        report["compaction"]["versions_after"],
+        sum(i["rebuilt"] for i in report["indices"]),
+        report["merge"]["layers_before"],
+        1 if report["merge"]["merged"] else report["merge"]["layers_before"],
+        len(report["removed"]),
+        report["check"]["healthy"],
+    )
     return report

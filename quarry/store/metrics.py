@@ -14,8 +14,12 @@ from quarry.store.pointer import read_pointer
 __all__ = ["run_facts", "written_since"]
 
 
-def run_facts(store: Store | Path, schedule_seconds: float | None = None, last_run: dict | None = None,
-              bytes_written: int | None = None) -> RunFacts:
+def run_facts(
+    store: Store | Path,
+    schedule_seconds: float | None = None,
+    last_run: dict | None = None,
+    bytes_written: int | None = None,
+) -> RunFacts:
     """The facts of ``store`` now; ``last_run`` when the caller has the row at hand (a run that just ended)."""
     from quarry.store import journal, views
     from quarry.store.reader import open_snapshot
@@ -34,9 +38,13 @@ def run_facts(store: Store | Path, schedule_seconds: float | None = None, last_r
         else:
             rows = sorted(journal.pending(store), key=lambda r: r.get("started") or "", reverse=True)
         last_run = rows[0] if rows else None
-    return RunFacts(last_run=last_run, committed_at=pointer.committed_at if pointer else None,
-                    generation=pointer.generation if pointer else None, schedule_seconds=schedule_seconds,
-                    bytes_written=bytes_written)
+    return RunFacts(
+        last_run=last_run,
+        committed_at=pointer.committed_at if pointer else None,
+        generation=pointer.generation if pointer else None,
+        schedule_seconds=schedule_seconds,
+        bytes_written=bytes_written,
+    )
 
 
 def written_since(store: Store | Path, since: float) -> int:

@@ -19,8 +19,16 @@ from quarry.ingest.plan import CatalogDoc, Plan, make_plan
 from quarry.store.pointer import read_pointer
 from quarry.store.reader import open_snapshot
 
-__all__ = ["Discovery", "RunPlan", "discover_roots", "committed_catalog", "known_files", "plan_run",
-           "UNSUPPORTED_LISTED", "RACY_SECONDS"]
+__all__ = [
+    "Discovery",
+    "RunPlan",
+    "discover_roots",
+    "committed_catalog",
+    "known_files",
+    "plan_run",
+    "UNSUPPORTED_LISTED",
+    "RACY_SECONDS",
+]
 
 # The run report names at most this many unsupported files (the count is always exact): a tree of
 # 100,000 images would otherwise put megabytes into every run row.
@@ -47,8 +55,9 @@ class Discovery:
         return [{"path": paths.display(f.path), "reason": unsupported_reason(f)} for f in items]
 
 
-def discover_roots(roots: list[str], include: tuple = (), exclude: tuple = (), store: Path | None = None,
-                   rehash: bool = False) -> Discovery:
+def discover_roots(
+    roots: list[str], include: tuple = (), exclude: tuple = (), store: Path | None = None, rehash: bool = False
+) -> Discovery:
     """Walk ``roots``; a root that is missing or cannot be listed is recorded, never raised.
     With ``store``, its committed catalog is read once: files it knows are not read again while
     their size and mtime match (:func:`known_files`; not with ``rehash``), and the plan reuses it."""
@@ -88,8 +97,18 @@ def committed_catalog(store: Path) -> tuple[list[CatalogDoc], dict[str, str]]:
         meta = dict(snap.con.execute(load_sql("get_meta")).fetchall())
     finally:
         snap.close()
-    docs = [CatalogDoc(r[0], r[1] if r[6] is None else paths.from_catalog(r[1], r[6]), r[3], r[4] / 1e6, r[5],
-                       bool(r[7]), r[8] / 1e6 if r[8] is not None else 0.0) for r in rows]
+    docs = [
+        CatalogDoc(
+            r[0],
+            r[1] if r[6] is None else paths.from_catalog(r[1], r[6]),
+            r[3],
+            r[4] / 1e6,
+            r[5],
+            bool(r[7]),
+            r[8] / 1e6 if r[8] is not None else 0.0,
+        )
+        for r in rows
+    ]
     return docs, meta
 
 
@@ -106,20 +125,35 @@ class RunPlan:
     def dry_run_report(self, run_id: str, discovery: Discovery) -> dict:
         """What ``--dry-run`` prints: the counts, every file by what would happen to it, the guard."""
         plan = self.plan
-        return {"run_id": run_id, "dry_run": True, "plan": plan.counts(), "rebuild": self.rebuild,
-                "reparsed_formats": self.reparsed,
-                "unsupported": len(discovery.unsupported), "unsupported_files": discovery.unsupported_files(),
-                "guard": self.verdict.to_dict(),
-                "files": {
-                    "add": [paths.display(f.path) for f, _ in plan.new],
-                    "update": [paths.display(f.path) for f, _ in plan.changed],
-                    "move": [(paths.display(old), paths.display(f.path)) for f, _, old in plan.moved],
-                    "delete": [paths.display(d.path) for d in plan.removed],
-                }}
+        return {
+            "run_id": run_id,
+            "dry_run": True,
+            "plan": plan.counts(),
+            "rebuild": self.rebuild,
+            "reparsed_formats": self.reparsed,
+            "unsupported": len(discovery.unsupported),
+            "unsupported_files": discovery.unsupported_files(),
+            "guard": self.verdict.to_dict(),
+            "files": {
+                "add": [paths.display(f.path) for f, _ in plan.new],
+                "update": [paths.display(f.path) for f, _ in plan.changed],
+                "move": [(paths.display(old), paths.display(f.path)) for f, _, old in plan.moved],
+                "delete": [paths.display(d.path) for d in plan.removed],
+            },
+        }
 
 
-def plan_run(store: Path, discovery: Discovery, *, full: bool, fingerprint: str, model: str, dim: int,
-             limits: GuardLimits, patterns: tuple[str, ...] = ()) -> RunPlan:
+def plan_run(
+    store: Path,
+    discovery: Discovery,
+    *,
+    full: bool,
+    fingerprint: str,
+    model: str,
+    dim: int,
+    limits: GuardLimits,
+    patterns: tuple[str, ...] = (),
+) -> RunPlan:
     """Diff the discovered files against the committed catalog and judge the result.
 
     Documents under a root the guard fails (missing, unreadable, empty) are out of the plan's
@@ -138,12 +172,14 @@ def plan_run(store: Path, discovery: Discovery, *, full: bool, fingerprint: str,
     verdict = check_roots(discovery.scans, docs, limits, patterns)
     unreadable = frozenset(e.path for e in discovery.unreadable)
     with gcpause.paused():
-        plan = make_plan(discovery.files, docs, verdict.scope, rebuild=bool(reason), unreadable=unreadable,
-                         reparse=reparse)
+        plan = make_plan(
+            discovery.files, docs, verdict.scope, rebuild=bool(reason), unreadable=unreadable, reparse=reparse
+        )
     check_deletes(verdict, plan, docs, limits)
     if limits.allow_deletes:  # what the guard would have said: the override the audit log records
         strict = replace(limits, allow_deletes=False)
         shadow = check_deletes(check_roots(discovery.scans, docs, strict, patterns), plan, docs, strict)
-        verdict.overridden = shadow.refusals + [f"{paths.display(f.path)}: {f.error}" for f in shadow.failures
-                                                if f.path in verdict.scope]
+        verdict.overridden = shadow.refusals + [
+            f"{paths.display(f.path)}: {f.error}" for f in shadow.failures if f.path in verdict.scope
+        ]
     return RunPlan(plan, reason, verdict, len(docs), sorted(reparse))

@@ -104,12 +104,16 @@ class Snapshot:
             if self.catalog_only:
                 raise RuntimeError(f"this snapshot of {self.store} was opened without its search index")
             from quarry.retrieval import searchindex
+
             logging.getLogger("quarry").warning(
                 "%s has no search index files (committed by an older quarry); indexing in memory. "
-                "The next `quarry index` run writes them.", self.store)
+                "The next `quarry index` run writes them.",
+                self.store,
+            )
             stored = partial(vectors.read_in_row_order, self.table) if self.table is not None else None
-            arrays, manifest = searchindex.build(self.con, stored, self.pointer.model, self.pointer.dim,
-                                                 ivf_rows=1 << 62)
+            arrays, manifest = searchindex.build(
+                self.con, stored, self.pointer.model, self.pointer.dim, ivf_rows=1 << 62
+            )
             self._index = searchindex.SearchIndex.from_arrays(arrays, manifest)
             self._in_memory = True
         return self._index
@@ -124,8 +128,10 @@ class Snapshot:
             elif [g for g, _ in segments] == list(self.chain):
                 chain, offsets = self.chain, dict(segments)
             else:
-                raise StoreCorrupt(f"the search index of generation {self.pointer.generation} in {self.store} does not "
-                                   f"match its catalog's layers: {DOCTOR_HINT.format(store=self.store)}")
+                raise StoreCorrupt(
+                    f"the search index of generation {self.pointer.generation} in {self.store} does not "
+                    f"match its catalog's layers: {DOCTOR_HINT.format(store=self.store)}"
+                )
             self.con.execute(layers.chunk_rows_sql(chain, offsets, self.con))
             self._local.rows_view = True
         return "chunk_rows"
@@ -151,6 +157,7 @@ class Snapshot:
 
 def _load_index(store: Path, pointer: Pointer):
     from quarry.retrieval import searchindex
+
     folder = store / searchindex.folder_name(pointer.generation)
     if searchindex.read_manifest(folder) is None:
         return None
@@ -177,8 +184,12 @@ def open_snapshot(store: Path, attempts: int = 5, search_index: bool = True) -> 
         missing = None
         try:
             con, private, _ = connect_read_only(path)
-        except (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException,
-                duckdb.InvalidInputException) as exc:
+        except (
+            duckdb.IOException,
+            duckdb.SerializationException,
+            duckdb.InternalException,
+            duckdb.InvalidInputException,
+        ) as exc:
             last = exc
             time.sleep(0.05 * (attempt + 1))
             continue
@@ -193,7 +204,9 @@ def open_snapshot(store: Path, attempts: int = 5, search_index: bool = True) -> 
             if read_pointer(store) != pointer:
                 time.sleep(0.05 * (attempt + 1))
                 continue
-            raise StoreCorrupt(f"{path} cannot be opened ({_first_line(exc)}): {DOCTOR_HINT.format(store=store)}") from exc
+            raise StoreCorrupt(
+                f"{path} cannot be opened ({_first_line(exc)}): {DOCTOR_HINT.format(store=store)}"
+            ) from exc
         if not search_index:
             return Snapshot(store, pointer, con, private=folders, chain=tuple(chain), catalog_only=True)
         try:

@@ -160,7 +160,7 @@ class Remote:
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             for key in keys:
-                target = tmp / key[len(index_name) + 1:]
+                target = tmp / key[len(index_name) + 1 :]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 self.objects.download_file(key, target)
             os.replace(tmp, folder)
@@ -210,8 +210,9 @@ class Remote:
         longer holds)."""
         self._fetch_layer(store, generation)
         chain = self._layers_of(store, generation)
-        self._fetch_generation(store, Pointer(generation, Pointer.catalog_name(generation), "", 0, "", 0, 0.0,
-                                              layers=chain))
+        self._fetch_generation(
+            store, Pointer(generation, Pointer.catalog_name(generation), "", 0, "", 0, 0.0, layers=chain)
+        )
 
     # --- writing (the caller holds the lease) ------------------------------------------------
 
@@ -255,13 +256,17 @@ class Remote:
         files = [(pointer.catalog, store / pointer.catalog)] if upload else []
         folder = store / name
         if upload and folder.is_dir():
-            files += [(f"{name}/{p.relative_to(folder).as_posix()}", p) for p in sorted(folder.rglob("*")) if p.is_file()]
+            files += [
+                (f"{name}/{p.relative_to(folder).as_posix()}", p) for p in sorted(folder.rglob("*")) if p.is_file()
+            ]
         try:
             for key, path in files:
                 self.objects.upload_file(key, path, if_absent=True)
         except PreconditionFailed:
-            raise QuarryError(f"generation {pointer.generation} already exists on {self.url}: another writer "
-                              "committed it; nothing was committed by this run: run again") from None
+            raise QuarryError(
+                f"generation {pointer.generation} already exists on {self.url}: another writer "
+                "committed it; nothing was committed by this run: run again"
+            ) from None
         faults.point("after-upload")  # killed here: files no pointer names, removed by the next writer
         self.lease.check()
         body = json.dumps(asdict(pointer), indent=2).encode()
@@ -276,8 +281,10 @@ class Remote:
                 self.etag = landed
                 return
             self.objects.delete([k for k, _ in files])
-            raise QuarryError(f"{self.url.join(POINTER)} changed while this run held the lease (another writer "
-                              "committed); nothing was committed by this run: run again") from None
+            raise QuarryError(
+                f"{self.url.join(POINTER)} changed while this run held the lease (another writer "
+                "committed); nothing was committed by this run: run again"
+            ) from None
 
     def _landed(self, body: bytes) -> str | None:
         """The etag of CURRENT when it holds exactly ``body``, else None.

@@ -22,7 +22,7 @@ import json
 import shutil
 import time
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from quarry.core.errors import QuarryError, UsageError
@@ -62,9 +62,11 @@ def _describe(store: Path, gen: int) -> dict:
         return info
     try:
         info["documents"], info["chunks"] = con.execute(
-            "SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM chunks)").fetchone()
-        last = con.execute("SELECT run_id, status, finished FROM runs WHERE status <> 'skipped' "
-                           "ORDER BY started DESC LIMIT 1").fetchone()
+            "SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM chunks)"
+        ).fetchone()
+        last = con.execute(
+            "SELECT run_id, status, finished FROM runs WHERE status <> 'skipped' ORDER BY started DESC LIMIT 1"
+        ).fetchone()
         if last:
             info["last_run"], info["last_status"] = last[0], last[1]
             info["committed"] = last[2].isoformat() + "Z" if last[2] else None
@@ -90,13 +92,21 @@ def rollback(store: Store | Path, to: int | None = None) -> dict:
         report = _rollback(store, to)
     finally:
         lock.release()
-    audit.record(store, "rollback", {"run_id": report.get("run_id"), "from_generation": report["from_generation"],
-                                     "to_generation": report["to_generation"], "generation": report["generation"]})
+    audit.record(
+        store,
+        "rollback",
+        {
+            "run_id": report.get("run_id"),
+            "from_generation": report["from_generation"],
+            "to_generation": report["to_generation"],
+            "generation": report["generation"],
+        },
+    )
     return report
 
 
 def _rollback(opened: Store, to: int | None) -> dict:
-    started = datetime.now(timezone.utc).replace(tzinfo=None)
+    started = datetime.now(UTC).replace(tzinfo=None)
     t0 = time.perf_counter()
     store, remote = opened.folder, opened.remote
     current = require_pointer(opened)
@@ -105,24 +115,30 @@ def _rollback(opened: Store, to: int | None) -> dict:
     older = sorted(g for g in available if g < current.generation and generations.kept(g, current.generation, keep))
     if to is None:
         if not older:
-            raise UsageError(f"no earlier generation to roll back to: the store keeps {keep} generation"
-                             f"{'s' if keep != 1 else ''} (QUARRY_KEEP_GENERATIONS) and generation "
-                             f"{current.generation} is the only one left")
+            raise UsageError(
+                f"no earlier generation to roll back to: the store keeps {keep} generation"
+                f"{'s' if keep != 1 else ''} (QUARRY_KEEP_GENERATIONS) and generation "
+                f"{current.generation} is the only one left"
+            )
         to = older[-1]
     if to == current.generation:
         raise UsageError(f"generation {to} is already the current one")
     if to not in older:
         kept_list = ", ".join(map(str, older)) or "none"
-        raise UsageError(f"generation {to} is not kept (kept earlier generations: {kept_list}; the store keeps "
-                         f"the last {keep}, QUARRY_KEEP_GENERATIONS)")
+        raise UsageError(
+            f"generation {to} is not kept (kept earlier generations: {kept_list}; the store keeps "
+            f"the last {keep}, QUARRY_KEEP_GENERATIONS)"
+        )
     if remote is not None:
         for gen in (to, to + 1):  # the next generation's catalog records the target's last pointer
             remote.fetch_generation(store, gen)
     meta = generations.committed_state(store, to) or {}
     state = generations.state_of(store, to, current)
     if state is None:
-        raise UsageError(f"generation {to} was committed by an older quarry, which did not record its vector "
-                         "version: it cannot be restored")
+        raise UsageError(
+            f"generation {to} was committed by an older quarry, which did not record its vector "
+            "version: it cannot be restored"
+        )
     table_name, version = state
     new = current.generation + 1
     target = store / Pointer.catalog_name(new)
@@ -135,17 +151,24 @@ def _rollback(opened: Store, to: int | None) -> dict:
         chain = generations.layers_of(store, to)
         # A delta layer over the target's layers: no catalog is copied, the index segments are
         # shared. A target this quarry cannot build on (an older quarry's) is copied whole.
-        con, new_chain, private, _ = layers.open_over(store, to, chain, new,
-                                                       delta=searchindex.is_complete(source_index))
+        con, new_chain, private, _ = layers.open_over(
+            store, to, chain, new, delta=searchindex.is_complete(source_index)
+        )
         try:
             table = vectors.connect(opened).open_table(table_name)
             try:
                 table.restore(version)
             except Exception as exc:
-                raise QuarryError(f"generation {to}'s vectors ({table_name} version {version}) are gone from the "
-                                  f"vector table ({str(exc).splitlines()[0][:160]}); it cannot be restored") from exc
-            for key, value in (("committed_generation", str(new)), ("vector_table", table_name),
-                               ("vector_version", str(table.version)), ("previous_pointer", json.dumps(asdict(current)))):
+                raise QuarryError(
+                    f"generation {to}'s vectors ({table_name} version {version}) are gone from the "
+                    f"vector table ({str(exc).splitlines()[0][:160]}); it cannot be restored"
+                ) from exc
+            for key, value in (
+                ("committed_generation", str(new)),
+                ("vector_table", table_name),
+                ("vector_version", str(table.version)),
+                ("previous_pointer", json.dumps(asdict(current))),
+            ):
                 layers.set_any_meta(con, key, value)
             folder = _index_files(store, to, new, con, table, meta, new_chain)
             report = _history(opened, con, current, new, to, started, t0)
@@ -154,9 +177,16 @@ def _rollback(opened: Store, to: int | None) -> dict:
             con.close()
             for path in private:
                 shutil.rmtree(path, ignore_errors=True)
-        pointer = Pointer(generation=new, catalog=target.name, vector_table=table_name, vector_version=table.version,
-                          model=meta.get("model", current.model), dim=int(meta.get("dim") or current.dim),
-                          committed_at=time.time(), layers=new_chain)
+        pointer = Pointer(
+            generation=new,
+            catalog=target.name,
+            vector_table=table_name,
+            vector_version=table.version,
+            model=meta.get("model", current.model),
+            dim=int(meta.get("dim") or current.dim),
+            committed_at=time.time(),
+            layers=new_chain,
+        )
         write_pointer(opened, pointer)  # <- the commit point
     except BaseException:
         for suffix in ("", ".wal"):
@@ -181,9 +211,18 @@ def _index_files(store: Path, source_gen: int, new: int, con, table, meta: dict,
     model, dim = meta.get("model", ""), int(meta.get("dim") or 0)
     if len(chain) > 1:
         index = searchindex.SearchIndex.load(source)
-        searchindex.build_into(folder, con, None, model, dim, source=layers.LAYER, generation=new,
-                               earlier=index.segments, deleted_rows=index.bm25.deleted,
-                               deleted_docs=index.cards.bm25.deleted if index.cards else None)
+        searchindex.build_into(
+            folder,
+            con,
+            None,
+            model,
+            dim,
+            source=layers.LAYER,
+            generation=new,
+            earlier=index.segments,
+            deleted_rows=index.bm25.deleted,
+            deleted_docs=index.cards.bm25.deleted if index.cards else None,
+        )
     else:
         from functools import partial
 
@@ -210,10 +249,16 @@ def _history(opened: Store, con, current: Pointer, new: int, to: int, started: d
             insert_run(con, row)
     journal_rows, claimed = journal.claim(opened, new)
     journal.merge(con, journal_rows, insert_run)
-    message = (f"rolled back from generation {current.generation} to the state of generation {to} "
-               f"(committed as generation {new})")
-    report = RunReport(run_id=new_run_id(), started=started, status="rollback",
-                       settings={"from_generation": current.generation, "to_generation": to, "generation": new},
-                       message=message).finished_with(commit_seconds=time.perf_counter() - t0)
+    message = (
+        f"rolled back from generation {current.generation} to the state of generation {to} "
+        f"(committed as generation {new})"
+    )
+    report = RunReport(
+        run_id=new_run_id(),
+        started=started,
+        status="rollback",
+        settings={"from_generation": current.generation, "to_generation": to, "generation": new},
+        message=message,
+    ).finished_with(commit_seconds=time.perf_counter() - t0)
     insert_run(con, report)
     return {**report.to_dict(), "_claimed": claimed}

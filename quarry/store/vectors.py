@@ -19,6 +19,7 @@ import pyarrow as pa
 from quarry.core import paths
 from quarry.core.environment import environment
 from quarry.store.handle import Store, as_store
+
 os.environ.setdefault("LANCEDB_LOG", "error")  # LanceDB warns once per query otherwise
 
 _HEX = re.compile(r"^[0-9a-f]+$")
@@ -160,8 +161,9 @@ def read_in_row_order(table, row_ids: pa.Array, batch_rows: int = READ_BATCH) ->
         return out
     row_of = {chunk_id: row for row, chunk_id in enumerate(row_ids.to_pylist())}
     for batch in table.search().select(["chunk_id", "vector"]).limit(None).to_batches(batch_rows):
-        where = np.fromiter((row_of.get(c, -1) for c in batch.column("chunk_id").to_pylist()), dtype=np.int64,
-                            count=batch.num_rows)
+        where = np.fromiter(
+            (row_of.get(c, -1) for c in batch.column("chunk_id").to_pylist()), dtype=np.int64, count=batch.num_rows
+        )
         flat = batch.column("vector").flatten().to_numpy(zero_copy_only=False)
         matrix = flat.astype(np.float32, copy=False).reshape(batch.num_rows, dim)
         known = where >= 0

@@ -55,8 +55,11 @@ def index_summary(manifest: dict) -> dict:
     rows), rows deleted from them, and this generation's own segment (terms, IVF lists, build time)."""
     dense = manifest.get("dense") or {}
     segments = manifest.get("segments") or [{"generation": manifest.get("generation"), "rows": manifest.get("rows")}]
-    return {"rows": manifest.get("rows"), "segments": [{"generation": s.get("generation"), "rows": s.get("rows")}
-                                                       for s in segments],
-            "deleted_rows": (manifest.get("deleted") or {}).get("rows", 0),
-            "terms": (manifest.get("bm25") or {}).get("terms"),
-            "ivf_lists": (dense.get("ivf") or {}).get("nlist"), "build_seconds": manifest.get("build_seconds")}
+    return {
+        "rows": manifest.get("rows"),
+        "segments": [{"generation": s.get("generation"), "rows": s.get("rows")} for s in segments],
+        "deleted_rows": (manifest.get("deleted") or {}).get("rows", 0),
+        "terms": (manifest.get("bm25") or {}).get("terms"),
+        "ivf_lists": (dense.get("ivf") or {}).get("nlist"),
+        "build_seconds": manifest.get("build_seconds"),
+    }

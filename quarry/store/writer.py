@@ -42,15 +42,12 @@ import duckdb
 import numpy as np
 
 from quarry.core import faults, paths
-
 from quarry.core.errors import QuarryError, StoreCorrupt
 from quarry.core.models import DocumentRecord, RunReport
-from quarry.store import acl, boilerplate, catalog, dedup, journal, layers, vectors
-from quarry.store import generations
+from quarry.store import acl, boilerplate, catalog, dedup, generations, journal, layers, vectors
 from quarry.store.handle import Store, as_store
 from quarry.store.layout import WriterLock, write_pointer
 from quarry.store.pointer import DOCTOR_HINT, Pointer, read_pointer
-
 
 LOAD_MEMORY_LIMIT = "256MB"  # DuckDB's cache while batches load (see StoreWriter._open)
 RUN_VECTORS_BYTES = 256 << 20  # vectors of the run's chunks kept for its index segment (beyond: read from LanceDB)
@@ -74,7 +71,9 @@ class StoreWriter:
     def __init__(self, store: Store | Path, model: str, dim: int, duckdb_fts: bool = False):
         self.store = as_store(store)
         self.folder = self.store.folder
-        self.duckdb_fts = duckdb_fts  # carry DuckDB's full-text tables over a commit that changed no chunk (quarry/store/fts.py)
+        self.duckdb_fts = (
+            duckdb_fts  # carry DuckDB's full-text tables over a commit that changed no chunk (quarry/store/fts.py)
+        )
         self.model = model
         self.dim = dim
         self.lock = WriterLock(self.store)
@@ -135,7 +134,9 @@ class StoreWriter:
         # chunks). A cap evicts blocks already on disk; commit lifts it (its queries read all).
         self.memory_limit = self.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
         self.cap_cache()
-        self.table = vectors.open_for_write(self.store, self.model, self.dim, self.base.vector_version if same_table else 0)
+        self.table = vectors.open_for_write(
+            self.store, self.model, self.dim, self.base.vector_version if same_table else 0
+        )
 
     def _open_over(self, base: Pointer) -> None:
         """Open a delta layer over the committed generation ``base`` (or a whole copy of it when
@@ -148,21 +149,26 @@ class StoreWriter:
             raise StoreCorrupt(f"{source}, the catalog CURRENT names, is missing: {hint}")
         folder = self.folder / searchindex.folder_name(base.generation)
         # a delta needs the committed generation's segments to be its catalog's layers
-        delta = (searchindex.is_complete(folder)
-                 and tuple(searchindex.segment_generations(folder)) == (base.layers or (base.generation,)))
+        delta = searchindex.is_complete(folder) and tuple(searchindex.segment_generations(folder)) == (
+            base.layers or (base.generation,)
+        )
         try:
             self.con, self.chain, self.private, self.delta = layers.open_over(
-                self.folder, base.generation, base.layers or None, self.generation, delta=delta)
+                self.folder, base.generation, base.layers or None, self.generation, delta=delta
+            )
         except (OSError, duckdb.IOException) as exc:  # a full disk, a read-only store: the committed state is untouched
             self._remove_files()
             if isinstance(exc, FileNotFoundError) or not _is_write_error(exc):
-                raise StoreCorrupt(f"{source}, the committed catalog, cannot be opened "
-                                   f"({str(exc).strip().splitlines()[0][:200]}): {hint}") from exc
+                raise StoreCorrupt(
+                    f"{source}, the committed catalog, cannot be opened "
+                    f"({str(exc).strip().splitlines()[0][:200]}): {hint}"
+                ) from exc
             raise _unwritable(self.catalog_path, exc) from exc
         except duckdb.Error as exc:
             self._remove_files()
-            raise StoreCorrupt(f"{source}, the committed catalog, cannot be opened "
-                               f"({str(exc).strip().splitlines()[0][:200]}): {hint}") from exc
+            raise StoreCorrupt(
+                f"{source}, the committed catalog, cannot be opened ({str(exc).strip().splitlines()[0][:200]}): {hint}"
+            ) from exc
         self.prev_chain = self.chain[:-1] if self.delta else (base.generation,)
         if not self.delta:
             self.merged = None
@@ -242,7 +248,9 @@ class StoreWriter:
         the commit checks whether that flips them (quarry/store/boilerplate.py)."""
         if doc_ids:
             self.removed_docs += len(doc_ids)
-            self.removed_lines.update(dict(self.con.execute(catalog.load_sql("boilerplate_lines"), [doc_ids]).fetchall()))
+            self.removed_lines.update(
+                dict(self.con.execute(catalog.load_sql("boilerplate_lines"), [doc_ids]).fetchall())
+            )
 
     def move_documents(self, moves: list[tuple]) -> None:
         """Files that moved with the same bytes, all of a run at once: ``(doc_id, path, root,
@@ -320,8 +328,14 @@ class StoreWriter:
         # committed_generation marks a catalog whose commit finished writing it: `quarry doctor`
         # adopts only such a generation when it has to rebuild a lost CURRENT. The vector table and
         # version make the catalog name its whole state, for `quarry rollback`.
-        meta = {**settings_meta, "model": self.model, "dim": str(self.dim), "committed_generation": str(self.generation),
-                "vector_table": self.table.name, "vector_version": str(self.table.version)}
+        meta = {
+            **settings_meta,
+            "model": self.model,
+            "dim": str(self.dim),
+            "committed_generation": str(self.generation),
+            "vector_table": self.table.name,
+            "vector_version": str(self.table.version),
+        }
         if self.base is not None:  # the replaced generation's pointer as it stands now (maintain may have moved it)
             meta["previous_pointer"] = json.dumps(asdict(self.base))
         for key, value in meta.items():
@@ -375,10 +389,18 @@ class StoreWriter:
         full = self.recount_boilerplate or before != mode
         if not full and not self.line_changed:
             return False
-        result = boilerplate.update(self.con, self.line_changed, self.removed_lines,
-                                    self.removed_docs, self._acl_layer(), strip=mode == "strip",
-                                    lookup=self.lookup_vectors, embed=self.embed, full=full,
-                                    restore=before == "strip" and mode != "strip")
+        result = boilerplate.update(
+            self.con,
+            self.line_changed,
+            self.removed_lines,
+            self.removed_docs,
+            self._acl_layer(),
+            strip=mode == "strip",
+            lookup=self.lookup_vectors,
+            embed=self.embed,
+            full=full,
+            restore=before == "strip" and mode != "strip",
+        )
         if full and result.complete:
             self._set_meta(boilerplate.MARK, mode)
         self.content_changed.update(result.copied)
@@ -411,9 +433,13 @@ class StoreWriter:
             base_rows = segments[self.prev_chain[0]].n_rows
             deleted = prev.bm25.deleted
             own_rows = self.con.execute(catalog.load_sql("layer_rows")).fetchone()[0]
-            plan = layers.plan_merge(base_rows, int(np.count_nonzero(deleted < base_rows)),
-                                     [(g, segments[g].n_rows) for g in self.prev_chain[1:]], own_rows,
-                                     force=force_base or self.model_changed)
+            plan = layers.plan_merge(
+                base_rows,
+                int(np.count_nonzero(deleted < base_rows)),
+                [(g, segments[g].n_rows) for g in self.prev_chain[1:]],
+                own_rows,
+                force=force_base or self.model_changed,
+            )
             if plan is None:
                 self._rebase()
             else:
@@ -425,18 +451,35 @@ class StoreWriter:
         faults.point("after-merge")
         if self.delta:
             stored = _VectorSource(self, prev, set(self.merged))
-            manifest = searchindex.build_into(folder, self.con, stored, self.model, self.dim, source=layers.LAYER,
-                                              generation=self.generation, earlier=earlier, deleted_rows=dead_rows,
-                                              deleted_docs=dead_docs, deleted_terms=dead_terms)
+            manifest = searchindex.build_into(
+                folder,
+                self.con,
+                stored,
+                self.model,
+                self.dim,
+                source=layers.LAYER,
+                generation=self.generation,
+                earlier=earlier,
+                deleted_rows=dead_rows,
+                deleted_docs=dead_docs,
+                deleted_terms=dead_terms,
+            )
         else:
             if catalog.has_fts(self.con):  # an older quarry's, kept in the catalog: stale now (quarry/store/fts.py)
                 catalog.drop_fts(self.con)
             stored = self._vectors_in_row_order if self.table is not None else None
-            manifest = searchindex.build_into(folder, self.con, stored, self.model, self.dim, generation=self.generation)
+            manifest = searchindex.build_into(
+                folder, self.con, stored, self.model, self.dim, generation=self.generation
+            )
         logging.getLogger("quarry").info(
             "search index: segment of %d chunks (%d live in %d segments), %d terms, IVF %s, built in %.1f s",
-            manifest["segment"]["rows"], manifest["rows"], len(manifest["segments"]), manifest["bm25"]["terms"],
-            manifest["dense"]["ivf"] or "off", manifest["build_seconds"])
+            manifest["segment"]["rows"],
+            manifest["rows"],
+            len(manifest["segments"]),
+            manifest["bm25"]["terms"],
+            manifest["dense"]["ivf"] or "off",
+            manifest["build_seconds"],
+        )
 
     def _deletions(self, prev, earlier) -> tuple[np.ndarray, np.ndarray]:
         """Global row and document ids of the kept earlier segments no longer live: the previous
@@ -500,7 +543,7 @@ class StoreWriter:
                 continue
             parts = [counted]
             for start in range(0, len(new), COUNT_BATCH):  # texts read a batch at a time
-                ids = seg.chunk_ids_at(new[start:start + COUNT_BATCH])
+                ids = seg.chunk_ids_at(new[start : start + COUNT_BATCH])
                 try:
                     texts = layers.chunk_texts(self.con, seg.generation, self.chain[0], ids)
                 except duckdb.Error:
@@ -668,8 +711,10 @@ def _is_write_error(exc: BaseException) -> bool:
 
 def _unwritable(path: Path, exc: BaseException) -> QuarryError:
     reason = getattr(exc, "strerror", None) or str(exc).strip().splitlines()[0][:200]
-    return QuarryError(f"cannot write {path}: {reason}; the committed index is "
-                       "unchanged: free space or fix the store's permissions, then run again")
+    return QuarryError(
+        f"cannot write {path}: {reason}; the committed index is "
+        "unchanged: free space or fix the store's permissions, then run again"
+    )
 
 
 def _classic_rewrite(con, sql: str, view: str, table) -> None:

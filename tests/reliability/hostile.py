@@ -54,8 +54,13 @@ def _text_pages(writer, texts: list[str]) -> None:
     """Pages carrying real text objects (Helvetica), so pypdf extracts the words back."""
     from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
-    font = DictionaryObject({NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
-                             NameObject("/BaseFont"): NameObject("/Helvetica")})
+    font = DictionaryObject(
+        {
+            NameObject("/Type"): NameObject("/Font"),
+            NameObject("/Subtype"): NameObject("/Type1"),
+            NameObject("/BaseFont"): NameObject("/Helvetica"),
+        }
+    )
     font_ref = writer._add_object(font)
     for text in texts:
         page = writer.add_blank_page(612, 792)
@@ -64,7 +69,8 @@ def _text_pages(writer, texts: list[str]) -> None:
         stream.set_data(f"BT /F1 12 Tf 72 720 Td ({safe}) Tj ET".encode("latin-1"))
         page[NameObject("/Contents")] = writer._add_object(stream)
         page[NameObject("/Resources")] = DictionaryObject(
-            {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font_ref})})
+            {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font_ref})}
+        )
 
 
 def zip_bomb(inflated: int = 640 << 20) -> bytes:
@@ -99,7 +105,7 @@ def make_tree(root: Path, seed: int = 13) -> list[Expect]:
     put(b"tab\tname.md", _text("quetzal"), "indexed", "quetzal")
     put("emoji \U0001f9ea test.md".encode(), _text("axolotl"), "indexed", "axolotl")
     put(b"-rf --help.md", _text("pangolin"), "indexed", "pangolin")
-    put(b"it's \"quoted\" $(x) `y`; DROP TABLE documents;--.md", _text("tapir"), "indexed", "tapir")
+    put(b'it\'s "quoted" $(x) `y`; DROP TABLE documents;--.md', _text("tapir"), "indexed", "tapir")
     long_name = b"l" * 252 + b".md"  # 255 bytes: the longest name ext4 and tmpfs allow
     put(long_name, _text("gharial"), "indexed", "gharial")
     deep = b"/".join([b"d"] * 200) + b"/deep.md"
@@ -107,20 +113,33 @@ def make_tree(root: Path, seed: int = 13) -> list[Expect]:
     # Contents
     put(b"empty.md", b"", "skipped")
     put(b"nul.md", b"# Export\n\nA broken export about wombats\x00\x00 left stray NUL bytes.\n", "indexed", "wombats")
-    put(b"midfile.txt", "Start about the dugong. ".encode() + b"\xff\xfe\xc3(" + " more text caf\u00e9.".encode(),
-        "indexed", "dugong")
+    put(
+        b"midfile.txt",
+        b"Start about the dugong. " + b"\xff\xfe\xc3(" + " more text caf\u00e9.".encode(),
+        "indexed",
+        "dugong",
+    )
     for ext in ("txt", "md"):
-        put(f"random.{ext}".encode(), bytes(rng.getrandbits(8) for _ in range(20000)), "failed",
-            cause="binary data under a text name")
+        put(
+            f"random.{ext}".encode(),
+            bytes(rng.getrandbits(8) for _ in range(20000)),
+            "failed",
+            cause="binary data under a text name",
+        )
     put(b"random.pdf", bytes(rng.getrandbits(8) for _ in range(20000)), "failed", cause="not valid PDF")
     put(b"random.docx", bytes(rng.getrandbits(8) for _ in range(20000)), "failed", cause="corrupt DOCX")
     put(b"bomb.docx", zip_bomb(), "failed", cause="zip bomb")
     good_pdf = pdf_bytes(["The manatee page.", "The second page about the manatee herd."])
     put(b"good.pdf", good_pdf, "indexed", "manatee")
-    put(b"truncated.pdf", pdf_bytes([f"Page {i} of the truncated file" for i in range(40)])[:3000], "failed",
-        cause="PDF")
-    put(b"encrypted.pdf", pdf_bytes(["A secret about the aye-aye."], encrypt="hunter2"), "failed",
-        cause="encrypted PDF")
+    put(
+        b"truncated.pdf",
+        pdf_bytes([f"Page {i} of the truncated file" for i in range(40)])[:3000],
+        "failed",
+        cause="PDF",
+    )
+    put(
+        b"encrypted.pdf", pdf_bytes(["A secret about the aye-aye."], encrypt="hunter2"), "failed", cause="encrypted PDF"
+    )
     put(b"blank.pdf", pdf_bytes(3), "failed", cause="no text layer (3 pages)")
     # Special files: never opened for a blocking read, never reported.
     os.mkfifo(os.path.join(broot, b"pipe.md"))
@@ -144,8 +163,12 @@ def make_tree(root: Path, seed: int = 13) -> list[Expect]:
     os.symlink(b"self", os.path.join(broot, b"self"))
     os.symlink(b"/etc", os.path.join(broot, b"etc-link"))
     os.symlink(b"/etc/passwd", os.path.join(broot, b"passwd.txt"))
-    expects += [Expect(b"loop/up", "skipped"), Expect(b"self", "skipped"), Expect(b"etc-link", "skipped"),
-                Expect(b"passwd.txt", "skipped")]
+    expects += [
+        Expect(b"loop/up", "skipped"),
+        Expect(b"self", "skipped"),
+        Expect(b"etc-link", "skipped"),
+        Expect(b"passwd.txt", "skipped"),
+    ]
     if SHARED_FORMATS.is_dir():
         shutil.copy(SHARED_FORMATS / "password.pdf", root / "shared-password.pdf")
         expects.append(Expect(b"shared-password.pdf", "failed", cause="encrypted PDF"))

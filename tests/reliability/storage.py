@@ -16,22 +16,33 @@ def contents(db) -> tuple:
     with quarry.open(db) as idx:
         con = idx.snapshot.con
         docs = sorted(con.execute("SELECT rel_path, sha256, title, n_chunks FROM documents").fetchall())
-        chunks = sorted(con.execute(
-            "SELECT d.rel_path, c.chunk_index, c.header, c.text, c.text_hash FROM chunks c JOIN documents d "
-            "USING (doc_id)").fetchall())
+        chunks = sorted(
+            con.execute(
+                "SELECT d.rel_path, c.chunk_index, c.header, c.text, c.text_hash FROM chunks c JOIN documents d "
+                "USING (doc_id)"
+            ).fetchall()
+        )
         table = idx.snapshot.table
         lance = table.to_arrow() if table is not None else None
-        vectors = sorted(zip(lance.column("chunk_id").to_pylist(), lance.column("text_hash").to_pylist())) \
-            if lance is not None else []
-        by_id = dict(con.execute("SELECT chunk_id, d.rel_path || ':' || c.chunk_index FROM chunks c "
-                                 "JOIN documents d USING (doc_id)").fetchall())
+        vectors = (
+            sorted(zip(lance.column("chunk_id").to_pylist(), lance.column("text_hash").to_pylist()))
+            if lance is not None
+            else []
+        )
+        by_id = dict(
+            con.execute(
+                "SELECT chunk_id, d.rel_path || ':' || c.chunk_index FROM chunks c JOIN documents d USING (doc_id)"
+            ).fetchall()
+        )
         vectors = sorted((by_id.get(cid, "?"), h) for cid, h in vectors)
         # Every chunk with its rounded score: the order of tied scores depends on document ids,
         # which differ between stores built from different roots.
         # (Hybrid scores are rank-based, so they too depend on the order of ties.)
-        hits = sorted((mode, r.path.rsplit("/", 1)[-1], r.text, round(r.score, 4))
-                      for mode in ("bm25", "vector")
-                      for r in idx.search("deploy rollback review", k=1000, mode=mode).results)
+        hits = sorted(
+            (mode, r.path.rsplit("/", 1)[-1], r.text, round(r.score, 4))
+            for mode in ("bm25", "vector")
+            for r in idx.search("deploy rollback review", k=1000, mode=mode).results
+        )
     return docs, chunks, vectors, hits
 
 
@@ -42,8 +53,12 @@ def can_mount() -> bool:
     probe = Path("/tmp") / f"quarry-mount-probe-{os.getpid()}"
     probe.mkdir(exist_ok=True)
     try:
-        ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(probe)],
-                            capture_output=True).returncode == 0
+        ok = (
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(probe)], capture_output=True
+            ).returncode
+            == 0
+        )
         if ok:
             subprocess.run(["umount", str(probe)], capture_output=True)
         return ok

@@ -4,9 +4,9 @@ completes after bounded retries, or fails with one clear line and the store as i
 from __future__ import annotations
 
 import pytest
+from fakeopenai import FakeOpenAI
 
 import quarry
-from fakeopenai import FakeOpenAI
 
 KEY = "sk-reliability-4242"
 ATTEMPTS = 3

@@ -12,17 +12,17 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hostile import make_tree, pdf_bytes, remove_tree, zip_bomb
 
 import quarry
-from hostile import make_tree, pdf_bytes, remove_tree, zip_bomb
 from quarry.core import paths
-from quarry.ingest.discover import discover
 from quarry.core.errors import ParseError
 from quarry.core.models import FileInfo
+from quarry.core.settings import Settings
+from quarry.ingest.discover import discover
 from quarry.ingest.parsers import parse_file
 from quarry.ingest.plan import CatalogDoc, make_plan
 from quarry.ingest.process import process_files
-from quarry.core.settings import Settings
 
 
 @pytest.fixture(scope="module")
@@ -83,23 +83,26 @@ def test_hostile_tree_indexes_reports_and_reruns_unchanged(hostile, cli):
 RANDOM = os.urandom(30000)
 
 
-@pytest.mark.parametrize("name,data,outcome", [
-    ("zero.md", b"", "empty"),
-    ("zero.pdf", b"", "empty"),
-    ("zero.docx", b"", "empty"),
-    ("random.txt", RANDOM, "binary data"),
-    ("random.md", RANDOM, "binary data"),
-    ("random.rst", RANDOM, "binary data"),
-    ("random.html", RANDOM, "ok-or-error"),
-    ("random.pdf", RANDOM, "not valid PDF"),
-    ("random.docx", RANDOM, "corrupt DOCX"),
-    ("nul.md", b"# T\n\nabout wombats\x00 here\x00\n", "wombats"),
-    ("many-nul.md", b"\x00" * 5000 + b"# T\n\ntext\n", "binary data"),
-    ("badutf8.txt", b"about the dugong \xff\xfe\xc3( and more", "dugong"),
-    ("surrogate.md", "about the \udce9 kiwi".encode("utf-8", "surrogatepass"), "kiwi"),
-    ("crlf-only.txt", b"\r\n" * 1000, "empty"),
-    ("half-utf16.txt", "a lemur text".encode("utf-16")[:-1], "ok-or-error"),
-])
+@pytest.mark.parametrize(
+    "name,data,outcome",
+    [
+        ("zero.md", b"", "empty"),
+        ("zero.pdf", b"", "empty"),
+        ("zero.docx", b"", "empty"),
+        ("random.txt", RANDOM, "binary data"),
+        ("random.md", RANDOM, "binary data"),
+        ("random.rst", RANDOM, "binary data"),
+        ("random.html", RANDOM, "ok-or-error"),
+        ("random.pdf", RANDOM, "not valid PDF"),
+        ("random.docx", RANDOM, "corrupt DOCX"),
+        ("nul.md", b"# T\n\nabout wombats\x00 here\x00\n", "wombats"),
+        ("many-nul.md", b"\x00" * 5000 + b"# T\n\ntext\n", "binary data"),
+        ("badutf8.txt", b"about the dugong \xff\xfe\xc3( and more", "dugong"),
+        ("surrogate.md", "about the \udce9 kiwi".encode("utf-8", "surrogatepass"), "kiwi"),
+        ("crlf-only.txt", b"\r\n" * 1000, "empty"),
+        ("half-utf16.txt", "a lemur text".encode("utf-16")[:-1], "ok-or-error"),
+    ],
+)
 def test_hostile_bytes_end_in_text_or_a_named_failure(tmp_path, name, data, outcome):
     path = tmp_path / name
     path.write_bytes(data)
@@ -146,7 +149,7 @@ def _hang_guard(fn, *args):
     def target():
         try:
             out["value"] = fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+        except BaseException as exc:
             out["error"] = exc
 
     t = threading.Thread(target=target, daemon=True)
@@ -210,8 +213,9 @@ def test_files_changing_between_discovery_and_parse(tmp_path, change):
     else:
         assert not records and len(errors) == 1, errors
         cause = errors[0].error
-        assert {"deleted": "disappeared", "fifo": "FIFO", "directory": "directory",
-                "symlink-out": "symbolic link"}[change] in cause, cause
+        assert {"deleted": "disappeared", "fifo": "FIFO", "directory": "directory", "symlink-out": "symbolic link"}[
+            change
+        ] in cause, cause
 
 
 def test_unreadable_file_is_reported_and_keeps_its_document(tmp_path, monkeypatch):
@@ -235,8 +239,10 @@ def test_unreadable_file_is_reported_and_keeps_its_document(tmp_path, monkeypatc
     assert [f.rel_path for f in readable] == ["ok.md"]
     assert [(Path(e.path).name, e.error) for e in errors] == [("secret.md", "cannot read file: permission denied")]
     # Indexed by an earlier run, the document stays: an unreadable file is not a deleted one.
-    catalog = [CatalogDoc("d-ok", str(tmp_path / "ok.md"), readable[0].sha256, readable[0].mtime),
-               CatalogDoc("d-secret", str(tmp_path / "secret.md"), "old", 1.0)]
+    catalog = [
+        CatalogDoc("d-ok", str(tmp_path / "ok.md"), readable[0].sha256, readable[0].mtime),
+        CatalogDoc("d-secret", str(tmp_path / "secret.md"), "old", 1.0),
+    ]
     plan = make_plan(readable, catalog, [str(tmp_path)], unreadable={e.path for e in errors})
     assert not plan.removed and [d for _, d in plan.unchanged] == ["d-ok"]
 

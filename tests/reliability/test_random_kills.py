@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, SAMPLE
 from storage import contents
 
@@ -40,8 +39,12 @@ def state(tree: Path, which: int) -> None:
 def kill_run(tree: Path, db: Path, delay: float) -> int | None:
     """Start `quarry index`, SIGKILL it after ``delay`` s; its exit status (None if it finished)."""
     # the two states differ by most of the tree: that churn is intended, so deletes are allowed
-    proc = subprocess.Popen([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db),
-                             "--allow-deletes"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db), "--allow-deletes"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + delay
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.01)

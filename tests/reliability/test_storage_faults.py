@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, SAMPLE
 from storage import can_chattr, can_mount, contents, immutable, resize, tmpfs
 
@@ -32,8 +31,14 @@ def _clean_error(done) -> None:
 
 def _paused_run(tree, db, point, release, env=None):
     env = {**os.environ, **(env or {}), "QUARRY_FAULT": f"pause:{point}", "QUARRY_FAULT_FILE": str(release)}
-    proc = subprocess.Popen([sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     while not Path(str(release) + ".paused").exists():
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
@@ -102,8 +107,12 @@ def test_disk_fills_mid_run(tmp_path, cli):
     before = contents(db)
     for i in range(40):
         (tree / f"big-{i}.md").write_text(f"# Big {i}\n\n" + f"Filler text {i} about deploys. " * 2000)
-    done = subprocess.run(["prlimit", "--fsize=200000", sys.executable, "-m", "quarry.cli.main", "index", str(tree),
-                           "--db", str(db)], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(
+        ["prlimit", "--fsize=200000", sys.executable, "-m", "quarry.cli.main", "index", str(tree), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     _clean_error(done)
     assert contents(db) == before
     print("disk full: prlimit --fsize")
@@ -215,8 +224,14 @@ def test_readers_during_ten_commits_see_whole_generations(tmp_path, run_flow, cl
     script = tmp_path / "reader.py"
     script.write_text(READER)
     stop = tmp_path / "stop"
-    readers = [subprocess.Popen([sys.executable, str(script), str(db), str(tmp_path / f"r{i}.json"), str(stop)],
-                                cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}) for i in range(2)]
+    readers = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(db), str(tmp_path / f"r{i}.json"), str(stop)],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        for i in range(2)
+    ]
     try:
         for i in range(1, 11):
             (tree / f"g{i:02d}.md").write_text(f"# G{i}\n\nThe generationmarker of generation {i}.\n")

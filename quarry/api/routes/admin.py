@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query
 
-from quarry.api.deps import admin_of, caller_of, index_of, json_response
 from quarry.api.auth import Caller
+from quarry.api.deps import admin_of, caller_of, index_of, json_response
 
 router = APIRouter(prefix="/v1", tags=["admin"])
 

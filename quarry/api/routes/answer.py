@@ -24,10 +24,13 @@ def _event(kind: str, data) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n".encode()
 
 
-@router.post("/answer", summary="An answer with checked citations, from what the caller may read",
-             description="Retrieves evidence as the caller (the same permissions as search), asks the server's "
-                         "OpenAI-compatible chat model, checks the citations. status: answered, not_found (no model "
-                         "call), refused or error (HTTP 502). With stream: Server-Sent Events.")
+@router.post(
+    "/answer",
+    summary="An answer with checked citations, from what the caller may read",
+    description="Retrieves evidence as the caller (the same permissions as search), asks the server's "
+    "OpenAI-compatible chat model, checks the citations. status: answered, not_found (no model "
+    "call), refused or error (HTTP 502). With stream: Server-Sent Events.",
+)
 def answer(body: AnswerRequest, request: Request, caller: Caller = Depends(caller_of), index=Depends(index_of)):
     state = state_of(request)
     state.answer_gate().check(caller)
@@ -55,8 +58,9 @@ def answer(body: AnswerRequest, request: Request, caller: Caller = Depends(calle
         finally:
             events.close()  # a client gone early: the model's stream is closed with it
 
-    return StreamingResponse(stream(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
 
 
 def _message(exc: Exception, scrub) -> str:

@@ -7,8 +7,8 @@ import re
 
 from fastapi import APIRouter, Depends, Query
 
-from quarry.api.deps import caller_of, index_of, json_response
 from quarry.api.auth import Caller
+from quarry.api.deps import caller_of, index_of, json_response
 from quarry.api.schemas import MAX_WINDOW
 from quarry.core.errors import NotFound
 
@@ -28,9 +28,17 @@ def document(doc_id: str, caller: Caller = Depends(caller_of), index=Depends(ind
 
 
 @router.get("/chunks/{chunk_id}", summary="A chunk: text, header, page span; neighbours on request")
-def chunk(chunk_id: str, neighbours: int = Query(0, ge=0, le=MAX_WINDOW, description="Chunks on each side."),
-          before: int | None = Query(None, ge=0, le=MAX_WINDOW), after: int | None = Query(None, ge=0, le=MAX_WINDOW),
-          caller: Caller = Depends(caller_of), index=Depends(index_of)):
+def chunk(
+    chunk_id: str,
+    neighbours: int = Query(0, ge=0, le=MAX_WINDOW, description="Chunks on each side."),
+    before: int | None = Query(None, ge=0, le=MAX_WINDOW),
+    after: int | None = Query(None, ge=0, le=MAX_WINDOW),
+    caller: Caller = Depends(caller_of),
+    index=Depends(index_of),
+):
     around = (neighbours if before is None else before, neighbours if after is None else after)
-    return json_response(index.chunk(checked_id("chunk", chunk_id), neighbours=around if any(around) else 0,
-                                     principals=caller.principals))
+    return json_response(
+        index.chunk(
+            checked_id("chunk", chunk_id), neighbours=around if any(around) else 0, principals=caller.principals
+        )
+    )

@@ -67,5 +67,6 @@ def _answer(request: Request, form: dict) -> dict:
 def answer_page(request: Request):
     form = _form(request)
     context = _results(request, form)
-    return render(request, "answer.html", status=400 if context["error"] else 200, panel=_answer(request, form),
-                  **context)
+    return render(
+        request, "answer.html", status=400 if context["error"] else 200, panel=_answer(request, form), **context
+    )

@@ -27,8 +27,8 @@ from markupsafe import Markup, escape
 from pydantic import ValidationError
 
 from quarry.api.deps import state_of
-from quarry.api.routes.documents import checked_id
 from quarry.api.errors import ApiError, Scrubber, status_of
+from quarry.api.routes.documents import checked_id
 from quarry.api.web import session, views
 from quarry.api.web.session import COOKIE, SignIn
 from quarry.core.errors import QuarryError
@@ -38,13 +38,33 @@ router = APIRouter(include_in_schema=False)
 STATIC = ("web.css", "web.js", "icon.svg")
 _TYPES = {"css": "text/css; charset=utf-8", "js": "text/javascript; charset=utf-8", "svg": "image/svg+xml"}
 # Nothing of a page comes from another host; inline SVG needs no style or script of its own.
-POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-          "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-HEADERS = {"Content-Security-Policy": POLICY, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
-           "Cache-Control": "no-store", "X-Frame-Options": "DENY"}
+POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+HEADERS = {
+    "Content-Security-Policy": POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+}
 COMPRESS_FROM = 4096  # bytes of HTML: smaller pages go as they are
-SEARCH_FIELDS = ("q", "k", "mode", "fusion", "where", "path", "type", "since", "until", "window", "segments",
-                 "explain", "rerank")
+SEARCH_FIELDS = (
+    "q",
+    "k",
+    "mode",
+    "fusion",
+    "where",
+    "path",
+    "type",
+    "since",
+    "until",
+    "window",
+    "segments",
+    "explain",
+    "rerank",
+)
 
 
 def _static_version() -> dict[str, str]:
@@ -54,10 +74,23 @@ def _static_version() -> dict[str, str]:
 
 @functools.cache
 def environment() -> Environment:
-    env = Environment(loader=PackageLoader("quarry.api.web", "templates"), autoescape=select_autoescape(["html"]),
-                      trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(size=views.size, seconds=views.seconds, when=views.when, ago=views.ago, pages=views.pages,
-                       number=views.number, marked=marked, took=views.took, code=code)
+    env = Environment(
+        loader=PackageLoader("quarry.api.web", "templates"),
+        autoescape=select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        size=views.size,
+        seconds=views.seconds,
+        when=views.when,
+        ago=views.ago,
+        pages=views.pages,
+        number=views.number,
+        marked=marked,
+        took=views.took,
+        code=code,
+    )
     versions = _static_version()
     env.globals["static"] = lambda name: f"/static/{name}?v={versions[name]}"
     return env
@@ -112,8 +145,11 @@ def html_errors(fragment: bool = False):
                 status = status_of(exc)
                 if status >= 500:
                     log.error("%s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
-                    message = "the index cannot be read now (no index yet, or a damaged store)" if status == 503 \
+                    message = (
+                        "the index cannot be read now (no index yet, or a damaged store)"
+                        if status == 503
                         else "internal error (see the server log)"
+                    )
                 else:
                     message = str(exc)
                 return _error(request, status, message, fragment)
@@ -130,13 +166,15 @@ def error_page(request: Request, status: int, message: str) -> HTMLResponse:
 
 def _error(request: Request, status: int, message: str, fragment: bool, headers: dict | None = None) -> HTMLResponse:
     text = Scrubber(*state_of(request).paths())(message)
-    response = render(request, "fragment_error.html" if fragment else "error.html", status=status,
-                      status_code=status, message=text)
+    response = render(
+        request, "fragment_error.html" if fragment else "error.html", status=status, status_code=status, message=text
+    )
     response.headers.update(headers or {})
     return response
 
 
 # --- search ---------------------------------------------------------------------------------------
+
 
 def _form(request: Request) -> dict:
     """The search form as the page shows it back (strings, as typed)."""
@@ -179,8 +217,9 @@ def _results(request: Request, form: dict) -> dict:
         context["error"] = error
         return context
     try:
-        answer = search.run(state_of(request).index(), request.state.caller.principals,
-                            tuple(state_of(request).config.rerankers))
+        answer = search.run(
+            state_of(request).index(), request.state.caller.principals, tuple(state_of(request).config.rerankers)
+        )
     except QuarryError as exc:
         if status_of(exc) != 400:
             raise
@@ -217,18 +256,32 @@ def results_fragment(request: Request):
 @html_errors(fragment=True)
 def context_fragment(request: Request, chunk_id: str, n: int = 1, q: str = ""):
     n = max(0, min(int(n), 5))
-    chunk = state_of(request).index().chunk(checked_id("chunk", chunk_id), neighbours=n,
-                                            principals=request.state.caller.principals)
-    window = chunk.get("window") or {"text": chunk["text"], "first_chunk": chunk["chunk_index"],
-                                     "last_chunk": chunk["chunk_index"]}
+    chunk = (
+        state_of(request)
+        .index()
+        .chunk(checked_id("chunk", chunk_id), neighbours=n, principals=request.state.caller.principals)
+    )
+    window = chunk.get("window") or {
+        "text": chunk["text"],
+        "first_chunk": chunk["chunk_index"],
+        "last_chunk": chunk["chunk_index"],
+    }
     before, hit, after = views.split_around(window["text"], chunk["text"])
     terms = views.query_terms(q) if q.strip() else []
-    return render(request, "fragment_context.html", chunk=chunk, window=window,
-                  **{name: views.split_marked(text, terms) if terms else [(text, False)]
-                     for name, text in (("before", before), ("hit", hit), ("after", after))})
+    return render(
+        request,
+        "fragment_context.html",
+        chunk=chunk,
+        window=window,
+        **{
+            name: views.split_marked(text, terms) if terms else [(text, False)]
+            for name, text in (("before", before), ("hit", hit), ("after", after))
+        },
+    )
 
 
 # --- documents ------------------------------------------------------------------------------------
+
 
 @router.get("/documents/{doc_id}")
 @html_errors()
@@ -239,21 +292,35 @@ def document_page(request: Request, doc_id: str, chunk: str = "", q: str = "", s
         hit = int(index) if owner == doc_id and index.isdigit() else None
     first = views.document_window(10**9, hit, start)[0]
     last = first + views.CHUNKS_PER_PAGE - 1
-    doc = state_of(request).index().document(checked_id("document", doc_id), request.state.caller.principals,
-                                             text=(first, last))
+    doc = (
+        state_of(request)
+        .index()
+        .document(checked_id("document", doc_id), request.state.caller.principals, text=(first, last))
+    )
     n = len(doc["chunks"])
     first, last = views.document_window(n, hit, first)
-    return render(request, "document.html", doc=doc, q=q, hit=hit, first=first, last=last, n_chunks=n,
-                  per_page=views.CHUNKS_PER_PAGE, blocks=views.layout(doc, first, last, hit, q),
-                  outline=views.outline(doc), chunk_id=chunk)
+    return render(
+        request,
+        "document.html",
+        doc=doc,
+        q=q,
+        hit=hit,
+        first=first,
+        last=last,
+        n_chunks=n,
+        per_page=views.CHUNKS_PER_PAGE,
+        blocks=views.layout(doc, first, last, hit, q),
+        outline=views.outline(doc),
+        chunk_id=chunk,
+    )
 
 
 # --- runs -----------------------------------------------------------------------------------------
 
+
 def _admin(request: Request, what: str = "the runs name files") -> None:
     if not request.state.caller.admin:
-        raise ApiError(403, f"{what} of every permission: they need an admin key "
-                            "(`quarry keys create NAME --admin`)")
+        raise ApiError(403, f"{what} of every permission: they need an admin key (`quarry keys create NAME --admin`)")
 
 
 @router.get("/runs")
@@ -266,8 +333,9 @@ def runs_page(request: Request, limit: int = 100):
         runs = index.runs(limit)
         generation = snap.pointer.generation
         evals = index.evals()[-limit:][::-1]  # newest first: the quality trend across generations
-    return render(request, "runs.html", runs=runs, chart=views.stage_chart(runs), generation=generation, limit=limit,
-                  evals=evals)
+    return render(
+        request, "runs.html", runs=runs, chart=views.stage_chart(runs), generation=generation, limit=limit, evals=evals
+    )
 
 
 @router.get("/runs/{run_id}")
@@ -280,6 +348,7 @@ def run_page(request: Request, run_id: str):
 
 # --- corpus report --------------------------------------------------------------------------------
 
+
 @router.get("/corpus")
 @html_errors()
 def corpus_page(request: Request):
@@ -291,6 +360,7 @@ def corpus_page(request: Request):
 
 # --- status ---------------------------------------------------------------------------------------
 
+
 @router.get("/status")
 @html_errors()
 def status_page(request: Request):
@@ -300,28 +370,48 @@ def status_page(request: Request):
 
 # --- signing in -----------------------------------------------------------------------------------
 
+
 @router.get("/login")
-async def login_page(request: Request, next: str = "/"):  # noqa: A002 - the query parameter's name
+async def login_page(request: Request, next: str = "/"):
     return render(request, "login.html", next=session.safe_next(next), error=None, who=None)
 
 
 @router.post("/login")
 async def login(request: Request):
     if not session.same_origin(request):
-        return render(request, "login.html", status=403, next="/", who=None,
-                      error="sign-in refused: the form was not sent from this server's page")
+        return render(
+            request,
+            "login.html",
+            status=403,
+            next="/",
+            who=None,
+            error="sign-in refused: the form was not sent from this server's page",
+        )
     form = await request.form()
     token, target = str(form.get("token", "")), session.safe_next(str(form.get("next", "/")))
     try:
         who = session.check(request, token)
     except ApiError as exc:
         status = exc.status if exc.status in (401, 429) else 400
-        return render(request, "login.html", status=status, next=target, who=None,
-                      error="that is not a valid API key (unknown, revoked or expired)" if status == 401 else exc.message)
+        return render(
+            request,
+            "login.html",
+            status=status,
+            next=target,
+            who=None,
+            error="that is not a valid API key (unknown, revoked or expired)" if status == 401 else exc.message,
+        )
     response = RedirectResponse(target, status_code=303, headers=HEADERS)
     if state_of(request).auth.required:
-        response.set_cookie(COOKIE, token.strip(), max_age=session.MAX_AGE, path="/", httponly=True,
-                            samesite="strict", secure=session.secure(request))
+        response.set_cookie(
+            COOKIE,
+            token.strip(),
+            max_age=session.MAX_AGE,
+            path="/",
+            httponly=True,
+            samesite="strict",
+            secure=session.secure(request),
+        )
     log.info("web sign-in: key %s", who.name)
     return response
 
@@ -339,8 +429,11 @@ async def static(request: Request, name: str):
     if name not in STATIC:
         raise ApiError(404, "no such file")
     data, packed = _static_file(name)
-    headers = {"Cache-Control": "public, max-age=31536000, immutable", "X-Content-Type-Options": "nosniff",
-               "Vary": "Accept-Encoding"}
+    headers = {
+        "Cache-Control": "public, max-age=31536000, immutable",
+        "X-Content-Type-Options": "nosniff",
+        "Vary": "Accept-Encoding",
+    }
     if "gzip" in request.headers.get("accept-encoding", ""):
         data, headers["Content-Encoding"] = packed, "gzip"
     return Response(data, media_type=_TYPES[name.rsplit(".", 1)[1]], headers=headers)

@@ -15,8 +15,8 @@ from urllib.parse import quote, urlsplit
 
 from fastapi import Request
 
-from quarry.api.deps import state_of
 from quarry.api.auth import Caller
+from quarry.api.deps import state_of
 from quarry.api.errors import ApiError
 
 COOKIE = "quarry_key"

@@ -8,7 +8,7 @@ import bisect
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from quarry.core.models import STAGES
 from quarry.search.highlight import query_terms, split_marked
@@ -18,6 +18,7 @@ CHART_RUNS = 60  # runs in the stage chart
 
 
 # --- formats ------------------------------------------------------------------------------------
+
 
 def size(n: int | float | None) -> str:
     """Bytes as ``12.3 MB`` (powers of 1,000, as `ls -h --si` and file managers write them)."""
@@ -55,7 +56,7 @@ def ago(iso: str | None, now: datetime | None = None) -> str:
     moment = parse_time(iso)
     if moment is None:
         return ""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     s = max(0.0, (now - moment).total_seconds())
     for unit, length in (("d", 86400), ("h", 3600), ("min", 60)):
         if s >= length:
@@ -70,7 +71,7 @@ def parse_time(iso: str | None) -> datetime | None:
         moment = datetime.fromisoformat(str(iso).removesuffix("Z"))
     except ValueError:
         return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def pages(start: int | None, end: int | None) -> str:
@@ -85,6 +86,7 @@ def number(n) -> str:
 
 
 # --- the document view --------------------------------------------------------------------------
+
 
 @dataclass
 class Block:
@@ -177,7 +179,7 @@ def split_around(text: str, part: str) -> tuple[str, str, str]:
     at = text.find(part) if part else -1
     if at < 0:
         return "", text, ""
-    return text[:at], part, text[at + len(part):]
+    return text[:at], part, text[at + len(part) :]
 
 
 def outline(doc: dict) -> list[dict]:
@@ -192,6 +194,7 @@ def outline(doc: dict) -> list[dict]:
 
 
 # --- the runs chart -----------------------------------------------------------------------------
+
 
 @dataclass
 class Bar:
@@ -249,14 +252,26 @@ def stage_chart(runs: list[dict], width: float = 960, lane: float = 30, left: fl
             height = (lane - 8) * (value / peak if peak > 0 else 0)
             height = max(height, 1.0)  # a zero-length stage still shows it ran
             x = left + j * slot + (slot - bar_width) / 2
-            bars.append(Bar(stage=stage, run_id=run["run_id"], x=round(x, 1), y=round(top + lane - 6 - height, 1),
-                            width=round(bar_width, 1), height=round(height, 1), seconds=value,
-                            label=f"{stage} {seconds(value)}, {when(run.get('started'))}"))
+            bars.append(
+                Bar(
+                    stage=stage,
+                    run_id=run["run_id"],
+                    x=round(x, 1),
+                    y=round(top + lane - 6 - height, 1),
+                    width=round(bar_width, 1),
+                    height=round(height, 1),
+                    seconds=value,
+                    label=f"{stage} {seconds(value)}, {when(run.get('started'))}",
+                )
+            )
         lanes.append(Lane(stage=stage, top=top, height=lane, peak=peak, bars=bars))
     height = 8 + len(stages) * lane + 18
     step = max(1, math.ceil(len(timed) / 6))
-    ticks = [(round(left + j * slot + slot / 2, 1), (parse_time(r.get("started")) or datetime.min).strftime("%m-%d %H:%M"))
-             for j, r in enumerate(timed) if j % step == 0]
+    ticks = [
+        (round(left + j * slot + slot / 2, 1), (parse_time(r.get("started")) or datetime.min).strftime("%m-%d %H:%M"))
+        for j, r in enumerate(timed)
+        if j % step == 0
+    ]
     return Chart(width=width, height=height, left=left, lanes=lanes, ticks=ticks, runs=len(timed))
 
 
@@ -278,14 +293,24 @@ def stage_rows(durations: dict) -> list[dict]:
     """One run's stages in pipeline order with their share of the run's wall time (for its detail)."""
     total = took(durations)
     rows = []
-    longest = max((v.get("seconds") or 0 for k, v in durations.items() if isinstance(v, dict) and k != "total"),
-                  default=0) or 1
+    longest = (
+        max((v.get("seconds") or 0 for k, v in durations.items() if isinstance(v, dict) and k != "total"), default=0)
+        or 1
+    )
     for stage in STAGES:
         value = durations.get(stage)
         if not isinstance(value, dict):
             continue
         s = float(value.get("seconds") or 0)
-        rows.append({"stage": stage, "seconds": s, "busy": value.get("busy_seconds"), "rows": value.get("rows"),
-                     "rate": value.get("rows_per_s"), "share": s / total if total else None,
-                     "width": round(100 * s / longest, 1)})
+        rows.append(
+            {
+                "stage": stage,
+                "seconds": s,
+                "busy": value.get("busy_seconds"),
+                "rows": value.get("rows"),
+                "rate": value.get("rows_per_s"),
+                "share": s / total if total else None,
+                "width": round(100 * s / longest, 1),
+            }
+        )
     return rows

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from urllib.parse import urlsplit
 
-__all__ = ['make_client', 'host_of', 'PLACEHOLDER_KEY']
+__all__ = ["make_client", "host_of", "PLACEHOLDER_KEY"]
 
 PLACEHOLDER_KEY = "unused"  # local servers (vLLM, Ollama, llama.cpp) accept any key, the client needs one
 
@@ -25,8 +25,13 @@ def make_client(base_url: str, api_key: str, timeout: float = 60.0):
     # few seconds would hold a request (and an unattended run) forever. The transport below
     # gives every request a deadline of ``timeout`` seconds in all.
     http_client = httpx.Client(transport=_DeadlineTransport(timeout), timeout=timeout, follow_redirects=True)
-    return openai.OpenAI(base_url=base_url or None, api_key=api_key or PLACEHOLDER_KEY,
-                         timeout=timeout, max_retries=0, http_client=http_client)
+    return openai.OpenAI(
+        base_url=base_url or None,
+        api_key=api_key or PLACEHOLDER_KEY,
+        timeout=timeout,
+        max_retries=0,
+        http_client=http_client,
+    )
 
 
 def _deadline_transport_class():
@@ -39,8 +44,9 @@ def _deadline_transport_class():
         def __iter__(self):
             for chunk in self._stream:
                 if time.monotonic() > self._deadline:
-                    raise httpx.ReadTimeout("the answer took longer than the request's total timeout",
-                                            request=self._request)
+                    raise httpx.ReadTimeout(
+                        "the answer took longer than the request's total timeout", request=self._request
+                    )
                 yield chunk
 
         def close(self):
@@ -60,7 +66,7 @@ def _deadline_transport_class():
     return DeadlineTransport
 
 
-def _DeadlineTransport(total: float):  # noqa: N802 - a class made on first use (httpx is imported lazily)
+def _DeadlineTransport(total: float):
     return _deadline_transport_class()(total)
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ['RateLimiter', 'Usage']
+__all__ = ["RateLimiter", "Usage"]
+
 
 class RateLimiter:
     """At most ``per_minute`` units per minute, evenly spaced; blocks the caller.
@@ -17,8 +19,13 @@ class RateLimiter:
     means unlimited.
     """
 
-    def __init__(self, per_minute: float | None, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], Any] = time.sleep):
+    def __init__(
+        self,
+        per_minute: float | None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Any] = time.sleep,
+    ):
         self.interval = 60.0 / per_minute if per_minute else 0.0
         self._clock = clock
         self._sleep = sleep
@@ -53,8 +60,9 @@ class Usage:
         """Count one successful call and the tokens its response reports (dict or object)."""
 
         def get(name: str) -> int:
-            value = (response_usage.get(name) if isinstance(response_usage, dict)
-                     else getattr(response_usage, name, None))
+            value = (
+                response_usage.get(name) if isinstance(response_usage, dict) else getattr(response_usage, name, None)
+            )
             return int(value or 0)
 
         with self._lock:
@@ -71,8 +79,12 @@ class Usage:
     def as_dict(self) -> dict[str, int]:
         """The counters as a plain dict."""
         with self._lock:
-            return {"calls": self.calls, "prompt_tokens": self.prompt_tokens,
-                    "completion_tokens": self.completion_tokens, "retries": self.retries}
+            return {
+                "calls": self.calls,
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "retries": self.retries,
+            }
 
     def __repr__(self) -> str:
         return f"Usage({self.as_dict()})"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from quarry.core.openai.retry import BadResponse, status_of
 
+__all__ = ["describe_error", "redact"]
 
-__all__ = ['describe_error', 'redact']
 
 def describe_error(exc: BaseException, *secrets: str, limit: int = 200) -> str:
     """A short, key-free description of an API error: status and the start of the body.

@@ -20,10 +20,11 @@ from __future__ import annotations
 import email.utils
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
-__all__ = ['BadResponse', 'RetryPolicy', 'status_of', 'is_retryable', 'retry_after', 'call_with_retries']
+__all__ = ["BadResponse", "RetryPolicy", "status_of", "is_retryable", "retry_after", "call_with_retries"]
 
 T = TypeVar("T")
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
@@ -54,7 +55,7 @@ class RetryPolicy:
 
     def backoff(self, attempt: int, rng: random.Random | None = None) -> float:
         """The wait before retry number ``attempt + 1`` (``attempt`` counts from 0)."""
-        ceiling = min(self.cap, self.base * (2.0 ** attempt))
+        ceiling = min(self.cap, self.base * (2.0**attempt))
         draw = (rng or random).random()
         return ceiling * (1.0 - self.jitter * draw)
 
@@ -128,10 +129,14 @@ def retry_after(exc: BaseException, now: float | None = None) -> float | None:
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-def call_with_retries(fn: Callable[[], T], policy: RetryPolicy = RetryPolicy(), *,
-                      sleep: Callable[[float], Any] = time.sleep,
-                      on_retry: Callable[[BaseException, int, float], Any] | None = None,
-                      rng: random.Random | None = None) -> T:
+def call_with_retries(
+    fn: Callable[[], T],
+    policy: RetryPolicy = RetryPolicy(),
+    *,
+    sleep: Callable[[float], Any] = time.sleep,
+    on_retry: Callable[[BaseException, int, float], Any] | None = None,
+    rng: random.Random | None = None,
+) -> T:
     """Call ``fn()``; on a retryable error wait and call again, ``policy.attempts`` times in all.
 
     A tenacity ``Retrying`` loop: stop after ``policy.attempts``, retry what :func:`is_retryable`
@@ -151,7 +156,12 @@ def call_with_retries(fn: Callable[[], T], policy: RetryPolicy = RetryPolicy(), 
         if on_retry is not None:
             on_retry(state.outcome.exception(), state.attempt_number, state.upcoming_sleep)
 
-    retrying = tenacity.Retrying(stop=tenacity.stop_after_attempt(max(1, policy.attempts)), wait=wait,
-                                 retry=tenacity.retry_if_exception(is_retryable), sleep=sleep,
-                                 before_sleep=before_sleep, reraise=True)
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(max(1, policy.attempts)),
+        wait=wait,
+        retry=tenacity.retry_if_exception(is_retryable),
+        sleep=sleep,
+        before_sleep=before_sleep,
+        reraise=True,
+    )
     return retrying(fn)

@@ -18,8 +18,18 @@ from quarry.core.models import join_header
 from quarry.ingest.corpus.minhash import line_hash
 from quarry.retrieval.textnorm import bm25_text
 
-__all__ = ["MIN_DOCS", "SHARE", "MODES", "threshold", "is_boilerplate", "share", "strip_lines", "stripping",
-           "search_text", "embed_text"]
+__all__ = [
+    "MIN_DOCS",
+    "SHARE",
+    "MODES",
+    "threshold",
+    "is_boilerplate",
+    "share",
+    "strip_lines",
+    "stripping",
+    "search_text",
+    "embed_text",
+]
 
 MIN_DOCS = 3  # a line is boilerplate in a root when at least this many of its documents hold it...
 SHARE = 0.02  # ...and at least this share of them

@@ -71,6 +71,5 @@ def clusters(members: dict[str, Member], pairs, threshold: float) -> dict[str, A
             if d == canon:
                 out[d] = Assignment(cluster=canon)
             else:
-                out[d] = Assignment(cluster=canon, of=canon,
-                                    similarity=round(_similar(members[d], members[canon]), 4))
+                out[d] = Assignment(cluster=canon, of=canon, similarity=round(_similar(members[d], members[canon]), 4))
     return out

@@ -23,8 +23,22 @@ import unicodedata
 
 import numpy as np
 
-__all__ = ["line_hashes", "line_hash", "NUM_PERM", "BANDS", "ROWS", "SHINGLE", "normalise", "content_hash", "short_hash", "signature",
-           "band_keys", "similarity", "to_blob", "from_blob"]
+__all__ = [
+    "line_hashes",
+    "line_hash",
+    "NUM_PERM",
+    "BANDS",
+    "ROWS",
+    "SHINGLE",
+    "normalise",
+    "content_hash",
+    "short_hash",
+    "signature",
+    "band_keys",
+    "similarity",
+    "to_blob",
+    "from_blob",
+]
 
 NUM_PERM = 128
 BANDS = 20
@@ -59,7 +73,7 @@ def signature(text: str) -> np.ndarray | None:
     if not words:
         return None
     n = min(SHINGLE, len(words))
-    shingles = [" ".join(words[i:i + n]) for i in range(len(words) - n + 1)]
+    shingles = [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
     m = rensa.RMinHash(NUM_PERM, SEED)
     m.update(shingles)
     return np.asarray(m.digest(), dtype=np.uint32)
@@ -70,7 +84,7 @@ def band_keys(sig: np.ndarray) -> list[int]:
     never meet): two documents sharing a key are LSH candidates."""
     out = []
     for b in range(BANDS):
-        digest = hashlib.blake2b(sig[b * ROWS:(b + 1) * ROWS].tobytes(), digest_size=8, person=b"qb%02d" % b).digest()
+        digest = hashlib.blake2b(sig[b * ROWS : (b + 1) * ROWS].tobytes(), digest_size=8, person=b"qb%02d" % b).digest()
         out.append(int.from_bytes(digest, "little", signed=True))
     return out
 

@@ -25,26 +25,34 @@ __all__ = ["KINDS", "find", "counts", "redact", "parse_kinds"]
 
 KINDS = ("email", "phone", "card", "iban", "national_id", "secret")
 
-_SECRET = re.compile("|".join([
-    r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-    r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA)[0-9A-Z]{16}\b",
-    r"\bgh[pousr]_[A-Za-z0-9]{36,255}\b",
-    r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b",
-    r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
-    r"\b[rs]k_live_[A-Za-z0-9]{16,}\b",
-    r"\bAIza[0-9A-Za-z_-]{35}\b",
-    r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-    r"\b(?i:api[_-]?key|secret(?:[_-]?key)?|access[_-]?token|auth[_-]?token|password|passwd|pwd)\b['\"]?\s*[:=]\s*"
-    r"['\"]?(?=[A-Za-z0-9/+_.-]*\d)[A-Za-z0-9/+_.-]{12,}",
-]))
+_SECRET = re.compile(
+    "|".join(
+        [
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+            r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA)[0-9A-Z]{16}\b",
+            r"\bgh[pousr]_[A-Za-z0-9]{36,255}\b",
+            r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b",
+            r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
+            r"\b[rs]k_live_[A-Za-z0-9]{16,}\b",
+            r"\bAIza[0-9A-Za-z_-]{35}\b",
+            r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+            r"\b(?i:api[_-]?key|secret(?:[_-]?key)?|access[_-]?token|auth[_-]?token|password|passwd|pwd)\b['\"]?\s*[:=]\s*"
+            r"['\"]?(?=[A-Za-z0-9/+_.-]*\d)[A-Za-z0-9/+_.-]{12,}",
+        ]
+    )
+)
 _EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9-]{1,63}\.)+[A-Za-z]{2,24}\b")
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b")
 _CARD = re.compile(r"(?<![\w./:=+-])\d(?:[ -]?\d){12,18}(?![\w/-]|[.,]\d)")
-_NATIONAL = re.compile(r"(?<![\d-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d-])"
-                       r"|\b(?![DFIQUV])[A-CEGHJ-PR-TW-Z](?![DFIOQUV])[A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b")
-_PHONE = re.compile(r"(?<![\w+])\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}(?![\d-])"
-                    r"|(?<![\w-])\(\d{3}\) ?\d{3}[-. ]\d{4}(?![\d-])"
-                    r"|(?<![\w.-])\d{3}[-.]\d{3}[-.]\d{4}(?![\w-]|\.\d)")
+_NATIONAL = re.compile(
+    r"(?<![\d-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d-])"
+    r"|\b(?![DFIQUV])[A-CEGHJ-PR-TW-Z](?![DFIOQUV])[A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b"
+)
+_PHONE = re.compile(
+    r"(?<![\w+])\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}(?![\d-])"
+    r"|(?<![\w-])\(\d{3}\) ?\d{3}[-. ]\d{4}(?![\d-])"
+    r"|(?<![\w.-])\d{3}[-.]\d{3}[-.]\d{4}(?![\w-]|\.\d)"
+)
 
 
 def _luhn(digits: str) -> bool:
@@ -74,18 +82,44 @@ def _phone_ok(value: str) -> bool:
     return 8 <= len(re.sub(r"\D", "", value)) <= 15
 
 
-_RULES = (("secret", _SECRET, None), ("email", _EMAIL, None), ("iban", _IBAN, _iban_ok), ("card", _CARD, _card_ok),
-          ("national_id", _NATIONAL, None), ("phone", _PHONE, _phone_ok))
+_RULES = (
+    ("secret", _SECRET, None),
+    ("email", _EMAIL, None),
+    ("iban", _IBAN, _iban_ok),
+    ("card", _CARD, _card_ok),
+    ("national_id", _NATIONAL, None),
+    ("phone", _PHONE, _phone_ok),
+)
 _DIGITS = re.compile(r"\d\d")
 # Every secret rule needs one of these in the text (the keyword rule: a keyword, then ':' or '='):
 # a text with none skips the secret pattern, the costliest of the rules on prose.
-_SECRET_HINTS = ("PRIVATE KEY", "AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "ghp_", "gho_", "ghu_", "ghs_",
-                 "ghr_", "github_pat_", "xox", "k_live_", "AIza", "eyJ")
+_SECRET_HINTS = (
+    "PRIVATE KEY",
+    "AKIA",
+    "ASIA",
+    "AGPA",
+    "AIDA",
+    "AROA",
+    "ANPA",
+    "ANVA",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "xox",
+    "k_live_",
+    "AIza",
+    "eyJ",
+)
 _SECRET_KEYWORD = re.compile(r"(?i:key|secret|token|passwd|password|pwd)['\"]?\s*[:=]")
 
 
 def _may_hold_secret(text: str) -> bool:
     return any(h in text for h in _SECRET_HINTS) or _SECRET_KEYWORD.search(text) is not None
+
+
 _NEEDS_DIGITS = {"iban", "card", "national_id", "phone"}  # a text without two digits in a row holds none: skipped
 
 
@@ -96,8 +130,12 @@ def find(text: str, kinds=KINDS) -> list[tuple[str, int, int]]:
     out = []
     digits = _DIGITS.search(text) is not None
     for kind, pattern, check in _RULES:
-        if kind not in kinds or (kind in _NEEDS_DIGITS and not digits) or (kind == "email" and "@" not in text) \
-                or (kind == "secret" and not _may_hold_secret(text)):
+        if (
+            kind not in kinds
+            or (kind in _NEEDS_DIGITS and not digits)
+            or (kind == "email" and "@" not in text)
+            or (kind == "secret" and not _may_hold_secret(text))
+        ):
             continue
         for m in pattern.finditer(text):
             a, b = m.span()

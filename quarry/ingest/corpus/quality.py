@@ -45,10 +45,10 @@ def signals(text: str) -> dict[str, float]:
         top = (len(gram[0]) + len(gram[1])) * count / total if count > 1 else 0.0
     covered = [False] * len(words)
     if len(lower) >= 5:
-        fives = Counter(tuple(lower[i:i + 5]) for i in range(len(lower) - 4))
+        fives = Counter(tuple(lower[i : i + 5]) for i in range(len(lower) - 4))
         for i in range(len(lower) - 4):
-            if fives[tuple(lower[i:i + 5])] > 1:
-                covered[i:i + 5] = [True] * 5
+            if fives[tuple(lower[i : i + 5])] > 1:
+                covered[i : i + 5] = [True] * 5
     return {
         "q_words": len(words),
         "q_mean_word": round(total / len(words), 4),

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 from quarry.ingest.corpus import language, minhash, pii, quality
 
-__all__ = ["DOCUMENT_COLUMNS", "CHUNK_COLUMNS", "PII_COLUMNS", "LANGUAGE_PROBES", "record_signals", "document_signals",
-           "chunk_signals", "empty_chunk"]
+__all__ = [
+    "DOCUMENT_COLUMNS",
+    "CHUNK_COLUMNS",
+    "PII_COLUMNS",
+    "LANGUAGE_PROBES",
+    "record_signals",
+    "document_signals",
+    "chunk_signals",
+    "empty_chunk",
+]
 
 LANGUAGE_PROBES = 3  # chunks of a document whose language is read before its other chunks inherit the document's
 
@@ -43,8 +51,11 @@ def record_signals(text: str, chunk_texts: list[str]) -> tuple[dict, list[dict]]
     chunks = []
     for i, t in enumerate(chunk_texts):
         if i not in langs:
-            langs[i] = (doc_lang if language.has_letters(t, language.CHUNK_CHARS) else language.UNDETERMINED) \
-                if uniform else language.detect(t, language.CHUNK_CHARS)
+            langs[i] = (
+                (doc_lang if language.has_letters(t, language.CHUNK_CHARS) else language.UNDETERMINED)
+                if uniform
+                else language.detect(t, language.CHUNK_CHARS)
+            )
         chunks.append(chunk_signals(t, langs[i]))
     return document_signals(text, chunks, doc_lang), chunks
 

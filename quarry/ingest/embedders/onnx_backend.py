@@ -25,17 +25,17 @@ import os
 import platform
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 
 import numpy as np
 
+from quarry.core.environment import environment
+from quarry.core.errors import EmbeddingError
 from quarry.ingest.embedders.base import EMBEDDERS, normalise
 from quarry.ingest.embedders.minilm import DIM, MAX_TOKENS, MODEL_NAME, TokenCounter, bundled_model_path, load_tokenizer
-from quarry.core.errors import EmbeddingError
-from quarry.core.environment import environment
 
 # Bump when the graph writer, fusion, quantisation or self-check change what the cached file holds.
 EXPORT_VERSION = "3"
@@ -182,8 +182,12 @@ def build_int8(fp32_path: str, work: str, model_path: str, forced: str | None = 
         out = os.path.join(work, f"model-{variant}.onnx")
         onnx_export.quantize_int8(fp32_path, out, tokenizer, variant)
         cosine = np.sum(_embed_once(out, tokenizer, texts) * reference, axis=1)
-        check = {"variant": variant, "cosine_min": round(float(cosine.min()), 6),
-                 "cosine_mean": round(float(cosine.mean()), 6), "texts": len(texts)}
+        check = {
+            "variant": variant,
+            "cosine_min": round(float(cosine.min()), 6),
+            "cosine_mean": round(float(cosine.mean()), 6),
+            "texts": len(texts),
+        }
         tried.append(check)
         if check["cosine_min"] >= INT8_MIN_COSINE or forced:
             return out, {"variant": variant, "self_check": check, "tried": tried}
@@ -201,8 +205,9 @@ def _embed_once(onnx_path: str, tokenizer, texts: list[str]) -> np.ndarray:
     """
     import onnxruntime as ort
 
-    session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"],
-                                   disabled_optimizers=["SkipLayerNormFusion"])
+    session = ort.InferenceSession(
+        onnx_path, providers=["CPUExecutionProvider"], disabled_optimizers=["SkipLayerNormFusion"]
+    )
     out = np.zeros((len(texts), DIM), dtype=np.float32)
     for row, encoding in enumerate(tokenizer.encode_batch(texts)):
         ids = np.array([encoding.ids], dtype=np.int64)
@@ -267,8 +272,9 @@ class OnnxEmbedder(TokenCounter):
                 self._load()
 
     def _load(self) -> None:
-        self.onnx_path, self.export_seconds = ensure_model(self.cache_dir, self.quantize, self.model_path,
-                                                           self.int8_variant if self.quantize else None)
+        self.onnx_path, self.export_seconds = ensure_model(
+            self.cache_dir, self.quantize, self.model_path, self.int8_variant if self.quantize else None
+        )
         started = time.perf_counter()
         try:
             import onnxruntime as ort

@@ -290,8 +290,13 @@ def quantize_int8(src: str, dest: str, tokenizer, variant: str = "s8") -> None:
         keep_fp32 = tame_ffn_outliers(src, tamed, tokenizer)
         as_u8 = attention_output_matmuls(onnx.load(tamed)) if "attention_output" in options["u8"] else []
         with _quiet():
-            quantize_dynamic(tamed, first if as_u8 else dest, weight_type=getattr(QuantType, options["weight_type"]),
-                             nodes_to_exclude=keep_fp32 + as_u8, **common)
+            quantize_dynamic(
+                tamed,
+                first if as_u8 else dest,
+                weight_type=getattr(QuantType, options["weight_type"]),
+                nodes_to_exclude=keep_fp32 + as_u8,
+                **common,
+            )
             if as_u8:
                 # a second pass over what the first left in fp32: only the named nodes
                 # (quantised nodes are no longer MatMul, and the side paths stay excluded)

@@ -139,12 +139,14 @@ def build_graph(model_path: str):
     # embeddings: words + positions 0..n-1 + token type 0 (quarry encodes one segment)
     word_table = const("embeddings.word_embeddings.weight", tensor("embeddings.word_embeddings.weight"))
     words = node("Gather", [word_table, "input_ids"], "word_embeddings")
-    seq_len = node("Gather", [node("Shape", ["input_ids"], "input_shape"), const("one_i64", np.array(1, np.int64))],
-                   "seq_len")
+    seq_len = node(
+        "Gather", [node("Shape", ["input_ids"], "input_shape"), const("one_i64", np.array(1, np.int64))], "seq_len"
+    )
     positions = node("Range", [const("zero_i64", np.array(0, np.int64)), seq_len, "one_i64"], "positions")
     position_table = tensor("embeddings.position_embeddings.weight")[: config.max_positions]
-    pos = node("Gather", [const("embeddings.position_embeddings.weight", position_table), positions],
-               "position_embeddings")
+    pos = node(
+        "Gather", [const("embeddings.position_embeddings.weight", position_table), positions], "position_embeddings"
+    )
     token_type = const("embeddings.token_type_0", tensor("embeddings.token_type_embeddings.weight")[0])
     summed = node("Add", [node("Add", [words, pos], "embeddings_add"), token_type], "embeddings_sum")
     x = layer_norm(summed, "embeddings.LayerNorm", "embeddings_layernorm")
@@ -164,23 +166,39 @@ def build_graph(model_path: str):
 
     for i in range(config.num_layers):
         p, n = f"encoder.layer.{i}", f"layer{i}"
-        q = node("Transpose", [node("Reshape", [dense(x, f"{p}.attention.self.query", f"{n}_q"), split_heads],
-                                    f"{n}_q_heads")], f"{n}_q_t", perm=[0, 2, 1, 3])
-        k = node("Transpose", [node("Reshape", [dense(x, f"{p}.attention.self.key", f"{n}_k"), split_heads],
-                                    f"{n}_k_heads")], f"{n}_k_t", perm=[0, 2, 3, 1])
-        v = node("Transpose", [node("Reshape", [dense(x, f"{p}.attention.self.value", f"{n}_v"), split_heads],
-                                    f"{n}_v_heads")], f"{n}_v_t", perm=[0, 2, 1, 3])
+        q = node(
+            "Transpose",
+            [node("Reshape", [dense(x, f"{p}.attention.self.query", f"{n}_q"), split_heads], f"{n}_q_heads")],
+            f"{n}_q_t",
+            perm=[0, 2, 1, 3],
+        )
+        k = node(
+            "Transpose",
+            [node("Reshape", [dense(x, f"{p}.attention.self.key", f"{n}_k"), split_heads], f"{n}_k_heads")],
+            f"{n}_k_t",
+            perm=[0, 2, 3, 1],
+        )
+        v = node(
+            "Transpose",
+            [node("Reshape", [dense(x, f"{p}.attention.self.value", f"{n}_v"), split_heads], f"{n}_v_heads")],
+            f"{n}_v_t",
+            perm=[0, 2, 1, 3],
+        )
         scores = node("Div", [node("MatMul", [q, k], f"{n}_scores"), scale], f"{n}_scores_scaled")
         probs = node("Softmax", [node("Add", [scores, mask], f"{n}_scores_masked")], f"{n}_probs", axis=-1)
         context = node("Transpose", [node("MatMul", [probs, v], f"{n}_context")], f"{n}_context_t", perm=[0, 2, 1, 3])
         context = node("Reshape", [context, merge_heads], f"{n}_context_merged")
         attended = dense(context, f"{p}.attention.output.dense", f"{n}_attn_out")
-        x = layer_norm(node("Add", [attended, x], f"{n}_attn_residual"), f"{p}.attention.output.LayerNorm",
-                       f"{n}_attn_layernorm")
+        x = layer_norm(
+            node("Add", [attended, x], f"{n}_attn_residual"), f"{p}.attention.output.LayerNorm", f"{n}_attn_layernorm"
+        )
         up = dense(x, f"{p}.intermediate.dense", f"{n}_ffn_up")
         # exact GELU: x * 0.5 * (1 + erf(x / sqrt(2)))
-        erf = node("Add", [node("Erf", [node("Div", [up, sqrt2], f"{n}_gelu_div")], f"{n}_gelu_erf"), "one_f32"],
-                   f"{n}_gelu_add")
+        erf = node(
+            "Add",
+            [node("Erf", [node("Div", [up, sqrt2], f"{n}_gelu_div")], f"{n}_gelu_erf"), "one_f32"],
+            f"{n}_gelu_add",
+        )
         gelu = node("Mul", [node("Mul", [up, erf], f"{n}_gelu_mul"), half], f"{n}_gelu")
         down = dense(gelu, f"{p}.output.dense", f"{n}_ffn_down")
         x = layer_norm(node("Add", [down, x], f"{n}_ffn_residual"), f"{p}.output.LayerNorm", f"{n}_ffn_layernorm")

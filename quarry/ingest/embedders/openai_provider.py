@@ -25,12 +25,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from quarry.ingest.embedders.base import EMBEDDERS, normalise
 from quarry.core.errors import EmbeddingError
 from quarry.core.openai.client import host_of, make_client
 from quarry.core.openai.ratelimit import RateLimiter, Usage
 from quarry.core.openai.redaction import describe_error, redact
 from quarry.core.openai.retry import BadResponse, RetryPolicy, call_with_retries, is_retryable, status_of
+from quarry.ingest.embedders.base import EMBEDDERS, normalise
 
 log = logging.getLogger("quarry.ingest.embedders.openai")
 
@@ -70,12 +70,23 @@ class OpenAIEmbedder:
 
     backend = "openai"
 
-    def __init__(self, model: str | None = None, dimensions: int | None = None, base_url: str | None = None,
-                 api_key: str | None = None, timeout: float = 60.0, *, concurrency: int = 4,
-                 rate_limit: float | None = None, token_rate_limit: float | None = None,
-                 max_inputs: int = MAX_INPUTS,
-                 max_tokens: int = MAX_INPUT_TOKENS, max_request_tokens: int = MAX_REQUEST_TOKENS,
-                 retry: RetryPolicy = RetryPolicy(), sleep: Callable[[float], object] = time.sleep):
+    def __init__(
+        self,
+        model: str | None = None,
+        dimensions: int | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        *,
+        concurrency: int = 4,
+        rate_limit: float | None = None,
+        token_rate_limit: float | None = None,
+        max_inputs: int = MAX_INPUTS,
+        max_tokens: int = MAX_INPUT_TOKENS,
+        max_request_tokens: int = MAX_REQUEST_TOKENS,
+        retry: RetryPolicy = RetryPolicy(),
+        sleep: Callable[[float], object] = time.sleep,
+    ):
         self.model = model or DEFAULT_MODEL
         self.requested_dim = dimensions or None
         self.dim = dimensions or known_dim(self.model)
@@ -166,10 +177,12 @@ class OpenAIEmbedder:
         if len(batches) == 1 or self.concurrency == 1:
             parts = [self._embed_batch([texts[i] for i in b], [counts[i] for i in b]) for b in batches]
         else:
-            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(batches)),
-                                    thread_name_prefix="quarry-embed") as pool:
-                futures = [pool.submit(self._embed_batch, [texts[i] for i in b], [counts[i] for i in b])
-                           for b in batches]
+            with ThreadPoolExecutor(
+                max_workers=min(self.concurrency, len(batches)), thread_name_prefix="quarry-embed"
+            ) as pool:
+                futures = [
+                    pool.submit(self._embed_batch, [texts[i] for i in b], [counts[i] for i in b]) for b in batches
+                ]
                 try:
                     parts = [f.result() for f in futures]
                 except BaseException:
@@ -215,8 +228,9 @@ class OpenAIEmbedder:
                 if len(groups) == 1:  # limits learned meanwhile by another thread still allow it
                     half = len(texts) // 2
                     groups = [list(range(half)), list(range(half, len(texts)))]
-                return np.concatenate([self._embed_batch([texts[i] for i in g], [counts[i] for i in g])
-                                       for g in groups])
+                return np.concatenate(
+                    [self._embed_batch([texts[i] for i in g], [counts[i] for i in g]) for g in groups]
+                )
             raise EmbeddingError(
                 f"embedding request to {self.host} failed: {over.message} (one input of about {counts[0]} "
                 f"tokens, model {self.model}); lower QUARRY_CHUNK_SIZE"
@@ -227,8 +241,15 @@ class OpenAIEmbedder:
             self.splits += 1
             self.max_inputs = min(self.max_inputs, max(1, n_inputs // 2))
             self.max_request_tokens = min(self.max_request_tokens, max(self.max_tokens, n_tokens // 2))
-        log.warning("%s refused %d inputs (~%d tokens): %s; sending at most %d inputs / ~%d tokens per request",
-                    self.host, n_inputs, n_tokens, message, self.max_inputs, self.max_request_tokens)
+        log.warning(
+            "%s refused %d inputs (~%d tokens): %s; sending at most %d inputs / ~%d tokens per request",
+            self.host,
+            n_inputs,
+            n_tokens,
+            message,
+            self.max_inputs,
+            self.max_request_tokens,
+        )
 
     def _get_client(self):
         with self._lock:
@@ -254,8 +275,13 @@ class OpenAIEmbedder:
 
         def on_retry(exc, attempt, delay):
             self.usage.add_retry()
-            log.info("embedding request to %s failed (%s), retry %d in %.1fs", self.host,
-                     describe_error(exc, self._api_key), attempt, delay)
+            log.info(
+                "embedding request to %s failed (%s), retry %d in %.1fs",
+                self.host,
+                describe_error(exc, self._api_key),
+                attempt,
+                delay,
+            )
 
         try:
             response, vectors = call_with_retries(call, self.retry, sleep=self._sleep, on_retry=on_retry)

@@ -27,12 +27,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from quarry.ingest.llm.cache import CACHE_FILE, LLMCache, cache_key
-from quarry.ingest.llm.prompts import RESPONSE_FORMATS, VERSIONS, response_format
 from quarry.core.openai.client import host_of, make_client
 from quarry.core.openai.ratelimit import RateLimiter, Usage
 from quarry.core.openai.redaction import describe_error, redact
 from quarry.core.openai.retry import BadResponse, RetryPolicy, call_with_retries, status_of
+from quarry.ingest.llm.cache import CACHE_FILE, LLMCache, cache_key
+from quarry.ingest.llm.prompts import RESPONSE_FORMATS, VERSIONS, response_format
 
 log = logging.getLogger("quarry.ingest.llm")
 
@@ -154,13 +154,15 @@ def close_truncated(text: str) -> str | None:
 class LLMRuntime:
     """Client, cache, limits and counters of one index run's LLM work."""
 
-    def __init__(self, settings, store: Path | None = None, *, client=None, policy: RetryPolicy | None = None,
-                 sleep=None):
+    def __init__(
+        self, settings, store: Path | None = None, *, client=None, policy: RetryPolicy | None = None, sleep=None
+    ):
         self.model = settings.llm_model_name
         self.endpoint = host_of(settings.llm_base_url)
         self._secrets = tuple(s for s in (settings.llm_api_key,) if s)
-        self.client = client or make_client(settings.llm_base_url, settings.llm_api_key,
-                                            timeout=float(settings.llm_timeout))
+        self.client = client or make_client(
+            settings.llm_base_url, settings.llm_api_key, timeout=float(settings.llm_timeout)
+        )
         self.cache = LLMCache(Path(store) / CACHE_FILE) if store is not None else None
         self.concurrency = settings.llm_concurrency
         self.limiter = RateLimiter(settings.llm_rate_limit or None)
@@ -244,9 +246,12 @@ class LLMRuntime:
         if self._fatal:
             return LLMFailure(self._fatal)
         try:
-            content = call_with_retries(lambda: self._call(job), self.policy,
-                                        on_retry=lambda exc, attempt, delay: self.usage.add_retry(),
-                                        **({"sleep": self._sleep} if self._sleep else {}))
+            content = call_with_retries(
+                lambda: self._call(job),
+                self.policy,
+                on_retry=lambda exc, attempt, delay: self.usage.add_retry(),
+                **({"sleep": self._sleep} if self._sleep else {}),
+            )
         except Exception as exc:
             with self._lock:
                 self.failed += 1
@@ -301,8 +306,13 @@ class LLMRuntime:
             self.response_format = self._formats[at + 1]
             if self.cache is not None:
                 self.cache.learn(self.response_format, *self._format_fact)
-        log.info("LLM endpoint %s refused response_format %s (%s); using %s", self.endpoint, refused,
-                 describe_error(exc, *self._secrets), self.response_format)
+        log.info(
+            "LLM endpoint %s refused response_format %s (%s); using %s",
+            self.endpoint,
+            refused,
+            describe_error(exc, *self._secrets),
+            self.response_format,
+        )
         return True
 
     @staticmethod

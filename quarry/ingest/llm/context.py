@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import PurePosixPath
 
+from quarry.core.models import Chunk, FileInfo, ParsedDocument, Section
 from quarry.ingest.context import CONTEXT_WRITERS, DEFAULT_FIELDS, ContextWriter, clean_summary, own_title
 from quarry.ingest.llm.client import Job, LLMFailure
 from quarry.ingest.llm.prompts import (
@@ -22,7 +23,6 @@ from quarry.ingest.llm.prompts import (
     SUMMARY_SCHEMA,
     clip,
 )
-from quarry.core.models import Chunk, FileInfo, ParsedDocument, Section
 
 TITLE_CHARS = 200
 CONTEXT_CHARS = 400
@@ -31,19 +31,32 @@ CONTEXT_CHARS = 400
 def document_job(doc: ParsedDocument, file: FileInfo, budget: int) -> Job:
     """The request for a document's title and one-sentence summary."""
     title = own_title(doc)
-    user = DOCUMENT_USER.format(file_name=PurePosixPath(file.rel_path).name,
-                                title_line=f"Title: {title}\n" if title else "",
-                                text=clip(doc.text, budget))
-    return Job("document", [{"role": "system", "content": DOCUMENT_SYSTEM}, {"role": "user", "content": user}],
-               schema=DOCUMENT_SCHEMA, schema_name="document_context", max_tokens=200)
+    user = DOCUMENT_USER.format(
+        file_name=PurePosixPath(file.rel_path).name,
+        title_line=f"Title: {title}\n" if title else "",
+        text=clip(doc.text, budget),
+    )
+    return Job(
+        "document",
+        [{"role": "system", "content": DOCUMENT_SYSTEM}, {"role": "user", "content": user}],
+        schema=DOCUMENT_SCHEMA,
+        schema_name="document_context",
+        max_tokens=200,
+    )
 
 
 def section_summary_job(title: str, section: Section, text: str, budget: int) -> Job:
     """The request for one section's one-sentence summary."""
-    user = SECTION_SUMMARY_USER.format(title=title, section=section.path or section.title or "(untitled)",
-                                       text=clip(text, budget))
-    return Job("section_summary", [{"role": "user", "content": user}], schema=SUMMARY_SCHEMA,
-               schema_name="section_summary", max_tokens=120)
+    user = SECTION_SUMMARY_USER.format(
+        title=title, section=section.path or section.title or "(untitled)", text=clip(text, budget)
+    )
+    return Job(
+        "section_summary",
+        [{"role": "user", "content": user}],
+        schema=SUMMARY_SCHEMA,
+        schema_name="section_summary",
+        max_tokens=120,
+    )
 
 
 def chunk_context_job(document: str, chunk: str, budget: int) -> Job:
@@ -57,16 +70,18 @@ def _field(answer, name: str) -> str:
     return " ".join(value.split()) if isinstance(value, str) else ""
 
 
-def document_contexts(items: list[tuple[FileInfo, ParsedDocument, str, str]], runtime, budget: int
-                      ) -> list[tuple[str, str]]:
+def document_contexts(
+    items: list[tuple[FileInfo, ParsedDocument, str, str]], runtime, budget: int
+) -> list[tuple[str, str]]:
     """``(title, summary)`` per document; ``items`` carry the rule-based title and summary to keep on failure."""
     answers = runtime.run([document_job(doc, file, budget) for file, doc, _, _ in items])
     out = []
     for (file, doc, title, summary), answer in zip(items, answers):
         model_title, model_summary = _field(answer, "title"), _field(answer, "summary")
         if isinstance(answer, LLMFailure) or not (model_title or model_summary):
-            runtime.note_fallback(file.path, "document", None,
-                                  answer.error if isinstance(answer, LLMFailure) else "no title or summary")
+            runtime.note_fallback(
+                file.path, "document", None, answer.error if isinstance(answer, LLMFailure) else "no title or summary"
+            )
             out.append((title, summary))
             continue
         if not own_title(doc) and model_title:
@@ -75,8 +90,9 @@ def document_contexts(items: list[tuple[FileInfo, ParsedDocument, str, str]], ru
     return out
 
 
-def section_summaries(items: list[tuple[FileInfo, ParsedDocument, str, list[Section]]], runtime, budget: int
-                      ) -> list[list[Section]]:
+def section_summaries(
+    items: list[tuple[FileInfo, ParsedDocument, str, list[Section]]], runtime, budget: int
+) -> list[list[Section]]:
     """Each document's sections with ``summary`` set where the model gave one."""
     jobs, where = [], []
     for d, (file, doc, title, sections) in enumerate(items):
@@ -94,16 +110,17 @@ def section_summaries(items: list[tuple[FileInfo, ParsedDocument, str, list[Sect
             failed.setdefault(d, answer.error if isinstance(answer, LLMFailure) else "no summary")
     for d, error in failed.items():
         runtime.note_fallback(items[d][0].path, "section_summary", None, error)
-    return [[_with_summary(s, summaries.get((d, s.index), s.summary)) for s in sections]
-            for d, (_, _, _, sections) in enumerate(items)]
+    return [
+        [_with_summary(s, summaries.get((d, s.index), s.summary)) for s in sections]
+        for d, (_, _, _, sections) in enumerate(items)
+    ]
 
 
 def _with_summary(section: Section, summary: str | None) -> Section:
     return replace(section, summary=summary)
 
 
-def chunk_contexts(items: list[tuple[FileInfo, ParsedDocument, list[Chunk]]], runtime, budget: int
-                   ) -> list[list[str]]:
+def chunk_contexts(items: list[tuple[FileInfo, ParsedDocument, list[Chunk]]], runtime, budget: int) -> list[list[str]]:
     """One context line per chunk ("" where the model gave none)."""
     jobs = [chunk_context_job(doc.text, c.text, budget) for _, doc, chunks in items for c in chunks]
     answers = iter(runtime.run(jobs))

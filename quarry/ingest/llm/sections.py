@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from quarry.core.models import ParsedDocument, Section
 from quarry.ingest.llm.client import Job, LLMFailure
 from quarry.ingest.llm.prompts import SECTIONS_SCHEMA, SECTIONS_SYSTEM, SECTIONS_USER
-from quarry.core.models import ParsedDocument, Section
 from quarry.ingest.sectioning import SECTIONERS, Sectioner, extractive_title
 
 MAX_LINE = 250  # characters per numbered line; longer lines are split at a space
@@ -101,13 +101,18 @@ def windows(lines: list[Line], budget: int) -> list[Window]:
 
 def window_job(text: str, lines: list[Line], window: Window) -> Job:
     """The request for one window."""
-    numbered = "\n".join(f"[{n}] {text[lines[n].start:lines[n].end]}" for n in range(window.lo, window.hi))
+    numbered = "\n".join(f"[{n}] {text[lines[n].start : lines[n].end]}" for n in range(window.lo, window.hi))
     user = SECTIONS_USER.format(first=window.lo, last=window.hi - 1, lines=numbered)
     # A bounded answer: a model that loops (small models do) stops at the budget, and the
     # complete sections before the cut are kept (``parse_json`` closes a truncated answer).
     budget = min(4096, 100 + ANSWER_TOKENS_PER_LINE * (window.hi - window.lo))
-    return Job("sections", [{"role": "system", "content": SECTIONS_SYSTEM}, {"role": "user", "content": user}],
-               schema=SECTIONS_SCHEMA, schema_name="sections", max_tokens=budget)
+    return Job(
+        "sections",
+        [{"role": "system", "content": SECTIONS_SYSTEM}, {"role": "user", "content": user}],
+        schema=SECTIONS_SCHEMA,
+        schema_name="sections",
+        max_tokens=budget,
+    )
 
 
 def _as_int(value) -> int | None:
@@ -161,8 +166,12 @@ def repair_window(answer: object, window: Window, lines: list[Line]) -> WindowSe
         found.append(Proposed(_clean_title(item.get("title")), line))
     if len(found) < len(items):
         repairs.append("invalid items")
-    if found and window.lo > 0 and not any(window.lo <= p.line < window.hi for p in found) and all(
-            0 <= p.line < window.hi - window.lo for p in found):
+    if (
+        found
+        and window.lo > 0
+        and not any(window.lo <= p.line < window.hi for p in found)
+        and all(0 <= p.line < window.hi - window.lo for p in found)
+    ):
         found = [Proposed(p.title, p.line + window.lo) for p in found]
         repairs.append("relative line numbers")
     kept = [p for p in found if window.lo <= p.line < window.hi]
@@ -194,6 +203,7 @@ def repair_window(answer: object, window: Window, lines: list[Line]) -> WindowSe
 
 def _collapse(sections: list[Proposed], window: Window, lines: list[Line], repairs: list[str]) -> list[Proposed]:
     """Merge tiny sections into their neighbours when a window has absurdly many of them."""
+
     def size(i: int, items: list[Proposed]) -> int:
         end = lines[items[i + 1].line].start if i + 1 < len(items) else lines[window.hi - 1].end
         return end - lines[items[i].line].start
@@ -213,8 +223,9 @@ def _collapse(sections: list[Proposed], window: Window, lines: list[Line], repai
     return out
 
 
-def assemble(doc: ParsedDocument, lines: list[Line], parts: list[tuple[Window, WindowSections | None]],
-             local: list[Section]) -> list[Section]:
+def assemble(
+    doc: ParsedDocument, lines: list[Line], parts: list[tuple[Window, WindowSections | None]], local: list[Section]
+) -> list[Section]:
     """Join the windows of one document into sections tiling ``doc.text``.
 
     ``parts`` pairs each window with its repaired answer, or None where the request failed or
@@ -271,8 +282,9 @@ def _covering(sections: list[Section], offset: int) -> Section | None:
     return sections[-1] if sections and offset >= sections[-1].end else None
 
 
-def section_batch(docs: list[tuple[str, ParsedDocument]], local: list[list[Section]], runtime,
-                  window_chars: int) -> list[list[Section]]:
+def section_batch(
+    docs: list[tuple[str, ParsedDocument]], local: list[list[Section]], runtime, window_chars: int
+) -> list[list[Section]]:
     """LLM sections of every document of a batch, all windows asked concurrently.
 
     ``docs`` are ``(path, document)`` pairs and ``local`` their structure sections (fallback

@@ -14,15 +14,13 @@ import importlib
 import os
 import re
 
+from quarry.core.environment import environment
 from quarry.core.errors import ParseError, QuarryError, UnsupportedFile
 from quarry.core.models import Heading, ParsedDocument, Table
 from quarry.core.paths import display
-from quarry.core.safeio import read_regular
-
-
 from quarry.core.registry import FORMATS
+from quarry.core.safeio import read_regular
 from quarry.ingest.parsers.formats import Format  # noqa: F401 - what a plugin builds its format with
-from quarry.core.environment import environment
 
 
 class _View:
@@ -88,9 +86,9 @@ def stale_formats(recorded: str | None) -> set[str]:
 
 def file_type_for(path: str) -> str:
     """The file type quarry reads ``path`` as ("md", "pdf", "tar", ...) by its suffix, or "" when unknown."""
-    name = path[path.rfind(os.sep) + 1:]  # os.path.basename; discovery asks once a file, so each call counts
+    name = path[path.rfind(os.sep) + 1 :]  # os.path.basename; discovery asks once a file, so each call counts
     if os.altsep:
-        name = name[name.rfind(os.altsep) + 1:]
+        name = name[name.rfind(os.altsep) + 1 :]
     stem, ext = _split_suffix(name.lower())
     version = FORMATS.version
     # the suffix before it matters only where a two-part suffix ends with this one (".tar" + ".gz")
@@ -255,7 +253,9 @@ def sanitize(doc: ParsedDocument, digest: str | None = None) -> ParsedDocument:
     doc.headings = [Heading(h.level, _clean(h.title)[:_MAX_TITLE], h.offset) for h in doc.headings]
     doc.metadata = {_clean(str(k))[:100]: _clean(str(v))[:_MAX_META] for k, v in doc.metadata.items()}
     doc.page_titles = [_clean(t)[:_MAX_TITLE] for t in doc.page_titles]
-    doc.tables = [Table(t.start, t.end, _clean(t.title)[:_MAX_TITLE], _clean(t.columns)[:_MAX_TITLE]) for t in doc.tables]
+    doc.tables = [
+        Table(t.start, t.end, _clean(t.title)[:_MAX_TITLE], _clean(t.columns)[:_MAX_TITLE]) for t in doc.tables
+    ]
     doc.sha256 = digest
     return doc
 

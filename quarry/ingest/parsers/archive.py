@@ -32,9 +32,10 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 
+from quarry.core.environment import environment
 from quarry.core.errors import ParseError
 from quarry.core.paths import ARCHIVE_SEP as SEP
-from quarry.core.environment import environment
+
 MAX_MEMBERS = 100_000
 MAX_DEPTH = 3  # an archive, one inside it, one inside that
 MAX_RATIO = 100  # unpacked : packed, over RATIO_FLOOR
@@ -42,8 +43,17 @@ RATIO_FLOOR = 16 << 20  # below this an archive (or member) may compress as well
 _LISTING_VERSION = 1
 _BLOCK = 1 << 20
 
-__all__ = ["SEP", "Member", "archive_kind", "listing", "list_members", "read_members", "split_member",
-           "member_digest", "max_archive_bytes"]
+__all__ = [
+    "SEP",
+    "Member",
+    "archive_kind",
+    "listing",
+    "list_members",
+    "read_members",
+    "split_member",
+    "member_digest",
+    "max_archive_bytes",
+]
 
 
 @dataclass(frozen=True)
@@ -59,7 +69,7 @@ class Member:
 
 
 def archive_kind(name: str) -> str:
-    """"zip", "tar" or "7z" for an archive's file name (by the suffixes in ``FORMATS``), else ""."""
+    """ "zip", "tar" or "7z" for an archive's file name (by the suffixes in ``FORMATS``), else ""."""
     from quarry.ingest.parsers import ARCHIVE_TYPES, file_type_for
 
     kind = file_type_for(name)
@@ -75,7 +85,7 @@ def split_member(path: str, archive: str) -> list[str]:
     """The member names along ``path`` below ``archive``: ``a.zip!/b.zip!/c.md`` -> ["b.zip", "c.md"]."""
     if not path.startswith(archive + SEP):
         raise ValueError(f"{path!r} is not a member of {archive!r}")
-    return path[len(archive) + len(SEP):].split(SEP)
+    return path[len(archive) + len(SEP) :].split(SEP)
 
 
 def member_digest(kind: str, data: bytes) -> str:
@@ -107,11 +117,14 @@ class _Budget:
         if self.members > MAX_MEMBERS:
             raise _Refused(f"refused: {what} holds more than {MAX_MEMBERS} members")
         if self.limit and self.bytes > self.limit:
-            raise _Refused(f"refused: {what} would unpack to more than {self.limit >> 20} MB "
-                             "(QUARRY_MAX_ARCHIVE_MB): a zip bomb or too large")
+            raise _Refused(
+                f"refused: {what} would unpack to more than {self.limit >> 20} MB "
+                "(QUARRY_MAX_ARCHIVE_MB): a zip bomb or too large"
+            )
         if self.bytes > RATIO_FLOOR and self.bytes > MAX_RATIO * self.packed:
-            raise _Refused(f"refused: {what} unpacks to {self.bytes // self.packed}x its size (limit "
-                             f"{MAX_RATIO}x): a zip bomb")
+            raise _Refused(
+                f"refused: {what} unpacks to {self.bytes // self.packed}x its size (limit {MAX_RATIO}x): a zip bomb"
+            )
 
 
 def listing(path: str, kind: str, sha256: str, opener=None) -> list[Member]:
@@ -124,8 +137,11 @@ def listing(path: str, kind: str, sha256: str, opener=None) -> list[Member]:
     """
     from quarry.ingest.parsers import max_file_bytes
 
-    key = hashlib.sha256(json.dumps([_LISTING_VERSION, sha256, kind, max_archive_bytes(), max_file_bytes(),
-                                     MAX_MEMBERS, MAX_DEPTH, MAX_RATIO]).encode()).hexdigest()[:32]
+    key = hashlib.sha256(
+        json.dumps(
+            [_LISTING_VERSION, sha256, kind, max_archive_bytes(), max_file_bytes(), MAX_MEMBERS, MAX_DEPTH, MAX_RATIO]
+        ).encode()
+    ).hexdigest()[:32]
     cached = _cache_dir() / f"{key}.json"
     try:
         return [Member(**m) for m in json.loads(cached.read_text())]
@@ -188,13 +204,25 @@ def list_members(source, kind: str, packed: int, depth: int = 0, budget: _Budget
             except ParseError as exc:
                 out.append(Member(name, size, mtime, digest, str(exc)))
                 continue
-            out.extend(Member(f"{name}{SEP}{m.name}", m.size, m.mtime if m.mtime is not None else mtime, m.digest,
-                              m.error) for m in nested)
+            out.extend(
+                Member(f"{name}{SEP}{m.name}", m.size, m.mtime if m.mtime is not None else mtime, m.digest, m.error)
+                for m in nested
+            )
         return out
     except ParseError:
         raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, EOFError, OSError, ValueError, KeyError,
-            NotImplementedError, RuntimeError, zlib.error) as exc:
+    except (
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+        tarfile.TarError,
+        EOFError,
+        OSError,
+        ValueError,
+        KeyError,
+        NotImplementedError,
+        RuntimeError,
+        zlib.error,
+    ) as exc:
         raise ParseError(f"corrupt {what} archive: {_one_line(exc)}") from exc
     except Exception as exc:  # py7zr's own errors, lzma/bz2 errors
         if _is_password_error(exc):
@@ -232,10 +260,12 @@ def _zip_entries(fh, budget: _Budget, what: str):
         name = _clean_name(info.filename)
         if not name:
             continue
-        error = "encrypted (password required)" if info.flag_bits & 0x1 else _member_error(
-            info.file_size, info.compress_size, name)
-        yield (name, info.file_size, _zip_time(info.date_time), f"crc32:{info.CRC:08x}:{info.file_size}", error,
-               None)
+        error = (
+            "encrypted (password required)"
+            if info.flag_bits & 0x1
+            else _member_error(info.file_size, info.compress_size, name)
+        )
+        yield (name, info.file_size, _zip_time(info.date_time), f"crc32:{info.CRC:08x}:{info.file_size}", error, None)
 
 
 def _zip_time(date_time) -> float | None:
@@ -266,8 +296,14 @@ def _tar_entries(fh, budget: _Budget, what: str):
             h.update(block)
             if keep is not None:
                 keep.append(block)
-        yield (name, info.size, float(info.mtime) or None, h.hexdigest(), "",
-               b"".join(keep) if keep is not None else None)
+        yield (
+            name,
+            info.size,
+            float(info.mtime) or None,
+            h.hexdigest(),
+            "",
+            b"".join(keep) if keep is not None else None,
+        )
 
 
 def _7z_entries(fh, budget: _Budget, what: str):
@@ -305,8 +341,9 @@ def _is_password_error(exc: BaseException) -> bool:
 # --- reading --------------------------------------------------------------------------------------
 
 
-def read_members(archive: str, names: Iterable[list[str]], source=None
-                 ) -> Iterator[tuple[list[str], bytes | ParseError, str]]:
+def read_members(
+    archive: str, names: Iterable[list[str]], source=None
+) -> Iterator[tuple[list[str], bytes | ParseError, str]]:
     """``(name path, bytes or the error, digest)`` for each wanted member of the archive file at ``archive``
     (read from ``source``, a binary file object, when given: an archive on object storage).
 
@@ -330,7 +367,9 @@ def read_members(archive: str, names: Iterable[list[str]], source=None
         yield from _read_from(fh, kind, wanted, depth=0)
 
 
-def _read_from(fh, kind: str, wanted: list[list[str]], depth: int) -> Iterator[tuple[list[str], bytes | ParseError, str]]:
+def _read_from(
+    fh, kind: str, wanted: list[list[str]], depth: int
+) -> Iterator[tuple[list[str], bytes | ParseError, str]]:
     direct = {n[0] for n in wanted if len(n) == 1}
     nested: dict[str, list[list[str]]] = {}
     for n in wanted:
@@ -345,8 +384,9 @@ def _read_from(fh, kind: str, wanted: list[list[str]], depth: int) -> Iterator[t
         for name in need - set(found):
             found[name] = exc
     except Exception as exc:
-        error = ParseError("encrypted (password required)" if _is_password_error(exc)
-                           else f"cannot read archive: {_one_line(exc)}")
+        error = ParseError(
+            "encrypted (password required)" if _is_password_error(exc) else f"cannot read archive: {_one_line(exc)}"
+        )
         for name in need - set(found):
             found[name] = error
     for name in sorted(need):

@@ -28,9 +28,19 @@ def describe_formats() -> list[dict]:
         if f.ocr and not engine_name():
             missing.append("rapidocr_onnxruntime or tesseract")
             install.append("pip install rapidocr-onnxruntime, or install tesseract")
-        rows.append({"type": f.name, "extensions": list(f.extensions), "library": f.library,
-                     "programs": programs, "structure": f.structure, "missing": missing,
-                     "readable": not missing, "install": "; ".join(install), "plugin": FORMATS.origin(f.name)})
+        rows.append(
+            {
+                "type": f.name,
+                "extensions": list(f.extensions),
+                "library": f.library,
+                "programs": programs,
+                "structure": f.structure,
+                "missing": missing,
+                "readable": not missing,
+                "install": "; ".join(install),
+                "plugin": FORMATS.origin(f.name),
+            }
+        )
     return rows
 
 

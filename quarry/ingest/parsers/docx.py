@@ -72,8 +72,10 @@ def check_package_size(data: bytes, limit: int = MAX_UNPACKED) -> None:
         raise ParseError(f"corrupt DOCX: not a zip package ({one_line(exc)})") from exc
     total = sum(m.file_size for m in members)
     if len(members) > MAX_MEMBERS or total > limit:
-        raise ParseError(f"refused: DOCX would unpack to {total >> 20} MB in {len(members)} parts "
-                         f"(limit {limit >> 20} MB, {MAX_MEMBERS} parts): a zip bomb or not a document")
+        raise ParseError(
+            f"refused: DOCX would unpack to {total >> 20} MB in {len(members)} parts "
+            f"(limit {limit >> 20} MB, {MAX_MEMBERS} parts): a zip bomb or not a document"
+        )
 
 
 def _blocks(document) -> Iterator[tuple[str, str]]:
@@ -138,4 +140,3 @@ def _metadata(document) -> dict[str, str]:
     except Exception:
         return {}
     return {key: " ".join(value.split()) for key, value in values.items() if value and value.strip()}
-

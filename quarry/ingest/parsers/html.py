@@ -8,9 +8,7 @@ from quarry.core.models import Heading, ParsedDocument
 from quarry.ingest.parsers.text import decode_bytes
 
 # Never visible, or not prose. ix:header holds an inline-XBRL filing's hidden facts.
-_SKIP = frozenset(
-    "head script style noscript template svg math iframe object canvas select button ix:header".split()
-)
+_SKIP = frozenset("head script style noscript template svg math iframe object canvas select button ix:header".split())
 _HEADINGS = {f"h{n}": n for n in range(1, 7)}
 # Separated from their neighbours by a blank line.
 _PARAGRAPH = frozenset(

@@ -32,8 +32,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from quarry.core.errors import ParseError
 from quarry.core.environment import environment
+from quarry.core.errors import ParseError
 
 _TARGET = {"doc": "docx", "ppt": "pptx"}
 CONVERTED = frozenset(_TARGET)
@@ -96,17 +96,29 @@ def convert_many(items: list[tuple[str, bytes, str]], limit: int) -> dict[str, b
 
 
 def _run(program: str, target: str, srcs: list[Path], tmp: Path, limit: int) -> subprocess.CompletedProcess:
-    cmd = [program, "--headless", "--norestore", "--nologo", "--nodefault", "--nolockcheck",
-           f"-env:UserInstallation={(tmp / 'profile').as_uri()}",
-           "--convert-to", target, "--outdir", str(tmp / "out"), *map(str, srcs)]
+    cmd = [
+        program,
+        "--headless",
+        "--norestore",
+        "--nologo",
+        "--nodefault",
+        "--nolockcheck",
+        f"-env:UserInstallation={(tmp / 'profile').as_uri()}",
+        "--convert-to",
+        target,
+        "--outdir",
+        str(tmp / "out"),
+        *map(str, srcs),
+    ]
     # GNU timeout signals the whole process group it starts (soffice runs soffice.bin below it),
     # and outlives a parse worker that is killed for the per-file timeout.
     killer = shutil.which("timeout")
     if killer:
         cmd = [killer, "-s", "KILL", str(limit), *cmd]
     try:
-        return subprocess.run(cmd, capture_output=True, timeout=limit + 10, stdin=subprocess.DEVNULL,
-                              env={**os.environ, "HOME": str(tmp)})
+        return subprocess.run(
+            cmd, capture_output=True, timeout=limit + 10, stdin=subprocess.DEVNULL, env={**os.environ, "HOME": str(tmp)}
+        )
     except subprocess.TimeoutExpired as exc:
         raise ParseError(f"LibreOffice took longer than {limit} s to convert the file") from exc
     except OSError as exc:
@@ -128,8 +140,11 @@ def convert(data: bytes, kind: str, target: str) -> bytes:
         if not result.is_file() or result.stat().st_size == 0:
             if done.returncode in (124, 137, -9):
                 raise ParseError(f"LibreOffice took longer than {limit} s to convert the file")
-            said = [line for line in (done.stderr or b"").decode("utf-8", "replace").splitlines()
-                    if line.strip() and "javaldx" not in line]
+            said = [
+                line
+                for line in (done.stderr or b"").decode("utf-8", "replace").splitlines()
+                if line.strip() and "javaldx" not in line
+            ]
             reason = said[-1].strip() if said else f"exit status {done.returncode}"
             raise ParseError(f"LibreOffice could not convert this {_WHAT.get(kind, kind)} file: {reason}")
         return result.read_bytes()

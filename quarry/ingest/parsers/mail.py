@@ -89,7 +89,8 @@ def _headers(message) -> dict[str, str]:
 def _declared_charset(message) -> str | None:
     try:
         return message.get_content_charset() or next(
-            (p.get_content_charset() for p in message.walk() if p.get_content_charset()), None)
+            (p.get_content_charset() for p in message.walk() if p.get_content_charset()), None
+        )
     except Exception:
         return None
 
@@ -128,8 +129,15 @@ def _codec(charset: str) -> str:
     import codecs
 
     name = charset.strip().strip('"').lower()
-    aliases = {"ks_c_5601-1987": "cp949", "x-sjis": "shift_jis", "x-gbk": "gbk", "iso-8859-8-i": "iso-8859-8",
-               "windows-874": "cp874", "x-mac-roman": "mac_roman", "unicode-1-1-utf-7": "utf-7"}
+    aliases = {
+        "ks_c_5601-1987": "cp949",
+        "x-sjis": "shift_jis",
+        "x-gbk": "gbk",
+        "iso-8859-8-i": "iso-8859-8",
+        "windows-874": "cp874",
+        "x-mac-roman": "mac_roman",
+        "unicode-1-1-utf-7": "utf-7",
+    }
     return codecs.lookup(aliases.get(name, name)).name
 
 
@@ -178,8 +186,11 @@ def _attachments(message) -> list[tuple[str, bytes]]:
 def _document(headers: dict[str, str], body: str, attachments: list[tuple[str, bytes]]) -> ParsedDocument:
     from quarry.ingest.parsers import file_type_for, parse_bytes
 
-    lines = [f"{label}: {headers[key]}" for key, label in
-             (("subject", "Subject"), ("from", "From"), ("to", "To"), ("cc", "Cc"), ("date", "Date")) if key in headers]
+    lines = [
+        f"{label}: {headers[key]}"
+        for key, label in (("subject", "Subject"), ("from", "From"), ("to", "To"), ("cc", "Cc"), ("date", "Date"))
+        if key in headers
+    ]
     parts = ["\n".join(lines), body] if body else ["\n".join(lines)]
     text = "\n\n".join(p for p in parts if p)
     headings = [Heading(1, headers["subject"], 0)] if headers.get("subject") else []
@@ -211,8 +222,13 @@ def _msg(data: bytes) -> ParsedDocument:
         raise ParseError(f"corrupt MSG: {one_line(exc)}") from exc
     try:
         headers: dict[str, str] = {}
-        for key, value in (("from", msg.sender), ("to", msg.to), ("cc", msg.cc), ("subject", msg.subject),
-                           ("message_id", msg.messageId)):
+        for key, value in (
+            ("from", msg.sender),
+            ("to", msg.to),
+            ("cc", msg.cc),
+            ("subject", msg.subject),
+            ("message_id", msg.messageId),
+        ):
             if value:
                 headers[key] = " ".join(str(value).split())
         if msg.date is not None:

@@ -21,9 +21,9 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+from quarry.core.environment import environment
 from quarry.core.errors import ParseError
 from quarry.core.models import ParsedDocument
-from quarry.core.environment import environment
 
 DPI = 200
 MAX_IMAGE_PIXELS = 60_000_000  # a decompression bomb is refused, not OCRed
@@ -69,8 +69,7 @@ def ocr_image(image) -> str:
     if name == "tesseract":
         buf = io.BytesIO()
         image.save(buf, format="PNG")
-        done = subprocess.run(["tesseract", "stdin", "stdout"], input=buf.getvalue(), capture_output=True,
-                              check=False)
+        done = subprocess.run(["tesseract", "stdin", "stdout"], input=buf.getvalue(), capture_output=True, check=False)
         return done.stdout.decode("utf-8", "replace").strip()
     import numpy as np
 

@@ -60,8 +60,13 @@ class _Builder:
         self.length += len(text)
 
     def doc(self, title: str | None = None, metadata: dict | None = None, paged: bool = False) -> ParsedDocument:
-        return ParsedDocument(text="".join(self.parts), title=title or None, headings=self.headings,
-                              page_offsets=self.pages if paged else [], metadata=metadata or {})
+        return ParsedDocument(
+            text="".join(self.parts),
+            title=title or None,
+            headings=self.headings,
+            page_offsets=self.pages if paged else [],
+            metadata=metadata or {},
+        )
 
 
 def parse_pptx(data: bytes, kind: str = "pptx") -> ParsedDocument:
@@ -137,8 +142,11 @@ def parse_odt(data: bytes, kind: str = "odt") -> ParsedDocument:
         elif name == "table":
             rows = []
             for row in _descendants(node, "table-row"):
-                cells = [" ".join(teletype.extractText(c).split()) for c in row.childNodes
-                         if getattr(c, "qname", (None, None))[1] == "table-cell"]
+                cells = [
+                    " ".join(teletype.extractText(c).split())
+                    for c in row.childNodes
+                    if getattr(c, "qname", (None, None))[1] == "table-cell"
+                ]
                 if any(cells):
                     rows.append(" | ".join(c for c in cells if c))
             out.block("\n".join(rows))

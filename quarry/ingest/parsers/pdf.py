@@ -367,8 +367,9 @@ def _above(lines: list[tuple[int, str]], index: int):
         if not text or len(text) <= 2:
             continue  # a blank, or the tail of a word pypdf broke ("Flow" / "s")
         caption = len(text) <= 80 and (_UNITS.match(text) or PERIOD_CAPTION.match(text))
-        if not caption and ((" | " in text and not _YEARS_ROW.match(text)) or len(text) > 100
-                            or text.endswith((".", ";", ","))):
+        if not caption and (
+            (" | " in text and not _YEARS_ROW.match(text)) or len(text) > 100 or text.endswith((".", ";", ","))
+        ):
             return
         yield j
         seen += 1
@@ -406,8 +407,10 @@ def no_text_layer(data: bytes, n_pages: int) -> ParsedDocument:
     Reached when OCR is off, unavailable or read nothing: a named failure, so that a run reports
     the file instead of dropping it silently as empty.
     """
-    raise ParseError(f"no text layer ({n_pages} page{'s' if n_pages != 1 else ''}): scanned or image-only PDF, "
-                     "and OCR read no text from it (or is off)")
+    raise ParseError(
+        f"no text layer ({n_pages} page{'s' if n_pages != 1 else ''}): scanned or image-only PDF, "
+        "and OCR read no text from it (or is off)"
+    )
 
 
 def _ocr_pages(data: bytes, pages: list[str]):
@@ -520,4 +523,3 @@ def _clean_title(title: str) -> str | None:
     if not title or _JUNK_TITLE.match(title) or not any(ch.isalpha() for ch in title):
         return None
     return title
-

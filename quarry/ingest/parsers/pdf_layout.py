@@ -23,8 +23,18 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 
-__all__ = ["PDFIUM", "Line", "read_lines", "body_size", "font_headings", "page_titles", "locate", "edge_key", "running_keys",
-           "PERIOD_CAPTION"]
+__all__ = [
+    "PDFIUM",
+    "Line",
+    "read_lines",
+    "body_size",
+    "font_headings",
+    "page_titles",
+    "locate",
+    "edge_key",
+    "running_keys",
+    "PERIOD_CAPTION",
+]
 
 PDFIUM = threading.RLock()  # held around every use of pypdfium2 in this process
 MAX_HEADING_CHARS = 120
@@ -39,9 +49,11 @@ _VALUE = re.compile(r"^(\$|\(?\$?\s?[-–—]?\d[\d,]*(\.\d+)?\)?%?|[-–—]+|\
 _YEARS_END = re.compile(r"(?:^|\s)(19|20)\d\d(\s+(19|20)\d\d)+$")  # a line ending with column years
 _SMALL_WORDS = frozenset("a an and as at by for from in into of on or per the to with vs".split())
 # a table's period caption or units: "Years ended December 31", "As of June 30, 2023", "(Millions)"
-PERIOD_CAPTION = re.compile(r"^(\(.*\)|((fiscal\s+)?years?|three|six|nine|twelve|quarters?|months?|weeks?)\b.*\b"
-                             r"(ended|ending)\b.*|(as\s+(of|at)|at)\s+\w+.*\d{4}.*|.*\b(19|20)\d\d\b.*\b(19|20)\d\d\b.*)$",
-                             re.I)
+PERIOD_CAPTION = re.compile(
+    r"^(\(.*\)|((fiscal\s+)?years?|three|six|nine|twelve|quarters?|months?|weeks?)\b.*\b"
+    r"(ended|ending)\b.*|(as\s+(of|at)|at)\s+\w+.*\d{4}.*|.*\b(19|20)\d\d\b.*\b(19|20)\d\d\b.*)$",
+    re.I,
+)
 
 
 @dataclass(frozen=True)
@@ -101,7 +113,9 @@ def _page_lines(page, raw) -> list[Line]:
         sample = [i for i in range(first, b, max(1, (b - first) // 5)) if not text[i].isspace()][:5]
         sizes = sorted(_size(raw, handle, i, matrix) for i in sample)
         last = a + len(m.group().rstrip()) - 1
-        bold = all(_bold(raw, handle, i, name, flags) for i in {first, last})  # a run-in bold heading is not a bold line
+        bold = all(
+            _bold(raw, handle, i, name, flags) for i in {first, last}
+        )  # a run-in bold heading is not a bold line
         size = round(sizes[len(sizes) // 2], 1) if sizes else 0.0
         raw.FPDFText_GetCharBox(handle, first, left, right, bottom, top)
         place = max(0.0, min(1.0, (height - top.value) / height))
@@ -144,8 +158,11 @@ def edge_key(line: str) -> str:
 def _is_row(text: str) -> bool:
     """A table row: a label followed by at least one value, or values alone."""
     words = text.split()
-    return bool(words) and _VALUE.match(words[-1]) is not None and (len(words) == 1 or _VALUE.match(words[-2]) is not None
-                                                                      or any(ch.isdigit() for ch in words[-1]))
+    return (
+        bool(words)
+        and _VALUE.match(words[-1]) is not None
+        and (len(words) == 1 or _VALUE.match(words[-2]) is not None or any(ch.isdigit() for ch in words[-1]))
+    )
 
 
 def _title_like(text: str) -> bool:
@@ -227,12 +244,22 @@ def font_headings(pages: list[list[Line]], body: float | None = None) -> list[tu
             if not _title_like(text) or edge_key(text) in running or not text[0].isalnum():
                 prev_size = line.size
                 continue
-            if bigger or (line.bold and line.size >= body * 0.95 and _capitalised(text)
-                          and _stands_alone(lines, i, body) and not _column_caption(lines, i)):
+            if bigger or (
+                line.bold
+                and line.size >= body * 0.95
+                and _capitalised(text)
+                and _stands_alone(lines, i, body)
+                and not _column_caption(lines, i)
+            ):
                 rank = line.size if bigger else body
-                if last_line == i - 1 and prev_size == line.size and found[-1][1] == rank \
-                        and _continues(lines, i) and not _NUMBERED.match(text) \
-                        and len(found[-1][2]) + len(text) < MAX_HEADING_CHARS:
+                if (
+                    last_line == i - 1
+                    and prev_size == line.size
+                    and found[-1][1] == rank
+                    and _continues(lines, i)
+                    and not _NUMBERED.match(text)
+                    and len(found[-1][2]) + len(text) < MAX_HEADING_CHARS
+                ):
                     found[-1] = (p, rank, f"{found[-1][2]} {text}")  # a heading set on two lines
                 else:
                     found.append((p, rank, text))
@@ -261,7 +288,7 @@ def _column_caption(lines: list[Line], i: int, ahead: int = 3) -> bool:
     heading. Looks at the next ``ahead`` lines, up to the first line of prose."""
     if len(lines[i].text.split()) > 3:
         return False
-    for nxt in lines[i + 1:i + 1 + ahead]:
+    for nxt in lines[i + 1 : i + 1 + ahead]:
         if _YEARS_END.search(nxt.text) or _is_row(nxt.text):
             return True
         if len(nxt.text.split()) > 6:
@@ -305,7 +332,7 @@ def page_titles(pages: list[list[Line]], body: float | None = None, top_share: f
             else:
                 parts.append(text)
             style = (line.size, line.bold)
-        out.append(" — ".join(parts)[:MAX_HEADING_CHARS * 2])
+        out.append(" — ".join(parts)[: MAX_HEADING_CHARS * 2])
     return out
 
 

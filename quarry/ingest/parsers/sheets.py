@@ -73,7 +73,7 @@ def render_sheets(sheets: Iterable[tuple[str, Iterable[list[str]]]], named: bool
                 add(name)
             if captions:
                 add("\n".join(captions))
-            lines = itertools.chain(head[at + 1:], lines)
+            lines = itertools.chain(head[at + 1 :], lines)
         for n, line in lines:
             if n_rows >= MAX_ROWS or cells >= MAX_CELLS:
                 dropped += 1
@@ -87,8 +87,9 @@ def render_sheets(sheets: Iterable[tuple[str, Iterable[list[str]]]], named: bool
         if header is not None and (group or not written):  # a header-only sheet still says its columns
             add("\n".join([header, *group]))
     if dropped:
-        add(f"[{dropped} more rows not indexed: quarry reads at most {MAX_ROWS} rows a sheet, "
-            f"{MAX_CELLS} cells a file]")
+        add(
+            f"[{dropped} more rows not indexed: quarry reads at most {MAX_ROWS} rows a sheet, {MAX_CELLS} cells a file]"
+        )
     metadata = {"rows_dropped": str(dropped)} if dropped else {}
     return ParsedDocument(text="".join(parts), headings=headings, metadata=metadata)
 

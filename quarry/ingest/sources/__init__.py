@@ -44,14 +44,29 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from quarry.core.environment import environment
 from quarry.core.errors import ParseError, QuarryError
 from quarry.core.registry import SOURCES
-from quarry.core.environment import environment
 from quarry.core.storeurl import is_source_url
 
-__all__ = ["SOURCES", "ObjectInfo", "Fetched", "Source", "BucketMissing", "ListingFailed", "is_object",
-           "split_url", "object_url", "open_source", "fetch", "fetch_many", "open_object", "reads", "spill_bytes",
-           "scrub"]
+__all__ = [
+    "SOURCES",
+    "ObjectInfo",
+    "Fetched",
+    "Source",
+    "BucketMissing",
+    "ListingFailed",
+    "is_object",
+    "split_url",
+    "object_url",
+    "open_source",
+    "fetch",
+    "fetch_many",
+    "open_object",
+    "reads",
+    "spill_bytes",
+    "scrub",
+]
 
 READ_ATTEMPTS = 3  # a body cut off mid-stream is read again whole, at most this many times in all
 _CHUNK = 1 << 20
@@ -175,9 +190,19 @@ def open_source(scheme: str, bucket: str) -> Source:
 
 def _environment_key() -> int:
     """Changes when the variables that choose an endpoint or an account do (tests switch servers)."""
-    names = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_PROFILE",
-             "STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_STORAGE_CONNECTION_STRING",
-             "AZURE_STORAGE_ACCOUNT_NAME", "AZURITE_BLOB_STORAGE_URL", "AZURE_STORAGE_ENDPOINT")
+    names = (
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_ENDPOINT",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_PROFILE",
+        "STORAGE_EMULATOR_HOST",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "AZURE_STORAGE_CONNECTION_STRING",
+        "AZURE_STORAGE_ACCOUNT_NAME",
+        "AZURITE_BLOB_STORAGE_URL",
+        "AZURE_STORAGE_ENDPOINT",
+    )
     return hash(tuple(os.environ.get(n) for n in names))
 
 
@@ -290,10 +315,19 @@ def fetch_many(urls: Iterable[str], limit: int = 0) -> Iterator[tuple[str, Fetch
 
 
 # What may follow a credential in a URL or a connection string an SDK put into a message.
-_SECRET_PARAMS = re.compile(r"(?i)((?:^|[?&;\s])(?:sig|signature|x-amz-signature|x-amz-credential"
-                            r"|x-amz-security-token|sharedaccesssignature|accountkey)=)[^&;\s\"']+")
-_SECRET_VARS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_ACCESS_KEY",
-                "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_SAS_KEY", "AZURE_STORAGE_CONNECTION_STRING")
+_SECRET_PARAMS = re.compile(
+    r"(?i)((?:^|[?&;\s])(?:sig|signature|x-amz-signature|x-amz-credential"
+    r"|x-amz-security-token|sharedaccesssignature|accountkey)=)[^&;\s\"']+"
+)
+_SECRET_VARS = (
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_ACCESS_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_SAS_KEY",
+    "AZURE_STORAGE_CONNECTION_STRING",
+)
 
 
 def scrub(text: str) -> str:

@@ -13,8 +13,15 @@ from __future__ import annotations
 
 from quarry.core.cloud import account_from_env, blob_service
 from quarry.core.errors import ParseError
-from quarry.ingest.sources import (SOURCES, BucketMissing, ListingFailed, ObjectInfo, Source, TransientRead,
-                                   object_metadata)
+from quarry.ingest.sources import (
+    SOURCES,
+    BucketMissing,
+    ListingFailed,
+    ObjectInfo,
+    Source,
+    TransientRead,
+    object_metadata,
+)
 
 __all__ = ["AzureSource"]
 
@@ -52,8 +59,10 @@ class AzureSource(Source):
             hint = "; check the AZURE_STORAGE_* credentials" if exc.status_code in (401, 403) else ""
             return self._scrub(f"{exc.status_code} {_code(exc)} ({exc.reason}){hint}")
         first = str(exc).strip().splitlines()
-        return self._scrub(f"{type(exc).__name__}: {first[0][:300] if first else ''}; check the AZURE_STORAGE_* "
-                           f"environment (endpoint {self.account.endpoint}, credentials)")
+        return self._scrub(
+            f"{type(exc).__name__}: {first[0][:300] if first else ''}; check the AZURE_STORAGE_* "
+            f"environment (endpoint {self.account.endpoint}, credentials)"
+        )
 
     def _missing(self, exc) -> bool:
         return _code(exc) == "ContainerNotFound"
@@ -63,12 +72,17 @@ class AzureSource(Source):
 
         try:
             for props in self.container.list_blobs(name_starts_with=prefix or None, results_per_page=1000):
-                yield ObjectInfo(props.name, int(props.size or 0),
-                                 props.last_modified.timestamp() if props.last_modified else 0.0, identity(props))
+                yield ObjectInfo(
+                    props.name,
+                    int(props.size or 0),
+                    props.last_modified.timestamp() if props.last_modified else 0.0,
+                    identity(props),
+                )
         except ResourceNotFoundError as exc:
             if self._missing(exc):
-                raise BucketMissing(f"container {self.bucket!r} does not exist in storage account "
-                                    f"{self.account.name!r}") from None
+                raise BucketMissing(
+                    f"container {self.bucket!r} does not exist in storage account {self.account.name!r}"
+                ) from None
             raise ListingFailed(f"cannot list it: {self._why(exc)}") from None
         except AzureError as exc:
             raise ListingFailed(f"cannot list it: {self._why(exc)}") from None
@@ -80,17 +94,24 @@ class AzureSource(Source):
             props = self.container.get_blob_client(key).get_blob_properties()
         except ResourceNotFoundError as exc:
             if self._missing(exc):
-                raise BucketMissing(f"container {self.bucket!r} does not exist in storage account "
-                                    f"{self.account.name!r}") from None
+                raise BucketMissing(
+                    f"container {self.bucket!r} does not exist in storage account {self.account.name!r}"
+                ) from None
             return None
         except AzureError as exc:
             raise ListingFailed(f"cannot read {self.url(key)}: {self._why(exc)}") from None
-        return ObjectInfo(key, int(props.size or 0), props.last_modified.timestamp() if props.last_modified else 0.0,
-                          identity(props))
+        return ObjectInfo(
+            key, int(props.size or 0), props.last_modified.timestamp() if props.last_modified else 0.0, identity(props)
+        )
 
     def get(self, key, sink):
-        from azure.core.exceptions import (AzureError, IncompleteReadError, ResourceModifiedError,
-                                           ResourceNotFoundError, ServiceResponseError)
+        from azure.core.exceptions import (
+            AzureError,
+            IncompleteReadError,
+            ResourceModifiedError,
+            ResourceNotFoundError,
+            ServiceResponseError,
+        )
 
         try:
             stream = self.container.get_blob_client(key).download_blob(max_concurrency=1)
@@ -105,8 +126,11 @@ class AzureSource(Source):
         except AzureError as exc:
             raise ParseError(f"cannot read object: {self._why(exc)}") from None
         props = stream.properties
-        return identity(props), int(props.size or 0), object_metadata(props.content_settings.content_type,
-                                                                      props.metadata)
+        return (
+            identity(props),
+            int(props.size or 0),
+            object_metadata(props.content_settings.content_type, props.metadata),
+        )
 
 
 @SOURCES.register("az")

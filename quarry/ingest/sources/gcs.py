@@ -15,8 +15,15 @@ import base64
 
 from quarry.core.cloud import gcs_client
 from quarry.core.errors import ParseError, QuarryError
-from quarry.ingest.sources import (SOURCES, BucketMissing, ListingFailed, ObjectInfo, Source, TransientRead,
-                                   object_metadata)
+from quarry.ingest.sources import (
+    SOURCES,
+    BucketMissing,
+    ListingFailed,
+    ObjectInfo,
+    Source,
+    TransientRead,
+    object_metadata,
+)
 
 __all__ = ["GCSSource"]
 
@@ -45,8 +52,10 @@ def _why(exc) -> str:
         message = str(getattr(exc, "message", "") or "").strip().splitlines()
         return f"{exc.code} {type(exc).__name__}" + (f" ({message[0][:300]})" if message else "")
     first = str(exc).strip().splitlines()
-    return (f"{type(exc).__name__}: {first[0][:300] if first else ''}; check the Google environment "
-            "(credentials, STORAGE_EMULATOR_HOST)")
+    return (
+        f"{type(exc).__name__}: {first[0][:300] if first else ''}; check the Google environment "
+        "(credentials, STORAGE_EMULATOR_HOST)"
+    )
 
 
 def _client_error(exc) -> bool:
@@ -54,7 +63,10 @@ def _client_error(exc) -> bool:
     import requests
 
     return isinstance(exc, requests.RequestException) or type(exc).__module__.split(".")[0] in (
-        "google", "urllib3", "requests")
+        "google",
+        "urllib3",
+        "requests",
+    )
 
 
 class GCSSource(Source):
@@ -71,8 +83,9 @@ class GCSSource(Source):
         self.handle = self.client.bucket(bucket)
 
     def _info(self, blob) -> ObjectInfo:
-        return ObjectInfo(blob.name, int(blob.size or 0), blob.updated.timestamp() if blob.updated else 0.0,
-                          identity(blob))
+        return ObjectInfo(
+            blob.name, int(blob.size or 0), blob.updated.timestamp() if blob.updated else 0.0, identity(blob)
+        )
 
     def list(self, prefix):
         from google.api_core import exceptions as gexc

@@ -13,8 +13,15 @@ from __future__ import annotations
 
 from quarry.core.cloud import s3_client
 from quarry.core.errors import ParseError
-from quarry.ingest.sources import (SOURCES, BucketMissing, ListingFailed, ObjectInfo, Source, TransientRead,
-                                   object_metadata)
+from quarry.ingest.sources import (
+    SOURCES,
+    BucketMissing,
+    ListingFailed,
+    ObjectInfo,
+    Source,
+    TransientRead,
+    object_metadata,
+)
 
 __all__ = ["S3Source"]
 
@@ -52,12 +59,17 @@ class S3Source(Source):
         from botocore.exceptions import BotoCoreError, ClientError
 
         pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=prefix, PaginationConfig={"PageSize": 1000})
+            Bucket=self.bucket, Prefix=prefix, PaginationConfig={"PageSize": 1000}
+        )
         try:
             for page in pages:
                 for o in page.get("Contents", ()):
-                    yield ObjectInfo(o["Key"], int(o["Size"]), o["LastModified"].timestamp(),
-                                     identity(o.get("ETag", ""), int(o["Size"])))
+                    yield ObjectInfo(
+                        o["Key"],
+                        int(o["Size"]),
+                        o["LastModified"].timestamp(),
+                        identity(o.get("ETag", ""), int(o["Size"])),
+                    )
         except ClientError as exc:
             if _code(exc) == "NoSuchBucket":
                 raise BucketMissing(f"bucket {self.bucket!r} does not exist") from None
@@ -82,8 +94,14 @@ class S3Source(Source):
         return ObjectInfo(key, size, r["LastModified"].timestamp(), identity(r.get("ETag", ""), size))
 
     def get(self, key, sink):
-        from botocore.exceptions import (BotoCoreError, ClientError, ConnectionClosedError, IncompleteReadError,
-                                         ReadTimeoutError, ResponseStreamingError)
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            ConnectionClosedError,
+            IncompleteReadError,
+            ReadTimeoutError,
+            ResponseStreamingError,
+        )
 
         try:
             r = self.client.get_object(Bucket=self.bucket, Key=key)

@@ -72,20 +72,27 @@ class AzureObjectStore(ObjectStore):
             return fn(*args, **kwargs)
         except ResourceNotFoundError as exc:
             if _code(exc) == "ContainerNotFound":
-                raise QuarryError(f"{what} {self.url.join(key)} failed: container {self.url.bucket!r} does not exist "
-                                  f"in storage account {self.account.name!r}: create it first") from None
+                raise QuarryError(
+                    f"{what} {self.url.join(key)} failed: container {self.url.bucket!r} does not exist "
+                    f"in storage account {self.account.name!r}: create it first"
+                ) from None
             raise FileNotFoundError(self.url.join(key)) from None
         except HttpResponseError as exc:
             code = _code(exc)
             if exc.status_code == 412 or code in _PRECONDITION_CODES:
                 raise PreconditionFailed(f"{self.url.join(key)}: {code or exc.status_code}") from None
             hint = "; check the AZURE_STORAGE_* credentials" if exc.status_code in (401, 403) else ""
-            raise QuarryError(self._scrub(f"{what} {self.url.join(key)} failed: {exc.status_code} {code} "
-                                          f"({exc.reason}){hint}")) from None
+            raise QuarryError(
+                self._scrub(f"{what} {self.url.join(key)} failed: {exc.status_code} {code} ({exc.reason}){hint}")
+            ) from None
         except AzureError as exc:  # no endpoint, a timeout, a bad credential: the class and its message
-            raise QuarryError(self._scrub(f"{what} {self.url.join(key)} failed: {type(exc).__name__}: "
-                                          f"{str(exc).splitlines()[0] if str(exc) else ''}; check the AZURE_STORAGE_* "
-                                          f"environment (endpoint {self.account.endpoint}, credentials)")) from None
+            raise QuarryError(
+                self._scrub(
+                    f"{what} {self.url.join(key)} failed: {type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0] if str(exc) else ''}; check the AZURE_STORAGE_* "
+                    f"environment (endpoint {self.account.endpoint}, credentials)"
+                )
+            ) from None
 
     def get(self, key):
         try:
@@ -100,15 +107,23 @@ class AzureObjectStore(ObjectStore):
     def put_if_absent(self, key, data):
         from azure.core import MatchConditions
 
-        return self._call("writing", key, self._blob(key).upload_blob, data, overwrite=True,
-                          match_condition=MatchConditions.IfMissing)["etag"]
+        return self._call(
+            "writing", key, self._blob(key).upload_blob, data, overwrite=True, match_condition=MatchConditions.IfMissing
+        )["etag"]
 
     def put_if_match(self, key, data, etag):
         from azure.core import MatchConditions
 
         try:
-            return self._call("writing", key, self._blob(key).upload_blob, data, overwrite=True, etag=etag,
-                              match_condition=MatchConditions.IfNotModified)["etag"]
+            return self._call(
+                "writing",
+                key,
+                self._blob(key).upload_blob,
+                data,
+                overwrite=True,
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+            )["etag"]
         except FileNotFoundError:  # a blob that is gone fails the condition too
             raise PreconditionFailed(self.url.join(key)) from None
 

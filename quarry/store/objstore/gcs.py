@@ -48,9 +48,11 @@ class GCSObjectStore(ObjectStore):
         except UsageError:
             raise
         except Exception as exc:  # no Application Default Credentials, a damaged key file
-            raise QuarryError(f"opening {url} failed: {type(exc).__name__}: {_first_line(exc)}; check the Google "
-                              "environment (GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_CLOUD_PROJECT, "
-                              "STORAGE_EMULATOR_HOST)") from None
+            raise QuarryError(
+                f"opening {url} failed: {type(exc).__name__}: {_first_line(exc)}; check the Google "
+                "environment (GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_CLOUD_PROJECT, "
+                "STORAGE_EMULATOR_HOST)"
+            ) from None
         self.bucket = self.client.bucket(url.bucket)
 
     def _key(self, key: str) -> str:
@@ -71,16 +73,19 @@ class GCSObjectStore(ObjectStore):
             if what in ("reading", "deleting"):
                 raise FileNotFoundError(self.url.join(key)) from None
             # a write or a listing finds no bucket (GCS answers 412, not 404, for a missing object)
-            raise QuarryError(f"{what} {self.url.join(key)} failed: 404 ({_reason(exc)}): does bucket "
-                              f"{self.url.bucket} exist?") from None
+            raise QuarryError(
+                f"{what} {self.url.join(key)} failed: 404 ({_reason(exc)}): does bucket {self.url.bucket} exist?"
+            ) from None
         except gexc.GoogleAPICallError as exc:
             raise QuarryError(f"{what} {self.url.join(key)} failed: {exc.code} ({_reason(exc)})") from None
         except Exception as exc:
             if not _from_the_client(exc):
                 raise  # a local file that cannot be read or written: as on a local store
             # no endpoint, refused or missing credentials, a timeout: the class and its first line
-            raise QuarryError(f"{what} {self.url.join(key)} failed: {type(exc).__name__}: {_first_line(exc)}; "
-                              "check the Google environment (credentials, STORAGE_EMULATOR_HOST)") from None
+            raise QuarryError(
+                f"{what} {self.url.join(key)} failed: {type(exc).__name__}: {_first_line(exc)}; "
+                "check the Google environment (credentials, STORAGE_EMULATOR_HOST)"
+            ) from None
 
     def get(self, key):
         blob = self.bucket.blob(self._key(key))
@@ -122,8 +127,9 @@ class GCSObjectStore(ObjectStore):
         chunk = max(256 << 10, objstore.MULTIPART_BYTES // (256 << 10) * (256 << 10))
         blob = self.bucket.blob(self._key(key), chunk_size=chunk if size > objstore.MULTIPART_BYTES else None)
         cond = {"if_generation_match": 0} if if_absent else {}
-        self._call("uploading", key, blob.upload_from_filename, str(path), content_type="application/octet-stream",
-                   **cond)
+        self._call(
+            "uploading", key, blob.upload_from_filename, str(path), content_type="application/octet-stream", **cond
+        )
 
     def download_file(self, key, path):
         blob = self.bucket.blob(self._key(key))
@@ -131,9 +137,12 @@ class GCSObjectStore(ObjectStore):
 
     def list(self, prefix=""):
         base = self._key("")
-        blobs = self._call("listing", prefix, lambda retry: list(self.client.list_blobs(
-            self.bucket, prefix=self._key(prefix), retry=retry)))
-        return sorted(b.name[len(base):] for b in blobs)
+        blobs = self._call(
+            "listing",
+            prefix,
+            lambda retry: list(self.client.list_blobs(self.bucket, prefix=self._key(prefix), retry=retry)),
+        )
+        return sorted(b.name[len(base) :] for b in blobs)
 
     def delete(self, keys):
         for key in keys:

@@ -41,11 +41,15 @@ class S3ObjectStore(ObjectStore):
                 raise PreconditionFailed(f"{self.url.join(key)}: {_code(exc) or 412}") from None
             if _code(exc) in ("NoSuchKey", "404", "NotFound"):
                 raise FileNotFoundError(self.url.join(key)) from None
-            raise QuarryError(f"{what} {self.url.join(key)} failed: {_code(exc) or _status(exc)} "
-                              f"({exc.response.get('Error', {}).get('Message', '')})") from None
+            raise QuarryError(
+                f"{what} {self.url.join(key)} failed: {_code(exc) or _status(exc)} "
+                f"({exc.response.get('Error', {}).get('Message', '')})"
+            ) from None
         except BotoCoreError as exc:  # no endpoint, no credentials, a timeout: the class and its message
-            raise QuarryError(f"{what} {self.url.join(key)} failed: {type(exc).__name__}: {exc}; check the "
-                              "AWS_* environment (endpoint, region, credentials)") from None
+            raise QuarryError(
+                f"{what} {self.url.join(key)} failed: {type(exc).__name__}: {exc}; check the "
+                "AWS_* environment (endpoint, region, credentials)"
+            ) from None
 
     def get(self, key):
         try:
@@ -58,13 +62,15 @@ class S3ObjectStore(ObjectStore):
         return self._call("writing", key, self.client.put_object, Key=self._key(key), Body=data)["ETag"]
 
     def put_if_absent(self, key, data):
-        return self._call("writing", key, self.client.put_object, Key=self._key(key), Body=data,
-                          IfNoneMatch="*")["ETag"]
+        return self._call("writing", key, self.client.put_object, Key=self._key(key), Body=data, IfNoneMatch="*")[
+            "ETag"
+        ]
 
     def put_if_match(self, key, data, etag):
         try:
-            return self._call("writing", key, self.client.put_object, Key=self._key(key), Body=data,
-                              IfMatch=etag)["ETag"]
+            return self._call("writing", key, self.client.put_object, Key=self._key(key), Body=data, IfMatch=etag)[
+                "ETag"
+            ]
         except FileNotFoundError:  # S3 answers 404 when the object is gone: the condition fails too
             raise PreconditionFailed(self.url.join(key)) from None
 
@@ -85,11 +91,19 @@ class S3ObjectStore(ObjectStore):
                     chunk = fh.read(objstore.MULTIPART_BYTES)
                     if not chunk:
                         break
-                    r = self._call("uploading", key, self.client.upload_part, Key=k, UploadId=upload,
-                                   PartNumber=number, Body=chunk)
+                    r = self._call(
+                        "uploading", key, self.client.upload_part, Key=k, UploadId=upload, PartNumber=number, Body=chunk
+                    )
                     parts.append({"PartNumber": number, "ETag": r["ETag"]})
-            self._call("uploading", key, self.client.complete_multipart_upload, Key=k, UploadId=upload,
-                       MultipartUpload={"Parts": parts}, **cond)
+            self._call(
+                "uploading",
+                key,
+                self.client.complete_multipart_upload,
+                Key=k,
+                UploadId=upload,
+                MultipartUpload={"Parts": parts},
+                **cond,
+            )
         except BaseException:
             try:
                 self.client.abort_multipart_upload(Bucket=self.bucket, Key=k, UploadId=upload)
@@ -112,14 +126,14 @@ class S3ObjectStore(ObjectStore):
             if token:
                 kwargs["ContinuationToken"] = token
             r = self._call("listing", prefix, self.client.list_objects_v2, **kwargs)
-            keys += [o["Key"][len(base):] for o in r.get("Contents", [])]
+            keys += [o["Key"][len(base) :] for o in r.get("Contents", [])]
             if not r.get("IsTruncated"):
                 return sorted(keys)
             token = r["NextContinuationToken"]
 
     def delete(self, keys):
         for i in range(0, len(keys), 1000):
-            batch = [{"Key": self._key(k)} for k in keys[i:i + 1000]]
+            batch = [{"Key": self._key(k)} for k in keys[i : i + 1000]]
             if batch:
                 self._call("deleting", keys[i], self.client.delete_objects, Delete={"Objects": batch, "Quiet": True})
 

@@ -2,5 +2,10 @@
 
 from quarry.ingest.parsers import Format
 
-DEMO_FORMAT = Format("demo", (".demo",), "quarry_demo_plugin.parser:parse_demo", "quarry-demo-plugin",
-                     structure="a section per '== Title' line")
+DEMO_FORMAT = Format(
+    "demo",
+    (".demo",),
+    "quarry_demo_plugin.parser:parse_demo",
+    "quarry-demo-plugin",
+    structure="a section per '== Title' line",
+)

@@ -17,7 +17,7 @@ class DemoEmbedder:
         for row, text in enumerate(texts):
             low = text.lower()
             for i in range(max(1, len(low) - 2)):
-                out[row, hashlib.md5(low[i:i + 3].encode()).digest()[0] % self.dim] += 1.0
+                out[row, hashlib.md5(low[i : i + 3].encode()).digest()[0] % self.dim] += 1.0
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms == 0, 1.0, norms)
 

@@ -10,5 +10,9 @@ def parse_demo(data: bytes, kind: str) -> ParsedDocument:
         if line.startswith("== "):
             headings.append(Heading(level=1, title=line[3:].strip(), offset=offset))
         offset += len(line)
-    return ParsedDocument(text=text, title=headings[0].title if headings else "", headings=headings,
-                          metadata={"parsed_by": "quarry-demo-plugin"})
+    return ParsedDocument(
+        text=text,
+        title=headings[0].title if headings else "",
+        headings=headings,
+        metadata={"parsed_by": "quarry-demo-plugin"},
+    )

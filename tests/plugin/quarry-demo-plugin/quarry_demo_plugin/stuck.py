@@ -18,7 +18,21 @@ def parse_wait(data: bytes, kind: str):
         time.sleep(3600)
 
 
-FORMATS = [Format("spin", (".spin",), "quarry_demo_plugin.stuck:parse_spin", "quarry-demo-plugin", heavy=True,
-                  structure="none: its parser spins forever"),
-           Format("wait", (".wait",), "quarry_demo_plugin.stuck:parse_wait", "quarry-demo-plugin", heavy=True,
-                  structure="none: its parser sleeps forever")]
+FORMATS = [
+    Format(
+        "spin",
+        (".spin",),
+        "quarry_demo_plugin.stuck:parse_spin",
+        "quarry-demo-plugin",
+        heavy=True,
+        structure="none: its parser spins forever",
+    ),
+    Format(
+        "wait",
+        (".wait",),
+        "quarry_demo_plugin.stuck:parse_wait",
+        "quarry-demo-plugin",
+        heavy=True,
+        structure="none: its parser sleeps forever",
+    ),
+]
