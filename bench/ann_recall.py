@@ -285,7 +285,7 @@ def _time_queries(fn, queries, truth, k):
         t = time.process_time()
         got = fn(q)
         samples.append((time.process_time() - t) * 1000)
-        hits.append(len(set(int(x) for x in got[:k]) & want) / k)
+        hits.append(len({int(x) for x in got[:k]} & want) / k)
     ordered = sorted(samples)
     return (
         round(statistics.mean(hits), 4),

@@ -145,16 +145,16 @@ def main() -> None:
         if train is None:
             tuned[method] = 0.5
             continue
-        best = max(ALPHAS, key=lambda a: (score(train, lambda l: fuse(l, method, a))["ndcg@10"], -abs(a - 0.5)))
+        best = max(ALPHAS, key=lambda a: (score(train, lambda lists: fuse(lists, method, a))["ndcg@10"], -abs(a - 0.5)))
         tuned[method] = best
     rows = []
     for name, splits in data.items():
         test = splits["test"]
         for label, ranker in [
-            ("bm25", lambda l: single(l, "bm25")),
-            ("vector", lambda l: single(l, "vector")),
-            ("rrf", lambda l: fuse(l, "rrf")),
-        ] + [(f"{m} a={tuned[m]}", (lambda m: lambda l: fuse(l, m, tuned[m]))(m)) for m in ("mm", "tmm", "z")]:
+            ("bm25", lambda lists: single(lists, "bm25")),
+            ("vector", lambda lists: single(lists, "vector")),
+            ("rrf", lambda lists: fuse(lists, "rrf")),
+        ] + [(f"{m} a={tuned[m]}", (lambda m: lambda lists: fuse(lists, m, tuned[m]))(m)) for m in ("mm", "tmm", "z")]:
             m = score(test, ranker)
             rows.append(
                 {

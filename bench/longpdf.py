@@ -259,7 +259,10 @@ def collect(idx, qs: list[dict], pool: int) -> dict:
     position = _Positions(index.cards)
     keys, texts = page_units(idx)
     pages = PageBM25(texts)
-    name_of = lambda path: Path(path).stem
+
+    def name_of(path: str) -> str:
+        return Path(path).stem
+
     out = {}
     # no idx.prime_queries: each question is embedded alone, as `quarry search` embeds it
     # (onnx-int8 quantises a batch's activations together, so a padded batch moves cosines

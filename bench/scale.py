@@ -188,7 +188,7 @@ def make_tree(chunks: int, seed: int = 7) -> Path:
         w = words[idx]
         parts = [f"# {' '.join(w[:6]).capitalize()}\n"]
         pos = 6
-        for s in range(CHUNKS_PER_FILE):
+        for _ in range(CHUNKS_PER_FILE):
             heading = " ".join(w[pos : pos + 4]).capitalize()
             body = w[pos + 4 : pos + 4 + per_para].tolist()
             pos += per_para + 4

@@ -62,14 +62,14 @@ def _flush_prefect_logs() -> None:
 
             APILogHandler.flush()
             APILogWorker.drain_all(timeout=10, at_exit=False)
-        except Exception:  # logs are a convenience; never fail a run over them
+        except Exception:  # noqa: BLE001, S110 - logs are a convenience; never fail a run over them
             pass
     if "prefect.events.worker" in sys.modules:
         try:
             from prefect.events.worker import EventsWorker
 
             EventsWorker.drain_all(timeout=10, at_exit=False)
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - draining events at exit is best effort: the run's result is decided
             pass
 
 

@@ -17,7 +17,7 @@ import warnings
 
 warnings.filterwarnings("ignore", message="lancedb fork support is experimental", category=RuntimeWarning)
 
-from quarry.flows.orchestration import WARM_MODULES as MODULES
+from quarry.flows.orchestration import WARM_MODULES as MODULES  # noqa: E402 - after the warning filter
 
 for _name in MODULES:
     try:

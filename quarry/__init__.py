@@ -40,7 +40,31 @@ _EXPORTS = {
     "StoreLocked": "quarry.core.errors",
 }
 
-__all__ = ["open", "index", "__version__", *_EXPORTS]
+__all__ = [
+    "open",
+    "index",
+    "__version__",
+    "Index",
+    "SearchResponse",
+    "SearchResult",
+    "Filter",
+    "Window",
+    "Segment",
+    "RseParams",
+    "Reranker",
+    "ExportReport",
+    "Answer",
+    "Citation",
+    "Passage",
+    "Settings",
+    "QuarryError",
+    "UsageError",
+    "ConfigError",
+    "StoreNotFound",
+    "ModelMismatch",
+    "RunRefused",
+    "StoreLocked",
+]
 
 
 def open(db=None, settings=None, **kwargs):

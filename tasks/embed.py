@@ -25,7 +25,7 @@ def _worth_retrying(task, task_run, state) -> bool:
         state.result()
     except EmbeddingError:
         return False
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - any other failure of the task is worth another try
         return True
     return True
 

@@ -135,19 +135,19 @@ def test_quotes_must_be_in_a_cited_passage():
 
 def test_duplicate_passages_are_given_once_within_the_budget():
     cands = [
-        dict(
-            doc_id=d,
-            path=d,
-            title=d,
-            section="",
-            page_start=None,
-            page_end=None,
-            first_chunk=0,
-            last_chunk=0,
-            chunk_ids=[f"{d}:0"],
-            text=t,
-            score=1.0,
-        )
+        {
+            "doc_id": d,
+            "path": d,
+            "title": d,
+            "section": "",
+            "page_start": None,
+            "page_end": None,
+            "first_chunk": 0,
+            "last_chunk": 0,
+            "chunk_ids": [f"{d}:0"],
+            "text": t,
+            "score": 1.0,
+        }
         for d, t in (("a", "Same words here."), ("b", "same  words HERE."), ("c", "x" * 400), ("d", "short"))
     ]
     got = pack(cands, max_tokens=20)

@@ -140,7 +140,12 @@ def test_export_where_boilerplate(tree, tmp_path, run_flow, cli):
 def _embedded(db, chunk_ids: list[str]) -> dict[str, np.ndarray]:
     with quarry.open(db) as index:
         table = index.snapshot.table
-        rows = table.search().where("chunk_id IN (%s)" % ", ".join(f"'{c}'" for c in chunk_ids)).limit(100).to_arrow()
+        rows = (
+            table.search()
+            .where("chunk_id IN ({})".format(", ".join(f"'{c}'" for c in chunk_ids)))
+            .limit(100)
+            .to_arrow()
+        )
     return {
         c: np.asarray(v, dtype=np.float32)
         for c, v in zip(rows.column("chunk_id").to_pylist(), rows.column("vector").to_pylist())

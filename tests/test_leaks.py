@@ -380,7 +380,7 @@ def test_forbidden_document_evidence_never_moves_allowed_scores(world):
 
     with quarry.open(world.db) as idx:
         query = "okapi carol open doc00"  # cards: 'carol/doc00.md' (forbidden to alpha) and 'open/doc00.md'
-        kwargs = dict(k=40, mode="hybrid", principals=["group:alpha"], candidates=200)
+        kwargs = {"k": 40, "mode": "hybrid", "principals": ["group:alpha"], "candidates": 200}
         with_cards = {r.chunk_id: r.score for r in idx.search(query, **kwargs).results}
         without = {r.chunk_id: r.score for r in idx.search(query, weights={"documents": 0}, **kwargs).results}
         best_doc = world.doc_of_path["open/doc00.md"]

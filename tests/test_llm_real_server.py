@@ -47,16 +47,16 @@ def handbook(*parts: str):
 
 
 def llm_settings(server, **kw) -> Settings:
-    values = dict(
-        embed_backend="hash",
-        sectioner="llm",
-        context="llm",
-        llm_base_url=server.base_url,
-        llm_model=MODEL_ALIAS,
-        llm_api_key="",
-        llm_window_chars=WINDOW,
-        llm_concurrency=2,
-    )
+    values = {
+        "embed_backend": "hash",
+        "sectioner": "llm",
+        "context": "llm",
+        "llm_base_url": server.base_url,
+        "llm_model": MODEL_ALIAS,
+        "llm_api_key": "",
+        "llm_window_chars": WINDOW,
+        "llm_concurrency": 2,
+    }
     return Settings.from_env(**{**values, **kw})
 
 

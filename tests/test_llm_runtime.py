@@ -21,14 +21,14 @@ FAST = RetryPolicy(attempts=3, base=0.001, cap=0.01)
 
 
 def settings(server, **kw):
-    values = dict(
-        embed_backend="hash",
-        sectioner="llm",
-        context="llm",
-        llm_base_url=server.base_url,
-        llm_api_key=KEY,
-        llm_model="m",
-    )
+    values = {
+        "embed_backend": "hash",
+        "sectioner": "llm",
+        "context": "llm",
+        "llm_base_url": server.base_url,
+        "llm_api_key": KEY,
+        "llm_model": "m",
+    }
     return Settings.from_env(**{**values, **kw})
 
 

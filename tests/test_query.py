@@ -272,7 +272,7 @@ def test_ties_break_by_chunk_id_every_time(store):
         again = [r.chunk_id for r in idx.search("alpha alpha beta", k=20, mode="bm25").results]
         hybrid = [r.chunk_id for r in idx.search("alpha alpha beta", k=20).results]
     assert first == again == sorted(first)  # 60 identical chunks: equal scores, chunk id order
-    assert hybrid == [r for r in hybrid]
+    assert hybrid == list(hybrid)
 
 
 @pytest.mark.parametrize(

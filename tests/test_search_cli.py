@@ -137,7 +137,7 @@ def test_llm_rerank_through_the_cli(db):
 
 
 @pytest.mark.torch
-def test_cross_encoder_rerank_with_explain(db, tiny_cross_encoder):  # noqa: F811
+def test_cross_encoder_rerank_with_explain(db, tiny_cross_encoder):
     out = as_json(
         run(
             "table",

@@ -58,14 +58,14 @@ class AnswerRequest(Filters):
     def arguments(self, principals) -> dict:
         """The keywords of :meth:`quarry.Index.answer` for a caller holding ``principals``."""
         filters = self.filters()
-        return dict(
-            k=self.k,
-            mode=self.mode,
-            filters=filters or None,
-            principals=principals,
-            max_context_tokens=self.max_context_tokens,
-            history=[t.model_dump() for t in self.history] if self.history else None,
-        )
+        return {
+            "k": self.k,
+            "mode": self.mode,
+            "filters": filters or None,
+            "principals": principals,
+            "max_context_tokens": self.max_context_tokens,
+            "history": [t.model_dump() for t in self.history] if self.history else None,
+        }
 
     def run(self, index, principals) -> dict:
         """The answer as JSON (not streamed)."""

@@ -18,14 +18,20 @@ import json
 import logging
 import os
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from importlib import resources
+from types import MappingProxyType
+from typing import Any
 
 __all__ = ["FORMATS", "JsonFormatter", "bind", "configure", "prefect_settings_path", "scrub", "uvicorn_config"]
 
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-_context: contextvars.ContextVar[dict] = contextvars.ContextVar("quarry_log_context", default={})
+# the default is read-only: bind() always sets a new mapping, never mutates the one it holds
+_context: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
+    "quarry_log_context", default=MappingProxyType({})
+)
 _TOKEN = re.compile(r"\b(qk_[0-9a-f]{12}_)[A-Za-z0-9_-]{20,}")
 _SECRET_NAME = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL|CONNECTION_STRING|SAS)", re.IGNORECASE)
 _PUBLIC_NAMES = {"QUARRY_KEYS_FILE", "QUARRY_KEYS_CHECK_SECONDS", "AWS_ACCESS_KEY_ID"}

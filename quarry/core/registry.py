@@ -144,7 +144,7 @@ class Registry(Generic[F]):
                 else:
                     for record in loaded if isinstance(loaded, (list, tuple)) else [loaded]:
                         self.add(record.name, record)
-            except Exception as exc:  # a broken plugin is named, never fatal
+            except Exception as exc:  # noqa: BLE001 - a broken plugin is named, never fatal
                 message = f"{self.kind} plugin {self._plugin} failed to load: {type(exc).__name__}: {exc}"
                 self.errors.append(message)
                 logging.getLogger("quarry").warning("%s", message)

@@ -57,7 +57,7 @@ def _parse_one(
         return parse_file(path, file_type, ocr=ocr)
     except (ParseError, UnsupportedFile) as exc:
         return str(exc)
-    except Exception as exc:  # a parser bug must not take the batch down
+    except Exception as exc:  # noqa: BLE001 - a parser bug must not take the batch down
         return f"{type(exc).__name__}: {exc}"
 
 
@@ -156,7 +156,7 @@ def parse_files(
         ]
         if heavy and not _daemonic():  # even one file: only a worker can be stopped when its parser never returns
             _parse_heavy({i: source(i) for i in heavy}, results, workers, timeout)
-        for i, f in enumerate(files):
+        for i in range(len(files)):
             if results[i] is None:
                 results[i] = _parse_one(*source(i))
     finally:
@@ -257,7 +257,7 @@ def _run_pool(
                 "budget (QUARRY_PARSE_TIMEOUT): the parser looks stuck"
             )
             hung = True
-        except Exception:  # the worker died (BrokenProcessPool): out of memory, the CPU ceiling, a C crash
+        except Exception:  # noqa: BLE001 - the worker died (BrokenProcessPool): out of memory, the CPU ceiling, a C crash
             results[i] = _DIED
         if results[i] in _RETRY:
             again.append(i)
@@ -350,7 +350,7 @@ def _guard(errors: dict[int, str], i: int, fn, *args):
         return fn(*args)
     except QuarryError as exc:
         errors[i] = str(exc)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a parser or chunker bug costs its document, never the batch
         errors[i] = f"{type(exc).__name__}: {exc}"
     return None
 
@@ -411,26 +411,26 @@ def build_records(
                 ]
 
     t = _lap(clock, "context", t, len(alive))
+
+    def cut(i: int, doc, headers: list[str]):
+        return chunk_document(
+            docs[i][1],
+            doc,
+            sections[i],
+            headers,
+            size=settings.chunk_size,
+            overlap=settings.chunk_overlap,
+            min_chunk=settings.min_chunk,
+            count_tokens=tokenizer.count_tokens if tokenizer else None,
+            max_tokens=tokenizer.max_tokens if tokenizer else 0,
+            place=place_lines(doc, fields),
+        )
+
     chunks = {}
     for i in alive:
         (title, summary), doc = contexts[i], docs[i][2]
         headers = [writer.header(title, summary, s) for s in sections[i]]
-        chunks[i] = _guard(
-            failed,
-            i,
-            lambda: chunk_document(
-                docs[i][1],
-                doc,
-                sections[i],
-                headers,
-                size=settings.chunk_size,
-                overlap=settings.chunk_overlap,
-                min_chunk=settings.min_chunk,
-                count_tokens=tokenizer.count_tokens if tokenizer else None,
-                max_tokens=tokenizer.max_tokens if tokenizer else 0,
-                place=place_lines(doc, fields),
-            ),
-        )
+        chunks[i] = _guard(failed, i, cut, i, doc, headers)
     alive = [i for i in alive if i not in failed]
     if "chunk_context" in fields and llm is not None and alive:
         from quarry.ingest.llm.context import chunk_contexts

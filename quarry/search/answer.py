@@ -355,7 +355,7 @@ def answer_events(
             t = time.perf_counter()
             asked = out.standalone_question = _standalone(rt, question, history)
             out.timings["condense"] = _ms(t)
-            usage.update({k: v for k, v in rt.usage.as_dict().items()})
+            usage.update(dict(rt.usage.as_dict().items()))
         except AnswerError as exc:
             out.error = str(exc)
             out.timings["total"] = _ms(t_all)
@@ -396,20 +396,24 @@ def _stream(
     t = time.perf_counter()
     stream = None
     for attempt in range(SHRINKS + 1):
-        kwargs = dict(
-            model=out.model,
-            messages=answer_messages(asked, passages, "text"),
-            temperature=0,
-            max_tokens=ANSWER_TOKENS,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
+        kwargs = {
+            "model": out.model,
+            "messages": answer_messages(asked, passages, "text"),
+            "temperature": 0,
+            "max_tokens": ANSWER_TOKENS,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
 
         def retried(exc, n, delay):
             usage["retries"] += 1
 
         try:
-            stream = call_with_retries(lambda: client.chat.completions.create(**kwargs), RETRY, on_retry=retried)
+            stream = call_with_retries(
+                lambda: client.chat.completions.create(**kwargs),  # noqa: B023 - called within this attempt
+                RETRY,
+                on_retry=retried,
+            )
             usage["calls"] += 1
             break
         except Exception as exc:  # noqa: BLE001 - every endpoint failure becomes status error, in one line

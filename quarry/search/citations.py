@@ -76,7 +76,7 @@ def parse_content(content: str) -> tuple[list[dict], bool]:
     if stripped.strip(".").upper() == NOT_FOUND:
         return [], True
     data = None
-    if stripped.startswith("{") or stripped.startswith("```"):
+    if stripped.startswith(("{", "```")):
         try:
             data = parse_json(stripped)
         except ValueError:

@@ -81,35 +81,35 @@ def _key(text: str) -> str:
 
 
 def _from_segment(seg) -> dict:
-    return dict(
-        doc_id=seg.doc_id,
-        path=seg.path,
-        title=seg.title,
-        section=seg.section,
-        page_start=seg.page_start,
-        page_end=seg.page_end,
-        first_chunk=seg.first_chunk,
-        last_chunk=seg.last_chunk,
-        chunk_ids=list(seg.chunk_ids),
-        text=seg.text,
-        score=float(seg.score),
-    )
+    return {
+        "doc_id": seg.doc_id,
+        "path": seg.path,
+        "title": seg.title,
+        "section": seg.section,
+        "page_start": seg.page_start,
+        "page_end": seg.page_end,
+        "first_chunk": seg.first_chunk,
+        "last_chunk": seg.last_chunk,
+        "chunk_ids": list(seg.chunk_ids),
+        "text": seg.text,
+        "score": float(seg.score),
+    }
 
 
 def _from_hit(hit) -> dict:
-    return dict(
-        doc_id=hit.doc_id,
-        path=hit.path,
-        title=hit.title,
-        section=hit.section,
-        page_start=hit.page_start,
-        page_end=hit.page_end,
-        first_chunk=hit.chunk_index,
-        last_chunk=hit.chunk_index,
-        chunk_ids=[hit.chunk_id],
-        text=hit.text,
-        score=float(hit.score),
-    )
+    return {
+        "doc_id": hit.doc_id,
+        "path": hit.path,
+        "title": hit.title,
+        "section": hit.section,
+        "page_start": hit.page_start,
+        "page_end": hit.page_end,
+        "first_chunk": hit.chunk_index,
+        "last_chunk": hit.chunk_index,
+        "chunk_ids": [hit.chunk_id],
+        "text": hit.text,
+        "score": float(hit.score),
+    }
 
 
 def pack(candidates: list[dict], max_tokens: int) -> list[Passage]:

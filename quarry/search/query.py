@@ -512,7 +512,7 @@ class Index:
             return []
         try:
             tokens = embedder.count_tokens([query])[0]
-        except Exception:  # a backend that cannot count says nothing rather than fail the search
+        except Exception:  # noqa: BLE001 - a backend that cannot count says nothing rather than fail the search
             return []
         if tokens <= limit:
             return []

@@ -258,7 +258,7 @@ class LLMReranker:
                 ),
                 self.policy,
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any endpoint failure becomes one QuarryError naming the host and cause
             raise QuarryError(
                 f"LLM rerank via {host_of(self.base_url)} failed: {describe_error(exc, self.api_key)}"
             ) from None

@@ -244,7 +244,7 @@ def _changed_rows(con, docs: set[str], removed_lines: dict[int, int], k: int) ->
     lines = set(moved)
     if not lines:
         return []
-    roots = {r: n for r, n in con.execute(load_sql("boilerplate_roots")).fetchall()}
+    roots = dict(con.execute(load_sql("boilerplate_roots")).fetchall())
     counts = _status(con, lines)
     flipped = _maybe_flipped(moved, counts, roots, k)
     found = con.execute(load_sql("boilerplate_chunks"), [ids, sorted(flipped)]).fetchall()
@@ -265,7 +265,7 @@ def _vectors(restrip: dict[str, tuple[str, str]], lookup, embed) -> dict[str, np
     """Vectors of the stripped texts: stored ones by text hash first, the rest embedded."""
     if not restrip:
         return {}
-    texts = {h: t for h, t in restrip.values()}
+    texts = dict(restrip.values())
     found = dict(lookup(sorted(texts))) if lookup is not None else {}
     missing = [h for h in texts if h not in found]
     if missing and embed is not None:

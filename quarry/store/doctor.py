@@ -154,7 +154,7 @@ def _diagnose(opened: Store, report: DoctorReport, repair: bool) -> None:
         try:
             chunk_ids = {r[0] for r in con.execute("SELECT chunk_id FROM chunks").fetchall()}
             meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the doctor reports whatever stops the read
             report.add("catalog", False, f"{catalog_path} cannot be read: {_line(exc)}", _rebuild_hint(store))
             return
         chain = pointer.layers or (pointer.generation,)
@@ -198,7 +198,7 @@ def _open_catalog(path: Path, report: DoctorReport, pointer):
             return None
         report.add("catalog", False, f"{path} cannot be opened: {_line(exc)}", _rebuild_hint(path.parent))
         return None
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the doctor reports whatever stops the open
         report.add("catalog", False, f"{path} cannot be opened: {_line(exc)}", _rebuild_hint(path.parent))
         return None
     if private:
@@ -224,7 +224,7 @@ def _holder_of(path: Path) -> str | None:
         duckdb.connect(str(path), read_only=True).close()
     except duckdb.IOException as exc:
         return lock_holder(exc)
-    except Exception:
+    except Exception:  # noqa: BLE001 - only a lock is worth naming here; the open's own check reports the rest
         return None
     return None
 
@@ -256,7 +256,7 @@ def _check_vectors(store: Path, pointer, chunk_ids: set[str], meta: dict, report
         return
     try:
         stored = _chunk_ids_at(store, pointer.vector_table, pointer.vector_version)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the doctor reports whatever stops the read
         report.add(
             "vectors",
             False,
@@ -354,13 +354,13 @@ def recover_pointer(store: Path):
     for generation, path in gens:
         try:
             con, private = layers.connect(store, generation)
-        except Exception:
+        except Exception:  # noqa: BLE001, S112 - an unreadable generation cannot be adopted: try the next older
             continue
         try:
             meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
             chunk_ids = {r[0] for r in con.execute("SELECT chunk_id FROM chunks").fetchall()}
             chain = layers.chain_of(con, generation)
-        except Exception:
+        except Exception:  # noqa: BLE001, S112 - an unreadable generation cannot be adopted: try the next older
             continue
         finally:
             con.close()
@@ -376,7 +376,7 @@ def recover_pointer(store: Path):
         try:
             table = vectors.connect(store).open_table(name)
             versions = sorted((v["version"] for v in table.list_versions()), reverse=True)
-        except Exception:
+        except Exception:  # noqa: BLE001 - no readable versions: this generation cannot be adopted
             versions = []
         for version in versions:
             try:
@@ -391,7 +391,7 @@ def recover_pointer(store: Path):
                         committed_at=os.path.getmtime(path),
                         layers=chain,
                     )
-            except Exception:
+            except Exception:  # noqa: BLE001, S112 - a version that does not read cannot be adopted: try the next
                 continue
     return None
 

@@ -142,11 +142,11 @@ def committed_state(store: Path, generation: int) -> dict[str, str] | None:
         return None
     try:
         con = catalog.connect(path, read_only=True, fts=False)
-    except Exception:  # held by another process, damaged: not a state we can vouch for
+    except Exception:  # noqa: BLE001 - held by another process, damaged: not a state we can vouch for
         return None
     try:
         return dict(con.execute("SELECT key, value FROM meta").fetchall())
-    except Exception:
+    except Exception:  # noqa: BLE001 - an unreadable meta table: not a state we can vouch for
         return None
     finally:
         con.close()

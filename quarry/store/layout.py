@@ -131,7 +131,7 @@ class WriterLock:
             if remote is not None:
                 try:
                     remote.release()
-                except Exception:  # the lease expires by itself
+                except Exception:  # noqa: BLE001, S110 - the lease expires by itself
                     pass
             try:
                 os.ftruncate(fd, 0)  # holder info; a store gone read-only keeps the stale text

@@ -134,7 +134,7 @@ class Lease:
                     self.lost = True
                 else:
                     self.etag = mine
-            except Exception:  # a network blip: the next renewal tries again before the expiry
+            except Exception:  # noqa: BLE001, S110 - a network blip: the next renewal tries again before the expiry
                 pass
 
     def _ours(self) -> str | None:
@@ -147,7 +147,7 @@ class Lease:
         try:
             got = self.store.get(LEASE)
             return got[1] if got is not None and json.loads(got[0]).get("owner") == self.owner else None
-        except Exception:
+        except Exception:  # noqa: BLE001 - cannot read the lease back: the put is not known to have won
             return None
 
     def check(self) -> None:

@@ -297,7 +297,7 @@ class Remote:
         """
         try:
             got = self.objects.get(POINTER)
-        except Exception:  # cannot tell: treat it as lost, the safe side for the caller's message
+        except Exception:  # noqa: BLE001 - cannot tell: treat it as lost, the safe side for the caller's message
             return None
         return got[1] if got is not None and got[0] == body else None
 
@@ -305,7 +305,7 @@ class Remote:
         """Best-effort tidying after the pointer moved: old generations beyond the retention."""
         try:
             self.remove_old_generations(pointer.generation)
-        except Exception:  # the next commit (or `quarry maintain`) tries again
+        except Exception:  # noqa: BLE001, S110 - the next commit (or `quarry maintain`) tries again
             pass
 
     def remove_old_generations(self, committed: int, keep: int | None = None) -> list[str]:

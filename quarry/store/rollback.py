@@ -57,7 +57,7 @@ def _describe(store: Path, gen: int) -> dict:
     info = {"documents": None, "chunks": None, "last_run": None, "committed": None, "restorable": False}
     try:
         con, private = layers.connect(store, gen, generations.layers_of(store, gen))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever stops the open is why this generation is not restorable
         info["why_not"] = f"its catalog cannot be opened: {str(exc).splitlines()[0][:160]}"
         return info
     try:

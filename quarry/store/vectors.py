@@ -222,7 +222,7 @@ def index_keys(table) -> bool:
             return False
         have = {tuple(index.columns): index for index in table.list_indices()}
         names = set(table.schema.names)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a LanceDB failure here costs a faster lookup only, retried next commit
         logging.getLogger("quarry").warning("LanceDB indexes not checked, will retry: %s", exc)
         return False
     for column in KEYS:
@@ -238,7 +238,7 @@ def index_keys(table) -> bool:
 
             table.create_index(column, config=BTree(), replace=True)
             built = True
-        except Exception as exc:  # moves (lookups) read the whole table until a later commit builds it
+        except Exception as exc:  # noqa: BLE001 - moves (lookups) read the whole table until a later commit builds it
             logging.getLogger("quarry").warning("LanceDB %s index not built, will retry: %s", column, exc)
     return built
 

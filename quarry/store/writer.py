@@ -322,7 +322,7 @@ class StoreWriter:
         self.lift_cache_cap()
         try:
             vectors.compact(self.table)
-        except Exception as exc:  # a slower table is better than a lost run
+        except Exception as exc:  # noqa: BLE001 - a slower table is better than a lost run
             logging.getLogger("quarry").warning("LanceDB compaction failed, will retry next run: %s", exc)
         vectors.index_keys(self.table)
         # committed_generation marks a catalog whose commit finished writing it: `quarry doctor`
@@ -618,7 +618,7 @@ class StoreWriter:
         if self.con is not None:
             try:
                 self.con.close()
-            except Exception:  # a full or read-only disk: the run's own error says so
+            except Exception:  # noqa: BLE001, S110 - a full or read-only disk: the run's own error says so
                 pass
             self.con = None
         self._drop_private()
@@ -745,7 +745,7 @@ def after_commit(store: Store | Path, pointer: Pointer, table=None) -> None:
         if table is not None and vectors.prune_due(table):
             vectors.prune(table, keep_versions=versions.get(table.name, set()))
         vectors.drop_unreferenced(store, set(versions))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - tidying is retried by the next run; the commit has landed
         logging.getLogger("quarry").info("tidying the vector table after commit failed (retried next run): %s", exc)
 
 

@@ -41,7 +41,7 @@ def _short_body(exc: BaseException, limit: int) -> str:
         response = getattr(exc, "response", None)
         try:
             body = response.text if response is not None else ""
-        except Exception:  # a streamed or closed response has no text
+        except Exception:  # noqa: BLE001 - a streamed or closed response has no text
             body = ""
     text = " ".join(str(body).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"

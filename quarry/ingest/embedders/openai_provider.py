@@ -57,7 +57,7 @@ def _tiktoken_encoding(model: str):
         import tiktoken
 
         return tiktoken.encoding_for_model(model)
-    except Exception:  # not installed, unknown model, or its BPE file cannot be fetched offline
+    except Exception:  # noqa: BLE001 - not installed, unknown model, or its BPE file cannot be fetched offline
         return None
 
 
@@ -287,7 +287,7 @@ class OpenAIEmbedder:
             response, vectors = call_with_retries(call, self.retry, sleep=self._sleep, on_retry=on_retry)
         except EmbeddingError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - every endpoint or SDK failure becomes one EmbeddingError naming its cause
             status = status_of(exc)
             detail = describe_error(exc, self._api_key)
             if status in (400, 413, 422) and _LIMIT_WORDS.search(detail) and "dimension" not in detail.lower():

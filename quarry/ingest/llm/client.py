@@ -252,7 +252,7 @@ class LLMRuntime:
                 on_retry=lambda exc, attempt, delay: self.usage.add_retry(),
                 **({"sleep": self._sleep} if self._sleep else {}),
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any endpoint failure costs this job alone, named in its error
             with self._lock:
                 self.failed += 1
             message = describe_error(exc, *self._secrets)

@@ -95,7 +95,7 @@ def section_summaries(
 ) -> list[list[Section]]:
     """Each document's sections with ``summary`` set where the model gave one."""
     jobs, where = [], []
-    for d, (file, doc, title, sections) in enumerate(items):
+    for d, (_file, doc, title, sections) in enumerate(items):
         for s in sections:
             jobs.append(section_summary_job(title, s, doc.text[s.start : s.end], budget))
             where.append((d, s.index))

@@ -292,7 +292,7 @@ def section_batch(
     """
     plans = []
     jobs: list[Job] = []
-    for path, doc in docs:
+    for _path, doc in docs:
         lines = numbered_lines(doc.text)
         wins = windows(lines, window_chars)
         plans.append((lines, wins, len(jobs)))

@@ -383,7 +383,7 @@ def _read_from(
     except ParseError as exc:
         for name in need - set(found):
             found[name] = exc
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - each archive library raises its own types: every member missing gets the reason
         error = ParseError(
             "encrypted (password required)" if _is_password_error(exc) else f"cannot read archive: {_one_line(exc)}"
         )

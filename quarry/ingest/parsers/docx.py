@@ -120,7 +120,7 @@ def _cell_text(tc) -> str:
 def _style_name(paragraph) -> str:
     try:
         style = paragraph.style
-    except Exception:  # a dangling style id should not cost the paragraph its text
+    except Exception:  # noqa: BLE001 - a dangling style id should not cost the paragraph its text
         return ""
     return (style.name or "") if style is not None else ""
 
@@ -137,6 +137,6 @@ def _metadata(document) -> dict[str, str]:
         props = document.core_properties
         values = {"title": props.title, "author": props.author, "subject": props.subject}
         values["keywords"] = props.keywords
-    except Exception:
+    except Exception:  # noqa: BLE001 - damaged core properties cost the metadata only
         return {}
     return {key: " ".join(value.split()) for key, value in values.items() if value and value.strip()}

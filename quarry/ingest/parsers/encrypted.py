@@ -39,8 +39,8 @@ def _ole_encrypted(data: bytes) -> bool:
 
         with olefile.OleFileIO(io.BytesIO(data)) as ole:
             streams = {"/".join(s) for s in ole.listdir()}
-    except Exception:
-        return False  # not readable as OLE: the format's own parser names what is wrong
+    except Exception:  # noqa: BLE001 - not readable as OLE: its format's parser names what is wrong
+        return False
     if "EncryptedPackage" in streams or "EncryptionInfo" in streams:
         return True
     if not streams & {"WordDocument", "Workbook", "Book", "PowerPoint Document"}:
@@ -49,7 +49,7 @@ def _ole_encrypted(data: bytes) -> bool:
         import msoffcrypto
 
         return bool(msoffcrypto.OfficeFile(io.BytesIO(data)).is_encrypted())
-    except Exception:  # a damaged or unusual file: let its parser say why
+    except Exception:  # noqa: BLE001 - a damaged or unusual file: let its parser say why
         return False
 
 

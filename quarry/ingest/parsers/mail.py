@@ -70,7 +70,7 @@ def _headers(message) -> dict[str, str]:
     for key in ("from", "to", "cc", "subject", "message-id"):
         try:
             value = message.get(key)
-        except Exception:  # a malformed header costs its own value only
+        except Exception:  # noqa: BLE001 - a malformed header costs its own value only
             value = None
         if value:
             # raw 8-bit bytes (no RFC 2047 encoding) come through as escape surrogates in the source
@@ -91,7 +91,7 @@ def _declared_charset(message) -> str | None:
         return message.get_content_charset() or next(
             (p.get_content_charset() for p in message.walk() if p.get_content_charset()), None
         )
-    except Exception:
+    except Exception:  # noqa: BLE001 - a malformed Content-Type costs the declared charset only
         return None
 
 
@@ -151,7 +151,7 @@ def _address(out: dict[str, str]) -> None:
 def _body(message) -> str:
     try:
         part = message.get_body(preferencelist=("plain", "html"))
-    except Exception:
+    except Exception:  # noqa: BLE001 - a malformed MIME tree: the body reads as empty, the headers still count
         part = None
     if part is None:
         return ""
@@ -159,7 +159,7 @@ def _body(message) -> str:
         content = part.get_content()
         if isinstance(content, str) and "\ufffd" in content:  # a charset the text does not match
             raise UnicodeError
-    except Exception:  # unknown or wrong charset, or a broken transfer encoding
+    except Exception:  # noqa: BLE001 - unknown or wrong charset, or a broken transfer encoding
         content = _decode_payload(part.get_payload(decode=True) or b"", part.get_content_charset())
     if isinstance(content, bytes):
         content = _decode_payload(content, part.get_content_charset())
@@ -176,7 +176,7 @@ def _attachments(message) -> list[tuple[str, bytes]]:
         name = part.get_filename() or ""
         try:
             payload = part.get_payload(decode=True) or b""
-        except Exception:
+        except Exception:  # noqa: BLE001 - a broken transfer encoding costs this attachment's bytes only
             payload = b""
         if name:
             out.append((name, payload))

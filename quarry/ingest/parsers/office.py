@@ -158,7 +158,7 @@ def parse_odt(data: bytes, kind: str = "odt") -> ParsedDocument:
 
         titles = doc.meta.getElementsByType(dc.Title)
         title = teletype.extractText(titles[0]).strip() if titles else None
-    except Exception:
+    except Exception:  # noqa: BLE001, S110 - a damaged meta.xml costs the title only: the first heading stands in
         pass
     if not title and out.headings:
         title = out.headings[0].title

@@ -68,7 +68,7 @@ def parse_pdf(data: bytes, kind: str = "pdf", ocr: bool = True) -> ParsedDocumen
         # One damaged page costs its own text, not the document's.
         try:
             pages.append(_page_text(page))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - one damaged page costs its own text, not the document's
             pages.append("")
             errors.append((i, exc))
     if len(errors) == len(pages):
@@ -426,7 +426,7 @@ def _ocr_pages(data: bytes, pages: list[str]):
         return stats
     try:
         found = ocr_pdf_pages(data, todo, stats)
-    except Exception as exc:  # pdfium refusing a file pypdf could read costs OCR only, not the text layer
+    except Exception as exc:  # noqa: BLE001 - pdfium refusing a file pypdf could read costs OCR only, not the text layer
         logging.getLogger(__name__).warning("OCR skipped: %s", one_line(exc))
         stats.warnings.append(f"OCR skipped: {one_line(exc)}")
         return stats
@@ -457,7 +457,7 @@ def _outline_headings(reader, text: str, offsets: list[int]) -> list[Heading]:
     """Headings from the bookmarks, placed at the title's text on its page, else the page start."""
     try:
         outline = reader.outline
-    except Exception:  # a broken outline should not cost the document its text
+    except Exception:  # noqa: BLE001 - a broken outline should not cost the document its text
         return []
     headings: list[Heading] = []
     items = _in_order(outline)
@@ -465,7 +465,7 @@ def _outline_headings(reader, text: str, offsets: list[int]) -> list[Heading]:
         title = " ".join(str(getattr(item, "title", "") or "").split())
         try:
             page = reader.get_destination_page_number(item)
-        except Exception:
+        except Exception:  # noqa: BLE001, S112 - an outline entry pointing nowhere costs its own heading
             continue
         if not title or page is None or not 0 <= page < len(offsets):
             continue
@@ -506,7 +506,7 @@ def _in_order(outline) -> list[tuple[object, int]]:
 def _metadata(reader) -> dict[str, str]:
     try:
         info = reader.metadata or {}
-    except Exception:
+    except Exception:  # noqa: BLE001 - damaged document info costs the metadata only
         return {}
     out = {}
     for key in ("title", "author", "subject", "keywords"):

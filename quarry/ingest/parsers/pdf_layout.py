@@ -78,14 +78,14 @@ def read_lines(data: bytes, password: str | None = None) -> list[list[Line]] | N
     with PDFIUM:
         try:
             pdf = pdfium.PdfDocument(data, password=password)
-        except Exception:
+        except Exception:  # noqa: BLE001 - pdfium refusing a file pypdf read: no layout, the text layer stands
             return None
         out: list[list[Line]] = []
         try:
             for index in range(len(pdf)):
                 try:
                     out.append(_page_lines(pdf[index], raw))
-                except Exception:  # one damaged page costs its own layout only
+                except Exception:  # noqa: BLE001 - one damaged page costs its own layout only
                     out.append([])
         finally:
             pdf.close()
@@ -200,7 +200,7 @@ def _closes_unopened(text: str) -> bool:
 
 def _capitalised(text: str) -> bool:
     """ALL CAPS, or Title Case (small words aside)."""
-    words = [w for w in re.findall(r"[A-Za-z][A-Za-z'’\-]*", text)]
+    words = list(re.findall(r"[A-Za-z][A-Za-z'’\-]*", text))
     if not words:
         return False
     if all(w.isupper() for w in words if len(w) > 1):

@@ -148,7 +148,7 @@ def _xls_row(book, sheet, r: int) -> list:
             try:
                 out.append(xlrd.xldate.xldate_as_datetime(cell.value, book.datemode))
                 continue
-            except Exception:
+            except Exception:  # noqa: BLE001, S110 - a date serial out of xlrd's range keeps its number
                 pass
         out.append(cell.value if cell.ctype not in (xlrd.XL_CELL_EMPTY, xlrd.XL_CELL_BLANK) else None)
     return out

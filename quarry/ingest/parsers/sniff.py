@@ -91,7 +91,7 @@ def _ole_type(path) -> str:
 
         with olefile.OleFileIO(path) as ole:
             streams = {"/".join(s) for s in ole.listdir()}
-    except Exception:
+    except Exception:  # noqa: BLE001 - not readable as OLE: sniffed by its other signs
         return ""
     if any(s.startswith("__substg1.0_") for s in streams):
         return "msg"

@@ -306,7 +306,7 @@ def fetch_many(urls: Iterable[str], limit: int = 0) -> Iterator[tuple[str, Fetch
             return exc
         except QuarryError as exc:
             return ParseError(scrub(str(exc)))
-        except Exception as exc:  # an SDK error no backend names: still this object's failure alone
+        except Exception as exc:  # noqa: BLE001 - an SDK error no backend names: still this object's failure alone
             first = str(exc).strip().splitlines()
             return ParseError(scrub(f"cannot read object: {type(exc).__name__}: {first[0][:300] if first else ''}"))
 

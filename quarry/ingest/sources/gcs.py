@@ -78,7 +78,7 @@ class GCSSource(Source):
             self.client = gcs_client()
         except QuarryError:
             raise
-        except Exception as exc:  # no Application Default Credentials, a damaged key file
+        except Exception as exc:  # noqa: BLE001 - no Application Default Credentials, a damaged key file
             raise QuarryError(f"opening gs://{bucket} failed: {_why(exc)}") from None
         self.handle = self.client.bucket(bucket)
 

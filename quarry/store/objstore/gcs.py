@@ -47,7 +47,7 @@ class GCSObjectStore(ObjectStore):
             self.client = gcs_client()
         except UsageError:
             raise
-        except Exception as exc:  # no Application Default Credentials, a damaged key file
+        except Exception as exc:  # noqa: BLE001 - no Application Default Credentials, a damaged key file
             raise QuarryError(
                 f"opening {url} failed: {type(exc).__name__}: {_first_line(exc)}; check the Google "
                 "environment (GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_CLOUD_PROJECT, "

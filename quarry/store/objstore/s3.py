@@ -107,7 +107,7 @@ class S3ObjectStore(ObjectStore):
         except BaseException:
             try:
                 self.client.abort_multipart_upload(Bucket=self.bucket, Key=k, UploadId=upload)
-            except Exception:  # the bucket's lifecycle rules clean it up otherwise
+            except Exception:  # noqa: BLE001, S110 - the bucket's lifecycle rules clean it up otherwise
                 pass
             raise
 
