@@ -34,7 +34,7 @@ TORCH_VENV := .venv-torch
 TORCH_VERSION := 2.13.0
 SENTENCE_TRANSFORMERS_VERSION := 6.2.0
 
-.PHONY: setup azurite office browser prometheus demo test test-slow test-reliability test-llm llm-venv test-torch torch-venv peers wheel bench prefect-db clean
+.PHONY: lint setup azurite office browser prometheus demo test test-slow test-reliability test-llm llm-venv test-torch torch-venv peers wheel bench prefect-db clean
 
 setup: $(VENV)/.installed
 
@@ -95,6 +95,13 @@ demo: setup
 	$(BIN)/quarry index data/sample --db $(DEMO_DB)
 	$(BIN)/quarry status --db $(DEMO_DB)
 	$(BIN)/quarry search "$(DEMO_QUERY)" --db $(DEMO_DB) -k 5
+
+# ruff's checks and format, and mypy (pyproject.toml: stricter on quarry/core and quarry/retrieval);
+# .ci/run runs it before the tests. The tools are pinned in requirements.lock (the `lint` extra).
+lint: setup
+	$(BIN)/ruff check quarry flows tasks bench tests
+	$(BIN)/ruff format --check quarry flows tasks bench tests
+	$(BIN)/mypy
 
 test: setup azurite office prometheus
 	$(BIN)/python -m pytest -m "not slow and not llm_server" -q --durations=30

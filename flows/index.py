@@ -184,8 +184,8 @@ def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> d
         embedder.embed(["dimension probe"])  # hosted model of unknown size: ask once
         model, dim = embedder.model, embedder.dim
 
-    # The writer (a copy of the whole catalog) is opened only once there is something to write:
-    # a run with nothing to do records its row in the run journal and copies nothing.
+    # The writer (a new catalog layer) is opened only once there is something to write: a run
+    # with nothing to do records its row in the run journal and writes no generation.
     writer = None
     committed = read_pointer(store) is not None
 

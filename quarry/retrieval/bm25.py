@@ -25,8 +25,9 @@ memory-mapped per committed generation, so a reader opens it in milliseconds wit
 DuckDB's FTS extension (about half a second to load) nor a Python object graph to unpickle,
 and a query costs one slice of a CSC matrix per term. Its scores equal ``match_bm25``'s up to
 the constant ln 10 (``tests/test_bm25.py`` on real text), and the file format is what
-``quarry.retrieval.searchindex`` commits atomically with the catalog. DuckDB's own index remains
-available to SQL users (``QUARRY_DUCKDB_FTS=1``, docs/export.md).
+``quarry.retrieval.searchindex`` commits atomically with the catalog. DuckDB's own full-text tables
+remain available to SQL users (``match_bm25``, built by the first query that needs them;
+docs/export.md).
 
 Files (``bm25.*`` in the generation's index folder):
 

@@ -1,7 +1,7 @@
 """The DuckDB catalog: documents, sections, chunks, runs, meta.
 
 quarry searches its own memory-mapped BM25 files (quarry/retrieval), so it needs DuckDB's FTS
-extension (the ``duckdb-ext-fts`` wheel, in the ``test`` and ``fts`` extras) only to build
+extension (the ``duckdb-ext-fts`` wheel, a dependency of the base install) only to build
 DuckDB's index: for the tests, which use ``match_bm25`` as an independent reference, and for SQL
 users, in a sidecar file per generation (quarry/store/fts.py, docs/export.md).
 """

@@ -109,7 +109,7 @@ def path(store: Path, generation: int) -> Path:
 
 
 def available() -> bool:
-    """Whether DuckDB's FTS extension is installed (the ``fts`` extra)."""
+    """Whether DuckDB's FTS extension is installed (``duckdb-ext-fts``, a base dependency)."""
     try:
         catalog.fts_extension_path()
     except QuarryError:
@@ -142,7 +142,7 @@ def summary(store: Path, generation: int, enabled: bool = True) -> dict:
     if now == "missing" and not enabled:
         now = "off"
     elif now == "missing" and not available():
-        now = "unavailable"  # the fts extra is not installed
+        now = "unavailable"  # duckdb-ext-fts is missing from this install
     out = {"state": now, "file": str(path(store, generation))}
     if now == "ready":
         try:

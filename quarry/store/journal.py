@@ -1,7 +1,7 @@
 """Runs recorded outside a commit: runs that found the store busy, and runs with nothing to write.
 
 Two kinds of run change nothing in the catalog, and neither should pay for a new catalog
-generation (a copy of the whole catalog) just to add its ``runs`` row:
+generation (a layer, an index segment, a moved pointer) just to add its ``runs`` row:
 
 - a scheduled run that starts while another run holds the writer lock (a run longer than the
   schedule's interval, or a manual ``quarry index``) must not become a second writer, and must not
