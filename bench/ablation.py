@@ -48,9 +48,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-BEIR = ROOT.parent / "shared" / "data" / "beir"
+from common import ROOT, SHARED, with_test_helpers
+
+BEIR = SHARED / "beir"
 STORES = ROOT / "bench" / "results" / "stores"
 CHUNKS_PER_QUERY = 200
 MODES = ("bm25", "vector", "hybrid")
@@ -281,7 +281,7 @@ def llm_cost(tree: Path, index_flow) -> list[dict]:
     """LLM calls and tokens per 1,000 chunks for each :data:`LLM_VARIANTS` entry, from an empty cache."""
     import tempfile
 
-    sys.path.insert(0, str(ROOT / "tests"))
+    with_test_helpers()
     from fakeopenai import FakeOpenAI
 
     rows = []
@@ -383,7 +383,7 @@ def main() -> None:
     server = None
     if set(LLM_CONFIGS) & set(args.long_configs.split(",")):
         if args.llm_server:
-            sys.path.insert(0, str(ROOT / "tests"))
+            with_test_helpers()
             import tempfile
 
             from llamaserver import MODEL_ALIAS, LlamaServer, find_model, server_python

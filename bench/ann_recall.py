@@ -35,18 +35,12 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
+
+from common import ROOT, SHARED, log
 
 os.environ.setdefault("LANCEDB_LOG", "error")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "data"
 CACHE = ROOT / "bench" / "results" / "ann"
 SCIFACT_STORE = ROOT / "bench" / "results" / "stores" / "scifact-onnx-int8"
-
-
-def log(*parts) -> None:
-    print(*parts, file=sys.stderr, flush=True)
 
 
 def settings():

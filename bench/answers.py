@@ -27,10 +27,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-SCIFACT = ROOT.parent / "shared" / "data" / "beir" / "scifact"
+from common import ROOT, SHARED, with_test_helpers
+
+with_test_helpers()
+SCIFACT = SHARED / "beir" / "scifact"
 
 
 def scripted(body: dict) -> str:

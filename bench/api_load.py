@@ -36,7 +36,6 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -47,19 +46,13 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-RESULTS = ROOT / "bench" / "results"
+from common import RESULTS, ROOT, log, machine, write_json
+
 DIM = 384
 GROUPS = ["group:team0", "group:team1", "group:team2", "group:team3"]
 CALLER = ["group:team1"]  # the key reads as this, plus public
 STORE_FORMAT = 1
 ENV = {"QUARRY_EMBED_BACKEND": "hash", "QUARRY_EMBED_DIM": str(DIM), "LANCEDB_LOG": "error"}
-
-
-def log(*parts) -> None:
-    print(*parts, file=sys.stderr, flush=True)
 
 
 # --- the store -------------------------------------------------------------------------------------
@@ -634,10 +627,9 @@ def observability(store: Path, token: str, queries: list[str], clients: int, arg
         "requests": total,
         "on_over_off": ratio,
         "asgi_cost": cost,
-        "machine": {"cpus": os.cpu_count(), "load": os.getloadavg()[0]},
+        "machine": machine(),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "api_load_observability.json").write_text(json.dumps(out, indent=2))
+    write_json(RESULTS / "api_load_observability.json", out)
     lines = [f"{'metrics+tracing':<15} {'round':>5} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'errors':>6} {'load':>5}"]
     for r in rows:
         lines.append(
@@ -760,15 +752,9 @@ def main() -> None:
         "goals": goals,
         "during_commits": commits,
         "memory": memory,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load_before": os.getloadavg()[0],
-        },
+        "machine": machine(),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "api_load.json").write_text(json.dumps(out, indent=2))
+    write_json(RESULTS / "api_load.json", out)
     lines = [
         f"{'path':<11} {'clients':>7} {'procs':>5} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
         f"{'errors':>6} {'load':>5}"

@@ -30,10 +30,9 @@ import random
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-sys.path.insert(0, HERE)
+from common import ROOT
+
+HERE = str(ROOT / "bench")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # one query at a time on one core: what a search request costs, and comparable across methods
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):

@@ -34,13 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "bench" / "results"
-
-
-def log(*parts) -> None:
-    print(*parts, file=sys.stderr, flush=True)
+from common import RESULTS, log
 
 
 def make_base(store: Path, chunks: int) -> Path:

@@ -34,13 +34,12 @@ import time
 from itertools import combinations
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from common import ROOT, SHARED
 
-from quarry.ingest.corpus import minhash  # noqa: E402
-from quarry.ingest.corpus.clusters import Member, clusters  # noqa: E402
+from quarry.ingest.corpus import minhash
+from quarry.ingest.corpus.clusters import Member, clusters
 
-TREE = ROOT.parent / "shared" / "data" / "trees" / "sourcegraph-handbook"
+TREE = SHARED / "trees" / "sourcegraph-handbook"
 KINDS = ("exact", "resaved", "edited", "rewritten")
 
 

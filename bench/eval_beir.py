@@ -13,11 +13,10 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-BEIR = ROOT.parent / "shared" / "data" / "beir"
+from common import ROOT, SHARED
+
+BEIR = SHARED / "beir"
 
 # Published nDCG@10 (from ../shared/data/README.md) for the sets that have them.
 ANCHORS = {

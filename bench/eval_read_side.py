@@ -40,9 +40,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-BEIR = ROOT.parent / "shared" / "data" / "beir"
+from common import ROOT, SHARED
+
+BEIR = SHARED / "beir"
 STORES = ROOT / "bench" / "results" / "stores"
 BUDGET = 30  # chunks of context for R@ctx
 

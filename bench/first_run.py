@@ -41,7 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT
+
 SAMPLE = ROOT / "data" / "sample"
 TRACE = ROOT / "bench" / "trace"
 CASES = ("new store, empty cache", "new store", "second run", "new store, at a terminal", "second run, at a terminal")

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -37,9 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-HANDBOOK = ROOT.parent / "shared" / "data" / "trees" / "sourcegraph-handbook"
+from common import ROOT, SHARED, machine
+
+HANDBOOK = SHARED / "trees" / "sourcegraph-handbook"
 
 
 def cpu_seconds() -> float:
@@ -210,11 +209,7 @@ def main() -> None:
         "files": sum(1 for p in tree.rglob("*") if p.is_file()),
         "backend": os.environ.get("QUARRY_EMBED_BACKEND", "default"),
         "runner": os.environ.get("QUARRY_RUNNER", "threads"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "load_average": [round(x, 2) for x in os.getloadavg()],
-        },
+        "machine": machine(),
         "prefect": {
             "import_s": round(prefect_import, 3),
             "server_start_s": round(server_start, 3),

@@ -26,10 +26,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data"
+from common import ROOT, SHARED, with_test_helpers
+
+HERE = ROOT / "bench"
+DATA = SHARED
 RESULTS = HERE / "results" / "formats.json"
 QUERIES = [  # (words that file holds, the file: its path ends with this)
     ("Tangerine Aqua Purple", "/fake-power-point-table.pptx"),
@@ -126,6 +126,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from quarry.ingest.discover import discover
+
+    with_test_helpers()
     from tests.samples import mixed_tree
 
     work = Path(tempfile.mkdtemp(prefix="quarry-bench-formats-"))

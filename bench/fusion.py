@@ -20,13 +20,11 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
+from common import ROOT, SHARED
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-BEIR = ROOT.parent / "shared" / "data" / "beir"
+BEIR = SHARED / "beir"
 POOL = 100
 ALPHAS = [round(a, 2) for a in np.arange(0.0, 1.01, 0.05)]
 

@@ -25,9 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-HANDBOOK = ROOT.parent / "shared" / "data" / "trees" / "sourcegraph-handbook"
+from common import ROOT, SHARED
+
+HANDBOOK = SHARED / "trees" / "sourcegraph-handbook"
 
 
 def chunk_hashes(db: Path) -> set[tuple[str, str]]:

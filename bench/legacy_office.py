@@ -24,10 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data" / "formats"
+from common import ROOT, SHARED
+
+HERE = ROOT / "bench"
+DATA = SHARED / "formats"
 RESULTS = HERE / "results" / "legacy_office.json"
 SOURCES = {
     "doc": ["simple.odt", "docx-tables.docx", "duplicate-paragraphs.docx", "fake-doc.rtf"],

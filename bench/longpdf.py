@@ -72,8 +72,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from common import ROOT
+
 STORES = ROOT / "bench" / "results" / "stores"
 K = 10
 

@@ -25,8 +25,9 @@ import os
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+from common import ROOT
+
+HERE = str(ROOT / "bench")
 DATA = os.path.join(os.path.dirname(HERE), "..", "shared", "data")
 RESULTS = os.path.join(HERE, "results", "ocr.json")
 RENDERED = [("pdf", "levels_of_agi.pdf"), ("formats", "fake-memo.pdf"), ("formats", "multi-column-2p.pdf")]

@@ -17,10 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data"
+from common import ROOT, SHARED
+
+HERE = ROOT / "bench"
+DATA = SHARED
 RESULTS = HERE / "results" / "pdf_layout.json"
 
 

@@ -32,10 +32,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-BEIR = ROOT.parent / "shared" / "data" / "beir"
+from common import ROOT, SHARED
+
+BEIR = SHARED / "beir"
 STORES = ROOT / "bench" / "results" / "stores"
 ALPHAS = [round(0.05 * i, 2) for i in range(21)]
 ADAPTS = [0.0, 0.5, 1.0, 1.5, 2.0]

@@ -27,7 +27,6 @@ import datetime as dt
 import hashlib
 import json
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -36,11 +35,9 @@ import sys
 import time
 from pathlib import Path
 
+from common import RESULTS, ROOT, SHARED, log, machine, write_json
+
 os.environ.setdefault("LANCEDB_LOG", "error")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "data"
-RESULTS = ROOT / "bench" / "results"
 DIM = 384
 MODEL = f"quarry-hash-{DIM}"  # the hash embedder's name, so `quarry search` can embed queries
 CHUNKS_PER_DOC = 10
@@ -48,10 +45,6 @@ STORE_FORMAT = 3  # bump to rebuild cached stores
 NATIVE_TABLE = "chunks_v2"  # rename to rebuild the cached LanceDB-native table
 CODES = ["FY2018", "E11000", "v1.4.4", "Q2", "2018", "HTTP 503", "ISO-8601", "RFC 7231", "x86_64", "utf-8"]
 TYPES = ["md"] * 5 + ["pdf"] * 2 + ["html", "txt", "rst"]
-
-
-def log(*parts) -> None:
-    print(*parts, file=sys.stderr, flush=True)
 
 
 # --- data ----------------------------------------------------------------------------------------
@@ -502,10 +495,9 @@ def main() -> None:
         "queries": len(queries),
         "k": 10,
         "candidates": 50,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": machine(),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "query_latency.json").write_text(json.dumps(out, indent=2))
+    write_json(RESULTS / "query_latency.json", out)
     table = [
         f"{'engine':<15} {'size':>8} {'mode':<20} {'filtered':<8} {'p50 ms':>8} {'p95 ms':>8} {'p50 cpu':>8} "
         f"{'p95 cpu':>8} {'load':>5}"

@@ -31,13 +31,11 @@ import json
 import os
 import random
 import sys
-from pathlib import Path
 
 import numpy as np
+from common import ROOT, SHARED
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-BEIR = ROOT.parent / "shared" / "data" / "beir"
+BEIR = SHARED / "beir"
 SETS = ("scifact", "cranfield")
 K = 10
 NOISE_WORDS = 5

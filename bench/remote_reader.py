@@ -35,7 +35,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT
+
 QUERIES = [
     "expense policy for travel",
     "how do I request time off",

@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-TREE = ROOT.parent / "shared" / "data" / "trees" / "sourcegraph-handbook" / "content" / "departments" / "engineering"
+from common import ROOT, SHARED
+
+TREE = SHARED / "trees" / "sourcegraph-handbook" / "content" / "departments" / "engineering"
 QUERIES = [
     "on-call rotation and incident response",
     "code review guidelines",

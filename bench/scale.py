@@ -85,10 +85,9 @@ import sys
 import time
 from pathlib import Path
 
+from common import RESULTS, ROOT, load_avg, log, machine, write_json
+
 os.environ.setdefault("LANCEDB_LOG", "error")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "bench" / "results"
 WORK = RESULTS / "scale"
 CHUNKS_PER_FILE = 20
 TREE_FORMAT = 2
@@ -96,10 +95,6 @@ DIM = 384
 CODES = ["FY2018", "E11000", "v1.4.4", "Q2", "HTTP 503", "ISO-8601", "RFC 7231", "x86_64", "utf-8"]
 RUNS = ("full", "no_change", "edit_1", "edit_100", "move_1000", "after_50_commits", "after_maintain")
 STAGES = ("discover", "plan", "parse", "section", "context", "chunk", "embed", "load", "commit")
-
-
-def log(*parts) -> None:
-    print(*parts, file=sys.stderr, flush=True)
 
 
 def stage_seconds(report: dict) -> dict[str, float]:
@@ -659,10 +654,6 @@ def _vector_index(index) -> str:
 # --- one row -------------------------------------------------------------------------------------
 
 
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def run_row(
     chunks: int,
     embedder: str,
@@ -730,6 +721,7 @@ def run_row(
         "no_change_stage_s": {k: round(v, 2) for k, v in stages2.items()},
         **queries,
         "load_avg": load_avg(),
+        "machine": machine(),
         "synthetic": True,
     }
     rows = [full]
@@ -993,8 +985,7 @@ def main() -> None:
     order = {name: i for i, name in enumerate(RUNS)}
     results.sort(key=lambda r: (r["embedder"], r["chunks"], order.get(r.get("run", "full"), 99)))
     out = {"results": results}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2))
+    write_json(path, out)
     lines = [
         f"{'chunks':>8} {'embedder':<10} {'run':<17} {'wall s':>7} {'MB written':>10} {'peak MB':>8} "
         f"{'p50 ms':>7} {'p95 ms':>7}  notes"

@@ -30,13 +30,11 @@ import sys
 import threading
 import time
 import tracemalloc
-from pathlib import Path
+
+from common import ROOT
 
 os.environ.setdefault("LANCEDB_LOG", "error")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 OUT = ROOT / "bench" / "results" / "scale_memory"
 
 

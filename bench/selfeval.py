@@ -25,11 +25,9 @@ import os
 import random
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "data"
+from common import ROOT, SHARED
+
 RESULTS = ROOT / "bench" / "results" / "selfeval"
 CHUNK_SIZES = (400, 1600)
 CONFIGS = (("bm25", None), ("vector", None), ("hybrid", "tmm"), ("hybrid", "rrf"))

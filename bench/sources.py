@@ -38,8 +38,9 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+from common import ROOT, SHARED
+
+DATA = SHARED
 BUCKET = "quarry-bench"
 PREFIX = "tree"
 

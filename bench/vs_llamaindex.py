@@ -39,8 +39,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-HANDBOOK = ROOT.parent / "shared" / "data" / "trees" / "sourcegraph-handbook"
+from common import ROOT, SHARED
+
+HANDBOOK = SHARED / "trees" / "sourcegraph-handbook"
 PEERS = ROOT / "bench" / "peers"
 PEER_VENV = PEERS / ".venv"
 TORCH_VENV = ROOT / ".venv-torch"

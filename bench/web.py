@@ -30,25 +30,18 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import random
 import shutil
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-RESULTS = ROOT / "bench" / "results"
+from common import RESULTS, log, machine, write_json
+
 RUNS = 100
 GOAL_BYTES = 200_000
 GOAL_SEARCH_MS = 300
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-
-
-def log(*parts) -> None:
-    print(*parts, file=sys.stderr, flush=True)
 
 
 def add_runs(store: Path, n: int = RUNS) -> None:
@@ -311,15 +304,9 @@ def main() -> None:
         "rows": rows,
         "goals": goals,
         "browser": shutil.which("chromium") and os.popen("chromium --version 2>/dev/null").read().strip(),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load": os.getloadavg()[0],
-        },
+        "machine": machine(),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "web.json").write_text(json.dumps(out, indent=2))
+    write_json(RESULTS / "web.json", out)
     header = (
         f"{'page':<26} {'TTFB p50':>8} {'p95':>6} {'HTML p50':>8} {'HTML KB':>7} {'cold load':>9} "
         f"{'warm p50':>8} {'transfer KB':>11}"
