@@ -71,7 +71,7 @@ def index(
     store = open_store(db)  # opened once: the lock and the journal share it
     if dry_run:
         return preview(roots, store.folder, config, full=full)
-    overrides = {k: v for k, v in settings.items() if v is not None and k not in SECRET_SETTINGS}
+    overrides = _public(settings)
     from quarry.store.layout import WriterLock
 
     try:
@@ -129,7 +129,7 @@ def serve(
     from quarry.store.handle import open_store
 
     store = open_store(db).folder
-    overrides = {k: v for k, v in settings.items() if v is not None and k not in SECRET_SETTINGS} or None
+    overrides = _public(settings) or None
     from quarry.flows.orchestration import SERVER_FILE, prefect_api, schedule_seconds, serve_index, validate_cron
 
     with (
@@ -199,14 +199,39 @@ def _skipped(store: Store, roots: list[str], exc: StoreLocked, settings: Setting
     return record_skip(store, new_run_id(), started, roots, str(exc), settings.public_dict())
 
 
+def _secret_variables(settings: dict) -> dict[str, str]:
+    """The keywords among ``settings`` that are secrets — quarry's API keys and the secret options
+    of components (quarry.core.options) — with the variable each is read from."""
+    from quarry.core.registry import declared_option
+
+    out = {}
+    for name, value in settings.items():
+        if value is None:
+            continue
+        if name in SECRET_SETTINGS:
+            out[name] = SECRET_SETTINGS[name]
+        elif name not in Settings.model_fields:
+            found = declared_option(name)
+            if found is not None and found[0].secret:
+                out[name] = found[0].variable
+    return out
+
+
+def _public(settings: dict) -> dict:
+    """The keywords that may travel as flow parameters (Prefect records those): all but secrets."""
+    secret = _secret_variables(settings)
+    return {k: v for k, v in settings.items() if v is not None and k not in secret}
+
+
 @contextlib.contextmanager
 def _secrets(settings: dict) -> Iterator[None]:
-    """Hand API keys given as keywords to the flow through the environment, for this call only."""
+    """Hand API keys and secret options given as keywords to the flow through the environment,
+    for this call only."""
     saved = {}
-    for name, var in SECRET_SETTINGS.items():
+    for name, var in _secret_variables(settings).items():
         if settings.get(name):
             saved[var] = os.environ.get(var)
-            os.environ[var] = settings[name]
+            os.environ[var] = str(settings[name])
     try:
         yield
     finally:

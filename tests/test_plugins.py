@@ -128,3 +128,69 @@ def test_a_parser_that_never_returns_fails_its_file_within_the_limits(quarry_wit
 def test_without_the_plugin_its_names_are_unknown(cli, tmp_path):
     done = cli("search", "x", "--db", tmp_path / "none", "--fusion", "max")
     assert done.returncode == 2 and "'max' is not one of 'tmm', 'rrf'" in done.stderr
+
+
+SECRET = "demo-secret-key-8d1f40c2"
+
+
+def test_a_hosted_embedder_and_a_source_scheme_bring_their_own_settings(quarry_with_plugin, tmp_path):
+    """The plugin's `demo-hosted` backend (an OpenAI-compatible API, here the fake server) and its
+    `demo://` source scheme declare their settings where they register: quarry reads them from
+    QUARRY_<NAME> (or a declared fallback), says which is missing or wrong, indexes and searches
+    through them, and keeps the declared secret out of every file the store holds."""
+    from fakeopenai import FakeOpenAI
+
+    bucket = tmp_path / "buckets" / "shelf" / "docs"
+    bucket.mkdir(parents=True)
+    (bucket / "birds.demo").write_text("== Herons\nThe grey heron fishes at dawn.\n== Owls\nBarn owls hunt at night.\n")
+    (bucket / "notes.md").write_text("# Notes\n\nA plain Markdown page about compost heaps.\n")
+    db = tmp_path / "db"
+    listed = json.loads(quarry_with_plugin("plugins", "--json").stdout)
+    hosted = next(c for c in listed["embedders"]["components"] if c["name"] == "demo-hosted")
+    assert {o["variable"]: (o["required"], o["secret"]) for o in hosted["options"]}["QUARRY_DEMO_API_KEY"] == (
+        True,
+        True,
+    )
+    source = next(c for c in listed["sources"]["components"] if c["name"] == "demo")
+    assert [o["variable"] for o in source["options"]] == ["QUARRY_DEMO_SOURCE_ROOT"]
+    shown = quarry_with_plugin("plugins").stdout
+    assert "demo-hosted: QUARRY_DEMO_API_KEY (required, secret; its key)" in shown
+
+    with FakeOpenAI(dim=64, api_key=SECRET) as server:
+        env = {"QUARRY_DEMO_SOURCE_ROOT": str(tmp_path / "buckets"), "QUARRY_DEMO_API_URL": server.base_url}
+        args = ("index", "demo://shelf/docs", "--db", db, "--embed-backend", "demo-hosted", "--json")
+        missing = quarry_with_plugin(*args, **env)
+        assert missing.returncode == 2, missing.stderr
+        assert "QUARRY_DEMO_API_KEY (or DEMO_API_KEY) is required by embedding backend 'demo-hosted'" in missing.stderr
+        wrong = quarry_with_plugin(*args, **env, DEMO_API_KEY=SECRET, QUARRY_DEMO_API_DIM="wide")
+        assert wrong.returncode == 2 and "QUARRY_DEMO_API_DIM='wide' is not a whole number" in wrong.stderr
+        assert server.calls == 0  # nothing asked of the API before the settings were right
+
+        done = quarry_with_plugin(*args, **env, DEMO_API_KEY=SECRET)  # the declared fallback variable
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["added"] == 2 and report["failed"] == 0
+        asked = [r.json for r in server.calls_to("/v1/embeddings")]
+        assert asked and all(a["model"] == "demo-embed-small" and a["dimensions"] == 32 for a in asked)
+
+        found = quarry_with_plugin(
+            "search",
+            "barn owls hunting at night",
+            "--db",
+            db,
+            "--json",
+            "-k",
+            "3",
+            QUARRY_EMBED_BACKEND="demo-hosted",
+            DEMO_API_KEY=SECRET,
+            **env,
+        )
+        assert found.returncode == 0, found.stderr
+        top = json.loads(found.stdout)["results"][0]
+        assert top["path"] == "demo://shelf/docs/birds.demo" and top["section"] == "Owls"
+
+    rows = quarry_with_plugin("sql", "SELECT settings FROM runs", "--db", db, "--format", "json")
+    settings = json.loads(json.loads(rows.stdout)[-1]["settings"])
+    assert settings["options"]["demo_api_key"] == "***" and settings["options"]["demo_api_dim"] == 32
+    leaked = [p for p in db.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert leaked == [] and SECRET not in done.stderr + found.stderr

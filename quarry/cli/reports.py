@@ -252,6 +252,11 @@ def print_plugins(out: dict) -> None:
     for kind, item in out.items():
         names = ", ".join(c["name"] + (f" [{c['plugin']}]" if c["plugin"] else "") for c in item["components"])
         click.echo(f"{kind:<16} {names}")
+        for c in item["components"]:  # the settings a component declared, by the variable that sets each
+            for o in c.get("options", ()):
+                flags = ", ".join(f for f, on in (("required", o["required"]), ("secret", o["secret"])) if on)
+                detail = "; ".join(x for x in (flags, o["help"]) if x)
+                click.echo(f"{'':<16}   {c['name']}: {o['variable']}" + (f" ({detail})" if detail else ""))
         for error in item["errors"]:
             click.echo(f"{'':<16} failed: {error}", err=True)
 

@@ -47,8 +47,21 @@ def bind(**fields):
         _context.reset(token)
 
 
+# values of components' secret options (quarry.core.options), whatever their variables are called
+_declared: set[str] = set()
+
+
+def add_secret(value: str) -> None:
+    """Mask ``value`` in every log line and scrubbed message from now on (a secret option's value)."""
+    if value and len(value) >= 6:
+        _declared.add(value)
+
+
 def _secrets() -> list[str]:
-    return [v for k, v in os.environ.items() if v and len(v) >= 6 and _SECRET_NAME.search(k) and k not in _PUBLIC_NAMES]
+    named = [
+        v for k, v in os.environ.items() if v and len(v) >= 6 and _SECRET_NAME.search(k) and k not in _PUBLIC_NAMES
+    ]
+    return [*named, *_declared]
 
 
 def scrub(text: str) -> str:

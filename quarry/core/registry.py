@@ -27,6 +27,11 @@ that fails to load is named in a warning and left out; it never stops quarry.
 
 A factory is a plain function: it imports what is heavy (torch, onnxruntime, a client SDK) when
 it is called, so listing names or validating settings loads nothing heavy.
+
+A component declares the settings it reads where it registers (``options=``, a tuple of
+:class:`~quarry.core.options.Option`): Settings reads, checks and masks them, and the content
+fingerprint takes those that shape the index — adding a component is one module and one
+registration, never an edit to settings.py.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from types import ModuleType
 from typing import Any, Generic, TypeVar
 
 from quarry.core.errors import ConfigError
+from quarry.core.options import Option
 
 __all__ = [
     "Registry",
@@ -52,6 +58,7 @@ __all__ = [
     "SOURCES",
     "REGISTRIES",
     "components",
+    "declared_option",
 ]
 
 F = TypeVar("F")
@@ -76,6 +83,7 @@ class Registry(Generic[F]):
         self._items: dict[str, F] = {}
         self._info: dict[str, dict] = {}
         self._origin: dict[str, str] = {}  # name -> the plugin (entry point) that registered it
+        self._options: dict[str, tuple[Option, ...]] = {}  # name -> the settings it declared
         self._plugin: str | None = None  # the entry point being loaded
         self.errors: list[str] = []  # plugins that failed to load, and why
         self.version = 0  # grows with every registration (views cache by it)
@@ -83,18 +91,20 @@ class Registry(Generic[F]):
 
     # --- registering --------------------------------------------------------------------------
 
-    def register(self, name: str, **info) -> Callable[[F], F]:
-        """Decorator: register the decorated factory under ``name`` (each name once); ``info`` is
-        kept for :meth:`info` (a backend's ``describe`` function, a fusion's properties …)."""
+    def register(self, name: str, *, options: tuple[Option, ...] = (), **info) -> Callable[[F], F]:
+        """Decorator: register the decorated factory under ``name`` (each name once); ``options``:
+        the settings it reads (:mod:`quarry.core.options`); ``info`` is kept for :meth:`info` (a
+        backend's ``describe`` function, a fusion's properties …)."""
 
         def add(factory: F) -> F:
-            self.add(name, factory, **info)
+            self.add(name, factory, options=options, **info)
             return factory
 
         return add
 
-    def add(self, name: str, item: F, **info) -> F:
-        """Register ``item`` (a factory, or a record such as a file format) under ``name``."""
+    def add(self, name: str, item: F, *, options: tuple[Option, ...] = (), **info) -> F:
+        """Register ``item`` (a factory, or a record such as a file format) under ``name``, with
+        the settings it reads (``options``; a record may carry them as its ``options`` attribute)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"a {self.kind} needs a name, got {name!r}")
         if name in self._items and self._items[name] is not item:
@@ -102,7 +112,13 @@ class Registry(Generic[F]):
                 f"{self.kind} {name!r} is registered twice"
                 + (f" (by plugin {self._origin[name]})" if name in self._origin else "")
             )
+        options = tuple(options or getattr(item, "options", None) or ())
+        for option in options:
+            if not isinstance(option, Option):
+                raise ValueError(f"{self.kind} {name!r}: options must be quarry.core.options.Option, got {option!r}")
+            _claim(option, f"{self.kind} {name!r}")
         self._items[name] = item
+        self._options[name] = options
         self._info[name] = info
         if self._plugin is not None:
             self._origin[name] = self._plugin
@@ -166,6 +182,11 @@ class Registry(Generic[F]):
         self.get(name)
         return self._info[name]
 
+    def options(self, name: str) -> tuple[Option, ...]:
+        """The settings ``name`` declared when it registered."""
+        self.get(name)
+        return self._options.get(name, ())
+
     def origin(self, name: str) -> str | None:
         """The plugin (entry point) that registered ``name``; None for quarry's own."""
         self.get(name)
@@ -216,6 +237,27 @@ class Registry(Generic[F]):
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}: {', '.join(self.names())})"
+
+
+# option name -> (the option, the first component that declared it): one meaning per name
+_DECLARED: dict[str, tuple[Option, str]] = {}
+
+
+def _claim(option: Option, owner: str) -> None:
+    """Record ``option`` as declared by ``owner``; components may share an option only when they
+    declare it alike (two embedding backends of one service reading one key)."""
+    seen = _DECLARED.get(option.name)
+    if seen is not None and seen[0] != option:
+        raise ValueError(f"option {option.name!r} of {owner} is declared differently by {seen[1]}")
+    _DECLARED.setdefault(option.name, (option, owner))
+
+
+def declared_option(name: str) -> tuple[Option, str] | None:
+    """The option called ``name`` and the component that declared it, every registry loaded
+    (plugins included); None when no component declares it."""
+    for registry in REGISTRIES.values():
+        registry.load()
+    return _DECLARED.get(name)
 
 
 def _is_record(obj: Any) -> bool:
@@ -269,7 +311,23 @@ def components() -> dict[str, dict]:
     out = {}
     for kind, registry in REGISTRIES.items():
         out[kind] = {
-            "components": [{"name": n, "plugin": registry.origin(n)} for n in registry.names()],
+            "components": [
+                {
+                    "name": n,
+                    "plugin": registry.origin(n),
+                    "options": [
+                        {
+                            "name": o.name,
+                            "variable": o.variable,
+                            "required": o.required,
+                            "secret": o.secret,
+                            "help": o.help,
+                        }
+                        for o in registry.options(n)
+                    ],
+                }
+                for n in registry.names()
+            ],
             "errors": list(registry.errors),
             "entry_point_group": registry.group,
         }

@@ -10,20 +10,26 @@ are masked by :meth:`Settings.public_dict`.
 
 Every field that shapes the index contents takes part in ``content_fingerprint``
 (quarry/ingest/process.py), which is stored with the index so a later run can tell what changed.
+
+The fields are quarry's own settings. A component adds its own where it registers
+(:mod:`quarry.core.options`): :meth:`Settings.option` reads one, :meth:`Settings.from_env` takes
+them as keywords and checks those of the chosen components, :meth:`Settings.public_dict` masks
+their secrets, and :meth:`Settings.fingerprint_options` feeds the content fingerprint.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from quarry.core.environment import PREFIX, describe_error, environment
 from quarry.core.errors import ConfigError, UsageError
 from quarry.core.models import HEADER_FIELDS as HEADER_LINES
+from quarry.core.options import Option, dotenv_values
 from quarry.core.storeurl import is_url, local_dir
 
 HeaderField = Literal[(*HEADER_LINES, "none")]  # the header lines (quarry/core/models.py), or none
@@ -135,6 +141,11 @@ class Settings(BaseSettings):
     acl: Literal["", "none", "posix", "rules"] = ""
     acl_rules: str = ""  # a YAML rules file; implies acl "rules"
 
+    # components' own options (quarry.core.options): given as keywords, and those of the chosen
+    # components as from_env read them (a settings object does not change with the environment)
+    _given: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _resolved: dict[str, Any] = PrivateAttr(default_factory=dict)
+
     @field_validator("include", "exclude", "header_fields", mode="before")
     @classmethod
     def _split_commas(cls, value):
@@ -201,9 +212,13 @@ class Settings(BaseSettings):
         defaults. ``None`` overrides count as not given. Raises :class:`ConfigError` naming the
         first invalid setting."""
         given = {k: v for k, v in overrides.items() if v is not None}
-        unknown = sorted(set(given) - set(cls.model_fields))
-        if unknown:
-            raise ConfigError(f"unknown setting {unknown[0]!r}")
+        extra = {k: given.pop(k) for k in sorted(set(given) - set(cls.model_fields))}
+        if extra:
+            from quarry.core.registry import declared_option
+
+            unknown = [k for k in extra if declared_option(k) is None]
+            if unknown:
+                raise ConfigError(f"unknown setting {unknown[0]!r}")
         # a keyword for a field read under other names (the keys) goes in under its first name,
         # or the environment's OPENAI_API_KEY would win over an explicit openai_api_key=
         for name in list(given):
@@ -211,9 +226,72 @@ class Settings(BaseSettings):
             if isinstance(alias, AliasChoices):
                 given[alias.choices[0]] = given.pop(name)
         try:
-            return cls(**given)
+            settings = cls(**given)
         except ValidationError as exc:
             raise ConfigError(describe_error(exc, given, Settings)) from None
+        settings._given = extra
+        resolved = {}
+        for registry, name in settings.components():
+            resolved.update(settings.options_of(registry, name))  # checked now, not mid-run
+        settings._resolved = resolved
+        return settings
+
+    def components(self) -> list[tuple[Any, str]]:
+        """The components these settings choose: ``(registry, name)`` of the embedding backend,
+        the sectioner and the context writer."""
+        from quarry.core.registry import CONTEXT_WRITERS, EMBEDDERS, SECTIONERS
+
+        return [(EMBEDDERS, self.embed_backend), (SECTIONERS, self.sectioner), (CONTEXT_WRITERS, self.context)]
+
+    def options_of(self, registry: Any, name: str) -> dict[str, Any]:
+        """The checked values of the options component ``name`` of ``registry`` declared;
+        :class:`ConfigError` naming the variable when one is missing or cannot be read."""
+        owner = f"{registry.kind} {name!r}"
+        environ, dotenv = os.environ, dotenv_values()
+        out = {}
+        for option in registry.options(name):
+            if option.name in type(self).model_fields:
+                raise ConfigError(f"{owner} declares option {option.name!r}, which is one of quarry's own settings")
+            if option.name in self._resolved:
+                out[option.name] = self._resolved[option.name]
+            else:
+                out[option.name] = option.resolve(self._given, environ, dotenv, owner)
+        return out
+
+    def option(self, name: str) -> Any:
+        """The value of a component's option ``name`` (a keyword of :meth:`from_env`, else
+        ``QUARRY_<NAME>``, its fallbacks, ``.env``, its default); :class:`ConfigError` when no
+        component declares it, or it is required and unset."""
+        from quarry.core.registry import declared_option
+
+        found = declared_option(name)
+        if found is None:
+            raise ConfigError(f"no component declares the option {name!r}")
+        option, owner = found
+        if name in self._resolved:
+            return self._resolved[name]
+        return option.resolve(self._given, os.environ, dotenv_values(), owner)
+
+    def _chosen_options(self) -> list[tuple[Option, Any]]:
+        out = []
+        for registry, name in self.components():
+            values = self.options_of(registry, name)
+            out.extend((option, values[option.name]) for option in registry.options(name))
+        return out
+
+    def fingerprint_options(self) -> dict[str, Any]:
+        """The chosen components' options that shape the index (``fingerprint=True``)."""
+        return {o.name: v for o, v in self._chosen_options() if o.fingerprint}
+
+    def option_key(self, registry: Any, name: str) -> tuple:
+        """Every option value of one component, secrets as digests: what a cached client is keyed by."""
+        import hashlib
+
+        values = self.options_of(registry, name)
+        return tuple(
+            (o.name, hashlib.sha256(str(values[o.name]).encode()).hexdigest() if o.secret else values[o.name])
+            for o in registry.options(name)
+        )
 
     @property
     def uses_llm(self) -> bool:
@@ -230,6 +308,12 @@ class Settings(BaseSettings):
         d = self.model_dump()
         d["openai_api_key"] = "***" if self.openai_api_key else ""
         d["llm_api_key"] = "***" if self.llm_api_key else ""
+        try:
+            chosen = self._chosen_options()
+        except ConfigError:  # settings built without from_env's checks: the row says nothing of them
+            chosen = []
+        if chosen:  # only when a chosen component declares any: older rows keep their shape
+            d["options"] = {o.name: ("***" if v else "") if o.secret else v for o, v in chosen}
         return d
 
 

@@ -629,6 +629,10 @@ def content_fingerprint(settings) -> str:
             llm_section_summaries=settings.llm_section_summaries,
             llm_chunk_context=settings.llm_chunk_context,
         )
+    declared = getattr(settings, "fingerprint_options", None)
+    options = declared() if declared else {}  # what the chosen components declared as shaping the index
+    if options:
+        shape["options"] = options
     blob = json.dumps(shape, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

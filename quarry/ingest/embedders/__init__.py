@@ -34,7 +34,8 @@ def _key(settings) -> tuple:
     if settings.embed_backend == "openai":
         key += tuple(getattr(settings, name, None) for name in _OPENAI_FIELDS)
         key += (hashlib.sha256(settings.openai_api_key.encode()).hexdigest(),)  # a new key, a new client
-    return key
+    option_key = getattr(settings, "option_key", None)  # a component's own options (quarry.core.options)
+    return key + (option_key(EMBEDDERS, settings.embed_backend) if option_key else ())
 
 
 def describe(settings) -> tuple[str, int]:
