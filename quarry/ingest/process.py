@@ -645,7 +645,7 @@ def content_fingerprint(settings) -> str:
 def recorded_versions() -> str:
     """The parsers' versions as a commit records them in the catalog's meta (``format_versions``):
     the next run parses again the documents of each format whose version differs
-    (:func:`quarry.ingest.parsers.stale_formats`, quarry/store/planning.py)."""
+    (:func:`quarry.ingest.parsers.stale_formats`, quarry/ingest/plan.py, plan_run)."""
     from quarry.ingest.parsers import format_versions
 
     return json.dumps(format_versions(), sort_keys=True)
