@@ -4,7 +4,7 @@
    ../shared/data) plus generated copies with known truth — for a sample of documents, an exact
    copy, a re-saved copy (line breaks, spacing and case changed), a copy with one paragraph's worth
    of words rewritten (a contiguous 5%), and a rewritten copy (40% of words replaced: must *not* match). Each text
-   is signed (quarry/ingest/corpus/minhash.py), candidates come from the LSH bands as the
+   is signed (quarry/retrieval/corpus/minhash.py), candidates come from the LSH bands as the
    catalog's SQL finds them, and pairs are verified at the threshold. Precision and recall are over
    pairs involving a generated copy; pairs the tree already held are counted apart ("natural").
    ``--libraries`` also times datasketch against rensa for the signatures (datasketch must be
@@ -36,8 +36,8 @@ from pathlib import Path
 
 from common import ROOT, SHARED
 
-from quarry.ingest.corpus import minhash
-from quarry.ingest.corpus.clusters import Member, clusters
+from quarry.retrieval.corpus import minhash
+from quarry.retrieval.corpus.clusters import Member, clusters
 
 TREE = SHARED / "trees" / "sourcegraph-handbook"
 KINDS = ("exact", "resaved", "edited", "rewritten")

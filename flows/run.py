@@ -158,17 +158,21 @@ def serve(
 
 def preview(roots: list[str], store: Path, settings: Settings, *, full: bool = False) -> dict:
     """What a run would do, without Prefect and without writing anything (see :func:`index`)."""
+    from quarry.ingest.acl import plan_permissions, requested
     from quarry.ingest.embedders import describe
     from quarry.ingest.guard import GuardLimits, pattern_flags
+    from quarry.ingest.plan import discover_roots, plan_run
     from quarry.ingest.process import content_fingerprint
+    from quarry.store.acl import committed_permissions
     from quarry.store.layout import new_run_id
-    from quarry.store.planning import discover_roots, plan_run
+    from quarry.store.reader import committed_catalog
 
     model, dim = describe(settings)
-    found = discover_roots(roots, settings.include, settings.exclude, store, full or settings.rehash)
+    catalog = committed_catalog(store)
+    found = discover_roots(roots, settings.include, settings.exclude, catalog, full or settings.rehash)
     planned = plan_run(
-        store,
         found,
+        catalog,
         full=full,
         fingerprint=content_fingerprint(settings),
         model=model,
@@ -176,9 +180,8 @@ def preview(roots: list[str], store: Path, settings: Settings, *, full: bool = F
         limits=GuardLimits.from_settings(settings),
         patterns=pattern_flags(settings.include, settings.exclude),
     )
-    from quarry.store.acl import plan_for_run
-
-    permissions = plan_for_run(store, found.files, roots, settings.acl, settings.acl_rules)
+    asked = requested(settings.acl, settings.acl_rules)
+    permissions = plan_permissions(found.files, roots, asked, *committed_permissions(store))
     return {**planned.dry_run_report(new_run_id(), found), "permissions": permissions.changed}
 
 

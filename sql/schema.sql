@@ -26,7 +26,7 @@ CREATE TABLE IF NOT EXISTS documents (
     page_offsets INTEGER[],        -- where page i + 1 starts in the parsed text (paged formats; NULL: none or unknown)
     ocr_page_numbers INTEGER[],    -- 1-based pages whose text OCR read
     warnings VARCHAR[],            -- what the parser could not read and chunks the model reads only the start of
-    -- corpus signals (docs/corpus.md; quarry/ingest/corpus/): NULL for documents indexed before they existed
+    -- corpus signals (docs/corpus.md; quarry/retrieval/corpus/): NULL for documents indexed before they existed
     content_hash VARCHAR,          -- sha256 of the normalised text: equal for exact copies
     minhash BLOB,                  -- MinHash signature of its word 4-grams (128 x uint32, little-endian)
     lsh_bands BIGINT[],            -- its 20 LSH band keys: the near-duplicate index (quarry/store/dedup.py)
@@ -75,7 +75,7 @@ CREATE TABLE IF NOT EXISTS chunks (
     pii_national_id INTEGER,
     pii_secret    INTEGER,
     pii_total     INTEGER,
-    q_words       INTEGER,             -- quality signals (quarry/ingest/corpus/quality.py has the formulas)
+    q_words       INTEGER,             -- quality signals (quarry/retrieval/corpus/quality.py has the formulas)
     q_mean_word   DOUBLE,
     q_alpha       DOUBLE,
     q_dup_lines   DOUBLE,

@@ -1,4 +1,5 @@
-"""Permission tasks: what each document's principals should be, and setting them (no re-parsing)."""
+"""Permission tasks: what each document's principals should be (the store's read of its committed
+permissions handed to :func:`quarry.ingest.acl.plan_permissions`), and setting them (no re-parsing)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from prefect.cache_policies import NO_CACHE
 from quarry.tasks.load import _writer
 
 from quarry.core.models import FileInfo
-from quarry.ingest.acl import PermissionPlan
-from quarry.store import acl
+from quarry.core.plans import PermissionPlan
+from quarry.ingest.acl import plan_permissions, requested
+from quarry.store.acl import committed_permissions
 
 
 @task(name="plan-permissions", cache_policy=NO_CACHE)
@@ -23,7 +25,9 @@ def plan_run_permissions(
     """Principals for every discovered file (``--acl`` / ``--acl-rules``, else what each root had),
     compared with the committed catalog; only those that change or whose rows the run rewrites
     (``rewritten``) travel to the writer."""
-    plan = acl.plan_for_run(store, files, roots, acl_source, acl_rules, rewritten)
+    asked = requested(acl_source, acl_rules)  # a bad rules file fails here, before the store is read
+    stored_sources, stored_principals = committed_permissions(store)
+    plan = plan_permissions(files, roots, asked, stored_sources, stored_principals, rewritten)
     get_run_logger().info(
         "permissions: %d documents change; sources %s", plan.changed, {root: str(s) for root, s in plan.sources.items()}
     )

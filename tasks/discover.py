@@ -1,4 +1,6 @@
-"""Discovery and planning tasks: Prefect wrappers of :mod:`quarry.store.planning`."""
+"""Discovery and planning tasks: the store's read of its committed catalog
+(:func:`quarry.store.reader.committed_catalog`) handed to the plain functions of
+:mod:`quarry.ingest.plan`."""
 
 from __future__ import annotations
 
@@ -6,7 +8,8 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from quarry.ingest.guard import GuardLimits
-from quarry.store.planning import Discovery, RunPlan, discover_roots, plan_run
+from quarry.ingest.plan import Discovery, RunPlan, discover_roots, plan_run
+from quarry.store.reader import committed_catalog
 
 
 @task(name="discover", cache_policy=NO_CACHE)
@@ -14,7 +17,8 @@ def discover_files(roots: list[str], include: tuple, exclude: tuple, store=None,
     """Walk the roots: readable files, unsupported ones, files that could not be read, and each root's scan.
     Files the committed catalog of ``store`` knows are not read again while their size and mtime match,
     unless ``rehash``."""
-    found = discover_roots(roots, include, exclude, store, rehash)
+    catalog = committed_catalog(store) if store is not None else None
+    found = discover_roots(roots, include, exclude, catalog, rehash)
     get_run_logger().info(
         "discovered %d readable files, %d of unsupported types, %d unreadable; roots: %s",
         len(found.files),
@@ -37,8 +41,10 @@ def plan_changes(
     patterns: tuple[str, ...] = (),
 ) -> RunPlan:
     """Diff the discovered files against the committed catalog, through the deletion guard."""
+    # the catalog discovery read, or, for a discovery made without the store, the store's now
+    catalog = discovery.catalog if discovery.catalog is not None else committed_catalog(store)
     planned = plan_run(
-        store, discovery, full=full, fingerprint=fingerprint, model=model, dim=dim, limits=limits, patterns=patterns
+        discovery, catalog, full=full, fingerprint=fingerprint, model=model, dim=dim, limits=limits, patterns=patterns
     )
     logger = get_run_logger()
     logger.info("plan: %s%s", planned.plan.counts(), f" (rebuild: {planned.rebuild})" if planned.rebuild else "")

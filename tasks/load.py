@@ -15,7 +15,7 @@ from prefect.cache_policies import NO_CACHE
 
 from quarry.core.errors import QuarryError
 from quarry.core.models import DocumentRecord, RunReport
-from quarry.ingest.plan import Plan
+from quarry.core.plans import Plan
 from quarry.store.catalog import utc_timestamp
 from quarry.store.writer import CommitInfo, StoreWriter
 

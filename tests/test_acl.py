@@ -10,8 +10,9 @@ import pytest
 import quarry
 from quarry.core.errors import NotFound, UsageError
 from quarry.core.models import FileInfo
+from quarry.core.plans import AclSource
 from quarry.core.principals import caller, check, normalise
-from quarry.ingest.acl import AclSource, PosixPermissions, load_rules, principals_for, requested
+from quarry.ingest.acl import PosixPermissions, load_rules, principals_for, requested
 from quarry.search.filters import Filter
 
 RULES = """\

@@ -13,7 +13,7 @@ import pytest
 from test_dedup import DISCLAIMER, write
 
 import quarry
-from quarry.ingest.corpus import boilerplate as rules
+from quarry.retrieval.corpus import boilerplate as rules
 
 TOPICS = {
     "deploy": "Ship your starter change to production following the deploy runbook with your buddy watching.",
@@ -60,7 +60,7 @@ def test_rules():
     assert [rules.threshold(n) for n in (1, 4, 150, 151, 1000)] == [3, 3, 3, 4, 20]
     assert rules.share([1, 2, 3, 4], {2, 4}) == 0.5 and rules.share(None, {1}) == 0.0
     text = f"Our own words here.\n{DISCLAIMER.upper()}\nMore of our own words."
-    from quarry.ingest.corpus.minhash import line_hashes
+    from quarry.retrieval.corpus.minhash import line_hashes
 
     assert rules.strip_lines(text, set(line_hashes(DISCLAIMER))) == "Our own words here.\nMore of our own words."
 

@@ -125,7 +125,7 @@ def test_a_catalog_from_before_the_chunk_signals_searches_with_filters(tmp_path,
     missing ones as NULL instead of failing on them."""
     import duckdb
 
-    from quarry.ingest.corpus.signals import CHUNK_COLUMNS
+    from quarry.retrieval.corpus.signals import CHUNK_COLUMNS
     from quarry.store.pointer import read_pointer
 
     tree, db = tmp_path / "tree", tmp_path / "db"

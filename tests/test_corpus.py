@@ -7,7 +7,7 @@ import json
 import pytest
 from test_dedup import DISCLAIMER, PAGE, write
 
-from quarry.ingest.corpus import language, quality
+from quarry.retrieval.corpus import language, quality
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ DE = "Das ist ein deutscher Satz über die Bereitstellung von Software in Produk
 
 
 def test_chunks_take_the_documents_language_only_when_probes_agree():
-    from quarry.ingest.corpus.signals import record_signals
+    from quarry.retrieval.corpus.signals import record_signals
 
     doc, chunks = record_signals(" ".join([EN] * 5), [EN, EN, "x 1", EN, EN])
     assert doc["lang"] == "en" and [c["lang"] for c in chunks] == ["en", "en", "und", "en", "en"]

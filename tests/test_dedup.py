@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import quarry
-from quarry.ingest.corpus import minhash
-from quarry.ingest.corpus.clusters import Member, clusters
+from quarry.retrieval.corpus import minhash
+from quarry.retrieval.corpus.clusters import Member, clusters
 
 DISCLAIMER = "This document is internal. Do not forward it outside the company without approval from legal."
 PAGE = f"""# Week two

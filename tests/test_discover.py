@@ -100,7 +100,7 @@ def test_discovery_pauses_the_collector_and_gives_it_back(tree, monkeypatch):
     import gc
 
     from quarry.core import gcpause
-    from quarry.store import planning
+    from quarry.ingest import plan
 
     seen = []
 
@@ -108,17 +108,17 @@ def test_discovery_pauses_the_collector_and_gives_it_back(tree, monkeypatch):
         seen.append(gc.isenabled())
         return discover(*args, **kwargs)
 
-    monkeypatch.setattr(planning, "discover", spy)
+    monkeypatch.setattr(plan, "discover", spy)
     assert gc.isenabled()
-    found = planning.discover_roots([str(tree)])
+    found = plan.discover_roots([str(tree)])
     assert seen == [False] and gc.isenabled() and found.files
 
     def broken(*args, **kwargs):
         raise OSError("gone")
 
-    monkeypatch.setattr(planning, "discover", broken)
+    monkeypatch.setattr(plan, "discover", broken)
     with pytest.raises(OSError):
-        planning.discover_roots([str(tree)])
+        plan.discover_roots([str(tree)])
     assert gc.isenabled()
 
     gc.disable()

@@ -16,9 +16,10 @@ import pytest
 from quarry.core.errors import UsageError
 from quarry.core.models import FileInfo
 from quarry.core.paths import check_patterns
+from quarry.core.plans import CatalogDoc
 from quarry.ingest.discover import RootScan, discover
 from quarry.ingest.guard import GuardLimits, check_deletes, check_roots, pattern_flags
-from quarry.ingest.plan import CatalogDoc, make_plan
+from quarry.ingest.plan import make_plan
 
 ROOT = "/share/docs"
 

@@ -1,8 +1,11 @@
 """The package layout is the architecture: every import points downward (docs/ARCHITECTURE.md).
 
-Layers, bottom first: ``core`` < ``retrieval`` < ``ingest`` < ``store`` < ``search`` < ``eval`` <
+Layers, bottom first: ``core`` < ``retrieval`` < ``ingest``, ``store`` < ``search`` < ``eval`` <
 ``api`` < ``tasks`` < ``flows`` < ``cli``. A module may import its own package and any package below it,
-never one above, including imports inside functions (a lazy import is still a dependency).
+never one above nor one beside it, including imports inside functions (a lazy import is still a
+dependency). ``ingest`` and ``store`` sit side by side: the pipeline decides what a run does from
+what the store reads, persistence plans nothing, and neither imports the other (``tasks/`` hands
+the store's reads to the pipeline and the pipeline's results to the writer).
 """
 
 from __future__ import annotations
@@ -13,7 +16,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ["core", "retrieval", "ingest", "store", "search", "eval", "api", "tasks", "flows", "cli"]
+# bottom first; the packages of one rank may not import each other
+RANKS = [
+    ("core",),
+    ("retrieval",),
+    ("ingest", "store"),
+    ("search",),
+    ("eval",),
+    ("api",),
+    ("tasks",),
+    ("flows",),
+    ("cli",),
+]
+LAYERS = [pkg for rank in RANKS for pkg in rank]
+RANK = {pkg: i for i, rank in enumerate(RANKS) for pkg in rank}
 # the package root only re-exports the public API (quarry.open, quarry.Index …), imported lazily
 TOP = {"quarry", "quarry._checkout"}
 
@@ -54,17 +70,34 @@ def test_every_layer_is_a_package_with_modules():
     ], "modules left flat in quarry/"
 
 
+def _not_downward(layer: str, imports: list[tuple[int, str]]) -> list[str]:
+    """The imports of a module of ``layer`` that reach a package above it or beside it."""
+    out = []
+    for line, module in imports:
+        target = _layer(module)
+        if target is not None and target != layer and RANK[target] >= RANK[layer]:
+            where = "beside" if RANK[target] == RANK[layer] else "above"
+            out.append(f"{line}: imports {module} ({layer} -> {target}, {where} it)")
+    return out
+
+
+def test_the_rule_refuses_the_store_importing_the_pipeline_and_back():
+    assert _not_downward("store", [(3, "quarry.ingest.plan")]) == [
+        "3: imports quarry.ingest.plan (store -> ingest, beside it)"
+    ]
+    assert _not_downward("store", [(3, "quarry.ingest")])  # `from quarry import ingest`
+    assert _not_downward("ingest", [(5, "quarry.store.reader")])
+    assert _not_downward("store", [(7, "quarry.search.query")])
+    assert _not_downward("store", [(1, "quarry.core.plans"), (2, "quarry.retrieval.corpus"), (3, "quarry.store")]) == []
+    assert _not_downward("tasks", [(1, "quarry.ingest.plan"), (2, "quarry.store.reader")]) == []
+
+
 @pytest.mark.parametrize(
     "layer,path", _sources(), ids=lambda v: str(v).split("/work/main/")[-1] if isinstance(v, Path) else v
 )
 def test_imports_point_downward(layer, path):
-    rank = LAYERS.index(layer)
-    upward = []
-    for line, module in _imports(path):
-        target = _layer(module)
-        if target is not None and LAYERS.index(target) > rank:
-            upward.append(f"{path.relative_to(ROOT)}:{line} imports {module} ({layer} -> {target})")
-    assert not upward, "\n".join(upward)
+    bad = _not_downward(layer, _imports(path))
+    assert not bad, "\n".join(f"{path.relative_to(ROOT)}:{b}" for b in bad)
 
 
 def test_the_query_path_imports_no_prefect_lancedb_or_torch():

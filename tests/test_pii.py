@@ -10,7 +10,7 @@ import logging
 import pytest
 
 import quarry
-from quarry.ingest.corpus import pii
+from quarry.retrieval.corpus import pii
 
 FOUND = [
     ("email", "Write to jane.doe@example.org today"),

@@ -1,5 +1,6 @@
 from quarry.core.models import FileInfo
-from quarry.ingest.plan import CatalogDoc, make_plan, new_doc_id
+from quarry.core.plans import CatalogDoc
+from quarry.ingest.plan import make_plan, new_doc_id
 
 
 def f(path, sha, mtime=1.0):
@@ -64,7 +65,7 @@ def test_a_reparsed_format_turns_its_documents_into_changes_moves_included():
 
 
 def test_scope_is_a_root_itself_a_folder_under_it_or_an_archive_member():
-    from quarry.ingest.plan import scope_test
+    from quarry.core.plans import scope_test
 
     roots = ["/r/docs", "/r/one.md", "/r/bundle.zip", "/s/"]
     inside = ["/r/docs", "/r/docs/a.md", "/r/one.md", "/r/bundle.zip", "/r/bundle.zip!/x/y.md", "/s/z.txt"]

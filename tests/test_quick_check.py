@@ -11,8 +11,9 @@ import pytest
 from conftest import SAMPLE
 
 import quarry.ingest.discover as discover_mod
-import quarry.store.planning as planning
-from quarry.store.planning import committed_catalog, discover_roots, known_files
+from quarry.core import plans
+from quarry.ingest.plan import discover_roots, known_files
+from quarry.store.reader import committed_catalog
 
 HOUR_AGO = time.time() - 3600
 
@@ -31,7 +32,7 @@ def tree(tmp_path):
 def no_margin(monkeypatch):
     """The racy margin at 0 s: the tree is copied (ctime: now) a moment before the first run, and
     the tests below are about sizes, mtimes and ctimes, not about that margin."""
-    monkeypatch.setattr(planning, "RACY_SECONDS", 0.0)
+    monkeypatch.setattr(plans, "RACY_SECONDS", 0.0)
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ def test_an_unchanged_tree_is_walked_not_read(tree, tmp_path, run_flow, reads, n
     reads.clear()
     known = known_files(committed_catalog(db)[0])
     assert len(known) == 5
-    again = discover_roots([str(tree)], store=db)
+    again = discover_roots([str(tree)], catalog=committed_catalog(db))
     assert reads == [] and len(again.files) == 5
     assert sorted(f.sha256 for f in again.files) == sorted(v[2] for v in known.values())
     second = run_flow([tree], db)

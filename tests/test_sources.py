@@ -28,7 +28,7 @@ from test_crash import contents
 import quarry
 from quarry.core.errors import UsageError
 from quarry.core.storeurl import root_path
-from quarry.store.planning import discover_roots
+from quarry.ingest.plan import discover_roots
 
 PREFIX = "tree"
 

@@ -8,6 +8,7 @@ and results on a real run). :class:`RunReport` is the one definition of a run's 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections import defaultdict
@@ -201,7 +202,7 @@ class Chunk:
     text_hash: str  # sha256 of the embedded text (header + "\n\n" + text)
     n_tokens: int = 0
     truncated: bool = False
-    signals: dict = field(default_factory=dict)  # corpus signals (quarry/ingest/corpus/signals.py): catalog columns
+    signals: dict = field(default_factory=dict)  # corpus signals (quarry/retrieval/corpus/signals.py): catalog columns
 
     @property
     def embed_text(self) -> str:
@@ -211,6 +212,12 @@ class Chunk:
 def join_header(header: str, text: str) -> str:
     """The text that is embedded: the contextual header, a blank line, the chunk text."""
     return f"{header}\n\n{text}" if header else text
+
+
+def text_hash(embed_text: str) -> str:
+    """The key of an embedded text's vector (``Chunk.text_hash``, the LanceDB rows' ``text_hash``):
+    the sha256 of its UTF-8 bytes."""
+    return hashlib.sha256(embed_text.encode("utf-8")).hexdigest()
 
 
 @dataclass
@@ -230,7 +237,7 @@ class DocumentRecord:
     page_offsets: list[int] = field(default_factory=list)  # where each page starts in the parsed text
     ocr_page_numbers: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the parser's and the chunker's, for the document view
-    signals: dict = field(default_factory=dict)  # corpus signals (quarry/ingest/corpus/signals.py): catalog columns
+    signals: dict = field(default_factory=dict)  # corpus signals (quarry/retrieval/corpus/signals.py): catalog columns
 
 
 @dataclass(frozen=True)

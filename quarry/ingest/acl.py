@@ -36,30 +36,13 @@ from fnmatch import fnmatchcase
 from functools import lru_cache
 from pathlib import Path
 
+from quarry.core import gcpause
 from quarry.core.errors import UsageError
 from quarry.core.models import FileInfo
 from quarry.core.paths import ARCHIVE_SEP
+from quarry.core.plans import AclSource, PermissionPlan
 from quarry.core.principals import PUBLIC, normalise
 from quarry.core.storeurl import is_source_url, root_path
-
-SOURCES = ("none", "posix", "rules")
-
-
-@dataclass(frozen=True)
-class AclSource:
-    """Where one root's permissions come from; ``rules`` is the rules file for ``source == "rules"``."""
-
-    source: str = "none"
-    rules: str | None = None
-
-    def __post_init__(self):
-        if self.source not in SOURCES:
-            raise UsageError(f"unknown permission source {self.source!r}; choose one of {', '.join(SOURCES)}")
-        if (self.source == "rules") != bool(self.rules):
-            raise UsageError("a rules file goes with the rules source (--acl-rules FILE), and only with it")
-
-    def __str__(self) -> str:
-        return f"rules from {self.rules}" if self.source == "rules" else self.source
 
 
 def requested(acl: str | None, acl_rules: str | None) -> AclSource | None:
@@ -271,22 +254,6 @@ def root_key(root: str | os.PathLike) -> str:
     return display(str(resolved.parent if path.is_file() else resolved))
 
 
-@dataclass
-class PermissionPlan:
-    """What a run does to permissions: every discovered file's principals (``wanted``, by path),
-    the sources to remember per root, and how many stored documents change (``changed``)."""
-
-    wanted: dict[str, tuple[str, ...]]
-    sources: dict[str, AclSource]
-    changed: int = 0
-    sources_changed: bool = False
-
-    @property
-    def needs_writer(self) -> bool:
-        """Whether the run must write (and commit) even if no file changed."""
-        return bool(self.changed or self.sources_changed)
-
-
 def plan_permissions(
     files: list[FileInfo],
     roots: list[str],
@@ -297,7 +264,7 @@ def plan_permissions(
 ) -> PermissionPlan:
     """Each file's principals by its root's source (``asked`` for every root of the run, else what
     the catalog remembers for that root, else ``none``), compared with ``stored`` (``{display path:
-    principals}`` of the committed catalog).
+    principals}`` of the committed catalog: quarry.store.acl.committed_permissions reads both).
 
     ``rewritten``: when given, the paths whose documents this run writes again (new and changed
     files: their rows start without principals); ``wanted`` then keeps only those and the paths
@@ -322,14 +289,15 @@ def plan_permissions(
                 f"the ACL rules file {source.rules} of {key} is missing: restore it, or give "
                 "--acl-rules FILE or --acl none|posix to change where the root's permissions come from"
             )
-    wanted = principals_for(files, sources)
     changed = 0
     kept: dict[str, tuple[str, ...]] = {}
     absent = object()
-    for path, principals in wanted.items():
-        have = stored.get(display(path), absent)
-        differs = have is absent or have != principals
-        changed += differs and have is not absent
-        if differs or rewritten is None or path in rewritten:
-            kept[path] = principals
+    with gcpause.paused():  # a record per file, no cycles: quarry/core/gcpause.py
+        wanted = principals_for(files, sources)
+        for path, principals in wanted.items():
+            have = stored.get(display(path), absent)
+            differs = have is absent or have != principals
+            changed += differs and have is not absent
+            if differs or rewritten is None or path in rewritten:
+                kept[path] = principals
     return PermissionPlan(wanted=kept, sources=sources, changed=changed, sources_changed=changed_sources)

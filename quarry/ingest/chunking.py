@@ -9,11 +9,10 @@ fits the model's input, so nothing is silently truncated.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable
 
-from quarry.core.models import Chunk, ParsedDocument, Section, join_header
+from quarry.core.models import Chunk, ParsedDocument, Section, join_header, text_hash
 
 SEPARATORS = (
     re.compile(r"\n[ \t]*\n\s*"),  # paragraphs
@@ -87,10 +86,6 @@ def _with_overlap(text: str, spans: list[tuple[int, int]], overlap: int) -> list
             s += 1
         out.append((s, end))
     return out
-
-
-def text_hash(embed_text: str) -> str:
-    return hashlib.sha256(embed_text.encode("utf-8")).hexdigest()
 
 
 def chunk_document(

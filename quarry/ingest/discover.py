@@ -1,7 +1,7 @@
 """Discovery: walk roots, apply ignore rules, hash what quarry can read.
 
 A file the committed catalog already knows (``known``: its size, mtime and sha256, from
-:func:`quarry.store.planning.known_files`) is not read again while its size and mtime are
+:func:`quarry.ingest.plan.known_files`) is not read again while its size and mtime are
 unchanged and its ctime precedes the run that hashed it, as rsync's quick check and git's index decide: a re-run over a large unchanged tree
 costs a directory walk and a ``stat`` per file, not a read of every byte. ``quarry index --full``
 (or ``QUARRY_REHASH=1``) reads every file.

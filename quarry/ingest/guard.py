@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from quarry.core.errors import UsageError
 from quarry.core.models import FileError
 from quarry.core.paths import display
+from quarry.core.plans import CatalogDoc, Plan, scope_test
 from quarry.ingest.discover import RootScan
-from quarry.ingest.plan import CatalogDoc, Plan, scope_test
 
 __all__ = ["GuardLimits", "Verdict", "check_roots", "check_deletes", "pattern_flags", "ALLOW_HINT"]
 

@@ -26,14 +26,23 @@ from dataclasses import dataclass, field, replace
 from quarry.core import faults
 from quarry.core.environment import environment
 from quarry.core.errors import ParseError, QuarryError, UnsupportedFile
-from quarry.core.models import Chunk, DocumentRecord, FileError, FileInfo, ParsedDocument, StageClock, join_header
-from quarry.ingest.chunking import chunk_document, text_hash
+from quarry.core.models import (
+    Chunk,
+    DocumentRecord,
+    FileError,
+    FileInfo,
+    ParsedDocument,
+    StageClock,
+    join_header,
+    text_hash,
+)
+from quarry.ingest.chunking import chunk_document
 from quarry.ingest.context import compose_header, get_context_writer, header_fields, place_lines
-from quarry.ingest.corpus.signals import record_signals
 from quarry.ingest.parsers import BY_TYPE, parse_data, parse_file
 from quarry.ingest.parsers.archive import read_members, split_member
 from quarry.ingest.sectioning import get_sectioner
 from quarry.ingest.sources import Fetched, fetch_many, is_object, open_object
+from quarry.retrieval.corpus.signals import record_signals
 
 
 def _parse_one(
@@ -475,7 +484,7 @@ def build_records(
 
 
 def add_signals(text: str, chunks: list[Chunk]) -> dict:
-    """Set each chunk's corpus signals and return the document's (quarry/ingest/corpus/signals.py);
+    """Set each chunk's corpus signals and return the document's (quarry/retrieval/corpus/signals.py);
     none with ``QUARRY_CORPUS_SIGNALS=0`` (their columns stay NULL)."""
     if not environment().corpus_signals:
         return {}
@@ -640,7 +649,7 @@ def content_fingerprint(settings) -> str:
 def recorded_versions() -> str:
     """The parsers' versions as a commit records them in the catalog's meta (``format_versions``):
     the next run parses again the documents of each format whose version differs
-    (:func:`quarry.ingest.parsers.stale_formats`, quarry/store/planning.py)."""
+    (:func:`quarry.ingest.parsers.stale_formats`, quarry/ingest/plan.py, plan_run)."""
     from quarry.ingest.parsers import format_versions
 
     return json.dumps(format_versions(), sort_keys=True)

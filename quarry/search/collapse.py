@@ -14,7 +14,7 @@ files (a licence header, a footer) lists at most :data:`COPIES_LIMIT` copies, th
 from __future__ import annotations
 
 from quarry.core.sqlfiles import load_sql
-from quarry.ingest.corpus import minhash
+from quarry.retrieval.corpus import minhash
 from quarry.search.filters import with_filter
 from quarry.search.windows import id_lines
 

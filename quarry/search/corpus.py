@@ -5,8 +5,8 @@ boilerplate per root — read from the committed catalog's signal columns (docs/
 from __future__ import annotations
 
 from quarry.core.sqlfiles import load_sql
-from quarry.ingest.corpus.boilerplate import MIN_DOCS as BOILERPLATE_MIN_DOCS
-from quarry.ingest.corpus.boilerplate import SHARE as BOILERPLATE_SHARE
+from quarry.retrieval.corpus.boilerplate import MIN_DOCS as BOILERPLATE_MIN_DOCS
+from quarry.retrieval.corpus.boilerplate import SHARE as BOILERPLATE_SHARE
 
 __all__ = ["BOILERPLATE_MIN_DOCS", "BOILERPLATE_SHARE", "report"]
 

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.sqlfiles import load_sql
-from quarry.ingest.corpus import pii
+from quarry.retrieval.corpus import pii
 from quarry.search.filters import with_filter
 from quarry.search.windows import id_lines
 
@@ -311,7 +311,7 @@ def export_snapshot(
     in it are replaced and nothing else is touched); a folder inside the store is always refused.
 
     ``out`` naming a file ``*.parquet`` / ``*.jsonl`` (of ``fmt``) writes the chunks alone to it, a
-    corpus in one file. ``redact``: PII kinds (quarry/ingest/corpus/pii.py; ``"all"``, or a comma
+    corpus in one file. ``redact``: PII kinds (quarry/retrieval/corpus/pii.py; ``"all"``, or a comma
     list) masked as ``[KIND]`` in the free-text columns (:data:`REDACTED_COLUMNS`) and the string
     values of ``metadata``. With a permission clause in ``filters``, ``dup_of``/``dup_cluster``
     naming a document the caller may not read are NULL.

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 import pyarrow as pa
 
 from quarry.core import gcpause, paths
+from quarry.core.plans import AclSource
 from quarry.core.principals import PUBLIC, normalise
 from quarry.core.sqlfiles import load_sql
-from quarry.ingest.acl import AclSource
 
 _WANTED = "wanted_acl"
 
@@ -137,23 +137,18 @@ def apply_to_documents(con, wanted: dict[str, tuple[str, ...]], layer: tuple[int
     return _update(con, "acl_apply_documents", "doc_id", {d: normalise(v) for d, v in wanted.items()}, layer)
 
 
-def plan_for_run(
-    store, files, roots: list[str], acl_source: str = "", acl_rules: str = "", rewritten: set[str] | None = None
-):
-    """Principals for every discovered file (``--acl`` / ``--acl-rules``, else what each root had),
-    compared with the committed catalog of ``store``: a :class:`~quarry.ingest.acl.PermissionPlan`
-    (``rewritten``: see :func:`~quarry.ingest.acl.plan_permissions`)."""
-    from quarry.ingest.acl import plan_permissions, requested
+def committed_permissions(store) -> tuple[dict[str, AclSource], Mapping[str, tuple[str, ...] | None]]:
+    """What the committed catalog of ``store`` holds about permissions: ``({root: AclSource},
+    {document path: principals})`` (:func:`sources`, :func:`stored`; both empty before its first
+    commit), what a run's permission plan compares with (quarry/ingest/acl.py, plan_permissions)."""
     from quarry.store.pointer import read_pointer
     from quarry.store.reader import open_snapshot
 
-    asked = requested(acl_source, acl_rules)
-    stored_sources, stored_principals = {}, {}
+    if read_pointer(store) is None:
+        return {}, {}
     with gcpause.paused():  # a row per document, no cycles: quarry/core/gcpause.py
-        if read_pointer(store) is not None:
-            snap = open_snapshot(store, search_index=False)
-            try:
-                stored_sources, stored_principals = sources(snap.con), stored(snap.con)
-            finally:
-                snap.close()
-        return plan_permissions(files, roots, asked, stored_sources, stored_principals, rewritten)
+        snap = open_snapshot(store, search_index=False)
+        try:
+            return sources(snap.con), stored(snap.con)
+        finally:
+            snap.close()

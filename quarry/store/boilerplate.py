@@ -2,7 +2,7 @@
 ``QUARRY_BOILERPLATE=strip`` the BM25 text and vectors that leave those lines out.
 
 A line is boilerplate in a root when enough of the root's documents hold it
-(quarry/ingest/corpus/boilerplate.py). A commit cannot afford to count every line again, so it
+(quarry/retrieval/corpus/boilerplate.py). A commit cannot afford to count every line again, so it
 counts only the lines it may have flipped: ``L``, the lines of the documents it added, changed,
 moved, deleted or whose duplicate assignment changed (deleted ones' lines are taken by the writer
 before their rows go). One pass over ``chunks.line_hashes``, semi-joined with ``L``, counts per
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from quarry.core.models import text_hash
 from quarry.core.sqlfiles import load_sql, statements
-from quarry.ingest.chunking import text_hash
-from quarry.ingest.corpus import boilerplate as rules
+from quarry.retrieval.corpus import boilerplate as rules
 
 __all__ = ["MARK", "Update", "update", "mode", "stale"]
 

@@ -26,7 +26,7 @@ from quarry.core import paths
 from quarry.core.errors import QuarryError
 from quarry.core.models import DocumentRecord
 from quarry.core.sqlfiles import load_sql, statements
-from quarry.ingest.corpus.signals import CHUNK_COLUMNS
+from quarry.retrieval.corpus.signals import CHUNK_COLUMNS
 from quarry.retrieval.textnorm import bm25_text
 
 SCHEMA_VERSION = "1"

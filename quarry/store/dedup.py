@@ -5,7 +5,7 @@ The near-duplicate index is the catalog itself: every documents row carries its 
 and LSH band keys (``minhash``, ``lsh_bands``), computed by the run that parsed it. A commit finds
 candidate pairs with one query over the band keys (documents sharing a key, or the same normalised
 text: ``sql/dedup_candidates.sql``), verifies them against their signatures, clusters them
-(quarry/ingest/corpus/clusters.py) and rewrites the rows whose assignment changed — a new copy,
+(quarry/retrieval/corpus/clusters.py) and rewrites the rows whose assignment changed — a new copy,
 a deleted or edited canonical member, a copy edited beyond the threshold — into its own layer, as
 a permission change does. No file is read again and no chunk or vector changes; because the index
 is columns of ``documents``, it is written, merged, rolled back and uploaded with them, and a
@@ -20,8 +20,8 @@ import pyarrow as pa
 
 from quarry.core.environment import environment
 from quarry.core.sqlfiles import load_sql
-from quarry.ingest.corpus.clusters import Assignment, Member, clusters
-from quarry.ingest.corpus.minhash import from_blob
+from quarry.retrieval.corpus.clusters import Assignment, Member, clusters
+from quarry.retrieval.corpus.minhash import from_blob
 
 __all__ = ["update_clusters", "threshold"]
 

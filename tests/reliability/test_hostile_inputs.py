@@ -18,10 +18,11 @@ import quarry
 from quarry.core import paths
 from quarry.core.errors import ParseError
 from quarry.core.models import FileInfo
+from quarry.core.plans import CatalogDoc
 from quarry.core.settings import Settings
 from quarry.ingest.discover import discover
 from quarry.ingest.parsers import parse_file
-from quarry.ingest.plan import CatalogDoc, make_plan
+from quarry.ingest.plan import make_plan
 from quarry.ingest.process import process_files
 
 

@@ -33,7 +33,7 @@ class Format:
     archive: bool = False  # a container: its members are the documents (discovery lists them)
     encryption: bool = False  # checked for a password before parsing (parsers/encrypted.py)
     # Raised when the parser cuts the same bytes differently: the next run re-parses this format's
-    # documents, and only those (quarry.ingest.parsers.stale_formats, quarry/store/planning.py).
+    # documents, and only those (quarry.ingest.parsers.stale_formats, quarry/ingest/plan.py, plan_run).
     version: int = 1
 
 

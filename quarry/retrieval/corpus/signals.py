@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from quarry.ingest.corpus import language, minhash, pii, quality
+from quarry.retrieval.corpus import language, minhash, pii, quality
 
 __all__ = [
     "DOCUMENT_COLUMNS",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from quarry.ingest.corpus.minhash import similarity
+from quarry.retrieval.corpus.minhash import similarity
 
 __all__ = ["Member", "Assignment", "clusters"]
 

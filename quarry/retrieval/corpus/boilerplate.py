@@ -1,7 +1,7 @@
 """Boilerplate lines and what they make of a chunk (pure logic; the commit keeps the flags,
 quarry/store/boilerplate.py).
 
-A line (:func:`quarry.ingest.corpus.minhash.line_hash`: 20+ normalised characters) is boilerplate
+A line (:func:`quarry.retrieval.corpus.minhash.line_hash`: 20+ normalised characters) is boilerplate
 in a root when at least ``max(MIN_DOCS, ceil(SHARE x n))`` of the root's ``n`` documents hold it,
 copies (``dup_of`` set) not counted. A chunk's ``boilerplate`` is the share of its lines that are.
 With ``QUARRY_BOILERPLATE=strip`` those lines are left out of the chunk's BM25 text and of the text
@@ -15,7 +15,7 @@ from collections.abc import Collection
 
 from quarry.core.environment import environment
 from quarry.core.models import join_header
-from quarry.ingest.corpus.minhash import line_hash
+from quarry.retrieval.corpus.minhash import line_hash
 from quarry.retrieval.textnorm import bm25_text
 
 __all__ = [
