@@ -13,36 +13,32 @@ import time
 from datetime import UTC, datetime
 
 from prefect import Flow, get_run_logger
-from prefect.artifacts import create_markdown_artifact
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.states import Completed
+from quarry.flows import report
 from quarry.flows.pipeline import Totals, run_batches, unwalked
 from quarry.flows.runners import FILES_PER_BATCH, plan_runner, task_runner, task_settings
 from quarry.tasks.acl import apply_permissions, plan_run_permissions
 from quarry.tasks.discover import discover_files, plan_changes
 from quarry.tasks.embed import StoredVectors
 from quarry.tasks.evaluate import evaluate_generation
-from quarry.tasks.load import apply_removals_and_moves, attach_writer, commit_run, detach_writer
+from quarry.tasks.load import RunWriter, apply_removals_and_moves, commit_run
 
 from quarry.core import logs, progress, tracing
-from quarry.core.environment import environment
-from quarry.core.errors import QualityBelowThreshold, RunRefused, StoreLocked, UsageError
-from quarry.core.metrics import write_textfile
-from quarry.core.models import LLM_COUNTERS, RunReport, StageClock
+from quarry.core.errors import QualityBelowThreshold, RunRefused
+from quarry.core.models import StageClock
 from quarry.core.paths import display
 from quarry.core.settings import Settings
 from quarry.core.storeurl import root_path
 from quarry.ingest.embedders import describe, get_embedder
-from quarry.ingest.embedding import embed_texts
 from quarry.ingest.guard import GuardLimits, pattern_flags
-from quarry.ingest.process import content_fingerprint, recorded_versions
+from quarry.ingest.process import content_fingerprint
 from quarry.store import audit, journal
 from quarry.store.acl import counts as acl_counts
 from quarry.store.handle import open_store
-from quarry.store.layout import WriterLock, new_run_id
-from quarry.store.metrics import run_facts, written_since
+from quarry.store.layout import new_run_id
 from quarry.store.pointer import read_pointer
-from quarry.store.writer import StoreWriter, remove_debris
+from quarry.store.writer import remove_debris
 
 BYTES_PER_BATCH = 32 << 20
 
@@ -125,40 +121,33 @@ def index_flow(
     (:class:`~quarry.core.errors.QualityBelowThreshold`) after its commit.
     """
     logger = get_run_logger()
-    if if_busy not in ("fail", "skip"):
-        raise UsageError(f"if_busy must be 'fail' or 'skip', got {if_busy!r}")
     settings = Settings.from_env(**(overrides or {}))
     store = open_store(db)  # opened once: the lock, the journal and the writer share it
     roots = [root_path(r) for r in roots]
-    run_id = new_run_id()
-    started = _now()
-    lock = None
-    if not dry_run:
-        try:
-            lock = WriterLock(store).acquire()  # before any model loads: a busy store costs nothing
-        except StoreLocked as exc:
-            if if_busy == "fail":
-                raise
-            row = journal.record_skip(
-                store, run_id, started, [display(r) for r in roots], str(exc), settings.public_dict()
-            )
-            logger.info("run %s skipped: %s", run_id, exc)
-            _write_metrics(store, started)
-            return Completed(message=f"skipped: {exc}", name="Skipped", data=row)
+    if dry_run:  # the one dry-run path, the one `quarry index --dry-run` takes without Prefect
+        from quarry.flows.run import preview
+
+        return preview(roots, store.folder, settings, full=full)
+    run_id, started = new_run_id(), _now()
+    lock, skipped = journal.hold_or_skip(
+        store, if_busy, run_id, started, [display(r) for r in roots], settings.public_dict()
+    )
+    if skipped is not None:
+        logger.info("run %s skipped: %s", run_id, skipped["errors"][0]["error"])
+        report.write_metrics(store, started)
+        return Completed(message=f"skipped: {skipped['errors'][0]['error']}", name="Skipped", data=skipped)
     try:
         with (
             tracing.span("quarry.index", **{"quarry.run_id": run_id, "quarry.roots": len(roots)}),
             logs.bind(run_id=run_id),
         ):
-            report = _index(logger, settings, store, roots, run_id, started, full, dry_run)
+            out = _index(logger, settings, store, roots, run_id, started, full)
     finally:
-        if lock is not None:
-            lock.release()
-        if not dry_run:
-            _write_metrics(store, started)
-    if evaluate and evaluate.get("sets") and not dry_run:
+        lock.release()
+        report.write_metrics(store, started)
+    if evaluate and evaluate.get("sets"):
         _evaluate(str(store.folder), evaluate)
-    return report
+    return out
 
 
 def _evaluate(store: str, options: dict) -> dict:
@@ -175,7 +164,8 @@ def _evaluate(store: str, options: dict) -> dict:
     return out
 
 
-def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> dict:
+def _index(logger, settings, opened, roots, run_id, started, full) -> dict:
+    """The run's tasks, wired: discover, plan, the batches, removals and moves, the commit."""
     store = opened.folder  # what tasks are given: a path travels to workers, the opened store does not
     clock = StageClock()
     model, dim = describe(settings)
@@ -183,28 +173,14 @@ def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> d
         embedder = get_embedder(settings)
         embedder.embed(["dimension probe"])  # hosted model of unknown size: ask once
         model, dim = embedder.model, embedder.dim
-
-    # The writer (a new catalog layer) is opened only once there is something to write: a run
-    # with nothing to do records its row in the run journal and writes no generation.
-    writer = None
+    writer = RunWriter(opened, run_id, model, dim, settings)
     committed = read_pointer(store) is not None
-
-    def open_writer() -> StoreWriter:
-        nonlocal writer
-        if writer is None:
-            writer = StoreWriter(opened, model, dim, duckdb_fts=settings.duckdb_fts).open()
-            # chunks QUARRY_BOILERPLATE=strip changes at commit are embedded here, with the run's model
-            writer.embed = lambda texts: embed_texts(texts, get_embedder(settings)).vectors
-            attach_writer(run_id, writer)
-        return writer
-
     try:
         # unwalked(): these are plain lists of thousands of files; Prefect need not walk them for futures
         with clock.timing("discover"):
             found = discover_files(roots, settings.include, settings.exclude, store, full or settings.rehash)
-        files, unsupported = found.files, found.unsupported
-        clock.rows["discover"] += len(files) + len(unsupported) + len(found.unreadable)
-        with clock.timing("plan", len(files)):
+        clock.rows["discover"] += len(found.files) + len(found.unsupported) + len(found.unreadable)
+        with clock.timing("plan", len(found.files)):
             planned = plan_changes(
                 store,
                 unwalked(found),
@@ -215,226 +191,92 @@ def _index(logger, settings, opened, roots, run_id, started, full, dry_run) -> d
                 GuardLimits.from_settings(settings),
                 pattern_flags(settings.include, settings.exclude),
             )
-        plan, rebuild_reason, verdict = planned.plan, planned.rebuild, planned.verdict
+        plan, verdict = planned.plan, planned.verdict
         permissions = plan_run_permissions(
             store,
-            unwalked(files),
+            unwalked(found.files),
             roots,
             settings.acl,
             settings.acl_rules,
             unwalked({f.path for f, _ in plan.to_process}),
         )
-        if dry_run:
-            return {**planned.dry_run_report(run_id, found), "permissions": permissions.changed}
         if verdict.refused:
-            report = RunReport(
-                run_id=run_id,
-                started=started,
-                status="refused",
-                runner=settings.runner,
-                roots=[display(r) for r in roots],
-                unsupported=len(unsupported),
-                errors=[{"path": None, "error": r} for r in verdict.refusals],
-                durations=clock.as_dict(),
-                settings=settings.public_dict(),
-                unsupported_files=found.unsupported_files(),
-                message=verdict.message(),
-            )
-            journal.record_run(opened, report.finished_with(commit_seconds=0.0))
+            refused = report.refused(run_id, started, settings, roots, found, planned, clock)
+            journal.record_run(opened, refused.finished_with(commit_seconds=0.0))
             audit.record(
-                opened, "guard.refused", {"run_id": run_id, "roots": report.roots, "reasons": verdict.refusals}
+                opened, "guard.refused", {"run_id": run_id, "roots": refused.roots, "reasons": verdict.refusals}
             )
-            _artifact({**report.to_dict(), "plan": plan.counts()})
+            report.artifact({**refused.to_dict(), "plan": plan.counts()})
             raise RunRefused(verdict.message())
 
-        todo = plan.to_process
-        totals = Totals()
-        if todo:  # a run with nothing to process starts no runner: no pool, no cluster
-            runner_plan = plan_runner(settings)
-            logger.info(
-                "runner %s: %d workers, at most %d batches in flight, %d files per batch",
-                runner_plan.name,
-                runner_plan.workers,
-                runner_plan.in_flight,
-                runner_plan.files_per_batch,
-            )
-            bar = progress.start("indexing", total=len(todo))
-            try:
-                with task_runner(settings, runner_plan) as runner:
-                    totals = run_batches(
-                        runner,
-                        _batches(todo, runner_plan.files_per_batch),
-                        settings=task_settings(settings, runner_plan),
-                        run_id=run_id,
-                        in_flight=runner_plan.in_flight,
-                        parse_workers=runner_plan.parse_workers,
-                        store=str(store),
-                        lookup=StoredVectors(opened, model, dim).lookup,
-                        open_writer=open_writer,
-                        clock=clock,
-                        on_done=lambda n, chunks, ocr: bar.advance(n, chunks=chunks, ocr_pages=ocr),
-                    )
-            finally:
-                bar.stop()
-
+        totals = _process(logger, settings, opened, run_id, plan.to_process, model, dim, writer, clock)
         existing = {doc_id for _, doc_id in plan.changed}
         empty_paths = {f.path for f in totals.empty}
-        empty_existing = [doc_id for f, doc_id in todo if f.path in empty_paths and doc_id in existing]
-        errors = verdict.failures + found.unreadable + totals.errors
+        empty_existing = [doc_id for f, doc_id in plan.to_process if f.path in empty_paths and doc_id in existing]
         with clock.timing("load"):
             # A new store is committed even when empty (it then answers searches), unless every root failed.
-            new_store = not committed and (todo or not verdict.failures)
-            if writer is None and (
-                new_store or rebuild_reason or plan.removed or plan.moved or empty_existing or permissions.needs_writer
-            ):
-                open_writer()
+            new_store = not committed and (plan.to_process or not verdict.failures)
+            if new_store or planned.rebuild or plan.removed or plan.moved or empty_existing or permissions.needs_writer:
+                writer()
             acl_before = acl_counts(store) if permissions.changed else None
-            if writer is not None:
+            if writer.is_open:
                 apply_removals_and_moves(run_id, unwalked(plan), empty_existing)
                 apply_permissions(run_id, unwalked(permissions))
-        not_loaded = {e.path for e in errors} | empty_paths
-        report = RunReport(
-            run_id=run_id,
-            started=started,
-            status="partial" if errors else "completed",
-            runner=settings.runner,
-            roots=[display(r) for r in roots],
-            added=sum(1 for f, _ in plan.new if f.path not in not_loaded),
-            updated=sum(1 for f, _ in plan.changed if f.path not in not_loaded),
-            moved=len(plan.moved),
-            deleted=len(plan.removed) + len(empty_existing),
-            skipped=len(plan.unchanged) + len(empty_paths),
-            unsupported=len(unsupported),
-            unsupported_files=found.unsupported_files(),
-            failed=len(errors),
-            chunks=totals.chunks,
-            embedded_chunks=totals.embed.embedded,
-            reused_vectors=totals.embed.reused,
-            model_calls=totals.embed.calls,
-            truncated=totals.embed.truncated,
-            **_llm_counts(totals.llm),
-            ocr_pages=totals.ocr_pages,
-            ocr_seconds=round(totals.ocr_seconds, 3),
-            permissions_updated=permissions.changed,
-            # Display form: a name that is not UTF-8 shows as \xNN (quarry/core/paths.py).
-            errors=[{"path": display(e.path), "error": e.error} for e in errors],
-            durations=clock.as_dict(),
-            settings=settings.public_dict(),
+        done = report.finished(
+            run_id, started, settings, roots, found, planned, totals, empty_existing, permissions.changed, clock
         )
-        meta = {
-            "content_fingerprint": content_fingerprint(settings),
-            "format_versions": recorded_versions(),
-            "sectioner": settings.sectioner,
-            "context": settings.context,
-            "embed_backend": settings.embed_backend,
-        }
-        if writer is not None:
-            _info, report = commit_run(run_id, unwalked(report), meta)
+        if writer.is_open:
+            _info, done = commit_run(run_id, unwalked(done), report.commit_meta(settings))
         else:
             # Nothing to write (unchanged files, touched ones included: their new mtimes are
             # recorded by the next run that commits; failures are listed in the row).
             t = time.perf_counter()
             remove_debris(store)  # what a killed run left, as a writer would on opening
-            report = report.finished_with(commit_seconds=time.perf_counter() - t)
-            journal.record_run(opened, report)
-        _audit_run(opened, report, verdict, acl_before)
+            done = done.finished_with(commit_seconds=time.perf_counter() - t)
+            journal.record_run(opened, done)
+        report.audit_run(opened, done, verdict, acl_before)
         out = {
-            **report.to_dict(),
+            **done.to_dict(),
             "dry_run": False,
             "plan": plan.counts(),
-            "rebuild": rebuild_reason,
+            "rebuild": planned.rebuild,
             "reparsed_formats": planned.reparsed,
         }
-        _artifact(out)
-        logger.info(
-            "run %s: %s; embedded %d chunks in %d model calls, reused %d stored vectors",
-            run_id,
-            {k: out[k] for k in ("added", "updated", "moved", "deleted", "skipped", "unsupported", "failed")},
-            report.embedded_chunks,
-            report.model_calls,
-            report.reused_vectors,
-        )
-        if settings.uses_llm:
-            logger.info(
-                "LLM: %d calls, %d cached answers, %d prompt + %d completion tokens, %d fallbacks",
-                report.llm_calls,
-                report.llm_cached,
-                report.llm_prompt_tokens,
-                report.llm_completion_tokens,
-                len(report.llm_fallback_windows),
-            )
+        report.artifact(out)
+        report.log_summary(logger, done, out, settings.uses_llm)
         return out
     finally:
-        if writer is not None:
-            detach_writer(run_id)
-            writer.close()
+        writer.close()
 
 
-def _write_metrics(store, started: datetime) -> None:
-    """``$QUARRY_METRICS_FILE``: the run metrics after this run, for node_exporter's textfile collector."""
-    path = environment().metrics_file
-    if not path:
-        return
+def _process(logger, settings, opened, run_id, todo, model, dim, writer, clock) -> Totals:
+    """The batches of the files to process through the run's task runner (none when there are
+    none: no pool, no cluster), each loaded through ``writer`` as it finishes."""
+    if not todo:
+        return Totals()
+    runner_plan = plan_runner(settings)
+    logger.info(
+        "runner %s: %d workers, at most %d batches in flight, %d files per batch",
+        runner_plan.name,
+        runner_plan.workers,
+        runner_plan.in_flight,
+        runner_plan.files_per_batch,
+    )
+    bar = progress.start("indexing", total=len(todo))
     try:
-        since = started.replace(tzinfo=UTC).timestamp()
-        write_textfile(path, run_facts(store, bytes_written=written_since(store, since)))
-    except Exception as exc:  # noqa: BLE001 - the run stands; its metrics file says nothing new
-        get_run_logger().warning("could not write the metrics file %s: %s", path, exc)
-
-
-def _audit_run(opened, report: RunReport, verdict, acl_before: dict | None) -> None:
-    """The audit log's entries for a finished run: the guard overridden, documents deleted,
-    permissions changed (documents and principals counted before and after)."""
-    facts = {"run_id": report.run_id, "roots": report.roots}
-    if verdict.overridden:
-        audit.record(opened, "guard.override", {**facts, "deleted": report.deleted, "would_refuse": verdict.overridden})
-    if report.deleted:
-        audit.record(opened, "run.documents_deleted", {**facts, "deleted": report.deleted})
-    if acl_before is not None and report.permissions_updated:
-        audit.record(
-            opened,
-            "run.permissions_changed",
-            {
-                **facts,
-                "documents_changed": report.permissions_updated,
-                "before": acl_before,
-                "after": acl_counts(opened.folder),
-            },
-        )
-
-
-def _llm_counts(llm: dict) -> dict:
-    """The run's LLM counters: the sum of its batches' (zeros when no LLM was used)."""
-    out = {k: llm.get(k, 0) for k in LLM_COUNTERS}
-    out["llm_fallback_windows"] = [{**f, "path": display(f["path"])} for f in llm.get("llm_fallback_windows", [])]
-    return out
-
-
-def _artifact(report: dict) -> None:
-    rows = "\n".join(f"| {k} | {report[k]} |" for k in RunReport.counters())
-    errors = "\n".join(f"- `{e['path']}`: {e['error']}" for e in report["errors"][:200]) or "none"
-    unsupported = (
-        "\n".join(f"- `{u['path']}`: {u['reason']}" for u in report.get("unsupported_files", [])[:200]) or "none"
-    )
-    fallbacks = (
-        "\n".join(
-            f"- `{f['path']}` {f['kind']}"
-            + (f" window {f['window']}" if f["window"] is not None else "")
-            + f": {f['error']}"
-            for f in report.get("llm_fallback_windows", [])[:200]
-        )
-        or "none"
-    )
-    timing = "\n".join(
-        f"| {stage} | {d['seconds']:.2f} | {d['rows'] if d['rows'] is not None else ''} | {d['rows_per_s'] or ''} |"
-        for stage, d in report["durations"].items()
-    )
-    message = f"**{report['status']}**: {report['message']}\n\n" if report.get("message") else ""
-    create_markdown_artifact(
-        key="quarry-index-run",
-        markdown=f"# quarry index run {report['run_id']} ({report['runner']} runner)\n\n{message}| count | value |\n"
-        f"|---|---|\n{rows}\n\n## Stages\n\n| stage | seconds | rows | rows/s |\n|---|---|---|---|\n{timing}\n\n"
-        f"## Failed files\n{errors}\n\n## Unsupported files\n{unsupported}\n\n"
-        f"## LLM fallbacks to local rules\n{fallbacks}\n",
-        description=f"quarry index run {report['run_id']}",
-    )
+        with task_runner(settings, runner_plan) as runner:
+            return run_batches(
+                runner,
+                _batches(todo, runner_plan.files_per_batch),
+                settings=task_settings(settings, runner_plan),
+                run_id=run_id,
+                in_flight=runner_plan.in_flight,
+                parse_workers=runner_plan.parse_workers,
+                store=str(opened.folder),
+                lookup=StoredVectors(opened, model, dim).lookup,
+                open_writer=writer,
+                clock=clock,
+                on_done=lambda n, chunks, ocr: bar.advance(n, chunks=chunks, ocr_pages=ocr),
+            )
+    finally:
+        bar.stop()

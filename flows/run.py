@@ -16,12 +16,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quarry.core.errors import StoreLocked, UsageError
+from quarry.core.errors import UsageError
 from quarry.core.settings import Settings
 from quarry.core.storeurl import root_path
 
 if TYPE_CHECKING:
-    from quarry.store.handle import Store
+    pass
 
 __all__ = ["index", "preview", "serve", "SECRET_SETTINGS"]
 
@@ -62,24 +62,21 @@ def index(
     ``rebuild`` (a dry run: ``plan``, ``files``, ``guard``). Raises
     :class:`~quarry.core.errors.RunRefused` when the deletion guard stops the run (nothing written).
     """
-    if if_busy not in ("fail", "skip"):
-        raise UsageError(f"if_busy must be 'fail' or 'skip', got {if_busy!r}")
     roots = _roots(paths)
     config = Settings.from_env(**settings)  # usage errors before anything starts
+    from quarry.store import journal
     from quarry.store.handle import open_store
+    from quarry.store.layout import new_run_id
 
     store = open_store(db)  # opened once: the lock and the journal share it
     if dry_run:
         return preview(roots, store.folder, config, full=full)
     overrides = _public(settings)
-    from quarry.store.layout import WriterLock
-
-    try:
-        lock = WriterLock(store).acquire()  # fail fast, before Prefect starts
-    except StoreLocked as exc:
-        if if_busy == "fail":
-            raise
-        return _skipped(store, roots, exc, config)
+    started = datetime.now(UTC).replace(tzinfo=None)
+    # the busy check before Prefect starts (the flow's own, re-entrant, then finds the lock held here)
+    lock, skipped = journal.hold_or_skip(store, if_busy, new_run_id(), started, roots, config.public_dict())
+    if skipped is not None:
+        return skipped
     try:
         with _secrets(settings), _history(store.folder) as api:
             from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
@@ -192,14 +189,6 @@ def _roots(paths) -> list[str]:
     if not roots:
         raise UsageError("nothing to index: give at least one path")
     return roots
-
-
-def _skipped(store: Store, roots: list[str], exc: StoreLocked, settings: Settings) -> dict:
-    from quarry.store.journal import record_skip
-    from quarry.store.layout import new_run_id
-
-    started = datetime.now(UTC).replace(tzinfo=None)
-    return record_skip(store, new_run_id(), started, roots, str(exc), settings.public_dict())
 
 
 def _secret_variables(settings: dict) -> dict[str, str]:

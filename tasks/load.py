@@ -31,6 +31,40 @@ def detach_writer(run_id: str) -> None:
     _writers.pop(run_id, None)
 
 
+class RunWriter:
+    """A run's writer (a new catalog layer), opened only once there is something to write: a run
+    with nothing to do records its row in the run journal and writes no generation. Opened, it is
+    the one :func:`load_batch`, :func:`apply_removals_and_moves` and :func:`commit_run` of the
+    run find; :meth:`close` lets it go."""
+
+    def __init__(self, opened, run_id: str, model: str, dim: int, settings) -> None:
+        self.opened, self.run_id, self.model, self.dim, self.settings = opened, run_id, model, dim, settings
+        self.writer: StoreWriter | None = None
+
+    def __call__(self) -> StoreWriter:
+        """The writer, opened now if it is not yet."""
+        if self.writer is None:
+            from quarry.ingest.embedders import get_embedder
+            from quarry.ingest.embedding import embed_texts
+
+            settings = self.settings
+            self.writer = StoreWriter(self.opened, self.model, self.dim, duckdb_fts=settings.duckdb_fts).open()
+            # chunks QUARRY_BOILERPLATE=strip changes at commit are embedded here, with the run's model
+            self.writer.embed = lambda texts: embed_texts(texts, get_embedder(settings)).vectors
+            attach_writer(self.run_id, self.writer)
+        return self.writer
+
+    @property
+    def is_open(self) -> bool:
+        return self.writer is not None
+
+    def close(self) -> None:
+        if self.writer is not None:
+            detach_writer(self.run_id)
+            self.writer.close()
+            self.writer = None
+
+
 def _writer(run_id: str) -> StoreWriter:
     try:
         return _writers[run_id]

@@ -27,9 +27,11 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from quarry.core.errors import StoreLocked, UsageError
 from quarry.core.models import RunReport
 from quarry.core.sqlfiles import load_sql
 from quarry.store.handle import Store, as_store
+from quarry.store.layout import WriterLock
 from quarry.store.remote import JournalObject
 
 JOURNAL = "run-journal.jsonl"
@@ -142,6 +144,22 @@ def record_run(store: Store | Path, report: RunReport) -> dict:
     row = report.to_dict()
     record(store, row)
     return row
+
+
+def hold_or_skip(
+    store: Store | Path, if_busy: str, run_id: str, started: datetime, roots: list[str], settings: dict
+) -> tuple[WriterLock | None, dict | None]:
+    """The busy check of every index run, one place: ``(the writer lock, None)``, or — when another
+    run holds the store and ``if_busy`` is ``"skip"`` — ``(None, the skipped run's row)``, recorded.
+    With ``if_busy="fail"`` a busy store raises :class:`~quarry.core.errors.StoreLocked`."""
+    if if_busy not in ("fail", "skip"):
+        raise UsageError(f"if_busy must be 'fail' or 'skip', got {if_busy!r}")
+    try:
+        return WriterLock(store).acquire(), None  # before any model loads: a busy store costs nothing
+    except StoreLocked as exc:
+        if if_busy == "fail":
+            raise
+        return None, record_skip(store, run_id, started, roots, str(exc), settings)
 
 
 def record_skip(
