@@ -239,4 +239,4 @@ def test_search_and_answer_share_the_filters_and_their_messages(in_process):
             message = response.json()["error"]["message"]
             assert response.status_code == 400 and message.startswith("where: unterminated quote"), message
             too_many = http.post(path, json={**body, "doc": [f"d{i}" for i in range(1001)]})
-            assert too_many.status_code == 422 and "1000 document ids" in too_many.json()["error"]["message"]
+            assert too_many.status_code == 422 and "doc: at most 1000 items" in too_many.json()["error"]["message"]

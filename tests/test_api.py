@@ -683,7 +683,7 @@ def test_mcp_tool_schemas_say_what_each_parameter_takes(served):
     assert all(p.get("description") for p in answer.values()), [
         n for n, p in answer.items() if not p.get("description")
     ]
-    assert answer["k"]["maximum"] == 50 and {"where", "path", "type", "since", "until", "mode"} <= set(answer)
+    assert answer["k"]["maximum"] == 100 and {"where", "path", "type", "since", "until", "mode"} <= set(answer)
     assert answer["where"] == search["where"]
     context = tools["get_context"].input_schema["properties"]
     assert context["before"]["maximum"] == 50 and all(p.get("description") for p in context.values())

@@ -13,11 +13,12 @@ import logging
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from quarry.api.auth import Caller, RateLimiter
 from quarry.api.errors import ApiError
-from quarry.api.schemas import MAX_QUERY, Filters
+from quarry.api.schemas import Filters, fields
+from quarry.search.parameters import ANSWER
 
 log = logging.getLogger("quarry.api.answers")
 DEFAULT_ANSWER_RATE_LIMIT = 60  # answers per minute per key
@@ -32,29 +33,7 @@ class Turn(BaseModel):
     content: str = Field(max_length=MAX_TURN)
 
 
-class AnswerRequest(Filters):
-    """``POST /v1/answer``: a question, the search's filters (:class:`~quarry.api.schemas.Filters`), a
-    conversation to condense, streaming."""
-
-    question: str = Field(min_length=1, max_length=MAX_QUERY, description="What to answer.")
-    k: int = Field(8, ge=1, le=50, description="Search results the evidence is cut from.")
-    mode: Literal["hybrid", "vector", "bm25"] = Field(
-        "hybrid", description="How the evidence is searched: hybrid (both retrievers fused), vector or bm25."
-    )
-    history: list[Turn] | None = Field(
-        None, max_length=MAX_TURNS, description="The conversation so far; condensed into a standalone question."
-    )
-    max_context_tokens: int | None = Field(None, ge=50, le=200_000, description="Tokens of evidence in the prompt.")
-    style: Literal["auto", "json", "text"] = "auto"
-    stream: bool = Field(False, description="Server-Sent Events: evidence, tokens, then the checked answer.")
-
-    @field_validator("question", mode="after")
-    @classmethod
-    def _not_blank(cls, value: str):
-        if not value.strip():
-            raise ValueError("the question is empty")
-        return value
-
+class _AnswerFields(Filters):
     def arguments(self, principals) -> dict:
         """The keywords of :meth:`quarry.Index.answer` for a caller holding ``principals``."""
         filters = self.filters()
@@ -71,6 +50,22 @@ class AnswerRequest(Filters):
         """The answer as JSON (not streamed)."""
         got = index.answer(self.question, style=self.style, **self.arguments(principals))
         return got.to_dict()
+
+
+AnswerRequest = create_model(
+    "AnswerRequest",
+    __base__=_AnswerFields,
+    __doc__="``POST /v1/answer``: a question and :meth:`quarry.Index.answer`'s keywords as "
+    ":data:`quarry.search.parameters.ANSWER` declares them, the search's filters (:class:`~quarry.api.schemas.Filters`), "
+    "a conversation to condense, streaming.",
+    __module__=__name__,
+    **fields(ANSWER),
+    history=(
+        list[Turn] | None,
+        Field(None, max_length=MAX_TURNS, description="The conversation so far; condensed into a standalone question."),
+    ),
+    stream=(bool, Field(False, description="Server-Sent Events: evidence, tokens, then the checked answer.")),
+)
 
 
 class AnswerGate:

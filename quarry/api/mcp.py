@@ -10,6 +10,7 @@ Stateless HTTP keeps no session between requests, so any worker process can answ
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -22,7 +23,7 @@ from pydantic import Field, ValidationError
 from quarry.api.answering import AnswerRequest
 from quarry.api.auth import Caller
 from quarry.api.errors import ApiError, Scrubber, validation_line
-from quarry.api.schemas import MAX_WINDOW, SearchRequest
+from quarry.api.schemas import MAX_QUERY, MAX_WINDOW, SearchRequest
 from quarry.core.errors import QuarryError
 
 INSTRUCTIONS = """\
@@ -42,23 +43,50 @@ ASKS_A_MODEL = ToolAnnotations(read_only_hint=True, open_world_hint=True)
 
 def _arg(name: str, model=SearchRequest):
     """The type of the HTTP request's field ``name``, with its bounds and description: the ``search``
-    and ``answer`` tools' parameters are declared once, in :class:`~quarry.api.schemas.SearchRequest`
-    and :class:`~quarry.api.answering.AnswerRequest`."""
+    and ``answer`` tools' parameters are the fields of :class:`~quarry.api.schemas.SearchRequest` and
+    :class:`~quarry.api.answering.AnswerRequest`, made from the declared arguments
+    (:mod:`quarry.search.parameters`)."""
     info = model.model_fields[name]
     return Annotated[(info.annotation, *info.metadata, Field(description=info.description))]
 
 
-def _default(name: str, model=SearchRequest):
-    return model.model_fields[name].default
-
-
-# the search tool's parameters (module names: the tool's annotations are read by name)
-Query, K, Mode, Where, Paths, Types = (_arg(n) for n in ("query", "k", "mode", "where", "path", "type"))
-Since, Until, Segments, Window, Explain, Collapse = (
-    _arg(n) for n in ("since", "until", "segments", "window", "explain", "collapse")
+# the tools' parameters, in this order: a subset of the request's fields, each taken as HTTP takes it
+SEARCH_ARGS = (
+    "query",
+    "k",
+    "mode",
+    "where",
+    "path",
+    "type",
+    "since",
+    "until",
+    "segments",
+    "window",
+    "explain",
+    "collapse",
 )
-# the answer tool's (its filters are the search's: schemas.Filters)
-Question, AnswerK, AnswerMode = (_arg(n, AnswerRequest) for n in ("question", "k", "mode"))
+ANSWER_ARGS = ("question", "k", "mode", "where", "path", "type", "since", "until")
+
+
+def _takes(model, names: tuple[str, ...]):
+    """A decorator giving a tool function of ``(ctx=None, **args)`` the signature the SDK reads its
+    parameters from: ``names``, typed, bounded, described and defaulted as ``model``'s fields, then ``ctx``."""
+
+    def decorate(fn):
+        params = []
+        for name in names:
+            info = model.model_fields[name]
+            default = inspect.Parameter.empty if info.is_required() else info.default
+            params.append(
+                inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=_arg(name, model))
+            )
+        params.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Context | None))
+        fn.__signature__ = inspect.Signature(params, return_annotation=dict[str, Any])
+        return fn
+
+    return decorate
+
+
 DocId = Annotated[str, Field(max_length=200, description="A document's doc_id, from a search result.")]
 ChunkId = Annotated[str, Field(max_length=200, description="A chunk's chunk_id, from a search result.")]
 Side = Annotated[
@@ -67,7 +95,7 @@ Side = Annotated[
 ContextQuery = Annotated[
     str | None,
     Field(
-        max_length=4000,
+        max_length=MAX_QUERY,
         description="Instead of neighbours: the relevant segments of the chunk's document for this query.",
     ),
 ]
@@ -109,52 +137,22 @@ def build(
             raise ToolError(scrub(str(exc))) from None
 
     @server.tool(annotations=READ_ONLY)
-    def search(
-        query: Query,
-        k: K = _default("k"),
-        mode: Mode = _default("mode"),
-        where: Where = None,
-        path: Paths = None,
-        type: Types = None,
-        since: Since = None,
-        until: Until = None,
-        segments: Segments = None,
-        window: Window = None,
-        explain: Explain = False,
-        collapse: Collapse = True,
-        ctx: Context | None = None,
-    ) -> dict[str, Any]:
+    @_takes(SearchRequest, SEARCH_ARGS)
+    def search(ctx: Context | None = None, **args) -> dict[str, Any]:
         """Search the documents for passages relevant to `query` (keywords or a question); best first.
 
         Returns `results`: each with score, chunk_id, doc_id, path, title, section, page_start/page_end and
         the passage text, and `match`: the query words its text holds (bm25) and its cosine (vector).
-        `weak: true` means no result really matched (pure noise ranked first): say nothing was found. Options: `k` results (1-1000); `mode` hybrid (default), vector (meaning) or bm25
-        (exact words, codes, numbers); filters `where` (e.g. "file_type = 'pdf'", "mtime >= 2024-01-01",
+        `weak: true` means no result really matched (pure noise ranked first): say nothing was found.
+        Options: `k` results; `mode` hybrid (default), vector (meaning) or bm25 (exact words, codes,
+        numbers); filters `where` (e.g. "file_type = 'pdf'", "mtime >= 2024-01-01",
         "metadata.author = 'Kim'"; a list must all hold), `path` globs (e.g. "reports/**"), `type` (e.g.
         "pdf"), `since`/`until` (YYYY-MM-DD); `window` "B,A" (or N for both sides) adds chunks of context
         around every hit (in `windows`); `segments` returns whole relevant passages spanning several chunks
         instead (in `segments`); copies of a passage in other files take one place, listed in the hit's
         `copies` (`collapse` false lists every copy as its own hit).
         """
-
-        def run():
-            request = SearchRequest(
-                query=query,
-                k=k,
-                mode=mode,
-                where=where,
-                path=path,
-                type=type,
-                since=since,
-                until=until,
-                segments=segments,
-                window=window,
-                explain=explain,
-                collapse=collapse,
-            )
-            return request.run(index_of(), caller_of(ctx).principals, rerankers)
-
-        return call(run)
+        return call(lambda: SearchRequest(**args).run(index_of(), caller_of(ctx).principals, rerankers))
 
     @server.tool(annotations=READ_ONLY)
     def get_document(doc_id: DocId, ctx: Context | None = None) -> dict[str, Any]:
@@ -191,17 +189,8 @@ def build(
         return call(lambda: index_of().status(principals=caller_of(ctx).principals))
 
     @server.tool(annotations=ASKS_A_MODEL)
-    def answer(
-        question: Question,
-        k: AnswerK = _default("k", AnswerRequest),
-        mode: AnswerMode = _default("mode", AnswerRequest),
-        where: Where = None,
-        path: Paths = None,
-        type: Types = None,
-        since: Since = None,
-        until: Until = None,
-        ctx: Context | None = None,
-    ) -> dict[str, Any]:
+    @_takes(AnswerRequest, ANSWER_ARGS)
+    def answer(ctx: Context | None = None, **args) -> dict[str, Any]:
         """Answer `question` from the documents you may read, with citations checked against the passages.
 
         Returns `status` (answered, not_found: nothing readable answers it and no model was asked, refused,
@@ -218,10 +207,7 @@ def build(
                     answer_gate(caller)
                 except ApiError as exc:
                     raise ToolError(exc.message) from None
-            request = AnswerRequest(
-                question=question, k=k, mode=mode, where=where, path=path, type=type, since=since, until=until
-            )
-            data = request.run(index_of(), caller.principals)
+            data = AnswerRequest(**args).run(index_of(), caller.principals)
             log_answer(caller, data)
             return data
 

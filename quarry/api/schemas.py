@@ -1,29 +1,92 @@
-"""The request bodies: every option of :meth:`quarry.Index.search`, checked at the door.
+"""The request bodies, made from the declared arguments of a search (:mod:`quarry.search.parameters`).
 
-Unknown fields are refused (422), and every size a caller picks is bounded (``k`` at most 1,000,
-``candidates`` 10,000, a query 4,000 characters, a window 50 chunks a side, segment parameters),
-so no request can make the server do unbounded work. The same model serves ``POST /v1/search``
-and the MCP ``search`` tool, and both answer with :func:`quarry.search.serialize.payload`.
+Each field is one declaration's: its name, type, limits, default and description, so the JSON of
+``POST /v1/search``, the MCP tools' parameters (:mod:`quarry.api.mcp`, from these fields) and
+``quarry search``'s flags cannot drift apart. Unknown fields are refused (422), and every size a
+caller picks is bounded (``k`` at most 1,000, ``candidates`` 10,000, a query 4,000 characters, a
+window 50 chunks a side, segment parameters), so no request can make the server do unbounded work.
+The same model serves ``POST /v1/search`` and the MCP ``search`` tool, and both answer with
+:func:`quarry.search.serialize.payload`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
 from quarry.core.errors import UsageError
+from quarry.search import parameters as p
+from quarry.search.parameters import FILTERS, SEARCH, Param
 
-MAX_QUERY = 4000  # characters
-MAX_K = 1000
-MAX_CANDIDATES = 10_000
-MAX_WINDOW = 50  # chunks on a side
-MAX_LIST = 50  # items of a list filter (where, path, type)
-MAX_DOCS = 1000  # document ids of a doc filter
-MAX_EXPR = 2000  # characters of one where expression or glob
+MAX_QUERY = p.QUERY.max_length  # characters
+MAX_K = p.K.maximum
+MAX_WINDOW = p.WINDOW.maximum  # chunks on a side
 
-Text = Annotated[str, Field(max_length=MAX_EXPR)]
-Side = Annotated[int, Field(ge=0, le=MAX_WINDOW)]
+
+def _checked_by(param: Param) -> AfterValidator:
+    """The library's check of ``param`` as a pydantic validator (its message, the field named by pydantic)."""
+
+    def validate(value):
+        try:
+            return param.check(value)
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+
+    return AfterValidator(validate)
+
+
+def _at_most(items: int) -> Any:
+    def validate(value):
+        if isinstance(value, list) and len(value) > items:
+            raise ValueError(f"at most {items} items, got {len(value)}")
+        return value
+
+    return validate
+
+
+def _text(param: Param) -> Any:
+    return Annotated[str, Field(max_length=param.max_length)]
+
+
+def _type(param: Param) -> Any:
+    """The pydantic type of a declared argument, with its limits and request bounds."""
+    if param.kind == p.TEXT:
+        if param.required:
+            return Annotated[str, Field(min_length=1, max_length=param.max_length), _checked_by(param)]
+        return _text(param)
+    if param.kind == p.TEXTS:  # the schema states the bound; the validator words one message for it
+        many = Annotated[list[_text(param)], Field(json_schema_extra={"maxItems": param.max_items})]
+        return Annotated[_text(param) | many, AfterValidator(_at_most(param.max_items))]
+    if param.kind == p.INT:
+        return Annotated[int, Field(ge=param.minimum, le=param.maximum)]
+    if param.kind == p.FLAG:
+        return bool
+    if param.kind == p.CHOICE:
+        if param.registry is not None:  # plugins add names: checked when a request comes, not listed
+            return Annotated[str, Field(max_length=param.max_length), _checked_by(param)]
+        return Literal[param.choices]
+    if param.kind == p.NUMBERS:
+        return dict[Literal[param.keys], Annotated[float, Field(ge=param.minimum, le=param.maximum)]]
+    if param.kind == p.WINDOW_KIND:
+        side = Annotated[int, Field(ge=param.minimum, le=param.maximum)]
+        return Annotated[_text(param) | side | tuple[side, side], _checked_by(param)]
+    if param.kind == p.SEGMENTS_KIND:
+        return Literal[param.choices] | SegmentParams
+    raise ValueError(f"no JSON form for the kind {param.kind!r} of {param.name}")
+
+
+def field(param: Param) -> tuple[Any, Any]:
+    """``(type, FieldInfo)`` of a declared argument, as :func:`pydantic.create_model` takes them."""
+    kind = _type(param)
+    if param.default is None:
+        kind = kind | None
+    default = ... if param.required else param.default
+    return kind, Field(default, description=param.description)
+
+
+def fields(declared: dict[str, Param]) -> dict[str, tuple[Any, Any]]:
+    return {name: field(param) for name, param in declared.items()}
 
 
 class SegmentParams(BaseModel):
@@ -31,7 +94,7 @@ class SegmentParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    preset: Literal["balanced", "precision", "find_all"] = "balanced"
+    preset: Literal[p.SEGMENTS.choices] = p.SEGMENTS.choices[0]
     max_length: int | None = Field(None, ge=1, le=200)
     overall_max_length: int | None = Field(None, ge=1, le=1000)
     minimum_value: float | None = Field(None, ge=-100, le=100)
@@ -49,34 +112,8 @@ class SegmentParams(BaseModel):
         return get_params(self.preset, **self.model_dump(exclude={"preset"}, exclude_none=True))
 
 
-class Filters(BaseModel):
-    """The filter fields of ``POST /v1/search`` and ``POST /v1/answer``: the filter flags of
-    ``quarry search`` (``where``, ``path``, ``type``, ``since``, ``until``, ``doc``)."""
-
+class _FilterFields(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-    where: Text | list[Text] | None = Field(
-        None, description="Filter expressions, all of which must hold (docs/query.md), e.g. \"file_type = 'pdf'\"."
-    )
-    path: Text | list[Text] | None = Field(None, description="Path globs, any of which may match.")
-    type: Text | list[Text] | None = Field(None, description="File types, e.g. pdf.")
-    since: str | None = Field(None, max_length=64, description="Modified on or after (YYYY-MM-DD, or 7d).")
-    until: str | None = Field(None, max_length=64, description="Modified on or before (YYYY-MM-DD).")
-    doc: str | list[Annotated[str, Field(max_length=200)]] | None = Field(None, description="Document ids.")
-
-    @field_validator("where", "path", "type", mode="after")
-    @classmethod
-    def _short_lists(cls, value):
-        if isinstance(value, list) and len(value) > MAX_LIST:
-            raise ValueError(f"at most {MAX_LIST} items")
-        return value
-
-    @field_validator("doc", mode="after")
-    @classmethod
-    def _few_docs(cls, value):
-        if isinstance(value, list) and len(value) > MAX_DOCS:
-            raise ValueError(f"at most {MAX_DOCS} document ids")
-        return value
 
     def filters(self):
         """The :class:`~quarry.search.filters.Filter` of these fields (an empty one when none is set)."""
@@ -95,71 +132,17 @@ class Filters(BaseModel):
             raise UsageError(str(exc).replace("--where", "where", 1)) from None
 
 
-class SearchRequest(Filters):
-    """``POST /v1/search``: the fields are :meth:`quarry.Index.search`'s keywords and the filters
-    (:class:`Filters`)."""
+Filters = create_model(
+    "Filters",
+    __base__=_FilterFields,
+    __doc__="The filter fields of ``POST /v1/search`` and ``POST /v1/answer``: the filter flags of "
+    "``quarry search`` (``where``, ``path``, ``type``, ``since``, ``until``, ``doc``).",
+    __module__=__name__,
+    **fields(FILTERS),
+)
 
-    query: str = Field(min_length=1, max_length=MAX_QUERY, description="What to search for.")
-    k: int = Field(10, ge=1, le=MAX_K, description="Results to return.")
-    mode: Literal["hybrid", "vector", "bm25"] = Field(
-        "hybrid", description="hybrid: both retrievers fused; vector: by meaning; bm25: exact words, codes, numbers."
-    )
-    candidates: int | None = Field(
-        None, ge=1, le=MAX_CANDIDATES, description="Candidates per retriever before fusion (default max(50, 5k))."
-    )
-    fusion: str = Field("tmm", max_length=64, description="A fusion method: tmm, rrf, or a plugin's.")
-    rrf_k: int = Field(60, ge=0, le=10_000)
-    weights: dict[Literal["vector", "bm25", "documents"], Annotated[float, Field(ge=0, le=1000)]] | None = None
-    min_scores: dict[Literal["vector", "bm25", "fused"], Annotated[float, Field(ge=-1e6, le=1e6)]] | None = Field(
-        None,
-        description="Drop candidates scoring below a floor, per retriever in its own terms: vector a cosine "
-        '(-1 to 1, e.g. 0.4), bm25 a BM25 score, fused a fused score; e.g. {"vector": 0.4}. '
-        "Each result's `match` shows these scores; `weak` says when no result really matched.",
-    )
-    window: Annotated[str, Field(max_length=16)] | Side | tuple[Side, Side] | None = Field(
-        None, description="Chunks before and after each hit: 'B,A', one number for both, or [B, A]."
-    )
-    segments: Literal["balanced", "precision", "find_all"] | SegmentParams | None = Field(
-        None, description="Relevant segments instead of single chunks: a preset, or {preset, ...overrides}."
-    )
-    rerank: str | None = Field(
-        None, max_length=200, description="A reranker this server enables (quarry api --rerank)."
-    )
-    rerank_candidates: int = Field(30, ge=1, le=MAX_K)
-    explain: bool = Field(False, description="Each result's retriever ranks and scores.")
-    collapse: bool = Field(True, description="Copies of a passage take one place; the hit lists them in `copies`.")
 
-    @field_validator("fusion", mode="after")
-    @classmethod
-    def _fusion(cls, value: str) -> str:
-        from quarry.core.registry import FUSIONS
-
-        if value not in FUSIONS:
-            raise ValueError(f"unknown fusion {value!r}; choose one of {', '.join(FUSIONS)}")
-        return value
-
-    @field_validator("window", mode="after")
-    @classmethod
-    def _small_window(cls, value):
-        if isinstance(value, str):
-            from quarry.search.windows import parse_window
-
-            try:
-                before, after = parse_window(value)
-            except UsageError as exc:
-                raise ValueError(str(exc)) from None
-            if max(before, after) > MAX_WINDOW:
-                raise ValueError(f"at most {MAX_WINDOW} chunks on a side")
-            return (before, after)
-        return value
-
-    @field_validator("query", mode="after")
-    @classmethod
-    def _not_blank(cls, value: str):
-        if not value.strip():
-            raise ValueError("the query is empty")
-        return value
-
+class _SearchFields(Filters):
     def run(self, index, principals, rerankers: tuple[str, ...] = ()) -> dict:
         """Search ``index`` as a caller holding ``principals`` (None: everything); the CLI's JSON."""
         from quarry.search import serialize
@@ -169,7 +152,6 @@ class SearchRequest(Filters):
             raise UsageError(f"rerank {self.rerank!r} is not enabled on this server (enabled: {enabled})")
         filters = self.filters()
         segments = self.segments.params() if isinstance(self.segments, SegmentParams) else self.segments
-        window = list(self.window) if isinstance(self.window, tuple) else self.window
         response = index.search(
             self.query,
             self.k,
@@ -183,8 +165,18 @@ class SearchRequest(Filters):
             rerank=self.rerank or None,
             rerank_candidates=self.rerank_candidates,
             segments=segments,
-            window=window,
+            window=self.window,
             principals=principals,
             collapse=self.collapse,
         )
         return serialize.payload(response, explained=self.explain)
+
+
+SearchRequest = create_model(
+    "SearchRequest",
+    __base__=_SearchFields,
+    __doc__="``POST /v1/search``: the fields are :meth:`quarry.Index.search`'s keywords and the filters "
+    "(:class:`Filters`), as :data:`quarry.search.parameters.SEARCH` declares them.",
+    __module__=__name__,
+    **fields(SEARCH),
+)

@@ -10,7 +10,8 @@ import sys
 
 import click
 
-from quarry.core.models import SEARCH_MODES
+from quarry.cli.options import filter_of, filter_options, options
+from quarry.search.parameters import ANSWER
 
 
 def _pages(item: dict) -> str:
@@ -60,21 +61,13 @@ def print_answer(data: dict, show_evidence: bool = False) -> None:
         )
 
 
-def register(group: click.Group, *, db_option, json_option, handle_errors, filter_options, build_filter) -> None:
+def register(group: click.Group, *, db_option, json_option, handle_errors) -> None:
     """Add ``ask`` to the ``quarry`` group."""
 
     @group.command()
     @click.argument("question")
     @db_option
-    @click.option(
-        "-k",
-        "k",
-        type=click.IntRange(1, 100),
-        default=8,
-        show_default=True,
-        help="Search results the evidence is cut from.",
-    )
-    @click.option("--mode", type=click.Choice(SEARCH_MODES), default="hybrid", show_default=True)
+    @options(ANSWER, "k", "mode")
     @filter_options
     @click.option("--model", default=None, help="Chat model ($QUARRY_ANSWER_MODEL, else $QUARRY_LLM_MODEL).")
     @click.option("--llm-base-url", default=None, help="OpenAI-compatible endpoint ($QUARRY_LLM_BASE_URL).")
@@ -83,19 +76,7 @@ def register(group: click.Group, *, db_option, json_option, handle_errors, filte
         default=None,
         help="API key ($QUARRY_LLM_API_KEY, else $OPENAI_API_KEY); never stored or printed.",
     )
-    @click.option(
-        "--max-context-tokens",
-        type=click.IntRange(50, 1_000_000),
-        default=None,
-        help="Tokens of evidence in the prompt (default 3000; $QUARRY_ANSWER_CONTEXT_TOKENS).",
-    )
-    @click.option(
-        "--style",
-        type=click.Choice(["auto", "json", "text"]),
-        default="auto",
-        show_default=True,
-        help="Ask for structured claims (json) or prose with [n] markers (text).",
-    )
+    @options(ANSWER, "max_context_tokens", "style")
     @click.option("--show-evidence", is_flag=True, help="Also print the passages the model was given.")
     @click.option(
         "--format",
@@ -106,27 +87,7 @@ def register(group: click.Group, *, db_option, json_option, handle_errors, filte
     )
     @json_option
     @handle_errors
-    def ask(
-        question,
-        db,
-        k,
-        mode,
-        where,
-        path_globs,
-        since,
-        until,
-        file_types,
-        doc_ids,
-        as_principals,
-        model,
-        llm_base_url,
-        llm_api_key,
-        max_context_tokens,
-        style,
-        show_evidence,
-        fmt,
-        as_json,
-    ):
+    def ask(question, db, as_principals, model, llm_base_url, llm_api_key, show_evidence, fmt, as_json, **args):
         """Answer QUESTION from the indexed documents, with checked citations.
 
         Needs an OpenAI-compatible chat endpoint (docs/answers.md). Only documents the --as
@@ -145,13 +106,10 @@ def register(group: click.Group, *, db_option, json_option, handle_errors, filte
         with quarry.open(db, settings) as idx:
             got = idx.answer(
                 question,
-                k=k,
-                mode=mode,
-                filters=build_filter(where, path_globs, since, until, file_types, doc_ids),
+                filters=filter_of(args),
                 principals=list(as_principals) if as_principals else None,
                 model=model,
-                max_context_tokens=max_context_tokens,
-                style=style,
+                **args,
             )
         data = got.to_dict()
         if fmt == "json":

@@ -16,14 +16,12 @@ from pathlib import Path
 import click
 
 from quarry.cli import output, reports
+from quarry.cli.options import RegistryChoice, filter_of, filter_options, options, pairs
 from quarry.cli.output import FORMATS as OUTPUT_FORMATS
 from quarry.core.environment import environment as _environment
 from quarry.core.errors import QuarryError
-from quarry.core.models import FUSION_WEIGHTS, RETRIEVERS, SEARCH_MODES
 from quarry.core.settings import RUNNERS, default_db
-from quarry.search.fusion import DEFAULT_FUSION
-from quarry.search.fusion import DEFAULT_K as DEFAULT_RRF_K
-from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
+from quarry.search.parameters import SEARCH
 
 EXIT_PARTIAL = 3
 
@@ -52,27 +50,6 @@ def handle_errors(fn):
             _fail(f"{type(exc).__name__}: {exc}", 1)
 
     return wrapper
-
-
-class RegistryChoice(click.Choice):
-    """A ``click.Choice`` over the names of a component registry (quarry/core/registry.py), read
-    when a flag is parsed, completed or shown in help, so that the names are written once, next
-    to their implementations, and starting the CLI imports none of them."""
-
-    def __init__(self, registry: str):
-        self._registry = registry  # "module:NAME" of the registry
-        super().__init__((), case_sensitive=True)
-
-    @property
-    def choices(self) -> tuple[str, ...]:
-        from importlib import import_module
-
-        module, _, name = self._registry.partition(":")
-        return getattr(import_module(module), name).names()
-
-    @choices.setter
-    def choices(self, value) -> None:  # click.Choice.__init__ assigns it; the registry is the source
-        pass
 
 
 db_option = click.option(
@@ -377,138 +354,12 @@ def index(
         sys.exit(EXIT_PARTIAL)
 
 
-def filter_options(fn):
-    """--where/--path/--since/--until/--type/--doc, shared by search and export."""
-    for option in reversed(
-        [
-            click.option(
-                "--where",
-                multiple=True,
-                help='Filter, e.g. "file_type = \'pdf\'" or "mtime >= 2024-01-01" '
-                "(repeatable; all must hold; see docs/query.md).",
-            ),
-            click.option(
-                "--path", "path_globs", multiple=True, help="Only files whose path matches this glob (repeatable)."
-            ),
-            click.option("--since", default=None, help="Only files modified on or after this date (YYYY-MM-DD)."),
-            click.option("--until", default=None, help="Only files modified on or before this date (YYYY-MM-DD)."),
-            click.option("--type", "file_types", multiple=True, help="Only this file type, e.g. pdf (repeatable)."),
-            click.option("--doc", "doc_ids", multiple=True, help="Only this document id (repeatable)."),
-            click.option(
-                "--as",
-                "as_principals",
-                multiple=True,
-                metavar="PRINCIPAL",
-                help="Only documents this principal may read, e.g. group:finance (repeatable; public is "
-                "implied; see docs/api.md).",
-            ),
-        ]
-    ):
-        fn = option(fn)
-    return fn
-
-
-def build_filter(where, path_globs, since, until, file_types, doc_ids):
-    """The search/export filter from the flags, or None when no flag was given."""
-    if not (where or path_globs or since or until or file_types or doc_ids):
-        return None
-    from quarry.search.filters import Filter
-
-    return Filter.build(
-        where=list(where),
-        path=list(path_globs),
-        since=since,
-        until=until,
-        file_type=list(file_types),
-        doc_id=list(doc_ids),
-    )
-
-
-def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
-    """``name=value`` pairs from a repeatable, comma-separable flag."""
-    from quarry.core.errors import UsageError
-
-    out: dict[str, float] = {}
-    for item in (p.strip() for v in values for p in v.split(",")):
-        if not item:
-            continue
-        name, sep, raw = item.partition("=")
-        name = name.strip()
-        try:
-            value = float(raw)
-        except ValueError:
-            value = None
-        if not sep or name not in names or value is None or value != value:
-            raise UsageError(f"{flag} takes NAME=NUMBER with NAME one of {', '.join(names)}, got {item!r}")
-        out[name] = value
-    return out or None
-
-
 @cli.command()
 @click.argument("query")
 @db_option
-@click.option("-k", "k", type=click.IntRange(1, 1000), default=10, show_default=True, help="Results to return.")
-@click.option("--mode", type=click.Choice(SEARCH_MODES), default="hybrid", show_default=True)
-@click.option(
-    "--candidates",
-    type=click.IntRange(1, 10000),
-    default=None,
-    help="Candidates per retriever before fusion (default max(50, 5k)).",
-)
-@click.option(
-    "--fusion",
-    type=RegistryChoice("quarry.core.registry:FUSIONS"),
-    default=DEFAULT_FUSION,
-    show_default=True,
-    help="How hybrid fuses: tmm (normalised scores) or rrf (ranks).",
-)
-@click.option(
-    "--rrf-k", type=click.IntRange(0, 10000), default=DEFAULT_RRF_K, show_default=True, help="RRF constant k."
-)
+@options(SEARCH, "k", "mode", "candidates", "fusion", "rrf_k")
 @filter_options
-@click.option(
-    "--weights",
-    multiple=True,
-    help="Fusion weight per retriever, e.g. vector=1,bm25=0.5; documents=0 turns the document evidence off.",
-)
-@click.option(
-    "--min-score",
-    "min_scores",
-    multiple=True,
-    help="Drop candidates below a floor, per retriever in its own terms: vector=COSINE (-1..1, e.g. "
-    "vector=0.4), bm25=SCORE, fused=SCORE (repeatable; docs/query.md).",
-)
-@click.option("--explain", is_flag=True, help="Show each retriever's rank and score and the fused score.")
-@click.option(
-    "--window",
-    default=None,
-    metavar="B,A",
-    help="Return each hit with B chunks before and A after from its document, merged where they meet.",
-)
-# --segments and export's --format list segments.PRESETS and export.FORMATS (tests/test_registry.py checks):
-# importing those modules here would load numpy and pyarrow for every command.
-@click.option(
-    "--segments",
-    type=click.Choice(["balanced", "precision", "find_all"]),
-    is_flag=False,
-    flag_value="balanced",
-    default=None,
-    help="Return relevant segments (dsRAG RSE) instead of single chunks; preset default balanced.",
-)
-@click.option(
-    "--rerank",
-    "rerank_spec",
-    default=None,
-    metavar="SPEC",
-    help="Rerank fused candidates: cross-encoder:/path/to/model, llm or llm:MODEL.",
-)
-@click.option(
-    "--rerank-candidates",
-    type=click.IntRange(1, 1000),
-    default=DEFAULT_RERANK_CANDIDATES,
-    show_default=True,
-    help="Fused candidates handed to the reranker.",
-)
+@options(SEARCH, "weights", "min_scores", "explain", "window", "segments", "rerank", "rerank_candidates")
 @click.option(
     "--format",
     "fmt",
@@ -516,43 +367,15 @@ def parse_pairs(values, flag: str, names=RETRIEVERS) -> dict[str, float] | None:
     default=None,
     help="Output format (default table; --json is --format json).",
 )
-@click.option(
-    "--no-collapse",
-    "no_collapse",
-    is_flag=True,
-    help='Show every copy of a passage as its own hit (by default copies take one place, "+N copies").',
-)
+@options(SEARCH, "collapse")
 @click.option("--copies", "show_copies", is_flag=True, help="List the paths of each hit's copies (the table format).")
 @json_option
 @handle_errors
-def search(
-    query,
-    db,
-    k,
-    mode,
-    candidates,
-    fusion,
-    rrf_k,
-    where,
-    path_globs,
-    since,
-    until,
-    file_types,
-    doc_ids,
-    as_principals,
-    weights,
-    min_scores,
-    explain,
-    window,
-    segments,
-    rerank_spec,
-    rerank_candidates,
-    fmt,
-    no_collapse,
-    show_copies,
-    as_json,
-):
-    """Search the index for QUERY."""
+def search(query, db, as_principals, explain, fmt, show_copies, as_json, **args):
+    """Search the index for QUERY.
+
+    The options are the fields of POST /v1/search and the parameters of the MCP search tool: the
+    same names, limits and defaults (docs/query.md)."""
     import quarry
     from quarry.core.errors import UsageError
     from quarry.search import serialize
@@ -560,23 +383,16 @@ def search(
     if as_json and fmt not in (None, "json"):
         raise UsageError(f"--json and --format {fmt} disagree; give one of them")
     fmt = "json" if as_json else (fmt or "table")
+    filters = filter_of(args)
+    weights, min_scores = (pairs(args.pop(name), SEARCH[name]) for name in ("weights", "min_scores"))
     with quarry.open(db) as idx:
         response = idx.search(
             query,
-            k,
-            mode,
-            candidates=candidates,
-            fusion=fusion,
-            rrf_k=rrf_k,
-            filters=build_filter(where, path_globs, since, until, file_types, doc_ids),
-            weights=parse_pairs(weights, "--weights", FUSION_WEIGHTS),
-            min_scores=parse_pairs(min_scores, "--min-score"),
-            rerank=rerank_spec,
-            rerank_candidates=rerank_candidates,
-            segments=segments,
-            window=window,
+            filters=filters,
+            weights=weights,
+            min_scores=min_scores,
             principals=list(as_principals) if as_principals else None,
-            collapse=not no_collapse,
+            **args,
         )
     for warning in response.warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -598,6 +414,7 @@ def search(
 @cli.command(name="export")
 @click.argument("out", type=click.Path())
 @db_option
+# export.FORMATS, listed here (tests/test_registry.py checks): importing that module would load pyarrow
 @click.option(
     "--format",
     "fmt",
@@ -630,17 +447,12 @@ def export_cmd(
     db,
     fmt,
     vectors,
-    where,
-    path_globs,
-    since,
-    until,
-    file_types,
-    doc_ids,
     as_principals,
     batch_rows,
     overwrite,
     redact,
     as_json,
+    **filter_args,
 ):
     """Write documents, sections and chunks of the committed index to OUT as Parquet or JSONL
     (OUT ending in .parquet or .jsonl: the chunks alone, in that one file)."""
@@ -651,7 +463,7 @@ def export_cmd(
             out,
             fmt,
             vectors=vectors,
-            filters=build_filter(where, path_globs, since, until, file_types, doc_ids),
+            filters=filter_of(filter_args),
             batch_rows=batch_rows,
             overwrite=overwrite,
             principals=list(as_principals) if as_principals else None,
@@ -954,8 +766,6 @@ _register_ask(
     db_option=db_option,
     json_option=json_option,
     handle_errors=handle_errors,
-    filter_options=filter_options,
-    build_filter=build_filter,
 )
 
 from quarry.cli.operations import register as _register_operations  # noqa: E402 - as above

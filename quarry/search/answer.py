@@ -29,13 +29,14 @@ from dataclasses import asdict, dataclass, field
 from quarry.core.errors import QuarryError, UsageError
 from quarry.search.citations import Checked, check, describe
 from quarry.search.evidence import Passage, content_words, gather, shares_content_word
+from quarry.search.parameters import ANSWER, DEFAULT_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS, STYLE
+from quarry.search.parameters import check as check_arguments
 from quarry.search.prompting import PROMPT_VERSION, answer_messages, answer_schema, condense_messages
 
 __all__ = ["Answer", "answer", "answer_events", "STATUSES", "STYLES", "DEFAULT_CONTEXT_TOKENS"]
 
 STATUSES = ("answered", "not_found", "refused", "error")
-STYLES = ("auto", "json", "text")
-DEFAULT_CONTEXT_TOKENS = 3000  # tokens of evidence per prompt
+STYLES = STYLE.choices
 ANSWER_TOKENS = 600  # the answer's own budget
 SHRINKS = 3  # times a context-length error is retried with half the evidence
 _CONTEXT_LENGTH = re.compile(
@@ -207,6 +208,15 @@ def _retrieve(index, question, *, k, mode, filters, principals, max_context_toke
     return response, passages, why, _ms(t)
 
 
+def _checked(index, question: str, k: int, mode: str, max_context_tokens: int | None) -> tuple[str, int]:
+    """The question on one line and the tokens of evidence, each argument checked against its
+    declaration (:data:`quarry.search.parameters.ANSWER`)."""
+    question = " ".join((question or "").split())
+    check_arguments(ANSWER, question=question, k=k, mode=mode)
+    budget = max_context_tokens or getattr(index.settings, "answer_context_tokens", 0) or DEFAULT_CONTEXT_TOKENS
+    return question, MAX_CONTEXT_TOKENS.check(budget)
+
+
 def answer(
     index,
     question: str,
@@ -227,15 +237,9 @@ def answer(
     ``runtime``: an :class:`quarry.ingest.llm.LLMRuntime` to use (tests); else one is made from the
     index's settings. Never raises for the endpoint's failures: they are ``status`` ``error``.
     """
-    question = " ".join((question or "").split())
-    if not question:
-        raise UsageError("the question is empty")
-    if style not in STYLES:
-        raise UsageError(f"unknown answer style {style!r}; choose one of {', '.join(STYLES)}")
+    question, budget = _checked(index, question, k, mode, max_context_tokens)
+    STYLE.check(style)
     settings = index.settings
-    budget = max_context_tokens or getattr(settings, "answer_context_tokens", 0) or DEFAULT_CONTEXT_TOKENS
-    if budget < 50:
-        raise UsageError(f"max_context_tokens must be at least 50, got {budget}")
     name = model_of(settings, model)
     style = "json" if style == "auto" else style
     out = Answer(question=question, status="error", model=name, style=style)
@@ -339,11 +343,8 @@ def answer_events(
     The checks, the condensing of ``history`` and the retrieval run in this call, before the first
     event, so a missing endpoint or a failed search raises here (an API answers it as an error, not a
     broken stream). Closing the iterator early closes the model's stream: it stops generating."""
-    question = " ".join((question or "").split())
-    if not question:
-        raise UsageError("the question is empty")
+    question, budget = _checked(index, question, k, mode, max_context_tokens)
     settings = index.settings
-    budget = max_context_tokens or getattr(settings, "answer_context_tokens", 0) or DEFAULT_CONTEXT_TOKENS
     name = model_of(settings, model)
     out = Answer(question=question, status="error", model=name, style="text")
     t_all = time.perf_counter()
@@ -355,7 +356,7 @@ def answer_events(
             t = time.perf_counter()
             asked = out.standalone_question = _standalone(rt, question, history)
             out.timings["condense"] = _ms(t)
-            usage.update(dict(rt.usage.as_dict().items()))
+            usage.update(rt.usage.as_dict())
         except AnswerError as exc:
             out.error = str(exc)
             out.timings["total"] = _ms(t_all)
@@ -410,9 +411,7 @@ def _stream(
 
         try:
             stream = call_with_retries(
-                lambda: client.chat.completions.create(**kwargs),  # noqa: B023 - called within this attempt
-                RETRY,
-                on_retry=retried,
+                lambda kwargs=kwargs: client.chat.completions.create(**kwargs), RETRY, on_retry=retried
             )
             usage["calls"] += 1
             break

@@ -32,12 +32,13 @@ from quarry.core.sqlfiles import load_sql
 from quarry.ingest.embedders import describe, describe_backend, get_embedder
 from quarry.retrieval.dense import METHODS as VECTOR_SEARCH
 from quarry.search import relevance
-from quarry.search.arguments import checked_numbers, reranker_of, segment_params, short_id, window_of
+from quarry.search.arguments import reranker_of, segment_params, short_id
 from quarry.search.collapse import POOL_FACTOR as COLLAPSE_POOL
 from quarry.search.collapse import collapse as collapse_duplicates
 from quarry.search.filters import Filter, with_filter
 from quarry.search.follower import LRU, Follower
-from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, DOC_WEIGHT, FUSIONS, fuse, normalised, with_documents
+from quarry.search.fusion import DEFAULT_FUSION, DEFAULT_K, DOC_WEIGHT, fuse, normalised, with_documents
+from quarry.search.parameters import SEARCH, WINDOW, check
 from quarry.search.rerank import DEFAULT_CANDIDATES as DEFAULT_RERANK_CANDIDATES
 from quarry.search.rerank import Reranker
 from quarry.search.results import SearchResponse, SearchResult
@@ -288,7 +289,10 @@ class Index:
         principals=None,
         collapse: bool = True,
     ) -> SearchResponse:
-        """Search the committed index: what ``quarry search`` does, flag for keyword.
+        """Search the committed index: what ``quarry search`` does, flag for keyword. Each argument is
+        checked against its declaration in :mod:`quarry.search.parameters`, whose limits ``quarry
+        search``, ``POST /v1/search`` and the MCP tool hold too: a value outside them is a
+        :class:`UsageError`.
 
         ``hybrid`` takes each retriever's top ``candidates`` (default ``max(50, 5k)``) and fuses
         them by ``fusion``: ``tmm`` (default), a convex combination of theoretically min-max
@@ -334,15 +338,27 @@ class Index:
         (:mod:`quarry.search.collapse`; a rerank's or segments' pool is deep already). It runs after
         the rerank, before segments and the cut to ``k``.
         """
-        if k < 1:
-            raise UsageError("k must be at least 1")
+        # every argument checked once, against its declaration (quarry/search/parameters.py)
+        args = check(
+            SEARCH,
+            query=query,
+            k=k,
+            mode=mode,
+            candidates=candidates,
+            fusion=fusion,
+            rrf_k=rrf_k,
+            weights=weights,
+            min_scores=min_scores,
+            rerank_candidates=rerank_candidates,
+            window=window,
+        )
+        k, candidates, rerank_candidates, before_after = (
+            args[n] for n in ("k", "candidates", "rerank_candidates", "window")
+        )
         reranker = reranker_of(rerank)
         params = segment_params(segments)
-        before_after = window_of(window)
         if before_after is not None and params is not None:
             raise UsageError("window and segments are alternatives; give one of them")
-        if rerank_candidates < 1:
-            raise UsageError(f"rerank_candidates must be at least 1, got {rerank_candidates}")
         if params is not None:
             pool = rerank_candidates if reranker else max(k, params.results)
             candidates = candidates or max(pool, 50)
@@ -350,18 +366,18 @@ class Index:
             pool = max(k, rerank_candidates) if reranker else k
         if collapse and reranker is None and params is None:
             # deeper, so that k distinct passages remain; each retriever's candidates as for k alone
-            candidates = max(50, 5 * pool) if candidates is None else candidates  # 0 stays 0: a usage error
+            candidates = max(50, 5 * pool) if candidates is None else candidates
             pool = max(pool, COLLAPSE_POOL * k)
         with self._pinned():
             response = self._ranked(
                 query,
                 pool,
-                mode,
+                args["mode"],
                 candidates=candidates,
-                rrf_k=rrf_k,
-                fusion=fusion,
-                weights=weights,
-                min_scores=min_scores,
+                rrf_k=args["rrf_k"],
+                fusion=args["fusion"],
+                weights=args["weights"],
+                min_scores=args["min_scores"],
                 filters=self._effective(filters, principals),
             )
             if reranker is not None:
@@ -404,32 +420,18 @@ class Index:
         candidates: int | None,
         rrf_k: int,
         fusion: str,
-        weights: dict[str, float] | None,
-        min_scores: dict[str, float] | None,
+        weights: dict[str, float],
+        min_scores: dict[str, float],
         filters: Filter | str | None,
     ) -> SearchResponse:
-        """The top ``k`` of one retriever, or of the fused retrievers in ``hybrid`` mode."""
+        """The top ``k`` of one retriever, or of the fused retrievers in ``hybrid`` mode; the arguments
+        are :meth:`search`'s, checked."""
         timings: dict[str, float] = {}
         t_start = time.perf_counter()
-        if mode not in MODES:
-            raise UsageError(f"unknown search mode {mode!r}; choose one of {', '.join(MODES)}")
-        if k < 1:
-            raise UsageError("k must be at least 1")
-        if candidates is not None and candidates < 1:
-            raise UsageError("candidates must be at least 1")
-        if rrf_k < 0:
-            raise UsageError("rrf_k must be 0 or more")
-        if fusion not in FUSIONS:
-            raise UsageError(f"unknown fusion {fusion!r}; choose one of {', '.join(FUSIONS)}")
-        weights = {**dict.fromkeys(FUSION_WEIGHTS, 1.0), **checked_numbers("weights", weights, FUSION_WEIGHTS)}
-        if any(w < 0 for w in weights.values()):
-            raise UsageError(f"weights must be 0 or more, got {weights}")
-        min_scores = checked_numbers("min_scores", min_scores, (*RETRIEVERS, "fused"))
+        weights = {**dict.fromkeys(FUSION_WEIGHTS, 1.0), **weights}
         if isinstance(filters, str):
             filters = Filter.build(where=[filters])
         query = query.strip()
-        if not query:
-            raise UsageError("the query is empty")
         pool = candidates or max(50, 5 * k)
         active = [r for r in RETRIEVERS if weights[r] > 0] if mode == "hybrid" else [mode]
         n = pool if mode == "hybrid" else k
@@ -764,7 +766,7 @@ class Index:
         after)``), the chunks around it in its document as a window (``"window"``, the shape of
         ``search(window=)``'s). :class:`NotFound` when there is no such chunk or the caller may not
         read its document."""
-        before_after = window_of(neighbours) if neighbours else None
+        before_after = WINDOW.check(neighbours) if neighbours else None
         with self._pinned() as snap:
             sql, params = with_filter(load_sql("chunk_view"), self._readable(snap, principals))
             cur = snap.con.execute(sql, [str(chunk_id), *params])
