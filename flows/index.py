@@ -17,6 +17,7 @@ from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settin
 from prefect.states import Completed
 from quarry.flows import report
 from quarry.flows.pipeline import Totals, run_batches, unwalked
+from quarry.flows.preview import preview
 from quarry.flows.runners import FILES_PER_BATCH, plan_runner, task_runner, task_settings
 from quarry.tasks.acl import apply_permissions, plan_run_permissions
 from quarry.tasks.discover import discover_files, plan_changes
@@ -125,8 +126,6 @@ def index_flow(
     store = open_store(db)  # opened once: the lock, the journal and the writer share it
     roots = [root_path(r) for r in roots]
     if dry_run:  # the one dry-run path, the one `quarry index --dry-run` takes without Prefect
-        from quarry.flows.run import preview
-
         return preview(roots, store.folder, settings, full=full)
     run_id, started = new_run_id(), _now()
     lock, skipped = journal.hold_or_skip(
