@@ -18,21 +18,23 @@ import json
 import logging
 import os
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from importlib import resources
+from typing import Any, Literal
 
 __all__ = ["FORMATS", "JsonFormatter", "bind", "configure", "prefect_settings_path", "scrub", "uvicorn_config"]
 
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-_context: contextvars.ContextVar[dict] = contextvars.ContextVar("quarry_log_context", default={})
+_context: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("quarry_log_context", default={})
 _TOKEN = re.compile(r"\b(qk_[0-9a-f]{12}_)[A-Za-z0-9_-]{20,}")
 _SECRET_NAME = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL|CONNECTION_STRING|SAS)", re.IGNORECASE)
 _PUBLIC_NAMES = {"QUARRY_KEYS_FILE", "QUARRY_KEYS_CHECK_SECONDS", "AWS_ACCESS_KEY_ID"}
 
 
 @contextlib.contextmanager
-def bind(**fields):
+def bind(**fields: Any) -> Iterator[None]:
     """Add ``fields`` (``run_id``, ``stage``, ``path``) to every record logged inside the block."""
     token = _context.set({**_context.get(), **{k: v for k, v in fields.items() if v is not None}})
     try:
@@ -56,7 +58,14 @@ def scrub(text: str) -> str:
 class JsonFormatter(logging.Formatter):
     """One JSON object a line (see the module docstring)."""
 
-    def __init__(self, fmt=None, datefmt=None, style="%", validate=True, **kwargs):
+    def __init__(
+        self,
+        fmt: str | None = None,
+        datefmt: str | None = None,
+        style: Literal["%", "{", "$"] = "%",
+        validate: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(fmt, datefmt, style, validate)
 
     def format(self, record: logging.LogRecord) -> str:
@@ -116,7 +125,7 @@ def configure(level: str | None = None, fmt: str = "text") -> None:
         logging.getLogger("quarry").setLevel(level.upper())
 
 
-def uvicorn_config(fmt: str) -> dict | None:
+def uvicorn_config(fmt: str) -> dict[str, Any] | None:
     """uvicorn's ``log_config`` for ``fmt`` (None: uvicorn's own text lines)."""
     if fmt != "json":
         return None
