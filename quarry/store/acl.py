@@ -8,7 +8,7 @@ chunks stay in the segments that had them).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
@@ -91,6 +91,7 @@ def counts(store) -> dict:
             n = len(stored(snap.con))  # a catalog from before permissions: all public
             return {"documents": n, "restricted": 0, "principals": 1 if n else 0}
         row = snap.con.execute(load_sql("acl_counts")).fetchone()
+        assert row is not None  # counts: one row
         return {"documents": row[0], "restricted": row[1], "principals": row[2]}
     finally:
         snap.close()
@@ -131,7 +132,7 @@ def apply(con, wanted: dict[str, tuple[str, ...]], layer: tuple[int, int] | None
     return _update(con, "acl_apply", "path", {paths.display(p): tuple(v) for p, v in wanted.items()}, layer)
 
 
-def apply_to_documents(con, wanted: dict[str, tuple[str, ...]], layer: tuple[int, int] | None = None) -> list[str]:
+def apply_to_documents(con, wanted: Mapping[str, Sequence[str]], layer: tuple[int, int] | None = None) -> list[str]:
     """Set the principals of these documents (by doc_id) where they differ; returns the doc_ids
     changed (``layer`` as for :func:`apply`)."""
     return _update(con, "acl_apply_documents", "doc_id", {d: normalise(v) for d, v in wanted.items()}, layer)
@@ -148,7 +149,8 @@ def plan_for_run(
     from quarry.store.reader import open_snapshot
 
     asked = requested(acl_source, acl_rules)
-    stored_sources, stored_principals = {}, {}
+    stored_sources: dict[str, AclSource] = {}
+    stored_principals: Mapping[str, tuple[str, ...] | None] = {}
     with gcpause.paused():  # a row per document, no cycles: quarry/core/gcpause.py
         if read_pointer(store) is not None:
             snap = open_snapshot(store, search_index=False)
