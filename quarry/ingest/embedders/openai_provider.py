@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -259,7 +260,7 @@ class OpenAIEmbedder:
 
     def _request(self, texts: list[str], tokens: int) -> np.ndarray:
         """One API request, retried; returns unit vectors in input order."""
-        kwargs = {"model": self.model, "input": texts}
+        kwargs: dict[str, Any] = {"model": self.model, "input": texts}
         if self.requested_dim:
             kwargs["dimensions"] = self.requested_dim
         client = self._get_client()
