@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -52,13 +52,32 @@ def _default(name: str, model=SearchRequest):
     return model.model_fields[name].default
 
 
-# the search tool's parameters (module names: the tool's annotations are read by name)
-Query, K, Mode, Where, Paths, Types = (_arg(n) for n in ("query", "k", "mode", "where", "path", "type"))
-Since, Until, Segments, Window, Explain, Collapse = (
-    _arg(n) for n in ("since", "until", "segments", "window", "explain", "collapse")
-)
-# the answer tool's (its filters are the search's: schemas.Filters)
-Question, AnswerK, AnswerMode = (_arg(n, AnswerRequest) for n in ("question", "k", "mode"))
+if TYPE_CHECKING:
+    # Made at run time from the request models' fields (below), which a type checker cannot follow:
+    # to it the tools' parameters take anything; pydantic checks them when a tool is called.
+    Query: TypeAlias = Any
+    K: TypeAlias = Any
+    Mode: TypeAlias = Any
+    Where: TypeAlias = Any
+    Paths: TypeAlias = Any
+    Types: TypeAlias = Any
+    Since: TypeAlias = Any
+    Until: TypeAlias = Any
+    Segments: TypeAlias = Any
+    Window: TypeAlias = Any
+    Explain: TypeAlias = Any
+    Collapse: TypeAlias = Any
+    Question: TypeAlias = Any
+    AnswerK: TypeAlias = Any
+    AnswerMode: TypeAlias = Any
+else:
+    # the search tool's parameters (module names: the tool's annotations are read by name)
+    Query, K, Mode, Where, Paths, Types = (_arg(n) for n in ("query", "k", "mode", "where", "path", "type"))
+    Since, Until, Segments, Window, Explain, Collapse = (
+        _arg(n) for n in ("since", "until", "segments", "window", "explain", "collapse")
+    )
+    # the answer tool's (its filters are the search's: schemas.Filters)
+    Question, AnswerK, AnswerMode = (_arg(n, AnswerRequest) for n in ("question", "k", "mode"))
 DocId = Annotated[str, Field(max_length=200, description="A document's doc_id, from a search result.")]
 ChunkId = Annotated[str, Field(max_length=200, description="A chunk's chunk_id, from a search result.")]
 Side = Annotated[

@@ -209,7 +209,7 @@ def _both(a: set[str], b: set[str]) -> set[str]:
 class PosixPermissions:
     """Principals from the file system; folder modes are read once per folder per run."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._dirs: dict[str, set[str]] = {}
 
     def _enter(self, folder: str) -> set[str]:
