@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from quarry.core.errors import StoreLocked, UsageError
 from quarry.core.settings import Settings
@@ -91,7 +91,7 @@ def index(
             # Prefect reads PREFECT_API_URL once, when first imported: a second call in the same
             # process (a notebook, a scheduler's worker) must name this call's server itself
             try:
-                updates = {PREFECT_API_URL: api}
+                updates: dict[Any, str | None] = {PREFECT_API_URL: api}
                 if not heartbeat_asked():  # what the flow would set itself: one copy of the settings, not two
                     updates[PREFECT_FLOWS_HEARTBEAT_FREQUENCY] = None
                 with temporary_settings(updates=updates):

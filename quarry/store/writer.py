@@ -35,7 +35,9 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -108,7 +110,7 @@ class StoreWriter:
         self.line_changed: set[str] = set()
         self.recount_boilerplate = False  # every chunk's boilerplate flag from scratch (quarry maintain)
         # texts -> vectors of the run's model, for chunks QUARRY_BOILERPLATE=strip changes at commit
-        self.embed = None
+        self.embed: Callable[[list[str]], np.ndarray] | None = None
 
     def open(self) -> StoreWriter:
         self.lock.acquire()
@@ -298,8 +300,8 @@ class StoreWriter:
         """One moved file (see :meth:`move_documents`)."""
         self.move_documents([(doc_id, path, root, rel_path, mtime, run_id)])
 
-    def touch_documents(self, items: list[tuple[str, object]]) -> None:
-        """Record new mtimes of unchanged files (bookkeeping only)."""
+    def touch_documents(self, items: list[tuple[str, datetime, str]]) -> None:
+        """Record new mtimes of unchanged files (bookkeeping only): ``(doc_id, mtime, run_id)`` each."""
         if not items:
             return
         table = layers.touches_table(items)
