@@ -473,7 +473,7 @@ def warm_flow_runs():
             return warm if method == "spawn" else multiprocessing.get_context(method)
 
     saved = engine.multiprocessing
-    engine.multiprocessing = _Multiprocessing()
+    engine.multiprocessing = _Multiprocessing()  # type: ignore[assignment]  # the module, but for get_context
     try:
         yield warm
     finally:

@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Tracer
+    from opentelemetry.trace import Span, Tracer
 
 __all__ = ["current_trace_id", "enabled", "span"]
 
@@ -69,7 +69,7 @@ def _configure() -> Tracer | None:
     return trace.get_tracer("quarry")
 
 
-def span(name: str, **attributes: Any) -> AbstractContextManager[object]:
+def span(name: str, **attributes: Any) -> AbstractContextManager[Span | None]:
     """A context manager around one unit of work: a span named ``name`` (attributes: plain values,
     never document text or a secret) when tracing is enabled, else a shared no-op."""
     if not enabled():

@@ -716,11 +716,11 @@ class _VectorSource:
                     slots[seg.dense.slot_rows] = np.arange(seg.n_rows)
                 docs = seg.rows.column("doc_id").to_pylist()
                 for local, chunk_id in enumerate(seg.rows.column("chunk_id").to_pylist()):
-                    i = where.get(chunk_id)
-                    if i is None or found[i] or first + local in deleted or docs[local] in changed:
+                    at = where.get(chunk_id)
+                    if at is None or found[at] or first + local in deleted or docs[local] in changed:
                         continue  # a row an older version, or this run, replaced
-                    out[i] = seg.dense.vectors[slots[local]]
-                    unit[i] = found[i] = True
+                    out[at] = seg.dense.vectors[slots[local]]
+                    unit[at] = found[at] = True
         if not found.all():
             missing = np.flatnonzero(~found)
             out[missing] = self.writer._vectors_in_row_order(pa.array([ids[i] for i in missing], type=pa.string()))

@@ -110,7 +110,7 @@ class Fetched:
 
     def open(self):
         """A binary file object over the content."""
-        return io.BytesIO(self.data) if self.path is None else open(self.path, "rb")
+        return io.BytesIO(self.data or b"") if self.path is None else open(self.path, "rb")
 
     def read(self) -> bytes:
         if self.path is None:
