@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from prefect import Flow, get_run_logger
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
@@ -51,7 +52,8 @@ def _batches(items, files_per_batch: int = FILES_PER_BATCH, bytes_per_batch: int
     """Batches of at most ``files_per_batch`` files and ``bytes_per_batch`` bytes. The first ones are
     smaller (8, 16, 32 … files): embedding starts sooner, and progress shows a rate and an ETA
     after a few seconds rather than after the first full batch."""
-    batch, size = [], 0
+    batch: list[Any] = []
+    size = 0
     limit = min(FIRST_BATCH, files_per_batch)
     for item in items:
         if batch and (len(batch) >= limit or size + item[0].size > bytes_per_batch):

@@ -17,6 +17,7 @@ import sys
 import time
 from datetime import UTC
 from pathlib import Path
+from typing import Any
 
 from quarry.core.errors import QuarryError, UsageError
 
@@ -58,9 +59,10 @@ def _flush_prefect_logs() -> None:
     a scheduler's worker) finds workers still bound to that dead server."""
     if "prefect.logging.handlers" in sys.modules:
         try:
-            from prefect.logging.handlers import APILogHandler, APILogWorker
+            from prefect.logging.handlers import APILogWorker
 
-            APILogHandler.flush()
+            # sends what is queued, then stops the workers (APILogHandler.flush is an instance
+            # method: called on the class it raised a TypeError, and the drain never ran)
             APILogWorker.drain_all(timeout=10, at_exit=False)
         except Exception:  # noqa: BLE001, S110 - logs are a convenience; never fail a run over them
             pass
@@ -170,7 +172,7 @@ def prefect_api(
         if check is not None:
             check()
         _wait_for(proc, url, deadline, log_dir / "prefect-server.log")
-        if template is not None:
+        if template is not None and database is not None:  # a template is made only for a database
             _save_template(database, template)
         if announce is not None:
             import json
@@ -223,15 +225,16 @@ def lease(store: Path):
     the announcement is read, so the server cannot end between the read and the run."""
     leases = store / "prefect" / "leases"
     path = leases / str(os.getpid())
+    held = True
     try:
         leases.mkdir(parents=True, exist_ok=True)
         path.touch()
     except OSError:
-        path = None
+        held = False
     try:
         yield
     finally:
-        if path is not None:
+        if held:
             with contextlib.suppress(OSError):
                 path.unlink()
 
@@ -470,7 +473,7 @@ def warm_flow_runs():
             return warm if method == "spawn" else multiprocessing.get_context(method)
 
     saved = engine.multiprocessing
-    engine.multiprocessing = _Multiprocessing()
+    engine.multiprocessing = _Multiprocessing()  # type: ignore[assignment]  # the module, but for get_context
     try:
         yield warm
     finally:
@@ -552,9 +555,10 @@ def serve_index(
 
         def stop_soon(self) -> None:
             """Stop from a signal handler: cancel in-flight runs, end polling, return from start()."""
-            if self.loop is not None and not getattr(self, "stopping", False):
+            loop = self.loop
+            if loop is not None and not getattr(self, "stopping", False):
                 self.stopping = True
-                self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self.astop()))
+                loop.call_soon_threadsafe(lambda: loop.create_task(self.astop()))
 
         def handle_sigterm(self, *args, **kwargs):
             # Prefect's own handler calls a coroutine without awaiting it and exits from inside
@@ -562,7 +566,7 @@ def serve_index(
             self.stop_soon()
 
     name = name or deployment_name(store)
-    parameters = {"roots": roots, "db": str(store), "if_busy": "skip"}
+    parameters: dict[str, Any] = {"roots": roots, "db": str(store), "if_busy": "skip"}
     if overrides:
         parameters["overrides"] = overrides
     if evaluate:
@@ -573,7 +577,9 @@ def serve_index(
         from prefect.client.orchestration import get_client
 
         with get_client(sync_client=True) as client:
-            client.create_flow_run_from_deployment(deployment_id, tags=["initial-run"])
+            # add_flow is sync_compatible, hence annotated UUID | Coroutine: called here, outside an
+            # event loop, it returned the UUID
+            client.create_flow_run_from_deployment(deployment_id, tags=["initial-run"])  # type: ignore[arg-type]
     if on_start is not None:
         on_start(name)
 

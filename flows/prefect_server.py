@@ -31,6 +31,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -128,6 +129,8 @@ def create_app():
 def main() -> None:
     port, parent = int(sys.argv[1]), int(sys.argv[2])
     services = "--services" in sys.argv[3:]
+    watch: Callable[..., None]
+    args: tuple[object, ...]
     if "--linger" in sys.argv:
         at = sys.argv.index("--linger")
         watch, args = _linger, (parent, float(sys.argv[at + 1]), Path(sys.argv[at + 2]))

@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from quarry.flows.preview import preview  # quarry.index(dry_run=True) and the flow's dry run
 
@@ -86,7 +87,7 @@ def index(
             # Prefect reads PREFECT_API_URL once, when first imported: a second call in the same
             # process (a notebook, a scheduler's worker) must name this call's server itself
             try:
-                updates = {PREFECT_API_URL: api}
+                updates: dict[Any, str | None] = {PREFECT_API_URL: api}
                 if not heartbeat_asked():  # what the flow would set itself: one copy of the settings, not two
                     updates[PREFECT_FLOWS_HEARTBEAT_FREQUENCY] = None
                 with temporary_settings(updates=updates):

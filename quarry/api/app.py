@@ -16,6 +16,7 @@ the next request, for local stores and stores on object storage alike.
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
@@ -35,6 +36,9 @@ from quarry.api.deps import (  # noqa: F401 - the server's configuration and dep
 from quarry.api.errors import Scrubber, install, respond
 from quarry.api.observe import Observer
 from quarry.core.environment import environment
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
 
 DOCS_ASSETS = "/docs/assets"  # Swagger UI's script, style and icon
 
@@ -128,7 +132,7 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         answers.router,
     ):
         app.include_router(router)
-    asgi = BodyLimit(app, config.max_body)
+    asgi: ASGIApp = BodyLimit(app, config.max_body)
     if mcp_http is not None:
         asgi = mcp_http.mount(asgi)
     app.state.asgi = asgi = Observer(asgi, state, metrics=environment().api_metrics)  # quarry/api/observe.py

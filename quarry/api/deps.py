@@ -12,6 +12,7 @@ import os
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fastapi import Depends, Request
 from fastapi.responses import Response
@@ -19,6 +20,10 @@ from fastapi.responses import Response
 from quarry.api.auth import DEFAULT_RATE_LIMIT, Authenticator, Caller
 from quarry.api.errors import ApiError
 from quarry.api.keys import KeyRing, key_store
+
+if TYPE_CHECKING:
+    from quarry.api.answering import AnswerGate
+    from quarry.search.query import Index
 
 log = logging.getLogger("quarry.api")
 CONFIG_ENV = "QUARRY_API_CONFIG"  # how `quarry api --workers N` hands the config to its worker processes
@@ -60,8 +65,8 @@ class State:
         self.config = config
         self.store = open_store(config.db)
         self.auth = Authenticator(KeyRing(key_store(self.store, config.keys_file)), config.rate_limit, config.workers)
-        self._index = None
-        self._answers = None
+        self._index: Index | None = None
+        self._answers: AnswerGate | None = None
         self._guard = threading.Lock()
 
     def index(self):

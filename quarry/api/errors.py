@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -80,7 +82,7 @@ class Scrubber:
 BODY_SHAPE = "the body must be a JSON object sent as Content-Type: application/json"
 
 
-def validation_line(errors: list[dict], located: bool = False) -> str:
+def validation_line(errors: Sequence[Mapping[str, Any]], located: bool = False) -> str:
     """One line for pydantic's errors (of a request body, a query, a tool's arguments): each names
     its field, at most three, never pydantic's URL or the rejected value. ``located``: each
     location starts with where in the request it is (FastAPI's ``body``, ``query``, ...)."""

@@ -18,6 +18,7 @@ store on object storage (``s3://``, ``gs://``, ``az://``) the object ``keys.json
 
 from __future__ import annotations
 
+import builtins
 import fcntl
 import hashlib
 import hmac
@@ -276,7 +277,7 @@ def check_new(name: str, principals=(), admin: bool = False, rate_limit: int | N
 class KeyRing:
     """The keys of one store: create, list, revoke, and check a bearer token."""
 
-    def __init__(self, where, audit=None):
+    def __init__(self, where, audit=None) -> None:
         self.where = where
         self.audit = audit  # the store's AuditLog: creations and revocations are recorded there
         self._keys: dict[str, Key] = {}
@@ -339,7 +340,7 @@ class KeyRing:
         records, _ = self.where.read()
         return [Key(**r) for r in records]
 
-    def revoke(self, name_or_id: str) -> list[Key]:
+    def revoke(self, name_or_id: str) -> builtins.list[Key]:  # `list` here is the method above
         """Revoke the active keys of that name (or the key of that id); the revoked keys."""
         done: list[Key] = []
 
@@ -357,7 +358,7 @@ class KeyRing:
             self._record("key.revoked", key)
         return done
 
-    def note_expired(self) -> list[Key]:
+    def note_expired(self) -> builtins.list[Key]:
         """Record in the audit log each key that has expired since it was last looked at (a key
         expires by the clock, with no command to record it); the keys recorded now."""
         if self.audit is None:

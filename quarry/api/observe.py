@@ -27,6 +27,7 @@ import os
 import re
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -35,6 +36,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from quarry.api.errors import ApiError, respond
 from quarry.core import tracing
 from quarry.core.models import SEARCH_MODES
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 __all__ = ["ApiMetrics", "Observer", "metrics_registry"]
 
@@ -134,6 +138,7 @@ def metrics_registry(metrics: ApiMetrics | None, state) -> CollectorRegistry:
 
         multiprocess.MultiProcessCollector(registry, path=folder)
     else:
+        assert metrics is not None  # one process: its own counters (None only with worker processes)
         registry.register(_Requests(metrics.registry))
     registry.register(_IndexCollector(state))
     return registry
@@ -163,7 +168,7 @@ class _ThisProcess:
         return _observers[-1].exposed.collect() if _observers else []
 
 
-def serve_metrics(port: int, state_factory) -> object:
+def serve_metrics(port: int, state_factory) -> WSGIServer:
     """Serve ``/metrics`` on 127.0.0.1:``port`` without a key (``quarry api --metrics-port``): the
     app of this process, or with worker processes their sum (multiprocess mode) and the index
     gauges of a state made by ``state_factory()``. Returns the server (``shutdown()`` stops it)."""

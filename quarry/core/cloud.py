@@ -22,10 +22,16 @@ import importlib
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from quarry.core.errors import UsageError
+
+if TYPE_CHECKING:
+    from azure.storage.blob import BlobServiceClient
 
 __all__ = [
     "s3_client",
@@ -39,7 +45,8 @@ __all__ = [
     "EMULATOR_URL",
 ]
 
-_clients: dict[tuple, object] = {}
+# the SDK clients by what shapes them (boto3's and google-cloud-storage's are untyped)
+_clients: dict[tuple[str | int | None, ...], Any] = {}
 _guard = threading.Lock()
 
 
@@ -50,7 +57,7 @@ def _fingerprint(*secrets: str | None) -> str:
 # --- S3 ---------------------------------------------------------------------------------------
 
 
-def s3_client():
+def s3_client() -> Any:
     """A boto3 S3 client configured from the AWS environment (one per process, endpoint and credential)."""
     try:
         import boto3
@@ -97,7 +104,7 @@ def s3_client():
 # --- Google Cloud Storage ---------------------------------------------------------------------
 
 
-def gcs_storage():
+def gcs_storage() -> ModuleType:
     """The ``google.cloud.storage`` module, or :class:`UsageError` saying what to install."""
     try:
         return importlib.import_module("google.cloud.storage")
@@ -105,7 +112,7 @@ def gcs_storage():
         raise UsageError("gs:// needs google-cloud-storage: pip install 'quarry[gcs]'") from exc
 
 
-def gcs_client():
+def gcs_client() -> Any:
     """A google-cloud-storage client from the Google environment (one per process and endpoint)."""
     storage = gcs_storage()
     emulator = os.environ.get("STORAGE_EMULATOR_HOST") or None
@@ -162,7 +169,7 @@ class AzureAccount:
 
 
 def _connection_string(text: str) -> AzureAccount:
-    parts = {}
+    parts: dict[str, str] = {}
     for item in text.split(";"):
         name, sep, value = item.strip().partition("=")
         if sep:
@@ -179,7 +186,7 @@ def _connection_string(text: str) -> AzureAccount:
     key, sas = parts.get("accountkey"), parts.get("sharedaccesssignature")
     if not name and endpoint:  # a SAS connection string: the account is in the endpoint
         parsed = urlsplit(endpoint)
-        name = parsed.path.strip("/").split("/")[0] or parsed.hostname.split(".")[0]
+        name = parsed.path.strip("/").split("/")[0] or (parsed.hostname or "").split(".")[0]
     if not (name and endpoint and (key or sas)):
         raise UsageError(
             "AZURE_STORAGE_CONNECTION_STRING names no account, blob endpoint and key or "
@@ -188,7 +195,7 @@ def _connection_string(text: str) -> AzureAccount:
     return AzureAccount(name, endpoint.rstrip("/"), key=key, sas=sas and sas.lstrip("?"))
 
 
-def account_from_env(env=None) -> AzureAccount:
+def account_from_env(env: Mapping[str, str] | None = None) -> AzureAccount:
     """The storage account the ``AZURE_*`` environment names (module docstring)."""
     env = os.environ if env is None else env
     if env.get("AZURE_STORAGE_CONNECTION_STRING"):
@@ -210,7 +217,7 @@ def account_from_env(env=None) -> AzureAccount:
     return AzureAccount(name, endpoint.rstrip("/"), key=key, sas=sas)
 
 
-def blob_service(account: AzureAccount):
+def blob_service(account: AzureAccount) -> BlobServiceClient:
     """A ``BlobServiceClient`` for ``account`` (one per process, endpoint and credential)."""
     try:
         from azure.storage.blob import BlobServiceClient, ExponentialRetry
@@ -221,7 +228,7 @@ def blob_service(account: AzureAccount):
     fingerprint = hashlib.sha256("\0".join(account.secrets()).encode()).hexdigest()
     cache_key = ("az", account.name, account.endpoint, fingerprint, os.getpid())
     with _guard:
-        client = _clients.get(cache_key)
+        client: BlobServiceClient | None = _clients.get(cache_key)
         if client is None:
             credential = {"account_name": account.name, "account_key": account.key} if account.key else account.sas
             # Our own code decides when to cut a file into blocks (upload_file), never the SDK.

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -74,7 +75,7 @@ class Environment(BaseSettings):
     metrics_file: str = ""  # every run writes its Prometheus metrics here (node_exporter's textfile collector)
 
 
-_env_cache: tuple[tuple, Environment] | None = None
+_env_cache: tuple[tuple[tuple[str, str], ...], Environment] | None = None
 
 
 def environment() -> Environment:
@@ -92,7 +93,7 @@ def environment() -> Environment:
     return value
 
 
-def describe_error(exc: ValidationError, given: dict, model: type[BaseSettings]) -> str:
+def describe_error(exc: ValidationError, given: dict[str, Any], model: type[BaseSettings]) -> str:
     """One line for the first error: where the value came from, what it was, what is accepted."""
     error = exc.errors(include_url=False)[0]
     loc = error.get("loc") or ()

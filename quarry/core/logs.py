@@ -18,11 +18,11 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from importlib import resources
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ["FORMATS", "JsonFormatter", "bind", "configure", "prefect_settings_path", "scrub", "uvicorn_config"]
 
@@ -38,7 +38,7 @@ _PUBLIC_NAMES = {"QUARRY_KEYS_FILE", "QUARRY_KEYS_CHECK_SECONDS", "AWS_ACCESS_KE
 
 
 @contextlib.contextmanager
-def bind(**fields):
+def bind(**fields: Any) -> Iterator[None]:
     """Add ``fields`` (``run_id``, ``stage``, ``path``) to every record logged inside the block."""
     token = _context.set({**_context.get(), **{k: v for k, v in fields.items() if v is not None}})
     try:
@@ -75,7 +75,14 @@ def scrub(text: str) -> str:
 class JsonFormatter(logging.Formatter):
     """One JSON object a line (see the module docstring)."""
 
-    def __init__(self, fmt=None, datefmt=None, style="%", validate=True, **kwargs):
+    def __init__(
+        self,
+        fmt: str | None = None,
+        datefmt: str | None = None,
+        style: Literal["%", "{", "$"] = "%",
+        validate: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(fmt, datefmt, style, validate)
 
     def format(self, record: logging.LogRecord) -> str:
@@ -135,7 +142,7 @@ def configure(level: str | None = None, fmt: str = "text") -> None:
         logging.getLogger("quarry").setLevel(level.upper())
 
 
-def uvicorn_config(fmt: str) -> dict | None:
+def uvicorn_config(fmt: str) -> dict[str, Any] | None:
     """uvicorn's ``log_config`` for ``fmt`` (None: uvicorn's own text lines)."""
     if fmt != "json":
         return None

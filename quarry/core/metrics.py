@@ -13,11 +13,13 @@ Names follow Prometheus' conventions: base units (seconds, bytes), ``_total`` fo
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 __all__ = ["RUN_COUNTS", "RUN_STATUSES", "RunFacts", "run_registry", "write_textfile", "timestamp"]
 
@@ -42,7 +44,7 @@ class RunFacts:
 
     def __init__(
         self,
-        last_run: dict | None = None,
+        last_run: dict[str, Any] | None = None,
         committed_at: float | None = None,
         generation: int | None = None,
         schedule_seconds: float | None = None,
@@ -55,7 +57,7 @@ class RunFacts:
         self.bytes_written = bytes_written
 
 
-def timestamp(value) -> float | None:
+def timestamp(value: object) -> float | None:
     """A run row's time (ISO text, naive UTC, or a datetime) as Unix seconds."""
     if value in (None, ""):
         return None
@@ -63,17 +65,17 @@ def timestamp(value) -> float | None:
         value = datetime.fromisoformat(str(value).rstrip("Z"))
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    return value.timestamp()
+    return float(value.timestamp())
 
 
 class _RunCollector:
     def __init__(self, facts: Callable[[], RunFacts]):
         self.facts = facts
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []  # values are read at collection; registering must not call the source
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         facts = self.facts()
         now = time.time()
         run = facts.last_run or {}
@@ -137,7 +139,7 @@ class _RunCollector:
             yield _gauge("quarry_index_stale", "1 when no commit succeeded for 3 schedule intervals", stale)
 
 
-def _gauge(name: str, doc: str, value) -> GaugeMetricFamily:
+def _gauge(name: str, doc: str, value: float | None) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, doc)
     if value is not None:
         family.add_metric([], float(value))

@@ -12,9 +12,11 @@ import hashlib
 import json
 import time
 from collections import defaultdict
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
+from typing import Any
 
 __all__ = [
     "FileInfo",
@@ -155,10 +157,12 @@ class ParsedDocument:
         return lo + 1
 
     @classmethod
-    def from_pages(cls, pages: list[str], separator: str = "\n\n", **fields) -> ParsedDocument:
+    def from_pages(cls, pages: list[str], separator: str = "\n\n", **fields: Any) -> ParsedDocument:
         """Pages joined by ``separator``, with ``page_offsets`` at each page's start (PDF pages,
         OCRed frames); empty text (offsets all 0) when no page has any."""
-        offsets, parts, length = [], [], 0
+        offsets: list[int] = []
+        parts: list[str] = []
+        length = 0
         for text in pages:
             if parts:
                 parts.append(separator)
@@ -202,7 +206,9 @@ class Chunk:
     text_hash: str  # sha256 of the embedded text (header + "\n\n" + text)
     n_tokens: int = 0
     truncated: bool = False
-    signals: dict = field(default_factory=dict)  # corpus signals (quarry/retrieval/corpus/signals.py): catalog columns
+    signals: dict[str, Any] = field(
+        default_factory=dict
+    )  # corpus signals (quarry/retrieval/corpus/signals.py): catalog columns
 
     @property
     def embed_text(self) -> str:
@@ -237,7 +243,9 @@ class DocumentRecord:
     page_offsets: list[int] = field(default_factory=list)  # where each page starts in the parsed text
     ocr_page_numbers: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the parser's and the chunker's, for the document view
-    signals: dict = field(default_factory=dict)  # corpus signals (quarry/retrieval/corpus/signals.py): catalog columns
+    signals: dict[str, Any] = field(
+        default_factory=dict
+    )  # corpus signals (quarry/retrieval/corpus/signals.py): catalog columns
 
 
 @dataclass(frozen=True)
@@ -277,7 +285,7 @@ class RunReport:
     # deletion guard stopped it before it wrote anything); rollback (`quarry rollback`)
     status: str = "completed"
     runner: str = ""  # the task runner that ran the batches: threads, processes, dask, ray
-    roots: list = field(default_factory=list, metadata=_JSON)
+    roots: list[str] = field(default_factory=list, metadata=_JSON)
     added: int = 0
     updated: int = 0
     moved: int = 0
@@ -294,14 +302,18 @@ class RunReport:
     llm_prompt_tokens: int = 0
     llm_completion_tokens: int = 0
     llm_cached: int = 0
-    llm_fallback_windows: list = field(default_factory=list, metadata=_JSON)  # [{"path", "kind", "window", "error"}]
+    llm_fallback_windows: list[dict[str, Any]] = field(
+        default_factory=list, metadata=_JSON
+    )  # [{"path", "kind", "window", "error"}]
     ocr_pages: int = 0
     ocr_seconds: float = 0.0
     permissions_updated: int = 0  # documents whose principals changed (rules, file modes), none re-parsed
-    errors: list = field(default_factory=list, metadata=_JSON)  # [{"path", "error"}]
-    durations: dict = field(default_factory=dict, metadata=_JSON)
-    settings: dict = field(default_factory=dict, metadata=_JSON)  # secrets masked
-    unsupported_files: list = field(default_factory=list, metadata=_JSON)  # [{"path", "reason"}], the first 1,000
+    errors: list[dict[str, Any]] = field(default_factory=list, metadata=_JSON)  # [{"path", "error"}]
+    durations: dict[str, dict[str, Any]] = field(default_factory=dict, metadata=_JSON)
+    settings: dict[str, Any] = field(default_factory=dict, metadata=_JSON)  # secrets masked
+    unsupported_files: list[dict[str, Any]] = field(
+        default_factory=list, metadata=_JSON
+    )  # [{"path", "reason"}], the first 1,000
     message: str = ""  # why a run was skipped or refused, what a rollback did
 
     @classmethod
@@ -315,10 +327,10 @@ class RunReport:
         return tuple(f.name for f in fields(cls) if f.type in ("int", "float"))
 
     @classmethod
-    def from_row(cls, row: dict) -> RunReport:
+    def from_row(cls, row: Mapping[str, Any]) -> RunReport:
         """A report from a ``runs`` row, a journal line or ``to_dict()`` output; fields a row from an
         older quarry lacks (or holds as NULL) take their defaults, and unknown keys are ignored."""
-        values = {}
+        values: dict[str, Any] = {}
         for f in fields(cls):
             value = row.get(f.name)
             if value is None:
@@ -332,14 +344,14 @@ class RunReport:
         values.setdefault("started", datetime.fromtimestamp(0))
         return cls(**values)
 
-    def to_row(self) -> dict:
+    def to_row(self) -> dict[str, Any]:
         """The ``runs`` row: timestamps as datetimes, JSON columns as JSON text."""
         row = asdict(self)
         for name in self.json_fields():
             row[name] = json.dumps(row[name], ensure_ascii=False)
         return row
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values: timestamps as ISO text with a ``Z`` (UTC), as ``quarry runs --json`` prints them."""
         out = asdict(self)
         for name in ("started", "finished"):
@@ -363,7 +375,7 @@ class RunReport:
 
     @classmethod
     def skipped_run(
-        cls, run_id: str, started: datetime, finished: datetime, roots: list[str], reason: str, settings: dict
+        cls, run_id: str, started: datetime, finished: datetime, roots: list[str], reason: str, settings: dict[str, Any]
     ) -> RunReport:
         """The report of a run that stood down because ``reason`` (the store was busy): every count zero."""
         return cls(
@@ -409,7 +421,7 @@ class StageClock:
             self.rows[stage] += n
 
     @contextmanager
-    def timing(self, stage: str, rows: int = 0):
+    def timing(self, stage: str, rows: int = 0) -> Iterator[None]:
         """Time the ``with`` block as part of ``stage`` (an OpenTelemetry span when tracing is on; the
         stage is on the block's JSON log lines)."""
         from quarry.core import logs, tracing
@@ -424,9 +436,9 @@ class StageClock:
         finally:
             self.add(stage, time.perf_counter() - t, rows, start)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, dict[str, Any]]:
         """``{stage: {"seconds", "busy_seconds", "rows", "rows_per_s"}}`` in pipeline order."""
-        out = {}
+        out: dict[str, dict[str, Any]] = {}
         for stage in [s for s in STAGES if s in self.spans] + [s for s in self.spans if s not in STAGES]:
             wall, busy, rows = _union(self.spans[stage]), sum(b - a for a, b in self.spans[stage]), self.rows[stage]
             out[stage] = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from typing import Protocol
 
 LINE_SECONDS = 5.0
 
@@ -23,8 +24,16 @@ def enable(on: bool = True) -> None:
     _enabled = on
 
 
+class Bar(Protocol):
+    """What :func:`start` returns: a display advanced by files done."""
+
+    def advance(self, n: int = 1, chunks: int | None = None, ocr_pages: int | None = None) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class _NullBar:
-    def advance(self, n: int = 1, **fields) -> None:
+    def advance(self, n: int = 1, chunks: int | None = None, ocr_pages: int | None = None) -> None:
         pass
 
     def stop(self) -> None:
@@ -157,7 +166,7 @@ class _RichBar:
         self._progress.stop()
 
 
-def start(description: str, total: int):
+def start(description: str, total: int) -> Bar:
     """A progress display over ``total`` files; a no-op object when progress is off or there is
     nothing to do."""
     if not _enabled or not total:

@@ -62,6 +62,9 @@ __all__ = [
 ]
 
 F = TypeVar("F")
+# A registered factory: its arguments and product depend on the extension point, whose types
+# live in the layers above this one.
+Factory = Callable[..., Any]
 
 
 class Registry(Generic[F]):
@@ -81,7 +84,7 @@ class Registry(Generic[F]):
         self._loading = False
         self._guard = threading.RLock()
         self._items: dict[str, F] = {}
-        self._info: dict[str, dict] = {}
+        self._info: dict[str, dict[str, Any]] = {}
         self._origin: dict[str, str] = {}  # name -> the plugin (entry point) that registered it
         self._options: dict[str, tuple[Option, ...]] = {}  # name -> the settings it declared
         self._plugin: str | None = None  # the entry point being loaded
@@ -91,7 +94,7 @@ class Registry(Generic[F]):
 
     # --- registering --------------------------------------------------------------------------
 
-    def register(self, name: str, *, options: tuple[Option, ...] = (), **info) -> Callable[[F], F]:
+    def register(self, name: str, *, options: tuple[Option, ...] = (), **info: Any) -> Callable[[F], F]:
         """Decorator: register the decorated factory under ``name`` (each name once); ``options``:
         the settings it reads (:mod:`quarry.core.options`); ``info`` is kept for :meth:`info` (a
         backend's ``describe`` function, a fusion's properties …)."""
@@ -102,7 +105,7 @@ class Registry(Generic[F]):
 
         return add
 
-    def add(self, name: str, item: F, *, options: tuple[Option, ...] = (), **info) -> F:
+    def add(self, name: str, item: F, *, options: tuple[Option, ...] = (), **info: Any) -> F:
         """Register ``item`` (a factory, or a record such as a file format) under ``name``, with
         the settings it reads (``options``; a record may carry them as its ``options`` attribute)."""
         if not isinstance(name, str) or not name:
@@ -149,6 +152,7 @@ class Registry(Generic[F]):
     def _load_plugins(self) -> None:
         from importlib.metadata import entry_points
 
+        assert self.group is not None  # called only for a registry with a group
         for ep in sorted(entry_points(group=self.group), key=lambda e: e.name):
             self._plugin = f"{ep.name} ({ep.value})"
             try:
@@ -177,7 +181,7 @@ class Registry(Generic[F]):
         except (KeyError, TypeError):
             raise ConfigError(f"unknown {self.kind} {name!r}; choose one of {', '.join(self.names())}") from None
 
-    def info(self, name: str) -> dict:
+    def info(self, name: str) -> dict[str, Any]:
         """What ``name`` was registered with besides its component."""
         self.get(name)
         return self._info[name]
@@ -211,12 +215,12 @@ class Registry(Generic[F]):
         rank = {m: i for i, m in enumerate(self._modules)}
         order = {n: i for i, n in enumerate(self._items)}
 
-        def key(name: str):
+        def position(name: str) -> tuple[int, int]:
             if name in self._origin:
                 return (len(rank) + 1, order[name])
             return (rank.get(getattr(self._items[name], "__module__", ""), len(rank)), order[name])
 
-        names = tuple(sorted(self._items, key=key))
+        names = tuple(sorted(self._items, key=position))
         if not self._loading:  # a registry still importing its built-ins has not reached its order yet
             self._names = ((self.version, len(self._items)), names)
         return names
@@ -267,7 +271,7 @@ def _is_record(obj: Any) -> bool:
 
 # --- the extension points ----------------------------------------------------------------------
 
-EMBEDDERS: Registry = Registry(
+EMBEDDERS: Registry[Factory] = Registry(
     "embedding backend",
     modules=(
         "quarry.ingest.embedders.local",
@@ -277,16 +281,17 @@ EMBEDDERS: Registry = Registry(
     ),
     group="quarry.embedders",
 )
-SECTIONERS: Registry = Registry(
+SECTIONERS: Registry[Factory] = Registry(
     "sectioner", modules=("quarry.ingest.sectioning", "quarry.ingest.llm.sections"), group="quarry.sectioners"
 )
-CONTEXT_WRITERS: Registry = Registry(
+CONTEXT_WRITERS: Registry[Factory] = Registry(
     "context writer", modules=("quarry.ingest.context", "quarry.ingest.llm.context"), group="quarry.context_writers"
 )
-RERANKERS: Registry = Registry("reranker", modules=("quarry.search.rerank",), group="quarry.rerankers")
-FUSIONS: Registry = Registry("fusion", modules=("quarry.search.fusion",), group="quarry.fusions")
-FORMATS: Registry = Registry("file format", modules=("quarry.ingest.parsers.formats",), group="quarry.formats")
-STORES: Registry = Registry(
+RERANKERS: Registry[Factory] = Registry("reranker", modules=("quarry.search.rerank",), group="quarry.rerankers")
+FUSIONS: Registry[Factory] = Registry("fusion", modules=("quarry.search.fusion",), group="quarry.fusions")
+# records (quarry.ingest.parsers.Format), not factories
+FORMATS: Registry[Any] = Registry("file format", modules=("quarry.ingest.parsers.formats",), group="quarry.formats")
+STORES: Registry[Factory] = Registry(
     "object store",
     modules=(
         "quarry.store.objstore.s3",
@@ -298,17 +303,17 @@ STORES: Registry = Registry(
 )
 # Roots of an index run on object storage: scheme -> factory(bucket) -> quarry.ingest.sources.Source.
 # A scheme here is also a STORES scheme (tests/test_sources.py): one URL form for stores and roots.
-SOURCES: Registry = Registry(
+SOURCES: Registry[Factory] = Registry(
     "object source",
     modules=("quarry.ingest.sources.s3", "quarry.ingest.sources.gcs", "quarry.ingest.sources.azure"),
     group="quarry.sources",
 )
 
 
-def components() -> dict[str, dict]:
+def components() -> dict[str, dict[str, Any]]:
     """Every extension point's components and the plugin (entry point) that added each (None for
     quarry's own), with the plugins that failed to load: what ``quarry plugins`` prints."""
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for kind, registry in REGISTRIES.items():
         out[kind] = {
             "components": [
@@ -334,7 +339,7 @@ def components() -> dict[str, dict]:
     return out
 
 
-REGISTRIES: dict[str, Registry] = {
+REGISTRIES: dict[str, Registry[Any]] = {
     "embedders": EMBEDDERS,
     "sectioners": SECTIONERS,
     "context_writers": CONTEXT_WRITERS,

@@ -13,6 +13,7 @@ import errno
 import hashlib
 import os
 import stat
+from typing import BinaryIO
 
 from quarry.core.errors import ParseError
 
@@ -36,7 +37,7 @@ def describe_os_error(exc: OSError) -> str:
     return reasons.get(name) or (exc.strerror or type(exc).__name__)
 
 
-def open_regular(path: str):
+def open_regular(path: str) -> BinaryIO:
     """A binary file object for ``path``, opened without blocking; ParseError unless a regular file."""
     try:
         # O_NOFOLLOW: discovery hands over resolved paths, so a link here was put in place of the
@@ -97,7 +98,7 @@ def hash_regular(path: str) -> str:
     return h.hexdigest()
 
 
-def fsync_dir(path) -> None:
+def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Flush a directory's entries to disk: after a rename, so that the new name survives a crash."""
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AliasChoices, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from quarry.core.environment import PREFIX, describe_error, environment
@@ -32,10 +32,9 @@ from quarry.core.models import HEADER_FIELDS as HEADER_LINES
 from quarry.core.options import Option, dotenv_values
 from quarry.core.storeurl import is_url, local_dir
 
-HeaderField = Literal[(*HEADER_LINES, "none")]  # the header lines (quarry/core/models.py), or none
 # How the LLM is asked for JSON (quarry/ingest/llm/prompts.py builds each); "auto" tries them in order.
 ResponseFormat = Literal["json_schema", "json_object_schema", "json_object", "none"]
-HEADER_FIELDS: tuple[str, ...] = get_args(HeaderField)
+HEADER_FIELDS: tuple[str, ...] = (*HEADER_LINES, "none")  # the header lines (quarry/core/models.py), or none
 RESPONSE_FORMATS: tuple[str, ...] = get_args(ResponseFormat)
 # Where the batches of a run execute (quarry/flows/runners.py): threads of the flow's process (the
 # default), a local process pool, a Dask cluster (local, or $QUARRY_DASK_ADDRESS) or Ray.
@@ -52,7 +51,7 @@ def default_db() -> str:
     return environment().db
 
 
-def _secret(name: str, fallback: str):
+def _secret(name: str, fallback: str) -> Any:
     """A key read from ``QUARRY_<NAME>``, else ``fallback``; never shown by ``repr``."""
     return Field(default="", repr=False, validation_alias=AliasChoices(f"{PREFIX}{name.upper()}", fallback))
 
@@ -148,7 +147,7 @@ class Settings(BaseSettings):
 
     @field_validator("include", "exclude", "header_fields", mode="before")
     @classmethod
-    def _split_commas(cls, value):
+    def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):
             return tuple(p.strip() for p in value.split(",") if p.strip())
         return value
@@ -165,10 +164,11 @@ class Settings(BaseSettings):
 
     @field_validator("embed_backend", "sectioner", "context")
     @classmethod
-    def _registered(cls, value: str, info) -> str:
+    def _registered(cls, value: str, info: ValidationInfo) -> str:
         """A name the component's registry knows: quarry's own or a plugin's."""
         from quarry.core.registry import CONTEXT_WRITERS, EMBEDDERS, SECTIONERS
 
+        assert info.field_name is not None  # a field's validator
         registry = {"embed_backend": EMBEDDERS, "sectioner": SECTIONERS, "context": CONTEXT_WRITERS}[info.field_name]
         if value not in registry:
             raise ValueError(f"is not a known {registry.kind}; choose one of {', '.join(registry.names())}")
@@ -207,7 +207,7 @@ class Settings(BaseSettings):
         return self
 
     @classmethod
-    def from_env(cls, **overrides) -> Settings:
+    def from_env(cls, **overrides: Any) -> Settings:
         """Build settings: explicit ``overrides`` win over ``QUARRY_*`` variables, then ``.env``, then
         defaults. ``None`` overrides count as not given. Raises :class:`ConfigError` naming the
         first invalid setting."""
@@ -224,7 +224,9 @@ class Settings(BaseSettings):
         for name in list(given):
             alias = cls.model_fields[name].validation_alias
             if isinstance(alias, AliasChoices):
-                given[alias.choices[0]] = given.pop(name)
+                first = alias.choices[0]
+                assert isinstance(first, str)  # _secret's choices are variable names, not AliasPaths
+                given[first] = given.pop(name)
         try:
             settings = cls(**given)
         except ValidationError as exc:
@@ -303,7 +305,7 @@ class Settings(BaseSettings):
         """The chat model asked for, or the hosted default."""
         return self.llm_model or DEFAULT_LLM_MODEL
 
-    def public_dict(self) -> dict:
+    def public_dict(self) -> dict[str, Any]:
         """The settings without secrets, for logs and the runs table."""
         d = self.model_dump()
         d["openai_api_key"] = "***" if self.openai_api_key else ""
@@ -321,7 +323,7 @@ def parse_workers(settings: Settings) -> int:
     return settings.parse_workers or max(1, os.cpu_count() or 1)
 
 
-def store_path(db: str | os.PathLike | None) -> Path:
+def store_path(db: str | os.PathLike[str] | None) -> Path:
     """The store directory of ``db``; a store URL (``s3://bucket/prefix``) maps to its local folder
     (:mod:`quarry.core.storeurl`)."""
     db = db or default_db()

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from functools import cache
 from importlib.resources import files
+from importlib.resources.abc import Traversable
 
 
-def sql_files():
+def sql_files() -> Traversable:
     """The folder of ``.sql`` files as an :mod:`importlib.resources` traversable."""
     return files("quarry.sql")
 

@@ -14,9 +14,13 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeGuard
 
 from quarry.core.environment import environment
 from quarry.core.errors import UsageError
+
+if TYPE_CHECKING:
+    from quarry.core.registry import Factory, Registry
 
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
 MARKER = "REMOTE"
@@ -40,7 +44,7 @@ class StoreURL:
         return "/".join([str(self).rstrip("/"), *parts])
 
 
-def is_url(db: object) -> bool:
+def is_url(db: object) -> TypeGuard[str]:
     """Whether ``db`` names a store by URL (``s3://``, ``gs://``, ``az://``, ``file://``)."""
     return isinstance(db, str) and _URL.match(db) is not None
 
@@ -87,7 +91,7 @@ def local_dir(db: str) -> Path:
 # --- roots on object storage ------------------------------------------------------------------
 
 
-def _source_schemes():
+def _source_schemes() -> Registry[Factory]:
     """The schemes a root of an index run may have (``s3``, ``gs``, ``az``, a plugin's): the
     :data:`~quarry.core.registry.SOURCES` registry, whose readers list and read them where they live."""
     from quarry.core.registry import SOURCES
@@ -103,7 +107,7 @@ def is_source_url(root: object) -> bool:
     return m is not None and m.group(1).lower() in _source_schemes()
 
 
-def root_path(root: str | os.PathLike) -> str:
+def root_path(root: str | os.PathLike[str]) -> str:
     """A root of an index run as the run keeps it: ``scheme://bucket/prefix`` (no trailing slash) for a
     tree on object storage, else an absolute path (``file:///x`` is the folder ``/x``).
 

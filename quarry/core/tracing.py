@@ -14,12 +14,17 @@ import contextlib
 import logging
 import os
 import threading
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, Tracer
 
 __all__ = ["current_trace_id", "enabled", "span"]
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 _NULL = contextlib.nullcontext()
-_state: dict = {}
+_state: dict[str, Any] = {}  # endpoint: the one configured for; tracer: its Tracer, or None
 _guard = threading.Lock()
 log = logging.getLogger("quarry.tracing")
 
@@ -37,7 +42,7 @@ def enabled() -> bool:
     return _state["tracer"] is not None
 
 
-def _configure():
+def _configure() -> Tracer | None:
     """The tracer of an SDK provider exporting over OTLP/HTTP, or None (with a warning) when the
     ``otel`` extra is not installed."""
     from opentelemetry import trace
@@ -64,14 +69,13 @@ def _configure():
     return trace.get_tracer("quarry")
 
 
-def span(name: str, **attributes):
+def span(name: str, **attributes: Any) -> AbstractContextManager[Span | None]:
     """A context manager around one unit of work: a span named ``name`` (attributes: plain values,
     never document text or a secret) when tracing is enabled, else a shared no-op."""
     if not enabled():
         return _NULL
-    return _state["tracer"].start_as_current_span(
-        name, attributes={k: v for k, v in attributes.items() if v is not None}
-    )
+    tracer: Tracer = _state["tracer"]
+    return tracer.start_as_current_span(name, attributes={k: v for k, v in attributes.items() if v is not None})
 
 
 def current_trace_id() -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from quarry.core.settings import store_path
 from quarry.eval.evaluation import chunk_ranking_to_docs, evaluate, load_beir, write_corpus_tree
@@ -42,7 +43,7 @@ def run_beir_eval(
     by_path = {str((tree / rel).resolve()): doc_id for rel, doc_id in mapping.items()}
     qids = sorted(beir.queries)[:limit] if limit else sorted(beir.queries)
     qrels = {q: beir.qrels[q] for q in qids}
-    out = {"dataset": beir.name, "split": split, "queries": len(qids), "modes": {}}
+    out: dict[str, Any] = {"dataset": beir.name, "split": split, "queries": len(qids), "modes": {}}
     with quarry.open(store) as idx:
         idx.prime_queries([beir.queries[q] for q in qids])
         for mode in modes:

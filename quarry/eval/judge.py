@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 
 from quarry.core.errors import UsageError
 from quarry.eval.llmquestions import EvalJob
-from quarry.ingest.llm.client import LLMFailure, parse_json
+from quarry.ingest.llm.client import LLMFailure, LLMRuntime, parse_json
 
 __all__ = [
     "CRITERIA",
@@ -134,13 +134,11 @@ def _messages(question: str, answer: str, passages: list[str]) -> list[dict]:
 class Judge:
     """Judges (question, answer, evidence) triples with an :class:`~quarry.ingest.llm.client.LLMRuntime`."""
 
-    runtime: object
+    runtime: LLMRuntime
     failures: dict = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, settings, store=None) -> Judge:
-        from quarry.ingest.llm.client import LLMRuntime
-
         if not settings.llm_base_url:
             raise UsageError("the judge needs a chat endpoint: $QUARRY_LLM_BASE_URL (and $QUARRY_LLM_MODEL or --judge)")
         return cls(LLMRuntime(settings, store))
@@ -149,7 +147,7 @@ class Judge:
         """One judgment (or failure) per (question, answer text, evidence passages)."""
         # No schema: the reply is judged as text, so that a refusal is told from malformed JSON.
         jobs = [EvalJob(kind="eval_judge", messages=_messages(q, a, p), max_tokens=400) for q, a, p in items]
-        out = []
+        out: list[Judgment | JudgeFailure] = []
         for reply in self.runtime.run(jobs):
             if isinstance(reply, LLMFailure):
                 out.append(JudgeFailure("error", reply.error))

@@ -34,6 +34,7 @@ from bisect import bisect
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from quarry.core.errors import UsageError
 from quarry.core.sqlfiles import load_sql
@@ -154,7 +155,7 @@ def known_item_questions(
     total = sum(counts.values())
     vocab = sorted(counts)
     coll_cum = _cumulative(counts[t] for t in vocab)
-    picked = []
+    picked: list[dict[str, Any]] = []
     for _ in range(4):  # a small corpus gives each document more than one query
         picked += stratified(corpus.documents, stratum, n - len(picked), rng)
         if len(picked) >= n or not corpus.documents:
@@ -170,6 +171,7 @@ def known_item_questions(
         if len(tf) < 5:
             continue  # too little text to remember anything by
         terms = sorted(tf)
+        weights: list[float]
         if popular:
             weights = [tf[t] for t in terms]
         else:
@@ -217,7 +219,7 @@ def heading_questions(corpus: Corpus, n: int, rng: random.Random) -> list[dict]:
         s for s in sections if good_heading(s["title"]) and len(owners[" ".join(s["title"].split()).casefold()]) == 1
     ]
     picked = stratified(usable, lambda s: stratum(docs[s["doc_id"]]), n, rng)
-    out = []
+    out: list[dict[str, Any]] = []
     for s in picked:
         chunk_ids = list(s["chunk_ids"])
         out.append(

@@ -21,6 +21,7 @@ import re
 import time
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 from quarry.core.errors import QualityBelowThreshold, UsageError
 
@@ -66,7 +67,7 @@ def metrics_of(ranks: list[dict[str, int | None]], k: int) -> dict[str, float]:
     n = max(len(ranks), 1)
     out = {}
     for level in LEVELS:
-        found = [r[level] for r in ranks if r[level] is not None and r[level] <= k]
+        found = [x for x in (r[level] for r in ranks) if x is not None and x <= k]
         out[f"{level}recall@{k}"] = len(found) / n
         out[f"{level}mrr@{k}"] = sum(1.0 / x for x in found) / n
     return out
@@ -261,7 +262,7 @@ def evaluate_generation(store, sets: list[str], margin: float = 0.05, modes=("hy
     from quarry.search.query import open as open_index
     from quarry.store import evals
 
-    out = {"generation": None, "rows": [], "flagged": [], "missing": [], "already": []}
+    out: dict[str, Any] = {"generation": None, "rows": [], "flagged": [], "missing": [], "already": []}
     with open_index(store) as idx:
         out["generation"] = generation = idx.generation
         done = {

@@ -192,7 +192,7 @@ def _both(a: set[str], b: set[str]) -> set[str]:
 class PosixPermissions:
     """Principals from the file system; folder modes are read once per folder per run."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._dirs: dict[str, set[str]] = {}
 
     def _enter(self, folder: str) -> set[str]:
@@ -232,6 +232,7 @@ def principals_for(files: list[FileInfo], sources: dict[str, AclSource]) -> dict
     for f in files:
         source = sources.get(f.root) or AclSource()
         if source.source == "rules":
+            assert source.rules is not None  # AclSource: a rules source names its file
             if source.rules not in rules:
                 rules[source.rules] = load_rules(source.rules)
             out[f.path] = rules[source.rules].principals(f.rel_path, f.path)
@@ -284,7 +285,10 @@ def plan_permissions(
                 "--acl-rules FILE (globs match its paths, or whole URLs) or --acl none"
             )
     for key, source in sources.items():
-        if source.source == "rules" and not Path(source.rules).is_file():
+        if source.source != "rules":
+            continue
+        assert source.rules is not None  # AclSource: a rules source names its file
+        if not Path(source.rules).is_file():
             raise UsageError(
                 f"the ACL rules file {source.rules} of {key} is missing: restore it, or give "
                 "--acl-rules FILE or --acl none|posix to change where the root's permissions come from"

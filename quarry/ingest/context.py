@@ -160,7 +160,9 @@ def header_fields(settings) -> tuple[str, ...]:
     """The header fields of a run: explicit ``header_fields``, else the context writer's default."""
     if settings.header_fields:
         return () if tuple(settings.header_fields) == ("none",) else tuple(settings.header_fields)
-    fields = ("title", "summary", "section", *PLACE_FIELDS) if settings.context == "llm" else DEFAULT_FIELDS
+    fields: tuple[str, ...] = (
+        ("title", "summary", "section", *PLACE_FIELDS) if settings.context == "llm" else DEFAULT_FIELDS
+    )
     if settings.context == "llm" and settings.llm_section_summaries:
         fields += ("section_summary",)
     if settings.llm_chunk_context:

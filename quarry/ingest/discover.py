@@ -174,7 +174,7 @@ def discover(
             continue
         root_errors: list[str] = []
         if root.is_file():
-            candidates = [(root.resolve(), root.name)]
+            candidates: Iterable[tuple[Path | str, str]] = [(root.resolve(), root.name)]
             base = root.parent.resolve()
             found.ignore = None
         else:

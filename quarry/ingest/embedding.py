@@ -104,10 +104,12 @@ def embed_texts(
         if got.shape != (len(part), embedder.dim):
             raise EmbeddingError(f"embedder returned shape {got.shape} for {len(part)} texts of dim {embedder.dim}")
         # model calls as the embedder counts them (sub-batches, HTTP requests), else one per call
-        calls += embedder.calls - before if before is not None else 1
+        after = getattr(embedder, "calls", None)
+        calls += after - before if before is not None and after is not None else 1
         if out is None:
             out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
         out[batch] = got
+    assert out is not None  # texts, hence at least one batch
     return EmbeddedTexts(out, calls, time.perf_counter() - t, started)
 
 

@@ -150,7 +150,10 @@ def parse_files(
     spilled, object_meta = _read_objects(files, results, members)
     kinds = [f.file_type for f in files]
     # where each file's bytes are: its path, or the temporary file an object was spilled to
-    paths = [spilled[i].path if i in spilled else f.path for i, f in enumerate(files)]
+    paths = [f.path for f in files]
+    for i, got in spilled.items():
+        assert got.path is not None  # spilled: what _read_objects wrote to a file
+        paths[i] = got.path
     stamps = {i: got.identity for i, got in spilled.items()}
 
     def source(i: int) -> tuple:
@@ -172,8 +175,9 @@ def parse_files(
         for got in spilled.values():
             got.discard()
     for i, meta in object_meta.items():
-        if meta and isinstance(results[i], ParsedDocument):  # the document's own metadata wins a clash
-            results[i].metadata = {**meta, **results[i].metadata}
+        doc = results[i]
+        if meta and isinstance(doc, ParsedDocument):  # the document's own metadata wins a clash
+            doc.metadata = {**meta, **doc.metadata}
     return results  # type: ignore[return-value]
 
 
@@ -386,10 +390,10 @@ def build_records(
     if settings.sectioner == "llm" and llm is not None and alive:
         from quarry.ingest.llm.sections import section_batch
 
-        found = section_batch(
+        found_sections = section_batch(
             [(docs[i][0].path, docs[i][2]) for i in alive], [sections[i] for i in alive], llm, settings.llm_window_chars
         )
-        for i, secs in zip(alive, found):
+        for i, secs in zip(alive, found_sections):
             sections[i] = secs
 
     t = _lap(clock, "section", t, sum(len(sections[i]) for i in alive))
@@ -400,23 +404,27 @@ def build_records(
     if settings.context == "llm" and llm is not None and alive:
         from quarry.ingest.llm.context import document_contexts
 
-        found = document_contexts(
+        found_contexts = document_contexts(
             [(docs[i][0], docs[i][2], *contexts[i]) for i in alive], llm, settings.llm_input_tokens
         )
-        contexts.update(zip(alive, found))
+        contexts.update(zip(alive, found_contexts))
     if "section_summary" in fields and alive:
         if settings.context == "llm" and settings.llm_section_summaries and llm is not None:
             from quarry.ingest.llm.context import section_summaries
 
-            found = section_summaries(
+            summarised = section_summaries(
                 [(docs[i][0], docs[i][2], contexts[i][0], sections[i]) for i in alive], llm, settings.llm_input_tokens
             )
-            for i, secs in zip(alive, found):
+            for i, secs in zip(alive, summarised):
                 sections[i] = secs
         else:
+            # not part of the ContextWriter protocol (document_context and header): a plugin's writer
+            # without it leaves the sections unsummarised rather than failing the batch
+            summary_of = getattr(writer, "section_summary", None)
             for i in alive:
                 sections[i] = [
-                    replace(s, summary=s.summary or writer.section_summary(docs[i][2], s) or None) for s in sections[i]
+                    replace(s, summary=s.summary or (summary_of(docs[i][2], s) if summary_of else None) or None)
+                    for s in sections[i]
                 ]
 
     t = _lap(clock, "context", t, len(alive))
@@ -444,8 +452,10 @@ def build_records(
     if "chunk_context" in fields and llm is not None and alive:
         from quarry.ingest.llm.context import chunk_contexts
 
-        found = chunk_contexts([(docs[i][0], docs[i][2], chunks[i]) for i in alive], llm, settings.llm_input_tokens)
-        for i, lines in zip(alive, found):
+        found_lines = chunk_contexts(
+            [(docs[i][0], docs[i][2], chunks[i]) for i in alive], llm, settings.llm_input_tokens
+        )
+        for i, lines in zip(alive, found_lines):
             title, summary = contexts[i]
             by_index = {s.index: s for s in sections[i]}
             place = place_lines(docs[i][2], fields)

@@ -85,13 +85,13 @@ class StructureSectioner:
                 bounds.append((h.offset, h.title.strip(), h.level))
         spans = [(s, bounds[i + 1][0] if i + 1 < len(bounds) else n, t, lvl) for i, (s, t, lvl) in enumerate(bounds)]
         paths = _paths(spans)
-        spans = _merge_empty(text, [(*span, path) for span, path in zip(spans, paths)])
-        if len(spans) == 1 and not spans[0][2]:
+        pieces = _merge_empty(text, [(*span, path) for span, path in zip(spans, paths)])
+        if len(pieces) == 1 and not pieces[0][2]:
             # No structure at all: sections by size so that long plain text still gets units.
-            spans = [(s, e, "", 0, "") for s, e in _by_size(text, 0, n, self.max_section)]
+            pieces = [(s, e, "", 0, "") for s, e in _by_size(text, 0, n, self.max_section)]
         return [
             Section(index=i, title=t, level=lvl, start=s, end=e, path=path)
-            for i, (s, e, t, lvl, path) in enumerate(spans)
+            for i, (s, e, t, lvl, path) in enumerate(pieces)
         ]
 
 

@@ -157,7 +157,8 @@ def _unit(query: np.ndarray) -> np.ndarray:
 def _cosines(rows: np.ndarray, q_unit: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(rows, axis=1)
     norms[norms == 0] = 1.0
-    return (rows @ q_unit) / norms
+    cosines: np.ndarray = (rows @ q_unit) / norms
+    return cosines
 
 
 class BinaryIndex:
@@ -178,7 +179,7 @@ class BinaryIndex:
         self._columns = _to_columns(pack(vectors, self.thresholds))  # the only copy of the bits
 
     def __len__(self) -> int:
-        return self._columns.shape[1]
+        return int(self._columns.shape[1])
 
     @property
     def packed(self) -> np.ndarray:
@@ -218,4 +219,5 @@ def _column_means(vectors: np.ndarray) -> np.ndarray:
     total = np.zeros(vectors.shape[1], dtype=np.float64)
     for start in range(0, vectors.shape[0], _BLOCK):
         total += np.asarray(vectors[start : start + _BLOCK], dtype=np.float64).sum(axis=0)
-    return (total / max(1, vectors.shape[0])).astype(np.float32)
+    means: np.ndarray = (total / max(1, vectors.shape[0])).astype(np.float32)
+    return means

@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -54,6 +56,10 @@ from quarry.core.sqlfiles import load_sql
 from quarry.retrieval.select import top_n
 from quarry.retrieval.stopwords import STOPWORDS
 from quarry.retrieval.textnorm import tokens
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from duckdb import DuckDBPyConnection
 
 K1 = 1.2
 B = 0.75
@@ -68,13 +74,16 @@ def stem_words(words: list[str]) -> list[str]:
         import Stemmer  # PyStemmer
 
         stemmer = _stemmers.porter = Stemmer.Stemmer("porter")
-    return stemmer.stemWords(words)
+    stems: list[str] = stemmer.stemWords(words)
+    return stems
 
 
 SLICE_ROWS = 32_768  # chunks tokenised at a time: bounds the working memory of a build
 
 
-def build(con, n_rows: int, slice_rows: int = SLICE_ROWS) -> tuple[dict[str, np.ndarray | bytes], dict]:
+def build(
+    con: DuckDBPyConnection, n_rows: int, slice_rows: int = SLICE_ROWS
+) -> tuple[dict[str, np.ndarray | bytes], dict[str, Any]]:
     """The BM25 arrays for the chunks in the catalog ``con``.
 
     Returns ``(arrays, info)``; ``arrays`` maps file names to contents. The texts stream from
@@ -91,7 +100,9 @@ def build(con, n_rows: int, slice_rows: int = SLICE_ROWS) -> tuple[dict[str, np.
     return _build((batch.column(0) for batch in reader), n_rows)
 
 
-def build_texts(texts, n_rows: int, slice_rows: int = SLICE_ROWS) -> tuple[dict[str, np.ndarray | bytes], dict]:
+def build_texts(
+    texts: pa.Array | pa.ChunkedArray, n_rows: int, slice_rows: int = SLICE_ROWS
+) -> tuple[dict[str, np.ndarray | bytes], dict[str, Any]]:
     """The BM25 arrays of ``texts``: an Arrow string array of space-separated
     :func:`quarry.retrieval.textnorm.bm25_text` tokens, one per row (see :func:`build`)."""
     step = max(1, slice_rows)
@@ -99,7 +110,7 @@ def build_texts(texts, n_rows: int, slice_rows: int = SLICE_ROWS) -> tuple[dict[
     return _build((texts.slice(i, step) for i in range(0, len(texts), step)), n_rows)
 
 
-def _build(slices_of_texts, n_rows: int) -> tuple[dict[str, np.ndarray | bytes], dict]:
+def _build(slices_of_texts: Iterable[pa.Array], n_rows: int) -> tuple[dict[str, np.ndarray | bytes], dict[str, Any]]:
     t0 = time.perf_counter()
     vocab = _Vocab()
     slices: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -169,7 +180,7 @@ def _build(slices_of_texts, n_rows: int) -> tuple[dict[str, np.ndarray | bytes],
     return arrays, info
 
 
-def _slice_postings(texts, vocab: _Vocab) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _slice_postings(texts: pa.Array, vocab: _Vocab) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The (term as met, row in the slice, tf) of one slice of texts, sorted by term then row,
     in small dtypes (they are held until the end of the build)."""
     import pyarrow.compute as pc
@@ -219,7 +230,7 @@ def row_columns(index: BM25Index, texts: list[str]) -> tuple[np.ndarray, np.ndar
 class _Vocab:
     """Surface tokens and stemmed terms met so far; terms are numbered in the order met."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.by_surface: dict[str, int] = {}  # token -> term, -1 for a stop word or ""
         self.by_stem: dict[str, int] = {}
         self.df = np.zeros(1024, dtype=np.int64)
@@ -274,7 +285,9 @@ def _pack(words: list[str]) -> tuple[bytes, np.ndarray]:
     return b"".join(encoded), offsets
 
 
-def bm25_weights(term_ids: np.ndarray, rows: np.ndarray, tf: np.ndarray, n_terms: int, n_rows: int):
+def bm25_weights(
+    term_ids: np.ndarray, rows: np.ndarray, tf: np.ndarray, n_terms: int, n_rows: int
+) -> tuple[np.ndarray, float]:
     """``w(t, d)`` for each posting (see the module docstring), float32, and avgdl."""
     length = np.bincount(rows, weights=tf, minlength=n_rows)
     avgdl = float(length.mean()) if n_rows else 0.0
@@ -298,10 +311,11 @@ def _length_norm(length: np.ndarray, avgdl: float) -> np.ndarray:
     return K1 * (1.0 - B + B * length / (avgdl or 1.0))
 
 
-def _normed_weights(idf, tf: np.ndarray, norm: np.ndarray) -> np.ndarray:
+def _normed_weights(idf: np.ndarray | float, tf: np.ndarray, norm: np.ndarray) -> np.ndarray:
     """:func:`_weights` from the rows' :func:`_length_norm` (the same float64 operations, so the
-    same float32 weights)."""
-    return (idf * tf * (K1 + 1.0) / (tf + norm)).astype(np.float32)
+    same float32 weights); ``idf`` per posting, or one term's for all."""
+    weights: np.ndarray = (idf * tf * (K1 + 1.0) / (tf + norm)).astype(np.float32)
+    return weights
 
 
 def query_tokens(text: str) -> list[str]:
@@ -314,7 +328,7 @@ class Vocabulary:
 
     DICT_MAX = 1 << 16  # a vocabulary this small is looked up through a dict, built on first use
 
-    def __init__(self, blob, offsets: np.ndarray):
+    def __init__(self, blob: bytes | np.ndarray, offsets: np.ndarray):
         self.blob = blob
         self.offsets = offsets
         self.size = len(offsets) - 1
@@ -347,7 +361,7 @@ class Vocabulary:
 class BM25Index:
     """A loaded BM25 index."""
 
-    def __init__(self, arrays: dict, n_rows: int):
+    def __init__(self, arrays: dict[str, Any], n_rows: int):
         self.terms = Vocabulary(arrays["bm25.terms.bin"], arrays["bm25.term_offsets.npy"])
         self.surface = Vocabulary(arrays["bm25.surface.bin"], arrays["bm25.surface_offsets.npy"])
         self.surface_terms = arrays["bm25.surface_terms.npy"]
@@ -357,8 +371,8 @@ class BM25Index:
         self.n_rows = n_rows
         # Term frequencies and row lengths (absent from indexes of older quarry versions), for
         # rescoring under the statistics of several segments (quarry/retrieval/segmented.py).
-        self.tf = arrays.get("bm25.tf.npy")
-        self.length = arrays.get("bm25.length.npy")
+        self.tf: np.ndarray | None = arrays.get("bm25.tf.npy")
+        self.length: np.ndarray | None = arrays.get("bm25.length.npy")
         self.length_total = int(self.length.sum(dtype=np.int64)) if self.length is not None else None
         self.avgdl_built = self.length_total / n_rows if self.length_total is not None and n_rows else 0.0
 

@@ -23,6 +23,9 @@ commit, since a move changes a path):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import pyarrow as pa
 
@@ -30,11 +33,19 @@ from quarry.core.sqlfiles import load_sql
 from quarry.retrieval import bm25
 from quarry.retrieval.textnorm import bm25_text
 
+if TYPE_CHECKING:
+    from duckdb import DuckDBPyConnection
+
+    from quarry.retrieval.rows import SegmentedRows
+    from quarry.retrieval.segmented import SegmentedBM25
+
 PREFIX = "cards."
 ROW_DOC = "cards.row_doc.npy"
 
 
-def build(con, docs: pa.Table, row_docs) -> tuple[dict, dict]:
+def build(
+    con: DuckDBPyConnection, docs: pa.Table, row_docs: pa.Array | pa.ChunkedArray
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The card arrays for the catalog ``con``, whose documents are ``docs`` (``docs.arrow``) and
     whose chunk rows belong to the documents ``row_docs`` (``rows.arrow``'s doc_id column)."""
     import pyarrow.compute as pc
@@ -44,7 +55,7 @@ def build(con, docs: pa.Table, row_docs) -> tuple[dict, dict]:
         raise ValueError("document cards and docs.arrow disagree on the documents")
     texts = [bm25_text(t or "") for t in table.column("card").to_pylist()]
     arrays, info = bm25.build_texts(pa.array(texts, type=pa.string()), len(texts))
-    out: dict = {PREFIX + name.removeprefix("bm25."): value for name, value in arrays.items()}
+    out: dict[str, Any] = {PREFIX + name.removeprefix("bm25."): value for name, value in arrays.items()}
     where = pc.index_in(row_docs, value_set=docs.column("doc_id").combine_chunks())
     out[ROW_DOC] = where.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
     return out, {"documents": len(texts), "terms": info["terms"], "length": info["length"]}
@@ -53,7 +64,7 @@ def build(con, docs: pa.Table, row_docs) -> tuple[dict, dict]:
 class Cards:
     """Loaded cards: the documents' BM25 scores for a query, and each row's document."""
 
-    def __init__(self, arrays: dict, n_docs: int):
+    def __init__(self, arrays: Mapping[str, Any], n_docs: int):
         renamed = {
             "bm25." + name.removeprefix(PREFIX): value
             for name, value in arrays.items()
@@ -64,7 +75,7 @@ class Cards:
         self.bm25 = bm25.BM25Index(renamed, n_docs)
 
     @staticmethod
-    def present(arrays: dict) -> bool:
+    def present(arrays: Mapping[str, object]) -> bool:
         return ROW_DOC in arrays
 
     def doc_scores(self, query_tokens: list[str]) -> np.ndarray:
@@ -77,7 +88,7 @@ class SegmentedCards:
     (:class:`~quarry.retrieval.segmented.SegmentedBM25`, exact) and each chunk row's document
     (:meth:`quarry.retrieval.rows.SegmentedRows.doc_rows`)."""
 
-    def __init__(self, bm25_index, results):
+    def __init__(self, bm25_index: SegmentedBM25, results: SegmentedRows):
         self.bm25 = bm25_index
         self.results = results
 
@@ -106,7 +117,7 @@ class SegmentedCards:
 
     def evidence(
         self, chunk_rows: list[int], query_tokens: list[str], keep: np.ndarray | None = None
-    ) -> tuple[dict, list[float]]:
+    ) -> tuple[dict[int, int], list[float]]:
         """What :func:`quarry.search.fusion.with_documents` needs for these chunk rows:
         ``(doc_of, doc_scores)``, ``doc_of[row]`` the position in ``doc_scores`` of the row's
         document's card score (-1: none); the last of ``doc_scores`` is the best card score over

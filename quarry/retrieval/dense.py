@@ -41,10 +41,14 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from quarry.retrieval.select import top_n
+
+if TYPE_CHECKING:
+    from quarry.retrieval.binaryvec import BinaryIndex
 
 IVF_MIN_ROWS = 20_000  # below this, exact search reads under 30 MB per query and IVF is not built
 NLIST_FACTOR = 2.0  # nlist = NLIST_FACTOR * sqrt(rows): k-means cost grows with it (bench/ann_recall.py --rows)
@@ -68,7 +72,8 @@ def normalise(matrix: np.ndarray) -> np.ndarray:
     matrix = np.asarray(matrix, dtype=np.float32)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return matrix / norms
+    unit: np.ndarray = matrix / norms
+    return unit
 
 
 def normalise_inplace(matrix: np.ndarray) -> np.ndarray:
@@ -108,7 +113,7 @@ def build(
     seed: int = 0,
     inplace: bool = False,
     centroids: np.ndarray | None = None,
-) -> tuple[dict[str, np.ndarray], dict]:
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Files for unit-length ``vectors`` in row order; IVF when there are ``ivf_min_rows`` or more.
 
     ``inplace``: IVF reorders the rows of ``vectors`` itself into storage order (the caller's
@@ -121,7 +126,7 @@ def build(
     """
     t0 = time.perf_counter()
     n = vectors.shape[0]
-    info: dict = {"rows": n, "dim": int(vectors.shape[1]) if vectors.ndim == 2 else 0, "ivf": None}
+    info: dict[str, Any] = {"rows": n, "dim": int(vectors.shape[1]) if vectors.ndim == 2 else 0, "ivf": None}
     if n < max(1, ivf_min_rows):
         files = {"dense.vectors.npy": np.ascontiguousarray(vectors, dtype=np.float32)}
         if centroids is not None and n and vectors.ndim == 2 and centroids.shape[1:] == vectors.shape[1:]:
@@ -216,17 +221,19 @@ class DenseIndex:
         self.slot_rows = arrays.get("dense.slot_rows.npy")
         self.centroids = arrays.get("ivf.centroids.npy")
         self.offsets = arrays.get("ivf.offsets.npy")
-        self.n_rows = self.vectors.shape[0]
-        self.dim = self.vectors.shape[1] if self.vectors.ndim == 2 else 0
+        self.n_rows: int = self.vectors.shape[0]
+        self.dim: int = self.vectors.shape[1] if self.vectors.ndim == 2 else 0
         self.probe_share = probe_share
         self.min_probes = min_probes
-        self._binary = None
-        self._masks: list[tuple] = []
-        self._dead: tuple | None = None
+        self._binary: BinaryIndex | None = None
+        self._masks: list[
+            tuple[np.ndarray, np.ndarray, np.ndarray | None]
+        ] = []  # (mask, in storage order, per cluster)
+        self._dead: tuple[np.ndarray, np.ndarray] | None = None  # (dead rows, as a mask in storage order)
         self._slots: np.ndarray | None = None  # row -> storage slot, built on first use by cosines
 
     @classmethod
-    def load(cls, folder: Path, **kwargs) -> DenseIndex:
+    def load(cls, folder: Path, **kwargs: Any) -> DenseIndex:
         arrays = {
             p.name: np.load(p, mmap_mode="r") for p in folder.glob("*.npy") if p.name.startswith(("dense.", "ivf."))
         }
@@ -245,10 +252,12 @@ class DenseIndex:
 
     def nprobe(self) -> int:
         """Clusters an IVF search scores at least."""
+        assert self.centroids is not None  # asked of an IVF index only
         return min(len(self.centroids), max(self.min_probes, math.ceil(len(self.centroids) * self.probe_share)))
 
     def _scanned(self) -> int:
         """About the rows an unfiltered IVF search reads."""
+        assert self.centroids is not None  # asked of an IVF index only
         return math.ceil(self.n_rows * self.nprobe() / max(1, len(self.centroids)))
 
     def _rows(self, slots: np.ndarray) -> np.ndarray:
@@ -271,11 +280,14 @@ class DenseIndex:
         for held, smask, per_cluster in self._masks:
             if held is mask:
                 return smask, per_cluster
+        assert self.slot_rows is not None  # asked of an index stored by cluster
         smask = mask[self.slot_rows]
         per_cluster = None
         if self.has_ivf:
+            offsets = self.offsets
+            assert offsets is not None  # an IVF index
             counts = np.concatenate(([0], np.cumsum(smask, dtype=np.int64)))
-            per_cluster = counts[self.offsets[1:]] - counts[self.offsets[:-1]]
+            per_cluster = counts[offsets[1:]] - counts[offsets[:-1]]
         self._masks = [(mask, smask, per_cluster)] + self._masks[:3]
         return smask, per_cluster
 
@@ -300,7 +312,8 @@ class DenseIndex:
                 slots[np.asarray(self.slot_rows, dtype=np.int64)] = np.arange(self.n_rows, dtype=np.int64)
                 self._slots = slots
             rows = self._slots[rows]
-        return matvec(self.vectors, q, rows) if len(rows) else np.zeros(0, dtype=np.float32)
+        cosines: np.ndarray = matvec(self.vectors, q, rows) if len(rows) else np.zeros(0, dtype=np.float32)
+        return cosines
 
     def search(
         self,
@@ -311,7 +324,7 @@ class DenseIndex:
         kept: int | None = None,
         rescore_multiplier: int = 20,
         dead: np.ndarray | None = None,
-        probes: dict | None = None,
+        probes: dict[int, list[int]] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``n`` rows by cosine: (rows int64, scores float32), ties by row id.
 
@@ -340,13 +353,24 @@ class DenseIndex:
             # With a filter, exact search gathers the kept rows, scattered over the matrix; IVF
             # reads about the rows of nprobe clusters, contiguously, several times faster per
             # row. Exact only when it gathers fewer rows than half of what IVF would read.
-            method = "ivf" if self.has_ivf and (mask is None or kept > self._scanned() / 2) else "exact"
+            method = (
+                "ivf"
+                if self.has_ivf and (mask is None or (kept is not None and kept > self._scanned() / 2))
+                else "exact"
+            )
         dead_slots = self._dead_slots(dead) if dead is not None and len(dead) and mask is None else None
         if method == "exact":
             return self._exact(q, n, smask, kept, dead_slots)
         return self._ivf(q, n, smask, mask, dead_slots, probes)
 
-    def _exact(self, q, n, smask, kept=None, dead_slots=None):
+    def _exact(
+        self,
+        q: np.ndarray,
+        n: int,
+        smask: np.ndarray | None,
+        kept: int | None = None,
+        dead_slots: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         if smask is not None and kept is not None and kept * 4 < self.n_rows:
             slots = np.flatnonzero(smask)  # few rows: gather them
             scores = matvec(self.vectors, q, slots)
@@ -363,27 +387,42 @@ class DenseIndex:
         pos = top_n(scores, n, rows)
         return rows[pos], scores[pos]
 
-    def _ivf(self, q, n, smask, mask=None, dead_slots=None, probes=None):
+    def _ivf(
+        self,
+        q: np.ndarray,
+        n: int,
+        smask: np.ndarray | None,
+        mask: np.ndarray | None = None,
+        dead_slots: np.ndarray | None = None,
+        probes: dict[int, list[int]] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Score the clusters nearest to ``q``: ``nprobe`` of them without a filter; with one,
         clusters holding kept rows, nearest first, until they held ``probe_share`` of the kept
         rows (and at least ``n``) and ``FILTER_WORK`` times the rows an unfiltered search reads,
         so a filter that keeps nothing near the query still reaches its nearest kept rows."""
-        order = probes.get(id(self.centroids)) if probes is not None else None
+        centroids, offsets = self.centroids, self.offsets
+        assert centroids is not None and offsets is not None  # an IVF index
+        order = probes.get(id(centroids)) if probes is not None else None
         if order is None:
-            order = np.argsort(-matvec(self.centroids, q), kind="stable").tolist()
+            order = np.argsort(-matvec(centroids, q), kind="stable").tolist()
             if probes is not None:
-                probes[id(self.centroids)] = order
+                probes[id(centroids)] = order
+        per_cluster: np.ndarray | None
         if smask is None:
             order, per_cluster, target, work = order[: self.nprobe()], None, 0, 0
         else:
+            assert mask is not None  # smask is the mask in storage order
             per_cluster = self._per_mask(mask)[1]
-            target = max(n, math.ceil(int(per_cluster.sum()) * self.nprobe() / len(self.centroids)))
+            assert per_cluster is not None  # an IVF index counts kept rows per cluster
+            target = max(n, math.ceil(int(per_cluster.sum()) * self.nprobe() / len(centroids)))
             work = math.ceil(self._scanned() * FILTER_WORK)
-        parts_s, parts_i, found, scanned = [], [], 0, 0
+        parts_s: list[np.ndarray] = []
+        parts_i: list[np.ndarray] = []
+        found, scanned = 0, 0
         if per_cluster is None:
             probe = np.asarray(order, dtype=np.int64)
-            starts = self.offsets[probe]
-            sizes = self.offsets[probe + 1] - starts
+            starts = offsets[probe]
+            sizes = offsets[probe + 1] - starts
             total = int(sizes.sum())
             if total <= _GATHER_ROWS:  # small clusters (a small segment's, most at 100K): one gather, not a loop
                 slots = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(total)
@@ -394,7 +433,7 @@ class DenseIndex:
                     break
                 if not per_cluster[c]:
                     continue
-            a, b = int(self.offsets[c]), int(self.offsets[c + 1])
+            a, b = int(offsets[c]), int(offsets[c + 1])
             if a == b:
                 continue
             scores = matvec(self.vectors[a:b], q)  # a contiguous slice: no gather, whatever the filter
@@ -418,7 +457,9 @@ class DenseIndex:
         pos = top_n(scores, n, rows)
         return rows[pos], scores[pos]
 
-    def _binary_search(self, q, n, smask, rescore_multiplier):
+    def _binary_search(
+        self, q: np.ndarray, n: int, smask: np.ndarray | None, rescore_multiplier: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         if self._binary is None:
             from quarry.retrieval.binaryvec import BinaryIndex
 

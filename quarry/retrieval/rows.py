@@ -10,12 +10,18 @@ rewritten at every commit, because moving a file changes its path but no chunk.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from quarry.core.sqlfiles import load_sql
+
+if TYPE_CHECKING:
+    from duckdb import DuckDBPyConnection
 
 ROWS = "rows.arrow"
 DOCS = "docs.arrow"
@@ -39,13 +45,16 @@ COLUMNS = (
 
 ROWS_BATCH = 65_536  # rows written to rows.arrow at a time
 
+# row ids as a search hands them over: a list, or a numpy array of integers
+RowIds = Sequence[int] | npt.NDArray[np.integer[Any]]
 
-def build_rows(con) -> pa.Table:
+
+def build_rows(con: DuckDBPyConnection) -> pa.Table:
     """The chunk columns in row order."""
     return con.execute(load_sql("index_rows")).fetch_arrow_table()
 
 
-def write_rows(con, path: Path, batch_rows: int = ROWS_BATCH) -> tuple[pa.Array, pa.ChunkedArray]:
+def write_rows(con: DuckDBPyConnection, path: Path, batch_rows: int = ROWS_BATCH) -> tuple[pa.Array, pa.ChunkedArray]:
     """Write :func:`build_rows`'s table to ``path`` a record batch at a time; returns its chunk_id
     and doc_id columns. What the commit holds is then those two columns (about 50 MB at 1M
     chunks), not the whole table (0.8 GB: every chunk's text twice, DuckDB's result and Arrow's)."""
@@ -63,12 +72,12 @@ def write_rows(con, path: Path, batch_rows: int = ROWS_BATCH) -> tuple[pa.Array,
     return pa.chunked_array(ids, type=field[0]).combine_chunks(), pa.chunked_array(docs, type=field[1])
 
 
-def build_docs(con) -> pa.Table:
+def build_docs(con: DuckDBPyConnection) -> pa.Table:
     """The document columns, by doc_id."""
     return con.execute(load_sql("index_documents")).fetch_arrow_table()
 
 
-def save(table: pa.Table, fh) -> None:
+def save(table: pa.Table, fh: BinaryIO) -> None:
     """Uncompressed Arrow IPC, so a reader can map it without copying."""
     with pa.ipc.new_file(fh, table.schema) as writer:
         writer.write_table(table)
@@ -85,32 +94,34 @@ class ResultRows:
     def __init__(self, rows: pa.Table, docs: pa.Table):
         self.rows = rows
         self.docs = docs
-        self._doc_pos = None
-        self._columns = None
-        self._doc_columns = None
+        self._doc_pos: dict[str, int] | None = None
+        self._columns: dict[str, Any] | None = None
+        self._doc_columns: dict[str, Any] | None = None
 
-    def chunk_ids(self, rows) -> list[str]:
+    def chunk_ids(self, rows: Iterable[int]) -> list[str]:
         column = self.rows.column("chunk_id")
         return [column[int(r)].as_py() for r in rows]
 
-    def fields(self, rows) -> list[dict]:
+    def fields(self, rows: Iterable[int]) -> list[dict[str, Any]]:
         """One dict of :data:`COLUMNS` per row id, in the order given."""
-        if self._doc_pos is None:  # doc_id -> position in docs.arrow, once per snapshot
-            self._doc_pos = {d: i for i, d in enumerate(self.docs.column("doc_id").to_pylist())}
-        if self._columns is None:  # once per snapshot
-            self._columns = {n: _single(self.rows.column(n)) for n in self.rows.column_names}
-            self._doc_columns = {n: _single(self.docs.column(n)) for n in ("path", "title", "file_type")}
+        doc_pos = self._doc_pos
+        if doc_pos is None:  # doc_id -> position in docs.arrow, once per snapshot
+            doc_pos = self._doc_pos = {d: i for i, d in enumerate(self.docs.column("doc_id").to_pylist())}
+        columns, doc_columns = self._columns, self._doc_columns
+        if columns is None or doc_columns is None:  # once per snapshot
+            columns = self._columns = {n: _single(self.rows.column(n)) for n in self.rows.column_names}
+            doc_columns = self._doc_columns = {n: _single(self.docs.column(n)) for n in ("path", "title", "file_type")}
         out = []
         for r in rows:
-            item = {n: c[int(r)].as_py() for n, c in self._columns.items()}
-            pos = self._doc_pos.get(item["doc_id"])
-            for n, c in self._doc_columns.items():
+            item = {n: c[int(r)].as_py() for n, c in columns.items()}
+            pos = doc_pos.get(item["doc_id"])
+            for n, c in doc_columns.items():
                 item[n] = c[pos].as_py() if pos is not None else ""
             out.append(item)
         return out
 
 
-def _single(column: pa.ChunkedArray):
+def _single(column: pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """The column's one array (indexing it skips the chunk search), or the chunked column as it
     is: combining several chunks would copy a mapped file into memory."""
     return column.chunk(0) if column.num_chunks == 1 else column
@@ -126,7 +137,9 @@ class SegmentedRows:
     by doc_id among the live documents of the later segments.
     """
 
-    def __init__(self, parts: list[tuple], deleted_docs=None):
+    def __init__(
+        self, parts: list[tuple[pa.Table, pa.Table, npt.ArrayLike | None]], deleted_docs: npt.ArrayLike | None = None
+    ):
         self.tables = [p[0] for p in parts]
         self.doc_tables = [p[1] for p in parts]
         self.row_docs = [p[2] for p in parts]
@@ -138,8 +151,8 @@ class SegmentedRows:
         self._dead_docs = np.zeros(int(self.doc_offsets[-1]) + 1, dtype=bool)  # the last: "unknown" (-1)
         self._dead_docs[self.deleted_docs] = True
         self._dead_docs[-1] = True
-        self._columns: dict[int, dict] = {}
-        self._doc_columns: dict[int, dict] = {}
+        self._columns: dict[int, dict[str, Any]] = {}
+        self._doc_columns: dict[int, dict[str, Any]] = {}
         self._moved: dict[str, int] | None = None
         self._relocated: dict[int, int] = {}  # a deleted document row -> the live row of its document
 
@@ -147,13 +160,13 @@ class SegmentedRows:
         s = int(np.searchsorted(offsets, row, side="right")) - 1
         return s, int(row - offsets[s])
 
-    def _cols(self, s: int) -> dict:
+    def _cols(self, s: int) -> dict[str, Any]:
         cols = self._columns.get(s)
         if cols is None:
             cols = self._columns[s] = {n: _single(self.tables[s].column(n)) for n in self.tables[s].column_names}
         return cols
 
-    def _doc_cols(self, s: int) -> dict:
+    def _doc_cols(self, s: int) -> dict[str, Any]:
         cols = self._doc_columns.get(s)
         if cols is None:
             cols = self._doc_columns[s] = {
@@ -161,7 +174,7 @@ class SegmentedRows:
             }
         return cols
 
-    def chunk_ids(self, rows) -> list[str]:
+    def chunk_ids(self, rows: Iterable[int]) -> list[str]:
         out = []
         for r in rows:
             s, i = self._locate(int(r), self.offsets)
@@ -173,7 +186,7 @@ class SegmentedRows:
         moves only forward: the first segment's rows are where nothing moved)."""
         if self._moved is None:
             dead = set(self.deleted_docs.tolist())
-            moved = {}
+            moved: dict[str, int] = {}
             for s in range(1, len(self.doc_tables)):
                 for i, doc_id in enumerate(self._doc_cols(s)["doc_id"].to_pylist()):
                     g = int(self.doc_offsets[s]) + i
@@ -182,7 +195,7 @@ class SegmentedRows:
             self._moved = moved
         return self._moved
 
-    def doc_rows(self, rows) -> list[int]:
+    def doc_rows(self, rows: npt.ArrayLike) -> list[int]:
         """The global document row (in docs.arrow order, segment after segment) of each chunk row;
         -1 when the document is unknown."""
         rows = np.asarray(rows, dtype=np.int64)
@@ -205,7 +218,8 @@ class SegmentedRows:
                 if g >= 0:  # a document row no longer live: where its document lives now, kept
                     self._relocated[g] = found
             out[i] = found
-        return out.tolist()
+        result: list[int] = out.tolist()
+        return result
 
     def doc_position(self, doc_id: str) -> int:
         """The live global document row of ``doc_id``; -1 when none."""
@@ -227,11 +241,13 @@ class SegmentedRows:
                 hi = mid
         return lo if lo < len(ids) and ids[lo].as_py() == doc_id and not _contains(self.deleted_docs, lo) else -1
 
-    def fields(self, rows) -> list[dict]:
+    def fields(self, rows: RowIds) -> list[dict[str, Any]]:
         """One dict of :data:`COLUMNS` per row id, in the order given."""
         out = []
         docs = self.doc_rows(rows)
-        segs = np.searchsorted(self.offsets, np.asarray(rows, dtype=np.int64), side="right") - 1 if len(rows) else []
+        segs: npt.ArrayLike = (
+            np.searchsorted(self.offsets, np.asarray(rows, dtype=np.int64), side="right") - 1 if len(rows) else []
+        )
         for r, g, s in zip(rows, docs, np.asarray(segs).tolist()):
             i = int(r) - int(self.offsets[s])
             item = {n: c[i].as_py() for n, c in self._cols(s).items()}

@@ -41,16 +41,30 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from quarry.core.environment import environment
 from quarry.core.safeio import fsync_dir
 from quarry.retrieval import bm25, cards, dense, rows
 from quarry.retrieval.segmented import SegmentedBM25, SegmentedDense, split_rows
+
+if TYPE_CHECKING:
+    from duckdb import DuckDBPyConnection
+
+# The vectors of a build (see :func:`build`): a function of the row ids returning the matrix (or
+# the matrix and which rows are unit already), the (chunk ids, matrix) of a vector table, or None.
+VectorSource = (
+    Callable[[pa.Array], np.ndarray | tuple[np.ndarray, np.ndarray]]
+    | tuple[pa.Array | pa.ChunkedArray, np.ndarray]
+    | None
+)
 
 INDEX_VERSION = 3
 READS = (2, 3)  # folder versions a reader understands
@@ -71,7 +85,7 @@ def ivf_min_rows() -> int:
     return environment().ivf_min_rows
 
 
-def use_source(con, source: str) -> None:
+def use_source(con: DuckDBPyConnection, source: str) -> None:
     """Point the index queries (``index_chunks``, ``index_sections``, ``index_documents``) at the
     tables of ``source``: the catalog's own (``main``) or a delta layer's own rows (``layer``)."""
     if source not in SOURCES:
@@ -81,8 +95,13 @@ def use_source(con, source: str) -> None:
 
 
 def build(
-    con, vectors, model: str = "", dim: int = 0, ivf_rows: int | None = None, source: str = "main"
-) -> tuple[dict, dict]:
+    con: DuckDBPyConnection,
+    vectors: VectorSource,
+    model: str = "",
+    dim: int = 0,
+    ivf_rows: int | None = None,
+    source: str = "main",
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Index arrays for the catalog ``con`` and the vectors of the same version, all in memory.
 
     ``vectors`` is a function of the row ids (chunk ids in row order, an Arrow array) returning a
@@ -94,8 +113,8 @@ def build(
     ``(arrays, manifest)``; :func:`write` saves them. :func:`build_into` builds the same files
     holding one part at a time.
     """
-    arrays: dict = {}
-    manifest: dict = {}
+    arrays: dict[str, Any] = {}
+    manifest: dict[str, Any] = {}
     use_source(con, source)
     for part in _parts(con, vectors, model, dim, ivf_rows, manifest):
         arrays.update(part)
@@ -104,18 +123,18 @@ def build(
 
 def build_into(
     folder: Path,
-    con,
-    vectors,
+    con: DuckDBPyConnection,
+    vectors: VectorSource,
     model: str = "",
     dim: int = 0,
     ivf_rows: int | None = None,
     source: str = "main",
     generation: int | None = None,
-    earlier: list | None = None,
+    earlier: list[Segment] | None = None,
     deleted_rows: np.ndarray | None = None,
     deleted_docs: np.ndarray | None = None,
     deleted_terms: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Build the segment of :func:`build` and save it into ``folder`` (as :func:`write` does), each
     part as soon as it is built and dropped before the next: result rows and cards, BM25, vectors.
     What a commit holds is then the largest part, not their sum (at 1M chunks: 0.8 GB of rows,
@@ -126,7 +145,7 @@ def build_into(
     (global, sorted) no longer live; ``deleted_terms``: per earlier segment's generation, the BM25
     columns its deleted rows hold and how many of them hold each (a segment left out: not counted,
     its readers count in the columns). Returns the generation's manifest."""
-    manifest: dict = {}
+    manifest: dict[str, Any] = {}
     use_source(con, source)
     base = earlier[0] if earlier else None
     shared = base if base is not None and base.dense.has_ivf and base.generation is not None else None
@@ -145,6 +164,7 @@ def build_into(
                 _save(tmp / name, part.pop(name))
             del part  # before the generator builds the next part
         if manifest["dense"].get("base_ivf"):
+            assert shared is not None  # the segment was laid out by the base's centroids
             manifest["dense"]["base_ivf"]["generation"] = shared.generation
         manifest = generation_manifest(manifest, generation, earlier or [], deleted_rows, deleted_docs)
         for name, ids in ((DELETED_ROWS, deleted_rows), (DELETED_DOCS, deleted_docs)):
@@ -169,7 +189,13 @@ def build_into(
     return manifest
 
 
-def generation_manifest(segment: dict, generation: int | None, earlier: list, deleted_rows, deleted_docs) -> dict:
+def generation_manifest(
+    segment: dict[str, Any],
+    generation: int | None,
+    earlier: list[Segment],
+    deleted_rows: npt.ArrayLike | None,
+    deleted_docs: npt.ArrayLike | None,
+) -> dict[str, Any]:
     """The manifest of a generation whose own segment is described by ``segment`` (what the build
     filled in) and which keeps the ``earlier`` segments, with these rows and documents deleted:
     the segments and the live counts and lengths BM25 needs (kept here, so no reader sums them)."""
@@ -186,10 +212,14 @@ def generation_manifest(segment: dict, generation: int | None, earlier: list, de
     row_offsets = np.cumsum([0] + [s["rows"] for s in segments])
     doc_offsets = np.cumsum([0] + [s["documents"] for s in segments])
     dead_length = dead_card_length = 0
+    # (segments of this index version store their row lengths)
     for seg, local in zip(earlier, split_rows(deleted_rows, row_offsets)):
-        dead_length += int(seg.bm25.length[local].sum(dtype=np.int64)) if len(local) else 0
+        if len(local):
+            assert seg.bm25.length is not None
+            dead_length += int(seg.bm25.length[local].sum(dtype=np.int64))
     for seg, local in zip(earlier, split_rows(deleted_docs, doc_offsets)):
         if len(local) and seg.cards is not None:
+            assert seg.cards.bm25.length is not None
             dead_card_length += int(seg.cards.bm25.length[local].sum(dtype=np.int64))
     live = {
         "rows": int(row_offsets[-1]) - len(deleted_rows),
@@ -210,15 +240,15 @@ def generation_manifest(segment: dict, generation: int | None, earlier: list, de
 
 
 def _parts(
-    con,
-    vectors,
+    con: DuckDBPyConnection,
+    vectors: VectorSource,
     model: str,
     dim: int,
     ivf_rows: int | None,
-    manifest: dict,
+    manifest: dict[str, Any],
     folder: Path | None = None,
     centroids: np.ndarray | None = None,
-):
+) -> Iterator[dict[str, Any]]:
     """The index files a part at a time (dicts of file name -> content); fills ``manifest`` once
     the last part is out. Holds no part after yielding it. With ``folder``, ``rows.arrow`` is
     written there as the catalog streams it, and is not in a part. ``centroids``: the base
@@ -226,7 +256,7 @@ def _parts(
     t0 = time.perf_counter()
     if folder is not None:
         ids, row_docs = rows.write_rows(con, folder / rows.ROWS)
-        part: dict = {}
+        part: dict[str, Any] = {}
     else:
         row_table = rows.build_rows(con)
         ids, row_docs = row_table.column("chunk_id").combine_chunks(), row_table.column("doc_id")
@@ -244,13 +274,16 @@ def _parts(
     yield part
     del part
     t1 = time.perf_counter()
-    unit = None
+    unit: np.ndarray | None = None
+    matrix: np.ndarray
     if vectors is None:
         matrix = np.zeros((n, dim), dtype=np.float32)
     elif callable(vectors):
-        matrix = vectors(ids)
-        if isinstance(matrix, tuple):
-            matrix, unit = matrix
+        got = vectors(ids)
+        if isinstance(got, tuple):
+            matrix, unit = got
+        else:
+            matrix = got
     else:
         matrix = _vectors_in_row_order(ids, *vectors)
     read_seconds = time.perf_counter() - t1
@@ -281,7 +314,7 @@ def _parts(
     yield part
 
 
-def _vectors_in_row_order(row_ids, lance_ids, matrix: np.ndarray) -> np.ndarray:
+def _vectors_in_row_order(row_ids: pa.Array, lance_ids: pa.Array | pa.ChunkedArray, matrix: np.ndarray) -> np.ndarray:
     import pyarrow.compute as pc
 
     out = np.zeros((len(row_ids), matrix.shape[1] if matrix.size else 0), dtype=np.float32)
@@ -296,7 +329,7 @@ def _vectors_in_row_order(row_ids, lance_ids, matrix: np.ndarray) -> np.ndarray:
     return out
 
 
-def write(folder: Path, arrays: dict, manifest: dict) -> None:
+def write(folder: Path, arrays: dict[str, Any], manifest: dict[str, Any]) -> None:
     """Save ``arrays`` and the manifest of a one-segment generation (the folder's, ``index-<gen>``)
     into ``folder`` (written aside, then renamed into place)."""
     generation = int(folder.name.removeprefix("index-")) if folder.name.removeprefix("index-").isdigit() else None
@@ -307,7 +340,7 @@ def write(folder: Path, arrays: dict, manifest: dict) -> None:
 
 
 @contextmanager
-def _staged(folder: Path):
+def _staged(folder: Path) -> Iterator[Path]:
     """A fresh folder beside ``folder`` to write into; renamed into place when the block ends
     without an error (a dead run's leftover is removed by :func:`quarry.store.generations.remove_unkept`)."""
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
@@ -319,7 +352,7 @@ def _staged(folder: Path):
     fsync_dir(folder.parent)
 
 
-def _save(path: Path, value) -> None:
+def _save(path: Path, value: np.ndarray | bytes | pa.Table) -> None:
     with open(path, "wb") as fh:
         if isinstance(value, bytes):
             fh.write(value)
@@ -331,14 +364,14 @@ def _save(path: Path, value) -> None:
         os.fsync(fh.fileno())
 
 
-def _save_manifest(folder: Path, manifest: dict) -> None:
+def _save_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     with open(folder / MANIFEST, "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=2)
         fh.flush()
         os.fsync(fh.fileno())
 
 
-def read_manifest(folder: Path) -> dict | None:
+def read_manifest(folder: Path) -> dict[str, Any] | None:
     """The manifest of an index folder, or None when it is missing, unreadable or of a version
     this quarry does not read."""
     try:
@@ -370,7 +403,7 @@ def is_complete(folder: Path) -> bool:
 class Segment:
     """The loaded files of one segment."""
 
-    def __init__(self, generation: int | None, arrays: dict, info: dict):
+    def __init__(self, generation: int | None, arrays: dict[str, Any], info: dict[str, Any]):
         self.generation = generation
         self.info = info
         self.n_rows = int(info["rows"])
@@ -390,7 +423,7 @@ class Segment:
             raise ValueError(f"{folder} holds no index this quarry reads")
         # np.asarray drops the memmap subclass (slicing one costs microseconds of Python each
         # time); the plain arrays still read the mapped files, which stay open through them.
-        arrays: dict = {
+        arrays: dict[str, Any] = {
             p.name: np.asarray(np.load(p, mmap_mode="r"))
             for p in folder.glob("*.npy")
             if not p.name.startswith("deleted.")
@@ -403,7 +436,7 @@ class Segment:
         info = manifest.get("segment", manifest)
         return cls(generation if generation is not None else manifest.get("generation"), arrays, info)
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """What a generation's manifest lists about this segment."""
         return {
             "generation": self.generation,
@@ -417,7 +450,7 @@ class Segment:
         """Local rows of these documents' chunks (chunk ids ``<doc_id>:<n>`` sort together)."""
         column = _single(self.rows.column("chunk_id"))
         keys = _Keys(column)
-        out = []
+        out: list[int] = []
         for doc_id in doc_ids:
             prefix = f"{doc_id}:"
             lo = bisect.bisect_left(keys, prefix)
@@ -425,7 +458,7 @@ class Segment:
             out.extend(range(lo, hi))
         return np.array(sorted(out), dtype=np.int64)
 
-    def chunk_ids_at(self, local_rows) -> list[str]:
+    def chunk_ids_at(self, local_rows: Iterable[int]) -> list[str]:
         """The chunk ids of these local rows."""
         column = _single(self.rows.column("chunk_id"))
         return [column[int(r)].as_py() for r in local_rows]
@@ -444,17 +477,18 @@ class Segment:
 class _Keys:
     """A sorted Arrow string column as a sequence for :mod:`bisect` (one value read per probe)."""
 
-    def __init__(self, column):
+    def __init__(self, column: pa.Array | pa.ChunkedArray) -> None:
         self.column = column
 
     def __len__(self) -> int:
         return len(self.column)
 
     def __getitem__(self, i: int) -> str:
-        return self.column[i].as_py()
+        value: str = self.column[i].as_py()
+        return value
 
 
-def _deleted_terms(manifest: dict, table: np.ndarray | None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+def _deleted_terms(manifest: dict[str, Any], table: np.ndarray | None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """``{segment generation: (columns, deleted rows holding each)}`` for the segments whose deleted
     rows the commits counted (``deleted.terms`` in the manifest), from ``deleted.terms.npy``."""
     counted = (manifest.get("deleted") or {}).get("terms") or []
@@ -468,20 +502,23 @@ def _deleted_terms(manifest: dict, table: np.ndarray | None) -> dict[int, tuple[
     return out
 
 
-def _single(column: pa.ChunkedArray):
+def _single(column: pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     return column.chunk(0) if column.num_chunks == 1 else column
 
 
 def _share_base_ivf(segments: list[Segment]) -> None:
     """Give the small segments laid out by the base's clusters (``dense.base_ivf`` in their
     manifest: the base's generation) the base's centroids, so IVF probes them with the base."""
-    if not segments or not segments[0].dense.has_ivf:
+    if not segments:
         return
     base = segments[0]
+    centroids = base.dense.centroids
+    if centroids is None:  # the base has no IVF
+        return
     for seg in segments[1:]:
         ref = (seg.info.get("dense") or {}).get("base_ivf") or {}
         if ref.get("generation") == base.generation and not seg.dense.has_ivf and seg.n_rows:
-            seg.dense.share_centroids(base.dense.centroids)
+            seg.dense.share_centroids(centroids)
 
 
 class SearchIndex:
@@ -494,9 +531,9 @@ class SearchIndex:
     def __init__(
         self,
         segments: list[Segment],
-        manifest: dict,
-        deleted_rows=None,
-        deleted_docs=None,
+        manifest: dict[str, Any],
+        deleted_rows: npt.ArrayLike | None = None,
+        deleted_docs: npt.ArrayLike | None = None,
         deleted_terms: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
     ):
         self.segments = segments
@@ -513,7 +550,7 @@ class SearchIndex:
             deleted_rows,
             self.live_rows,
             int(live.get("length", segments[0].bm25.length_total or 0) if segments else 0),
-            [self.deleted_terms.get(s.generation) for s in segments],
+            [self.deleted_terms.get(s.generation) if s.generation is not None else None for s in segments],
         )
         if legacy:
             self.bm25.exact = True  # one segment of every row, its weights exact; no frequencies stored
@@ -522,13 +559,14 @@ class SearchIndex:
         self.results = rows.SegmentedRows(
             [(s.rows, s.docs, s.cards.row_doc if s.cards is not None else None) for s in segments], deleted_docs
         )
-        self.cards = None
-        if segments and all(s.cards is not None for s in segments):
+        self.cards: cards.SegmentedCards | None = None
+        seg_cards = [s.cards for s in segments if s.cards is not None]
+        if segments and len(seg_cards) == len(segments):
             card_bm25 = SegmentedBM25(
-                [s.cards.bm25 for s in segments],
+                [c.bm25 for c in seg_cards],
                 deleted_docs,
                 int(live.get("documents", sum(s.n_docs for s in segments) - len(deleted_docs))),
-                int(live.get("card_length", segments[0].cards.bm25.length_total or 0)),
+                int(live.get("card_length", seg_cards[0].bm25.length_total or 0)),
             )
             if legacy:
                 card_bm25.exact = True
@@ -548,7 +586,7 @@ class SearchIndex:
             Segment.load(folder if g == own else folder.parent / folder_name(g), g)
             for g in (int(s["generation"]) for s in manifest["segments"])
         ]
-        deleted = {}
+        deleted: dict[str, np.ndarray | None] = {}
         for name in (DELETED_ROWS, DELETED_DOCS, DELETED_TERMS):
             path = folder / name
             deleted[name] = np.asarray(np.load(path, mmap_mode="r")) if path.exists() else None
@@ -561,17 +599,19 @@ class SearchIndex:
         )
 
     @classmethod
-    def from_arrays(cls, arrays: dict, manifest: dict) -> SearchIndex:
+    def from_arrays(cls, arrays: dict[str, Any], manifest: dict[str, Any]) -> SearchIndex:
         """A one-segment index held in memory (:func:`build`'s output)."""
         full = generation_manifest(manifest, manifest.get("generation"), [], None, None)
         return cls([Segment(None, arrays, manifest)], full)
 
-    def chunk_ids(self, row_ids) -> list[str]:
+    def chunk_ids(self, row_ids: Iterable[int]) -> list[str]:
         return self.results.chunk_ids(row_ids)
 
-    def row_offsets(self) -> list[tuple[int, int]]:
-        """``(generation, first row)`` of each segment, in row order (``sql/filter_rows.sql``)."""
-        out, start = [], 0
+    def row_offsets(self) -> list[tuple[int | None, int]]:
+        """``(generation, first row)`` of each segment, in row order (``sql/filter_rows.sql``); the
+        generation is None for an index built in memory (:meth:`from_arrays`)."""
+        out: list[tuple[int | None, int]] = []
+        start = 0
         for seg in self.segments:
             out.append((seg.generation, start))
             start += seg.n_rows

@@ -39,34 +39,48 @@ Deleted rows are left out of the scores a segment computes (they never compete f
 from __future__ import annotations
 
 import math
+from enum import Enum
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from quarry.retrieval.bm25 import BM25Index, _idf, _length_norm, _normed_weights, stem_words
 from quarry.retrieval.select import top_n
+
+if TYPE_CHECKING:
+    from quarry.retrieval.dense import DenseIndex
+
+K = TypeVar("K")
+V = TypeVar("V")
+Terms = list[list[int | None]]  # per query term, its column in each segment (None: the segment lacks it)
 
 DELETED_SKIP = 4096  # binary search: a segment with more deleted rows is searched with a mask of its live rows
 _SLACK = 2.0**-24  # float32's unit roundoff: the rounding of a stored weight, a scaling, a sum
 _WORDS_KEPT = 65_536  # words, stems and terms a reader keeps looked up
 
 
-def split_rows(rows: np.ndarray, offsets: np.ndarray, dtype=np.int64) -> list[np.ndarray]:
+def split_rows(rows: np.ndarray, offsets: np.ndarray, dtype: npt.DTypeLike = np.int64) -> list[np.ndarray]:
     """Sorted global row ids cut into each segment's local ids (``dtype``: that of the segments'
     postings, so a binary search against a posting list never converts the list)."""
     cuts = np.searchsorted(rows, offsets)
     return [(rows[cuts[i] : cuts[i + 1]] - offsets[i]).astype(dtype, copy=False) for i in range(len(offsets) - 1)]
 
 
-def _local_dtype(parts) -> np.dtype:
+def _local_dtype(parts: list[BM25Index]) -> np.dtype:
     """The dtype of the segments' posting rows when they share one (int32 as built), else int64."""
     types = {p.rows.dtype for p in parts}
     return types.pop() if len(types) == 1 else np.dtype(np.int64)
 
 
-_UNSEEN = object()
+class _Unseen(Enum):
+    UNSEEN = 0  # a word no query looked up yet (None is a lookup's answer)
 
 
-def _remember(cache: dict, key, value, size: int):
+_UNSEEN = _Unseen.UNSEEN
+
+
+def _remember(cache: dict[K, V], key: K, value: V, size: int) -> V:
     """Keep ``value`` under ``key`` in a reader's cache of at most ``size`` entries (oldest out),
     safe while other threads of a server use the same reader: a key another thread took out
     first is no error. Returns ``value``."""
@@ -124,14 +138,14 @@ class SegmentedBM25:
             and parts[0].length_total == live_length
         )
         self._deleted_masks: dict[int, np.ndarray] = {}
-        self._terms: dict[tuple, tuple] = {}
+        self._terms: dict[tuple[str, ...], Terms] = {}
         # per word, shared by every query that holds it (queries share their words): a token's
         # stem as the segments' surface forms give it (None: no segment holds the token), a
         # stem's column in each segment, and a term's live df over all segments
         self._surface_stems: dict[str, str | None] = {}
         self._stem_cols: dict[str, list[int | None]] = {}
-        self._term_df: dict[tuple, int] = {}
-        self._idf: dict[tuple, np.ndarray] = {}
+        self._term_df: dict[tuple[int | None, ...], int] = {}
+        self._idf: dict[tuple[tuple[int | None, ...], ...], np.ndarray] = {}
         self._df: dict[tuple[int, int], int] = {}  # (segment, column) -> live df: at most the vocabulary
         self._built: dict[tuple[int, int], float] = {}  # (segment, column) -> the idf its weights were built with
         self._vocabulary: int | None = None  # vocabulary_size(), counted once: the segments never change
@@ -156,7 +170,7 @@ class SegmentedBM25:
 
     # --- terms -------------------------------------------------------------------------------
 
-    def terms(self, toks: list[str]) -> list[list[int | None]]:
+    def terms(self, toks: list[str]) -> Terms:
         """Per distinct query term (in the order a build over all rows would sum them: tokens the
         corpus holds first, then the stems of the others), its column in each segment (None where
         a segment lacks it). Terms no segment holds are left out. Cached for the last queries."""
@@ -166,13 +180,13 @@ class SegmentedBM25:
             hit = _remember(self._terms, key, self._terms_of(toks), 512)
         return hit
 
-    def _terms_of(self, toks: list[str]) -> list[list[int | None]]:
+    def _terms_of(self, toks: list[str]) -> Terms:
         if len(self.parts) == 1:
             return [[c] for c in self.parts[0].columns(toks)]
         stem_of = {tok: stem for tok in toks if (stem := self._surface_stem(tok)) is not None}
         missing = [t for t in toks if t not in stem_of]
         stems = dict.fromkeys([stem_of[t] for t in toks if t in stem_of] + stem_words(missing))
-        out = []
+        out: Terms = []
         for stem in stems:
             cols = self._columns_of(stem)
             if any(c is not None for c in cols):
@@ -238,7 +252,7 @@ class SegmentedBM25:
             )
         return got
 
-    def idf(self, terms: list[list[int | None]]) -> np.ndarray:
+    def idf(self, terms: Terms) -> np.ndarray:
         """Each term's idf over the live rows (float64, :func:`quarry.retrieval.bm25._idf`); cached."""
         key = tuple(tuple(cols) for cols in terms)
         got = self._idf.get(key)
@@ -316,7 +330,7 @@ class SegmentedBM25:
                 out[sel[col_rows[pos] == local[sel]], j] = True
         return out
 
-    def _approx(self, terms, idf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _approx(self, terms: Terms, idf: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Stored weights summed per row — scaled by ``idf_live / idf_segment`` per term, or, in a
         segment where that ratio is the same for every query term to a thousandth (a big segment
         after small commits), unscaled with the ratio's range folded into the bounds — and per
@@ -327,13 +341,15 @@ class SegmentedBM25:
         ratio: dict[tuple[int, int], float] = {}
         scaled = [False] * k
         if not self.exact:
+            assert idf is not None  # the live idf, given whenever weights are rescored
             slack = (8 * len(terms) + 16) * _SLACK
             live = idf.tolist()
             for s, part in enumerate(self.parts):
                 mine = []
                 for i, cols in enumerate(terms):
-                    if cols[s] is not None:
-                        value = ratio[(i, s)] = live[i] / self._built_idf(s, cols[s])
+                    c = cols[s]
+                    if c is not None:
+                        value = ratio[(i, s)] = live[i] / self._built_idf(s, c)
                         mine.append(value)
                 a = self.avgdl / part.avgdl_built if part.avgdl_built else 1.0
                 r_lo, r_hi = (min(mine), max(mine)) if mine else (1.0, 1.0)
@@ -370,7 +386,7 @@ class SegmentedBM25:
         bounds = self.offsets.tolist()
         return [approx[bounds[s] : bounds[s + 1]] for s in range(len(self.parts))]
 
-    def _floor(self, terms, approx: np.ndarray, lo: np.ndarray, n: int, zeroed: bool) -> float:
+    def _floor(self, terms: Terms, approx: np.ndarray, lo: np.ndarray, n: int, zeroed: bool) -> float:
         """A score the ``n``-th best row reaches for sure (lower bounds): the ``n``-th best among the
         rows of the rarest term holding at least ``n`` of them; 0 when none does. Rows below it
         cannot make the top ``n`` (ties kept), so only rows at or above it are listed: at 1M rows
@@ -379,12 +395,12 @@ class SegmentedBM25:
         sizes = [
             sum(int(p.indptr[c + 1] - p.indptr[c]) for p, c in zip(self.parts, cols) if c is not None) for cols in terms
         ]
-        views = None
+        views: list[np.ndarray] | None = None
         for t in sorted(range(len(terms)), key=sizes.__getitem__):
             if sizes[t] < n:
                 continue
             views = views or self._views(approx)
-            parts = []
+            parts: list[np.ndarray] = []
             for s, c in enumerate(terms[t]):
                 if c is None:
                     continue
@@ -409,7 +425,7 @@ class SegmentedBM25:
             return np.flatnonzero(approx >= floor)
         return np.flatnonzero(approx >= floor / float(hi.max()) * (1 - 4 * _SLACK))
 
-    def _exact_scores(self, terms, idf: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def _exact_scores(self, terms: Terms, idf: np.ndarray | None, rows: np.ndarray) -> np.ndarray:
         """Scores of sorted global ``rows``, computed as a build over all live rows computes them:
         per term in order, w = idf·tf·(k1+1)/(tf + k1·(1 − b + b·len/avgdl)) in float64, rounded to
         float32 and added in float32. Segment by segment (a row's terms are still added in order),
@@ -426,7 +442,10 @@ class SegmentedBM25:
                 )
             target = out[cuts[s] : cuts[s + 1]]
             local = (rows[cuts[s] : cuts[s + 1]] - self.offsets[s]).astype(self.local_dtype, copy=False)
-            norm = None if self.exact else _length_norm(part.length[local].astype(np.float64), self.avgdl)
+            norm = None
+            if not self.exact:
+                assert part.length is not None  # stored with the term frequencies (checked above)
+                norm = _length_norm(part.length[local].astype(np.float64), self.avgdl)
             for i, cols in enumerate(terms):
                 c = cols[s]
                 if c is None:
@@ -443,6 +462,8 @@ class SegmentedBM25:
                 if self.exact:  # the stored weights are the store's
                     target[hit] += part.weights[a + pos[hit]]
                     continue
+                # rescoring: the live idf given, the term frequencies checked above, the lengths normed
+                assert idf is not None and part.tf is not None and norm is not None
                 tf = part.tf[a + pos[hit]].astype(np.float64)
                 target[hit] += _normed_weights(idf[i], tf, norm[hit])
         return out
@@ -452,7 +473,7 @@ class SegmentedDense:
     """Vector search over several segments' :class:`~quarry.retrieval.dense.DenseIndex`, deleted
     rows left out (see the module docstring)."""
 
-    def __init__(self, parts: list, deleted: np.ndarray):
+    def __init__(self, parts: list[DenseIndex], deleted: np.ndarray):
         self.parts = parts
         self.offsets = np.zeros(len(parts) + 1, dtype=np.int64)
         np.cumsum([p.n_rows for p in parts], out=self.offsets[1:])
@@ -460,7 +481,7 @@ class SegmentedDense:
         self.seg_deleted = split_rows(np.asarray(deleted, dtype=np.int64), self.offsets)
         self.dim = next((p.dim for p in parts if p.n_rows), parts[0].dim if parts else 0)
         self._live: dict[int, tuple[np.ndarray, int]] = {}
-        self._masks: list[tuple] = []
+        self._masks: list[tuple[np.ndarray, list[tuple[np.ndarray, int]]]] = []  # (filter, per segment)
 
     @property
     def has_ivf(self) -> bool:
@@ -512,8 +533,9 @@ class SegmentedDense:
         rescore_multiplier: int = 20,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``n`` live rows by cosine: (global rows int64, scores float32), ties by row id."""
-        rows, scores = [], []
-        probes: dict = {}  # segments laid out by the base's clusters rank them once
+        rows: list[np.ndarray] = []
+        scores: list[np.ndarray] = []
+        probes: dict[int, list[int]] = {}  # segments laid out by the base's clusters rank them once
         masks = self._segment_masks(mask) if mask is not None else None
         for s, part in enumerate(self.parts):
             if part.n_rows == 0:

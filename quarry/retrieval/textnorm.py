@@ -30,7 +30,7 @@ def _fold(text: str) -> str:
     if text.isascii():
         return text
     decomposed = unicodedata.normalize("NFKD", text)
-    drop = {}
+    drop: dict[int, None] = {}
     for ch in set(decomposed):
         if not ch.isascii():
             mark = _COMBINING.get(ch)

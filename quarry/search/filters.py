@@ -348,6 +348,7 @@ def tokenize(expr: str) -> list[_Tok]:
                 raise UsageError(f"--where: unterminated quote at character {pos + 1} of {expr!r}")
             raise UsageError(f"--where: unexpected {expr[pos]!r} at character {pos + 1} of {expr!r}")
         kind = m.lastgroup
+        assert kind is not None  # every alternative of _TOKEN is a named group
         text = m.group()
         if kind == "squote":
             out.append(_Tok("str", text[1:-1].replace("''", "'"), pos))
@@ -394,6 +395,7 @@ class _Parser:
                 raise self.error("OR is not supported: use column IN (a, b) or give separate searches")
             if not self.keyword("and"):
                 tok = self.peek()
+                assert tok is not None  # the loop's condition
                 raise self.error(f"expected AND before {tok.text!r} (character {tok.pos + 1})")
             result = result & self.condition()
         return result

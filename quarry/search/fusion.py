@@ -39,6 +39,7 @@ Each method is registered in :data:`FUSIONS` (quarry/core/registry.py) as a func
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, TypeVar, overload
 
 from quarry.core.registry import FUSIONS
 
@@ -73,6 +74,7 @@ PEAK_TOP = 3
 DOC_WEIGHT = 0.1
 
 Scored = Sequence[tuple[Hashable, float]]
+H = TypeVar("H", bound=Hashable)  # what is ranked: a row id of the index, a chunk id in the benches
 
 
 def rrf(
@@ -171,7 +173,7 @@ def _rrf(hits: Mapping[str, Scored], *, k: int, weights, alpha: float, adapt: fl
 
 
 def fuse(
-    hits: Mapping[str, Scored],
+    hits: Mapping[str, Sequence[tuple[H, float]]],
     method: str = DEFAULT_FUSION,
     *,
     k: int = DEFAULT_K,
@@ -179,7 +181,7 @@ def fuse(
     alpha: float = TMM_ALPHA,
     adapt: float = TMM_ADAPT,
     depth: int | None = None,
-) -> list[tuple[Hashable, float]]:
+) -> list[tuple[H, float]]:
     """Fuse scored lists ``{retriever: [(id, raw score)]}`` (best first) by ``method`` (a name of
     :data:`FUSIONS`); ``k`` is RRF's constant, ``alpha``/``adapt``/``depth`` TMM's settings
     (``depth``: how many candidates each retriever was asked for)."""
@@ -193,12 +195,24 @@ def normalised(method: str) -> bool:
     return bool(FUSIONS.info(method).get("normalised"))
 
 
+@overload
 def with_documents(
-    fused: Sequence[tuple[Hashable, float]],
-    doc_of: Mapping[Hashable, int] | Sequence[int],
+    fused: Sequence[tuple[H, float]], doc_of: Mapping[H, int], doc_scores: Sequence[float], weight: float = ...
+) -> list[tuple[H, float]]: ...
+
+
+@overload
+def with_documents(
+    fused: Sequence[tuple[int, float]], doc_of: Sequence[int], doc_scores: Sequence[float], weight: float = ...
+) -> list[tuple[int, float]]: ...
+
+
+def with_documents(
+    fused: Sequence[tuple[Any, float]],
+    doc_of: Mapping[Any, int] | Sequence[int],
     doc_scores: Sequence[float],
     weight: float = DOC_WEIGHT,
-) -> list[tuple[Hashable, float]]:
+) -> list[tuple[Any, float]]:
     """Add document evidence to fused chunk scores: ``score + weight · card(d) / max_q card``,
     ``card(d)`` the BM25 score of the chunk's document's card for this query
     (:mod:`quarry.retrieval.cards`), normalised by the best card's score, as TMM normalises BM25

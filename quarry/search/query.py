@@ -213,7 +213,9 @@ class Index:
         key = (snap.pointer.generation, filters)
         hit = self._doc_masks.get(key)
         if hit is None:
-            hit = snap.index.cards.doc_mask(mask)
+            cards = snap.index.cards
+            assert cards is not None  # asked for only when the index has document cards
+            hit = cards.doc_mask(mask)
             self._doc_masks.put(key, hit)
         return hit
 
@@ -466,7 +468,12 @@ class Index:
             documents = weights["documents"] * DOC_WEIGHT if normalised(fusion) and snap.index.cards else 0.0
             # the document evidence counts only documents the filter keeps a row of: a document the
             # caller may not read (or filtered out) never moves the scores of the ones returned
-            keep = self._document_mask(filters, snap, mask) if documents > 0 and mask is not None else None
+            # (a mask comes only from a filter)
+            keep = (
+                self._document_mask(filters, snap, mask)
+                if documents > 0 and mask is not None and filters is not None
+                else None
+            )
             fused = self._fuse(
                 hits,
                 k,
@@ -552,7 +559,7 @@ class Index:
     def _hydrate(self, snap: Snapshot, fused, hits, fused_scores: bool) -> list[SearchResult]:
         fields = snap.index.results.fields([row for row, _ in fused])
         info = {name: {row: (rank, score) for rank, (row, score) in enumerate(h, start=1)} for name, h in hits.items()}
-        results = []
+        results: list[SearchResult] = []
         for data, (row, score) in zip(fields, fused):
             scores = {name: info.get(name, {}).get(row, (None, None))[1] for name in RETRIEVERS}
             ranks = {name: info.get(name, {}).get(row, (None, None))[0] for name in RETRIEVERS}

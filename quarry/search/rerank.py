@@ -27,11 +27,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.models import join_header
 from quarry.core.registry import RERANKERS
+
+if TYPE_CHECKING:
+    import openai
 
 DEFAULT_CANDIDATES = 30  # fused candidates a reranker sees unless told otherwise
 PASSAGE_CHARS = 1200  # per passage in the LLM prompt: enough to judge, bounded prompt size
@@ -231,7 +234,7 @@ class LLMReranker:
         self.policy = policy or RetryPolicy()
         self.name = f"llm:{self.model}"
         self.repairs = 0  # answers that needed repair, for callers that report it
-        self._client = None
+        self._client: openai.OpenAI | None = None
 
     @property
     def client(self):

@@ -33,12 +33,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Protocol
 
 import numpy as np
 
 from quarry.core.errors import UsageError
 from quarry.core.models import RETRIEVERS
-from quarry.search.windows import ChunkRun, build_span
+from quarry.search.windows import ChunkRun, Hit, build_span
 
 RELEVANCE = ("auto", "scores", "rank", "rerank")
 RANK_ONLY_RELEVANCE = 0.8  # dsRAG's default similarity when absolute relevance is ignored
@@ -168,7 +169,7 @@ def chunk_value(rank0: int, rel: float, penalty: float, decay_rate: float) -> fl
 
 
 def best_segments(
-    values: Sequence[Sequence[float]], max_length: int, overall_max_length: int, minimum_value: float
+    values: Sequence[Sequence[float] | np.ndarray], max_length: int, overall_max_length: int, minimum_value: float
 ) -> list[tuple[int, int, int, float]]:
     """Greedy best non-overlapping segments over documents' chunk values.
 
@@ -183,12 +184,12 @@ def best_segments(
         arr = np.asarray(vals, dtype=np.float64)
         prefix = np.concatenate(([0.0], np.cumsum(arr)))
         ok = np.flatnonzero(arr >= 0)
-        for s in ok:
-            ends = ok[(ok >= s) & (ok < s + max_length)] + 1
+        for first in ok:
+            ends = ok[(ok >= first) & (ok < first + max_length)] + 1
             cand_doc.extend([d] * len(ends))
-            cand_start.extend([int(s)] * len(ends))
+            cand_start.extend([int(first)] * len(ends))
             cand_end.extend(ends.tolist())
-            cand_value.extend((prefix[ends] - prefix[s]).tolist())
+            cand_value.extend((prefix[ends] - prefix[first]).tolist())
     if not cand_value:
         return []
     doc = np.asarray(cand_doc)
@@ -215,7 +216,17 @@ def best_segments(
 # --- the search-facing API -------------------------------------------------------------------
 
 
-def segments_from_results(index, results: Sequence, params: RseParams) -> list[Segment]:
+class SegmentHit(Hit, Protocol):
+    """What a segment reads of a search result (:class:`quarry.search.results.SearchResult`)."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def section(self) -> str: ...
+
+
+def segments_from_results(index, results: Sequence[SegmentHit], params: RseParams) -> list[Segment]:
     """RSE over an existing ranking (``results`` best first, e.g. reranked).
 
     ``index`` is an open :class:`quarry.search.query.Index` (anything with a ``chunk_reader()``);
@@ -236,7 +247,7 @@ def segments_from_results(index, results: Sequence, params: RseParams) -> list[S
     n_chunks = {pos[r.chunk_id]["doc_id"]: pos[r.chunk_id]["n_chunks"] for r in results}
     penalty = params.irrelevant_chunk_penalty
     values = {d: np.full(max(1, n_chunks[d]), -penalty) for d in docs}
-    hit_at: dict[tuple[str, int], object] = {}
+    hit_at: dict[tuple[str, int], SegmentHit] = {}
     for rank0, (r, rel) in enumerate(zip(results, rels)):
         p = pos[r.chunk_id]
         if p["doc_id"] not in values:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from datetime import date, datetime
+from typing import Any
 
 from quarry.core.models import RETRIEVERS
 
@@ -19,7 +20,9 @@ __all__ = ["explain", "payload", "lines", "dumps"]
 
 def explain(result) -> dict:
     """Each retriever's rank and score, the fused score and, when reranked, the rerank score."""
-    out = {name: {"rank": result.ranks.get(name), "score": result.scores.get(name)} for name in RETRIEVERS}
+    out: dict[str, Any] = {
+        name: {"rank": result.ranks.get(name), "score": result.scores.get(name)} for name in RETRIEVERS
+    }
     out["fused"] = getattr(result, "fused", None)
     if "rerank" in result.scores:
         out["rerank"] = {"rank": result.ranks.get("rerank"), "score": result.scores.get("rerank")}

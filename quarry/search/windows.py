@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 from quarry.core.errors import UsageError
 from quarry.core.sqlfiles import load_sql
@@ -217,7 +218,20 @@ def build_span(rows: list[dict], lo: int, hi: int) -> dict:
     }
 
 
-def expand(index, results: Sequence, before: int = 1, after: int = 1) -> list:
+class Hit(Protocol):
+    """What a window reads of a search result (:class:`quarry.search.results.SearchResult`)."""
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def score(self) -> float: ...
+
+    @property
+    def chunk_id(self) -> str: ...
+
+
+def expand(index, results: Sequence[Hit], before: int = 1, after: int = 1) -> list:
     """Widen each search result to ``before`` chunks before and ``after`` after, merged per document.
 
     ``results`` are :class:`quarry.search.query.SearchResult` (anything with ``rank``, ``score`` and
@@ -232,7 +246,7 @@ def expand(index, results: Sequence, before: int = 1, after: int = 1) -> list:
     reader = index.chunk_reader()
     pos = reader.locate(results)
     # (doc_id) -> list of (first, last, hit)
-    wanted: dict[str, list[tuple[int, int, object]]] = {}
+    wanted: dict[str, list[tuple[int, int, Hit]]] = {}
     for r in results:
         p = pos.get(r.chunk_id)
         if p is None:

@@ -8,7 +8,7 @@ chunks stay in the segments that had them).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
@@ -91,6 +91,7 @@ def counts(store) -> dict:
             n = len(stored(snap.con))  # a catalog from before permissions: all public
             return {"documents": n, "restricted": 0, "principals": 1 if n else 0}
         row = snap.con.execute(load_sql("acl_counts")).fetchone()
+        assert row is not None  # counts: one row
         return {"documents": row[0], "restricted": row[1], "principals": row[2]}
     finally:
         snap.close()
@@ -131,7 +132,7 @@ def apply(con, wanted: dict[str, tuple[str, ...]], layer: tuple[int, int] | None
     return _update(con, "acl_apply", "path", {paths.display(p): tuple(v) for p, v in wanted.items()}, layer)
 
 
-def apply_to_documents(con, wanted: dict[str, tuple[str, ...]], layer: tuple[int, int] | None = None) -> list[str]:
+def apply_to_documents(con, wanted: Mapping[str, Sequence[str]], layer: tuple[int, int] | None = None) -> list[str]:
     """Set the principals of these documents (by doc_id) where they differ; returns the doc_ids
     changed (``layer`` as for :func:`apply`)."""
     return _update(con, "acl_apply_documents", "doc_id", {d: normalise(v) for d, v in wanted.items()}, layer)

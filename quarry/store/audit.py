@@ -50,6 +50,15 @@ EVENTS = (
     "maintain",
 )
 _NAME = re.compile(r"^(\d{12})\.json$")
+
+
+def _seq(name: str) -> int:
+    """The number of an entry, from its file name (one that ``names()`` listed: :data:`_NAME`'s)."""
+    m = _NAME.match(name)
+    assert m is not None
+    return int(m.group(1))
+
+
 log = logging.getLogger("quarry.audit")
 
 
@@ -179,7 +188,7 @@ class AuditLog:
             seq, prev = 1, GENESIS
             if names:
                 last = json.loads(self.where.read(names[-1]))
-                seq, prev = int(_NAME.match(names[-1]).group(1)) + 1, last.get("hash", "")
+                seq, prev = _seq(names[-1]) + 1, last.get("hash", "")
             now = datetime.now(UTC)
             entry = {
                 "seq": seq,
@@ -231,9 +240,10 @@ class AuditLog:
         """Walk the chain: every number present once, every entry matching its hash, every ``prev``
         the hash of the entry before it."""
         result = Verification()
-        expected_seq, prev = 1, GENESIS
+        expected_seq = 1
+        prev: str | None = GENESIS
         for name in self.where.names():
-            seq = int(_NAME.match(name).group(1))
+            seq = _seq(name)
             result.entries += 1
             if seq != expected_seq:
                 result.problems.append(

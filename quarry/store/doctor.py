@@ -29,9 +29,15 @@ import re
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quarry.core.errors import StoreCorrupt
 from quarry.store.handle import Store, as_store
+
+if TYPE_CHECKING:
+    from duckdb import DuckDBPyConnection
+
+    from quarry.store.pointer import Pointer
 
 __all__ = ["Finding", "DoctorReport", "diagnose"]
 
@@ -146,10 +152,10 @@ def _diagnose(opened: Store, report: DoctorReport, repair: bool) -> None:
         pointer = found
 
     catalog_path = store / pointer.catalog
-    opened = _open_catalog(catalog_path, report, pointer)
-    if opened is None:
+    attached = _open_catalog(catalog_path, report, pointer)
+    if attached is None:
         return
-    con, private = opened
+    con, private = attached
     try:
         try:
             chunk_ids = {r[0] for r in con.execute("SELECT chunk_id FROM chunks").fetchall()}
@@ -173,7 +179,7 @@ def _diagnose(opened: Store, report: DoctorReport, repair: bool) -> None:
     _check_stale(store, pointer, report, repair)
 
 
-def _open_catalog(path: Path, report: DoctorReport, pointer):
+def _open_catalog(path: Path, report: DoctorReport, pointer: Pointer) -> tuple[DuckDBPyConnection, list[Path]] | None:
     """``(connection, private copy folders)`` — the generation's catalog with the layers it reads
     attached — or None after a finding that says why not. Another process holding a file read-write
     is named, and the check goes on with a private copy: that is a SQL client's lock, not damage."""
@@ -229,7 +235,7 @@ def _holder_of(path: Path) -> str | None:
     return None
 
 
-def _chunk_ids_at(store: Path, name: str, version: int) -> set[str] | None:
+def _chunk_ids_at(store: Path, name: str, version: int) -> set[str]:
     from quarry.store import vectors
 
     table = vectors.open_for_read(store, name, version)
@@ -286,9 +292,8 @@ def _check_index(store: Path, pointer, con, n_chunks: int, report: DoctorReport,
         rows = json.loads((folder / searchindex.MANIFEST).read_text(encoding="utf-8")).get("rows")
     except (OSError, ValueError):
         rows = None
-    complete = searchindex.read_manifest(folder) is not None and (
-        searchindex.read_manifest(folder).get("version") == 2 or searchindex.is_complete(folder)
-    )
+    manifest = searchindex.read_manifest(folder)
+    complete = manifest is not None and (manifest.get("version") == 2 or searchindex.is_complete(folder))
     if complete and rows == n_chunks:
         segments = searchindex.segment_generations(folder)
         detail = (

@@ -59,6 +59,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -143,7 +144,7 @@ def summary(store: Path, generation: int, enabled: bool = True) -> dict:
         now = "off"
     elif now == "missing" and not available():
         now = "unavailable"  # duckdb-ext-fts is missing from this install
-    out = {"state": now, "file": str(path(store, generation))}
+    out: dict[str, Any] = {"state": now, "file": str(path(store, generation))}
     if now == "ready":
         try:
             out["build"] = build_info(store, generation)
@@ -167,6 +168,7 @@ def build(store: Path, generation: int, lock_fd: int | None = None) -> Path:
     """Build generation ``generation``'s sidecar unless it is there; returns its path. Waits for a
     build under way first, unless ``lock_fd`` is the builders' lock, held already."""
     fd = _lock(store, blocking=True) if lock_fd is None else lock_fd
+    assert fd is not None  # a blocking lock waits for its turn
     try:
         target = path(store, generation)
         if target.is_file():
@@ -243,7 +245,9 @@ def _write(store: Path, generation: int, tmp: Path, t0: float, memory_mb: int) -
         con.execute(f"CREATE TABLE chunks AS SELECT chunk_id, search_text FROM {_quoted(own)}.main.chunks")
         con.execute(load_sql("fts_rebuild"))
         con.execute("DROP TABLE chunks")
-        rows = con.execute(f"SELECT count(*) FROM {SCHEMA}.docs").fetchone()[0]
+        counted = con.execute(f"SELECT count(*) FROM {SCHEMA}.docs").fetchone()
+        assert counted is not None  # count(*): one row
+        rows = int(counted[0])
         con.execute("CHECKPOINT")
         # the cost, of the whole process (the builder's own, when it runs as python -m quarry.store.fts)
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -358,7 +362,9 @@ def build_info(store: Path, generation: int) -> dict | None:
         return None
     with duckdb.connect(str(target), read_only=True) as con:
         cur = con.execute("SELECT * FROM build")
-        row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+        values = cur.fetchone()
+        assert values is not None  # the builder writes its one row before the file is renamed into place
+        row = dict(zip([d[0] for d in cur.description], values))
     if row.get("built_at") is not None:
         row["built_at"] = str(row["built_at"])
     return row

@@ -24,8 +24,10 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, Protocol
 
 from quarry.core.errors import StoreLocked, UsageError
 from quarry.core.models import RunReport
@@ -67,8 +69,14 @@ def record(store: Store | Path, row: dict) -> None:
             os.close(fd)
 
 
-def _read(path: Path) -> list[dict]:
-    rows = []
+class Claimed(Protocol):
+    """A claimed journal: a local file (a Path) or a remote store's object (a JournalObject)."""
+
+    def unlink(self, missing_ok: bool = ...) -> None: ...
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -93,7 +101,7 @@ def pending(store: Store | Path) -> list[dict]:
     return rows
 
 
-def claim(store: Store | Path, generation: int) -> tuple[list[dict], list[Path]]:
+def claim(store: Store | Path, generation: int) -> tuple[list[dict[str, Any]], Sequence[Claimed]]:
     """Take the journal for the commit of ``generation``: (rows, files to delete after commit)."""
     opened = as_store(store)
     remote, store = opened.remote, opened.folder  # the folder below
@@ -133,7 +141,7 @@ def merge(con, rows: list[dict], insert) -> int:
     return n
 
 
-def forget(files: list[Path]) -> None:
+def forget(files: Iterable[Claimed]) -> None:
     """Delete claimed journals once the commit that holds their rows is visible."""
     for path in files:
         path.unlink(missing_ok=True)

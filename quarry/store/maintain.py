@@ -21,6 +21,7 @@ import warnings
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -99,7 +100,7 @@ def reindex(store: Store | Path, threshold: float | None = None) -> list[dict]:
     threshold = reindex_share() if threshold is None else threshold
     pointer = _committed(store)
     table = _table(store, pointer)
-    out = []
+    out: list[dict[str, Any]] = []
     if table is None:
         return out
     for idx in table.list_indices():
@@ -261,7 +262,7 @@ def maintain(
             raise
         return {"store": str(store.folder), "status": "skipped", "reason": str(exc)}
     try:
-        report = {"store": store.name, "status": "completed"}
+        report: dict[str, Any] = {"store": store.name, "status": "completed"}
         report["compaction"] = compact(store, keep, generations)
         report["indices"] = reindex(store, threshold)
         report["merge"] = merge(store)

@@ -15,7 +15,7 @@ __all__ = ["run_facts", "written_since"]
 
 
 def run_facts(
-    store: Store | Path,
+    store: Store | str | os.PathLike[str],
     schedule_seconds: float | None = None,
     last_run: dict | None = None,
     bytes_written: int | None = None,

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
@@ -20,6 +21,9 @@ from quarry.store import layers, vectors
 from quarry.store.catalog import connect_read_only, lock_holder  # noqa: F401 - read from here too
 from quarry.store.layout import require_pointer
 from quarry.store.pointer import DOCTOR_HINT, Pointer, read_pointer
+
+if TYPE_CHECKING:
+    from quarry.retrieval.searchindex import SearchIndex
 
 
 @dataclass
@@ -37,7 +41,7 @@ class Snapshot:
     pointer: Pointer
     connection: duckdb.DuckDBPyConnection
     _table: object = None
-    _index: object = None
+    _index: SearchIndex | None = None
     users: int = 0  # calls pinned to this snapshot now (quarry.search.query.Index)
     retired: bool = False  # a newer generation replaced it: closed when its last user leaves
     private: list[Path] = field(default_factory=list)  # folders of private copies of catalog files another process held
@@ -97,7 +101,7 @@ class Snapshot:
         return self._table
 
     @property
-    def index(self):
+    def index(self) -> SearchIndex:
         """The :class:`~quarry.retrieval.searchindex.SearchIndex` of this generation.
 
         Mapped when the snapshot opened; a store committed before index files existed is
@@ -127,9 +131,11 @@ class Snapshot:
         if not getattr(self._local, "rows_view", False):
             segments = self.index.row_offsets()
             if len(segments) <= 1:  # one segment of every live row, numbered over the catalog's chunks
-                chain, offsets = (self.pointer.generation,), {self.pointer.generation: 0}
+                chain: tuple[int, ...] = (self.pointer.generation,)
+                offsets: dict[int, int] = {self.pointer.generation: 0}
             elif [g for g, _ in segments] == list(self.chain):
-                chain, offsets = self.chain, dict(segments)
+                # the segments are the layers: every generation is known (none built in memory)
+                chain, offsets = self.chain, {g: start for g, start in segments if g is not None}
             else:
                 raise StoreCorrupt(
                     f"the search index of generation {self.pointer.generation} in {self.store} does not "
@@ -158,7 +164,7 @@ class Snapshot:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _load_index(store: Path, pointer: Pointer):
+def _load_index(store: Path, pointer: Pointer) -> SearchIndex | None:
     from quarry.retrieval import searchindex
 
     folder = store / searchindex.folder_name(pointer.generation)

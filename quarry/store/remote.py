@@ -70,7 +70,7 @@ class Remote:
     def __init__(self, url: StoreURL):
         self.url = url
         self._objects: ObjectStore | None = None
-        self.lease = None
+        self.lease: Lease | None = None
         self.etag: str | None = None  # etag of CURRENT as last pulled; the commit's If-Match
         self._pull_guard = threading.Lock()
         self._pulled: tuple[float, object] | None = None  # (monotonic time, pointer) of the last pull
@@ -319,7 +319,7 @@ class Remote:
             if committed - keep < gen <= committed:
                 stays.add(gen)
                 stays.update(self._layers_of(None, gen))
-        doomed = [k for k in keys if (gen := _generation_of(k)) is not None and (gen > committed or gen not in stays)]
+        doomed = [k for k in keys if (g := _generation_of(k)) is not None and (g > committed or g not in stays)]
         self.objects.delete(doomed)
         return doomed
 

@@ -24,6 +24,7 @@ import time
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.core.models import RunReport
@@ -53,8 +54,8 @@ def list_generations(store: Store | Path) -> list[dict]:
     return out
 
 
-def _describe(store: Path, gen: int) -> dict:
-    info = {"documents": None, "chunks": None, "last_run": None, "committed": None, "restorable": False}
+def _describe(store: Path, gen: int) -> dict[str, Any]:
+    info: dict[str, Any] = {"documents": None, "chunks": None, "last_run": None, "committed": None, "restorable": False}
     try:
         con, private = layers.connect(store, gen, generations.layers_of(store, gen))
     except Exception as exc:  # noqa: BLE001 - whatever stops the open is why this generation is not restorable

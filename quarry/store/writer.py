@@ -35,8 +35,11 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -48,6 +51,9 @@ from quarry.store import acl, boilerplate, catalog, dedup, generations, journal,
 from quarry.store.handle import Store, as_store
 from quarry.store.layout import WriterLock, write_pointer
 from quarry.store.pointer import DOCTOR_HINT, Pointer, read_pointer
+
+if TYPE_CHECKING:
+    from lancedb.table import Table as LanceTable
 
 LOAD_MEMORY_LIMIT = "256MB"  # DuckDB's cache while batches load (see StoreWriter._open)
 RUN_VECTORS_BYTES = 256 << 20  # vectors of the run's chunks kept for its index segment (beyond: read from LanceDB)
@@ -78,8 +84,8 @@ class StoreWriter:
         self.dim = dim
         self.lock = WriterLock(self.store)
         self.base: Pointer | None = None
-        self.con = None
-        self.table = None
+        self._con: duckdb.DuckDBPyConnection | None = None  # the new generation's catalog, while open
+        self._table: LanceTable | None = None  # the vector table, once open
         self.generation = 0
         self.model_changed = False
         self.dirty = False  # whether chunks changed
@@ -104,7 +110,7 @@ class StoreWriter:
         self.line_changed: set[str] = set()
         self.recount_boilerplate = False  # every chunk's boilerplate flag from scratch (quarry maintain)
         # texts -> vectors of the run's model, for chunks QUARRY_BOILERPLATE=strip changes at commit
-        self.embed = None
+        self.embed: Callable[[list[str]], np.ndarray] | None = None
 
     def open(self) -> StoreWriter:
         self.lock.acquire()
@@ -124,7 +130,7 @@ class StoreWriter:
         if self.base:
             self._open_over(self.base)
         else:
-            self.con = catalog.create(self.catalog_path)
+            self._con = catalog.create(self.catalog_path)
         name = vectors.table_name(self.model, self.dim)
         same_table = self.base is not None and self.base.vector_table == name
         self.model_changed = self.base is not None and bool(self.base.vector_table) and not same_table
@@ -132,10 +138,12 @@ class StoreWriter:
         # DuckDB keeps every block it has read or written cached up to 80% of RAM, and loading reads
         # and writes the whole catalog: the cache grew ~0.7 KB per chunk loaded (110 MB over 160K
         # chunks). A cap evicts blocks already on disk; commit lifts it (its queries read all).
-        self.memory_limit = self.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        setting = self.con.execute("SELECT current_setting('memory_limit')").fetchone()
+        assert setting is not None  # a setting: one row
+        self.memory_limit = setting[0]
         self.cap_cache()
-        self.table = vectors.open_for_write(
-            self.store, self.model, self.dim, self.base.vector_version if same_table else 0
+        self._table = vectors.open_for_write(
+            self.store, self.model, self.dim, self.base.vector_version if same_table and self.base is not None else 0
         )
 
     def _open_over(self, base: Pointer) -> None:
@@ -153,7 +161,7 @@ class StoreWriter:
             base.layers or (base.generation,)
         )
         try:
-            self.con, self.chain, self.private, self.delta = layers.open_over(
+            self._con, self.chain, self.private, self.delta = layers.open_over(
                 self.folder, base.generation, base.layers or None, self.generation, delta=delta
             )
         except (OSError, duckdb.IOException) as exc:  # a full disk, a read-only store: the committed state is untouched
@@ -172,6 +180,21 @@ class StoreWriter:
         self.prev_chain = self.chain[:-1] if self.delta else (base.generation,)
         if not self.delta:
             self.merged = None
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The catalog connection of the generation being written (from :meth:`open` until the
+        commit or :meth:`close`)."""
+        if self._con is None:
+            raise RuntimeError(f"the writer of {self.folder} has no open catalog")
+        return self._con
+
+    @property
+    def table(self) -> LanceTable:
+        """The vector table being written (from :meth:`open` on)."""
+        if self._table is None:
+            raise RuntimeError(f"the writer of {self.folder} has not opened its vector table")
+        return self._table
 
     @property
     def catalog_path(self) -> Path:
@@ -277,8 +300,8 @@ class StoreWriter:
         """One moved file (see :meth:`move_documents`)."""
         self.move_documents([(doc_id, path, root, rel_path, mtime, run_id)])
 
-    def touch_documents(self, items: list[tuple[str, object]]) -> None:
-        """Record new mtimes of unchanged files (bookkeeping only)."""
+    def touch_documents(self, items: list[tuple[str, datetime, str]]) -> None:
+        """Record new mtimes of unchanged files (bookkeeping only): ``(doc_id, mtime, run_id)`` each."""
         if not items:
             return
         table = layers.touches_table(items)
@@ -353,7 +376,7 @@ class StoreWriter:
         journal.merge(self.con, journal_rows, insert_run)
         self.con.execute("CHECKPOINT")
         self.con.close()
-        self.con = None
+        self._con = None
         self._drop_private()
         pointer = Pointer(
             generation=self.generation,
@@ -428,11 +451,14 @@ class StoreWriter:
         folder = self.folder / searchindex.folder_name(self.generation)
         earlier = None
         if self.delta:
+            assert self.base is not None  # a delta layer is written over a committed generation
             prev = searchindex.SearchIndex.load(self.folder / searchindex.folder_name(self.base.generation))
             segments = {s.generation: s for s in prev.segments}
             base_rows = segments[self.prev_chain[0]].n_rows
             deleted = prev.bm25.deleted
-            own_rows = self.con.execute(catalog.load_sql("layer_rows")).fetchone()[0]
+            counted = self.con.execute(catalog.load_sql("layer_rows")).fetchone()
+            assert counted is not None  # a count: one row
+            own_rows = counted[0]
             plan = layers.plan_merge(
                 base_rows,
                 int(np.count_nonzero(deleted < base_rows)),
@@ -449,7 +475,9 @@ class StoreWriter:
                 dead_rows, dead_docs = self._deletions(prev, earlier)
                 dead_terms = self._deleted_terms(prev, earlier, dead_rows)
         faults.point("after-merge")
+        stored: searchindex.VectorSource
         if self.delta:
+            assert self.merged is not None  # still a delta: the merge plan above
             stored = _VectorSource(self, prev, set(self.merged))
             manifest = searchindex.build_into(
                 folder,
@@ -467,7 +495,7 @@ class StoreWriter:
         else:
             if catalog.has_fts(self.con):  # an older quarry's, kept in the catalog: stale now (quarry/store/fts.py)
                 catalog.drop_fts(self.con)
-            stored = self._vectors_in_row_order if self.table is not None else None
+            stored = self._vectors_in_row_order if self._table is not None else None
             manifest = searchindex.build_into(
                 folder, self.con, stored, self.model, self.dim, generation=self.generation
             )
@@ -489,8 +517,8 @@ class StoreWriter:
         changed = sorted(self.content_changed | self.row_changed)
         owners: dict[str, tuple] = {}
         if changed:
-            rows = self.con.execute(catalog.load_sql("layer_previous_owners"), [changed]).fetchall()
-            owners = {d: (dl, cl) for d, dl, cl in rows}
+            owned = self.con.execute(catalog.load_sql("layer_previous_owners"), [changed]).fetchall()
+            owners = {d: (dl, cl) for d, dl, cl in owned}
         position = {s.generation: i for i, s in enumerate(earlier)}
         row_off = np.cumsum([0] + [s.n_rows for s in earlier])
         doc_off = np.cumsum([0] + [s.n_docs for s in earlier])
@@ -510,9 +538,9 @@ class StoreWriter:
         for gen, docs in by_row.items():
             i = position[gen]
             dead_docs.append(earlier[i].doc_rows_of(docs) + doc_off[i])
-        rows = np.unique(np.concatenate(dead_rows)).astype(np.int64)
-        docs = np.unique(np.concatenate(dead_docs)).astype(np.int64) if dead_docs else np.zeros(0, np.int64)
-        return rows, docs
+        row_ids = np.unique(np.concatenate(dead_rows)).astype(np.int64)
+        doc_ids = np.unique(np.concatenate(dead_docs)).astype(np.int64) if dead_docs else np.zeros(0, np.int64)
+        return row_ids, doc_ids
 
     def _deleted_terms(self, prev, earlier, dead_rows: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Per kept earlier segment (by generation), the BM25 columns its deleted rows hold and how
@@ -564,12 +592,12 @@ class StoreWriter:
         tmp = Path(f"{path}.rebase")
         layers.write_base(self.con, layers.alias(self.generation), tmp)
         self.con.close()
-        self.con = None
+        self._con = None
         self._drop_private()
         for suffix in ("", ".wal"):
             Path(str(path) + suffix).unlink(missing_ok=True)
         os.replace(tmp, path)
-        self.con = catalog.connect(path, read_only=False)
+        self._con = catalog.connect(path, read_only=False)
         self.delta = False
         self.chain = (self.generation,)
         self.merged = None
@@ -615,12 +643,12 @@ class StoreWriter:
         self.private = []
 
     def _drop_connection(self) -> None:
-        if self.con is not None:
+        if self._con is not None:
             try:
-                self.con.close()
+                self._con.close()
             except Exception:  # noqa: BLE001, S110 - a full or read-only disk: the run's own error says so
                 pass
-            self.con = None
+            self._con = None
         self._drop_private()
 
     def _remove_files(self) -> None:
@@ -633,7 +661,7 @@ class StoreWriter:
     def close(self) -> None:
         """Abandon uncommitted work (if any) and release the lock."""
         try:
-            if self.con is not None:
+            if self._con is not None:
                 self._drop_connection()
                 self._remove_files()
             self._drop_private()
@@ -688,11 +716,11 @@ class _VectorSource:
                     slots[seg.dense.slot_rows] = np.arange(seg.n_rows)
                 docs = seg.rows.column("doc_id").to_pylist()
                 for local, chunk_id in enumerate(seg.rows.column("chunk_id").to_pylist()):
-                    i = where.get(chunk_id)
-                    if i is None or found[i] or first + local in deleted or docs[local] in changed:
+                    at = where.get(chunk_id)
+                    if at is None or found[at] or first + local in deleted or docs[local] in changed:
                         continue  # a row an older version, or this run, replaced
-                    out[i] = seg.dense.vectors[slots[local]]
-                    unit[i] = found[i] = True
+                    out[at] = seg.dense.vectors[slots[local]]
+                    unit[at] = found[at] = True
         if not found.all():
             missing = np.flatnonzero(~found)
             out[missing] = self.writer._vectors_in_row_order(pa.array([ids[i] for i in missing], type=pa.string()))

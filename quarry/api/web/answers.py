@@ -20,7 +20,8 @@ _MARK = re.compile(r"\[(\d+)\]")
 def linked(text: str, citations: list[dict]) -> list[tuple[str, dict | None]]:
     """``text`` cut into ``(piece, citation)`` pieces: each ``[n]`` with the citation it names."""
     by_number = {c["number"]: c for c in citations}
-    out, at = [], 0
+    out: list[tuple[str, dict | None]] = []
+    at = 0
     for m in _MARK.finditer(text):
         cit = by_number.get(int(m.group(1)))
         if cit is None:

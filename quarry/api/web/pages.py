@@ -19,6 +19,7 @@ import hashlib
 import logging
 import re
 from importlib import resources
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -179,7 +180,7 @@ def _error(request: Request, status: int, message: str, fragment: bool, headers:
 def _form(request: Request) -> dict:
     """The search form as the page shows it back (strings, as typed)."""
     params = request.query_params
-    form = {name: params.get(name, "") for name in SEARCH_FIELDS}
+    form: dict[str, Any] = {name: params.get(name, "") for name in SEARCH_FIELDS}
     form["explain"] = params.get("explain") in ("1", "on", "true")
     return form
 
@@ -209,7 +210,12 @@ def _request(form: dict):
 
 def _results(request: Request, form: dict) -> dict:
     """Run the form's search as the caller; the template's context (answer or error)."""
-    context = {"form": form, "answer": None, "error": None, "rerankers": state_of(request).config.rerankers}
+    context: dict[str, Any] = {
+        "form": form,
+        "answer": None,
+        "error": None,
+        "rerankers": state_of(request).config.rerankers,
+    }
     if not form["q"].strip():
         return context
     search, error = _request(form)
@@ -267,17 +273,12 @@ def context_fragment(request: Request, chunk_id: str, n: int = 1, q: str = ""):
         "last_chunk": chunk["chunk_index"],
     }
     before, hit, after = views.split_around(window["text"], chunk["text"])
-    terms = views.query_terms(q) if q.strip() else []
-    return render(
-        request,
-        "fragment_context.html",
-        chunk=chunk,
-        window=window,
-        **{
-            name: views.split_marked(text, terms) if terms else [(text, False)]
-            for name, text in (("before", before), ("hit", hit), ("after", after))
-        },
-    )
+    terms = views.query_terms(q) if q.strip() else frozenset()
+    marked: dict[str, Any] = {
+        name: views.split_marked(text, terms) if terms else [(text, False)]
+        for name, text in (("before", before), ("hit", hit), ("after", after))
+    }
+    return render(request, "fragment_context.html", chunk=chunk, window=window, **marked)
 
 
 # --- documents ------------------------------------------------------------------------------------

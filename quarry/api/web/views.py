@@ -137,6 +137,7 @@ def layout(doc: dict, first: int, last: int, hit: int | None, query: str = "") -
                 block.parts.append(("page", page, page in ocr))
                 after = shown
             else:
+                assert prev_end is not None  # set with the block before
                 after = prev_end - 1  # pages starting in the gap since the last chunk break before this one
             at = skip
             for i in range(bisect.bisect_right(offsets, after), len(offsets)):

@@ -5,14 +5,20 @@ own retries off (quarry retries, :mod:`quarry.core.openai.retry`) and a total pe
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    import httpx
+    import openai
 
 __all__ = ["make_client", "host_of", "PLACEHOLDER_KEY"]
 
 PLACEHOLDER_KEY = "unused"  # local servers (vLLM, Ollama, llama.cpp) accept any key, the client needs one
 
 
-def make_client(base_url: str, api_key: str, timeout: float = 60.0):
+def make_client(base_url: str, api_key: str, timeout: float = 60.0) -> openai.OpenAI:
     """An ``openai.OpenAI`` client with the client's own retries off (we retry ourselves).
 
     ``base_url`` "" means the client's default (or ``OPENAI_BASE_URL``); ``api_key`` "" becomes
@@ -30,18 +36,19 @@ def make_client(base_url: str, api_key: str, timeout: float = 60.0):
         api_key=api_key or PLACEHOLDER_KEY,
         timeout=timeout,
         max_retries=0,
-        http_client=http_client,
+        # openai's annotation names only httpx2's client; it takes an httpx (legacy) one too
+        http_client=http_client,  # type: ignore[arg-type]
     )
 
 
-def _deadline_transport_class():
+def _deadline_transport_class() -> Callable[[float], httpx.HTTPTransport]:
     import httpx
 
     class DeadlineStream(httpx.SyncByteStream):
-        def __init__(self, stream, deadline: float, request):
+        def __init__(self, stream: httpx.SyncByteStream, deadline: float, request: httpx.Request):
             self._stream, self._deadline, self._request = stream, deadline, request
 
-        def __iter__(self):
+        def __iter__(self) -> Iterator[bytes]:
             for chunk in self._stream:
                 if time.monotonic() > self._deadline:
                     raise httpx.ReadTimeout(
@@ -49,7 +56,7 @@ def _deadline_transport_class():
                     )
                 yield chunk
 
-        def close(self):
+        def close(self) -> None:
             self._stream.close()
 
     class DeadlineTransport(httpx.HTTPTransport):
@@ -57,16 +64,17 @@ def _deadline_transport_class():
             super().__init__()
             self.total = total
 
-        def handle_request(self, request):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
             deadline = time.monotonic() + self.total
             response = super().handle_request(request)
+            assert isinstance(response.stream, httpx.SyncByteStream)  # a sync transport's answer
             response.stream = DeadlineStream(response.stream, deadline, request)
             return response
 
     return DeadlineTransport
 
 
-def _DeadlineTransport(total: float):
+def _DeadlineTransport(total: float) -> httpx.HTTPTransport:
     return _deadline_transport_class()(total)
 
 

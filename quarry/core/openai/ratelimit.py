@@ -49,7 +49,7 @@ class RateLimiter:
 class Usage:
     """Thread-safe counters of API use, for the run report."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self.calls = 0
         self.prompt_tokens = 0

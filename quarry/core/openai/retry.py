@@ -78,13 +78,13 @@ def is_retryable(exc: BaseException) -> bool:
     try:
         import openai
     except ImportError:  # pragma: no cover - only reachable without the optional package
-        openai = None
+        openai = None  # type: ignore[assignment]  # the module, or None without the package
     if openai is not None:
         if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
             return True
         if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            return status in _RETRYABLE_STATUS or status >= 500
+            code = exc.status_code
+            return code in _RETRYABLE_STATUS or code >= 500
         if isinstance(exc, openai.OpenAIError):
             return False
     if isinstance(exc, (TimeoutError, ConnectionError, BadResponse)):
@@ -93,7 +93,7 @@ def is_retryable(exc: BaseException) -> bool:
     return status is not None and (status in _RETRYABLE_STATUS or status >= 500)
 
 
-def _headers(exc: BaseException):
+def _headers(exc: BaseException) -> Any:
     response = getattr(exc, "response", None)
     return getattr(response, "headers", None)
 
@@ -147,14 +147,21 @@ def call_with_retries(
     """
     import tenacity
 
+    def failure(state: tenacity.RetryCallState) -> BaseException:
+        # wait and before_sleep run only after a retryable error (retry_if_exception)
+        assert state.outcome is not None
+        exc = state.outcome.exception()
+        assert exc is not None
+        return exc
+
     def wait(state: tenacity.RetryCallState) -> float:
         delay = policy.backoff(state.attempt_number - 1, rng)
-        asked = retry_after(state.outcome.exception())
+        asked = retry_after(failure(state))
         return delay if asked is None else max(delay, min(asked, policy.max_retry_after))
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
         if on_retry is not None:
-            on_retry(state.outcome.exception(), state.attempt_number, state.upcoming_sleep)
+            on_retry(failure(state), state.attempt_number, state.upcoming_sleep)
 
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_attempt(max(1, policy.attempts)),

@@ -29,8 +29,13 @@ _OPENAI_FIELDS = (
 )
 
 
-def _key(settings) -> tuple:
-    key = (settings.embed_backend, settings.embed_model, settings.embed_dim, getattr(settings, "embed_threads", 0))
+def _key(settings) -> tuple[object, ...]:
+    key: tuple[object, ...] = (
+        settings.embed_backend,
+        settings.embed_model,
+        settings.embed_dim,
+        getattr(settings, "embed_threads", 0),
+    )
     if settings.embed_backend == "openai":
         key += tuple(getattr(settings, name, None) for name in _OPENAI_FIELDS)
         key += (hashlib.sha256(settings.openai_api_key.encode()).hexdigest(),)  # a new key, a new client

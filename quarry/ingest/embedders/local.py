@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from quarry.ingest.embedders.minilm import (  # noqa: F401 - load_tokenizer, bun
     bundled_model_path,
     load_tokenizer,
 )
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 
 class TorchEmbedder(TokenCounter):
@@ -52,7 +56,7 @@ class TorchEmbedder(TokenCounter):
         self.device = device
         self.length_sorted = length_sorted
         self.load_seconds = 0.0
-        self._st = None
+        self._st: SentenceTransformer | None = None
         self._lock = threading.Lock()
         self.calls = 0  # forward passes (batches of batch_size) so far
 
@@ -98,6 +102,7 @@ class TorchEmbedder(TokenCounter):
         return vectors
 
     def _encode(self, texts: list[str]) -> np.ndarray:
+        assert self._st is not None  # embed() loads the model first
         return self._st.encode(
             texts,
             batch_size=self.batch_size,

@@ -29,6 +29,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +37,10 @@ from quarry.core.environment import environment
 from quarry.core.errors import EmbeddingError
 from quarry.ingest.embedders.base import EMBEDDERS, normalise
 from quarry.ingest.embedders.minilm import DIM, MAX_TOKENS, MODEL_NAME, TokenCounter, bundled_model_path, load_tokenizer
+
+if TYPE_CHECKING:
+    from onnxruntime import InferenceSession
+    from tokenizers import Tokenizer
 
 # Bump when the graph writer, fusion, quantisation or self-check change what the cached file holds.
 EXPORT_VERSION = "3"
@@ -177,12 +182,12 @@ def build_int8(fp32_path: str, work: str, model_path: str, forced: str | None = 
     tokenizer = load_tokenizer(model_path)
     texts = onnx_export.SELF_CHECK_TEXTS
     reference = _embed_once(fp32_path, tokenizer, texts)
-    tried = []
+    tried: list[dict[str, Any]] = []
     for variant in [forced] if forced else onnx_export.INT8_VARIANTS:
         out = os.path.join(work, f"model-{variant}.onnx")
         onnx_export.quantize_int8(fp32_path, out, tokenizer, variant)
         cosine = np.sum(_embed_once(out, tokenizer, texts) * reference, axis=1)
-        check = {
+        check: dict[str, Any] = {
             "variant": variant,
             "cosine_min": round(float(cosine.min()), 6),
             "cosine_mean": round(float(cosine.mean()), 6),
@@ -258,8 +263,8 @@ class OnnxEmbedder(TokenCounter):
         self.onnx_path: str | None = None
         self.export_seconds = 0.0  # time spent building the ONNX file in the last load; 0 on a cache hit
         self.load_seconds = 0.0  # time spent opening the session (and tokenizer) in the last load
-        self._session = None
-        self._tokenizer = None
+        self._session: InferenceSession | None = None
+        self._tokenizer: Tokenizer | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = 0
         self._lock = threading.Lock()
@@ -307,13 +312,15 @@ class OnnxEmbedder(TokenCounter):
         if not texts:
             return out
         self.load()
-        encodings = self._tokenizer.encode_batch(texts)
+        session, tokenizer = self._session, self._tokenizer
+        assert session is not None and tokenizer is not None  # load() opened them
+        encodings = tokenizer.encode_batch(texts)
         lengths = np.array([len(e.ids) for e in encodings], dtype=np.int64)
         batches = same_length_batches(lengths, self.batch_tokens, self.max_batch)
 
         def run(batch: np.ndarray) -> None:
             ids = np.array([encodings[i].ids for i in batch], dtype=np.int64)
-            (hidden,) = self._session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+            (hidden,) = session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})
             out[batch] = hidden.mean(axis=1)
             with self._lock:
                 self.calls += 1
@@ -345,7 +352,7 @@ def same_length_batches(lengths: np.ndarray, budget: int, max_items: int) -> lis
         return []
     order = np.argsort(lengths, kind="stable")
     starts = np.flatnonzero(np.diff(lengths[order], prepend=-1))
-    batches = []
+    batches: list[np.ndarray] = []
     for group in np.split(order, starts[1:]):
         per = max(1, min(max_items, budget // int(lengths[group[0]])))
         batches.extend(group[i : i + per] for i in range(0, len(group), per))

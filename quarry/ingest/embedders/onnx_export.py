@@ -24,10 +24,14 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
 import numpy as np
 
 from quarry.core.errors import EmbeddingError
+
+if TYPE_CHECKING:
+    from onnx import NodeProto
 
 # Varied short texts (prose, code, markdown, logs, numbers) to find which channels spike.
 # The spiking channels are a property of the model, not of the corpus, so a small fixed set
@@ -168,7 +172,7 @@ def tame_ffn_outliers(src: str, dest: str, tokenizer, k: int = OUTLIER_CHANNELS)
         for name in node.input:
             consumers.setdefault(name, []).append(node)
 
-    def weighted_matmul(node) -> bool:
+    def weighted_matmul(node: Any) -> TypeGuard[NodeProto]:
         return node is not None and node.op_type == "MatMul" and node.input[1] in inits
 
     blocks = []
@@ -260,7 +264,12 @@ def tame_ffn_outliers(src: str, dest: str, tokenizer, k: int = OUTLIER_CHANNELS)
 # ``s8-attn-out-u8``: the same, but the projection after each attention takes uint8 weights
 #   (u8u8 kernels widen to int16 before multiplying and cannot saturate).
 # ``u8``: uint8 weights everywhere: slower, never saturates.
-INT8_VARIANTS = {
+class Int8Variant(TypedDict):
+    weight_type: str  # the name of an onnxruntime QuantType
+    u8: tuple[str, ...]  # the node groups given uint8 weights (``attention_output``)
+
+
+INT8_VARIANTS: dict[str, Int8Variant] = {
     "s8": {"weight_type": "QInt8", "u8": ()},
     "s8-attn-out-u8": {"weight_type": "QInt8", "u8": ("attention_output",)},
     "u8": {"weight_type": "QUInt8", "u8": ()},

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +32,9 @@ from quarry.core.openai.ratelimit import RateLimiter, Usage
 from quarry.core.openai.redaction import describe_error, redact
 from quarry.core.openai.retry import BadResponse, RetryPolicy, call_with_retries, is_retryable, status_of
 from quarry.ingest.embedders.base import EMBEDDERS, normalise
+
+if TYPE_CHECKING:
+    import openai
 
 log = logging.getLogger("quarry.ingest.embedders.openai")
 
@@ -105,7 +109,7 @@ class OpenAIEmbedder:
         self._sleep = sleep
         self._limiter = RateLimiter(rate_limit)  # requests per minute
         self._token_limiter = RateLimiter(token_rate_limit)  # estimated tokens per minute
-        self._client = None
+        self._client: openai.OpenAI | None = None
         self._lock = threading.Lock()
         self._encoding = _tiktoken_encoding(self.model)
 
@@ -259,7 +263,7 @@ class OpenAIEmbedder:
 
     def _request(self, texts: list[str], tokens: int) -> np.ndarray:
         """One API request, retried; returns unit vectors in input order."""
-        kwargs = {"model": self.model, "input": texts}
+        kwargs: dict[str, Any] = {"model": self.model, "input": texts}
         if self.requested_dim:
             kwargs["dimensions"] = self.requested_dim
         client = self._get_client()

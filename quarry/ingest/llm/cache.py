@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS learned (
 """
 
 
-def cache_key(kind: str, model: str, version: str, request: object) -> str:
+def cache_key(kind: str, model: str, version: str | int, request: object) -> str:
     """The cache key of one request: a hash of everything that shapes the answer."""
     blob = json.dumps([kind, model, version, request], sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()

@@ -23,6 +23,7 @@ import json
 import logging
 import re
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,7 +186,7 @@ class LLMRuntime:
 
     # --- public ------------------------------------------------------------------------------
 
-    def run(self, jobs: list[Job]) -> list[str | object | LLMFailure]:
+    def run(self, jobs: Sequence[Job]) -> list[str | object | LLMFailure]:
         """Answer every job: parsed JSON for jobs with a schema, text otherwise, or a failure.
 
         Cached answers are used first; identical jobs are asked once.

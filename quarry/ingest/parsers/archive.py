@@ -290,8 +290,9 @@ def _tar_entries(fh, budget: _Budget, what: str):
             yield name, info.size, float(info.mtime) or None, "", error, None
             continue
         src = tf.extractfile(info)
+        assert src is not None  # a regular file's member
         h = hashlib.sha256()
-        keep = [] if archive_kind(name) else None  # a nested archive is listed from its bytes
+        keep: list[bytes] | None = [] if archive_kind(name) else None  # a nested archive is listed from its bytes
         while block := src.read(_BLOCK):
             h.update(block)
             if keep is not None:
@@ -438,15 +439,20 @@ def _extract(fh, kind: str, names: set[str]) -> Iterator[tuple[str, bytes | Pars
         fh.seek(0)
         left = set(names)
         with tarfile.open(fileobj=fh, mode="r|*") as tf:
-            for info in tf:
+            for member in tf:
                 if not left:
                     break
-                name = _clean_name(info.name)
-                if not info.isreg() or name not in left:
+                name = _clean_name(member.name)
+                if not member.isreg() or name not in left:
                     continue
                 left.discard(name)
-                error = _member_error(info.size, None)
-                yield name, ParseError(error) if error else tf.extractfile(info).read(info.size)
+                error = _member_error(member.size, None)
+                if error:
+                    yield name, ParseError(error)
+                    continue
+                src = tf.extractfile(member)
+                assert src is not None  # a regular file's member
+                yield name, src.read(member.size)
     elif kind == "7z":
         import py7zr
         from py7zr.io import BytesIOFactory

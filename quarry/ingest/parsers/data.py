@@ -88,7 +88,9 @@ def _records(records: list, label: str) -> ParsedDocument:
 
 
 def _join(blocks: list[tuple[str, str]], titled: bool = False) -> ParsedDocument:
-    parts, headings, length = [], [], 0
+    parts: list[str] = []
+    headings: list[Heading] = []
+    length = 0
     for title, body in blocks:
         if not body.strip():
             continue
@@ -143,7 +145,9 @@ def parse_notebook(data: bytes, kind: str = "ipynb") -> ParsedDocument:
         cells = nb["cells"] if "cells" in nb else [c for ws in nb.get("worksheets", []) for c in ws["cells"]]
     except (ValueError, KeyError, TypeError) as exc:
         raise ParseError(f"invalid notebook: {type(exc).__name__}: {exc}") from exc
-    parts, headings, length = [], [], 0
+    parts: list[str] = []
+    headings: list[Heading] = []
+    length = 0
     for n, cell in enumerate(cells, 1):
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else str(source)
@@ -197,5 +201,5 @@ def parse_markup(data: bytes, kind: str = "org") -> ParsedDocument:
                 headings.append(Heading(len(m.group(1)), m.group(2), offset))
         offset += len(line) + 1
     title_match = _ORG_TITLE.search(text) if kind == "org" else None
-    title = title_match.group(1).strip() if title_match else next((h.title for h in headings if h.level == 1), None)
-    return ParsedDocument(text=text, title=title, headings=headings)
+    doc_title = title_match.group(1).strip() if title_match else next((h.title for h in headings if h.level == 1), None)
+    return ParsedDocument(text=text, title=doc_title, headings=headings)

@@ -111,7 +111,8 @@ def _cell_text(tc) -> str:
     pieces = []
     for child in tc:
         if child.tag == _P:
-            pieces.append(Paragraph(child, None).text)
+            # no story part: .text reads the runs alone, never the parent python-docx types as required
+            pieces.append(Paragraph(child, None).text)  # type: ignore[arg-type]
         elif child.tag == _TBL:  # a nested table, inline as "a, b; c, d" so it cannot pass for columns
             pieces.append("; ".join(filter(None, (_row_text(tr, ", ") for tr in child.iterchildren(_TR)))))
     return " ".join(" ".join(pieces).split())

@@ -22,10 +22,14 @@ import email
 import email.policy
 import email.utils
 import re
+from typing import TYPE_CHECKING, Any
 
 from quarry.core.errors import ParseError, QuarryError
 from quarry.core.models import Heading, ParsedDocument
 from quarry.ingest.parsers import one_line
+
+if TYPE_CHECKING:
+    from extract_msg.msg_classes import MessageBase
 
 MAX_ATTACHMENT_BYTES = 50 << 20
 MAX_MESSAGES = 100_000
@@ -64,7 +68,7 @@ def as_8bit(data: bytes) -> bytes:
 def _headers(message) -> dict[str, str]:
     out: dict[str, str] = {}
     charset = _declared_charset(message)
-    raw = {}
+    raw: dict[str, Any] = {}
     for name, value in message.raw_items():
         raw.setdefault(name.lower(), value)
     for key in ("from", "to", "cc", "subject", "message-id"):
@@ -217,7 +221,9 @@ def _msg(data: bytes) -> ParsedDocument:
     import extract_msg
 
     try:
-        msg = extract_msg.openMsg(data, delayAttachments=False)
+        # openMsg is annotated as returning an MSGFile; a mail opens as a MessageBase, whose headers
+        # are read below (another kind of MSG fails on the first of them, as it always did)
+        msg: MessageBase = extract_msg.openMsg(data, delayAttachments=False)  # type: ignore[assignment]
     except Exception as exc:
         raise ParseError(f"corrupt MSG: {one_line(exc)}") from exc
     try:

@@ -28,6 +28,7 @@ from quarry.core.models import ParsedDocument
 DPI = 200
 MAX_IMAGE_PIXELS = 60_000_000  # a decompression bomb is refused, not OCRed
 _engine = None
+Box = tuple[float, float, float, float, str]  # an OCRed text box: x0, x1, y0, y1, its text
 
 
 @dataclass
@@ -85,7 +86,7 @@ def _lines(result) -> str:
     that no box crosses. Where there is one, the boxes between two full-width boxes (titles,
     figures' captions) are read left column first, then right.
     """
-    boxes = []
+    boxes: list[Box] = []
     for box, text, _score in result:
         xs, ys = [p[0] for p in box], [p[1] for p in box]
         boxes.append((min(xs), max(xs), min(ys), max(ys), text))
@@ -94,7 +95,9 @@ def _lines(result) -> str:
     gutter = _gutter(boxes)
     if gutter is None:
         return _join_lines(boxes)
-    blocks, band, out = [], [], []
+    blocks: list[list[Box]] = []
+    band: list[Box] = []
+    out: list[str] = []
     for box in sorted(boxes, key=lambda b: b[2]):
         if box[0] < gutter < box[1]:  # crosses the gutter: full width, ends the band above it
             blocks.append(band)

@@ -59,9 +59,9 @@ def render_sheets(sheets: Iterable[tuple[str, Iterable[list[str]]]], named: bool
         header: str | None = None
         group: list[str] = []
         n_rows = written = 0
-        lines = _lines(rows)
-        head = [next(lines, None) for _ in range(HEADER_SCAN)]
-        head = [x for x in head if x is not None]
+        lines: Iterator[tuple[int, str]] = _lines(rows)
+        scanned = [next(lines, None) for _ in range(HEADER_SCAN)]
+        head = [x for x in scanned if x is not None]
         if head:
             # Title rows ("Stanley Cups" above the table) come before the header: the header is
             # the first of the leading rows with the most filled cells.
@@ -80,6 +80,7 @@ def render_sheets(sheets: Iterable[tuple[str, Iterable[list[str]]]], named: bool
                 continue
             n_rows += 1
             cells += n
+            assert header is not None  # a row left: the scan above read one, and took a header
             if group and len(header) + sum(len(x) + 1 for x in group) + len(line) > GROUP_CHARS:
                 add("\n".join([header, *group]))
                 group, written = [], written + 1

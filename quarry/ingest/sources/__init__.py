@@ -43,6 +43,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from quarry.core.environment import environment
 from quarry.core.errors import ParseError, QuarryError
@@ -109,7 +110,7 @@ class Fetched:
 
     def open(self):
         """A binary file object over the content."""
-        return io.BytesIO(self.data) if self.path is None else open(self.path, "rb")
+        return io.BytesIO(self.data or b"") if self.path is None else open(self.path, "rb")
 
     def read(self) -> bytes:
         if self.path is None:
@@ -231,7 +232,7 @@ class _Spool:
         self.spill, self.limit, self.suffix = spill, limit, suffix
         self.parts: list[bytes] = []
         self.size = 0
-        self.file = None
+        self.file: BinaryIO | None = None
         self.path: str | None = None
 
     def write(self, block) -> int:
@@ -260,6 +261,7 @@ class _Spool:
     def discard(self) -> None:
         if self.file is not None:
             self.file.close()
+            assert self.path is not None  # made with the file
             os.unlink(self.path)
 
 

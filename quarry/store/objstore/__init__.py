@@ -22,6 +22,7 @@ conditional puts included, and pass ``tests/test_objstore.py``.
 
 from __future__ import annotations
 
+import builtins
 from pathlib import Path
 
 from quarry.core.registry import STORES
@@ -71,7 +72,7 @@ class ObjectStore:
         """Keys under ``prefix``, sorted."""
         raise NotImplementedError
 
-    def delete(self, keys: list[str]) -> None:
+    def delete(self, keys: builtins.list[str]) -> None:  # `list` here is the method above
         """Delete ``keys``; missing keys are not an error."""
         raise NotImplementedError
 

@@ -141,7 +141,7 @@ class AzureObjectStore(ObjectStore):
             # Blocks stay uncommitted (invisible, collected by the service after a week) until the block
             # list names them; ids unique to this upload keep two uploaders of one name apart.
             token = uuid.uuid4().hex
-            ids = []
+            ids: list[str] = []
             while chunk := fh.read(block_bytes):
                 block = base64.b64encode(f"{token}-{len(ids):06d}".encode()).decode()
                 self._call("uploading", key, blob.stage_block, block, chunk, length=len(chunk))
