@@ -137,6 +137,7 @@ def index_flow(
         logger.info("run %s skipped: %s", run_id, skipped["errors"][0]["error"])
         report.write_metrics(store, started)
         return Completed(message=f"skipped: {skipped['errors'][0]['error']}", name="Skipped", data=skipped)
+    assert lock is not None  # hold_or_skip gives the lock or the skipped row
     try:
         with (
             tracing.span("quarry.index", **{"quarry.run_id": run_id, "quarry.roots": len(roots)}),

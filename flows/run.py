@@ -76,6 +76,7 @@ def index(
     lock, skipped = journal.hold_or_skip(store, if_busy, new_run_id(), started, roots, config.public_dict())
     if skipped is not None:
         return skipped
+    assert lock is not None  # hold_or_skip gives the lock or the skipped row
     try:
         with _secrets(settings), _history(store.folder) as api:
             from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings

@@ -175,7 +175,9 @@ def build(
                 chunk = index.chunk(chunk_id, neighbours=(before, after), principals=principals)
                 if not query:
                     return chunk
-                request = SearchRequest(query=query, k=10, doc=[chunk["doc_id"]], segments="balanced")
+                request = SearchRequest.model_validate(
+                    {"query": query, "k": 10, "doc": [chunk["doc_id"]], "segments": "balanced"}
+                )
                 out = request.run(index, principals, rerankers)
                 out["chunk"] = {k: chunk[k] for k in ("chunk_id", "doc_id", "path", "title", "chunk_index")}
                 return out

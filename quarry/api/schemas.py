@@ -11,7 +11,7 @@ The same model serves ``POST /v1/search`` and the MCP ``search`` tool, and both 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
@@ -56,7 +56,9 @@ def _type(param: Param) -> Any:
             return Annotated[str, Field(min_length=1, max_length=param.max_length), _checked_by(param)]
         return _text(param)
     if param.kind == p.TEXTS:  # the schema states the bound; the validator words one message for it
-        many = Annotated[list[_text(param)], Field(json_schema_extra={"maxItems": param.max_items})]
+        assert param.max_items is not None  # a list argument always has its request bound
+        # types made at run time from the declaration: a type checker cannot follow them
+        many = Annotated[list[_text(param)], Field(json_schema_extra={"maxItems": param.max_items})]  # type: ignore[misc, valid-type]
         return Annotated[_text(param) | many, AfterValidator(_at_most(param.max_items))]
     if param.kind == p.INT:
         return Annotated[int, Field(ge=param.minimum, le=param.maximum)]
@@ -67,7 +69,8 @@ def _type(param: Param) -> Any:
             return Annotated[str, Field(max_length=param.max_length), _checked_by(param)]
         return Literal[param.choices]
     if param.kind == p.NUMBERS:
-        return dict[Literal[param.keys], Annotated[float, Field(ge=param.minimum, le=param.maximum)]]
+        bounded = Annotated[float, Field(ge=param.minimum, le=param.maximum)]
+        return dict[Literal[param.keys], bounded]  # type: ignore[name-defined]  # keys from the declaration
     if param.kind == p.WINDOW_KIND:
         side = Annotated[int, Field(ge=param.minimum, le=param.maximum)]
         return Annotated[_text(param) | side | tuple[side, side], _checked_by(param)]
@@ -85,7 +88,7 @@ def field(param: Param) -> tuple[Any, Any]:
     return kind, Field(default, description=param.description)
 
 
-def fields(declared: dict[str, Param]) -> dict[str, tuple[Any, Any]]:
+def fields(declared: dict[str, Param]) -> dict[str, Any]:
     return {name: field(param) for name, param in declared.items()}
 
 
@@ -94,7 +97,7 @@ class SegmentParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    preset: Literal[p.SEGMENTS.choices] = p.SEGMENTS.choices[0]
+    preset: Literal[p.SEGMENTS.choices] = p.SEGMENTS.choices[0]  # type: ignore[name-defined]  # the declared presets
     max_length: int | None = Field(None, ge=1, le=200)
     overall_max_length: int | None = Field(None, ge=1, le=1000)
     minimum_value: float | None = Field(None, ge=-100, le=100)
@@ -114,6 +117,12 @@ class SegmentParams(BaseModel):
 
 class _FilterFields(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    if TYPE_CHECKING:  # the fields are made by create_model from quarry/search/parameters.py, unseen by mypy
+
+        def __init__(self, **fields: Any) -> None: ...
+
+        def __getattr__(self, name: str) -> Any: ...
 
     def filters(self):
         """The :class:`~quarry.search.filters.Filter` of these fields (an empty one when none is set)."""

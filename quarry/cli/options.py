@@ -62,7 +62,8 @@ def option(param: Param):
     spelled = flags(param)
     kwargs: dict = {"default": param.default, "metavar": METAVARS.get(param.name, METAVARS.get(param.kind))}
     if param.kind == p.INT:
-        kwargs.update(type=click.IntRange(param.minimum, param.maximum), show_default=param.default is not None)
+        low, high = (None if x is None else int(x) for x in (param.minimum, param.maximum))
+        kwargs.update(type=click.IntRange(low, high), show_default=param.default is not None)
     elif param.kind == p.CHOICE:
         names = RegistryChoice(param.registry) if param.registry is not None else click.Choice(param.choices)
         kwargs.update(type=names, show_default=True)

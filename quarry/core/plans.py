@@ -10,6 +10,7 @@ that pickle as they are (Prefect tasks hand them on).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -71,7 +72,7 @@ class Plan:
         }
 
 
-def scope_test(roots: list[str]):
+def scope_test(roots: list[str]) -> Callable[[str], bool]:
     """``test(path)``: whether ``path`` lies under one of ``roots`` (a root may itself be a file, or
     an archive whose members are ``<root>!/<member>``). The roots' prefixes are built once: the
     guard asks it of every committed document (50,000 in 0.27 s when built per call, 0.02 s so)."""
@@ -90,7 +91,7 @@ class AclSource:
     source: str = "none"
     rules: str | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.source not in ACL_SOURCES:
             raise UsageError(f"unknown permission source {self.source!r}; choose one of {', '.join(ACL_SOURCES)}")
         if (self.source == "rules") != bool(self.rules):

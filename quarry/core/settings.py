@@ -275,7 +275,7 @@ class Settings(BaseSettings):
         return option.resolve(self._given, os.environ, dotenv_values(), owner)
 
     def _chosen_options(self) -> list[tuple[Option, Any]]:
-        out = []
+        out: list[tuple[Option, Any]] = []
         for registry, name in self.components():
             values = self.options_of(registry, name)
             out.extend((option, values[option.name]) for option in registry.options(name))
@@ -285,7 +285,7 @@ class Settings(BaseSettings):
         """The chosen components' options that shape the index (``fingerprint=True``)."""
         return {o.name: v for o, v in self._chosen_options() if o.fingerprint}
 
-    def option_key(self, registry: Any, name: str) -> tuple:
+    def option_key(self, registry: Any, name: str) -> tuple[tuple[str, Any], ...]:
         """Every option value of one component, secrets as digests: what a cached client is keyed by."""
         import hashlib
 

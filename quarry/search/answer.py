@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 from quarry.core.errors import QuarryError, UsageError
 from quarry.search.citations import Checked, check, describe
@@ -410,9 +411,7 @@ def _stream(
             usage["retries"] += 1
 
         try:
-            stream = call_with_retries(
-                lambda kwargs=kwargs: client.chat.completions.create(**kwargs), RETRY, on_retry=retried
-            )
+            stream = call_with_retries(partial(client.chat.completions.create, **kwargs), RETRY, on_retry=retried)
             usage["calls"] += 1
             break
         except Exception as exc:  # noqa: BLE001 - every endpoint failure becomes status error, in one line

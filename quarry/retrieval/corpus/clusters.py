@@ -10,6 +10,7 @@ the same documents, whatever order they were indexed in.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,7 +44,7 @@ def _similar(a: Member, b: Member) -> float:
     return similarity(a.signature, b.signature)
 
 
-def clusters(members: dict[str, Member], pairs, threshold: float) -> dict[str, Assignment]:
+def clusters(members: dict[str, Member], pairs: Iterable[tuple[str, str]], threshold: float) -> dict[str, Assignment]:
     """The assignment of every document in a cluster of two or more, from candidate ``pairs``
     (doc_id, doc_id) of ``members``; documents not in the result are in no cluster."""
     parent = {d: d for d in members}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import threading
+from typing import Any
 
 __all__ = ["UNDETERMINED", "detect", "has_letters"]
 
@@ -23,7 +24,7 @@ _lock = threading.Lock()
 _model = None
 
 
-def _identifier():
+def _identifier() -> Any:
     global _model
     with _lock:
         if _model is None:

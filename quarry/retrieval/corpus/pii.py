@@ -20,6 +20,7 @@ to mask (:func:`redact`), never to store.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 __all__ = ["KINDS", "find", "counts", "redact", "parse_kinds"]
 
@@ -123,7 +124,7 @@ def _may_hold_secret(text: str) -> bool:
 _NEEDS_DIGITS = {"iban", "card", "national_id", "phone"}  # a text without two digits in a row holds none: skipped
 
 
-def find(text: str, kinds=KINDS) -> list[tuple[str, int, int]]:
+def find(text: str, kinds: Iterable[str] = KINDS) -> list[tuple[str, int, int]]:
     """``(kind, start, end)`` of each detected value, in text order, none overlapping (earlier
     rules win: a key inside a URL is a secret, not a phone number)."""
     taken: list[tuple[int, int]] = []
@@ -156,7 +157,7 @@ def counts(text: str) -> dict[str, int]:
     return out
 
 
-def redact(text: str, kinds=KINDS) -> str:
+def redact(text: str, kinds: Iterable[str] = KINDS) -> str:
     """The text with each detected value of ``kinds`` replaced by ``[KIND]`` (``[EMAIL]``)."""
     parts, at = [], 0
     for kind, a, b in find(text, kinds):

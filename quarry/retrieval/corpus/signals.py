@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from quarry.retrieval.corpus import language, minhash, pii, quality
 
 __all__ = [
@@ -24,7 +26,7 @@ DOCUMENT_COLUMNS = ("content_hash", "minhash", "lsh_bands", "lang", "pii_total")
 CHUNK_COLUMNS = ("norm_hash", "line_hashes", "lang", *PII_COLUMNS, *quality.COLUMNS, "boilerplate")
 
 
-def document_signals(text: str, chunk_rows: list[dict], lang: str | None = None) -> dict:
+def document_signals(text: str, chunk_rows: list[dict[str, Any]], lang: str | None = None) -> dict[str, Any]:
     """A document's columns from its parsed text (and its chunks' signals, for the PII total)."""
     sig = minhash.signature(text)
     return {
@@ -36,7 +38,7 @@ def document_signals(text: str, chunk_rows: list[dict], lang: str | None = None)
     }
 
 
-def record_signals(text: str, chunk_texts: list[str]) -> tuple[dict, list[dict]]:
+def record_signals(text: str, chunk_texts: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A document's columns and its chunks', from its parsed text and its chunks' texts.
 
     Language costs most (py3langid scores in a Python loop: 5 ms a chunk under load): up to
@@ -60,7 +62,7 @@ def record_signals(text: str, chunk_texts: list[str]) -> tuple[dict, list[dict]]
     return document_signals(text, chunks, doc_lang), chunks
 
 
-def chunk_signals(text: str, lang: str | None = None) -> dict:
+def chunk_signals(text: str, lang: str | None = None) -> dict[str, Any]:
     """A chunk's columns from its text (the header, written by quarry, is not read); ``lang``
     when the caller knows it already."""
     found = pii.counts(text)
@@ -74,6 +76,6 @@ def chunk_signals(text: str, lang: str | None = None) -> dict:
     }
 
 
-def empty_chunk() -> dict:
+def empty_chunk() -> dict[str, Any]:
     """NULL signals (a chunk built without them: tests, older code paths)."""
     return dict.fromkeys(CHUNK_COLUMNS)
