@@ -177,3 +177,18 @@ def legacy_files(soffice, tmp_path_factory):
     made = {p.name: p for p in out.iterdir() if p.suffix in (".doc", ".ppt")}
     assert set(made) == {"simple.doc", "docx-tables.doc", "fake-power-point-table.ppt"}, made
     return made
+
+
+def bench_module(name: str):
+    """The bench script ``bench/<name>.py`` as a module, imported as ``python bench/<name>.py`` runs
+    it: with bench/ on ``sys.path``, where its shared module (bench/common.py) and siblings are."""
+    import importlib.util
+    import sys
+
+    folder = str(ROOT / "bench")
+    if folder not in sys.path:
+        sys.path.append(folder)
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

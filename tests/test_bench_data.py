@@ -2,19 +2,16 @@
 question names a listed PDF and judges pages, splits are by document, and bench/longpdf.py reads it
 the way the bench does."""
 
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, bench_module
+
 KINDS = ROOT / "bench" / "data" / "longpdf-kinds.json"
 
 
 def _longpdf():
-    spec = importlib.util.spec_from_file_location("longpdf", ROOT / "bench" / "longpdf.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("longpdf")
 
 
 def test_kinds_questions_are_judged_by_page_and_split_by_document():

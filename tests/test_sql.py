@@ -129,6 +129,7 @@ PARAMS = {
     # corpus preparation: duplicates, collapse, the corpus report
     "collapse_copies": ["h1\nh2", 20],
     "collapse_keys": ["d1:0"],
+    "collapse_candidates": None,
     "corpus_boilerplate": [2, 0.5],
     "corpus_duplicates": None,
     "corpus_languages": None,

@@ -6,17 +6,14 @@ Prefect server; the LlamaIndex side needs its own venv and is left to the bench 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, bench_module
 
-spec = importlib.util.spec_from_file_location("vs_llamaindex", ROOT / "bench" / "vs_llamaindex.py")
-vs = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(vs)
+vs = bench_module("vs_llamaindex")
 
 PROSE = (
     "Deploys roll forward by default. When a release breaks production, the on-call engineer "

@@ -34,6 +34,7 @@ from quarry.retrieval.dense import METHODS as VECTOR_SEARCH
 from quarry.search import relevance
 from quarry.search.arguments import reranker_of, segment_params, short_id
 from quarry.search.collapse import POOL_FACTOR as COLLAPSE_POOL
+from quarry.search.collapse import candidates as collapse_candidates
 from quarry.search.collapse import collapse as collapse_duplicates
 from quarry.search.filters import Filter, with_filter
 from quarry.search.follower import LRU, Follower
@@ -411,7 +412,10 @@ class Index:
             filters = filters.without_permissions() or None
         if not snap.has_signals:  # a catalog from before the corpus signals: nothing to collapse by
             return results
-        return collapse_duplicates(snap.con, results, filters, environment().dup_threshold)
+        keys = snap.memo.get("collapse")
+        if keys is None:  # once per committed generation (quarry/search/collapse.py)
+            keys = snap.memo.setdefault("collapse", collapse_candidates(snap.con))
+        return collapse_duplicates(snap.con, results, filters, environment().dup_threshold, keys=keys)
 
     def _ranked(
         self,

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -53,6 +53,8 @@ class Snapshot:
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _columns: frozenset | None = field(default=None, repr=False)
     _chunk_columns: frozenset | None = field(default=None, repr=False)
+    # what readers derive once from this committed state (search collapse's candidates): it never changes
+    memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
