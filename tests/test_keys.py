@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from quarry.api.auth import ANONYMOUS, Authenticator, RateLimiter
+from quarry.api.auth import ANONYMOUS, Authenticator, KeyRateLimiter
 from quarry.api.errors import ApiError
 from quarry.api.keys import FileKeys, KeyRing, ObjectKeys, key_store, parse_expiry
 from quarry.core.errors import UsageError
@@ -181,7 +181,7 @@ def test_rate_limits_answer_429_with_retry_after(ring):
 
 
 def test_a_bucket_refills_at_its_rate_and_splits_over_workers():
-    limiter = RateLimiter(share=2)
+    limiter = KeyRateLimiter(share=2)
     assert [limiter.wait("k", 120, now=0.0) for _ in range(60)] == [0.0] * 60  # 60 a minute in this worker
     assert limiter.wait("k", 120, now=0.0) == pytest.approx(1.0)
     assert limiter.wait("k", 120, now=1.0) == 0.0

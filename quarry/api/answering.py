@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from quarry.api.auth import Caller, RateLimiter
+from quarry.api.auth import Caller, KeyRateLimiter
 from quarry.api.errors import ApiError
 from quarry.api.schemas import Filters, fields
 from quarry.search.parameters import ANSWER
@@ -74,7 +74,7 @@ class AnswerGate:
     def __init__(self, ring, per_minute: int = DEFAULT_ANSWER_RATE_LIMIT, workers: int = 1):
         self.ring = ring
         self.per_minute = per_minute
-        self.limiter = RateLimiter(workers)
+        self.limiter = KeyRateLimiter(workers)
 
     def check(self, caller: Caller) -> None:
         """Nothing, or :class:`ApiError` 403 (a search-only key) or 429 (answers spent)."""

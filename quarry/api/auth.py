@@ -51,8 +51,9 @@ class Caller:
 ANONYMOUS = Caller("anonymous", ("public",), admin=False)
 
 
-class RateLimiter:
-    """Token buckets per key id."""
+class KeyRateLimiter:
+    """Token buckets per API key id: what a key may ask of this server (the client side's limiter of
+    requests to a model API is quarry.core.openai.ratelimit.RateLimiter)."""
 
     def __init__(self, share: int = 1):
         self.share = max(1, share)
@@ -83,7 +84,7 @@ class Authenticator:
     ):
         self.ring = ring
         self.rate_limit = rate_limit
-        self.limiter = RateLimiter(workers)
+        self.limiter = KeyRateLimiter(workers)
         if check_seconds is None:  # a stat is free; on object storage each check is a GET
             from quarry.api.keys import ObjectKeys
 

@@ -17,10 +17,9 @@ import signal
 import time
 
 POINTS = ("embed", "after-vectors", "after-catalog", "fts", "after-merge", "before-commit", "after-commit")
-# Only a store on object storage passes here: the generation's files are uploaded, CURRENT not yet moved.
-REMOTE_POINTS = ("after-upload",)
-# Only a root on object storage passes here: a batch's objects are listed and planned, not read yet.
-SOURCE_POINTS = ("before-read",)
+# Two more points only some runs pass, named by their own tests: "after-upload" (a store on object
+# storage: the generation's files uploaded, CURRENT not yet moved) and "before-read" (a root on
+# object storage: a batch's objects listed and planned, not read yet).
 
 
 def point(name: str) -> None:

@@ -87,40 +87,6 @@ def load(path: Path) -> pa.Table:
     return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
 
 
-class ResultRows:
-    """Row ids -> result fields. Reads single values (no ``Table.take``: importing
-    ``pyarrow.compute`` alone costs a cold process 0.3 s)."""
-
-    def __init__(self, rows: pa.Table, docs: pa.Table):
-        self.rows = rows
-        self.docs = docs
-        self._doc_pos: dict[str, int] | None = None
-        self._columns: dict[str, Any] | None = None
-        self._doc_columns: dict[str, Any] | None = None
-
-    def chunk_ids(self, rows: Iterable[int]) -> list[str]:
-        column = self.rows.column("chunk_id")
-        return [column[int(r)].as_py() for r in rows]
-
-    def fields(self, rows: Iterable[int]) -> list[dict[str, Any]]:
-        """One dict of :data:`COLUMNS` per row id, in the order given."""
-        doc_pos = self._doc_pos
-        if doc_pos is None:  # doc_id -> position in docs.arrow, once per snapshot
-            doc_pos = self._doc_pos = {d: i for i, d in enumerate(self.docs.column("doc_id").to_pylist())}
-        columns, doc_columns = self._columns, self._doc_columns
-        if columns is None or doc_columns is None:  # once per snapshot
-            columns = self._columns = {n: _single(self.rows.column(n)) for n in self.rows.column_names}
-            doc_columns = self._doc_columns = {n: _single(self.docs.column(n)) for n in ("path", "title", "file_type")}
-        out = []
-        for r in rows:
-            item = {n: c[int(r)].as_py() for n, c in columns.items()}
-            pos = doc_pos.get(item["doc_id"])
-            for n, c in doc_columns.items():
-                item[n] = c[pos].as_py() if pos is not None else ""
-            out.append(item)
-        return out
-
-
 def _single(column: pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """The column's one array (indexing it skips the chunk search), or the chunked column as it
     is: combining several chunks would copy a mapped file into memory."""

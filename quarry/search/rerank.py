@@ -298,15 +298,3 @@ def get_reranker(spec: str) -> Reranker:
     """A reranker from a ``--rerank`` value: ``cross-encoder:PATH``, ``llm`` or ``llm:MODEL``."""
     kind, _, arg = (spec or "").strip().partition(":")
     return RERANKERS.get(kind)(arg)
-
-
-def rerank_search(
-    index, query: str, reranker: Reranker, k: int = 10, rerank_candidates: int = DEFAULT_CANDIDATES, **search_kwargs
-):
-    """``index.search(query, k, rerank=reranker, rerank_candidates=...)``: search for
-    ``max(k, rerank_candidates)`` fused results, rerank them all, keep the best ``k``.
-
-    ``search_kwargs`` go to :meth:`Index.search` (``candidates`` there is the per-retriever
-    pool before fusion).
-    """
-    return index.search(query, k=k, rerank=reranker, rerank_candidates=rerank_candidates, **search_kwargs)
