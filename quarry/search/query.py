@@ -548,7 +548,8 @@ class Index:
     ) -> list[tuple[int, float]]:
         """The top ``k`` ``(row, fused score)`` of the retrievers' ``(row, score)`` rankings
         (``depth``: how many candidates each retriever was asked for); ``documents`` =
-        ``(cards, query, weight)`` adds the document evidence of :func:`with_documents`."""
+        ``(cards, query, weight, keep)`` adds the document evidence of :func:`with_documents`
+        (``keep``: the documents the search's filter keeps, or None for all)."""
         fused = fuse(hits, fusion, k=rrf_k, weights={r: weights[r] for r in RETRIEVERS}, depth=depth)
         if documents is not None:
             from quarry.retrieval.bm25 import query_tokens
