@@ -40,7 +40,7 @@ from quarry.store.acl import counts as acl_counts
 from quarry.store.handle import open_store
 from quarry.store.layout import new_run_id
 from quarry.store.pointer import read_pointer
-from quarry.store.writer import remove_debris
+from quarry.store.upkeep import remove_debris
 
 BYTES_PER_BATCH = 32 << 20
 

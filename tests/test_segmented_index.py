@@ -519,14 +519,14 @@ def test_commits_count_the_terms_of_the_rows_they_delete(stores):
 def test_a_deletion_past_the_counting_bound_is_left_to_the_readers(tmp_path, monkeypatch):
     """A commit deleting more rows of a segment than it counts leaves that segment uncounted; its
     readers count the deleted rows in the columns and search as a rebuild does."""
-    from quarry.store import writer
+    from quarry.retrieval import deltasegment
 
     beir = load_beir(str(shared("beir", "scifact")))
     ids = list(beir.corpus)[:120]
     records = {d: _record(f"{i:012x}", f"{d}.md", *beir.corpus[d]) for i, d in enumerate(ids)}
     store, whole = tmp_path / "layered", tmp_path / "whole"
     monkeypatch.setenv("QUARRY_REBASE_SHARE", "100")
-    monkeypatch.setattr(writer, "COUNT_DELETED_MAX", 3)
+    monkeypatch.setattr(deltasegment, "COUNT_DELETED_MAX", 3)
     _commit(store, list(records.values()), run_id="r0")
     gone = ids[:10]
     _commit(store, deletes=[records[d].doc_id for d in gone], run_id="r1")

@@ -8,7 +8,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from quarry.core.sqlfiles import load_sql, sql_names, statements
+from quarry.core.sqlfiles import in_schema, load_sql, sql_names, statements
 from quarry.retrieval import searchindex
 from quarry.store import acl as store_acl
 from quarry.store import catalog, layers
@@ -90,13 +90,9 @@ PARAMS = {
     "sql_views": None,
     # delta layers (the `delta` fixture)
     "layer_schema": None,
-    "layer_insert_documents": "arrow",
-    "layer_delete_documents": [["d1", "nope"]],
     "layer_set_owners": [["d1"], 2, None],
     "layer_move_documents": "moved_documents",
     "layer_touch_documents": "touched_documents",
-    "layer_set_meta": ["k", "v"],
-    "layer_insert_run": "run",
     "layer_kind": [None],
     "layer_rows": None,
     "layer_previous_owners": [["d1"]],
@@ -109,7 +105,6 @@ PARAMS = {
     "acl_apply_documents": "acl",
     "layer_acl_apply": "acl",
     "layer_acl_apply_documents": "acl",
-    "layer_acl_set_source": ["/r", "rules", "/etc/quarry/acl.yaml"],
     "document_view": ["d1"],
     "document_sections": ["d1"],
     "document_chunks": ["d1"],
@@ -274,6 +269,30 @@ def test_sql_file_runs(request, con, name):
         return
     for stmt in statements(name):
         con.execute(stmt, params) if params is not None else con.execute(stmt)
+
+
+@pytest.mark.parametrize("name", [n for n in ALL_SQL if in_schema(n)])
+def test_sql_file_runs_on_a_delta_layers_own_tables(delta, name):
+    """A file shared by both forms of catalog (``{schema}`` tables) writes a delta layer's own
+    tables too; its whole-catalog form runs in test_sql_file_runs."""
+    params = PARAMS[name]
+    if params == "run":
+        insert_run(delta, {"run_id": "r", "started": dt.datetime.now(), "status": "completed", "roots": ["/r"]})
+        assert delta.execute("SELECT count(*) FROM layer.runs WHERE run_id = 'r'").fetchone()[0] == 1
+        return
+    if params == "arrow":
+        for table in ("new_documents", "new_sections", "new_chunks"):
+            src = table.removeprefix("new_")
+            delta.register(table, delta.execute(f"SELECT * FROM {src} LIMIT 0").fetch_arrow_table())
+    for stmt in statements(name, "layer"):
+        delta.execute(stmt, params) if isinstance(params, list) else delta.execute(stmt)
+    if name == "set_meta":
+        assert delta.execute("SELECT value FROM layer.meta WHERE key = 'k'").fetchone() == ("v",)
+
+
+def test_sql_schema_is_one_of_the_two(con):
+    with pytest.raises(ValueError, match="no schema"):
+        load_sql("set_meta", "main; DROP TABLE chunks; --")
 
 
 def test_a_delta_layer_reads_as_the_catalog_it_changes(delta):

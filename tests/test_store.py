@@ -276,9 +276,9 @@ def test_a_batch_retried_after_a_catalog_failure_is_written_once(tmp_path, monke
 def test_the_writer_caps_duckdb_while_loading_and_lifts_the_cap_at_commit(tmp_path, monkeypatch):
     import duckdb
 
-    from quarry.store import writer as writer_module
+    from quarry.store import upkeep
 
-    monkeypatch.setattr(writer_module, "LOAD_MEMORY_LIMIT", "16MB")
+    monkeypatch.setattr(upkeep, "LOAD_MEMORY_LIMIT", "16MB")
     w = StoreWriter(tmp_path / "s", "test-model", DIM).open()
     try:
         w.con.execute("CREATE TEMP TABLE big AS SELECT repeat('x', 200) || i::VARCHAR AS s FROM range(300000) t(i)")

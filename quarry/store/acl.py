@@ -38,9 +38,7 @@ def set_sources(con, changed: dict[str, AclSource], delta: bool = False) -> None
     """Remember each root's source (``delta``: in the catalog layer ``con`` writes,
     quarry/store/layers.py)."""
     for root, source in changed.items():
-        con.execute(
-            load_sql("layer_acl_set_source" if delta else "acl_set_source"), [root, source.source, source.rules]
-        )
+        con.execute(load_sql("acl_set_source", "layer" if delta else "main"), [root, source.source, source.rules])
 
 
 class StoredPrincipals(Mapping):

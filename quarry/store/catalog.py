@@ -237,17 +237,19 @@ def replace_documents(con: duckdb.DuckDBPyConnection, records: list[DocumentReco
     try:
         doc_ids = [r.doc_id for r in records]
         delete_documents(con, doc_ids if stored is None else [d for d in doc_ids if d in stored], in_transaction=True)
-        insert_records(con, records, run_id, "insert_documents")
+        insert_records(con, records, run_id)
         con.commit()
     except BaseException:
         con.rollback()
         raise
 
 
-def insert_records(con: duckdb.DuckDBPyConnection, records: list[DocumentRecord], run_id: str, sql: str) -> None:
-    """Run the statements of ``sql`` (``insert_documents``, or a layer's) over ``records``' rows,
-    which they read as ``new_documents``, ``new_sections`` and ``new_chunks``; inside the caller's
-    transaction."""
+def insert_records(
+    con: duckdb.DuckDBPyConnection, records: list[DocumentRecord], run_id: str, schema: str = "main"
+) -> None:
+    """Insert ``records``' rows (``sql/insert_documents.sql``, which reads them as ``new_documents``,
+    ``new_sections`` and ``new_chunks``) into the tables of ``schema``: ``main``, a whole catalog's,
+    or ``layer``, a delta layer's own; inside the caller's transaction."""
     names = {
         "new_documents": documents_table(records, run_id),
         "new_sections": sections_table(records, _section_pages),
@@ -256,7 +258,7 @@ def insert_records(con: duckdb.DuckDBPyConnection, records: list[DocumentRecord]
     try:
         for name, table in names.items():
             con.register(name, table)
-        for stmt in statements(sql):
+        for stmt in statements("insert_documents", schema):
             con.execute(stmt)
     finally:
         for name in names:

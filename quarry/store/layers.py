@@ -27,8 +27,9 @@ counter: a row is rewritten about log2 of the commits since the base times, and 
 about log2 of them layers), and everything becomes a new base once the deltas hold more than
 :data:`REBASE_SHARE` of the base's rows. ``quarry maintain`` merges everything.
 
-Fixed statements are in ``sql/layer_*.sql``; the views, attaches and merges are built here,
-because they name attached catalogs (identifiers, which a bound parameter cannot be) — only
+Fixed statements are in ``sql/layer_*.sql``, and those a whole catalog shares in ``sql/*.sql``
+with ``{schema}`` tables (:func:`quarry.core.sqlfiles.load_sql`); the views, attaches and merges
+are built here, because they name attached catalogs (identifiers, which a bound parameter cannot be) — only
 generation numbers and names derived from them, never a value from a document.
 """
 
@@ -381,13 +382,13 @@ def set_chain(con, chain: Sequence[int]) -> None:
 
 
 def set_meta(con, key: str, value: str) -> None:
-    con.execute(load_sql("layer_set_meta"), [key, value])
+    con.execute(load_sql("set_meta", LAYER), [key, value])
 
 
 def insert_run(con, table: pa.Table) -> None:
     con.register("new_run", table)
     try:
-        con.execute(load_sql("layer_insert_run"))
+        con.execute(load_sql("insert_run", LAYER))
     finally:
         con.unregister("new_run")
 
@@ -407,9 +408,9 @@ def replace_documents(con, records, run_id: str, generation: int, written: set[s
     try:
         again = [d for d in doc_ids if d in written]
         if again:
-            for stmt in statements("layer_delete_documents"):
+            for stmt in statements("delete_documents", LAYER):
                 con.execute(stmt, [again])
-        catalog.insert_records(con, records, run_id, "layer_insert_documents")
+        catalog.insert_records(con, records, run_id, LAYER)
         set_owners(con, doc_ids, generation, generation)
         con.commit()
     except BaseException:
@@ -423,7 +424,7 @@ def delete_documents(con, doc_ids: list[str]) -> None:
         return
     con.begin()
     try:
-        for stmt in statements("layer_delete_documents"):
+        for stmt in statements("delete_documents", LAYER):
             con.execute(stmt, [doc_ids])
         set_owners(con, doc_ids, None, None)
         con.commit()

@@ -196,7 +196,7 @@ def _rollback(opened: Store, to: int | None) -> dict:
             shutil.rmtree(folder, ignore_errors=True)
         raise
     journal.forget(report.pop("_claimed"))
-    from quarry.store.writer import after_commit
+    from quarry.store.upkeep import after_commit
 
     after_commit(opened, pointer, table)
     return {**report, "generation": new, "from_generation": current.generation, "to_generation": to}
@@ -234,8 +234,8 @@ def _index_files(store: Path, source_gen: int, new: int, con, table, meta: dict,
 def _history(opened: Store, con, current: Pointer, new: int, to: int, started: datetime, t0: float) -> dict:
     """Carry the replaced generation's runs (and the journal's) into the new catalog, then add the
     rollback's own row; returns that row (with the claimed journal files under ``_claimed``)."""
+    from quarry.store.catalog_writes import insert_run
     from quarry.store.reader import open_snapshot
-    from quarry.store.writer import insert_run
 
     snap = open_snapshot(opened.folder)
     try:

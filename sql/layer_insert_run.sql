@@ -1,1 +1,0 @@
-INSERT INTO layer.runs BY NAME SELECT * FROM new_run;

@@ -1,1 +1,0 @@
-INSERT OR REPLACE INTO layer.meta VALUES ($1, $2);
