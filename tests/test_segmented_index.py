@@ -157,7 +157,7 @@ def three_segments(tmp_path_factory, scifact_texts):
             folder, con, _vectors, generation=gen, earlier=earlier, deleted_rows=dead_rows, deleted_docs=dead_docs
         )
         con.close()
-        earlier.append(searchindex.Segment.load(folder, gen))
+        earlier.append(searchindex.IndexSegment.load(folder, gen))
     full_con = _catalog(tmp / "full.duckdb", live)
     arrays, manifest = searchindex.build(full_con, _vectors)
     full_con.close()
@@ -250,7 +250,7 @@ def test_a_small_segment_is_probed_with_the_base_clusters(tmp_path):
     con = _catalog(tmp_path / "c1.duckdb", base_items)
     searchindex.build_into(tmp_path / searchindex.folder_name(1), con, _vectors, ivf_rows=100, generation=1)
     con.close()
-    base = searchindex.Segment.load(tmp_path / searchindex.folder_name(1), 1)
+    base = searchindex.IndexSegment.load(tmp_path / searchindex.folder_name(1), 1)
     assert base.dense.has_ivf
     con = _catalog(tmp_path / "c2.duckdb", delta_items)
     manifest = searchindex.build_into(

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from quarry.retrieval.bm25 import row_columns
-from quarry.retrieval.searchindex import SearchIndex, Segment
+from quarry.retrieval.searchindex import IndexSegment, SearchIndex
 from quarry.retrieval.segmented import split_rows
 
 __all__ = ["COUNT_BATCH", "COUNT_DELETED_MAX", "VectorSource", "deleted_terms", "deletions"]
@@ -96,7 +96,7 @@ class VectorSource:
 
 def deletions(
     prev: SearchIndex,
-    earlier: Sequence[Segment],
+    earlier: Sequence[IndexSegment],
     base: int,
     content_changed: set[str],
     row_changed: set[str],
@@ -135,7 +135,7 @@ def deletions(
 
 def deleted_terms(
     prev: SearchIndex,
-    earlier: Sequence[Segment],
+    earlier: Sequence[IndexSegment],
     dead_rows: np.ndarray,
     texts_of: Callable[[int, list[str]], dict[str, str] | None],
 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:

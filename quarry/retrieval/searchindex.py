@@ -130,7 +130,7 @@ def build_into(
     ivf_rows: int | None = None,
     source: str = "main",
     generation: int | None = None,
-    earlier: list[Segment] | None = None,
+    earlier: list[IndexSegment] | None = None,
     deleted_rows: np.ndarray | None = None,
     deleted_docs: np.ndarray | None = None,
     deleted_terms: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
@@ -140,7 +140,7 @@ def build_into(
     What a commit holds is then the largest part, not their sum (at 1M chunks: 0.8 GB of rows,
     0.7 GB of BM25 postings, 1.5 GB of vectors).
 
-    ``earlier``: the loaded :class:`Segment` objects this generation keeps before its own (none: the
+    ``earlier``: the loaded :class:`IndexSegment` objects this generation keeps before its own (none: the
     segment is the whole index); ``deleted_rows`` / ``deleted_docs``: their row and document ids
     (global, sorted) no longer live; ``deleted_terms``: per earlier segment's generation, the BM25
     columns its deleted rows hold and how many of them hold each (a segment left out: not counted,
@@ -192,7 +192,7 @@ def build_into(
 def generation_manifest(
     segment: dict[str, Any],
     generation: int | None,
-    earlier: list[Segment],
+    earlier: list[IndexSegment],
     deleted_rows: npt.ArrayLike | None,
     deleted_docs: npt.ArrayLike | None,
 ) -> dict[str, Any]:
@@ -400,8 +400,9 @@ def is_complete(folder: Path) -> bool:
     return True
 
 
-class Segment:
-    """The loaded files of one segment."""
+class IndexSegment:
+    """The loaded files of one segment of the search index (not a search result's
+    :class:`quarry.search.segments.Segment`, a run of relevant chunks)."""
 
     def __init__(self, generation: int | None, arrays: dict[str, Any], info: dict[str, Any]):
         self.generation = generation
@@ -416,7 +417,7 @@ class Segment:
         self.cards = cards.Cards(arrays, self.n_docs) if cards.Cards.present(arrays) else None
 
     @classmethod
-    def load(cls, folder: Path, generation: int | None = None) -> Segment:
+    def load(cls, folder: Path, generation: int | None = None) -> IndexSegment:
         """Memory-map the segment files of ``folder`` now (see the module docstring for why now)."""
         manifest = read_manifest(folder)
         if manifest is None:
@@ -506,7 +507,7 @@ def _single(column: pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     return column.chunk(0) if column.num_chunks == 1 else column
 
 
-def _share_base_ivf(segments: list[Segment]) -> None:
+def _share_base_ivf(segments: list[IndexSegment]) -> None:
     """Give the small segments laid out by the base's clusters (``dense.base_ivf`` in their
     manifest: the base's generation) the base's centroids, so IVF probes them with the base."""
     if not segments:
@@ -530,7 +531,7 @@ class SearchIndex:
 
     def __init__(
         self,
-        segments: list[Segment],
+        segments: list[IndexSegment],
         manifest: dict[str, Any],
         deleted_rows: npt.ArrayLike | None = None,
         deleted_docs: npt.ArrayLike | None = None,
@@ -580,10 +581,10 @@ class SearchIndex:
         if manifest is None:
             raise ValueError(f"{folder} holds no index this quarry reads")
         if manifest.get("version") == 2:
-            return cls([Segment.load(folder)], manifest)
+            return cls([IndexSegment.load(folder)], manifest)
         own = int(manifest["generation"])
         segments = [
-            Segment.load(folder if g == own else folder.parent / folder_name(g), g)
+            IndexSegment.load(folder if g == own else folder.parent / folder_name(g), g)
             for g in (int(s["generation"]) for s in manifest["segments"])
         ]
         deleted: dict[str, np.ndarray | None] = {}
@@ -602,7 +603,7 @@ class SearchIndex:
     def from_arrays(cls, arrays: dict[str, Any], manifest: dict[str, Any]) -> SearchIndex:
         """A one-segment index held in memory (:func:`build`'s output)."""
         full = generation_manifest(manifest, manifest.get("generation"), [], None, None)
-        return cls([Segment(None, arrays, manifest)], full)
+        return cls([IndexSegment(None, arrays, manifest)], full)
 
     def chunk_ids(self, row_ids: Iterable[int]) -> list[str]:
         return self.results.chunk_ids(row_ids)

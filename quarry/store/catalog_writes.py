@@ -34,7 +34,7 @@ from quarry.store.pointer import DOCTOR_HINT, Pointer
 
 if TYPE_CHECKING:
     from quarry.core.plans import AclSource
-    from quarry.retrieval.searchindex import SearchIndex, Segment
+    from quarry.retrieval.searchindex import IndexSegment, SearchIndex
     from quarry.store.changes import RunChanges
 
 __all__ = ["BaseCatalog", "CatalogWrites", "DeltaCatalog", "IndexInputs", "insert_run", "open_catalog", "remove_files"]
@@ -196,7 +196,7 @@ class DeltaCatalog(CatalogWrites):
         self.prev_chain = chain[:-1]  # the committed generation's layers
         self.merged: list[int] = []  # the earlier layers the commit merged into this one
         self._prev: SearchIndex | None = None  # the committed generation's index, once the commit loaded it
-        self._earlier: list[Segment] = []  # its segments this generation keeps
+        self._earlier: list[IndexSegment] = []  # its segments this generation keeps
 
     @property
     def layer(self) -> tuple[int, int] | None:
