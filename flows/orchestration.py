@@ -53,19 +53,14 @@ def _free_port() -> int:
 
 
 def _flush_prefect_logs() -> None:
-    """Send buffered run logs and events while the server still listens, and stop the workers that
-    send them. Else Prefect retries them at exit against a server that is gone (minutes of
-    "EventsWorker - Still processing items"), and a later call in the same process (a notebook,
-    a scheduler's worker) finds workers still bound to that dead server."""
-    if "prefect.logging.handlers" in sys.modules:
-        try:
-            from prefect.logging.handlers import APILogWorker
-
-            # sends what is queued, then stops the workers (APILogHandler.flush is an instance
-            # method: called on the class it raised a TypeError, and the drain never ran)
-            APILogWorker.drain_all(timeout=10, at_exit=False)
-        except Exception:  # noqa: BLE001, S110 - logs are a convenience; never fail a run over them
-            pass
+    """Send buffered events while the server still listens, and stop the worker that sends them.
+    Else Prefect retries them at exit against a server that is gone (minutes of "EventsWorker -
+    Still processing items"), and a later call in the same process (a notebook, a scheduler's
+    worker) finds a worker still bound to that dead server."""
+    # Prefect's log worker is not drained here: quarry's code called a flush that always raised, so
+    # its drain never ran, and when it did (after mypy found the bad call) `make test` failed once
+    # with an event left queued at exit (test_quarry_index_twice_in_one_process_without_a_prefect_api).
+    # Run logs stay in the log files (<store>/logs); draining them needs its own measured change.
     if "prefect.events.worker" in sys.modules:
         try:
             from prefect.events.worker import EventsWorker
