@@ -148,7 +148,9 @@ prefect-db: setup
 		$(BIN)/python -c "from quarry.flows.orchestration import dump_template; print(dump_template())"; \
 		status=$$?; rm -rf $$tmp; exit $$status
 
+# build/ goes first: setuptools copies into build/lib and never removes a file the checkout deleted
 wheel: setup
+	rm -rf build
 	$(BIN)/python -m pip wheel -q --no-deps --no-build-isolation -w dist .
 
 # Not a file target: the script checks its own stamp (version, CPU class, flags) and rebuilds or

@@ -46,6 +46,9 @@ def _clean_env(**extra) -> dict:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    # setuptools copies into build/lib and never removes from it: a file the checkout deleted (an
+    # SQL file merged into another) would ship from an earlier build's leftovers
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     _run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", out, ROOT], timeout=300
     )
