@@ -31,6 +31,7 @@ from quarry.core.settings import Settings
 from quarry.core.sqlfiles import load_sql
 from quarry.ingest.embedders import describe, describe_backend, get_embedder
 from quarry.retrieval.dense import METHODS as VECTOR_SEARCH
+from quarry.retrieval.rows import COLUMNS as ROW_COLUMNS
 from quarry.search import relevance
 from quarry.search.arguments import reranker_of, segment_params, short_id
 from quarry.search.collapse import POOL_FACTOR as COLLAPSE_POOL
@@ -791,25 +792,7 @@ class Index:
                 hit = SearchResult(
                     rank=1,
                     score=0.0,
-                    **{
-                        k: out[k]
-                        for k in (
-                            "chunk_id",
-                            "doc_id",
-                            "path",
-                            "title",
-                            "section",
-                            "header",
-                            "text",
-                            "page_start",
-                            "page_end",
-                            "chunk_index",
-                            "section_index",
-                            "file_type",
-                            "start_char",
-                            "end_char",
-                        )
-                    },
+                    **{k: out[k] for k in ROW_COLUMNS},
                 )
                 windows = expand(self, [hit], *before_after)
                 out["window"] = windows[0].to_dict() if windows else None
