@@ -9,6 +9,7 @@ chunks stay in the segments that had them).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -16,6 +17,9 @@ from quarry.core import gcpause, paths
 from quarry.core.plans import AclSource
 from quarry.core.principals import PUBLIC, normalise
 from quarry.core.sqlfiles import load_sql
+
+if TYPE_CHECKING:
+    from quarry.store.catalog import WritingCatalog
 
 _WANTED = "wanted_acl"
 
@@ -34,11 +38,11 @@ def sources(con) -> dict[str, AclSource]:
     return {root: AclSource(source, rules) for root, source, rules in con.execute(load_sql("acl_sources")).fetchall()}
 
 
-def set_sources(con, changed: dict[str, AclSource], delta: bool = False) -> None:
-    """Remember each root's source (``delta``: in the catalog layer ``con`` writes,
-    quarry/store/layers.py)."""
+def set_sources(con, changed: dict[str, AclSource], schema: str = "main") -> None:
+    """Remember each root's source in the ``acl_roots`` table of ``schema`` (``layer``: the catalog
+    layer ``con`` writes, quarry/store/layers.py)."""
     for root, source in changed.items():
-        con.execute(load_sql("acl_set_source", "layer" if delta else "main"), [root, source.source, source.rules])
+        con.execute(load_sql("acl_set_source", schema), [root, source.source, source.rules])
 
 
 class StoredPrincipals(Mapping):
@@ -105,35 +109,31 @@ def stored(con) -> StoredPrincipals:
     return StoredPrincipals(paths, other)
 
 
-def _update(con, sql: str, key: str, wanted: dict[str, tuple[str, ...]], layer: tuple[int, int] | None) -> list[str]:
+def _update(cat: WritingCatalog, sql: str, key: str, wanted: dict[str, tuple[str, ...]]) -> list[str]:
     if not wanted:
         return []
     table = pa.table(
         {key: list(wanted), "principals": [list(p) for p in wanted.values()]},
         schema=pa.schema([(key, pa.string()), ("principals", pa.list_(pa.string()))]),
     )
-    con.register(_WANTED, table)
+    cat.con.register(_WANTED, table)
     try:
-        if layer is None:
-            return [d for (d,) in con.execute(load_sql(sql)).fetchall()]
-        from quarry.store import layers
-
-        return layers.rewrite_principals(con, f"layer_{sql}", *layer)
+        return cat.update_documents(sql)
     finally:
-        con.unregister(_WANTED)
+        cat.con.unregister(_WANTED)
 
 
-def apply(con, wanted: dict[str, tuple[str, ...]], layer: tuple[int, int] | None = None) -> list[str]:
+def apply(cat: WritingCatalog, wanted: dict[str, tuple[str, ...]]) -> list[str]:
     """Set the principals of the documents at these paths (real file names; stored in display form)
-    where they differ; returns the doc_ids changed. ``layer``: ``(generation, base)`` of the delta
-    layer ``con`` writes (quarry/store/layers.py), which then holds those documents rows."""
-    return _update(con, "acl_apply", "path", {paths.display(p): tuple(v) for p, v in wanted.items()}, layer)
+    where they differ in the catalog ``cat`` writes (quarry/store/catalog_writes.py); returns the
+    doc_ids changed."""
+    return _update(cat, "acl_apply", "path", {paths.display(p): tuple(v) for p, v in wanted.items()})
 
 
-def apply_to_documents(con, wanted: Mapping[str, Sequence[str]], layer: tuple[int, int] | None = None) -> list[str]:
+def apply_to_documents(cat: WritingCatalog, wanted: Mapping[str, Sequence[str]]) -> list[str]:
     """Set the principals of these documents (by doc_id) where they differ; returns the doc_ids
-    changed (``layer`` as for :func:`apply`)."""
-    return _update(con, "acl_apply_documents", "doc_id", {d: normalise(v) for d, v in wanted.items()}, layer)
+    changed (as :func:`apply`)."""
+    return _update(cat, "acl_apply_documents", "doc_id", {d: normalise(v) for d, v in wanted.items()})
 
 
 def committed_permissions(store) -> tuple[dict[str, AclSource], Mapping[str, tuple[str, ...] | None]]:

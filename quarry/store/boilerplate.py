@@ -26,6 +26,7 @@ import collections
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +34,9 @@ import pyarrow as pa
 from quarry.core.models import text_hash
 from quarry.core.sqlfiles import load_sql, statements
 from quarry.retrieval.corpus import boilerplate as rules
+
+if TYPE_CHECKING:
+    from quarry.store.catalog import WritingCatalog
 
 __all__ = ["MARK", "Update", "update", "mode", "stale"]
 
@@ -114,29 +118,28 @@ def _maybe_flipped(moved: dict[int, int], counts: dict, roots: dict[str, int], k
 
 
 def update(
-    con,
+    cat: WritingCatalog,
     docs: set[str],
     removed_lines: dict[int, int],
     removed_docs: int,
-    layer: tuple[int, int] | None,
     strip: bool = False,
     lookup: Callable | None = None,
     embed: Callable | None = None,
     full: bool = False,
     restore: bool = False,
 ) -> Update:
-    """Bring ``chunks.boilerplate`` of the catalog ``con`` writes in line after a commit's changes.
+    """Bring ``chunks.boilerplate`` of the catalog ``cat`` writes (quarry/store/catalog_writes.py)
+    in line after a commit's changes.
 
     ``docs``: documents added, changed or moved, or whose duplicate assignment changed;
     ``removed_lines``/``removed_docs``: the lines of the documents deleted or replaced (line ->
     how many of them held it) and their number;
-    ``layer``: ``(generation, base)`` of the delta layer written, else a whole catalog. With
-    ``strip``, chunks' BM25 text and text hash leave their boilerplate lines out; their new
+    with ``strip``, chunks' BM25 text and text hash leave their boilerplate lines out; their new
     vectors come from ``lookup(hashes)`` (the vector cache) or ``embed(texts)``; without either a
     chunk keeps its texts; ``restore``: without ``strip``, give stripped chunks their whole texts
     back (the catalog was stripped before). ``full``: every chunk from scratch (``quarry
     maintain``, a first commit)."""
-    texts = strip or restore
+    con, texts = cat.con, strip or restore
     for stmt in statements("boilerplate_wanted"):
         con.execute(stmt)
     try:
@@ -153,14 +156,8 @@ def update(
                 con.execute(load_sql("boilerplate_add"))
             finally:
                 con.unregister(_ROWS)
-        if layer is None:
-            out.changed = _apply(con, "boilerplate_apply")
-        else:
-            from quarry.store import layers
-
-            if con.execute(load_sql("layer_boilerplate_copied"), list(layer)).fetchone() is not None:
-                out.copied = layers.rewrite_principals(con, "layer_boilerplate_copy", *layer)
-            out.changed = _apply(con, "layer_boilerplate_apply")
+        out.copied = cat.own_chunks("boilerplate_copied", "boilerplate_copy")
+        out.changed = _apply(con, cat.statements_name("boilerplate_apply"))
     finally:
         for stmt in statements("boilerplate_drop"):
             con.execute(stmt)

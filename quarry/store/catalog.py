@@ -18,6 +18,7 @@ import tempfile
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
+from typing import Protocol
 
 import duckdb
 import pyarrow as pa
@@ -31,6 +32,22 @@ from quarry.retrieval.textnorm import bm25_text
 
 SCHEMA_VERSION = "1"
 TABLES = ("documents", "sections", "chunks", "runs", "meta", "acl_roots")
+
+
+class WritingCatalog(Protocol):
+    """What the steps that update rows of the catalog a run writes (permissions, duplicate
+    clusters, boilerplate flags) ask of it; quarry/store/catalog_writes.py implements it for a
+    whole catalog and for a delta layer, so that those steps never ask which one they write."""
+
+    con: duckdb.DuckDBPyConnection
+
+    def update_documents(self, name: str) -> list[str]: ...
+
+    def own_chunks(self, check: str, copy: str) -> list[str]: ...
+
+    def statements_name(self, name: str) -> str: ...
+
+    def set_meta(self, key: str, value: str) -> None: ...
 
 
 def table_schema(table: str) -> pa.Schema:

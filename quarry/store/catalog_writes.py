@@ -62,11 +62,22 @@ class CatalogWrites:
         self.chain = chain  # the layers of the generation written, itself last
         self.private = private  # private copies of layers another process held read-write
 
-    @property
-    def layer(self) -> tuple[int, int] | None:
-        """``(generation, base)`` of a delta layer (its documents rows then carry what a rewrite
-        changes, quarry/store/layers.py); None for a whole catalog."""
-        return None
+    def update_documents(self, name: str) -> list[str]:
+        """Run ``sql/<name>.sql``: an update of documents rows from a table the caller registered
+        (new principals, duplicate assignments); returns the doc_ids changed. A base updates its
+        rows in place; a delta writes the changed rows into its layer (``sql/layer_<name>.sql``)."""
+        raise NotImplementedError
+
+    def own_chunks(self, check: str, copy: str) -> list[str]:
+        """Before an update of chunks rows: make the chunks it changes this catalog's own. A base
+        holds every row (nothing to do); a delta copies the sections and chunks an earlier layer
+        holds into its layer (``sql/layer_<copy>.sql``, when ``sql/layer_<check>.sql`` finds any).
+        Returns the documents copied."""
+        raise NotImplementedError
+
+    def statements_name(self, name: str) -> str:
+        """The statements file this form runs for ``sql/<name>.sql`` (``layer_<name>`` for a delta)."""
+        return name
 
     def replace_documents(
         self, records: list[DocumentRecord], run_id: str, stored: dict[str, str], written: set[str]
@@ -171,6 +182,12 @@ class BaseCatalog(CatalogWrites):
     def set_acl_sources(self, sources: dict[str, AclSource]) -> None:
         acl.set_sources(self.con, sources)
 
+    def update_documents(self, name: str) -> list[str]:
+        return [d for (d,) in self.con.execute(catalog.load_sql(name)).fetchall()]
+
+    def own_chunks(self, check: str, copy: str) -> list[str]:
+        return []
+
     def build_index(self, folder: Path, inputs: IndexInputs) -> dict[str, Any]:
         from quarry.retrieval import searchindex
 
@@ -198,9 +215,17 @@ class DeltaCatalog(CatalogWrites):
         self._prev: SearchIndex | None = None  # the committed generation's index, once the commit loaded it
         self._earlier: list[IndexSegment] = []  # its segments this generation keeps
 
-    @property
-    def layer(self) -> tuple[int, int] | None:
-        return (self.generation, self.prev_chain[0])
+    def update_documents(self, name: str) -> list[str]:
+        return layers.rewrite_principals(self.con, self.statements_name(name), self.generation, self.prev_chain[0])
+
+    def own_chunks(self, check: str, copy: str) -> list[str]:
+        args = [self.generation, self.prev_chain[0]]
+        if self.con.execute(catalog.load_sql(self.statements_name(check)), args).fetchone() is None:
+            return []
+        return layers.rewrite_principals(self.con, self.statements_name(copy), *args)
+
+    def statements_name(self, name: str) -> str:
+        return f"layer_{name}"
 
     def replace_documents(
         self, records: list[DocumentRecord], run_id: str, stored: dict[str, str], written: set[str]
@@ -220,7 +245,7 @@ class DeltaCatalog(CatalogWrites):
         layers.set_meta(self.con, key, value)
 
     def set_acl_sources(self, sources: dict[str, AclSource]) -> None:
-        acl.set_sources(self.con, sources, delta=True)
+        acl.set_sources(self.con, sources, layers.LAYER)
 
     @staticmethod
     def write_run(con: duckdb.DuckDBPyConnection, table: pa.Table) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,19 +24,10 @@ if TYPE_CHECKING:
     import duckdb
     from lancedb.table import Table as LanceTable
 
+    from quarry.store.catalog import WritingCatalog
+
 
 __all__ = ["RUN_VECTORS_BYTES", "RunChanges"]
-
-
-class _Catalog(Protocol):
-    """What the corpus steps use of the catalog being written (quarry/store/catalog_writes.py)."""
-
-    con: duckdb.DuckDBPyConnection
-
-    @property
-    def layer(self) -> tuple[int, int] | None: ...
-
-    def set_meta(self, key: str, value: str) -> None: ...
 
 
 RUN_VECTORS_BYTES = 256 << 20  # vectors of the run's chunks kept for its index segment (beyond: read from LanceDB)
@@ -94,18 +85,18 @@ class RunChanges:
         self.row_changed.update(doc_ids)
         self.line_changed.update(lines_of)
 
-    def update_duplicates(self, con: duckdb.DuckDBPyConnection, layer: tuple[int, int] | None) -> None:
+    def update_duplicates(self, cat: WritingCatalog) -> None:
         """Duplicate clusters after this run's changes (quarry/store/dedup.py): documents whose
         assignment changed are rewritten like a permission change."""
         if not (self.content_changed or self.row_changed):
             return
-        changed = dedup.update_clusters(con, layer)
+        changed = dedup.update_clusters(cat)
         self.row_changed.update(changed)
         self.line_changed.update(changed)
 
     def update_boilerplate(
         self,
-        cat: _Catalog,
+        cat: WritingCatalog,
         table: LanceTable,
         embed: Callable[[list[str]], np.ndarray] | None,
         recount: bool,
@@ -121,11 +112,10 @@ class RunChanges:
         if not full and not self.line_changed:
             return False
         result = boilerplate.update(
-            con,
+            cat,
             self.line_changed,
             self.removed_lines,
             self.removed_docs,
-            cat.layer,
             strip=mode == "strip",
             lookup=lambda hashes: vectors.lookup_vectors(table, hashes),
             embed=embed,

@@ -15,6 +15,7 @@ crash before the commit's rename leaves it as it was.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -22,6 +23,9 @@ from quarry.core.environment import environment
 from quarry.core.sqlfiles import load_sql
 from quarry.retrieval.corpus.clusters import Assignment, Member, clusters
 from quarry.retrieval.corpus.minhash import from_blob
+
+if TYPE_CHECKING:
+    from quarry.store.catalog import WritingCatalog
 
 __all__ = ["update_clusters", "threshold"]
 
@@ -36,11 +40,12 @@ def threshold() -> float:
     return environment().dup_threshold
 
 
-def update_clusters(con, layer: tuple[int, int] | None = None, at: float | None = None) -> list[str]:
-    """Recompute the duplicate clusters of the catalog ``con`` writes and store the assignments
-    that changed (``layer``: ``(generation, base)`` of the delta layer it writes, else a whole
-    catalog); returns the doc_ids whose rows changed."""
+def update_clusters(cat: WritingCatalog, at: float | None = None) -> list[str]:
+    """Recompute the duplicate clusters of the catalog ``cat`` writes
+    (quarry/store/catalog_writes.py) and store the assignments that changed; returns the doc_ids
+    whose rows changed."""
     at = threshold() if at is None else at
+    con = cat.con
     pairs = con.execute(load_sql("dedup_candidates")).fetchall()
     ids = sorted({d for pair in pairs for d in pair})
     members, stored = {}, {}
@@ -59,12 +64,7 @@ def update_clusters(con, layer: tuple[int, int] | None = None, at: float | None 
     )
     con.register(_WANTED, table)
     try:
-        if layer is None:
-            changed = [d for (d,) in con.execute(load_sql("dedup_apply")).fetchall()]
-        else:
-            from quarry.store import layers
-
-            changed = layers.rewrite_principals(con, "layer_dedup_apply", *layer)
+        changed = cat.update_documents("dedup_apply")
     finally:
         con.unregister(_WANTED)
     logging.getLogger("quarry").info(

@@ -211,13 +211,13 @@ class StoreWriter:
         re-embedded), and remember each root's permission source; returns the documents changed."""
         if sources:
             self.catalog.set_acl_sources(sources)
-        changed = acl.apply(self.con, by_path, self.catalog.layer)
+        changed = acl.apply(self.catalog, by_path)
         self.changes.rewrote(changed)
         return len(changed)
 
     def set_document_principals(self, by_doc: dict[str, list[str] | tuple[str, ...]]) -> int:
         """Set who may read these documents (by doc_id); returns how many changed."""
-        changed = acl.apply_to_documents(self.con, by_doc, self.catalog.layer)
+        changed = acl.apply_to_documents(self.catalog, by_doc)
         self.changes.rewrote(changed)
         return len(changed)
 
@@ -253,7 +253,7 @@ class StoreWriter:
             meta["previous_pointer"] = json.dumps(asdict(self.base))
         for key, value in meta.items():
             self.catalog.set_meta(key, value)
-        self.changes.update_duplicates(self.con, self.catalog.layer)
+        self.changes.update_duplicates(self.catalog)
         if self.changes.update_boilerplate(self.catalog, self.table, self.embed, self.recount_boilerplate):
             self.catalog.set_meta("vector_version", str(self.table.version))
         faults.point("fts")
