@@ -16,11 +16,46 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ROOT", "RESULTS", "SHARED", "cpu_flags", "load_avg", "log", "machine", "with_test_helpers", "write_json"]
+__all__ = [
+    "CONCERNS",
+    "ROOT",
+    "RESULTS",
+    "SHARED",
+    "cpu_flags",
+    "load_avg",
+    "log",
+    "machine",
+    "table",
+    "with_test_helpers",
+    "write_json",
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SHARED = ROOT.parent / "shared" / "data"  # the team's real data, read in place (never copied)
+
+# The scripts by what they measure (``python bench`` lists them). They stay side by side in bench/:
+# ``python bench/<name>.py`` is the command docs/benchmarks.md gives beside every figure, and the
+# acceptance checks run some of them by that path.
+CONCERNS: dict[str, tuple[str, ...]] = {
+    "quality": (
+        "ablation",
+        "ann_recall",
+        "binary_vectors",
+        "dedup",
+        "eval_beir",
+        "eval_read_side",
+        "fusion",
+        "longpdf",
+        "quality",
+        "relevance",
+        "selfeval",
+    ),
+    "ingest": ("formats", "legacy_office", "ocr", "pdf_layout", "reliability", "sources"),
+    "speed": ("embed", "first_run", "flow_stages", "incremental", "runners", "vs_llamaindex"),
+    "scale": ("catalog_layers", "scale", "scale_memory", "segment_queries"),
+    "serving": ("answers", "api_load", "query_latency", "remote_reader", "web"),
+}
 
 # the flags that change what a figure means here: int8 matrix products, wide vectors
 _FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8", "amx_tile")
@@ -69,6 +104,27 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    """A plain text table: a column per header, each as wide as its widest cell; numbers (and
+    ``-`` for none) right-aligned, text left-aligned; floats as given (round them first)."""
+
+    def cell(value: Any) -> str:
+        return "-" if value is None else str(value)
+
+    def numeric(value: Any) -> bool:
+        return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+
+    cells = [[cell(v) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells if i < len(r)]) for i, h in enumerate(header)]
+    right = [all(numeric(r[i]) for r in rows if i < len(r)) and bool(rows) for i in range(len(header))]
+    lines = ["  ".join(h.rjust(w) if r else h.ljust(w) for h, w, r in zip(header, widths, right, strict=True))]
+    for row in cells:
+        lines.append(
+            "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(row, widths, right, strict=False)).rstrip()
+        )
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def write_json(path: Path, data: Any) -> Path:

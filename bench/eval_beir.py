@@ -14,6 +14,7 @@ import json
 import os
 import sys
 
+import common
 from common import ROOT, SHARED
 
 BEIR = SHARED / "beir"
@@ -59,20 +60,17 @@ def main() -> None:
             )
             out["backend"] = backend
             results.append(out)
-    dest = ROOT / "bench" / "results" / "eval_beir.json"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps({"results": results}, indent=2))
-    table = sys.stderr if args.json else sys.stdout
-    print(f"{'set':<10} {'mode':<7} {'nDCG@10':>8} {'R@10':>7} {'R@100':>7} {'MRR@10':>7}", file=table)
+    common.write_json(common.RESULTS / "eval_beir.json", {"results": results})
+    stream = sys.stderr if args.json else sys.stdout
+    rows = [
+        [r["dataset"], mode] + [round(m[key], 4) for key in ("ndcg@10", "recall@10", "recall@100", "mrr@10")]
+        for r in results
+        for mode, m in r["modes"].items()
+    ]
+    print(common.table(["set", "mode", "nDCG@10", "R@10", "R@100", "MRR@10"], rows), file=stream)
     for r in results:
-        for mode, m in r["modes"].items():
-            print(
-                f"{r['dataset']:<10} {mode:<7} {m['ndcg@10']:>8.4f} {m['recall@10']:>7.4f} {m['recall@100']:>7.4f} "
-                f"{m['mrr@10']:>7.4f}",
-                file=table,
-            )
         if r["dataset"] in ANCHORS:
-            print(f"{'':<10} anchors: {ANCHORS[r['dataset']]}", file=table)
+            print(f"{r['dataset']} anchors: {ANCHORS[r['dataset']]}", file=stream)
     if args.json:
         print(json.dumps({"results": results}, indent=2))
 
