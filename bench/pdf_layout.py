@@ -1,27 +1,30 @@
-"""What reading a PDF's layout costs on top of its text, and what it finds.
+"""What reading a PDF's layout costs on top of its text, where a page's parse time goes, and pages
+a second with and without the layout, one process and a pool.
 
-    python bench/pdf_layout.py [PDF ...]      # ../shared/data/pdf and formats PDFs, plus any given
+    python bench/pdf_layout.py [PDF ...] [--pool 2] [--json]   # ../shared/data PDFs, plus any given
 
 For each PDF: pages, the whole parse (pypdf text, running lines, rows, layout, tables; OCR off) in
-seconds a page, and of that the layout's part (pypdfium2 lines, font headings, page titles, table
-titles, heading placement) measured again on its own; then what the layout found: headings
-(outline or font), pages with a title, tables and those with a title and column headers.
-Prints a table and writes bench/results/pdf_layout.json.
+seconds a page, split into pypdf's text extraction and the layout's part (pypdfium2 lines, font
+headings, page titles, table titles, heading placement), each timed again on its own, and the rest;
+then what the layout found: headings (outline or font), pages with a title, tables and those with
+a title and column headers. Then every PDF parsed in a pool of ``--pool`` processes (spawned, as
+quarry's parse pool is), with the layout read and without it (pypdfium2 not asked: what a
+pypdf-only parser does), alternated and the best of ``--rounds`` kept: pages a second on this
+machine's cores. Prints tables and writes bench/results/pdf_layout.json (with the CPU flags).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
-from common import ROOT, SHARED
+from common import RESULTS, SHARED, log, machine, table, write_json
 
-HERE = ROOT / "bench"
 DATA = SHARED
-RESULTS = HERE / "results" / "pdf_layout.json"
 
 
 def layout_seconds(data: bytes, doc) -> float:
@@ -35,15 +38,57 @@ def layout_seconds(data: bytes, doc) -> float:
         body = body_size(lines)
         found, titles = font_headings(lines, body), page_titles(lines, body)
         ends = doc.page_offsets[1:] + [len(doc.text)]
-        pages = [doc.text[a:b] for a, b in zip(doc.page_offsets, ends)]
+        pages = [doc.text[a:b] for a, b in zip(doc.page_offsets, ends, strict=True)]
         _tables(pages, doc.page_offsets, lines, titles)
         _placed(found, doc.text, doc.page_offsets)
     return time.perf_counter() - started
 
 
+def text_seconds(data: bytes) -> float:
+    """pypdf's part: open the file and extract every page's text, as the parser does."""
+    import io
+
+    from pypdf import PdfReader
+
+    from quarry.ingest.parsers.pdf import _page_text
+
+    started = time.perf_counter()
+    reader = PdfReader(io.BytesIO(data), strict=False)
+    for page in reader.pages:
+        try:
+            _page_text(page)
+        except Exception:
+            pass
+    return time.perf_counter() - started
+
+
+def parse_pages(path: str, layout: bool) -> int:
+    """In a pool worker: parse ``path`` (OCR off), without pypdfium2's lines unless ``layout``;
+    returns its pages."""
+    from quarry.ingest.parsers import parse_file, pdf
+
+    if not layout:
+        pdf.read_lines = lambda data, password=None: None  # this worker only: the pypdf-only parse
+    return len(parse_file(path, ocr=False).page_offsets) or 1
+
+
+def pool_rate(files: list[Path], workers: int, layout: bool) -> tuple[int, float]:
+    """Pages and wall seconds of parsing every file in a new pool of ``workers`` spawned processes
+    (their start included, as a run pays it)."""
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        # the longest first, as a pool should be fed
+        order = sorted(files, key=lambda p: -p.stat().st_size)
+        pages = sum(pool.map(parse_pages, [str(p) for p in order], [layout] * len(order)))
+    return pages, time.perf_counter() - started
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pdfs", nargs="*", help="more PDFs to measure")
+    ap.add_argument("--pool", type=int, default=2, help="processes of the pool run (0: skip it)")
+    ap.add_argument("--rounds", type=int, default=2, help="pool runs of each kind, alternated; the best is kept")
+    ap.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     args = ap.parse_args(argv)
     from quarry.ingest.parsers import parse_file
 
@@ -52,49 +97,100 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print(f"no PDFs: {DATA} is absent and none were given")
         return 1
+    out = sys.stderr if args.json else sys.stdout
     rows = []
-    print(
-        f"{'file':42} {'pages':>5} {'s/page':>7} {'layout':>7} {'headings':>8} {'titled':>6} {'tables':>6} "
-        f"{'t+title':>7} {'t+cols':>6}"
-    )
     for path in files:
+        data = path.read_bytes()
         started = time.perf_counter()
         doc = parse_file(str(path), ocr=False)
         seconds = time.perf_counter() - started
-        layout = layout_seconds(path.read_bytes(), doc)
+        text = text_seconds(data)
+        layout = layout_seconds(data, doc)
         n = len(doc.page_offsets) or 1
-        row = {
-            "file": path.name,
-            "pages": n,
-            "seconds_per_page": seconds / n,
-            "layout_seconds_per_page": layout / n,
-            "headings": len(doc.headings),
-            "titled_pages": sum(1 for t in doc.page_titles if t),
-            "tables": len(doc.tables),
-            "tables_titled": sum(1 for t in doc.tables if t.title),
-            "tables_with_columns": sum(1 for t in doc.tables if t.columns),
-        }
-        rows.append(row)
-        print(
-            f"{path.name[:42]:42} {n:5} {row['seconds_per_page']:7.4f} {row['layout_seconds_per_page']:7.4f} "
-            f"{row['headings']:8} {row['titled_pages']:6} {row['tables']:6} {row['tables_titled']:7} "
-            f"{row['tables_with_columns']:6}"
+        rows.append(
+            {
+                "file": path.name,
+                "pages": n,
+                "seconds_per_page": seconds / n,
+                "text_seconds_per_page": text / n,
+                "layout_seconds_per_page": layout / n,
+                "rest_seconds_per_page": max(0.0, seconds - text - layout) / n,
+                "headings": len(doc.headings),
+                "titled_pages": sum(1 for t in doc.page_titles if t),
+                "tables": len(doc.tables),
+                "tables_titled": sum(1 for t in doc.tables if t.title),
+                "tables_with_columns": sum(1 for t in doc.tables if t.columns),
+            }
         )
+        log(f"{path.name}: {n} pages, {seconds:.2f} s")
     pages = sum(r["pages"] for r in rows)
-    total = sum(r["seconds_per_page"] * r["pages"] for r in rows)
-    layout = sum(r["layout_seconds_per_page"] * r["pages"] for r in rows)
+
+    def total(key: str) -> float:
+        return sum(r[key] * r["pages"] for r in rows)
+
+    whole, layout = total("seconds_per_page"), total("layout_seconds_per_page")
     summary = {
         "pages": pages,
-        "seconds_per_page": total / pages,
+        "seconds_per_page": whole / pages,
+        "text_seconds_per_page": total("text_seconds_per_page") / pages,
         "layout_seconds_per_page": layout / pages,
-        "layout_share_of_the_rest": layout / max(1e-9, total - layout),
+        "rest_seconds_per_page": total("rest_seconds_per_page") / pages,
+        "layout_share_of_the_rest": layout / max(1e-9, whole - layout),
+        "pages_per_s_one_process": pages / whole,
+        "pages_per_s_one_process_without_layout": pages / max(1e-9, whole - layout),
     }
+    columns = ["file", "pages", "s/page", "text", "layout", "rest", "headings", "titled", "tables", "t+title", "t+cols"]
+    keys = ["seconds_per_page", "text_seconds_per_page", "layout_seconds_per_page", "rest_seconds_per_page"]
+    body = [
+        [r["file"][:42], r["pages"]]
+        + [round(r[k], 4) for k in keys]
+        + [r["headings"], r["titled_pages"], r["tables"], r["tables_titled"], r["tables_with_columns"]]
+        for r in rows
+    ]
+    body.append(["all", pages] + [round(summary[k], 4) for k in keys] + [None] * 5)
+    print(table(columns, body), file=out)
     print(
-        f"{'all':42} {pages:5} {summary['seconds_per_page']:7.4f} {summary['layout_seconds_per_page']:7.4f}  "
-        f"(layout {100 * summary['layout_share_of_the_rest']:.0f}% over the rest of the parse)"
+        f"layout {100 * summary['layout_share_of_the_rest']:.0f}% over the rest of the parse; one process: "
+        f"{summary['pages_per_s_one_process']:.1f} pages/s, "
+        f"{summary['pages_per_s_one_process_without_layout']:.1f} without the layout",
+        file=out,
     )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"files": rows, "summary": summary}, indent=2))
+    pool = []
+    if args.pool > 0:
+        best: dict[bool, tuple[int, float]] = {}
+        for round_ in range(args.rounds):
+            for with_layout in (True, False) if round_ % 2 == 0 else (False, True):
+                got = pool_rate(files, args.pool, with_layout)
+                log(f"pool of {args.pool}, layout {with_layout}: {got[0]} pages in {got[1]:.2f} s")
+                if with_layout not in best or got[1] < best[with_layout][1]:
+                    best[with_layout] = got
+        for with_layout in (True, False):
+            n, wall = best[with_layout]
+            pool.append(
+                {"workers": args.pool, "layout": with_layout, "pages": n, "wall_s": wall, "pages_per_s": n / wall}
+            )
+        print(
+            table(
+                ["pool", "layout", "pages", "wall s", "pages/s"],
+                [
+                    [
+                        p["workers"],
+                        "on" if p["layout"] else "off",
+                        p["pages"],
+                        round(p["wall_s"], 2),
+                        round(p["pages_per_s"], 1),
+                    ]
+                    for p in pool
+                ],
+            ),
+            file=out,
+        )
+    result = {"machine": machine(), "files": rows, "summary": summary, "pool": pool}
+    write_json(RESULTS / "pdf_layout.json", result)
+    if args.json:
+        import json
+
+        print(json.dumps(result, indent=2))
     return 0
 
 
