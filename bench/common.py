@@ -107,14 +107,21 @@ def machine() -> dict[str, Any]:
 
 
 def table(header: list[str], rows: list[list[Any]]) -> str:
-    """A plain text table: a column per header, each as wide as its widest cell; numbers (and
-    ``-`` for none) right-aligned, text left-aligned; floats as given (round them first)."""
+    """A plain text table: a column per header, each as wide as its widest cell; a column of
+    numbers (or of numbers already formatted, such as ``f"{x:.4f}"``; ``-`` for none)
+    right-aligned, text left-aligned."""
 
     def cell(value: Any) -> str:
         return "-" if value is None else str(value)
 
     def numeric(value: Any) -> bool:
-        return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+        if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+            return True
+        try:
+            float(str(value).replace(",", ""))
+        except ValueError:
+            return False
+        return isinstance(value, str)
 
     cells = [[cell(v) for v in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells if i < len(r)]) for i, h in enumerate(header)]

@@ -63,7 +63,7 @@ def main() -> None:
     common.write_json(common.RESULTS / "eval_beir.json", {"results": results})
     stream = sys.stderr if args.json else sys.stdout
     rows = [
-        [r["dataset"], mode] + [round(m[key], 4) for key in ("ndcg@10", "recall@10", "recall@100", "mrr@10")]
+        [r["dataset"], mode] + [f"{m[key]:.4f}" for key in ("ndcg@10", "recall@10", "recall@100", "mrr@10")]
         for r in results
         for mode, m in r["modes"].items()
     ]

@@ -56,3 +56,5 @@ def test_the_shared_table_aligns_numbers_right_and_text_left():
 
     text = bench_module("common").table(["mode", "nDCG@10"], [["bm25", 0.705], ["hybrid", None], ["vector", 12.5]])
     assert text.splitlines() == ["mode    nDCG@10", "bm25      0.705", "hybrid        -", "vector     12.5"]
+    formatted = bench_module("common").table(["set", "R@10"], [["scifact", "0.8244"], ["cranfield", "1,000"]])
+    assert formatted.splitlines() == ["set          R@10", "scifact    0.8244", "cranfield   1,000"]
