@@ -516,11 +516,13 @@ def test_workers_and_a_store_on_object_storage(tmp_path, prefect_api, monkeypatc
         for _ in range(8):  # both workers, each pulling the new generation on its next request
             body = httpx.post(f"{base}/v1/search", json={"query": "okapi zebra", "k": 3}, headers=auth).json()
             assert body["generation"] == 2 and body["results"][0]["path"].endswith("news/extra.md")
-        # CURRENT cannot be read (a damaged object here; an outage alike): serve the generation at hand
+        # CURRENT cannot be read (a damaged object here; an outage alike): every worker serves the
+        # generation at hand, also one that has served no request yet (each opens the index at start):
+        # 2, or 1 for a worker the requests above never reached
         (tmp_path / "bucket" / "store" / "CURRENT").write_text("{not json")
-        for _ in range(4):
+        for _ in range(6):
             response = httpx.post(f"{base}/v1/search", json={"query": "okapi zebra", "k": 3}, headers=auth)
-            assert response.status_code == 200 and response.json()["generation"] == 2
+            assert response.status_code == 200 and response.json()["generation"] in (1, 2), response.text
         (tmp_path / "bucket" / "store" / "CURRENT").unlink()  # the store deleted: no index, and no path said
         response = httpx.post(f"{base}/v1/search", json={"query": "okapi zebra", "k": 3}, headers=auth)
         assert response.status_code == 503 and str(tmp_path) not in response.text, response.text

@@ -16,6 +16,7 @@ the next request, for local stores and stores on object storage alike.
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
@@ -102,6 +103,7 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
+        threading.Thread(target=state.warm, name="quarry-warm", daemon=True).start()
         if mcp_http is None:
             yield
         else:

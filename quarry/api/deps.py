@@ -78,6 +78,17 @@ class State:
                     self._index = open_index(self.store)
         return self._index
 
+    def warm(self) -> None:
+        """Open the index and its committed generation now (each worker, at start, in a thread of its
+        own): a worker then has a generation at hand from the start, to answer from while the
+        store's pointer cannot be read (an object-store outage), rather than only once it has served
+        a request. A store with no index yet, or one that cannot be read now, stays to be opened on
+        the first request, which then says why."""
+        try:
+            self.index().generation  # noqa: B018 - reading it loads the committed snapshot
+        except Exception as exc:  # noqa: BLE001 - warming is best effort: the first request opens it again and reports
+            logging.getLogger("quarry").debug("index not opened at start: %s", exc)
+
     def answer_gate(self):
         """Who may have answers, and how many a minute (:class:`quarry.api.answering.AnswerGate`)."""
         if self._answers is None:
