@@ -528,6 +528,30 @@ def test_workers_and_a_store_on_object_storage(tmp_path, prefect_api, monkeypatc
         assert response.status_code == 503 and str(tmp_path) not in response.text, response.text
 
 
+def test_a_worker_answers_from_the_generation_it_opened_at_start_while_current_cannot_be_read(
+    tmp_path, prefect_api, monkeypatch
+):
+    """A worker opens the index when it starts, not at its first request: one that no request has
+    reached yet still answers while CURRENT cannot be read (without it: 503)."""
+    from fastapi.testclient import TestClient
+    from quarry.flows.index import index_flow
+
+    from quarry.api.app import ApiConfig, create_app
+
+    monkeypatch.setenv("QUARRY_STORE_CACHE", str(tmp_path / "cache"))
+    url = f"file://{tmp_path}/bucket/store"
+    index_flow([str(write_tree(tmp_path / "tree"))], db=url)
+    app = create_app(ApiConfig(db=url))
+    with TestClient(app.state.asgi) as client:
+        for thread in threading.enumerate():
+            if thread.name == "quarry-warm":
+                thread.join(60)
+        (tmp_path / "bucket" / "store" / "CURRENT").write_text("{not json")
+        response = client.post("/v1/search", json={"query": "okapi", "k": 3})
+        assert response.status_code == 200, response.text
+        assert response.json()["generation"] == 1
+
+
 # --- MCP ------------------------------------------------------------------------------------------
 
 
