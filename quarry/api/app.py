@@ -16,7 +16,6 @@ the next request, for local stores and stores on object storage alike.
 from __future__ import annotations
 
 import contextlib
-import threading
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
@@ -103,7 +102,7 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        threading.Thread(target=state.warm, name="quarry-warm", daemon=True).start()
+        state.start_warming()
         if mcp_http is None:
             yield
         else:

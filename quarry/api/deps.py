@@ -68,6 +68,7 @@ class State:
         self._index: Index | None = None
         self._answers: AnswerGate | None = None
         self._guard = threading.Lock()
+        self._warming: threading.Thread | None = None
 
     def index(self):
         if self._index is None:
@@ -77,6 +78,11 @@ class State:
 
                     self._index = open_index(self.store)
         return self._index
+
+    def start_warming(self) -> None:
+        """:meth:`warm` in a thread of its own, so that the worker starts serving at once."""
+        self._warming = threading.Thread(target=self.warm, name="quarry-warm", daemon=True)
+        self._warming.start()
 
     def warm(self) -> None:
         """Open the index and its committed generation now (each worker, at start, in a thread of its
@@ -100,6 +106,8 @@ class State:
         return self._answers
 
     def close(self) -> None:
+        if self._warming is not None:  # an index the warm-up is opening is closed here too
+            self._warming.join(timeout=30)
         if self._index is not None:
             self._index.close()
 
