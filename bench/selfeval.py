@@ -1,18 +1,32 @@
 """Do generated question sets rank configurations as human judgments do?
 
-    python bench/selfeval.py [--sets scifact,cranfield] [--docs 1000] [-n 200] [--handbook [--handbook-parts A,B]]
+    python bench/selfeval.py [--sets scifact,cranfield] [--docs 1000] [-n 200] [--methods M,...]
+                             [--handbook [--handbook-parts A,B]]
 
 For each BEIR set: the corpus (on SciFact a subset: every document a test query judges, plus
 random others up to --docs, seed 0; Cranfield whole) is written as one Markdown file per record,
-indexed twice (chunk size 400 and 1600 characters) into bench/results/selfeval/<set>/cs<size> (kept:
-a second run is an unchanged re-index), and scored in 8 configurations: {bm25, vector, hybrid tmm,
-hybrid rrf} x {chunk 400, chunk 1600}. Human side: nDCG@10 on the test judgments. Generated side:
-document MRR@10 and recall@10 of a `known-item` and a `headings` set (-n questions, seed 0) drawn from
-the chunk-400 store; the same questions are scored on both stores (document ids are equal: same
-files). Reported: Kendall's tau-b between the configurations' order by each generated metric and by
-nDCG@10. With --handbook, two folders of ../shared/data/trees/sourcegraph-handbook (--handbook-parts)
-are indexed and scored (both methods, three modes) with the time to generate and to score 100
-questions. `--sets ""` runs only that.
+indexed three times (chunk size 400, 800 and 1600 characters) into
+bench/results/selfeval/<set>/cs<size> (kept: a second run is an unchanged re-index), and scored in
+12 configurations: {bm25, vector, hybrid tmm, hybrid rrf} x the three chunk sizes. Human side:
+nDCG@10 on the test judgments. Generated side: document MRR@10 and recall@10 of each method's set
+(-n questions, seed 0) drawn from the chunk-400 store; the same questions are scored on every store
+(document ids are equal: same files). Reported: Kendall's tau-b between the configurations' order by
+each generated metric and by nDCG@10, over all 12 and over the 6 hybrid ones (fusion x chunk size).
+
+--methods takes quarry's methods (known-item, known-item-popular, headings) and two probes that
+live only here, to test whether questions further from the documents' own words rank retrievers as
+people do:
+- ``sentence``: a sentence of the document's chunk as the query, after the Inverse Cloze Task
+  (Lee, Chang & Toutanova, ACL 2019), with its rarest half of content words left out (a reader who
+  does not remember the document's exact terms);
+- ``substitution``: the same sentence, its rarest half of content words each replaced by a word that
+  co-occurs with it in other documents but not in this one (query variation by term substitution,
+  after Penha, Camara & Hauff, ECIR 2022; the neighbours from document co-occurrence, not from the
+  embedding model, which would favour vector search by construction).
+
+With --handbook, two folders of ../shared/data/trees/sourcegraph-handbook (--handbook-parts)
+are indexed and scored (known-item and headings, three modes) with the time to generate and to score
+100 questions. `--sets ""` runs only that.
 
 Writes bench/results/selfeval.json.
 """
@@ -21,15 +35,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
+import re
 import sys
 import time
+from collections import Counter, defaultdict
 
 from common import ROOT, SHARED
 
 RESULTS = ROOT / "bench" / "results" / "selfeval"
-CHUNK_SIZES = (400, 1600)
+CHUNK_SIZES = (400, 800, 1600)
+METHODS = ("known-item", "headings")
+PROBES = ("sentence", "substitution")
 CONFIGS = (("bm25", None), ("vector", None), ("hybrid", "tmm"), ("hybrid", "rrf"))
 
 
@@ -67,6 +86,108 @@ def subset(beir, docs: int, seed: int = 0):
     return BeirSet(beir.name, beir.split, corpus, beir.queries, beir.qrels)
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_TOKEN = re.compile(r"\S+")
+_EDGE = ".,;:()[]{}\"'!?"
+
+
+def _corpus_terms(idx) -> dict[str, set[str]]:
+    """Each document's set of query terms (quarry.eval.questions.words), from the chunk texts."""
+    from quarry.core.sqlfiles import load_sql
+    from quarry.eval.questions import words
+
+    docs: dict[str, set[str]] = defaultdict(set)
+    cur = idx.snapshot.con.execute(load_sql("eval_term_counts"))
+    while batch := cur.fetchmany(4096):
+        for doc_id, text in batch:
+            docs[doc_id].update(words(text or ""))
+    return docs
+
+
+class _Neighbours:
+    """Words that co-occur (in documents) with a word, scored by the cosine of their document sets."""
+
+    def __init__(self, docs: dict[str, set[str]]):
+        self.docs = docs
+        self.df: Counter = Counter(t for terms in docs.values() for t in terms)
+        self.postings: dict[str, list[str]] = defaultdict(list)
+        for doc_id in sorted(docs):
+            for t in docs[doc_id]:
+                self.postings[t].append(doc_id)
+
+    def pick(self, term: str, doc_id: str, rng: random.Random, top: int = 3) -> str | None:
+        own = self.docs.get(doc_id, set())
+        together: Counter = Counter()
+        for other in self.postings.get(term, ()):
+            if other != doc_id:
+                together.update(self.docs[other])
+        scored = sorted(
+            (
+                (count / math.sqrt(self.df[u] * self.df[term]), u)
+                for u, count in together.items()
+                if u not in own and u != term and count >= 2
+            ),
+            reverse=True,
+        )[:top]
+        return scored[rng.randrange(len(scored))][1] if scored else None
+
+
+def probe_questions(idx, n: int, method: str, seed: int = 0, share: float = 0.5) -> list[dict]:
+    """The ``sentence`` and ``substitution`` probes (see the module's docstring): one question per sampled
+    document, stratified as quarry's methods sample, reproducible from ``seed``."""
+    from quarry.eval.questions import _question, read_corpus, words
+    from quarry.eval.sampling import stratified, stratum
+
+    rng = random.Random(f"{method}:{seed}")
+    with idx.pinned():
+        corpus = read_corpus(idx)
+        terms = _corpus_terms(idx)
+        counts: Counter = Counter(t for ts in terms.values() for t in ts)
+        neighbours = _Neighbours(terms) if method == "substitution" else None
+        picked: list[dict] = []
+        for _ in range(4):
+            picked += stratified(corpus.documents, stratum, n - len(picked), rng)
+            if len(picked) >= n:
+                break
+        by_doc: dict[str, list[dict]] = defaultdict(list)
+        for row in corpus.read_chunks(sorted({d["doc_id"] for d in picked})):
+            by_doc[row["doc_id"]].append(row)
+        out: list[dict] = []
+        for doc in picked:
+            sentences = [
+                (chunk, text)
+                for chunk in by_doc.get(doc["doc_id"], [])
+                for text in _SENTENCE_END.split(chunk["text"] or "")
+                if 6 <= len(words(text)) <= 40
+            ]
+            if not sentences:
+                continue
+            chunk, text = sentences[rng.randrange(len(sentences))]
+            content = sorted(set(words(text)), key=lambda t: (counts[t], t))
+            rare = content[: max(1, round(share * len(content)))]
+            swap = {t: (neighbours.pick(t, doc["doc_id"], rng) if neighbours else None) for t in rare}
+            query = []
+            for token in _TOKEN.findall(text):
+                word = token.lower().strip(_EDGE)
+                if word in swap:
+                    if swap[word]:
+                        query.append(swap[word])
+                else:
+                    query.append(token)
+            if len(words(" ".join(query))) < 2:
+                continue
+            out.append(
+                _question(method, len(out) + 1, " ".join(query), doc, chunk, [chunk["chunk_id"]], corpus.generation)
+            )
+    return out
+
+
+def make_set(idx, n: int, method: str) -> list[dict]:
+    from quarry.eval.questions import generate
+
+    return probe_questions(idx, n, method) if method in PROBES else generate(idx, n, method, seed=0)[1]
+
+
 def human_ndcg(idx, beir, by_path: dict[str, str], mode: str, fusion: str | None) -> float:
     from quarry.eval.evaluation import chunk_ranking_to_docs, evaluate
 
@@ -78,10 +199,9 @@ def human_ndcg(idx, beir, by_path: dict[str, str], mode: str, fusion: str | None
     return evaluate(rankings, beir.qrels)["ndcg@10"]
 
 
-def run_set(name: str, docs: int, n: int, index_flow) -> dict:
+def run_set(name: str, docs: int, n: int, index_flow, methods=METHODS) -> dict:
     import quarry
     from quarry.eval.evaluation import load_beir, write_corpus_tree
-    from quarry.eval.questions import generate
     from quarry.eval.scoring import score_set
 
     beir = subset(load_beir(str(SHARED / "beir" / name)), docs if name == "scifact" else 0)
@@ -97,9 +217,9 @@ def run_set(name: str, docs: int, n: int, index_flow) -> dict:
         out["index_seconds"][size] = round(time.perf_counter() - t, 1)
         with quarry.open(base / f"cs{size}") as idx:
             if not sets:
-                for method in ("known-item", "headings"):
+                for method in methods:
                     t = time.perf_counter()
-                    sets[method] = generate(idx, n, method, seed=0)[1]
+                    sets[method] = make_set(idx, n, method)
                     out[f"{method}_generate_seconds"] = round(time.perf_counter() - t, 2)
                     out[f"{method}_questions"] = len(sets[method])
             idx.prime_queries(list(beir.queries.values()))
@@ -182,6 +302,11 @@ def main() -> None:
     ap.add_argument("--sets", default="scifact,cranfield")
     ap.add_argument("--docs", type=int, default=1000, help="SciFact subset size (judged documents + random others).")
     ap.add_argument("-n", type=int, default=200, help="Questions per generated set.")
+    ap.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help=f"Question methods to compare with the judgments: quarry's, or the probes {', '.join(PROBES)}.",
+    )
     ap.add_argument("--handbook", action="store_true")
     ap.add_argument(
         "--handbook-parts",
@@ -199,6 +324,12 @@ def main() -> None:
         report(results, sys.stdout)
         return
     backend = os.environ.get("QUARRY_EMBED_BACKEND", "default")
+    from quarry.eval.questions import METHODS as QUARRY_METHODS
+
+    methods = tuple(m for m in args.methods.split(",") if m)
+    unknown = [m for m in methods if m not in PROBES and (m not in QUARRY_METHODS or m == "llm")]
+    if unknown:
+        ap.error(f"unknown method(s) {', '.join(unknown)}")
     from quarry.flows.orchestration import prefect_api
 
     results = {"backend": backend, "load": os.getloadavg(), "sets": [], "handbook": None}
@@ -209,7 +340,7 @@ def main() -> None:
             if not (SHARED / "beir" / name).is_dir():
                 print(f"skipping {name}: not found", file=sys.stderr)
                 continue
-            results["sets"].append(run_set(name, args.docs, args.n, index_flow))
+            results["sets"].append(run_set(name, args.docs, args.n, index_flow, methods))
         if args.handbook:
             results["handbook"] = run_handbook(
                 args.n, index_flow, tuple(p for p in args.handbook_parts.split(",") if p)
@@ -228,19 +359,20 @@ def report(results: dict, table) -> None:
     for r in results["sets"]:
         print(
             f"\n{r['set']}: {r['documents']} documents, {r['queries']} judged queries; "
-            f"{r['known-item_questions']} known-item, {r['headings_questions']} headings questions",
+            + ", ".join(f"{r[k]} {k[: -len('_questions')]}" for k in r if k.endswith("_questions"))
+            + " questions",
             file=table,
         )
+        methods = [k[: -len(" mrr@10")] for k in r["configs"][0] if k.endswith(" mrr@10")]
         print(
-            f"{'chunk':>5} {'mode':<7} {'fusion':<6} {'nDCG@10':>8} {'KI MRR':>7} {'KI R@10':>8} {'HD MRR':>7} "
-            f"{'HD R@10':>8}",
+            f"{'chunk':>5} {'mode':<7} {'fusion':<6} {'nDCG@10':>8} "
+            + " ".join(f"{m[:14] + ' MRR':>18} {'R@10':>5}" for m in methods),
             file=table,
         )
         for c in r["configs"]:
             print(
                 f"{c['chunk_size']:>5} {c['mode']:<7} {c['fusion'] or '':<6} {c['ndcg@10']:>8.3f} "
-                f"{c['known-item mrr@10']:>7.3f} {c['known-item recall@10']:>8.3f} {c['headings mrr@10']:>7.3f} "
-                f"{c['headings recall@10']:>8.3f}",
+                + " ".join(f"{c[m + ' mrr@10']:>18.3f} {c[m + ' recall@10']:>5.3f}" for m in methods),
                 file=table,
             )
         print("Kendall's tau-b vs nDCG@10:", file=table)
