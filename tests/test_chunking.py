@@ -83,3 +83,43 @@ def test_header_too_long_is_flagged_truncated():
         "d", _doc("short text"), sections, ["h " * 100], count_tokens=lambda ts: [999] * len(ts), max_tokens=64
     )
     assert chunks and all(c.truncated for c in chunks)
+
+
+def test_link_targets_are_left_out_of_the_embedded_text_only():
+    from quarry.core.models import text_hash, without_link_targets
+
+    assert without_link_targets('see [the guide](https://x.example/a_(b) "Guide") now') == "see the guide now"
+    assert without_link_targets("![logo](img/logo.png) [top](#top) [mail](mailto:a@b.c)") == "logo top mail"
+    # not links: an index then a call, a bracket with a word in parentheses, code without "]("
+    for code in ("f[i](x)", "[note](draft)", "a[0] (b)", "x = [1, 2](3)"):
+        assert without_link_targets(code) == code
+    text = "Deploys roll back with [the runbook](https://wiki.example/ops/rollback-runbook.md).\n\n" + PARA
+    sections = [Section(index=0, title="", level=0, start=0, end=len(text))]
+    (chunk,) = chunk_document("d", _doc(text), sections, ["Document: [Ops](ops/index.md)"], size=800, min_chunk=0)
+    assert "https://wiki.example/ops/rollback-runbook.md" in chunk.text  # stored and BM25 text keep it
+    assert chunk.embed_text.startswith("Document: Ops\n\nDeploys roll back with the runbook.\n\n")
+    assert chunk.text_hash == text_hash(chunk.embed_text)
+
+
+def test_a_markdown_link_target_is_found_by_bm25_but_not_embedded(tmp_path, run_flow):
+    import quarry
+    from quarry.core.models import join_header
+    from quarry.ingest.embedders.minilm import TokenCounter, bundled_model_path
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    link = "https://wiki.example/ops/kubernetes-rollback-runbook.md"
+    (root / "ops.md").write_text(f"# Ops\n\nWhen a deploy fails, follow [the rollback steps]({link}).\n")
+    (root / "other.md").write_text("# Other\n\nLunch is served at noon in the atrium.\n")
+    run_flow([root], tmp_path / "db")
+    with quarry.open(tmp_path / "db") as idx:
+        hits = idx.search("kubernetes rollback runbook", k=5, mode="bm25").results
+        assert hits and hits[0].path.endswith("ops.md") and link in hits[0].text
+        n_tokens, header, text = idx.snapshot.con.execute(
+            "SELECT c.n_tokens, c.header, c.text FROM chunks c JOIN documents d USING (doc_id) WHERE d.path LIKE '%ops.md'"
+        ).fetchone()
+    assert link in text
+    count = TokenCounter()
+    count.model_path = bundled_model_path()
+    embedded, whole = count.count_tokens([join_header(header, text), f"{header}\n\n{text}"])
+    assert n_tokens <= embedded < whole - 10  # the URL's word pieces were not embedded

@@ -48,8 +48,14 @@ _T, _S, _O, _M, _D, _L, _A = (
 )
 BUILTINS: tuple[Format, ...] = (
     Format(
-        "md", (".md", ".markdown", ".mdx"), f"{_T}:parse_text", "built in", (), "headings (ATX, setext), front matter"
-    ),
+        "md",
+        (".md", ".markdown", ".mdx"),
+        f"{_T}:parse_text",
+        "built in",
+        (),
+        "headings (ATX, setext), front matter",
+        version=2,
+    ),  # 2: link targets left out of the embedded text (quarry.core.models.without_link_targets)
     Format("txt", (".txt", ".text", ".log"), f"{_T}:parse_text", "built in + charset-normalizer", (), "none"),
     Format("rst", (".rst",), f"{_T}:parse_text", "built in", (), "section titles"),
     Format("org", (".org",), f"{_D}:parse_markup", "built in", (), "outline headings (*, **)"),
