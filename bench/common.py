@@ -47,6 +47,7 @@ CONCERNS: dict[str, tuple[str, ...]] = {
         "eval_read_side",
         "fusion",
         "longpdf",
+        "markup",
         "quality",
         "relevance",
         "selfeval",

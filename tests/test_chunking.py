@@ -85,14 +85,21 @@ def test_header_too_long_is_flagged_truncated():
     assert chunks and all(c.truncated for c in chunks)
 
 
-def test_link_targets_are_left_out_of_the_embedded_text_only():
-    from quarry.core.models import text_hash, without_link_targets
+def test_markup_is_left_out_of_the_embedded_text_only():
+    from quarry.core.models import text_hash, without_markup
 
-    assert without_link_targets('see [the guide](https://x.example/a_(b) "Guide") now') == "see the guide now"
-    assert without_link_targets("![logo](img/logo.png) [top](#top) [mail](mailto:a@b.c)") == "logo top mail"
+    assert without_markup('see [the guide](https://x.example/a_(b) "Guide") now') == "see the guide now"
+    assert without_markup("![logo](img/logo.png) [top](#top) [mail](mailto:a@b.c)") == "logo top mail"
     # not links: an index then a call, a bracket with a word in parentheses, code without "]("
     for code in ("f[i](x)", "[note](draft)", "a[0] (b)", "x = [1, 2](3)"):
-        assert without_link_targets(code) == code
+        assert without_markup(code) == code
+    # a table keeps its rows, not its delimiter row; inline HTML keeps its text, not its tags
+    assert without_markup("| Plan | Seats |\n| --- | :---: |\n| Pro | 10 |") == "| Plan | Seats |\n| Pro | 10 |"
+    html = '<p align="center"><img src="logo.png" width="80"/></p><details><summary>More</summary>Hi<br>there</details>'
+    assert without_markup(html).split() == ["More", "Hi", "there"]
+    assert without_markup("<!-- TODO: link -->Done").split() == ["Done"]
+    for code in ("List<String> names", "a < b and c > d", "<T> T first(List<T> xs)", "x -- y --- z"):
+        assert without_markup(code) == code
     text = "Deploys roll back with [the runbook](https://wiki.example/ops/rollback-runbook.md).\n\n" + PARA
     sections = [Section(index=0, title="", level=0, start=0, end=len(text))]
     (chunk,) = chunk_document("d", _doc(text), sections, ["Document: [Ops](ops/index.md)"], size=800, min_chunk=0)

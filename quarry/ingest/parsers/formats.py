@@ -55,7 +55,7 @@ BUILTINS: tuple[Format, ...] = (
         (),
         "headings (ATX, setext), front matter",
         version=2,
-    ),  # 2: link targets left out of the embedded text (quarry.core.models.without_link_targets)
+    ),  # 2: link targets left out of the embedded text (quarry.core.models.without_markup)
     Format("txt", (".txt", ".text", ".log"), f"{_T}:parse_text", "built in + charset-normalizer", (), "none"),
     Format("rst", (".rst",), f"{_T}:parse_text", "built in", (), "section titles"),
     Format("org", (".org",), f"{_D}:parse_markup", "built in", (), "outline headings (*, **)"),
