@@ -2,6 +2,7 @@
 a second with and without the layout, one process and a pool.
 
     python bench/pdf_layout.py [PDF ...] [--pool 2] [--json]   # ../shared/data PDFs, plus any given
+    python bench/pdf_layout.py PDF... --pool 2 --lone-only        # the lone-file table alone
 
 For each PDF: pages, the whole parse (pypdf text, running lines, rows, layout, tables; OCR off) in
 seconds a page, split into pypdf's text extraction and the layout's part (pypdfium2 lines, font
@@ -10,7 +11,11 @@ then what the layout found: headings (outline or font), pages with a title, tabl
 a title and column headers. Then every PDF parsed in a pool of ``--pool`` processes (spawned, as
 quarry's parse pool is), with the layout read and without it (pypdfium2 not asked: what a
 pypdf-only parser does), alternated and the best of ``--rounds`` kept: pages a second on this
-machine's cores. Prints tables and writes bench/results/pdf_layout.json (with the CPU flags).
+machine's cores. Then the lone file: each given PDF of ``pdf.SPLIT_MIN_PAGES`` pages or more parsed
+alone through ``quarry.ingest.process.parse_files`` with ``--pool`` workers, as a run's batch that
+holds one heavy file parses it: its pages read by one process (``page_workers=1``) and by the spare
+ones too (the default), alternated, the best of ``--rounds`` kept, pool start included. Prints
+tables and writes bench/results/pdf_layout.json (with the CPU flags and the load).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-from common import RESULTS, SHARED, log, machine, table, write_json
+from common import RESULTS, SHARED, load_avg, log, machine, table, write_json
 
 DATA = SHARED
 
@@ -83,21 +88,94 @@ def pool_rate(files: list[Path], workers: int, layout: bool) -> tuple[int, float
     return pages, time.perf_counter() - started
 
 
+def lone_rate(path: Path, workers: int, page_workers: int | None) -> tuple[int, float, dict]:
+    """Pages, wall seconds and the document of parsing ``path`` alone (OCR off) through
+    ``parse_files`` with ``workers``: a new parse pool, as a run's batch starts one."""
+    from dataclasses import asdict
+
+    from quarry.core.models import FileInfo
+    from quarry.ingest.process import parse_files
+
+    stat = path.stat()
+    file = FileInfo(str(path.resolve()), str(path.parent), path.name, "pdf", stat.st_size, stat.st_mtime, "")
+    started = time.perf_counter()
+    (doc,) = parse_files([file], workers=workers, ocr=False, page_workers=page_workers)
+    wall = time.perf_counter() - started
+    if isinstance(doc, str):
+        raise SystemExit(f"{path.name}: {doc}")
+    return len(doc.page_offsets) or 1, wall, asdict(doc)
+
+
+def lone_files(paths: list[Path], workers: int, rounds: int, out) -> list[dict]:
+    """Each PDF parsed alone, its pages read by one process and by ``workers`` (see the docstring)."""
+    rows = []
+    for path in paths:
+        best: dict[str, float] = {}
+        docs: dict[str, dict] = {}
+        pages = 0
+        for round_ in range(rounds):
+            for kind in ("serial", "split") if round_ % 2 == 0 else ("split", "serial"):
+                pages, wall, docs[kind] = lone_rate(path, workers, 1 if kind == "serial" else None)
+                log(f"{path.name} alone, {kind}: {pages} pages in {wall:.2f} s (load {load_avg()})")
+                best[kind] = min(best.get(kind, wall), wall)
+        rows.append(
+            {
+                "file": path.name,
+                "pages": pages,
+                "workers": workers,
+                "load_average": load_avg(),
+                "serial_s": best["serial"],
+                "split_s": best["split"],
+                "serial_pages_per_s": pages / best["serial"],
+                "split_pages_per_s": pages / best["split"],
+                "speedup": best["serial"] / best["split"],
+                "same_document": docs["serial"] == docs["split"],
+            }
+        )
+    print(
+        table(
+            ["file alone", "pages", "serial s", "split s", "serial pages/s", "split pages/s", "speed-up", "same"],
+            [
+                [
+                    r["file"][:42],
+                    r["pages"],
+                    round(r["serial_s"], 2),
+                    round(r["split_s"], 2),
+                    round(r["serial_pages_per_s"], 1),
+                    round(r["split_pages_per_s"], 1),
+                    f"{r['speedup']:.2f}x",
+                    "yes" if r["same_document"] else "NO",
+                ]
+                for r in rows
+            ],
+        ),
+        file=out,
+    )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pdfs", nargs="*", help="more PDFs to measure")
     ap.add_argument("--pool", type=int, default=2, help="processes of the pool run (0: skip it)")
     ap.add_argument("--rounds", type=int, default=2, help="pool runs of each kind, alternated; the best is kept")
     ap.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    ap.add_argument(
+        "--lone-only", action="store_true", help="only the lone-file runs of the given PDFs (no profile, no pool run)"
+    )
     args = ap.parse_args(argv)
-    from quarry.ingest.parsers import parse_file
+    from quarry.ingest.parsers import parse_file, pdf
 
     files = sorted(DATA.glob("pdf/*.pdf")) + sorted(p for p in DATA.glob("formats/*.pdf") if p.name != "password.pdf")
     files += [Path(p) for p in args.pdfs]
+    if args.lone_only:
+        files = [Path(p) for p in args.pdfs]
     if not files:
         print(f"no PDFs: {DATA} is absent and none were given")
         return 1
     out = sys.stderr if args.json else sys.stdout
+    if args.lone_only:
+        return _lone_only(files, args, out)
     rows = []
     for path in files:
         data = path.read_bytes()
@@ -185,12 +263,44 @@ def main(argv: list[str] | None = None) -> int:
             ),
             file=out,
         )
-    result = {"machine": machine(), "files": rows, "summary": summary, "pool": pool}
+    lone: dict = {}
+    if args.pool > 1:
+        long_ones = [Path(p) for p in args.pdfs if _pages(Path(p)) >= pdf.SPLIT_MIN_PAGES]
+        lone = {"files": lone_files(long_ones, args.pool, args.rounds, out)}
+    result = {"machine": machine(), "files": rows, "summary": summary, "pool": pool, "lone": lone}
     write_json(RESULTS / "pdf_layout.json", result)
     if args.json:
         import json
 
         print(json.dumps(result, indent=2))
+    return 0
+
+
+def _pages(path: Path) -> int:
+    from pypdf import PdfReader
+
+    try:
+        return len(PdfReader(path, strict=False).pages)
+    except Exception:  # an unreadable or encrypted PDF: not a lone-file case
+        return 0
+
+
+def _lone_only(files: list[Path], args, out) -> int:
+    """``--lone-only``: the lone-file rows of the given PDFs, merged by file name into the JSON of an
+    earlier run (when there is one), each row with the load it was measured under."""
+    import json
+
+    from quarry.ingest.parsers import pdf
+
+    path = RESULTS / "pdf_layout.json"
+    result = json.loads(path.read_text()) if path.exists() else {"machine": machine()}
+    rows = lone_files([p for p in files if _pages(p) >= pdf.SPLIT_MIN_PAGES], max(2, args.pool), args.rounds, out)
+    names = {r["file"] for r in rows}
+    kept = [r for r in result.get("lone", {}).get("files", []) if r["file"] not in names]
+    result["lone"] = {**result.get("lone", {}), "files": kept + rows}
+    write_json(path, result)
+    if args.json:
+        print(json.dumps(rows, indent=2))
     return 0
 
 

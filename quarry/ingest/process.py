@@ -136,12 +136,15 @@ def _read_objects(
 
 
 def parse_files(
-    files: list[FileInfo], workers: int = 1, timeout: float = 120, ocr: bool = True
+    files: list[FileInfo], workers: int = 1, timeout: float = 120, ocr: bool = True, page_workers: int | None = None
 ) -> list[ParsedDocument | str]:
     """Parse ``files``; each result is a document or the reason it could not be read.
 
     Heavy formats (PDF, Office, images: CPU-bound, OCR) parse in a process pool, even one file, each
     under a CPU budget (:func:`_parse_heavy`): a parser that never returns is stopped there.
+    ``page_workers``: processes that read the page text of each long PDF
+    (:func:`quarry.ingest.parsers.pdf.split_pages`); by default the workers the batch's heavy
+    files leave spare, ``workers // heavy files``, so a lone long PDF is read on every core.
     Members of archives are read first, each archive once (``_read_members``), and objects on
     object storage a few at a time (``_read_objects``), then parsed as files.
     """
@@ -167,7 +170,7 @@ def parse_files(
             if (fmt := BY_TYPE.get(f.file_type)) is not None and fmt.heavy and results[i] is None
         ]
         if heavy and not _daemonic():  # even one file: only a worker can be stopped when its parser never returns
-            _parse_heavy({i: source(i) for i in heavy}, results, workers, timeout)
+            _parse_heavy({i: source(i) for i in heavy}, results, workers, timeout, page_workers)
         for i in range(len(files)):
             if results[i] is None:
                 results[i] = _parse_one(*source(i))
@@ -199,14 +202,15 @@ def _on_budget(signum, frame):
     raise _OverBudget
 
 
-def _parse_budgeted(budget: float, *source) -> ParsedDocument | str:
-    """:func:`_parse_one` in a pool worker under a CPU-time budget of ``budget`` seconds.
+@contextmanager
+def _cpu_budget(budget: float):
+    """Raise :class:`_OverBudget` in the block once this process has used ``budget`` more seconds of CPU.
 
     The budget counts this process's own CPU time (``ITIMER_PROF``: every thread, user and
     system), not the wall clock, so a neighbour that keeps the cores busy does not make a file
-    fail. The timer's signal stops a parse that runs Python code; one spinning inside a C library
+    fail. The timer's signal stops code that runs Python; code spinning inside a C library
     never returns to Python, and meets ``RLIMIT_CPU`` at twice the budget, where the kernel ends
-    the worker (the pool then reports it died)."""
+    the process (its pool then reports it died). Main thread only (signals)."""
     import resource
     import signal
 
@@ -220,27 +224,85 @@ def _parse_budgeted(budget: float, *source) -> ParsedDocument | str:
     try:
         resource.setrlimit(resource.RLIMIT_CPU, (ceiling, hard))
         signal.setitimer(signal.ITIMER_PROF, budget)
-        return _parse_one(*source)
-    except _OverBudget:
-        return _OVER_BUDGET
+        yield
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0)
         signal.signal(signal.SIGPROF, previous)
         resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
-def _parse_heavy(sources: dict[int, tuple], results: list, workers: int, budget: float) -> None:
+def _budgeted(budget: float, fn, *args):
+    """``fn(*args)`` under a CPU budget of ``budget`` seconds (:func:`_cpu_budget`): how a PDF's page
+    helper (:func:`quarry.ingest.parsers.pdf.split_pages`) runs its part. Over budget, the helper's
+    :class:`_OverBudget` reaches the parse that started it, which is then over budget too."""
+    with _cpu_budget(budget):
+        return fn(*args)
+
+
+def _parse_budgeted(budget: float, *source, page_workers: int = 1, level: int = logging.WARNING) -> tuple:
+    """:func:`_parse_one` in a pool worker under a CPU-time budget of ``budget`` seconds
+    (:func:`_cpu_budget`); a long PDF's pages are read by ``page_workers`` processes, each helper
+    under a budget of its own.
+
+    Returns the result and the worker's log records at ``level`` and above (the pool's caller's
+    level), which the caller logs: a spawned worker has no handlers of its own."""
+    from functools import partial
+
+    from quarry.ingest.parsers.pdf import split_pages
+
+    with _kept_records(level) as records:
+        try:
+            with _cpu_budget(budget), split_pages(page_workers, partial(_budgeted, budget)):
+                result: ParsedDocument | str = _parse_one(*source)
+        except _OverBudget:
+            result = _OVER_BUDGET
+    return result, records
+
+
+@contextmanager
+def _kept_records(level: int):
+    """The records quarry's loggers emit in the block at ``level`` and above, made picklable: the
+    message formatted (a traceback included), plain values only (an ``extra`` that cannot be
+    pickled must not cost the parse its result)."""
+    from logging.handlers import QueueHandler
+
+    records: list[logging.LogRecord] = []
+    plain = (str, int, float, bool, type(None))
+
+    class _Keep(QueueHandler):
+        def enqueue(self, record: logging.LogRecord) -> None:
+            records.append(logging.makeLogRecord({k: v for k, v in vars(record).items() if isinstance(v, plain)}))
+
+    root = logging.getLogger("quarry")
+    handler, before = _Keep(None), root.level  # type: ignore[arg-type]
+    handler.setLevel(level)
+    root.addHandler(handler)
+    root.setLevel(level)
+    try:
+        yield records
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(before)
+
+
+def _parse_heavy(
+    sources: dict[int, tuple], results: list, workers: int, budget: float, page_workers: int | None = None
+) -> None:
     """Parse the files ``sources`` (index: :func:`_parse_one`'s arguments) in a process pool, each under a CPU budget of
     ``budget`` seconds (``QUARRY_PARSE_TIMEOUT``) and a wall-clock backstop of
     :data:`WALL_FACTOR` times that for a parser that is stuck without using CPU.
 
-    A file over its CPU budget, or whose worker died (out of memory; the CPU ceiling; a crash in a
-    C library — which also ends the pool's other parses), is parsed once more alone, in a pool of
-    its own, with :data:`RETRY_FACTOR` times the budget, before it is reported."""
+    Each long PDF's pages are read by ``page_workers`` processes (its worker and spawned helpers,
+    each under the budget), by default ``workers // len(sources)``: the cores the other files leave.
+    A file over its CPU budget (or a helper of it), or whose worker died (out of memory; the CPU
+    ceiling; a crash in a C library — which also ends the pool's other parses), is parsed once more
+    alone, in a pool of its own, with :data:`RETRY_FACTOR` times the budget (and by default
+    ``workers`` page processes), before it is reported."""
     ctx = multiprocessing.get_context("spawn")  # fork is unsafe under Prefect's threads
-    again = _run_pool(list(sources), sources, results, max(1, min(workers, len(sources))), budget, ctx)
+    first = page_workers or max(1, workers // len(sources))
+    again = _run_pool(list(sources), sources, results, max(1, min(workers, len(sources))), budget, ctx, first)
     for i in again:
-        _run_pool([i], sources, results, 1, budget * RETRY_FACTOR, ctx)
+        _run_pool([i], sources, results, 1, budget * RETRY_FACTOR, ctx, page_workers or max(1, workers))
         if results[i] == _OVER_BUDGET:
             results[i] = (
                 f"parsing used more than {budget:.0f} s of CPU, and more than "
@@ -254,16 +316,27 @@ def _parse_heavy(sources: dict[int, tuple], results: list, workers: int, budget:
 
 
 def _run_pool(
-    indices: list[int], sources: dict[int, tuple], results: list, workers: int, budget: float, ctx
+    indices: list[int],
+    sources: dict[int, tuple],
+    results: list,
+    workers: int,
+    budget: float,
+    ctx,
+    page_workers: int = 1,
 ) -> list[int]:
     """One pool over ``indices``; returns those to parse again alone (over budget, worker died)."""
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
-    futures = {i: pool.submit(_parse_budgeted, budget, *sources[i]) for i in indices}
+    level = logging.getLogger("quarry").getEffectiveLevel()
+    futures = {
+        i: pool.submit(_parse_budgeted, budget, *sources[i], page_workers=page_workers, level=level) for i in indices
+    }
     wall = budget * WALL_FACTOR
     hung, again = False, []
     for i, fut in futures.items():
         try:
-            results[i] = fut.result(timeout=wall)
+            results[i], records = fut.result(timeout=wall)
+            for record in records:
+                logging.getLogger(record.name).handle(record)
         except FutureTimeout:
             results[i] = (
                 f"parsing took longer than {wall:.0f} s of wall time, {WALL_FACTOR} times its CPU "

@@ -14,6 +14,12 @@ pages into ``metadata`` (``doc_type``, ``period``) for the contextual header.
 Pages whose text layer is empty or garbage are OCRed (:mod:`quarry.ingest.parsers.ocr`) when OCR is
 on and the page carries an image; a PDF that still has no text is the failure
 "no text layer (N pages)".
+
+pypdf's text extraction is most of a parse (0.01-0.1 s a page). A PDF of :data:`SPLIT_MIN_PAGES`
+pages or more, parsed with ``page_workers`` above one (quarry's parse pool gives a lone file its
+spare cores: :func:`split_pages`), has its pages' text read by this process and spawned helpers,
+each with a reader of its own, each taking the next unread page; everything after extraction runs
+here, so the document is the one a serial parse gives.
 """
 
 from __future__ import annotations
@@ -21,6 +27,10 @@ from __future__ import annotations
 import io
 import logging
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
 
 from quarry.core.errors import ParseError
 from quarry.core.models import Heading, ParsedDocument, Table
@@ -31,6 +41,12 @@ PAGE_SEPARATOR = "\n\n"
 MIN_OUTLINE = 2  # an outline of fewer entries (a title bookmark alone) gives way to the layout's headings
 EDGE_LINES = 3  # lines at each end of a page that may be a running header or footer
 RUNNING_SHARE = 0.4  # ... when their form opens or closes at least this share of the pages
+# A PDF this long has its pages' text read by several processes when it may (page_workers > 1). A
+# helper takes 0.3-0.5 s to start (Python, pypdf, the parse pool's budget): a split pays off from a
+# few pages of a dense filing (0.1 s a page) and from about 40 pages of a light manual (0.015 s a
+# page), and costs at most 5% below that, since this process reads whatever pages the helpers have
+# not reached yet (docs/benchmarks.md, "One long PDF alone").
+SPLIT_MIN_PAGES = 24
 # Extracted text keeps typographic ligatures ("Uniﬁed"), which defeat search for "Unified".
 _LIGATURES = str.maketrans(
     {"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl", "\ufb05": "st", "\ufb06": "st"}
@@ -44,11 +60,33 @@ _JUNK_TITLE = re.compile(
 )
 
 
-def parse_pdf(data: bytes, kind: str = "pdf", ocr: bool = True) -> ParsedDocument:
+log = logging.getLogger(__name__)
+# How many processes a parse may read a long PDF's page text in, and how each helper runs its part
+# (split_pages); (1, None) outside a split_pages block.
+_SPLIT: ContextVar[tuple[int, Callable[..., Any] | None]] = ContextVar("quarry_pdf_split", default=(1, None))
+
+
+@contextmanager
+def split_pages(workers: int, run: Callable[..., Any] | None = None) -> Iterator[None]:
+    """Let the :func:`parse_pdf` calls inside the block read a long PDF's page text in ``workers``
+    processes (``page_workers``), as the parsers' shared entry points (``parse_data``) pass no such
+    option. A helper runs its part as ``run(fn, *args)`` when ``run`` is given: a picklable callable,
+    which quarry's parse pool uses to hold each helper to the file's CPU budget."""
+    token = _SPLIT.set((max(1, workers), run))
+    try:
+        yield
+    finally:
+        _SPLIT.reset(token)
+
+
+def parse_pdf(data: bytes, kind: str = "pdf", ocr: bool = True, page_workers: int | None = None) -> ParsedDocument:
     """Parse PDF bytes: pages joined by a blank line, ``page_offsets`` at each page's start.
 
     With ``ocr``, pages without a usable text layer are read by OCR. Raises ParseError for
     encrypted PDFs that need a password, for unreadable files and for PDFs with no text.
+    ``page_workers`` (default: what :func:`split_pages` set, else 1): processes that read the page
+    text of a PDF of :data:`SPLIT_MIN_PAGES` pages or more, this one included; the result is the
+    serial parse's.
     """
     from pypdf import PdfReader
 
@@ -63,19 +101,18 @@ def parse_pdf(data: bytes, kind: str = "pdf", ocr: bool = True) -> ParsedDocumen
         raise ParseError(f"not valid PDF: {one_line(exc)}") from exc
     if not page_objects:
         raise ParseError("not valid PDF: no pages")
-    pages, errors = [], []
-    for i, page in enumerate(page_objects):
-        # One damaged page costs its own text, not the document's.
-        try:
-            pages.append(_page_text(page))
-        except Exception as exc:  # noqa: BLE001 - one damaged page costs its own text, not the document's
-            pages.append("")
-            errors.append((i, exc))
+    workers, run = _SPLIT.get()
+    workers = workers if page_workers is None else page_workers
+    early: tuple | None = None  # the layout, when read while helpers start
+    if workers > 1 and len(page_objects) >= SPLIT_MIN_PAGES:
+        pages, errors, early = _split_texts(data, page_objects, workers, run)
+    else:
+        pages, errors = _texts(page_objects)
     if len(errors) == len(pages):
-        raise ParseError(f"not valid PDF: {one_line(errors[0][1])}")
+        raise ParseError(f"not valid PDF: {errors[0][1]}")
     stats = _ocr_pages(data, pages) if ocr else None
     recovered = set(stats.numbers) if stats is not None else set()
-    warnings = [f"page {i + 1} could not be read: {one_line(exc)}" for i, exc in errors if i + 1 not in recovered]
+    warnings = [f"page {i + 1} could not be read: {reason}" for i, reason in errors if i + 1 not in recovered]
     if stats is not None:
         warnings += stats.warnings
     pages = [table_rows(p) for p in strip_running_lines(pages)]
@@ -86,7 +123,7 @@ def parse_pdf(data: bytes, kind: str = "pdf", ocr: bool = True) -> ParsedDocumen
         # A scanned PDF that OCR could not read (or OCR is off): named, not silently empty.
         return no_text_layer(data, len(pages))
 
-    layout = read_lines(data)
+    layout = early[0] if early is not None else read_lines(data)
     if layout is not None and len(layout) != len(pages):
         layout = None  # pdfium and pypdf disagree on the pages: the layout cannot be placed
     body = body_size(layout) if layout else 0.0
@@ -108,6 +145,135 @@ def parse_pdf(data: bytes, kind: str = "pdf", ocr: bool = True) -> ParsedDocumen
         page_titles=titles if any(titles) else [],
         tables=_tables(pages, offsets, layout, titles),
     )
+
+
+def _texts(page_objects, first: int = 0) -> tuple[list[str], list[tuple[int, str]]]:
+    """Each page's text, and ``(page index, reason)`` for the pages that could not be read (their
+    text ""); ``first``: the index of ``page_objects[0]`` in the document."""
+    texts: list[str] = []
+    errors: list[tuple[int, str]] = []
+    for i, page in enumerate(page_objects, first):
+        try:
+            texts.append(_page_text(page))
+        except Exception as exc:  # noqa: BLE001 - one damaged page costs its own text, not the document's
+            texts.append("")
+            errors.append((i, one_line(exc)))
+    return texts, errors
+
+
+_COUNTER: Any = None  # in a helper process: the shared count of pages claimed (_claim)
+
+
+def _share_counter(counter) -> None:
+    """A helper process's initializer: the parse's page counter, shared by inheritance."""
+    global _COUNTER
+    _COUNTER = counter
+
+
+def _claim(counter, n: int) -> Iterator[int]:
+    """The next page no process has claimed yet, until all ``n`` are."""
+    while True:
+        with counter.get_lock():
+            i = counter.value
+            counter.value = i + 1
+        if i >= n:
+            return
+        yield i
+
+
+def _helper_texts(data: bytes, n: int) -> tuple[dict[int, str], list[tuple[int, str]]]:
+    """In a helper process: the text of the pages it claims, read from the PDF's bytes with a
+    reader of its own (opened and decrypted as :func:`parse_pdf` does), as :func:`_texts` reads them."""
+    from pypdf import PdfReader
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # as in the parse pool's worker: repairs are not news
+    reader = PdfReader(io.BytesIO(data), strict=False)
+    if reader.is_encrypted:
+        _decrypt(reader)
+    texts: dict[int, str] = {}
+    errors: list[tuple[int, str]] = []
+    for i in _claim(_COUNTER, n):
+        (texts[i],), found = _texts([reader.pages[i]], i)
+        errors += found
+    return texts, errors
+
+
+def _split_texts(
+    data: bytes, page_objects: list, workers: int, run: Callable[..., Any] | None
+) -> tuple[list[str], list[tuple[int, str]], tuple | None]:
+    """:func:`_texts` of every page, read by this process and ``workers - 1`` spawned helpers, each
+    helper's part run as ``run(_helper_texts, ...)`` when ``run`` is given. Each process claims the
+    next unread page from a shared counter, so a helper that starts late or pages that differ in
+    weight leave no process idle; a page whose helper could not start or failed is read here, and
+    a helper that read no page is not waited for. A helper's ``BaseException`` (``run``'s budget
+    exceeded) ends the parse; helpers are stopped on every way out, the budget's exception raised
+    here included.
+
+    Also returns ``(read_lines(data),)``: the layout, read here first, while the helpers start (None
+    when no counter could be shared: then every page is read here)."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+
+    n = len(page_objects)
+    ctx = multiprocessing.get_context("spawn")
+    try:
+        counter = ctx.Value("i", 0)
+    except Exception as exc:  # noqa: BLE001 - no shared semaphores here (some sandboxes): one process reads them
+        log.debug("pages read in one process, no counter to share: %s", one_line(exc))
+        return (*_texts(page_objects), None)
+    pool: ProcessPoolExecutor | None = None
+    futures: list[Future] = []
+    finished = False
+    try:
+        try:
+            pool = ProcessPoolExecutor(workers - 1, ctx, initializer=_share_counter, initargs=(counter,))
+            for _ in range(workers - 1):
+                futures.append(pool.submit(run, _helper_texts, data, n) if run else pool.submit(_helper_texts, data, n))
+        except Exception as exc:  # noqa: BLE001 - no process to start (limits, a daemonic parent): read here
+            log.debug("%d page helpers of %d not started: %s", workers - 1 - len(futures), workers - 1, one_line(exc))
+        layout = (read_lines(data),)
+        texts: list[str | None] = [None] * n
+        errors: list[tuple[int, str]] = []
+        for i in _claim(counter, n):
+            (texts[i],), found = _texts([page_objects[i]], i)
+            errors += found
+        here = n - texts.count(None)
+        unread = n - here
+        pending = set(futures)
+        # helpers still at work hold the unread pages; one still starting, or done, holds none
+        while pending and unread:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                try:
+                    part, found = future.result()
+                except Exception as exc:  # noqa: BLE001 - the helper died or failed: its pages are read below
+                    log.debug("a page helper failed: %s", one_line(exc))
+                    continue
+                for i, text in part.items():
+                    texts[i] = text
+                errors += found
+                unread -= len(part)
+        lost = [i for i, text in enumerate(texts) if text is None]
+        for i in lost:
+            (texts[i],), found = _texts([page_objects[i]], i)
+            errors += found
+        helped = n - here - len(lost)
+        log.debug(
+            "%d pages read in %d processes: %d here, %d by helpers, %d read here again (their helper failed)",
+            n,
+            workers,
+            here,
+            helped,
+            len(lost),
+        )
+        finished = not pending
+        return [t or "" for t in texts], sorted(errors), layout
+    finally:
+        if pool is not None:
+            if not finished:  # over budget, an error, or not needed: a helper still running stops now
+                for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                    proc.kill()
+            pool.shutdown(wait=finished, cancel_futures=True)
 
 
 def _placed(found: list[tuple[int, int, str]], text: str, offsets: list[int]) -> list[Heading]:
