@@ -13,7 +13,8 @@ nDCG@10 on the test judgments. Generated side: document MRR@10 and recall@10 of 
 (document ids are equal: same files). Reported: Kendall's tau-b between the configurations' order by
 each generated metric and by nDCG@10, over all 12 and over the 6 hybrid ones (fusion x chunk size).
 
---methods takes quarry's methods (known-item, known-item-popular, headings) and two probes that
+--methods takes quarry's methods (known-item, known-item-popular, headings; llm with the chat endpoint
+of $QUARRY_LLM_BASE_URL and $QUARRY_LLM_MODEL) and two probes that
 live only here, to test whether questions further from the documents' own words rank retrievers as
 people do:
 - ``sentence``: a sentence of the document's chunk as the query, after the Inverse Cloze Task
@@ -185,7 +186,18 @@ def probe_questions(idx, n: int, method: str, seed: int = 0, share: float = 0.5)
 def make_set(idx, n: int, method: str) -> list[dict]:
     from quarry.eval.questions import generate
 
-    return probe_questions(idx, n, method) if method in PROBES else generate(idx, n, method, seed=0)[1]
+    if method in PROBES:
+        return probe_questions(idx, n, method)
+    if method != "llm":
+        return generate(idx, n, method, seed=0)[1]
+    from quarry.core.settings import Settings
+    from quarry.eval.llmquestions import QuestionWriter
+
+    writer = QuestionWriter.from_settings(Settings.from_env(), idx.store)  # $QUARRY_LLM_BASE_URL, _MODEL, _API_KEY
+    try:
+        return generate(idx, n, "llm", seed=0, llm=writer)[1]
+    finally:
+        writer.close()
 
 
 def human_ndcg(idx, beir, by_path: dict[str, str], mode: str, fusion: str | None) -> float:
@@ -327,7 +339,7 @@ def main() -> None:
     from quarry.eval.questions import METHODS as QUARRY_METHODS
 
     methods = tuple(m for m in args.methods.split(",") if m)
-    unknown = [m for m in methods if m not in PROBES and (m not in QUARRY_METHODS or m == "llm")]
+    unknown = [m for m in methods if m not in PROBES and m not in QUARRY_METHODS]
     if unknown:
         ap.error(f"unknown method(s) {', '.join(unknown)}")
     from quarry.flows.orchestration import prefect_api

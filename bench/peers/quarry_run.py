@@ -62,7 +62,14 @@ def recount(db: Path, out: Path) -> dict:
     )
     with open(out / "chunks.jsonl", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
-    counts = token_counter()([f"{r['header']}\n\n{r['text']}" if r["header"] else r["text"] for r in rows])
+    try:  # the text quarry embeds: header and text, markup left out
+        from quarry.core.models import join_header
+    except ImportError:  # a quarry from before join_header
+
+        def join_header(header: str, text: str) -> str:
+            return f"{header}\n\n{text}" if header else text
+
+    counts = token_counter()([join_header(r["header"], r["text"]) for r in rows])
     return {"truncated_check": sum(n > MAX_TOKENS for n in counts), "tokens": sum(counts)}
 
 
