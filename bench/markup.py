@@ -3,14 +3,20 @@
     python bench/markup.py [--tree DIR] [-n 400] [--json]
 
 quarry embeds each chunk without the markup that says little of what it is about: Markdown link
-and image targets, table delimiter rows, inline HTML tags (``quarry.core.models.without_markup``);
-the stored and BM25 text keep all of it. This indexes one tree twice through the real flow, into
-``bench/results/stores/markup-{kept,out}``: ``kept`` with the markup embedded (the plain join of
-header and text, patched into this process: Markdown parses in it), ``out`` as quarry ships. Per
-store: chunks, tokens embedded, wall time of the index run. Then a ``known-item`` and a ``headings``
-set (-n questions, seed 0) drawn from the ``kept`` store are scored on both, vector and hybrid,
-at document level (the chunks differ between the stores: the token limit splits fewer of them
-once the markup is gone). Default tree: ../shared/data/trees/sourcegraph-handbook.
+and image targets, table delimiter rows, inline HTML tags, the marks of Markdown's syntax (heading
+#s, bullets, emphasis, backticks; ``quarry.core.models.without_markup``); the stored and BM25 text keep all of it. This indexes one
+tree three times through the real flow, into ``bench/results/stores/markup-{kept,links,out}``:
+
+- ``kept``: header and text embedded as they are (the plain join);
+- ``links``: link targets, delimiter rows and HTML tags left out, syntax marks kept (quarry's
+  default before the syntax marks went);
+- ``out``: as quarry ships.
+
+``kept`` and ``links`` patch the join into this process (Markdown parses in it). Per store:
+chunks, tokens embedded, wall time of the index run. Then a ``known-item`` and a ``headings`` set
+(-n questions, seed 0) drawn from the ``kept`` store are scored on each, vector and hybrid, at
+document level (the chunks differ between the stores: the token limit splits fewer of them once
+the markup is gone). Default tree: ../shared/data/trees/sourcegraph-handbook.
 
 Prints a table and writes bench/results/markup.json.
 """
@@ -26,19 +32,36 @@ from common import RESULTS, SHARED, load_avg, log, machine, table, write_json
 STORES = RESULTS / "stores"
 
 
-def keep_markup() -> None:
-    """Embed header + text as they are: the join before markup was left out, in every module that
-    imported it."""
+VARIANTS = ("kept", "links", "out")
+
+
+def plain_join(header: str, text: str) -> str:
+    return f"{header}\n\n{text}" if header else text
+
+
+def links_join(header: str, text: str) -> str:
+    """The join before the syntax marks went: links, delimiter rows, HTML tags out."""
+    from quarry.core import models
+
+    def strip(t: str) -> str:
+        if "](" in t:
+            t = models._LINK.sub(lambda m: m.group(2) if models._TARGET.search(m.group(3)) else m.group(0), t)
+        if "---" in t:
+            t = models._DELIMITER_ROW.sub("", t)
+        return models._HTML_TAG.sub(" ", t) if "<" in t else t
+
+    return f"{strip(header)}\n\n{strip(text)}" if header else strip(text)
+
+
+def use_join(join) -> None:
+    """Embed with ``join`` from here on, in every module that imported quarry's."""
     import quarry.core.models as models
     import quarry.ingest.chunking as chunking
     import quarry.ingest.process as process
     import quarry.retrieval.corpus.boilerplate as boilerplate
 
-    def join_header(header: str, text: str) -> str:
-        return f"{header}\n\n{text}" if header else text
-
     for module in (models, chunking, process, boilerplate):
-        module.join_header = join_header
+        module.join_header = join
 
 
 def index(tree: str, which: str) -> dict:
@@ -73,7 +96,7 @@ def score(n: int) -> list[dict]:
     with quarry.open(STORES / "markup-kept") as idx:
         sets = {method: generate(idx, n, method, seed=0)[1] for method in ("known-item", "headings")}
     rows = []
-    for which in ("kept", "out"):
+    for which in VARIANTS:
         with quarry.open(STORES / f"markup-{which}") as idx:
             for method, questions in sets.items():
                 for mode in ("vector", "hybrid"):
@@ -101,38 +124,38 @@ def main() -> None:
 
     out = {"tree": args.tree, "machine": machine(), "stores": [], "scores": []}
     with prefect_api(RESULTS / "markup-logs"):
-        out["stores"].append(index(args.tree, "out"))
-        log(out["stores"][-1])
-        keep_markup()  # from here on, this process embeds the markup
-        out["stores"].append(index(args.tree, "kept"))
-        log(out["stores"][-1])
+        for which, join in (("out", None), ("links", links_join), ("kept", plain_join)):
+            if join is not None:
+                use_join(join)  # from here on, this process embeds with it
+            out["stores"].append(index(args.tree, which))
+            log(out["stores"][-1])
     out["scores"] = score(args.n)
-    kept, left = out["stores"][1], out["stores"][0]
+    stores = {s["store"]: s for s in out["stores"]}
     print(
         table(
             ["store", "documents", "chunks", "tokens embedded", "index wall s", "load"],
-            [[s["store"], s["documents"], s["chunks"], s["tokens"], s["wall_s"], s["load"]] for s in (kept, left)],
+            [
+                [s["store"], s["documents"], s["chunks"], s["tokens"], s["wall_s"], s["load"]]
+                for s in (stores[v] for v in VARIANTS)
+            ],
         )
     )
-    print(f"tokens: {1 - left['tokens'] / kept['tokens']:.1%} fewer with the markup left out\n")
+    for v in VARIANTS[1:]:
+        print(f"tokens: {v} embeds {1 - stores[v]['tokens'] / stores['kept']['tokens']:.1%} fewer than kept")
+    by = {(r["store"], r["method"], r["mode"]): r for r in out["scores"]}
     print(
         table(
-            ["method", "mode", "questions", "R@10 kept", "R@10 out", "MRR@10 kept", "MRR@10 out"],
+            ["method", "mode", "questions", *(f"R@10 {v}" for v in VARIANTS), *(f"MRR@10 {v}" for v in VARIANTS)],
             [
                 [
-                    k["method"],
-                    k["mode"],
-                    k["questions"],
-                    f"{k['recall@10']:.3f}",
-                    f"{o['recall@10']:.3f}",
-                    f"{k['mrr@10']:.3f}",
-                    f"{o['mrr@10']:.3f}",
+                    method,
+                    mode,
+                    by[("kept", method, mode)]["questions"],
+                    *(f"{by[(v, method, mode)]['recall@10']:.3f}" for v in VARIANTS),
+                    *(f"{by[(v, method, mode)]['mrr@10']:.3f}" for v in VARIANTS),
                 ]
-                for k, o in zip(
-                    [r for r in out["scores"] if r["store"] == "kept"],
-                    [r for r in out["scores"] if r["store"] == "out"],
-                    strict=True,
-                )
+                for method in ("known-item", "headings")
+                for mode in ("vector", "hybrid")
             ],
         )
     )

@@ -108,6 +108,28 @@ def test_markup_is_left_out_of_the_embedded_text_only():
     assert chunk.text_hash == text_hash(chunk.embed_text)
 
 
+def test_markdown_syntax_marks_are_left_out_of_the_embedded_text():
+    from quarry.core.models import join_header, without_markup
+
+    text = "## Setup\n\n> Note: **never** push to *main*.\n\n- run `make test`\n  * then __deploy__\n\n* * *\nDone"
+    assert without_markup(text).split() == "Setup Note: never push to main. run make test then deploy Done".split()
+    assert without_markup("```python\nprint(1)\n```").split() == ["python", "print(1)"]
+    # not emphasis: marks that do not pair up around words, inside words, or as operators
+    for code in (
+        "snake_case my_var",
+        "a * b * c",
+        "2*3*4",
+        "f(*args, **kwargs)",
+        "*.md and *.txt",
+        "#channel",
+        "x_{i}_{j}",
+    ):
+        assert without_markup(code) == code
+    assert without_markup("1. first\n2. second") == "1. first\n2. second"  # numbers say the order
+    header = "Document: Ops guide\nSection: Deploys > Rollback"  # headers keep their labels
+    assert join_header(header, "## Roll back\n\n**Now**.") == f"{header}\n\nRoll back\n\nNow."
+
+
 def test_a_markdown_link_target_is_found_by_bm25_but_not_embedded(tmp_path, run_flow):
     import quarry
     from quarry.core.models import join_header
