@@ -53,7 +53,7 @@ CONCERNS: dict[str, tuple[str, ...]] = {
         "selfeval",
     ),
     "ingest": ("formats", "legacy_office", "ocr", "pdf_layout", "reliability", "sources"),
-    "speed": ("embed", "first_run", "flow_stages", "incremental", "runners", "vs_llamaindex"),
+    "speed": ("embed", "embed_ops", "first_run", "flow_stages", "incremental", "runners", "vs_llamaindex"),
     "scale": ("catalog_layers", "scale", "scale_memory", "segment_queries"),
     "serving": ("answers", "api_load", "query_latency", "remote_reader", "web"),
 }

@@ -181,6 +181,36 @@ def test_written_graph_matches_the_torch_model_token_by_token(embedders):
     assert token_cosines.min() >= 0.9999
 
 
+def test_drop_attention_mask_empties_the_mask_input_of_attention_nodes_only(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from quarry.ingest.embedders.onnx_export import drop_attention_mask
+
+    nodes = [
+        helper.make_node("ReduceSum", ["attention_mask"], ["mask_index"]),
+        helper.make_node(
+            "QAttention", ["x", "w", "b", "s", "ws", "mask_index", "xz", "wz"], ["q"], domain="com.microsoft"
+        ),
+        helper.make_node("Attention", ["q", "w2", "b2", "mask_index"], ["y"], domain="com.microsoft"),
+        helper.make_node("Attention", ["y", "w3", "b3"], ["z"], domain="com.microsoft"),  # none to cut
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+    )
+    path = str(tmp_path / "m.onnx")
+    onnx.save(helper.make_model(graph), path)
+    assert drop_attention_mask(path) == 2
+    got = [list(n.input) for n in onnx.load(path).graph.node]
+    assert got[0] == ["attention_mask"]
+    assert got[1] == ["x", "w", "b", "s", "ws", "", "xz", "wz"]
+    assert got[2] == ["q", "w2", "b2", ""] and got[3] == ["y", "w3", "b3"]
+    assert drop_attention_mask(path) == 0  # nothing left to cut
+
+
 @pytest.mark.slow
 def test_int8_stays_close_to_fp32_and_records_its_variant(embedders):
     """The build's self-check holds on texts it did not see, and the variant is on record."""
@@ -197,6 +227,19 @@ def test_int8_stays_close_to_fp32_and_records_its_variant(embedders):
         assert info["self_check"]["cosine_min"] >= INT8_MIN_COSINE
     assert [t["variant"] for t in info["tried"]][-1] == info["variant"] or info["variant"] == "fp32"
     assert build_info(fp32.onnx_path)["fused"]["Attention"] == 6  # the optimizer fused every layer
+    import onnx
+
+    # the int8 model reads no attention mask (its batches are never padded); the fp32 one does
+    masks = {
+        e.backend: [
+            n.input[{"Attention": 3, "QAttention": 5}[n.op_type]]
+            for n in onnx.load(e.onnx_path).graph.node
+            if n.op_type in ("Attention", "QAttention")
+        ]
+        for e in (int8, fp32)
+    }
+    assert len(masks["onnx-int8"]) == 6 and not any(masks["onnx-int8"])
+    assert len(masks["onnx"]) == 6 and all(masks["onnx"])
 
 
 @pytest.mark.slow

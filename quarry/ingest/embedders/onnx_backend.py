@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 # Bump when the graph writer, fusion, quantisation or self-check change what the cached file holds.
-EXPORT_VERSION = "3"
+EXPORT_VERSION = "4"
 BATCH_TOKENS = 256
 MAX_BATCH = 64
 # The int8 model must stay this close to fp32 on the self-check texts, or the next, safer
