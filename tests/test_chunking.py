@@ -114,6 +114,8 @@ def test_markdown_syntax_marks_are_left_out_of_the_embedded_text():
     text = "## Setup\n\n> Note: **never** push to *main*.\n\n- run `make test`\n  * then __deploy__\n\n* * *\nDone"
     assert without_markup(text).split() == "Setup Note: never push to main. run make test then deploy Done".split()
     assert without_markup("```python\nprint(1)\n```").split() == ["python", "print(1)"]
+    for rule in ("- - -", "___", "* * *"):  # thematic breaks, not bullets
+        assert without_markup(f"a\n{rule}\nb").split() == ["a", "b"]
     # not emphasis: marks that do not pair up around words, inside words, or as operators
     for code in (
         "snake_case my_var",

@@ -229,12 +229,12 @@ def test_int8_stays_close_to_fp32_and_records_its_variant(embedders):
     assert build_info(fp32.onnx_path)["fused"]["Attention"] == 6  # the optimizer fused every layer
     import onnx
 
+    from quarry.ingest.embedders.onnx_export import MASK_INPUT
+
     # the int8 model reads no attention mask (its batches are never padded); the fp32 one does
     masks = {
         e.backend: [
-            n.input[{"Attention": 3, "QAttention": 5}[n.op_type]]
-            for n in onnx.load(e.onnx_path).graph.node
-            if n.op_type in ("Attention", "QAttention")
+            n.input[MASK_INPUT[n.op_type]] for n in onnx.load(e.onnx_path).graph.node if n.op_type in MASK_INPUT
         ]
         for e in (int8, fp32)
     }

@@ -271,8 +271,7 @@ def without_markup(text: str) -> str:
         text = _DELIMITER_ROW.sub("", text)
     if "<" in text:
         text = _HTML_TAG.sub(" ", text)  # a space: "a<br>b" stays two words
-    if "**" in text or "__" in text or "* *" in text or "_ _" in text:
-        text = _RULE.sub("", text)  # before the bullets: "* * *" is a break, not a list item
+    text = _RULE.sub("", text)  # before the bullets: "* * *" and "- - -" are breaks, not list items
     text = _LINE_MARK.sub("", text)
     if "*" in text or "_" in text:
         text = _STRONG.sub(r"\2", text)

@@ -317,6 +317,10 @@ def quantize_int8(src: str, dest: str, tokenizer, variant: str = "s8") -> None:
                 os.remove(leftover)
 
 
+# Where each attention kernel takes its (optional) mask: the input's position.
+MASK_INPUT = {"Attention": 3, "QAttention": 5}
+
+
 def drop_attention_mask(path: str) -> int:
     """Cut the mask input of every attention node of the model at ``path``; returns how many.
 
@@ -329,7 +333,7 @@ def drop_attention_mask(path: str) -> int:
     model = onnx.load(path)
     cut = 0
     for node in model.graph.node:
-        mask_at = {"Attention": 3, "QAttention": 5}.get(node.op_type)
+        mask_at = MASK_INPUT.get(node.op_type)
         if mask_at is not None and len(node.input) > mask_at and node.input[mask_at]:
             node.input[mask_at] = ""  # an optional input, left empty
             cut += 1
