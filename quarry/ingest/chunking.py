@@ -124,11 +124,16 @@ def chunk_document(
         extra = place(section, a, b) if place else ""
         return f"{header}\n{extra}" if header and extra else header or extra
 
+    def embedded() -> list[str]:
+        return [join_header(full(s, h, a, b), text[a:b]) for s, h, a, b in planned]
+
     flags = [False] * len(planned)
     counts = [0] * len(planned)
+    texts: list[str] | None = None  # the embedded texts of ``planned``, once measured
     if count_tokens and max_tokens:
         for _ in range(MAX_REFITS):
-            counts = count_tokens([join_header(full(s, h, a, b), text[a:b]) for s, h, a, b in planned])
+            texts = embedded()
+            counts = count_tokens(texts)
             over = [i for i, n in enumerate(counts) if n > max_tokens]
             if not over:
                 break
@@ -142,8 +147,11 @@ def chunk_document(
                 refit.extend((section, header, x, y) for x, y in pieces)
             planned = refit
         else:
-            counts = count_tokens([join_header(full(s, h, a, b), text[a:b]) for s, h, a, b in planned])
+            texts = embedded()
+            counts = count_tokens(texts)
         flags = [n > max_tokens for n in counts]
+    if texts is None:
+        texts = embedded()
 
     chunks = []
     for index, (section, base, a, b) in enumerate(planned):
@@ -161,7 +169,7 @@ def chunk_document(
                 page_end=doc.page_at(max(a, b - 1)),
                 header=header,
                 text=body,
-                text_hash=text_hash(join_header(header, body)),
+                text_hash=text_hash(texts[index]),
                 n_tokens=counts[index],
                 truncated=flags[index],
             )
