@@ -4,15 +4,19 @@
 
 quarry embeds each chunk without the markup that says little of what it is about: Markdown link
 and image targets, table delimiter rows, inline HTML tags, the marks of Markdown's syntax (heading
-#s, bullets, emphasis, backticks; ``quarry.core.models.without_markup``); the stored and BM25 text keep all of it. This indexes one
-tree three times through the real flow, into ``bench/results/stores/markup-{kept,links,out}``:
+#s, bullets, emphasis, backticks; ``quarry.core.models.without_markup``), and without the section
+heading its header has just said (``without_leading_heading``); the stored and BM25 text keep all
+of it. This indexes one tree four times through the real flow, into
+``bench/results/stores/markup-{kept,links,marks,out}``:
 
 - ``kept``: header and text embedded as they are (the plain join);
 - ``links``: link targets, delimiter rows and HTML tags left out, syntax marks kept (quarry's
   default before the syntax marks went);
+- ``marks``: all the markup left out, the section's heading embedded twice (quarry's default
+  before the repeated heading went);
 - ``out``: as quarry ships.
 
-``kept`` and ``links`` patch the join into this process (Markdown parses in it). Per store:
+``kept``, ``links`` and ``marks`` patch the join into this process (Markdown parses in it). Per store:
 chunks, tokens embedded, wall time of the index run. Then a ``known-item`` and a ``headings`` set
 (-n questions, seed 0) drawn from the ``kept`` store are scored on each, vector and hybrid, at
 document level (the chunks differ between the stores: the token limit splits fewer of them once
@@ -32,7 +36,7 @@ from common import RESULTS, SHARED, load_avg, log, machine, table, write_json
 STORES = RESULTS / "stores"
 
 
-VARIANTS = ("kept", "links", "out")
+VARIANTS = ("kept", "links", "marks", "out")
 
 
 def plain_join(header: str, text: str) -> str:
@@ -51,6 +55,13 @@ def links_join(header: str, text: str) -> str:
         return models._HTML_TAG.sub(" ", t) if "<" in t else t
 
     return f"{strip(header)}\n\n{strip(text)}" if header else strip(text)
+
+
+def marks_join(header: str, text: str) -> str:
+    """The join before the repeated section heading went: every kind of markup out."""
+    from quarry.core.models import without_markup
+
+    return f"{without_markup(header)}\n\n{without_markup(text)}" if header else without_markup(text)
 
 
 def use_join(join) -> None:
@@ -124,7 +135,7 @@ def main() -> None:
 
     out = {"tree": args.tree, "machine": machine(), "stores": [], "scores": []}
     with prefect_api(RESULTS / "markup-logs"):
-        for which, join in (("out", None), ("links", links_join), ("kept", plain_join)):
+        for which, join in (("out", None), ("marks", marks_join), ("links", links_join), ("kept", plain_join)):
             if join is not None:
                 use_join(join)  # from here on, this process embeds with it
             out["stores"].append(index(args.tree, which))
