@@ -132,32 +132,6 @@ def test_markdown_syntax_marks_are_left_out_of_the_embedded_text():
     assert join_header(header, "## Roll back\n\n**Now**.") == f"{header}\n\nRoll back\n\nNow."
 
 
-def test_a_chunk_does_not_embed_its_section_heading_twice():
-    from quarry.core.models import join_header, text_hash
-
-    header = "Document: Ops guide\nSection: Deploys > Roll back"
-    said = f"{header}\n\nRun the runbook."
-    assert join_header(header, "## Roll back\n\nRun the runbook.") == said
-    assert join_header(header, "Roll  BACK\n=========\nRun the runbook.") == said  # Setext, case and spacing aside
-    # kept: another heading, a heading that only starts alike, a chunk that is its heading alone
-    assert join_header(header, "## Rolling back\n\nRun it.").endswith("Rolling back\n\nRun it.")
-    assert join_header(header, "Roll back the deploy when it fails.").endswith(
-        "\n\nRoll back the deploy when it fails."
-    )
-    assert join_header(header, "## Roll back") == f"{header}\n\nRoll back"
-    # the document title is not a section heading: a title-only header keeps the body whole
-    assert join_header("Document: Ops guide", "# Ops guide\n\nText.") == "Document: Ops guide\n\nOps guide\n\nText."
-    # the stored text keeps the heading; the hash is of what is embedded
-    text = "# Ops guide\n\n## Roll back\n\nRun the runbook when a deploy fails.\n"
-    sections = [Section(0, "Roll back", 2, 13, len(text), path="Ops guide > Roll back")]
-    (chunk,) = chunk_document("d", _doc(text), sections, ["Document: Ops\nSection: Roll back"], size=800, min_chunk=0)
-    assert (
-        chunk.text.startswith("## Roll back")
-        and chunk.embed_text == "Document: Ops\nSection: Roll back\n\nRun the runbook when a deploy fails."
-    )
-    assert chunk.text_hash == text_hash(chunk.embed_text)
-
-
 def test_a_markdown_link_target_is_found_by_bm25_but_not_embedded(tmp_path, run_flow):
     import quarry
     from quarry.core.models import join_header

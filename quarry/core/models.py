@@ -218,42 +218,9 @@ class Chunk:
 
 def join_header(header: str, text: str) -> str:
     """The text that is embedded: the contextual header, a blank line, the chunk text, each without
-    the markup that says nothing of what it is about (:func:`without_markup`).
-
-    A chunk that opens with its section's heading does not repeat it: the header's ``Section:``
-    path already ends with that heading (:func:`without_leading_heading`)."""
+    the markup that says nothing of what it is about (:func:`without_markup`)."""
     text = without_markup(text)
-    if not header:
-        return text
-    header = without_markup(header)
-    return f"{header}\n\n{without_leading_heading(header, text)}"
-
-
-# A Setext heading's underline, left once its heading line is dropped.
-_UNDERLINE = re.compile(r"[ \t]*(?:=+|-+)[ \t]*(?:\n|$)")
-
-
-def without_leading_heading(header: str, text: str) -> str:
-    """``text`` without its first line when that line is the last heading of the header's
-    ``Section:`` path (the section's own heading, which the header has just said).
-
-    On a Markdown handbook a section's heading opens its first chunk, so every such chunk embedded
-    the heading twice: 2.6% of the tokens (docs/benchmarks.md). Only an exact match (case and
-    spacing aside) is dropped, with a Setext underline after it; a chunk that is its heading alone
-    keeps it. The stored and BM25 text keep the heading.
-    """
-    at = header.find("Section: ")
-    if at < 0 or (at > 0 and header[at - 1] != "\n"):
-        return text
-    path = header[at + 9 :].split("\n", 1)[0]
-    leaf = " ".join(path.rsplit(" > ", 1)[-1].split()).casefold()
-    body = text.lstrip()
-    line, _, rest = body.partition("\n")
-    if not leaf or " ".join(line.split()).casefold() != leaf:
-        return text
-    underline = _UNDERLINE.match(rest)
-    rest = rest[underline.end() :].lstrip() if underline else rest.lstrip()
-    return rest or text
+    return f"{without_markup(header)}\n\n{text}" if header else text
 
 
 # A Markdown link or image, [anchor](target "title"): the target may hold one level of parentheses.
