@@ -131,7 +131,7 @@ def index_flow(
         return preview(roots, store.folder, settings, full=full)
     run_id, started = new_run_id(), _now()
     lock, skipped = journal.hold_or_skip(
-        store, if_busy, run_id, started, [display(r) for r in roots], settings.public_dict()
+        store, if_busy, run_id, started, [display(r) for r in roots], settings.public_dict(), _owner()
     )
     if skipped is not None:
         logger.info("run %s skipped: %s", run_id, skipped["errors"][0]["error"])
@@ -150,6 +150,20 @@ def index_flow(
     if evaluate and evaluate.get("sets"):
         _evaluate(str(store.folder), evaluate)
     return out
+
+
+INITIAL_RUN_TAG = "initial-run"  # the tag of the run `quarry serve` starts before the first tick
+
+
+def _owner() -> dict:
+    """This flow run's deployment, and whether it is the initial run ``quarry serve`` starts at once
+    (tagged ``initial-run``), for the writer lock: a tick of the schedule that meets its own initial
+    run is not a skipped run (:func:`quarry.store.journal.hold_or_skip`). Empty outside a deployment."""
+    from prefect.runtime import deployment, flow_run
+
+    if not deployment.id:
+        return {}
+    return {"deployment": str(deployment.id), "initial_run": INITIAL_RUN_TAG in (flow_run.tags or [])}
 
 
 def _evaluate(store: str, options: dict) -> dict:

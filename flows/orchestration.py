@@ -535,7 +535,8 @@ def serve_index(
     store served ``@daily`` would otherwise stay empty, or stale, for up to a day).
 
     Each scheduled run skips, recorded as a ``skipped`` run, when the store is still busy (a run
-    longer than the interval, or a manual ``quarry index``). SIGTERM takes the same path as
+    longer than the interval, or a manual ``quarry index``); a tick that falls during the initial
+    run is only logged (that run is doing its work). SIGTERM takes the same path as
     Ctrl-C: polling stops, an in-flight run is stopped (the store keeps its last commit: a run is
     crash-safe at every point) and the function returns, so the caller stops its private server.
     """
@@ -543,7 +544,7 @@ def serve_index(
     import signal
 
     from prefect.runner import Runner
-    from quarry.flows.index import index_flow
+    from quarry.flows.index import INITIAL_RUN_TAG, index_flow
 
     class _Runner(Runner):
         loop: asyncio.AbstractEventLoop | None = None
@@ -574,7 +575,7 @@ def serve_index(
         with get_client(sync_client=True) as client:
             # add_flow is sync_compatible, hence annotated UUID | Coroutine: called here, outside an
             # event loop, it returned the UUID
-            client.create_flow_run_from_deployment(deployment_id, tags=["initial-run"])  # type: ignore[arg-type]
+            client.create_flow_run_from_deployment(deployment_id, tags=[INITIAL_RUN_TAG])  # type: ignore[arg-type]
     if on_start is not None:
         on_start(name)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import shutil
+import time
 from datetime import datetime
 
 import duckdb
@@ -122,12 +123,84 @@ def test_index_flow_skips_a_busy_store_and_the_next_commit_records_it(run_flow, 
     assert not list(db.glob("run-journal*"))
 
 
-def _hold_lock(db: str, seconds: float) -> None:
+def _hold_lock(db: str, seconds: float, owner: dict | None = None) -> None:
     import time
     from pathlib import Path
 
-    with WriterLock(Path(db)):
-        time.sleep(seconds)
+    WriterLock(Path(db)).acquire(owner)
+    time.sleep(seconds)
+
+
+def _held_by(db, owner: dict | None):
+    holder = multiprocessing.get_context("spawn").Process(target=_hold_lock, args=(str(db), 60, owner))
+    holder.start()
+    for _ in range(400):  # the lock file names this holder (a killed one leaves its own text behind)
+        text = (db / "lock").read_text() if (db / "lock").exists() else ""
+        if text.strip() and json.loads(text)["pid"] == holder.pid:
+            return holder
+        time.sleep(0.05)
+    raise AssertionError("the lock holder did not start")
+
+
+def test_a_tick_that_meets_its_own_initial_run_is_not_recorded(tmp_path):
+    """The run `quarry serve` starts at once holds the store when the schedule's first tick comes:
+    that tick stands down without a `skipped` row. Any other holder still gets one."""
+    db = tmp_path / "db"
+    db.mkdir()
+    holder = _held_by(db, {"deployment": "d-1", "initial_run": True})
+    try:
+        with pytest.raises(StoreLocked) as caught:
+            WriterLock(db).acquire()
+        assert caught.value.holder["deployment"] == "d-1" and caught.value.holder["initial_run"] is True
+        assert "locked by another index run (pid " in str(caught.value)  # the message still names the holder
+
+        def skip(owner):
+            return journal.hold_or_skip(db, "skip", new_run_id(), datetime.now(), ["/r"], {}, owner)
+
+        lock, row = skip({"deployment": "d-1", "initial_run": False})
+        assert (
+            lock is None and row["status"] == "skipped" and "initial run of this schedule" in row["errors"][0]["error"]
+        )
+        assert journal.pending(db) == []  # a tick of the same schedule: not listed
+        for owner in ({"deployment": "d-2", "initial_run": False}, None, {}):  # another schedule, a CLI run
+            assert skip(owner)[0] is None
+        assert len(journal.pending(db)) == 3
+        with pytest.raises(StoreLocked):  # --if-busy fail is unchanged
+            journal.hold_or_skip(db, "fail", new_run_id(), datetime.now(), ["/r"], {}, {"deployment": "d-1"})
+    finally:
+        holder.terminate()
+        holder.join()
+    holder = _held_by(db, {"deployment": "d-1", "initial_run": False})  # a scheduled run, longer than the interval
+    try:
+        lock, _ = journal.hold_or_skip(db, "skip", new_run_id(), datetime.now(), ["/r"], {}, {"deployment": "d-1"})
+        assert lock is None and len(journal.pending(db)) == 4
+    finally:
+        holder.terminate()
+        holder.join()
+
+
+def test_the_flow_writes_its_deployment_and_initial_run_tag_into_the_lock(run_flow, tmp_path, monkeypatch):
+    """index_flow reads who it is from Prefect's runtime: a tick (same deployment, no tag) that meets
+    the initial run finishes as skipped with nothing journalled; the holder's lock file says so."""
+    import prefect.runtime.flow_run
+    from quarry.flows.index import INITIAL_RUN_TAG, _owner
+
+    tree, db = tmp_path / "tree", tmp_path / "db"
+    shutil.copytree(SAMPLE, tree)
+    monkeypatch.setenv("PREFECT__RUNTIME__DEPLOYMENT__ID", "d-1")
+    monkeypatch.setattr(prefect.runtime.flow_run, "tags", [INITIAL_RUN_TAG], raising=False)
+    assert _owner() == {"deployment": "d-1", "initial_run": True}
+    holder = _held_by(db, _owner())
+    monkeypatch.setattr(prefect.runtime.flow_run, "tags", ["scheduled"], raising=False)
+    try:
+        report = run_flow([tree], db, if_busy="skip")
+        assert report["status"] == "skipped" and "initial run of this schedule" in report["errors"][0]["error"]
+        assert journal.pending(db) == []
+    finally:
+        holder.terminate()
+        holder.join()
+    monkeypatch.delenv("PREFECT__RUNTIME__DEPLOYMENT__ID")
+    assert _owner() == {}  # not a deployment's run: nothing more in the lock
 
 
 def _wait_for_holder(lock_file) -> None:

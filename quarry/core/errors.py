@@ -25,7 +25,13 @@ class NotFound(QuarryError):
 
 
 class StoreLocked(QuarryError):
-    """Another index run holds the store's writer lock."""
+    """Another index run holds the store's writer lock. ``holder``: what the lock file says of the
+    holder (``pid``, ``host``, ``started``, and for a flow run its ``deployment`` and
+    ``initial_run``); empty when unknown."""
+
+    def __init__(self, message: str, holder: dict | None = None):
+        super().__init__(message)
+        self.holder = holder or {}
 
 
 class RunRefused(QuarryError):

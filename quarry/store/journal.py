@@ -155,19 +155,45 @@ def record_run(store: Store | Path, report: RunReport) -> dict:
 
 
 def hold_or_skip(
-    store: Store | Path, if_busy: str, run_id: str, started: datetime, roots: list[str], settings: dict
+    store: Store | Path,
+    if_busy: str,
+    run_id: str,
+    started: datetime,
+    roots: list[str],
+    settings: dict,
+    owner: dict | None = None,
 ) -> tuple[WriterLock | None, dict | None]:
     """The busy check of every index run, one place: ``(the writer lock, None)``, or — when another
     run holds the store and ``if_busy`` is ``"skip"`` — ``(None, the skipped run's row)``, recorded.
-    With ``if_busy="fail"`` a busy store raises :class:`~quarry.core.errors.StoreLocked`."""
+    With ``if_busy="fail"`` a busy store raises :class:`~quarry.core.errors.StoreLocked`.
+
+    ``owner`` (a scheduled flow run's ``deployment`` and ``initial_run``) goes into the lock file. A
+    tick of a deployment whose own initial run (the one ``quarry serve`` starts at once) holds the
+    store is not recorded: that run is doing the tick's work, and a ``skipped`` row would read as
+    an interval shorter than a run. Its row is still returned, with the reason."""
     if if_busy not in ("fail", "skip"):
         raise UsageError(f"if_busy must be 'fail' or 'skip', got {if_busy!r}")
     try:
-        return WriterLock(store).acquire(), None  # before any model loads: a busy store costs nothing
+        return WriterLock(store).acquire(owner), None  # before any model loads: a busy store costs nothing
     except StoreLocked as exc:
         if if_busy == "fail":
             raise
+        if covered_by_initial_run(owner, exc.holder):
+            reason = f"the initial run of this schedule is indexing the store: {exc}"
+            return None, skipped_row(run_id, started, datetime.now(UTC).replace(tzinfo=None), roots, reason, settings)
         return None, record_skip(store, run_id, started, roots, str(exc), settings)
+
+
+def covered_by_initial_run(owner: dict | None, holder: dict) -> bool:
+    """Whether the lock's holder is the initial run of the deployment ``owner``'s run belongs to
+    (and ``owner``'s run is a tick, not that initial run itself)."""
+    deployment = (owner or {}).get("deployment")
+    return bool(
+        deployment
+        and not (owner or {}).get("initial_run")
+        and holder.get("deployment") == deployment
+        and holder.get("initial_run") is True
+    )
 
 
 def record_skip(

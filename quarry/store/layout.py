@@ -75,7 +75,9 @@ class WriterLock:
         self.store = as_store(store)
         self.path = self.store.folder / LOCK
 
-    def acquire(self) -> WriterLock:
+    def acquire(self, owner: dict | None = None) -> WriterLock:
+        """Take the lock, or raise :class:`StoreLocked` naming the holder. ``owner``: more about
+        this holder for the lock file (JSON values), read back as ``StoreLocked.holder``."""
         key = str(self.path)
         with _held_guard:
             if key in _held:
@@ -87,12 +89,16 @@ class WriterLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = self._describe_holder(fd)
+                holder = self._read_holder(fd)
                 os.close(fd)
                 raise StoreLocked(
-                    f"store {self.store.folder} is locked by another index run ({holder}); wait for it to finish"
+                    f"store {self.store.folder} is locked by another index run ({self._describe(holder)}); "
+                    "wait for it to finish",
+                    holder,
                 ) from None
-            info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+            info = json.dumps(
+                {**(owner or {}), "pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+            )
             os.ftruncate(fd, 0)
             os.pwrite(fd, info.encode(), 0)
             os.fsync(fd)
@@ -109,12 +115,20 @@ class WriterLock:
             return self
 
     @staticmethod
-    def _describe_holder(fd: int) -> str:
+    def _read_holder(fd: int) -> dict:
+        """The holder's JSON; empty while it is being written, or when unreadable."""
         try:
             info = json.loads(os.pread(fd, 4096, 0) or b"{}")
-            started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info["started"]))
-            return f"pid {info['pid']} on {info['host']}, started {started}"
-        except (ValueError, KeyError, TypeError):
+        except ValueError:
+            return {}
+        return info if isinstance(info, dict) else {}
+
+    @staticmethod
+    def _describe(holder: dict) -> str:
+        try:
+            started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder["started"]))
+            return f"pid {holder['pid']} on {holder['host']}, started {started}"
+        except (ValueError, KeyError, TypeError, OverflowError):
             return "holder unknown"
 
     def release(self) -> None:
