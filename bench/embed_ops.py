@@ -13,7 +13,12 @@ as quarry embeds them (markup left out, ``quarry.core.models.without_markup``). 
    replaced by the tanh form (FastGelu) and by x·sigmoid(1.702x) (QuickGelu); and, for a model
    built before export version 4 (``--model``), without its attention mask input, which quarry's
    int8 models have dropped since (the backend never pads). A variant is only worth shipping if
-   it is faster and keeps cosine >= 0.99 (the backend's self-check bar).
+   it is faster and keeps cosine >= 0.99 (the backend's self-check bar). Other runtimes in the
+   same table: the fp32 model with *static* int8 activations (onnxruntime's ``quantize_static``, QDQ
+   MatMuls, per-channel weights, activation ranges calibrated on 100 of the chunks; its graph
+   pass needs ``sympy``) and, when
+   ``openvino`` is installed in the venv (``pip install openvino nncf``; quarry does not depend on
+   it), OpenVINO's CPU plugin on the fp32 model and on int8 weights with dynamic int8 activations.
 3. **Batches**: ``OnnxEmbedder`` as the flow runs it (one session, a batch per CPU side by side)
    with each ``batch_tokens`` budget, tokens per second.
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import os
 import tempfile
@@ -72,6 +78,67 @@ def operators(path: str, encodings: list[np.ndarray]) -> list[dict]:
     return [{"op": op, "s": us / 1e6, "share": us / total} for op, us in spent.most_common()]
 
 
+def static_int8(fp32: str, work: str, encodings: list[np.ndarray]) -> str:
+    """The fp32 model with static int8 activations (QDQ MatMuls, MinMax ranges from 100 chunks)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class Chunks(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.rest = iter(encodings[:: max(1, len(encodings) // 100)][:100])
+
+        def get_next(self) -> dict | None:
+            ids = next(self.rest, None)
+            return None if ids is None else {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+
+    pre, dest = os.path.join(work, "pre.onnx"), os.path.join(work, "static.onnx")
+    quant_pre_process(fp32, pre)  # its symbolic shape pass needs sympy
+    quantize_static(
+        pre,
+        dest,
+        Chunks(),
+        quant_format=QuantFormat.QDQ,
+        op_types_to_quantize=["MatMul"],
+        per_channel=True,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+    )
+    return dest
+
+
+def openvino_runners(fp32: str) -> dict:
+    """OpenVINO's CPU plugin on one thread, when installed: the fp32 model, and int8 weights (nncf)
+    with the plugin's dynamic int8 activations. Empty when ``openvino`` is not importable."""
+    try:
+        import openvino as ov
+    except ImportError:
+        return {}
+    core = ov.Core()
+    config = {"INFERENCE_NUM_THREADS": 1, "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+
+    def runner(model, extra: dict | None = None):
+        compiled = core.compile_model(model, "CPU", {**config, **(extra or {})})
+        request = compiled.create_infer_request()
+
+        def run(encodings: list[np.ndarray]) -> np.ndarray:
+            out = np.zeros((len(encodings), 384), dtype=np.float32)
+            for row, ids in enumerate(encodings):
+                hidden = request.infer({"input_ids": ids, "attention_mask": np.ones_like(ids)})[compiled.outputs[0]]
+                out[row] = hidden[0].mean(axis=0)
+            return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+        return run
+
+    runners = {"OpenVINO fp32": lambda: runner(core.read_model(fp32))}
+    try:
+        import nncf
+    except ImportError:
+        return runners
+    weights = nncf.compress_weights(ov.convert_model(fp32), mode=nncf.CompressWeightsMode.INT8_SYM)
+    runners["OpenVINO int8 weights, dynamic int8"] = lambda: runner(weights, {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "64"})
+    return runners
+
+
 def variant(src: str, dest: str, gelu: str | None = None) -> str:
     """A copy of ``src`` at ``dest``, its BiasGelu nodes replaced by ``gelu`` when given."""
     import onnx
@@ -102,6 +169,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--budgets", default="256,512,1024,2048")
     ap.add_argument("--skip-batches", action="store_true", help="operators and graph variants only")
+    ap.add_argument("--skip-runtimes", action="store_true", help="no static int8 or OpenVINO rows")
     ap.add_argument("--model", help="an int8 .onnx file to profile instead of the one the backend builds")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -142,14 +210,25 @@ def main() -> None:
             variants["no mask + FastGelu"] = variant(
                 variants["no mask"], os.path.join(work, "both.onnx"), gelu="FastGelu"
             )
+        runners = {
+            name: (lambda path=path: functools.partial(embed_one_by_one, session(path)))
+            for name, path in variants.items()
+        }
+        if not args.skip_runtimes:
+            try:
+                static = static_int8(fp32, work, encodings)
+                runners["static int8 (QDQ, calibrated)"] = lambda: functools.partial(embed_one_by_one, session(static))
+            except ImportError as exc:
+                log(f"no static int8 row: {exc}")
+            runners.update(openvino_runners(fp32))
         best: dict[str, float] = {}
         cosine: dict[str, np.ndarray] = {}
         for _ in range(args.rounds):
-            for name, path in variants.items():
-                sess = session(path)
-                embed_one_by_one(sess, encodings[:8])
+            for name, make in runners.items():
+                run = make()
+                run(encodings[:8])
                 started = time.perf_counter()
-                vectors = embed_one_by_one(sess, encodings)
+                vectors = run(encodings)
                 best[name] = min(best.get(name, float("inf")), time.perf_counter() - started)
                 cosine[name] = np.sum(vectors * reference, axis=1)
     base = best[next(iter(variants))]
@@ -162,7 +241,7 @@ def main() -> None:
             "cosine_min": round(float(cosine[name].min()), 4),
             "cosine_mean": round(float(cosine[name].mean()), 5),
         }
-        for name in variants
+        for name in runners
     ]
     print(
         table(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class QuarryError(Exception):
     """Base class: an error quarry reports as one line, without a traceback."""
@@ -29,9 +31,9 @@ class StoreLocked(QuarryError):
     holder (``pid``, ``host``, ``started``, and for a flow run its ``deployment`` and
     ``initial_run``); empty when unknown."""
 
-    def __init__(self, message: str, holder: dict | None = None):
+    def __init__(self, message: str, holder: dict[str, Any] | None = None):
         super().__init__(message)
-        self.holder = holder or {}
+        self.holder: dict[str, Any] = holder or {}
 
 
 class RunRefused(QuarryError):
