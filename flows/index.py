@@ -115,7 +115,8 @@ def index_flow(
     environment so that they never appear in flow-run parameters. ``if_busy``: what to do when
     another run holds the store — ``fail`` (raise :class:`StoreLocked`) or ``skip`` (record a
     ``skipped`` run and finish; what scheduled runs do, so that a run longer than the interval
-    never meets a second writer).
+    never meets a second writer; a tick that meets its own schedule's initial run finishes
+    skipped without a row).
 
     ``evaluate``: after the run, score question sets of the store on the committed generation
     (``{"sets": [names], "margin": 0.05, "modes": ["hybrid"], "k": 10, "fail": True}``; see
@@ -158,12 +159,16 @@ INITIAL_RUN_TAG = "initial-run"  # the tag of the run `quarry serve` starts befo
 def _owner() -> dict:
     """This flow run's deployment, and whether it is the initial run ``quarry serve`` starts at once
     (tagged ``initial-run``), for the writer lock: a tick of the schedule that meets its own initial
-    run is not a skipped run (:func:`quarry.store.journal.hold_or_skip`). Empty outside a deployment."""
-    from prefect.runtime import deployment, flow_run
+    run is not a skipped run (:func:`quarry.store.journal.hold_or_skip`). Read from the run's own
+    context, never through the API (``prefect.runtime.deployment.id`` asks the server for a run
+    outside a deployment); empty outside a deployment or a flow run."""
+    from prefect.context import FlowRunContext
 
-    if not deployment.id:
+    context = FlowRunContext.get()
+    run = context.flow_run if context is not None else None
+    if run is None or run.deployment_id is None:
         return {}
-    return {"deployment": str(deployment.id), "initial_run": INITIAL_RUN_TAG in (flow_run.tags or [])}
+    return {"deployment": str(run.deployment_id), "initial_run": INITIAL_RUN_TAG in (run.tags or [])}
 
 
 def _evaluate(store: str, options: dict) -> dict:

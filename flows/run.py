@@ -118,7 +118,8 @@ def serve(
     127.0.0.1 at ``port`` (default: a free one), its database under the store
     (``<store>/prefect/prefect.db``); one-shot :func:`index` calls on the same store use it while it
     runs. ``on_start(deployment, api_url)`` is called once the deployment is registered. A
-    scheduled run that finds the store busy is recorded as ``skipped``. ``evaluate``: each run is
+    scheduled run that finds the store busy is recorded as ``skipped`` (unless the serve's own
+    initial run holds it: that tick is only logged). ``evaluate``: each run is
     followed by the evaluation of these question sets (see :func:`index`).
     """
     roots = _roots(paths)

@@ -127,7 +127,9 @@ def _hold_lock(db: str, seconds: float, owner: dict | None = None) -> None:
     import time
     from pathlib import Path
 
-    WriterLock(Path(db)).acquire(owner)
+    # the way a flow run takes it: the owner reaches the lock file through hold_or_skip
+    lock, _ = journal.hold_or_skip(Path(db), "fail", new_run_id(), datetime.now(), ["/r"], {}, owner)
+    assert lock is not None
     time.sleep(seconds)
 
 
@@ -179,28 +181,44 @@ def test_a_tick_that_meets_its_own_initial_run_is_not_recorded(tmp_path):
         holder.join()
 
 
-def test_the_flow_writes_its_deployment_and_initial_run_tag_into_the_lock(run_flow, tmp_path, monkeypatch):
-    """index_flow reads who it is from Prefect's runtime: a tick (same deployment, no tag) that meets
-    the initial run finishes as skipped with nothing journalled; the holder's lock file says so."""
-    import prefect.runtime.flow_run
-    from quarry.flows.index import INITIAL_RUN_TAG, _owner
+def test_the_flow_passes_who_it_is_to_the_busy_check(run_flow, tmp_path, monkeypatch):
+    """index_flow hands its owner to hold_or_skip: a tick (same deployment, no tag) that meets the
+    initial run finishes as skipped with nothing journalled."""
+    import quarry.flows.index as index
 
     tree, db = tmp_path / "tree", tmp_path / "db"
     shutil.copytree(SAMPLE, tree)
-    monkeypatch.setenv("PREFECT__RUNTIME__DEPLOYMENT__ID", "d-1")
-    monkeypatch.setattr(prefect.runtime.flow_run, "tags", [INITIAL_RUN_TAG], raising=False)
-    assert _owner() == {"deployment": "d-1", "initial_run": True}
-    holder = _held_by(db, _owner())
-    monkeypatch.setattr(prefect.runtime.flow_run, "tags", ["scheduled"], raising=False)
+    holder = _held_by(db, {"deployment": "d-1", "initial_run": True})
+    monkeypatch.setattr(index, "_owner", lambda: {"deployment": "d-1", "initial_run": False})
     try:
         report = run_flow([tree], db, if_busy="skip")
         assert report["status"] == "skipped" and "initial run of this schedule" in report["errors"][0]["error"]
         assert journal.pending(db) == []
+        monkeypatch.setattr(index, "_owner", dict)  # a run of no deployment: journalled
+        assert run_flow([tree], db, if_busy="skip")["status"] == "skipped"
+        assert len(journal.pending(db)) == 1
     finally:
         holder.terminate()
         holder.join()
-    monkeypatch.delenv("PREFECT__RUNTIME__DEPLOYMENT__ID")
-    assert _owner() == {}  # not a deployment's run: nothing more in the lock
+
+
+def test_owner_comes_from_the_flow_runs_own_context(monkeypatch):
+    """No API call: the deployment id and tags of the run's context; nothing outside a deployment."""
+    import uuid
+    from types import SimpleNamespace
+
+    import prefect.context
+    from quarry.flows.index import INITIAL_RUN_TAG, _owner
+
+    assert _owner() == {}  # no flow run here
+    deployment = uuid.uuid4()
+    context = SimpleNamespace(flow_run=SimpleNamespace(deployment_id=deployment, tags=["x", INITIAL_RUN_TAG]))
+    monkeypatch.setattr(prefect.context.FlowRunContext, "get", classmethod(lambda cls: context))
+    assert _owner() == {"deployment": str(deployment), "initial_run": True}
+    context.flow_run.tags = ["auto-scheduled"]
+    assert _owner() == {"deployment": str(deployment), "initial_run": False}
+    context.flow_run.deployment_id = None  # an in-process run, a notebook's
+    assert _owner() == {}
 
 
 def _wait_for_holder(lock_file) -> None:
