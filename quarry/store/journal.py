@@ -187,11 +187,11 @@ def hold_or_skip(
 def covered_by_initial_run(owner: dict | None, holder: dict) -> bool:
     """Whether the lock's holder is the initial run of the deployment ``owner``'s run belongs to
     (and ``owner``'s run is a tick, not that initial run itself)."""
-    deployment = (owner or {}).get("deployment")
+    owner = owner or {}
     return bool(
-        deployment
-        and not (owner or {}).get("initial_run")
-        and holder.get("deployment") == deployment
+        owner.get("deployment")
+        and not owner.get("initial_run")
+        and holder.get("deployment") == owner["deployment"]
         and holder.get("initial_run") is True
     )
 
