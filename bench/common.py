@@ -48,6 +48,7 @@ CONCERNS: dict[str, tuple[str, ...]] = {
         "fusion",
         "longpdf",
         "markup",
+        "model_variants",
         "quality",
         "relevance",
         "selfeval",
