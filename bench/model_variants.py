@@ -17,6 +17,8 @@ Each document is ``title`` + text, embedded whole (no chunking), so the figures 
 own and not quarry's pipeline. The table gives vector nDCG@10 and, as an estimate of what fusion
 can rescue, nDCG@10 of reciprocal rank fusion (k=60, top 100 of each) with a plain BM25 written
 here (k1=0.9, b=0.4, lower-cased word tokens, no stemming; weaker than quarry's own BM25).
+It is written by hand because quarry's BM25 ranks chunks in a built store, and scoring whole
+documents in memory should not need one; no BM25 library is among quarry's dependencies.
 ``embed s`` is the corpus's embedding time in this run (torch, two threads).
 
 Needs a venv with quarry, torch, sentence-transformers and ``model2vec[distill]`` (quarry
