@@ -62,6 +62,32 @@ def test_generation_is_reproducible_from_a_seed(store):
             assert [q["query"] for q in first] != [q["query"] for q in other]
 
 
+def test_the_same_tree_indexed_elsewhere_gives_the_same_questions(store, prefect_api):
+    """Ids hash the absolute path; the questions of a seed must not depend on where the tree lies."""
+    import shutil
+
+    from quarry.flows.index import index_flow
+
+    moved = store / "elsewhere" / "copy of the tree"
+    shutil.copytree(store / "tree", moved)
+    index_flow([str(moved)], db=str(store / "elsewhere" / "store"), overrides={"chunk_size": 300})
+
+    def asked(db):
+        with quarry.open(db) as idx:
+            rel = dict(idx.sql("SELECT doc_id, rel_path FROM documents").rows)
+            out = {}
+            for method in ("known-item", "headings"):
+                questions = generate(idx, 30, method, seed=4)[1]
+                out[method] = [(q["query"], rel[q["doc_id"]], q["chunk_id"].split(":")[1]) for q in questions]
+            return out, set(rel)
+
+    here, ids_here = asked(store / "store")
+    there, ids_there = asked(store / "elsewhere" / "store")
+    assert not ids_here & ids_there  # other ids: only the order of the relative paths can line them up
+    assert len(here["known-item"]) == 30 and len(here["headings"]) == 30
+    assert here == there
+
+
 def test_questions_point_to_real_chunks(store):
     with quarry.open(store / "store") as idx:
         for method in ("known-item", "headings"):

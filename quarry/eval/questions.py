@@ -20,8 +20,9 @@ heading). Methods:
 
 Documents (or sections) are sampled stratified by (file type, folder): strata take turns, in a
 random order, so a large folder cannot fill the set. Everything is drawn from one
-``random.Random(seed)`` over rows read in a fixed order: the same store, method and seed give the
-same questions. ``principals`` (``--as``) keeps only documents they may read, for the collection
+``random.Random(seed)`` over rows read in a fixed order (documents by relative path): the same store,
+method and seed give the same questions, and so does the same tree indexed the same way in another
+store or from another place (a question's ids are those of its own store). ``principals`` (``--as``) keeps only documents they may read, for the collection
 statistics too.
 """
 
@@ -62,7 +63,7 @@ class Corpus:
     """What the methods read: the documents they may draw from, their chunks, and (known-item) the
     collection's term counts."""
 
-    documents: list[dict]  # doc_id, path, rel_path, file_type, title; in doc_id order
+    documents: list[dict]  # doc_id, path, rel_path, file_type, title; in relative-path order
     read_chunks: Callable[[list[str]], list[dict]]
     read_sections: Callable[[list[str]], list[dict]]
     collection: Callable[[], Counter]
@@ -211,7 +212,9 @@ def good_heading(title: str) -> bool:
 def heading_questions(corpus: Corpus, n: int, rng: random.Random) -> list[dict]:
     """``n`` section titles as queries for their sections (see the module's docstring)."""
     docs = {d["doc_id"]: d for d in corpus.documents}
-    sections = corpus.read_sections(sorted(docs))
+    place = {doc_id: i for i, doc_id in enumerate(docs)}
+    # In the documents' order (relative path), not the id order they are read in.
+    sections = sorted(corpus.read_sections(sorted(docs)), key=lambda s: (place[s["doc_id"]], s["section_index"]))
     owners: dict[str, set[str]] = defaultdict(set)
     for s in sections:
         owners[" ".join(s["title"].split()).casefold()].add(s["doc_id"])
