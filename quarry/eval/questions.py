@@ -20,10 +20,10 @@ heading). Methods:
 
 Documents (or sections) are sampled stratified by (file type, folder): strata take turns, in a
 random order, so a large folder cannot fill the set. Everything is drawn from one
-``random.Random(seed)`` over rows read in a fixed order (documents by relative path): the same store,
-method and seed give the same questions, and so does the same tree indexed the same way in another
-store or from another place (a question's ids are those of its own store). ``principals`` (``--as``) keeps only documents they may read, for the collection
-statistics too.
+``random.Random(seed)`` over rows read in a fixed order (documents by relative path): the same
+store, method and seed give the same questions, and so does the same tree indexed the same way in
+another store or from another place (a question's ids are those of its own store). ``principals``
+(``--as``) keeps only documents they may read, for the collection statistics too.
 """
 
 from __future__ import annotations
